@@ -1,0 +1,1 @@
+"""Example fleets, job specs and checkpointing trainers (installed as hsched.examples)."""

@@ -1,0 +1,3 @@
+from hsched.cli import main
+
+main()

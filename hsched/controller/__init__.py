@@ -1,0 +1,1 @@
+"""The controller: one asyncio process per HSCHED_HOME, the only writer of the store."""

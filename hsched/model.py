@@ -1,0 +1,247 @@
+"""The domain: nodes, devices, jobs, runs and their states, as frozen data.
+
+Nothing here does I/O; the controller, the store, the scheduler and the simulator all speak these types.
+State and end reason are separate fields (a job is COMPLETED/FAILED/...; *why* it left RUNNING is its
+`reason`), as dstack's JobStatus/JobTerminationReason split them.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class JobState(enum.StrEnum):
+    """Where a job is in its life. Terminal states never change again."""
+
+    PENDING = "PENDING"
+    """Queued, waiting for resources (or held)."""
+    LAUNCHING = "LAUNCHING"
+    """Placed; its run is being started on the node."""
+    RUNNING = "RUNNING"
+    PREEMPTING = "PREEMPTING"
+    """Asked to checkpoint and stop so a more important job can have its devices."""
+    PREEMPTED = "PREEMPTED"
+    """Stopped by preemption; goes back to PENDING at once (same id, restarts + 1)."""
+    COMPLETING = "COMPLETING"
+    """Cancel or time limit in progress: signals sent, waiting for the processes to go."""
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    LOST = "LOST"
+    """The controller could not find the run again (node rebooted, process gone without exit code)."""
+
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL
+
+    def is_active(self) -> bool:
+        """Holds devices on a node."""
+        return self in _ACTIVE
+
+
+_TERMINAL = frozenset(
+    {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT, JobState.NODE_FAIL,
+     JobState.LOST}
+)
+_ACTIVE = frozenset({JobState.LAUNCHING, JobState.RUNNING, JobState.PREEMPTING, JobState.COMPLETING})
+
+
+class EndReason(enum.StrEnum):
+    """Why a run (or a job) ended, or why a pending job waits."""
+
+    NONE = ""
+    COMPLETED = "completed"
+    NONZERO_EXIT = "nonzero_exit"
+    SIGNALED = "signaled"
+    CANCELLED = "cancelled"
+    PREEMPTED = "preempted"
+    CHECKPOINTED = "checkpointed"
+    TIMEOUT = "timeout"
+    NODE_LOST = "node_lost"
+    LOST = "lost"
+    LAUNCH_FAILED = "launch_failed"
+    # reasons a pending job waits, as squeue shows them
+    RESOURCES = "Resources"
+    PRIORITY = "Priority"
+    HELD = "JobHeldUser"
+    UNSATISFIABLE = "Unsatisfiable"
+
+
+class NodeState(enum.StrEnum):
+    UP = "UP"
+    UNREACHABLE = "UNREACHABLE"
+    DOWN = "DOWN"
+    DRAINED = "DRAINED"
+
+
+class Interconnect(enum.StrEnum):
+    ANY = "any"
+    NVLINK = "nvlink"
+
+
+QOS_CLASSES = ("prod", "normal", "scavenger")
+DEFAULT_QOS = "normal"
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One accelerator, identified by UUID; index is the node-local (PCI bus) order."""
+
+    uuid: str
+    index: int
+    model: str
+    memory_total_mib: int | None = None
+    memory_used_mib: int | None = None
+    utilization_gpu: float | None = None
+    numa_node: int | None = None
+    pci_bus_id: str | None = None
+    compute_capability: str | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    simulated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A connection between two devices (by UUID) with an nvidia-smi legend kind (NV12, PIX, SYS, XGMI...)."""
+
+    a: str
+    b: str
+    kind: str
+    bandwidth_gbps: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    executor: str
+    state: NodeState
+    cpus: int | None = None
+    memory_total_mib: int | None = None
+    numa_nodes: int | None = None
+    devices: tuple[Device, ...] = ()
+    links: tuple[Link, ...] = ()
+    host: str | None = None
+    message: str = ""
+
+    def device(self, uuid: str) -> Device | None:
+        return next((d for d in self.devices if d.uuid == uuid), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """What a job asks for. `gpus` is per node; `nodes` > 1 makes an all-or-nothing gang."""
+
+    gpus: int = 0
+    gpu_types: tuple[str, ...] = ()
+    gpu_memory_mib: int | None = None
+    cpus: int | None = None
+    memory_mib: int | None = None
+    nodes: int = 1
+    interconnect: Interconnect = Interconnect.ANY
+
+    def matches_model(self, model: str) -> bool:
+        """`--gpu-type a100` matches "NVIDIA A100-SXM4-80GB": case-insensitive substring."""
+        if not self.gpu_types:
+            return True
+        low = model.lower()
+        return any(t.lower() in low for t in self.gpu_types)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointSignal:
+    """`USR1@60`: on preemption send SIGUSR1, allow 60 s, then escalate (SIGTERM, then SIGKILL)."""
+
+    signal: str = "TERM"
+    grace_s: float = 30.0
+
+    def __str__(self) -> str:
+        return f"{self.signal}@{self.grace_s:g}"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    command: tuple[str, ...]
+    name: str = ""
+    workdir: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    resources: Resources = field(default_factory=Resources)
+    qos: str = DEFAULT_QOS
+    priority: int = 0
+    checkpoint_signal: CheckpointSignal = field(default_factory=CheckpointSignal)
+    time_limit_s: float | None = None
+    hold: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where one node's share of a job runs."""
+
+    node: str
+    devices: tuple[str, ...]
+    explanation: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: int
+    spec: JobSpec
+    user: str
+    state: JobState
+    reason: str
+    submit_time: float
+    start_time: float | None = None
+    end_time: float | None = None
+    exit_code: int | None = None
+    restarts: int = 0
+    placement: tuple[Placement, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name or (self.spec.command[0].rsplit("/", 1)[-1] if self.spec.command else "")
+
+
+@dataclass(frozen=True, slots=True)
+class RunHandle:
+    """How a launched run is found again: pid + process start time + boot id rule out pid reuse."""
+
+    run_dir: str
+    pid: int
+    pgid: int
+    start_ticks: int
+    boot_id: str
+
+
+class RunStatus(enum.StrEnum):
+    RUNNING = "running"
+    EXITED = "exited"
+    LOST = "lost"
+    NOT_STARTED = "not_started"
+
+
+@dataclass(frozen=True, slots=True)
+class RunReport:
+    """What a node says about a run."""
+
+    status: RunStatus
+    exit_code: int | None = None
+    signal: int | None = None
+    handle: RunHandle | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    id: int
+    job_id: int
+    attempt: int
+    node: str
+    devices: tuple[str, ...]
+    state: str
+    run_dir: str
+    handle: RunHandle | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+    exit_code: int | None = None
+    reason: str = ""

@@ -1,0 +1,1 @@
+"""The trace-driven discrete-event simulator and trace loaders."""
