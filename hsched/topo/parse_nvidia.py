@@ -1,0 +1,548 @@
+"""Parsers for NVIDIA tool output: `nvidia-smi topo -m|-mp|-p2p`, `--query-gpu --format=csv`, `-q`, the
+plain `nvidia-smi` table and `nvidia-smi nvlink --status`.
+
+Rules that keep them honest (shared/topo/README.md, "Gotchas"):
+* never index columns by position: read the header, key off symbols (NV#, PIX...) not legend text;
+* accept TABs or runs of spaces; strip ANSI colour codes first; never `strip()` the whole text;
+* a row whose cells do not fit the header is an error naming the line, not a guess.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+
+from hsched.topo.inventory import GpuInfo, Inventory, NvlinkStatus, P2PMatrix
+from hsched.topo.links import is_valid_kind, normalize_kind
+from hsched.topo.topology import (
+    TopoDevice,
+    TopoLink,
+    Topology,
+    TopologyParseError,
+    TopoNic,
+    normalize_bus_id,
+    parse_cpulist,
+)
+
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_AFFINITY_COLS = re.compile(r"CPU Affinity|NUMA Affinity|GPU NUMA ID")
+_GPU_HEAD = re.compile(r"^GPU\d+$")
+_P2P_CELLS = {"OK", "CNS", "GNS", "TNS", "NS", "DR", "U"}
+_TRUNCATION_MARKERS = ("[output truncated]", "[...]", "...truncated")
+
+
+def strip_ansi(text: str) -> str:
+    return ANSI_RE.sub("", text)
+
+
+def _lines(text: str) -> list[str]:
+    return strip_ansi(text).replace("\r\n", "\n").replace("\r", "\n").split("\n")
+
+
+def _find_matrix_header(lines: list[str], source: str | None) -> int:
+    """The header is the first line whose first token is a GPU head and whose second is not a cell.
+
+    (A row's second token is a cell such as X or NV12; a header's is another head or a column name.)
+    """
+    for i, line in enumerate(lines):
+        toks = line.split()
+        if (
+            toks
+            and _GPU_HEAD.match(toks[0])
+            and (len(toks) == 1 or (not is_valid_kind(toks[1]) and toks[1] not in _P2P_CELLS))
+        ):
+            return i
+    raise TopologyParseError("no matrix header (a line starting with GPU0) found", source=source)
+
+
+# ---- nvidia-smi topo -m / -mp  ------
+
+
+def parse_topo_matrix(text: str, source: str | None = None) -> Topology:
+    """`nvidia-smi topo -m` (or `-mp`) in any driver's dialect -> Topology.
+
+    Rows that do not fit the header raise TopologyParseError naming the line; rows missing at the end
+    (a truncated capture) give a partial Topology with the pairs that both remaining halves could confirm.
+    """
+    lines = _lines(text)
+    hi = _find_matrix_header(lines, source)
+    header = lines[hi]
+    first_aff = _AFFINITY_COLS.search(header)
+    head_part = header[: first_aff.start()] if first_aff else header
+    heads = head_part.split()
+    aff_cols = [m.group(0) for m in _AFFINITY_COLS.finditer(header)]
+    tail = _AFFINITY_COLS.sub("", header[first_aff.start() :]) if first_aff else ""
+    if tail.strip():
+        raise TopologyParseError(f"unexpected header text {tail.strip()!r}", source=source, line=hi + 1)
+    if len(set(heads)) != len(heads):
+        raise TopologyParseError("duplicate column heads in the header", source=source, line=hi + 1)
+    n = len(heads)
+    col = {h: i for i, h in enumerate(heads)}
+
+    cells: dict[str, list[str]] = {}
+    affinity: dict[str, dict[str, str]] = {}
+    warnings: list[str] = []
+    partial = False
+    lineno = hi + 1
+    for off, line in enumerate(lines[hi + 1 :], start=hi + 2):
+        lineno = off
+        if not line.strip():
+            break
+        if line.strip().startswith("Legend") or any(m in line for m in _TRUNCATION_MARKERS):
+            if any(m in line for m in _TRUNCATION_MARKERS):
+                partial = True
+                warnings.append(f"line {off}: capture marked as truncated")
+            break
+        toks = line.split()
+        label = toks[0]
+        if label not in col:
+            raise TopologyParseError(f"row {label!r} is not a column of the header", source=source, line=off)
+        if label in cells:
+            raise TopologyParseError(f"row {label} appears twice", source=source, line=off)
+        row = toks[1 : 1 + n]
+        if len(row) < n:
+            raise TopologyParseError(
+                f"row {label} has {len(row)} matrix cells, the header has {n} columns",
+                source=source,
+                line=off,
+            )
+        for h, c in zip(heads, row, strict=True):
+            if c == "X":
+                if h != label:
+                    raise TopologyParseError(
+                        f"row {label}: 'X' under {h}, expected only under {label}", source=source, line=off
+                    )
+            elif not is_valid_kind(c) or c.upper() in ("XGMI", "PCIE", "SELF"):
+                raise TopologyParseError(
+                    f"row {label}: {c!r} under {h} is not a link kind", source=source, line=off
+                )
+            elif h == label:
+                raise TopologyParseError(
+                    f"row {label}: expected 'X' on the diagonal, found {c!r}", source=source, line=off
+                )
+        rest = toks[1 + n :]
+        is_gpu = bool(_GPU_HEAD.match(label))
+        if rest and len(rest) != len(aff_cols):
+            raise TopologyParseError(
+                f"row {label} has {len(rest)} affinity cells, the header names {len(aff_cols)} "
+                f"({', '.join(aff_cols) or 'none'})",
+                source=source,
+                line=off,
+            )
+        if is_gpu and aff_cols and not rest:
+            warnings.append(f"line {off}: {label} has no affinity cells")
+        cells[label] = row
+        affinity[label] = dict(zip(aff_cols, rest, strict=False))
+    if not cells:
+        raise TopologyParseError("the matrix has a header but no rows", source=source, line=hi + 1)
+
+    missing = [h for h in heads if h not in cells]
+    if missing:
+        partial = True
+        warnings.append(f"rows missing (capture cut?): {', '.join(missing)}")
+
+    nic_legend = _parse_nic_legend(lines[lineno - 1 :])
+
+    def numa_list(value: str | None, label: str) -> tuple[int, ...]:
+        if value is None or value.upper() == "N/A":
+            return ()
+        try:
+            return parse_cpulist(value)
+        except ValueError:
+            raise TopologyParseError(f"{label}: bad NUMA Affinity {value!r}", source=source) from None
+
+    devices: list[TopoDevice] = []
+    nics: list[TopoNic] = []
+    for h in heads:
+        if _GPU_HEAD.match(h):
+            aff = affinity.get(h, {})
+            try:
+                cpus = parse_cpulist(aff.get("CPU Affinity", ""))
+            except ValueError:
+                raise TopologyParseError(
+                    f"{h}: bad CPU Affinity {aff.get('CPU Affinity')!r}", source=source
+                ) from None
+            nodes = numa_list(aff.get("NUMA Affinity"), h)
+            gnid = aff.get("GPU NUMA ID")
+            devices.append(
+                TopoDevice(
+                    name=h,
+                    index=int(h[3:]),
+                    numa_node=nodes[0] if nodes else None,
+                    numa_nodes=nodes,
+                    cpu_affinity=cpus,
+                    gpu_numa_id=int(gnid) if gnid and gnid.isdigit() else None,
+                )
+            )
+        else:
+            nics.append(TopoNic(name=h, device=nic_legend.get(h, h if not h.startswith("NIC") else None)))
+
+    links: list[TopoLink] = []
+    gpu_set = {d.name for d in devices}
+    for i, a in enumerate(heads):
+        for b in heads[i + 1 :]:
+            if a not in gpu_set and b not in gpu_set:
+                continue  # NIC-NIC pairs: nothing is placed on them
+            ab = cells[a][col[b]] if a in cells else None
+            ba = cells[b][col[a]] if b in cells else None
+            if ab is not None and ba is not None and normalize_kind(ab) != normalize_kind(ba):
+                raise TopologyParseError(
+                    f"{a}-{b} is {ab} but {b}-{a} is {ba}: the matrix is not symmetric", source=source
+                )
+            kind = ab if ab is not None else ba
+            if kind is None:
+                continue
+            links.append(TopoLink(a, b, normalize_kind(kind)))
+    # NICs take the NUMA node of the GPUs that sit PIX/PXB to them (the matrix gives no NIC affinity cells)
+    by_name = {d.name: d for d in devices}
+    nic_numa: dict[str, int | None] = {}
+    for lk in links:
+        nic, gpu = (lk.a, lk.b) if lk.a not in gpu_set else (lk.b, lk.a)
+        if nic in gpu_set or lk.kind not in ("PIX", "PXB", "PHB"):
+            continue
+        node = by_name[gpu].numa_node
+        if node is not None:
+            nic_numa.setdefault(nic, node)
+    nics = [TopoNic(x.name, x.device, nic_numa.get(x.name)) for x in nics]
+    fmt = "nvidia-smi topo -m"
+    return Topology(
+        devices=tuple(devices),
+        nics=tuple(nics),
+        links=tuple(links),
+        partial=partial,
+        warnings=tuple(warnings),
+        source_format=fmt,
+    )
+
+
+def _parse_nic_legend(lines: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    in_legend = False
+    for line in lines:
+        s = line.strip()
+        if s.startswith("NIC Legend"):
+            in_legend = True
+            continue
+        if in_legend:
+            m = re.match(r"^(NIC\d+)\s*:\s*(\S+)$", s)
+            if m:
+                out[m.group(1)] = m.group(2)
+    return out
+
+
+# ---- nvidia-smi topo -p2p  ------
+
+
+def parse_p2p(text: str, source: str | None = None) -> P2PMatrix:
+    lines = _lines(text)
+    hi = _find_matrix_header(lines, source)
+    heads = lines[hi].split()
+    status: list[tuple[str, str, str]] = []
+    seen: list[str] = []
+    for off, line in enumerate(lines[hi + 1 :], start=hi + 2):
+        if not line.strip() or line.strip().startswith("Legend"):
+            break
+        toks = line.split()
+        if toks[0] not in heads or len(toks) != len(heads) + 1:
+            raise TopologyParseError(
+                f"row {toks[0]!r} does not fit the {len(heads)}-column header", source=source, line=off
+            )
+        for h, c in zip(heads, toks[1:], strict=True):
+            if c == "X":
+                continue
+            if c not in _P2P_CELLS:
+                raise TopologyParseError(f"{c!r} is not a P2P status", source=source, line=off)
+            status.append((toks[0], h, c))
+        seen.append(toks[0])
+    missing = [h for h in heads if h not in seen]
+    return P2PMatrix(
+        devices=tuple(heads),
+        status=tuple(status),
+        partial=bool(missing),
+        warnings=(f"rows missing: {', '.join(missing)}",) if missing else (),
+    )
+
+
+# ---- nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]  ------
+
+# Header names as nvidia-smi prints them (canonical, not what was asked: gpu_bus_id -> pci.bus_id).
+_CSV_FIELDS = {
+    "index": "index",
+    "name": "name",
+    "gpu_name": "name",
+    "uuid": "uuid",
+    "gpu_uuid": "uuid",
+    "pci.bus_id": "pci_bus_id",
+    "gpu_bus_id": "pci_bus_id",
+    "memory.total": "memory_total_mib",
+    "memory.used": "memory_used_mib",
+    "utilization.gpu": "utilization_gpu",
+    "temperature.gpu": "temperature_c",
+    "power.draw": "power_w",
+    "mig.mode.current": "mig_current",
+    "mig.mode.pending": "mig_pending",
+    "pcie.link.gen.max": "pcie_gen_max",
+    "pcie.link.width.max": "pcie_width_max",
+}
+_DEFAULT_NOHEADER_FIELDS = (
+    "index",
+    "uuid",
+    "name",
+    "pci.bus_id",
+    "memory.total",
+    "memory.used",
+    "utilization.gpu",
+    "temperature.gpu",
+    "power.draw",
+)
+
+
+def _num(value: str) -> float | None:
+    m = re.match(r"^\s*(-?\d+(?:\.\d+)?)", value)
+    if not m or value.strip().upper().startswith(("N/A", "[N/A]", "[NOT SUPPORTED]")):
+        return None
+    return float(m.group(1))
+
+
+def _bool_mode(value: str) -> bool | None:
+    v = value.strip().rstrip("*").lower()
+    return True if v == "enabled" else False if v == "disabled" else None
+
+
+def parse_query_csv(text: str, source: str | None = None, fields: tuple[str, ...] | None = None) -> Inventory:
+    """`nvidia-smi --query-gpu=F1,F2,... --format=csv[,noheader][,nounits]` -> Inventory.
+
+    Split on commas, never on whitespace (model names contain spaces). With `noheader`, pass the
+    `fields` asked for; the default is the field list hsched's node helper asks for.
+    """
+    rows = [
+        r
+        for r in csv.reader(io.StringIO(strip_ansi(text)), skipinitialspace=True)
+        if any(c.strip() for c in r)
+    ]
+    if not rows:
+        raise TopologyParseError("empty CSV", source=source)
+    first = [c.strip() for c in rows[0]]
+    has_header = any(re.sub(r"\s*\[.*\]$", "", c) in _CSV_FIELDS for c in first) and not any(
+        c[:1].isdigit() for c in first[:1]
+    )
+    if has_header:
+        names = [re.sub(r"\s*\[.*\]$", "", c) for c in first]
+        body = rows[1:]
+        start = 2
+    else:
+        names = list(fields or _DEFAULT_NOHEADER_FIELDS)
+        body = rows
+        start = 1
+    gpus: list[GpuInfo] = []
+    for off, row in enumerate(body, start=start):
+        if len(row) != len(names):
+            raise TopologyParseError(
+                f"{len(row)} fields where the header has {len(names)}", source=source, line=off
+            )
+        vals: dict[str, object] = {}
+        for name, raw in zip(names, row, strict=True):
+            key = _CSV_FIELDS.get(name)
+            raw = raw.strip()
+            if key is None:
+                continue
+            if key in ("name", "uuid"):
+                vals[key] = raw
+            elif key == "pci_bus_id":
+                vals[key] = normalize_bus_id(raw)
+            elif key in ("mig_current", "mig_pending"):
+                vals[key] = _bool_mode(raw)
+            elif key == "index":
+                n = _num(raw)
+                if n is None:
+                    raise TopologyParseError(f"index {raw!r} is not a number", source=source, line=off)
+                vals[key] = int(n)
+            else:
+                n = _num(raw)
+                vals[key] = (
+                    int(n)
+                    if key in ("memory_total_mib", "memory_used_mib", "pcie_gen_max", "pcie_width_max")
+                    and n is not None
+                    else n
+                )
+        idx = vals.pop("index", len(gpus))
+        gpus.append(GpuInfo(index=int(idx), **vals))  # type: ignore[arg-type]
+    return Inventory(gpus=tuple(gpus), source_format="nvidia-smi --query-gpu csv")
+
+
+# ---- nvidia-smi -q  ------
+
+_KV_RE = re.compile(r"^(\s*)([^:]+?)\s*:\s?(.*)$")
+
+
+def parse_smi_q(text: str, source: str | None = None) -> Inventory:
+    """`nvidia-smi -q` -> Inventory: model, UUID, bus id, memory, MIG mode, PCIe, utilization, power."""
+    lines = _lines(text)
+    blocks: list[tuple[str, int, dict[str, str]]] = []
+    attached: int | None = None
+    driver: str | None = None
+    stack: list[tuple[int, str]] = []
+    cur: dict[str, str] | None = None
+    for off, line in enumerate(lines, start=1):
+        if not line.strip() or line.strip().startswith("="):
+            continue
+        m_gpu = re.match(r"^GPU ([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-7])\s*$", line)
+        if m_gpu:
+            cur = {}
+            blocks.append((m_gpu.group(1), off, cur))
+            stack = []
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        m = _KV_RE.match(line)
+        key = (m.group(2) if m else line).strip()
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        if cur is None:
+            if m and key == "Attached GPUs":
+                attached = int(_num(m.group(3)) or 0)
+            elif m and key == "Driver Version":
+                driver = m.group(3).strip()
+            continue
+        path = "/".join([s for _, s in stack] + [key])
+        if m:
+            cur[path] = m.group(3).strip()
+        else:
+            stack.append((indent, key))
+    if not blocks:
+        raise TopologyParseError("no 'GPU <bus id>' block found: not nvidia-smi -q output?", source=source)
+    gpus: list[GpuInfo] = []
+    warnings: list[str] = []
+    for i, (bus, off, kv) in enumerate(blocks):
+        if "Product Name" not in kv:
+            warnings.append(f"line {off}: GPU {bus} block is cut short")
+
+        def get(*keys: str, kv: dict[str, str] = kv) -> str | None:
+            for k in keys:
+                v = kv.get(k)
+                if v is not None and v.upper() != "N/A":
+                    return v
+            return None
+
+        def num(*keys: str) -> float | None:
+            v = get(*keys)
+            return _num(v) if v is not None else None
+
+        total = num("FB Memory Usage/Total")
+        used = num("FB Memory Usage/Used")
+        gen = num("PCI/GPU Link Info/PCIe Generation/Max")
+        width = num("PCI/GPU Link Info/Link Width/Max")
+        mig_cur = get("MIG Mode/Current")
+        mig_pend = get("MIG Mode/Pending")
+        clique = get("Fabric/CliqueId")
+        gpus.append(
+            GpuInfo(
+                index=i,
+                name=get("Product Name"),
+                uuid=get("GPU UUID"),
+                pci_bus_id=normalize_bus_id(get("PCI/Bus Id") or bus),
+                memory_total_mib=int(total) if total is not None else None,
+                memory_used_mib=int(used) if used is not None else None,
+                utilization_gpu=num("Utilization/Gpu"),
+                temperature_c=num("Temperature/GPU Current Temp"),
+                power_w=num("GPU Power Readings/Power Draw", "Power Readings/Power Draw"),
+                mig_current=_bool_mode(mig_cur) if mig_cur else None,
+                mig_pending=_bool_mode(mig_pend) if mig_pend else None,
+                pcie_gen_max=int(gen) if gen is not None else None,
+                pcie_width_max=int(width) if width is not None else None,
+                fabric_clique=clique,
+            )
+        )
+    if attached is not None and attached != len(blocks):
+        warnings.append(f"header says {attached} GPUs attached, {len(blocks)} GPU blocks found")
+    return Inventory(
+        gpus=tuple(gpus),
+        partial=bool(warnings),
+        warnings=tuple(warnings),
+        source_format="nvidia-smi -q",
+        driver_version=driver,
+    )
+
+
+# ---- plain nvidia-smi  ------
+
+_TABLE_ROW1 = re.compile(
+    r"^\|\s+(\d+)\s+(.+?)\s+(On|Off)\s+\|\s+([0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)"
+)
+_TABLE_ROW2 = re.compile(
+    r"^\|\s*(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*/\s*(\S+)\s+\|\s+(\d+)MiB\s*/\s*(\d+)MiB\s+\|\s+(\S+)\s+(\S+)\s+\|"
+)
+
+
+def parse_smi_table(text: str, source: str | None = None) -> Inventory:
+    """The plain `nvidia-smi` box table (R470-R580 layouts) -> Inventory (model, bus, memory, util, MIG)."""
+    lines = _lines(text)
+    gpus: list[GpuInfo] = []
+    driver = None
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        dm = re.search(r"Driver Version:\s*(\S+)", line)
+        if dm:
+            driver = dm.group(1)
+        if line.startswith("|") and "Processes:" in line:
+            break
+        m1 = _TABLE_ROW1.match(line)
+        if m1:
+            m2 = _TABLE_ROW2.match(lines[i + 1]) if i + 1 < len(lines) else None
+            if not m2:
+                raise TopologyParseError(
+                    f"GPU {m1.group(1)}: second row of its box is missing or damaged",
+                    source=source,
+                    line=i + 2,
+                )
+            mig: bool | None = None
+            if i + 2 < len(lines) and lines[i + 2].startswith("|") and not lines[i + 2].startswith("+"):
+                last = lines[i + 2].rstrip().rstrip("|").split("|")[-1].strip()
+                mig = _bool_mode(last)
+            gpus.append(
+                GpuInfo(
+                    index=int(m1.group(1)),
+                    name=m1.group(2).strip(),
+                    pci_bus_id=normalize_bus_id(m1.group(4)),
+                    temperature_c=_num(m2.group(2)),
+                    power_w=_num(m2.group(4)),
+                    memory_used_mib=int(m2.group(6)),
+                    memory_total_mib=int(m2.group(7)),
+                    utilization_gpu=_num(m2.group(8)),
+                    mig_current=mig,
+                )
+            )
+            i += 2
+        i += 1
+    if not gpus:
+        raise TopologyParseError("no GPU rows found in the nvidia-smi table", source=source)
+    return Inventory(gpus=tuple(gpus), source_format="nvidia-smi", driver_version=driver)
+
+
+# ---- nvidia-smi nvlink --status / -e  ------
+
+
+def parse_nvlink_status(text: str, source: str | None = None) -> NvlinkStatus:
+    gpus: list[tuple[int, str, list[tuple[int, float | None]]]] = []
+    warnings: list[str] = []
+    for off, line in enumerate(_lines(text), start=1):
+        mg = re.match(r"^GPU (\d+): (.+?)(?: \(UUID: .*\))?\s*$", line)
+        if mg:
+            gpus.append((int(mg.group(1)), mg.group(2), []))
+            continue
+        ml = re.match(r"^\s+Link (\d+): (.*)$", line)
+        if ml and gpus:
+            val = ml.group(2).strip()
+            if "Errors" in val:
+                continue  # the -e flavour; counts, not speeds
+            speed = None if "inactive" in val else _num(val)
+            if all(k != int(ml.group(1)) for k, _ in gpus[-1][2]):
+                gpus[-1][2].append((int(ml.group(1)), speed))
+        elif "[...]" in line:
+            warnings.append(f"line {off}: output elided in the source")
+    if not gpus:
+        raise TopologyParseError("no 'GPU n:' line found", source=source)
+    return NvlinkStatus(
+        gpus=tuple((i, n, tuple(lk)) for i, n, lk in gpus), partial=bool(warnings), warnings=tuple(warnings)
+    )
