@@ -1,0 +1,314 @@
+"""Job commands: submit, queue, show, wait, cancel, logs."""
+
+from __future__ import annotations
+
+import base64
+import getpass
+import os
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from hsched.cli._common import EXIT_FAILED, EXIT_USAGE, handle_errors, print_json
+from hsched.errors import UserError
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+def _client() -> Any:
+    from hsched.client import Client
+
+    return Client()
+
+
+def _elapsed(job: dict[str, Any]) -> str:
+    start = job.get("start_time")
+    if not start:
+        return "0:00"
+    t0 = datetime.fromisoformat(start.replace("Z", "+00:00")).timestamp()
+    end = job.get("end_time")
+    t1 = datetime.fromisoformat(end.replace("Z", "+00:00")).timestamp() if end else time.time()
+    s = max(0, int(t1 - t0))
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    if d:
+        return f"{d}-{h:02d}:{m:02d}:{s:02d}"
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def _where(job: dict[str, Any]) -> str:
+    if job["placement"]:
+        parts = []
+        for p in job["placement"]:
+            parts.append(f"{p['node']}[{len(p['devices'])}]" if p["devices"] else p["node"])
+        return ",".join(parts)
+    return f"({job['reason']})" if job.get("reason") else ""
+
+
+def render_queue(jobs: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from hsched.theme import state_code, state_color
+
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("JOBID", "NAME", "USER", "ST", "QOS", "PRIO", "GPUS", "TIME", "NODES(REASON)"):
+        table.add_column(col, justify="right" if col in ("JOBID", "PRIO", "GPUS", "TIME") else "left")
+    for j in jobs:
+        color = state_color(j["state"])
+        table.add_row(str(j["id"]), j["name"][:24], j["user"], f"[{color}]{state_code(j['state'])}[/]", j["qos"],
+                      str(j["priority"]), str(j["gpus"]), _elapsed(j), _where(j))
+    Console().print(table)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(context_settings={"allow_interspersed_args": False})
+    @handle_errors
+    def submit(
+        args: list[str] = typer.Argument(None, help="[SPEC.toml] [-- COMMAND ARGS...]", show_default=False),
+        gpus: int | None = typer.Option(None, "--gpus", "-G", min=0, help="GPUs per node."),
+        gpu_type: list[str] = typer.Option(None, "--gpu-type", help="GPU model substring (repeatable)."),
+        gpu_memory: str | None = typer.Option(None, "--gpu-memory", help="Minimum memory per GPU, e.g. 40G."),
+        nodes: int | None = typer.Option(None, "--nodes", "-N", min=1, help="Nodes (all-or-nothing)."),
+        name: str | None = typer.Option(None, "--name", "-J", help="Job name."),
+        qos: str | None = typer.Option(None, "--qos", help="QoS class: prod, normal or scavenger."),
+        priority: int | None = typer.Option(None, "--priority", help="Priority inside the QoS class."),
+        interconnect: str | None = typer.Option(None, "--interconnect", help="nvlink (required) or any."),
+        cpus: int | None = typer.Option(None, "--cpus", "-c", min=1, help="CPUs."),
+        memory: str | None = typer.Option(None, "--memory", help="Host memory, e.g. 64G."),
+        checkpoint_signal: str | None = typer.Option(None, "--checkpoint-signal",
+                                                     help="SIG@SECONDS sent on preemption, e.g. USR1@60."),
+        time_limit: str | None = typer.Option(None, "--time", "-t", help="Time limit: 90, 1h30m or 01:30:00."),
+        workdir: str | None = typer.Option(None, "--workdir", "-D", help="Working folder (default: here)."),
+        env: list[str] = typer.Option(None, "--env", "-e", help="NAME=VALUE for the job (repeatable)."),
+        hold: bool = typer.Option(False, "--hold", help="Queue the job held; `hsched release` lets it run."),
+        as_json: bool = typer.Option(False, "--json", help="Print the job as JSON."),
+        parsable: bool = typer.Option(False, "--parsable", help="Print the job id alone."),
+    ) -> None:
+        """Queue a job: a spec file, a command after --, or both (options override the file)."""
+        from hsched.config import job_spec_from_table, read_toml
+
+        args = list(args or [])
+        table: dict[str, Any] = {}
+        source = "<command line>"
+        if args and args[0].lower().endswith(".toml"):
+            spec_path = Path(args.pop(0)).expanduser().absolute()
+            table = read_toml(spec_path)
+            source = str(spec_path)
+            base = spec_path.parent
+            if isinstance(table.get("workdir"), str):
+                table["workdir"] = str((base / table["workdir"]).expanduser())
+        if args:
+            table["command"] = args
+        res = dict(table.get("resources", {})) if isinstance(table.get("resources"), dict) else {}
+        for key, value in (("gpus", gpus), ("gpu_memory", gpu_memory), ("nodes", nodes), ("cpus", cpus),
+                           ("memory", memory), ("interconnect", interconnect)):
+            if value is not None:
+                res[key] = value
+        if gpu_type:
+            res["gpu_types"] = list(gpu_type)
+        if res or "resources" in table:
+            table["resources"] = res
+        for key, value in (("name", name), ("qos", qos), ("priority", priority),
+                           ("checkpoint_signal", checkpoint_signal), ("time", time_limit), ("workdir", workdir)):
+            if value is not None:
+                table[key] = value
+        if hold:
+            table["hold"] = True
+        if env:
+            merged = dict(table.get("env", {})) if isinstance(table.get("env"), dict) else {}
+            for item in env:
+                k, sep, v = item.partition("=")
+                if not sep:
+                    raise UserError(f"--env {item!r}: expected NAME=VALUE")
+                merged[k] = v
+            table["env"] = merged
+        if "command" not in table:
+            raise UserError("nothing to run: give a command after -- (hsched submit -- python train.py) "
+                            "or a spec file with command = [...]")
+        if "workdir" not in table:
+            table["workdir"] = os.getcwd()
+        job_spec_from_table(table, source)  # fail fast, before reaching the controller
+        environ = dict(os.environ)
+        environ["PWD"] = os.getcwd()
+        with _client() as c:
+            job = c.call("submit", spec=table, source=source, user=_user(), environ=environ)
+        if parsable:
+            print(job["id"])
+        elif as_json:
+            print_json(job)
+        else:
+            print(f"Submitted job {job['id']} ({job['state']})")
+
+    @app.command()
+    @handle_errors
+    def queue(
+        all_jobs: bool = typer.Option(False, "--all", "-a", help="Include ended jobs."),
+        me: bool = typer.Option(False, "--me", help="Only my jobs."),
+        as_json: bool = typer.Option(False, "--json", help="A JSON list of job objects."),
+    ) -> None:
+        """List jobs (pending and active; --all for every job)."""
+        with _client() as c:
+            jobs = c.call("queue", all=all_jobs)
+        if me:
+            user = _user()
+            jobs = [j for j in jobs if j["user"] == user]
+        if as_json:
+            print_json(jobs)
+        else:
+            render_queue(jobs)
+
+    @app.command()
+    @handle_errors
+    def show(
+        job_id: int = typer.Argument(..., metavar="JOB"),
+        as_json: bool = typer.Option(False, "--json", help="The job object with runs and events."),
+    ) -> None:
+        """Everything about one job: spec, placement, runs and events."""
+        with _client() as c:
+            job = c.call("show", id=job_id)
+        if as_json:
+            print_json(job)
+            return
+        from rich.console import Console
+
+        from hsched.theme import state_color
+
+        con = Console(highlight=False)
+        color = state_color(job["state"])
+        con.print(f"[bold]Job {job['id']}[/] {job['name']}  [{color}]{job['state']}[/]"
+                  + (f" ({job['reason']})" if job["reason"] else ""))
+        rows = [
+            ("user", job["user"]), ("qos / priority", f"{job['qos']} / {job['priority']}"),
+            ("command", " ".join(job["command"])), ("workdir", job.get("workdir") or ""),
+            ("resources", _resources_line(job["resources"])),
+            ("submitted", job["submit_time"]), ("started", job["start_time"]), ("ended", job["end_time"]),
+            ("exit code", job["exit_code"]), ("restarts", job["restarts"]),
+            ("placement", _where(job) if job["placement"] else "-"),
+            ("why there", job.get("placement_explanation") or "-"),
+            ("checkpoint dir", job["checkpoint_dir"]),
+        ]
+        for k, v in rows:
+            con.print(f"  {k:>15}: {'' if v is None else v}")
+        if job["runs"]:
+            con.print("  [bold]runs[/]")
+            for r in job["runs"]:
+                con.print(f"    #{r['attempt']} {r['state']:<10} {r['node']} pid={r['pid']} exit={r['exit_code']} "
+                          f"{r['start_time'] or ''} -> {r['end_time'] or ''}")
+        con.print("  [bold]events[/]")
+        for e in job["events"]:
+            con.print(f"    {e['time']}  {e['kind']:<12} {e['message']}")
+
+    @app.command()
+    @handle_errors
+    def wait(
+        job_ids: list[int] = typer.Argument(..., metavar="JOB..."),
+        timeout: float | None = typer.Option(None, "--timeout", help="Give up after SECONDS (exit 1)."),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Return when every job has ended; exit 0 only if all completed successfully."""
+        deadline = time.monotonic() + timeout if timeout is not None else None
+        with _client() as c:
+            while True:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                chunk = 60.0 if left is None else min(60.0, left)
+                reply = c.call("wait", ids=job_ids, timeout=chunk)
+                if reply["done"] or (left is not None and left <= chunk):
+                    break
+        jobs = reply["jobs"]
+        if as_json:
+            print_json(jobs)
+        else:
+            for j in jobs:
+                print(f"job {j['id']}: {j['state']}" + (f" (exit code {j['exit_code']})"
+                                                         if j["exit_code"] is not None else ""), file=sys.stderr)
+        if not reply["done"]:
+            print(f"hsched: timed out after {timeout:g} s", file=sys.stderr)
+            raise typer.Exit(EXIT_FAILED)
+        if not all(j["state"] == "COMPLETED" for j in jobs):
+            raise typer.Exit(EXIT_FAILED)
+
+    @app.command()
+    @handle_errors
+    def cancel(
+        job_ids: list[int] = typer.Argument(..., metavar="JOB..."),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Cancel jobs: pending ones at once, running ones with SIGTERM, then SIGKILL."""
+        out = []
+        failed = False
+        with _client() as c:
+            for job_id in job_ids:
+                try:
+                    out.append(c.call("cancel", id=job_id))
+                except UserError as e:
+                    failed = True
+                    print(f"hsched: error: {e}", file=sys.stderr)
+        if as_json:
+            print_json(out)
+        else:
+            for j in out:
+                print(f"job {j['id']}: {j['state']}")
+        if failed:
+            raise typer.Exit(EXIT_USAGE)
+
+    @app.command()
+    @handle_errors
+    def logs(
+        job_id: int = typer.Argument(..., metavar="JOB"),
+        follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing as the job writes."),
+        run: int | None = typer.Option(None, "--run", help="Which run (default: the latest)."),
+    ) -> None:
+        """Print a job's output (stdout and stderr of its latest run)."""
+        out = sys.stdout.buffer
+        offset = 0
+        current_run = run
+        with _client() as c:
+            while True:
+                reply = c.call("logs", id=job_id, offset=offset, run=current_run)
+                data = base64.b64decode(reply["data"])
+                if data:
+                    out.write(data)
+                    out.flush()
+                offset = reply["offset"]
+                if data and len(data) >= (1 << 20):
+                    continue
+                if not follow:
+                    break
+                if reply["ended"] and reply.get("state") not in ("PENDING", "LAUNCHING"):
+                    if run is None and reply.get("runs") and reply["run"] != reply["runs"]:
+                        current_run, offset = reply["runs"], 0
+                        continue
+                    break
+                if run is None and reply.get("runs") and reply["run"] is not None and reply["run"] < reply["runs"]:
+                    current_run, offset = reply["runs"], 0
+                time.sleep(0.25)
+
+
+def _resources_line(r: dict[str, Any]) -> str:
+    parts = [f"{r['gpus']} GPU" + ("s" if r["gpus"] != 1 else "")]
+    if r.get("gpu_types"):
+        parts.append("type " + "/".join(r["gpu_types"]))
+    if r.get("gpu_memory_mib"):
+        parts.append(f">= {r['gpu_memory_mib']} MiB each")
+    if r.get("interconnect") == "nvlink":
+        parts.append("NVLink")
+    if r.get("cpus"):
+        parts.append(f"{r['cpus']} CPUs")
+    if r.get("memory_mib"):
+        parts.append(f"{r['memory_mib']} MiB RAM")
+    if r.get("nodes", 1) > 1:
+        parts.append(f"x {r['nodes']} nodes")
+    return ", ".join(parts)
+
+

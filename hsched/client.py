@@ -1,0 +1,135 @@
+"""The CLI's side of the control socket: blocking, small, and quick to import (no asyncio)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from hsched.errors import ControllerError, UserError
+from hsched.paths import Home
+from hsched.protocol import encode
+
+START_TIMEOUT_S = 30.0
+
+
+class Client:
+    def __init__(self, home: Home | None = None, *, autostart: bool = True) -> None:
+        self.home = home or Home.from_env()
+        self.autostart = autostart
+        self._sock: socket.socket | None = None
+        self._buf = b""
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _connect_once(self) -> socket.socket | None:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(str(self.home.socket))
+        except (FileNotFoundError, ConnectionRefusedError):
+            s.close()
+            return None
+        except PermissionError:
+            s.close()
+            raise ControllerError(f"permission denied on {self.home.socket}: it belongs to another user") from None
+        return s
+
+    def connect(self) -> socket.socket:
+        if self._sock is not None:
+            return self._sock
+        s = self._connect_once()
+        if s is None:
+            if not self.autostart:
+                raise ControllerError(f"no controller runs for {self.home.root} (`hsched daemon start` starts one)")
+            s = self._start_and_connect()
+        self._sock = s
+        return s
+
+    def _start_and_connect(self) -> socket.socket:
+        self.home.ensure()
+        err_path = self.home.root / "controller.stderr"
+        with open(err_path, "wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "hsched.controller.server", str(self.home.root)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+                close_fds=True, cwd="/",
+            )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            s = self._connect_once()
+            if s is not None:
+                return s
+            rc = proc.poll()
+            if rc is not None and rc != 3:  # 3: another CLI started it first; its socket is coming
+                lines = [ln.removeprefix("hsched: error: ") for ln in
+                         err_path.read_text(errors="replace").splitlines() if ln.strip()]
+                if rc == 2 and lines:
+                    raise UserError(lines[0], problems=lines)
+                raise ControllerError(f"the controller failed to start (exit {rc}); see {err_path} and "
+                                      f"{self.home.log}: {lines[-1] if lines else ''}")
+            time.sleep(0.02)
+        raise ControllerError(f"the controller did not answer within {START_TIMEOUT_S:g} s; see {self.home.log}")
+
+    def _readline(self, sock: socket.socket) -> bytes:
+        while b"\n" not in self._buf:
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                raise ControllerError("the controller closed the connection (see its log: "
+                                      f"{self.home.log})")
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line
+
+    def call(self, op: str, **args: Any) -> Any:
+        sock = self.connect()
+        try:
+            sock.sendall(encode({"op": op, "args": args}))
+            reply = json.loads(self._readline(sock))
+        except OSError as e:
+            self.close()
+            raise ControllerError(f"lost the controller: {e}") from None
+        if reply.get("ok"):
+            return reply.get("result")
+        if reply.get("kind") == "user":
+            raise UserError(reply.get("error", "bad request"), problems=reply.get("problems"))
+        raise ControllerError(reply.get("error", "request failed"))
+
+    def stream(self, interval: float = 1.0) -> Any:
+        """Yield snapshots from the subscription stream until the controller goes away."""
+        sock = self.connect()
+        sock.sendall(encode({"op": "subscribe", "args": {"interval": interval}}))
+        while True:
+            yield json.loads(self._readline(sock))
+
+
+def controller_pid(home: Home) -> int | None:
+    """The pid in the lock file if a controller holds the lock, else None."""
+    import fcntl
+
+    try:
+        fd = os.open(home.lock, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            data = os.read(fd, 64).decode().strip()
+            return int(data) if data.isdigit() else None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)

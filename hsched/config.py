@@ -1,0 +1,507 @@
+"""TOML configuration: job spec files, the fleet file and controller settings.
+
+Validation collects every problem and reports one line each, naming the file, the key, what was expected
+and what was found, with a close-match suggestion for a misspelt key. User input never causes a traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import signal as _signal
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hsched.errors import ConfigError, UserError
+from hsched.model import (
+    DEFAULT_QOS,
+    QOS_CLASSES,
+    CheckpointSignal,
+    Interconnect,
+    JobSpec,
+    Resources,
+)
+
+# ---------------------------------------------------------------------------------------------- parsing
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Read a TOML file; any failure is one clear line naming the file."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file; check the path") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a folder, expected a TOML file") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not valid TOML: the file is not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path}: not valid TOML: {e}") from None
+
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+_SIZE_MULT_MIB = {"": 1.0, "k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 * 1024}
+
+
+def parse_size_mib(value: str | int) -> int:
+    """'16G', '512M', '1.5T', or a plain number of MiB."""
+    if isinstance(value, bool):
+        raise ValueError("a size such as 16G or 512M")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("a size >= 0")
+        return value
+    m = _SIZE_RE.match(str(value))
+    if not m:
+        raise ValueError("a size such as 16G or 512M")
+    return int(float(m.group(1)) * _SIZE_MULT_MIB[m.group(2).lower()])
+
+
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms]?)")
+_DURATION_UNIT = {"d": 86400, "h": 3600, "m": 60, "s": 1, "": 1}
+
+
+def parse_duration_s(value: str | int | float) -> float:
+    """Seconds from 90, '90s', '1h30m', '2d' or Slurm's '[D-]HH:MM:SS' / 'MM:SS'."""
+    if isinstance(value, bool):
+        raise ValueError("a duration such as 90, 1h30m or 01:30:00")
+    if isinstance(value, int | float):
+        if value <= 0:
+            raise ValueError("a duration > 0")
+        return float(value)
+    text = value.strip()
+    if ":" in text:
+        days = 0
+        if "-" in text:
+            d, text = text.split("-", 1)
+            if not d.isdigit():
+                raise ValueError("a duration such as 90, 1h30m or 01:30:00")
+            days = int(d)
+        parts = text.split(":")
+        if not all(p.isdigit() for p in parts) or len(parts) > 3:
+            raise ValueError("a duration such as 90, 1h30m or 01:30:00")
+        nums = [int(p) for p in parts]
+        while len(nums) < 3:
+            nums.insert(0, 0)
+        total = days * 86400 + nums[0] * 3600 + nums[1] * 60 + nums[2]
+    else:
+        pos, total = 0, 0.0
+        for m in _DURATION_RE.finditer(text.lower()):
+            if m.start() != pos:
+                raise ValueError("a duration such as 90, 1h30m or 01:30:00")
+            total += float(m.group(1)) * _DURATION_UNIT[m.group(2)]
+            pos = m.end()
+        if pos != len(text) or not text:
+            raise ValueError("a duration such as 90, 1h30m or 01:30:00")
+    if total <= 0:
+        raise ValueError("a duration > 0")
+    return float(total)
+
+
+def parse_signal_name(name: str) -> str:
+    """'USR1', 'SIGUSR1', '10' -> 'USR1' (validated against this platform's signals)."""
+    text = name.strip().upper()
+    if text.isdigit():
+        try:
+            return _signal.Signals(int(text)).name.removeprefix("SIG")
+        except ValueError:
+            raise ValueError("a signal name such as USR1, TERM or INT") from None
+    text = text.removeprefix("SIG")
+    if f"SIG{text}" not in _signal.Signals.__members__:
+        raise ValueError("a signal name such as USR1, TERM or INT")
+    return text
+
+
+def parse_checkpoint_signal(text: str) -> CheckpointSignal:
+    """'USR1@60' (signal and grace seconds), 'USR1' (default grace) or '@60'."""
+    sig, _, grace = str(text).partition("@")
+    name = parse_signal_name(sig) if sig.strip() else "TERM"
+    grace_s = CheckpointSignal().grace_s
+    if grace.strip():
+        try:
+            grace_s = float(grace)
+        except ValueError:
+            raise ValueError("SIGNAL@SECONDS such as USR1@60") from None
+        if grace_s < 0:
+            raise ValueError("SIGNAL@SECONDS with SECONDS >= 0")
+    return CheckpointSignal(signal=name, grace_s=grace_s)
+
+
+# ------------------------------------------------------------------------------------------- validation
+
+
+class Problems:
+    """Collects one line per problem, each naming the file and the key."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.lines: list[str] = []
+
+    def add(self, key: str, message: str) -> None:
+        where = f"{self.source}: {key}" if key else self.source
+        self.lines.append(f"{where}: {message}")
+
+    def expected(self, key: str, expected: str, found: Any) -> None:
+        self.add(key, f"expected {expected}, found {_show(found)}")
+
+    def raise_if_any(self) -> None:
+        if self.lines:
+            raise ConfigError(self.lines)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value)
+
+
+def check_keys(p: Problems, table: Mapping[str, Any], allowed: set[str] | frozenset[str], prefix: str) -> None:
+    for key in table:
+        if key not in allowed:
+            close = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.6)
+            hint = f" (did you mean '{close[0]}'?)" if close else f" (known keys: {', '.join(sorted(allowed))})"
+            p.add(f"{prefix}{key}", f"unknown key{hint}")
+
+
+def _int(p: Problems, key: str, v: Any, *, minimum: int | None = None) -> int | None:
+    if isinstance(v, bool) or not isinstance(v, int):
+        p.expected(key, "an integer" + (f" >= {minimum}" if minimum is not None else ""), v)
+        return None
+    if minimum is not None and v < minimum:
+        p.expected(key, f"an integer >= {minimum}", v)
+        return None
+    return v
+
+
+def _str(p: Problems, key: str, v: Any, *, nonempty: bool = False) -> str | None:
+    if not isinstance(v, str) or (nonempty and not v.strip()):
+        p.expected(key, "a non-empty string" if nonempty else "a string", v)
+        return None
+    return v
+
+
+def _converted(p: Problems, key: str, v: Any, fn: Callable[[Any], Any]) -> Any:
+    try:
+        return fn(v)
+    except (ValueError, TypeError) as e:
+        p.expected(key, str(e), v)
+        return None
+
+
+# --------------------------------------------------------------------------------------------- job spec
+
+_JOB_KEYS = frozenset(
+    {"name", "command", "workdir", "env", "resources", "qos", "priority", "checkpoint_signal", "time",
+     "time_limit", "hold"}
+)
+_RES_KEYS = frozenset({"gpus", "gpu_types", "gpu_memory", "cpus", "memory", "nodes", "interconnect"})
+
+
+def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple[str, ...] = QOS_CLASSES) -> JobSpec:
+    """Validate a job table (from a spec file or from CLI options merged over it)."""
+    p = Problems(source)
+    check_keys(p, data, _JOB_KEYS, "")
+    name = _str(p, "name", data.get("name", "")) or ""
+    command: tuple[str, ...] = ()
+    raw_cmd = data.get("command")
+    if raw_cmd is None:
+        p.add("command", "missing: give the program and its arguments, e.g. command = [\"python\", \"train.py\"]")
+    elif isinstance(raw_cmd, str):
+        # a string is a shell command line, as sbatch --wrap takes it
+        if raw_cmd.strip():
+            command = ("/bin/sh", "-c", raw_cmd)
+        else:
+            p.expected("command", "a non-empty command", raw_cmd)
+    elif isinstance(raw_cmd, list) and raw_cmd and all(isinstance(a, str) for a in raw_cmd):
+        command = tuple(raw_cmd)
+    else:
+        p.expected("command", "a non-empty list of strings (argv)", raw_cmd)
+    workdir = data.get("workdir")
+    if workdir is not None:
+        workdir = _str(p, "workdir", workdir, nonempty=True)
+    env: list[tuple[str, str]] = []
+    raw_env = data.get("env", {})
+    if not isinstance(raw_env, dict):
+        p.expected("env", "a table of NAME = \"value\"", raw_env)
+    else:
+        for k, v in raw_env.items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+                p.add(f"env.{k}", "expected an environment variable name (letters, digits, _)")
+            elif not isinstance(v, str | int | float) or isinstance(v, bool):
+                p.expected(f"env.{k}", "a string", v)
+            else:
+                env.append((k, str(v)))
+    resources = _resources(p, data.get("resources", {}))
+    qos = data.get("qos", DEFAULT_QOS)
+    if not isinstance(qos, str) or qos not in qos_classes:
+        p.expected("qos", f"one of {', '.join(qos_classes)}", qos)
+        qos = DEFAULT_QOS
+    priority = _int(p, "priority", data.get("priority", 0)) or 0
+    ck = CheckpointSignal()
+    if "checkpoint_signal" in data:
+        ck = _converted(p, "checkpoint_signal", data["checkpoint_signal"], parse_checkpoint_signal) or ck
+    time_limit = None
+    for tkey in ("time", "time_limit"):
+        if tkey in data:
+            time_limit = _converted(p, tkey, data[tkey], parse_duration_s)
+    hold = data.get("hold", False)
+    if not isinstance(hold, bool):
+        p.expected("hold", "true or false", hold)
+        hold = False
+    p.raise_if_any()
+    return JobSpec(
+        command=command, name=name, workdir=workdir, env=tuple(env), resources=resources, qos=qos,
+        priority=priority, checkpoint_signal=ck, time_limit_s=time_limit, hold=hold,
+    )
+
+
+def _resources(p: Problems, raw: Any) -> Resources:
+    if not isinstance(raw, dict):
+        p.expected("resources", "a table", raw)
+        return Resources()
+    check_keys(p, raw, _RES_KEYS, "resources.")
+    gpus = _int(p, "resources.gpus", raw.get("gpus", 0), minimum=0) or 0
+    nodes = _int(p, "resources.nodes", raw.get("nodes", 1), minimum=1) or 1
+    types_raw = raw.get("gpu_types", [])
+    if isinstance(types_raw, str):
+        types_raw = [types_raw]
+    gpu_types: tuple[str, ...] = ()
+    if not isinstance(types_raw, list) or not all(isinstance(t, str) and t.strip() for t in types_raw):
+        p.expected("resources.gpu_types", "a list of model names such as [\"a100\", \"h100\"]", types_raw)
+    else:
+        gpu_types = tuple(t.strip() for t in types_raw)
+    gpu_mem = None
+    if "gpu_memory" in raw:
+        gpu_mem = _converted(p, "resources.gpu_memory", raw["gpu_memory"], parse_size_mib)
+    cpus = None
+    if "cpus" in raw:
+        cpus = _int(p, "resources.cpus", raw["cpus"], minimum=1)
+    mem = None
+    if "memory" in raw:
+        mem = _converted(p, "resources.memory", raw["memory"], parse_size_mib)
+    inter = raw.get("interconnect", "any")
+    try:
+        interconnect = Interconnect(str(inter).lower())
+    except ValueError:
+        p.expected("resources.interconnect", "\"nvlink\" or \"any\"", inter)
+        interconnect = Interconnect.ANY
+    if interconnect is Interconnect.NVLINK and gpus < 2:
+        p.add("resources.interconnect", "\"nvlink\" needs gpus >= 2 (there is no link within one GPU)")
+    return Resources(
+        gpus=gpus, gpu_types=gpu_types, gpu_memory_mib=gpu_mem, cpus=cpus, memory_mib=mem, nodes=nodes,
+        interconnect=interconnect,
+    )
+
+
+def load_job_spec(path: Path, overrides: Mapping[str, Any] | None = None) -> JobSpec:
+    """A spec file, with CLI options laid over it (overrides use the file's key names)."""
+    data = read_toml(path)
+    merged = dict(data)
+    for k, v in (overrides or {}).items():
+        if k == "resources":
+            res = dict(merged.get("resources", {})) if isinstance(merged.get("resources"), dict) else {}
+            res.update(v)
+            merged["resources"] = res
+        else:
+            merged[k] = v
+    return job_spec_from_table(merged, str(path))
+
+
+# ------------------------------------------------------------------------------------------------ fleet
+
+_NODE_KEYS = frozenset(
+    {"name", "executor", "host", "port", "user", "identity_file", "known_hosts", "simulate", "labels",
+     "shared_paths"}
+)
+_SIM_KEYS = frozenset({"model", "count", "memory_mib", "topology", "numa_nodes", "cpus", "memory"})
+EXECUTORS = ("local", "ssh")
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatedDevices:
+    model: str
+    count: int
+    memory_mib: int | None = None
+    topology: str | None = None
+    """A captured `nvidia-smi topo -m` file (absolute path), or a synthetic kind such as 'nvswitch'."""
+    numa_nodes: int = 1
+    cpus: int | None = None
+    memory_mib_host: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    name: str
+    executor: str = "local"
+    host: str | None = None
+    port: int | None = None
+    user: str | None = None
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    simulate: SimulatedDevices | None = None
+    shared_paths: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FleetConfig:
+    nodes: tuple[NodeConfig, ...]
+    source: str = "<built-in: this machine>"
+
+    @staticmethod
+    def default() -> FleetConfig:
+        import socket
+
+        return FleetConfig(nodes=(NodeConfig(name=socket.gethostname().split(".")[0] or "local"),))
+
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+def fleet_from_table(data: Mapping[str, Any], source: str, base_dir: Path) -> FleetConfig:
+    p = Problems(source)
+    check_keys(p, data, frozenset({"node"}), "")
+    raw_nodes = data.get("node", [])
+    if not isinstance(raw_nodes, list) or not raw_nodes:
+        p.add("node", "expected at least one [[node]] table")
+        p.raise_if_any()
+    nodes: list[NodeConfig] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(raw_nodes):
+        key = f"node[{i}]"
+        if not isinstance(raw, dict):
+            p.expected(key, "a [[node]] table", raw)
+            continue
+        check_keys(p, raw, _NODE_KEYS, f"{key}.")
+        name = _str(p, f"{key}.name", raw.get("name"), nonempty=True)
+        if name is not None:
+            if not _NAME_RE.match(name):
+                p.expected(f"{key}.name", "letters, digits, '.', '_' or '-' (at most 63)", name)
+            elif name in seen:
+                p.add(f"{key}.name", f"duplicate node name {name!r}; node names must be unique")
+            seen.add(name)
+            key = f"node[{i}] ({name})"
+        executor = raw.get("executor", "local")
+        if executor not in EXECUTORS:
+            p.expected(f"{key}.executor", " or ".join(f'"{e}"' for e in EXECUTORS), executor)
+        host = raw.get("host")
+        if executor == "ssh" and not (isinstance(host, str) and host.strip()):
+            p.add(f"{key}.host", "missing: an ssh node needs host = \"name, address or ~/.ssh/config alias\"")
+        port = raw.get("port")
+        if port is not None:
+            port = _int(p, f"{key}.port", port, minimum=1)
+        sim = None
+        if "simulate" in raw:
+            sim = _simulate(p, raw["simulate"], f"{key}.simulate", base_dir)
+        shared = raw.get("shared_paths", [])
+        if not isinstance(shared, list) or not all(isinstance(s, str) for s in shared):
+            p.expected(f"{key}.shared_paths", "a list of paths", shared)
+            shared = []
+        nodes.append(
+            NodeConfig(
+                name=name or f"node{i}", executor=str(executor), host=host if isinstance(host, str) else None,
+                port=port, user=raw.get("user"), identity_file=raw.get("identity_file"),
+                known_hosts=raw.get("known_hosts"), simulate=sim, shared_paths=tuple(shared),
+            )
+        )
+    p.raise_if_any()
+    return FleetConfig(nodes=tuple(nodes), source=source)
+
+
+def _simulate(p: Problems, raw: Any, key: str, base_dir: Path) -> SimulatedDevices | None:
+    if not isinstance(raw, dict):
+        p.expected(key, "a table", raw)
+        return None
+    check_keys(p, raw, _SIM_KEYS, f"{key}.")
+    model = _str(p, f"{key}.model", raw.get("model"), nonempty=True)
+    count = _int(p, f"{key}.count", raw.get("count", 1), minimum=1)
+    mem = None
+    if "memory_mib" in raw:
+        mem = _int(p, f"{key}.memory_mib", raw["memory_mib"], minimum=1)
+    topo = raw.get("topology")
+    if topo is not None:
+        if not isinstance(topo, str) or not topo.strip():
+            p.expected(f"{key}.topology", "a captured `nvidia-smi topo -m` file or a kind such as \"nvswitch\"", topo)
+            topo = None
+        elif "/" in topo or topo.endswith(".txt"):
+            path = (base_dir / topo).expanduser()
+            if not path.is_file():
+                p.add(f"{key}.topology", f"no such file {str(path)!r}; paths are relative to the fleet file")
+                topo = None
+            else:
+                topo = str(path.absolute())
+    numa = _int(p, f"{key}.numa_nodes", raw.get("numa_nodes", 1), minimum=1) or 1
+    cpus = _int(p, f"{key}.cpus", raw["cpus"], minimum=1) if "cpus" in raw else None
+    host_mem = _converted(p, f"{key}.memory", raw["memory"], parse_size_mib) if "memory" in raw else None
+    if model is None or count is None:
+        return None
+    return SimulatedDevices(model=model, count=count, memory_mib=mem, topology=topo, numa_nodes=numa, cpus=cpus,
+                            memory_mib_host=host_mem)
+
+
+def load_fleet(path: Path | None) -> FleetConfig:
+    if path is None:
+        return FleetConfig.default()
+    data = read_toml(path)
+    return fleet_from_table(data, str(path), path.parent)
+
+
+# --------------------------------------------------------------------------------------------- settings
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Controller settings ($HSCHED_HOME/settings.toml); every key is optional."""
+
+    poll_interval_s: float = 0.5
+    probe_interval_s: float = 30.0
+    checkpoint_exit_code: int = 85
+    lease_s: float = 300.0
+    heartbeat_timeout_s: float = 15.0
+    max_restarts: int = 3
+    kill_after_s: float = 10.0
+    """After a cancel's SIGTERM, how long before SIGKILL."""
+    gpu_models: dict[str, Any] = field(default_factory=dict)
+
+
+_SETTINGS_FLOATS = ("poll_interval_s", "probe_interval_s", "lease_s", "heartbeat_timeout_s", "kill_after_s")
+
+
+def load_settings(path: Path) -> Settings:
+    if not path.exists():
+        return Settings()
+    data = read_toml(path)
+    p = Problems(str(path))
+    allowed = frozenset({*_SETTINGS_FLOATS, "checkpoint_exit_code", "max_restarts", "gpu_models"})
+    check_keys(p, data, allowed, "")
+    kwargs: dict[str, Any] = {}
+    for k in _SETTINGS_FLOATS:
+        if k in data:
+            v = data[k]
+            if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+                p.expected(k, "a number of seconds > 0", v)
+            else:
+                kwargs[k] = float(v)
+    for k in ("checkpoint_exit_code", "max_restarts"):
+        if k in data:
+            v = _int(p, k, data[k], minimum=0)
+            if v is not None:
+                kwargs[k] = v
+    if "gpu_models" in data:
+        if isinstance(data["gpu_models"], dict):
+            kwargs["gpu_models"] = data["gpu_models"]
+        else:
+            p.expected("gpu_models", "a table of model overrides", data["gpu_models"])
+    p.raise_if_any()
+    return Settings(**kwargs)

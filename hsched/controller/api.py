@@ -1,0 +1,165 @@
+"""Request handlers: one JSON object in, one JSON object out (see hsched/protocol.py)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import time
+from typing import Any
+
+from hsched.config import job_spec_from_table
+from hsched.controller.core import ACTIVE_STATES, Controller
+from hsched.errors import UserError
+from hsched.model import NodeState
+from hsched.serialize import iso, job_to_dict, node_to_dict, run_to_dict
+
+API_VERSION = 1
+
+
+class Api:
+    def __init__(self, ctl: Controller) -> None:
+        self.ctl = ctl
+
+    async def handle(self, op: str, args: dict[str, Any], peer_uid: int) -> Any:
+        fn = getattr(self, f"op_{op}", None)
+        if fn is None:
+            raise UserError(f"unknown request {op!r}")
+        if op not in ("ping", "stop"):
+            await self.ctl.ready.wait()
+        return await fn(args, peer_uid)
+
+    async def op_ping(self, args: dict[str, Any], uid: int) -> Any:
+        return {"pid": os.getpid(), "api": API_VERSION, "home": str(self.ctl.home.root),
+                "started": iso(self.ctl.started_at), "fleet": self.ctl.fleet_cfg.source}
+
+    async def op_submit(self, args: dict[str, Any], uid: int) -> Any:
+        table = args.get("spec")
+        if not isinstance(table, dict):
+            raise UserError("submit: no job spec given")
+        spec = job_spec_from_table(table, args.get("source") or "<command line>")
+        if spec.resources.nodes > 1:
+            raise UserError(f"{args.get('source') or '<command line>'}: resources.nodes: multi-node gang jobs are not "
+                            "supported yet; use nodes = 1")
+        user = str(args.get("user") or uid)
+        env = args.get("environ")
+        job = await self.ctl.submit(spec, user, env if isinstance(env, dict) else None)
+        return job_to_dict(job)
+
+    async def op_queue(self, args: dict[str, Any], uid: int) -> Any:
+        rows = await self.ctl.db(self.ctl.store.job_rows, active_only=not args.get("all"))
+        from hsched.store import _job
+
+        return [job_to_dict(_job(r)) for r in rows]
+
+    async def _job(self, args: dict[str, Any]) -> Any:
+        try:
+            job_id = int(args["id"])
+        except (KeyError, TypeError, ValueError):
+            raise UserError(f"not a job id: {args.get('id')!r}") from None
+        job = await self.ctl.db(self.ctl.store.get_job, job_id)
+        if job is None:
+            raise UserError(f"no job {job_id}; `hsched queue --all` lists the jobs")
+        return job
+
+    async def op_show(self, args: dict[str, Any], uid: int) -> Any:
+        job = await self._job(args)
+        d = job_to_dict(job)
+        runs = await self.ctl.db(self.ctl.store.runs, job.id)
+        events = await self.ctl.db(self.ctl.store.events, job.id)
+        d["runs"] = [run_to_dict(r) for r in runs]
+        d["events"] = [{"time": iso(e["time"]), "kind": e["kind"], "message": e["message"], "node": e["node"]}
+                       for e in events]
+        d["env"] = dict(job.spec.env)
+        d["resources"] = {"gpus": job.spec.resources.gpus, "gpu_types": list(job.spec.resources.gpu_types),
+                          "gpu_memory_mib": job.spec.resources.gpu_memory_mib, "cpus": job.spec.resources.cpus,
+                          "memory_mib": job.spec.resources.memory_mib, "nodes": job.spec.resources.nodes,
+                          "interconnect": job.spec.resources.interconnect.value}
+        d["checkpoint_dir"] = str(self.ctl.home.checkpoints / str(job.id))
+        return d
+
+    async def op_cancel(self, args: dict[str, Any], uid: int) -> Any:
+        job = await self._job(args)
+        return job_to_dict(await self.ctl.cancel(job.id))
+
+    async def op_wait(self, args: dict[str, Any], uid: int) -> Any:
+        """Block until every listed job is terminal or `timeout` seconds pass."""
+        ids = [int(i) for i in args.get("ids", [])]
+        timeout = float(args.get("timeout") or 3600)
+        deadline = time.monotonic() + timeout
+        version = self.ctl.version
+        while True:
+            jobs = []
+            for i in ids:
+                job = await self.ctl.db(self.ctl.store.get_job, i)
+                if job is None:
+                    raise UserError(f"no job {i}; `hsched queue --all` lists the jobs")
+                jobs.append(job)
+            if all(j.state.is_terminal() for j in jobs):
+                return {"done": True, "jobs": [job_to_dict(j) for j in jobs]}
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return {"done": False, "jobs": [job_to_dict(j) for j in jobs]}
+            version = await self.ctl.wait_changed(version, min(left, 5.0))
+
+    async def op_logs(self, args: dict[str, Any], uid: int) -> Any:
+        """A chunk of the latest run's log from `offset`, base64 (logs are bytes, not always UTF-8)."""
+        job = await self._job(args)
+        runs = await self.ctl.db(self.ctl.store.runs, job.id)
+        run_no = args.get("run")
+        if not runs:
+            return {"data": "", "offset": 0, "run": None, "ended": job.state.is_terminal(), "state": job.state.value}
+        run = runs[-1] if run_no is None else next((r for r in runs if r.attempt == int(run_no)), runs[-1])
+        rt = self.ctl.nodes.get(run.node)
+        offset = int(args.get("offset", 0))
+        data = b""
+        if rt is not None:
+            data = await rt.executor.read_log(run.run_dir, offset, int(args.get("max_bytes", 1 << 20)))
+        return {"data": base64.b64encode(data).decode(), "offset": offset + len(data), "run": run.attempt,
+                "ended": run.state not in ("RUNNING", "LAUNCHING", "STOPPING"), "state": job.state.value,
+                "runs": len(runs)}
+
+    async def op_nodes(self, args: dict[str, Any], uid: int) -> Any:
+        active = await self.ctl.db(self.ctl.store.jobs, states=list(ACTIVE_STATES))
+        owners = self.ctl.owners(active)
+        return [node_to_dict(n, owners) for n in self.ctl.node_list()]
+
+    async def op_node_admin(self, args: dict[str, Any], uid: int) -> Any:
+        name = args.get("name")
+        rt = self.ctl.nodes.get(str(name))
+        if rt is None:
+            raise UserError(f"no node {name!r}; `hsched nodes` lists them")
+        state = NodeState.DRAINED if args.get("action") == "drain" else NodeState.UP
+        reason = str(args.get("reason") or "")
+        await self.ctl.db(self.ctl.store.set_node_admin, rt.name, state, reason, time.time())
+        from dataclasses import replace
+
+        if state is NodeState.DRAINED and rt.node.state is NodeState.UP:
+            rt.node = replace(rt.node, state=NodeState.DRAINED, message=reason)
+        elif state is NodeState.UP and rt.node.state is NodeState.DRAINED:
+            rt.node = replace(rt.node, state=NodeState.UP, message="")
+        self.ctl.poke()
+        await self.ctl.notify()
+        return node_to_dict(rt.node)
+
+    async def op_events(self, args: dict[str, Any], uid: int) -> Any:
+        events = await self.ctl.db(self.ctl.store.events, None, after_id=int(args.get("after", 0)),
+                                   limit=int(args.get("limit", 200)))
+        for e in events:
+            e["time"] = iso(e["time"])
+        return events
+
+    async def op_stop(self, args: dict[str, Any], uid: int) -> Any:
+        self.ctl.stopping.set()
+        self.ctl.poke()
+        return {"stopping": True, "pid": os.getpid()}
+
+    async def op_snapshot(self, args: dict[str, Any], uid: int) -> Any:
+        """Everything a dashboard frame needs, in one answer."""
+        rows = await self.ctl.db(self.ctl.store.job_rows, active_only=True)
+        from hsched.store import _job
+
+        jobs = [_job(r) for r in rows]
+        owners = self.ctl.owners([j for j in jobs if j.state in ACTIVE_STATES])
+        return {"version": self.ctl.version, "time": iso(time.time()),
+                "jobs": [job_to_dict(j) for j in jobs],
+                "nodes": [node_to_dict(n, owners) for n in self.ctl.node_list()]}

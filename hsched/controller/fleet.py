@@ -1,0 +1,180 @@
+"""The controller's view of the fleet: one executor per node, probes turned into Node values."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from hsched.config import FleetConfig, NodeConfig, SimulatedDevices
+from hsched.errors import ExecutorError, UserError
+from hsched.executors.base import Executor
+from hsched.model import Device, Link, Node, NodeState
+
+log = logging.getLogger("hsched.fleet")
+
+_SIM_NS = uuid.UUID("6f1c1f40-3a4b-4e39-9a51-6c2f0a3a9d11")
+
+
+def simulated_uuid(node: str, index: int) -> str:
+    """Stable per (node, index), shaped like NVIDIA's: GPU-xxxxxxxx-xxxx-..."""
+    return f"GPU-{uuid.uuid5(_SIM_NS, f'{node}/{index}')}"
+
+
+def simulated_devices(node: str, sim: SimulatedDevices) -> tuple[tuple[Device, ...], tuple[Link, ...]]:
+    """Devices and links of a simulated node; topology from a captured matrix or a synthetic kind."""
+    links: tuple[Link, ...] = ()
+    numa_of: dict[int, int | None] = {}
+    uuids = [simulated_uuid(node, i) for i in range(sim.count)]
+    if sim.topology:
+        try:
+            topo = _load_topology(sim.topology, sim.count)
+        except (ImportError, AttributeError) as e:  # topology package not available: no links, still usable
+            log.warning("%s: cannot build topology %r: %s", node, sim.topology, e)
+            topo = None
+        if topo is not None:
+            from hsched.topo import topology_to_links
+
+            links = tuple(topology_to_links(topo, uuids))
+            for i, dev in enumerate(topo.devices[: sim.count]):
+                numa_of[i] = dev.numa_node
+    if not numa_of:
+        per = max(1, sim.count // max(1, sim.numa_nodes))
+        numa_of = {i: min(i // per, sim.numa_nodes - 1) for i in range(sim.count)}
+    devices = tuple(
+        Device(uuid=uuids[i], index=i, model=sim.model, memory_total_mib=sim.memory_mib, memory_used_mib=0,
+               utilization_gpu=0.0, numa_node=numa_of.get(i), simulated=True)
+        for i in range(sim.count)
+    )
+    return devices, links
+
+
+def _load_topology(spec: str, count: int) -> Any:
+    from pathlib import Path
+
+    from hsched import topo as topo_pkg
+
+    if "/" in spec or spec.endswith(".txt"):
+        text = Path(spec).read_text(errors="replace")
+        return topo_pkg.parse_topo_matrix(text, source=spec)
+    return topo_pkg.synthetic_topology(spec, count)
+
+
+@dataclass
+class NodeRuntime:
+    config: NodeConfig
+    executor: Executor
+    node: Node
+    last_ok: float | None = None
+    probe_error: str = ""
+    boot_id: str | None = None
+    raw_probe: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+
+def make_executor(cfg: NodeConfig) -> Executor:
+    if cfg.executor == "local":
+        from hsched.executors.local import LocalExecutor
+
+        return LocalExecutor()
+    if cfg.executor == "ssh":
+        try:
+            from hsched.executors.ssh import SSHExecutor  # type: ignore[import-not-found]
+        except ImportError:
+            raise UserError(
+                f"node {cfg.name}: executor \"ssh\" is not available in this version; use executor = \"local\""
+            ) from None
+        return SSHExecutor(cfg)  # type: ignore[no-any-return]
+    raise UserError(f"node {cfg.name}: unknown executor {cfg.executor!r}")
+
+
+def build_fleet(cfg: FleetConfig) -> dict[str, NodeRuntime]:
+    out: dict[str, NodeRuntime] = {}
+    for nc in cfg.nodes:
+        devices: tuple[Device, ...] = ()
+        links: tuple[Link, ...] = ()
+        if nc.simulate is not None:
+            devices, links = simulated_devices(nc.name, nc.simulate)
+        node = Node(name=nc.name, executor=nc.executor, state=NodeState.UNREACHABLE, devices=devices, links=links,
+                    host=nc.host, cpus=nc.simulate.cpus if nc.simulate else None,
+                    memory_total_mib=nc.simulate.memory_mib_host if nc.simulate else None,
+                    message="not probed yet")
+        out[nc.name] = NodeRuntime(config=nc, executor=make_executor(nc), node=node)
+    return out
+
+
+def node_from_probe(rt: NodeRuntime, probe: dict[str, Any]) -> Node:
+    sim = rt.config.simulate
+    n = rt.node
+    numa = probe.get("numa") or []
+    if sim is not None:
+        devices, links = n.devices, n.links
+    else:
+        devices, links = _real_devices(probe)
+    return replace(
+        n,
+        cpus=(sim.cpus if sim and sim.cpus else probe.get("cpus")),
+        memory_total_mib=(sim.memory_mib_host if sim and sim.memory_mib_host else probe.get("memory_total_mib")),
+        numa_nodes=(sim.numa_nodes if sim else (len(numa) or None)),
+        devices=devices,
+        links=links,
+        message="",
+    )
+
+
+def _real_devices(probe: dict[str, Any]) -> tuple[tuple[Device, ...], tuple[Link, ...]]:
+    gpus = probe.get("gpus") or {}
+    devices = []
+    for i, d in enumerate(gpus.get("devices") or []):
+        uuid_ = d.get("uuid")
+        if not uuid_:
+            continue
+        mem_total = d.get("memory_total_mib")
+        if mem_total is None and d.get("memory_total") is not None:
+            mem_total = int(d["memory_total"]) // (1 << 20)
+        mem_used = d.get("memory_used_mib")
+        if mem_used is None and d.get("memory_used") is not None:
+            mem_used = int(d["memory_used"]) // (1 << 20)
+        devices.append(Device(
+            uuid=uuid_, index=d.get("index", i) if d.get("index") is not None else i,
+            model=d.get("name") or d.get("model") or "unknown", memory_total_mib=mem_total, memory_used_mib=mem_used,
+            utilization_gpu=d.get("utilization_gpu"), numa_node=d.get("numa_node"), pci_bus_id=d.get("pci_bus_id"),
+            compute_capability=d.get("compute_capability"), temperature_c=d.get("temperature_c"),
+            power_w=d.get("power_w"),
+        ))
+    links: tuple[Link, ...] = ()
+    topo_text = gpus.get("topo_matrix")
+    try:
+        from hsched import topo as topo_pkg
+
+        if gpus.get("source") == "nvml" and hasattr(topo_pkg, "topology_from_nvml"):
+            topo = topo_pkg.topology_from_nvml(gpus)
+            links = tuple(topo_pkg.topology_to_links(topo, [d.uuid for d in devices]))
+        elif topo_text:
+            topo = topo_pkg.parse_topo_matrix(topo_text, source="nvidia-smi topo -m")
+            links = tuple(topo_pkg.topology_to_links(topo, [d.uuid for d in devices]))
+    except Exception as e:  # a topology we cannot read leaves the node usable, just not topology-aware
+        log.warning("cannot read topology: %s", e)
+    return tuple(devices), links
+
+
+async def probe_node(rt: NodeRuntime, timeout_s: float) -> None:
+    """Probe one node; its failure becomes its state, never an exception for the caller."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            probe = await rt.executor.probe()
+    except (ExecutorError, TimeoutError, OSError) as e:
+        rt.probe_error = str(e) or type(e).__name__
+        rt.node = replace(rt.node, state=NodeState.UNREACHABLE, message=rt.probe_error)
+        return
+    rt.raw_probe = probe
+    rt.boot_id = probe.get("boot_id")
+    rt.last_ok = time.time()
+    rt.probe_error = ""
+    rt.node = replace(node_from_probe(rt, probe), state=NodeState.UP)

@@ -1,0 +1,168 @@
+"""The scheduling seam: a pure function from (fleet, queue, now) to decisions.
+
+For now: QoS class, then priority, then submit order; first fit, with the best-connected devices of a
+node chosen by the topology placement engine when it knows the node's links. The scheduling-core package
+(hsched.sched) plugs in behind the same signature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from hsched.model import Interconnect, Job, Node, NodeState, Placement, Resources
+
+QOS_RANK = {"prod": 0, "normal": 1, "scavenger": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class FleetView:
+    nodes: tuple[Node, ...]
+    busy: frozenset[str]
+    """UUIDs of devices held by active runs."""
+    cpus_used: Mapping[str, int]
+    """CPUs promised to active runs, per node."""
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    job_id: int
+    placements: tuple[Placement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    job_id: int
+    reason: str
+
+
+Decision = Start | Wait
+DeviceChooser = Callable[[Node, Sequence[str], Resources], tuple[tuple[str, ...], str] | None]
+
+
+def eligible_devices(node: Node, res: Resources) -> list[str]:
+    """Devices of the node the request could use at all, ignoring whether they are busy."""
+    out = []
+    for d in node.devices:
+        if not res.matches_model(d.model):
+            continue
+        if res.gpu_memory_mib is not None and d.memory_total_mib is not None and d.memory_total_mib < res.gpu_memory_mib:
+            continue
+        out.append(d.uuid)
+    return out
+
+
+def _has_nvlink_set(node: Node, uuids: Sequence[str], k: int) -> bool:
+    """Some k of these devices are pairwise NVLinked (a clique in the NV# graph)."""
+    if k <= 1:
+        return True
+    nv = {(lk.a, lk.b) for lk in node.links if lk.kind.upper().startswith(("NV", "XGMI"))}
+    adj = {u: {b for a, b in nv if a == u} | {a for a, b in nv if b == u} for u in uuids}
+
+    def grow(clique: list[str], cands: list[str]) -> bool:
+        if len(clique) == k:
+            return True
+        for i, c in enumerate(cands):
+            if all(c in adj[x] for x in clique) and grow([*clique, c], cands[i + 1:]):
+                return True
+        return False
+
+    return grow([], list(uuids))
+
+
+def unsatisfiable(res: Resources, nodes: Sequence[Node]) -> str | None:
+    """Why no node of the fleet could ever run this request (even empty), or None if some could."""
+    if not nodes:
+        return "the fleet has no nodes; add one to the fleet file"
+    fitting = []
+    best = 0
+    for n in nodes:
+        if n.state is NodeState.DOWN:
+            continue
+        elig = eligible_devices(n, res)
+        best = max(best, len(elig))
+        if len(elig) < res.gpus:
+            continue
+        if res.cpus is not None and n.cpus is not None and res.cpus > n.cpus:
+            continue
+        if res.memory_mib is not None and n.memory_total_mib is not None and res.memory_mib > n.memory_total_mib:
+            continue
+        if res.interconnect is Interconnect.NVLINK and not _has_nvlink_set(n, elig, res.gpus):
+            continue
+        fitting.append(n.name)
+    if len(fitting) >= res.nodes:
+        return None
+    what = f"{res.gpus} GPU(s)" + (f" of type {'/'.join(res.gpu_types)}" if res.gpu_types else "")
+    if res.gpu_memory_mib:
+        what += f" with >= {res.gpu_memory_mib} MiB"
+    if res.interconnect is Interconnect.NVLINK:
+        what += " all NVLinked"
+    if res.cpus:
+        what += f", {res.cpus} CPUs"
+    if res.nodes > 1:
+        return (f"needs {res.nodes} nodes each with {what}, but only {len(fitting)} node(s) of the fleet qualify; "
+                "lower --nodes/--gpus or add nodes")
+    return (f"needs {what} on one node, but no node of the fleet has that (the most any node offers is {best}); "
+            "lower --gpus, change --gpu-type or add a node")
+
+
+def lowest_index_chooser(node: Node, free: Sequence[str], res: Resources) -> tuple[tuple[str, ...], str] | None:
+    by_uuid = {d.uuid: d for d in node.devices}
+    picked = sorted(free, key=lambda u: by_uuid[u].index)[: res.gpus]
+    if len(picked) < res.gpus:
+        return None
+    names = ",".join(str(by_uuid[u].index) for u in picked)
+    return tuple(picked), (f"GPU {names} (first free)" if picked else "CPU only")
+
+
+def default_chooser() -> DeviceChooser:
+    """The topology placement engine where available, else the lowest free indices."""
+    try:
+        from hsched.topo.placement import choose_for_node  # pure; knows NV#/PIX/SYS ranks
+    except ImportError:
+        return lowest_index_chooser
+    return choose_for_node
+
+
+def order(queue: Sequence[Job]) -> list[Job]:
+    return sorted(queue, key=lambda j: (QOS_RANK.get(j.spec.qos, 1), -j.spec.priority, j.submit_time, j.id))
+
+
+def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
+             chooser: DeviceChooser | None = None) -> list[Decision]:
+    """Priority-then-FIFO first fit. Gangs (nodes > 1) are all-or-nothing."""
+    choose = chooser or default_chooser()
+    busy = set(fleet.busy)
+    cpus_used = dict(fleet.cpus_used)
+    up = [n for n in fleet.nodes if n.state is NodeState.UP]
+    decisions: list[Decision] = []
+    blocked_ahead = False
+    for job in order(queue):
+        res = job.spec.resources
+        placements: list[Placement] = []
+        for node in up:
+            if len(placements) == res.nodes:
+                break
+            if res.cpus is not None and node.cpus is not None and cpus_used.get(node.name, 0) + res.cpus > node.cpus:
+                continue
+            free = [u for u in eligible_devices(node, res) if u not in busy]
+            if len(free) < res.gpus:
+                continue
+            if res.gpus == 0:
+                placements.append(Placement(node=node.name, devices=(), explanation="CPU only"))
+                continue
+            chosen = choose(node, free, res)
+            if chosen is None:
+                continue
+            devices, why = chosen
+            placements.append(Placement(node=node.name, devices=devices, explanation=why))
+        if len(placements) == res.nodes:
+            for p in placements:
+                busy.update(p.devices)
+                if res.cpus:
+                    cpus_used[p.node] = cpus_used.get(p.node, 0) + res.cpus
+            decisions.append(Start(job.id, tuple(placements)))
+        else:
+            decisions.append(Wait(job.id, "Priority" if blocked_ahead else "Resources"))
+            blocked_ahead = True
+    return decisions

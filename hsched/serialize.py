@@ -1,0 +1,198 @@
+"""Domain objects to and from JSON-able dicts: the store's columns and the contract's job/node objects."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from hsched.model import (
+    CheckpointSignal,
+    Device,
+    Interconnect,
+    Job,
+    JobSpec,
+    Link,
+    Node,
+    NodeState,
+    Placement,
+    Resources,
+    Run,
+    RunHandle,
+)
+
+
+def iso(ts: float | None) -> str | None:
+    """ISO 8601 UTC with a Z, or None."""
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
+    r = spec.resources
+    return {
+        "name": spec.name,
+        "command": list(spec.command),
+        "workdir": spec.workdir,
+        "env": dict(spec.env),
+        "resources": {
+            "gpus": r.gpus,
+            "gpu_types": list(r.gpu_types),
+            "gpu_memory_mib": r.gpu_memory_mib,
+            "cpus": r.cpus,
+            "memory_mib": r.memory_mib,
+            "nodes": r.nodes,
+            "interconnect": r.interconnect.value,
+        },
+        "qos": spec.qos,
+        "priority": spec.priority,
+        "checkpoint_signal": str(spec.checkpoint_signal),
+        "time_limit_s": spec.time_limit_s,
+        "hold": spec.hold,
+    }
+
+
+def spec_from_dict(d: dict[str, Any]) -> JobSpec:
+    r = d.get("resources", {})
+    sig, _, grace = str(d.get("checkpoint_signal", "TERM@30")).partition("@")
+    return JobSpec(
+        command=tuple(d["command"]),
+        name=d.get("name", ""),
+        workdir=d.get("workdir"),
+        env=tuple((k, v) for k, v in d.get("env", {}).items()),
+        resources=Resources(
+            gpus=r.get("gpus", 0),
+            gpu_types=tuple(r.get("gpu_types", ())),
+            gpu_memory_mib=r.get("gpu_memory_mib"),
+            cpus=r.get("cpus"),
+            memory_mib=r.get("memory_mib"),
+            nodes=r.get("nodes", 1),
+            interconnect=Interconnect(r.get("interconnect", "any")),
+        ),
+        qos=d.get("qos", "normal"),
+        priority=d.get("priority", 0),
+        checkpoint_signal=CheckpointSignal(sig or "TERM", float(grace or 30)),
+        time_limit_s=d.get("time_limit_s"),
+        hold=bool(d.get("hold", False)),
+    )
+
+
+def placement_to_list(placement: tuple[Placement, ...]) -> list[dict[str, Any]]:
+    return [{"node": p.node, "devices": list(p.devices), "explanation": p.explanation} for p in placement]
+
+
+def placement_from_list(items: list[dict[str, Any]]) -> tuple[Placement, ...]:
+    return tuple(
+        Placement(node=i["node"], devices=tuple(i["devices"]), explanation=i.get("explanation", "")) for i in items
+    )
+
+
+def job_to_dict(job: Job) -> dict[str, Any]:
+    """The contract's job object."""
+    s = job.spec
+    return {
+        "id": job.id,
+        "name": job.name,
+        "state": job.state.value,
+        "reason": job.reason,
+        "qos": s.qos,
+        "priority": s.priority,
+        "user": job.user,
+        "gpus": s.resources.gpus,
+        "nodes": s.resources.nodes,
+        "gpu_types": list(s.resources.gpu_types),
+        "interconnect": s.resources.interconnect.value,
+        "command": list(s.command),
+        "workdir": s.workdir,
+        "submit_time": iso(job.submit_time),
+        "start_time": iso(job.start_time),
+        "end_time": iso(job.end_time),
+        "exit_code": job.exit_code,
+        "restarts": job.restarts,
+        "time_limit_s": s.time_limit_s,
+        "checkpoint_signal": str(s.checkpoint_signal),
+        "placement": [{"node": p.node, "devices": list(p.devices)} for p in job.placement],
+        "placement_explanation": "; ".join(p.explanation for p in job.placement if p.explanation) or None,
+    }
+
+
+def handle_to_dict(h: RunHandle | None) -> dict[str, Any] | None:
+    if h is None:
+        return None
+    return {"run_dir": h.run_dir, "pid": h.pid, "pgid": h.pgid, "start_ticks": h.start_ticks, "boot_id": h.boot_id}
+
+
+def handle_from_dict(d: dict[str, Any] | None) -> RunHandle | None:
+    if not d:
+        return None
+    return RunHandle(run_dir=d["run_dir"], pid=int(d["pid"]), pgid=int(d["pgid"]),
+                     start_ticks=int(d["start_ticks"]), boot_id=str(d["boot_id"]))
+
+
+def run_to_dict(run: Run) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "attempt": run.attempt,
+        "node": run.node,
+        "devices": list(run.devices),
+        "state": run.state,
+        "reason": run.reason,
+        "run_dir": run.run_dir,
+        "pid": run.handle.pid if run.handle else None,
+        "start_time": iso(run.start_time),
+        "end_time": iso(run.end_time),
+        "exit_code": run.exit_code,
+    }
+
+
+def device_to_dict(d: Device, job: int | None = None) -> dict[str, Any]:
+    return {
+        "uuid": d.uuid,
+        "index": d.index,
+        "model": d.model,
+        "memory_total_mib": d.memory_total_mib,
+        "memory_used_mib": d.memory_used_mib,
+        "utilization_gpu": d.utilization_gpu,
+        "numa_node": d.numa_node,
+        "pci_bus_id": d.pci_bus_id,
+        "temperature_c": d.temperature_c,
+        "power_w": d.power_w,
+        "simulated": d.simulated,
+        "job": job,
+    }
+
+
+def device_from_dict(d: dict[str, Any]) -> Device:
+    return Device(
+        uuid=d["uuid"], index=int(d["index"]), model=d.get("model") or "unknown",
+        memory_total_mib=d.get("memory_total_mib"), memory_used_mib=d.get("memory_used_mib"),
+        utilization_gpu=d.get("utilization_gpu"), numa_node=d.get("numa_node"), pci_bus_id=d.get("pci_bus_id"),
+        compute_capability=d.get("compute_capability"), temperature_c=d.get("temperature_c"),
+        power_w=d.get("power_w"), simulated=bool(d.get("simulated", False)),
+    )
+
+
+def node_to_dict(n: Node, owners: dict[str, int] | None = None) -> dict[str, Any]:
+    owners = owners or {}
+    return {
+        "name": n.name,
+        "state": n.state.value,
+        "executor": n.executor,
+        "host": n.host,
+        "cpus": n.cpus,
+        "memory_total_mib": n.memory_total_mib,
+        "numa_nodes": n.numa_nodes,
+        "message": n.message,
+        "devices": [device_to_dict(d, owners.get(d.uuid)) for d in n.devices],
+        "links": [{"a": lk.a, "b": lk.b, "kind": lk.kind} for lk in n.links],
+    }
+
+
+def node_from_dict(d: dict[str, Any]) -> Node:
+    return Node(
+        name=d["name"], executor=d["executor"], state=NodeState(d["state"]), cpus=d.get("cpus"),
+        memory_total_mib=d.get("memory_total_mib"), numa_nodes=d.get("numa_nodes"),
+        devices=tuple(device_from_dict(x) for x in d.get("devices", [])),
+        links=tuple(Link(a=x["a"], b=x["b"], kind=x["kind"]) for x in d.get("links", [])),
+        host=d.get("host"), message=d.get("message", ""),
+    )

@@ -1,0 +1,354 @@
+"""The durable store: SQLite in WAL mode with synchronous=FULL, the controller's only source of truth.
+
+Every state transition is one transaction, committed before the controller acts on it or acknowledges it.
+Events are append-only (triggers refuse UPDATE and DELETE). The schema carries a version and migrations
+run in order on open.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from hsched.model import Job, JobSpec, JobState, NodeState, Placement, Run, RunHandle
+from hsched.serialize import (
+    handle_from_dict,
+    handle_to_dict,
+    placement_from_list,
+    placement_to_list,
+    spec_from_dict,
+    spec_to_dict,
+)
+
+# Each migration is a list of statements, run in one transaction with the version bump.
+_MIGRATIONS: list[tuple[str, ...]] = [
+    # 1: the first schema
+    (
+        """
+        CREATE TABLE jobs (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                user TEXT NOT NULL,
+                state TEXT NOT NULL,
+                reason TEXT NOT NULL DEFAULT '',
+                qos TEXT NOT NULL,
+                priority INTEGER NOT NULL,
+                spec TEXT NOT NULL,
+                submit_time REAL NOT NULL,
+                start_time REAL,
+                end_time REAL,
+                exit_code INTEGER,
+                restarts INTEGER NOT NULL DEFAULT 0,
+                placement TEXT NOT NULL DEFAULT '[]'
+            )
+        """,
+        """
+        CREATE INDEX jobs_state ON jobs(state)
+        """,
+        """
+        CREATE TABLE runs (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            job_id INTEGER NOT NULL REFERENCES jobs(id),
+            attempt INTEGER NOT NULL,
+            node TEXT NOT NULL,
+            devices TEXT NOT NULL,
+            state TEXT NOT NULL,
+            run_dir TEXT NOT NULL,
+            handle TEXT,
+            start_time REAL,
+            end_time REAL,
+            exit_code INTEGER,
+            reason TEXT NOT NULL DEFAULT ''
+        )
+        """,
+        """
+        CREATE INDEX runs_job ON runs(job_id)
+        """,
+        """
+        CREATE INDEX runs_state ON runs(state)
+        """,
+        """
+        CREATE TABLE events (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            time REAL NOT NULL,
+            job_id INTEGER,
+            node TEXT,
+            kind TEXT NOT NULL,
+            message TEXT NOT NULL,
+            data TEXT
+        )
+        """,
+        """
+        CREATE INDEX events_job ON events(job_id)
+        """,
+        """
+        CREATE TRIGGER events_no_update BEFORE UPDATE ON events
+            BEGIN SELECT RAISE(ABORT, 'events are append-only'); END
+        """,
+        """
+        CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+            BEGIN SELECT RAISE(ABORT, 'events are append-only'); END
+        """,
+        """
+        CREATE TABLE nodes (
+            name TEXT PRIMARY KEY,
+            admin_state TEXT NOT NULL DEFAULT 'UP',
+            admin_reason TEXT NOT NULL DEFAULT ''
+        )
+        """,
+    ),
+]
+
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+# Runs in these states hold devices and are looked up on restart.
+LIVE_RUN_STATES = ("LAUNCHING", "RUNNING", "STOPPING")
+
+
+class Store:
+    """One connection, used from the controller's thread; every public method is one transaction."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a transaction is exactly what we say
+        self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("PRAGMA foreign_keys=ON")
+        self.db.execute("PRAGMA busy_timeout=5000")
+        self._migrate()
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            from hsched.errors import UserError
+
+            raise UserError(
+                f"{self.path}: schema version {version} is newer than this hsched knows ({SCHEMA_VERSION}); "
+                "upgrade hsched or use another HSCHED_HOME"
+            )
+        for v in range(version, SCHEMA_VERSION):
+            with self.tx() as db:
+                for stmt in _MIGRATIONS[v]:
+                    db.execute(stmt)
+                db.execute(f"PRAGMA user_version={v + 1}")
+
+    # ------------------------------------------------------------------------------------------ events
+
+    @staticmethod
+    def _event(db: sqlite3.Connection, now: float, kind: str, message: str, *, job_id: int | None = None,
+               node: str | None = None, data: dict[str, Any] | None = None) -> None:
+        db.execute(
+            "INSERT INTO events(time, job_id, node, kind, message, data) VALUES (?,?,?,?,?,?)",
+            (now, job_id, node, kind, message, json.dumps(data) if data else None),
+        )
+
+    def add_event(self, now: float, kind: str, message: str, *, job_id: int | None = None,
+                  node: str | None = None, data: dict[str, Any] | None = None) -> None:
+        with self.tx() as db:
+            self._event(db, now, kind, message, job_id=job_id, node=node, data=data)
+
+    def events(self, job_id: int | None = None, *, after_id: int = 0, limit: int = 500) -> list[dict[str, Any]]:
+        if job_id is None:
+            rows = self.db.execute(
+                "SELECT * FROM events WHERE id > ? ORDER BY id DESC LIMIT ?", (after_id, limit)
+            ).fetchall()
+            rows = rows[::-1]
+        else:
+            rows = self.db.execute(
+                "SELECT * FROM events WHERE job_id = ? AND id > ? ORDER BY id LIMIT ?", (job_id, after_id, limit)
+            ).fetchall()
+        return [
+            {"id": r["id"], "time": r["time"], "job_id": r["job_id"], "node": r["node"], "kind": r["kind"],
+             "message": r["message"], "data": json.loads(r["data"]) if r["data"] else None}
+            for r in rows
+        ]
+
+    # -------------------------------------------------------------------------------------------- jobs
+
+    def submit(self, spec: JobSpec, user: str, now: float) -> Job:
+        state = JobState.PENDING
+        reason = "JobHeldUser" if spec.hold else "Priority"
+        with self.tx() as db:
+            cur = db.execute(
+                "INSERT INTO jobs(user, state, reason, qos, priority, spec, submit_time) VALUES (?,?,?,?,?,?,?)",
+                (user, state.value, reason, spec.qos, spec.priority, json.dumps(spec_to_dict(spec)), now),
+            )
+            job_id = int(cur.lastrowid or 0)
+            self._event(db, now, "submitted", f"submitted by {user}", job_id=job_id)
+        job = self.get_job(job_id)
+        assert job is not None
+        return job
+
+    def get_job(self, job_id: int) -> Job | None:
+        row = self.db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return _job(row) if row else None
+
+    def jobs(self, *, states: Sequence[JobState] | None = None, limit: int | None = None) -> list[Job]:
+        sql = "SELECT * FROM jobs"
+        args: list[Any] = []
+        if states is not None:
+            sql += f" WHERE state IN ({','.join('?' * len(states))})"
+            args.extend(s.value for s in states)
+        sql += " ORDER BY id"
+        if limit is not None:
+            sql = f"SELECT * FROM ({sql.replace(' ORDER BY id', ' ORDER BY id DESC')} LIMIT {int(limit)}) ORDER BY id"
+        return [_job(r) for r in self.db.execute(sql, args).fetchall()]
+
+    def job_rows(self, *, active_only: bool) -> list[sqlite3.Row]:
+        """Raw rows for the fast queue listing (no dataclass round trip)."""
+        if active_only:
+            terminal = [s.value for s in JobState if s.is_terminal()]
+            return self.db.execute(
+                f"SELECT * FROM jobs WHERE state NOT IN ({','.join('?' * len(terminal))}) ORDER BY id", terminal
+            ).fetchall()
+        return self.db.execute("SELECT * FROM jobs ORDER BY id").fetchall()
+
+    def set_job(self, job_id: int, now: float, *, event: tuple[str, str] | None = None,
+                event_data: dict[str, Any] | None = None, **fields: Any) -> Job:
+        """One transition of one job (and its event) in one transaction."""
+        with self.tx() as db:
+            self._set_job(db, job_id, fields)
+            if event:
+                self._event(db, now, event[0], event[1], job_id=job_id, data=event_data)
+        job = self.get_job(job_id)
+        assert job is not None
+        return job
+
+    @staticmethod
+    def _set_job(db: sqlite3.Connection, job_id: int, fields: dict[str, Any]) -> None:
+        cols, args = [], []
+        for k, v in fields.items():
+            if k == "placement":
+                v = json.dumps(placement_to_list(v))
+            elif isinstance(v, JobState):
+                v = v.value
+            cols.append(f"{k} = ?")
+            args.append(v)
+        if cols:
+            db.execute(f"UPDATE jobs SET {', '.join(cols)} WHERE id = ?", (*args, job_id))
+
+    # -------------------------------------------------------------------------------------------- runs
+
+    def start_run(self, job: Job, placement: Placement, run_dir: str, now: float) -> Run:
+        """Record the intent to launch before launching: the job is LAUNCHING and the run exists."""
+        with self.tx() as db:
+            attempt = db.execute("SELECT COUNT(*) FROM runs WHERE job_id = ?", (job.id,)).fetchone()[0] + 1
+            cur = db.execute(
+                "INSERT INTO runs(job_id, attempt, node, devices, state, run_dir, start_time) VALUES (?,?,?,?,?,?,?)",
+                (job.id, attempt, placement.node, json.dumps(list(placement.devices)), "LAUNCHING", run_dir, now),
+            )
+            run_id = int(cur.lastrowid or 0)
+            self._set_job(db, job.id, {"state": JobState.LAUNCHING, "reason": "", "placement": (placement,)})
+            self._event(db, now, "placed", f"placed on {placement.node}: {placement.explanation}".rstrip(": "),
+                        job_id=job.id, node=placement.node, data={"devices": list(placement.devices)})
+        run = self.get_run(run_id)
+        assert run is not None
+        return run
+
+    def run_launched(self, run: Run, handle: RunHandle, now: float) -> None:
+        with self.tx() as db:
+            db.execute("UPDATE runs SET state = 'RUNNING', handle = ? WHERE id = ?",
+                       (json.dumps(handle_to_dict(handle)), run.id))
+            job = db.execute("SELECT start_time, state FROM jobs WHERE id = ?", (run.job_id,)).fetchone()
+            fields: dict[str, Any] = {}
+            if job["state"] == JobState.LAUNCHING.value:
+                fields["state"] = JobState.RUNNING
+            if job["start_time"] is None:
+                fields["start_time"] = now
+            self._set_job(db, run.job_id, fields)
+            self._event(db, now, "started", f"run {run.attempt} started on {run.node} (pid {handle.pid})",
+                        job_id=run.job_id, node=run.node)
+
+    def end_run(self, run: Run, now: float, *, run_state: str, exit_code: int | None, reason: str,
+                job_fields: dict[str, Any], event: tuple[str, str]) -> None:
+        """The run ended: record the run and the job's next state together."""
+        with self.tx() as db:
+            db.execute("UPDATE runs SET state = ?, end_time = ?, exit_code = ?, reason = ? WHERE id = ?",
+                       (run_state, now, exit_code, reason, run.id))
+            self._set_job(db, run.job_id, job_fields)
+            self._event(db, now, event[0], event[1], job_id=run.job_id, node=run.node,
+                        data={"exit_code": exit_code, "run": run.attempt})
+
+    def set_run_state(self, run_id: int, state: str) -> None:
+        with self.tx() as db:
+            db.execute("UPDATE runs SET state = ? WHERE id = ?", (state, run_id))
+
+    def get_run(self, run_id: int) -> Run | None:
+        row = self.db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return _run(row) if row else None
+
+    def runs(self, job_id: int) -> list[Run]:
+        return [_run(r) for r in self.db.execute("SELECT * FROM runs WHERE job_id = ? ORDER BY id", (job_id,))]
+
+    def live_runs(self) -> list[Run]:
+        marks = ",".join("?" * len(LIVE_RUN_STATES))
+        return [_run(r) for r in self.db.execute(f"SELECT * FROM runs WHERE state IN ({marks}) ORDER BY id",
+                                                 LIVE_RUN_STATES)]
+
+    # ------------------------------------------------------------------------------------------- nodes
+
+    def node_admin(self) -> dict[str, tuple[NodeState, str]]:
+        return {r["name"]: (NodeState(r["admin_state"]), r["admin_reason"])
+                for r in self.db.execute("SELECT * FROM nodes")}
+
+    def set_node_admin(self, name: str, state: NodeState, reason: str, now: float) -> None:
+        with self.tx() as db:
+            db.execute(
+                "INSERT INTO nodes(name, admin_state, admin_reason) VALUES (?,?,?) "
+                "ON CONFLICT(name) DO UPDATE SET admin_state = excluded.admin_state, "
+                "admin_reason = excluded.admin_reason",
+                (name, state.value, reason),
+            )
+            self._event(db, now, "node", f"{name} {state.value.lower()}" + (f": {reason}" if reason else ""),
+                        node=name)
+
+
+def _job(row: sqlite3.Row) -> Job:
+    return Job(
+        id=row["id"],
+        spec=spec_from_dict(json.loads(row["spec"])),
+        user=row["user"],
+        state=JobState(row["state"]),
+        reason=row["reason"],
+        submit_time=row["submit_time"],
+        start_time=row["start_time"],
+        end_time=row["end_time"],
+        exit_code=row["exit_code"],
+        restarts=row["restarts"],
+        placement=placement_from_list(json.loads(row["placement"])),
+    )
+
+
+def _run(row: sqlite3.Row) -> Run:
+    return Run(
+        id=row["id"],
+        job_id=row["job_id"],
+        attempt=row["attempt"],
+        node=row["node"],
+        devices=tuple(json.loads(row["devices"])),
+        state=row["state"],
+        run_dir=row["run_dir"],
+        handle=handle_from_dict(json.loads(row["handle"])) if row["handle"] else None,
+        start_time=row["start_time"],
+        end_time=row["end_time"],
+        exit_code=row["exit_code"],
+        reason=row["reason"],
+    )
