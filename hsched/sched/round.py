@@ -1,0 +1,171 @@
+"""One scheduling round: the function the live controller and the simulator both call.
+
+    decision = schedule_round(policy, inp, servers)
+
+The policy orders the jobs and names acceptable GPU types; this function grants GPUs gang by gang (all or
+nothing, counted per type), keeps running jobs where they are when the policy still wants them on that
+type, preempts the running jobs a preemptive plan leaves out, and asks the placer for devices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from hsched.model import EndReason
+from hsched.sched.placement import PackingPlacer, Placer
+from hsched.sched.policy import AnyPolicy
+from hsched.sched.throughput import ThroughputModel
+from hsched.sched.view import JobView, OracleInput, Plan, PolicyInput, RoundDecision, ServerView, Start, Want
+
+_DEFAULT_PLACER = PackingPlacer()
+
+
+def build_input(
+    now: float,
+    jobs: Iterable[JobView],
+    servers: Sequence[ServerView],
+    throughput: ThroughputModel,
+    *,
+    checkpoint_cost_s: float = 0.0,
+    round_s: float = 360.0,
+    user_usage: Mapping[str, float] | None = None,
+) -> PolicyInput:
+    """Assemble a PolicyInput: capacity per GPU type from the servers, types ordered fastest first."""
+    capacity: dict[str, int] = {}
+    for s in servers:
+        capacity[s.gpu_type] = capacity.get(s.gpu_type, 0) + len(s.devices)
+    return PolicyInput(
+        now=now,
+        jobs=tuple(jobs),
+        capacity=capacity,
+        gpu_types=throughput.order_types(capacity),
+        throughput=throughput,
+        checkpoint_cost_s=checkpoint_cost_s,
+        round_s=round_s,
+        user_usage=dict(user_usage or {}),
+    )
+
+
+def schedule_round(
+    policy: AnyPolicy,
+    inp: PolicyInput,
+    servers: Sequence[ServerView],
+    *,
+    remaining_s: Mapping[int, float] | None = None,
+    placer: Placer | None = None,
+) -> RoundDecision:
+    """Run one round.
+
+    Args:
+        policy: from `make_policy(name)`.
+        inp: what the policy may see (`build_input`).
+        servers: the servers that are up; their devices are all the GPUs there are.
+        remaining_s: remaining seconds per job on its fastest type; read only by clairvoyant (`*-oracle`)
+            policies and required for them. A non-clairvoyant policy never receives it.
+        placer: chooses devices for a gang on one GPU type (default: consolidating best fit).
+
+    Returns:
+        Which running jobs to stop, which jobs to start or move (with devices), and why the rest wait.
+    """
+    if policy.clairvoyant:
+        if remaining_s is None:
+            raise ValueError(f"policy {policy.name!r} is clairvoyant and needs remaining_s")
+        plan = policy.plan(OracleInput(inp, remaining_s))  # type: ignore[arg-type]
+    else:
+        plan = policy.plan(inp)  # type: ignore[arg-type]
+    return apply_plan(plan, inp, servers, placer or _DEFAULT_PLACER)
+
+
+def _choose_type(job: JobView, want: Want, caps: Mapping[str, int], inp: PolicyInput) -> str | None:
+    if want.types:
+        for t in want.types:
+            if caps.get(t, 0) >= job.gpus and job.allows(t):
+                return t
+        return None
+    # Heterogeneity-unaware: stay put, else any type with room, picked pseudo-randomly but reproducibly from
+    # the job id (Gavel's base FIFO picks a random available worker type; a blind scheduler sees one pool).
+    if job.gpu_type is not None and caps.get(job.gpu_type, 0) >= job.gpus:
+        return job.gpu_type
+    rel = inp.throughput.rel_speeds(job.job_type, job.gpus, inp.gpu_types)
+    room = [t for t in inp.gpu_types if rel.get(t, 0.0) > 0 and job.allows(t) and caps.get(t, 0) >= job.gpus]
+    if not room:
+        return None
+    return room[_mix(job.id) % len(room)]
+
+
+def _mix(n: int) -> int:
+    """A fixed integer hash (splitmix64 finaliser): Python's hash() of ints is the identity."""
+    z = (n + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return z ^ (z >> 31)
+
+
+def apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], placer: Placer) -> RoundDecision:
+    """Turn a policy's plan into stops, starts and moves with concrete devices."""
+    jobs = {j.id: j for j in inp.jobs}
+    caps = dict(inp.capacity)
+    fixed: set[int] = set()
+    if not plan.preempt:
+        for j in inp.jobs:
+            if j.running and j.gpu_type is not None:
+                caps[j.gpu_type] = caps.get(j.gpu_type, 0) - j.gpus
+                fixed.add(j.id)
+    granted: dict[int, str] = {}
+    considered: set[int] = set()
+    for w in plan.wants:
+        j = jobs.get(w.job_id)
+        if j is None or j.id in fixed or j.id in granted:
+            continue
+        considered.add(j.id)
+        t = _choose_type(j, w, caps, inp)
+        if t is None:
+            if plan.strict:
+                break
+            continue
+        caps[t] -= j.gpus
+        granted[j.id] = t
+
+    preempt: list[int] = []
+    keep: list[JobView] = []
+    to_place: list[tuple[JobView, str]] = []
+    for j in inp.jobs:
+        if j.running:
+            if j.id in fixed or granted.get(j.id) == j.gpu_type:
+                keep.append(j)
+            elif j.id in granted:
+                to_place.append((j, granted[j.id]))
+            else:
+                preempt.append(j.id)
+        elif j.id in granted:
+            to_place.append((j, granted[j.id]))
+
+    used = {d for j in keep for p in j.placement for d in p.devices}
+    free: dict[str, list[str]] = {s.name: [d for d in s.devices if d not in used] for s in servers}
+    by_type: dict[str, list[ServerView]] = {}
+    for s in servers:
+        by_type.setdefault(s.gpu_type, []).append(s)
+    rank = {w.job_id: i for i, w in enumerate(plan.wants)}
+    # big gangs first so that small jobs do not fragment the servers they need
+    to_place.sort(key=lambda jt: (-jt[0].gpus, rank.get(jt[0].id, 0)))
+    starts: list[Start] = []
+    unplaced: set[int] = set()
+    for j, t in to_place:
+        where = placer.place(j.gpus, by_type.get(t, []), free, j.max_servers)
+        if where is None:
+            unplaced.add(j.id)
+            if j.running:
+                preempt.append(j.id)
+            continue
+        for p in where:
+            taken = set(p.devices)
+            free[p.node] = [d for d in free[p.node] if d not in taken]
+        starts.append(Start(j.id, t, where, migrate=j.running))
+    starts.sort(key=lambda s: rank.get(s.job_id, 0))
+
+    waiting = {
+        j.id: (EndReason.RESOURCES if j.id in considered or j.id in unplaced else EndReason.PRIORITY).value
+        for j in inp.jobs
+        if (not j.running and j.id not in granted) or j.id in unplaced
+    }
+    return RoundDecision(preempt=tuple(preempt), starts=tuple(starts), waiting=waiting)

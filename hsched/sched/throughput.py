@@ -1,0 +1,177 @@
+"""Throughput knowledge: how fast a job of type T at scale s runs on each GPU type.
+
+The table is Gavel's `simulation_throughputs.json` shape (steps per second, per GPU type, per (job type,
+scale)); live mode can build the same table from the model list and measured history. Jobs the table does
+not know fall back to a prior: one relative speed per GPU type (measured from the table itself where it has
+that type, else a rough built-in figure for common models), so an unknown job still prefers faster GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+# Rough training speed relative to a V100, for GPU types no table has measured. Matched by case-insensitive
+# substring of the device model, longest key first, so "a100" does not match "a10".
+BUILTIN_SPEED_PRIOR: Mapping[str, float] = {
+    "b200": 5.0, "h200": 3.4, "h100": 3.0, "gh200": 3.2, "mi300": 2.8, "a100": 2.0, "mi250": 1.6,
+    "l40s": 1.6, "l40": 1.3, "a6000": 1.2, "4090": 1.3, "3090": 0.9, "a40": 1.0, "a30": 0.9, "v100": 1.0,
+    "a10": 0.7, "l4": 0.6, "t4": 0.45, "p100": 0.6, "titan": 0.7, "2080": 0.6, "p40": 0.5, "k80": 0.25,
+}
+
+Key = tuple[str, int]
+
+
+def _prior_lookup(gpu_type: str, prior: Mapping[str, float]) -> float:
+    low = gpu_type.lower()
+    if low in prior:
+        return prior[low]
+    for name in sorted(prior, key=len, reverse=True):
+        if name in low:
+            return prior[name]
+    return 1.0
+
+
+class ThroughputModel:
+    """Per (job type, scale, GPU type) throughput, with a prior for what the table lacks.
+
+    Pure and deterministic; results are memoised because the simulator asks the same questions every round.
+
+    Args:
+        table: gpu_type -> {(job_type, scale): rate} for jobs packed on one server.
+        spanned: the same for a gang spread over servers (Gavel's `*_unconsolidated`); missing entries fall
+            back to the consolidated rate.
+        prior: relative speed per GPU type for unknown jobs (defaults to measured-from-table or built-in).
+        reference_type: when set, a job type absent from the table runs at prior[t] / prior[reference] work
+            units per second (traces that give durations in seconds on some reference GPU). When None, such a
+            job has no rate, and the simulator reports it as unschedulable.
+    """
+
+    def __init__(
+        self,
+        table: Mapping[str, Mapping[Key, float]] | None = None,
+        spanned: Mapping[str, Mapping[Key, float]] | None = None,
+        prior: Mapping[str, float] | None = None,
+        reference_type: str | None = None,
+    ) -> None:
+        self._table = {t.lower(): dict(v) for t, v in (table or {}).items()}
+        self._spanned = {t.lower(): dict(v) for t, v in (spanned or {}).items()}
+        self._known_types: set[str] = {k[0] for v in self._table.values() for k in v}
+        measured = self._measured_prior()
+        self._prior = {**BUILTIN_SPEED_PRIOR, **measured, **{k.lower(): v for k, v in (prior or {}).items()}}
+        self.reference_type = reference_type.lower() if reference_type else None
+        self._rate_cache: dict[tuple[str, int, str, bool], float | None] = {}
+        self._rel_cache: dict[tuple[str, int, tuple[str, ...]], dict[str, float]] = {}
+
+    @classmethod
+    def from_gavel_json(cls, data: Mapping[str, Mapping[str, Mapping[str, object]]]) -> ThroughputModel:
+        """Build from Gavel's JSON: {"v100": {"('ResNet-50 (batch size 64)', 1)": {"null": 4.39, ...}}}."""
+        table: dict[str, dict[Key, float]] = {}
+        spanned: dict[str, dict[Key, float]] = {}
+        for gpu_type, entries in data.items():
+            target = table
+            name = gpu_type
+            if gpu_type.endswith("_unconsolidated"):
+                target, name = spanned, gpu_type.removesuffix("_unconsolidated")
+            rates = target.setdefault(name, {})
+            for raw_key, val in entries.items():
+                key = parse_gavel_key(raw_key)
+                alone = val.get("null") if isinstance(val, Mapping) else val
+                if key is not None and isinstance(alone, int | float) and alone > 0:
+                    rates[key] = float(alone)
+        return cls(table, spanned)
+
+    def _measured_prior(self) -> dict[str, float]:
+        """Geometric-mean speed of each table type relative to V100 (or the first type), single-GPU jobs."""
+        if not self._table:
+            return {}
+        base = "v100" if "v100" in self._table else sorted(self._table)[0]
+        base_speed = BUILTIN_SPEED_PRIOR.get(base, 1.0)
+        out: dict[str, float] = {}
+        for t, rates in self._table.items():
+            logs = [math.log(r / self._table[base][k]) for k, r in rates.items()
+                    if k[1] == 1 and self._table[base].get(k)]
+            if logs:
+                out[t] = base_speed * math.exp(sum(logs) / len(logs))
+        return out
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        return tuple(self._table)
+
+    def known_keys(self) -> tuple[Key, ...]:
+        """Every (job type, scale) the table has a rate for on some GPU type, sorted."""
+        return tuple(sorted({k for v in self._table.values() for k in v}))
+
+    def knows(self, job_type: str) -> bool:
+        return job_type in self._known_types
+
+    def prior_speed(self, gpu_type: str) -> float:
+        return _prior_lookup(gpu_type, self._prior)
+
+    def order_types(self, gpu_types: Iterable[str]) -> tuple[str, ...]:
+        """Fastest first by the prior; ties by name so the order is deterministic."""
+        return tuple(sorted(set(gpu_types), key=lambda t: (-self.prior_speed(t), t)))
+
+    def rate(self, job_type: str, gpus: int, gpu_type: str, spans: bool = False) -> float | None:
+        """Work units per second for the whole gang, or None when this job cannot run on this type."""
+        key = (job_type, gpus, gpu_type, spans)
+        try:
+            return self._rate_cache[key]
+        except KeyError:
+            pass
+        t = gpu_type.lower()
+        out: float | None
+        if job_type in self._known_types:
+            out = self._table.get(t, {}).get((job_type, gpus))
+            if spans and out is not None:
+                out = self._spanned.get(t, {}).get((job_type, gpus), out)
+        elif self.reference_type is not None:
+            out = self.prior_speed(t) / self.prior_speed(self.reference_type)
+        else:
+            out = None
+        self._rate_cache[key] = out
+        return out
+
+    def rel_speeds(self, job_type: str, gpus: int, gpu_types: tuple[str, ...]) -> dict[str, float]:
+        """Speed on each type relative to this job's fastest type (1.0); 0.0 where it cannot run.
+
+        Unknown jobs use the prior, so a policy always has a preference even without measurements.
+        """
+        key = (job_type, gpus, gpu_types)
+        hit = self._rel_cache.get(key)
+        if hit is not None:
+            return hit
+        raw: dict[str, float] = {}
+        for t in gpu_types:
+            r = self.rate(job_type, gpus, t) if job_type in self._known_types else self.prior_speed(t)
+            raw[t] = r or 0.0
+        top = max(raw.values(), default=0.0)
+        out = {t: (r / top if top > 0 else 0.0) for t, r in raw.items()}
+        self._rel_cache[key] = out
+        return out
+
+    def fastest_rate(self, job_type: str, gpus: int, gpu_types: Iterable[str]) -> float | None:
+        rates = [r for t in gpu_types if (r := self.rate(job_type, gpus, t)) is not None]
+        return max(rates) if rates else None
+
+
+def parse_gavel_key(raw: str) -> Key | None:
+    """"('ResNet-50 (batch size 64)', 1)" -> ("ResNet-50 (batch size 64)", 1); None for "null" or junk.
+
+    Parsed by hand rather than with eval/literal_eval: job names contain parentheses and the file is input.
+    """
+    s = raw.strip()
+    if not (s.startswith("(") and s.endswith(")")):
+        return None
+    body = s[1:-1]
+    comma = body.rfind(",")
+    if comma < 0:
+        return None
+    name, scale = body[:comma].strip(), body[comma + 1:].strip()
+    if len(name) < 2 or name[0] not in "'\"" or name[-1] != name[0]:
+        return None
+    try:
+        return name[1:-1], int(scale)
+    except ValueError:
+        return None

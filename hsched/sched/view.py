@@ -1,0 +1,164 @@
+"""What a policy may see, and what a round decides: frozen data, no I/O.
+
+Non-clairvoyance is structural. `JobView` carries what a real scheduler knows about a job (its request, its
+QoS, how long it has run and how much normalised service it has received) and nothing about how much work is
+left or how long it will take: there is no such field to read. Only a clairvoyant policy (whose name ends in
+`-oracle`) is handed an `OracleInput`, which adds a separate table of remaining times; the round builds that
+table only for such policies.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from hsched.model import DEFAULT_QOS, Placement
+from hsched.sched.throughput import ThroughputModel
+
+# QoS classes in the order they are served; a job of an earlier class may preempt one of a later class.
+QOS_RANK: Mapping[str, int] = {"prod": 0, "normal": 1, "scavenger": 2}
+
+
+def qos_rank(qos: str) -> int:
+    """Unknown classes rank with `normal`: a typo must not make a job jump the queue."""
+    return QOS_RANK.get(qos, QOS_RANK[DEFAULT_QOS])
+
+
+class JobPhase(enum.StrEnum):
+    """The two states the scheduling core cares about; the controller maps its richer JobState onto them."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """One active job as a policy sees it. Deliberately no remaining work, duration or step count.
+
+    Attributes:
+        id: stable job id.
+        job_type: key into the throughput table (e.g. "ResNet-50 (batch size 64)"); "" when unknown.
+        gpus: GPUs the job needs, all at once (a gang).
+        arrival_s: submit time, seconds on the scheduler's clock.
+        phase: PENDING or RUNNING.
+        gpu_type: the GPU type it runs on (RUNNING only).
+        placement: where it runs (RUNNING only).
+        run_start_s: when its current run started (RUNNING only).
+        run_s: wall seconds it has held GPUs, over all runs.
+        service_s: attained service in seconds-on-its-fastest-GPU-type (normalised progress).
+        restarts: times it was preempted or migrated.
+        time_limit_s: the user's declared limit, an estimate that backfill may use; None when not given.
+        max_servers: 1 when the gang must sit on one server; None when it may span servers (slower).
+        gpu_types: allowed GPU types; empty means any.
+    """
+
+    id: int
+    job_type: str
+    gpus: int
+    arrival_s: float
+    phase: JobPhase = JobPhase.PENDING
+    qos: str = DEFAULT_QOS
+    priority: int = 0
+    user: str = ""
+    gpu_type: str | None = None
+    placement: tuple[Placement, ...] = ()
+    run_start_s: float | None = None
+    run_s: float = 0.0
+    service_s: float = 0.0
+    restarts: int = 0
+    time_limit_s: float | None = None
+    max_servers: int | None = None
+    gpu_types: tuple[str, ...] = ()
+
+    @property
+    def running(self) -> bool:
+        return self.phase is JobPhase.RUNNING
+
+    def allows(self, gpu_type: str) -> bool:
+        return not self.gpu_types or gpu_type in self.gpu_types
+
+
+@dataclass(frozen=True, slots=True)
+class ServerView:
+    """One server (node) of one GPU type. `link` is the weakest link inside it ("nvlink" or "pcie")."""
+
+    name: str
+    gpu_type: str
+    devices: tuple[str, ...]
+    link: str = "nvlink"
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyInput:
+    """Everything a non-clairvoyant policy is given for one round."""
+
+    now: float
+    jobs: tuple[JobView, ...]
+    """Pending and running jobs, in arrival order."""
+    capacity: Mapping[str, int]
+    """GPUs per type on servers that are up."""
+    gpu_types: tuple[str, ...]
+    """The fleet's GPU types, fastest first (by the throughput model's prior)."""
+    throughput: ThroughputModel
+    checkpoint_cost_s: float = 0.0
+    round_s: float = 360.0
+    user_usage: Mapping[str, float] = field(default_factory=dict)
+    """Decayed GPU-seconds per user, for fair share; empty when there is one user."""
+
+
+@dataclass(frozen=True, slots=True)
+class OracleInput:
+    """A clairvoyant policy's input: the ordinary one plus remaining seconds on each job's fastest type."""
+
+    base: PolicyInput
+    remaining_s: Mapping[int, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Want:
+    """A job the policy wants running, with the GPU types it accepts, best first.
+
+    Empty `types` means the policy is heterogeneity-unaware: the job stays on its current type if running,
+    else it takes the type with the most GPUs left (as if picking any free GPU from one pool).
+    """
+
+    job_id: int
+    types: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A policy's answer: wanted jobs in priority order, and how the round may act on it.
+
+    preempt: running jobs not granted GPUs may be stopped (time-sharing); else running jobs keep theirs.
+    strict: stop at the first wanted job that does not fit (FIFO head-of-line blocking); else skip it.
+    """
+
+    wants: tuple[Want, ...]
+    preempt: bool = False
+    strict: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Start (or, with `migrate`, move) a job: its GPU type and placement on one or more servers."""
+
+    job_id: int
+    gpu_type: str
+    placement: tuple[Placement, ...]
+    migrate: bool = False
+
+    @property
+    def spans(self) -> bool:
+        return len(self.placement) > 1
+
+
+@dataclass(frozen=True, slots=True)
+class RoundDecision:
+    """What the controller or simulator must do now. Stopping comes before starting."""
+
+    preempt: tuple[int, ...] = ()
+    starts: tuple[Start, ...] = ()
+    waiting: Mapping[int, str] = field(default_factory=dict)
+    """Why each pending job that did not start waits (squeue-style reason)."""

@@ -1,0 +1,345 @@
+"""The discrete-event simulator: a simulated clock driving the very round function the controller calls.
+
+Events are arrivals, completions and, for time-sharing policies, the end of a round (quantum) while jobs
+wait. Between events every running job progresses at its throughput on its GPU type (lower when a gang
+spans servers or sits on a server without NVLink). A job that is preempted or moved pays the checkpoint
+cost when it resumes: it holds its GPUs for that many seconds without progress. The simulator alone knows
+each job's remaining work; policies get `JobView`s built from what a real controller could observe.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hsched.model import Placement
+from hsched.sched.placement import Placer
+from hsched.sched.policy import AnyPolicy
+from hsched.sched.round import build_input, schedule_round
+from hsched.sched.view import JobPhase, JobView, ServerView, Start
+from hsched.sim.metrics import JobRecord, SimResult, lower_bounds, summarize
+from hsched.sim.trace import Trace, TraceJob
+
+
+@dataclass(frozen=True, slots=True)
+class SimCosts:
+    """Settable costs. All neutral by default, for like-for-like comparisons with published simulators.
+
+    checkpoint_s: seconds a preempted or moved job holds its new GPUs without progress when it resumes
+        (checkpoint plus restore).
+    span_factor: throughput multiplier for a gang spread over servers, on top of the table's own
+        "unconsolidated" rate where it has one.
+    pcie_factor: throughput multiplier for a multi-GPU gang on a server whose GPUs lack NVLink.
+    """
+
+    checkpoint_s: float = 0.0
+    span_factor: float = 1.0
+    pcie_factor: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    round_s: float = 360.0
+    costs: SimCosts = field(default_factory=SimCosts)
+    max_time_s: float | None = None
+    """Stop the clock here (jobs still active are reported unfinished)."""
+
+
+class _Job:
+    """Mutable simulator-side state of one job (never handed to a policy)."""
+
+    __slots__ = (
+        "arrived", "busy_until", "end", "fastest_rate", "finish_at", "first_start", "gpu_type", "last_type",
+        "migrations",
+        "overhead_s", "placement", "rate", "rel", "remaining", "restarts", "run_s", "run_start", "service_s",
+        "span_servers", "tj", "version", "view",
+    )
+
+    def __init__(self, tj: TraceJob, fastest_rate: float) -> None:
+        self.tj = tj
+        self.remaining = tj.work
+        self.fastest_rate = fastest_rate
+        self.gpu_type: str | None = None
+        self.last_type = ""
+        self.placement: tuple[Placement, ...] = ()
+        self.rate = 0.0
+        self.rel = 0.0  # rate / fastest_rate on the current placement
+        self.run_start = 0.0
+        self.busy_until = 0.0
+        self.finish_at = math.inf
+        self.first_start: float | None = None
+        self.end: float | None = None
+        self.run_s = 0.0
+        self.service_s = 0.0
+        self.restarts = 0
+        self.migrations = 0
+        self.overhead_s = 0.0
+        self.span_servers = 0
+        self.version = 0
+        self.arrived = 0.0  # integral of active-job count at arrival (for the FTF metric)
+        self.view: JobView | None = None
+
+
+class Simulator:
+    """Replays a trace on a set of servers under one policy.
+
+    Args:
+        trace: jobs and the throughput model.
+        servers: the simulated fleet (`parse_cluster`).
+        policy: from `make_policy`.
+        config: round length and costs.
+        placer: device chooser; default consolidating best fit.
+        progress: called now and then with (jobs finished, jobs total) for a progress bar.
+    """
+
+    def __init__(
+        self,
+        trace: Trace,
+        servers: tuple[ServerView, ...],
+        policy: AnyPolicy,
+        config: SimConfig | None = None,
+        placer: Placer | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.trace = trace
+        self.servers = servers
+        self.policy = policy
+        self.config = config or SimConfig()
+        self.placer = placer
+        self.progress = progress
+        self.model = trace.throughput
+        self.capacity: dict[str, int] = {}
+        for s in servers:
+            self.capacity[s.gpu_type] = self.capacity.get(s.gpu_type, 0) + len(s.devices)
+        self.total_gpus = sum(self.capacity.values())
+        self.server_link = {s.name: s.link for s in servers}
+        self.types = self.model.order_types(self.capacity)
+
+    # ------------------------------------------------------------------ feasibility
+
+    def classify(self) -> tuple[list[_Job], list[tuple[TraceJob, str]]]:
+        """Split the trace into jobs this fleet can run and jobs it never can (with the reason)."""
+        biggest = {t: n for t, n in self.capacity.items()}
+        ok: list[_Job] = []
+        bad: list[tuple[TraceJob, str]] = []
+        for tj in self.trace.jobs:
+            rates = [self._best_rate(tj, t) for t in self.types if biggest[t] >= tj.gpus]
+            known = [r for r in rates if r]
+            if not known:
+                if all(self.model.rate(tj.job_type, tj.gpus, t) is None for t in self.types):
+                    reason = f"no throughput for ({tj.job_type!r}, {tj.gpus}) on any GPU type"
+                else:
+                    reason = f"needs {tj.gpus} GPUs of one type; the largest type has {max(biggest.values())}"
+                bad.append((tj, reason))
+                continue
+            ok.append(_Job(tj, max(known)))
+        return ok, bad
+
+    def _best_rate(self, tj: TraceJob, gpu_type: str) -> float | None:
+        r = self.model.rate(tj.job_type, tj.gpus, gpu_type)
+        if r is None:
+            return None
+        spans = self.model.rate(tj.job_type, tj.gpus, gpu_type, spans=True)
+        return max(r, spans or 0.0)
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self) -> SimResult:
+        wall0 = time.perf_counter()
+        jobs, bad = self.classify()
+        cfg = self.config
+        arrivals = sorted(jobs, key=lambda j: (j.tj.arrival_s, j.tj.id))
+        active: dict[int, _Job] = {}
+        running: dict[int, _Job] = {}
+        heap: list[tuple[float, int, int]] = []
+        done: list[_Job] = []
+        now = 0.0
+        ai = 0
+        last_round = -math.inf
+        rounds = preemptions = 0
+        busy_gpu_s = 0.0
+        lost_gpu_s = 0.0
+        active_integral = 0.0
+        usage: dict[str, float] = {}
+        users = {j.tj.user for j in jobs}
+        oracle = self.policy.clairvoyant
+        time_sharing = self.policy.time_sharing
+        total = len(jobs)
+        tick = max(1, total // 100)
+
+        def stop(j: _Job, t: float) -> None:
+            nonlocal busy_gpu_s
+            progressed = max(0.0, t - j.busy_until)
+            j.remaining = max(0.0, j.remaining - j.rate * progressed)
+            j.service_s += j.rel * progressed
+            held = t - j.run_start
+            j.run_s += held
+            busy_gpu_s += held * j.tj.gpus
+            if len(users) > 1:
+                usage[j.tj.user] = usage.get(j.tj.user, 0.0) + held * j.tj.gpus
+            j.version += 1
+            j.gpu_type, j.placement, j.rate, j.rel, j.finish_at = None, (), 0.0, 0.0, math.inf
+            j.view = None
+            del running[j.tj.id]
+
+        def start(j: _Job, s: Start, t: float) -> None:
+            nonlocal lost_gpu_s
+            spans = s.spans
+            rate = self.model.rate(j.tj.job_type, j.tj.gpus, s.gpu_type, spans=spans)
+            if not rate:
+                raise RuntimeError(f"policy put job {j.tj.id} on {s.gpu_type}, where it cannot run")
+            if spans:
+                rate *= cfg.costs.span_factor
+            if j.tj.gpus > 1 and any(self.server_link.get(p.node) == "pcie" for p in s.placement):
+                rate *= cfg.costs.pcie_factor
+            overhead = cfg.costs.checkpoint_s if j.run_s > 0 else 0.0
+            j.overhead_s += overhead
+            lost_gpu_s += overhead * j.tj.gpus
+            j.gpu_type, j.placement, j.rate, j.rel = s.gpu_type, s.placement, rate, rate / j.fastest_rate
+            j.span_servers = len(s.placement)
+            j.last_type = s.gpu_type
+            j.run_start = t
+            j.busy_until = t + overhead
+            j.finish_at = j.busy_until + j.remaining / rate
+            if j.first_start is None:
+                j.first_start = t
+            j.version += 1
+            j.view = None
+            running[j.tj.id] = j
+            heapq.heappush(heap, (j.finish_at, j.tj.id, j.version))
+
+        def view(j: _Job, t: float) -> JobView:
+            tj = j.tj
+            if j.gpu_type is None:
+                if j.view is None:
+                    j.view = JobView(tj.id, tj.job_type, tj.gpus, tj.arrival_s, JobPhase.PENDING, tj.qos,
+                                     tj.priority, tj.user, None, (), None, j.run_s, j.service_s, j.restarts,
+                                     tj.time_limit_s, tj.max_servers)
+                return j.view
+            return JobView(tj.id, tj.job_type, tj.gpus, tj.arrival_s, JobPhase.RUNNING, tj.qos, tj.priority,
+                           tj.user, j.gpu_type, j.placement, j.run_start, j.run_s + (t - j.run_start),
+                           j.service_s + j.rel * max(0.0, t - j.busy_until), j.restarts, tj.time_limit_s,
+                           tj.max_servers)
+
+        while ai < len(arrivals) or active:
+            t_arr = arrivals[ai].tj.arrival_s if ai < len(arrivals) else math.inf
+            while heap and (heap[0][1] not in running or running[heap[0][1]].version != heap[0][2]):
+                heapq.heappop(heap)
+            t_done = heap[0][0] if heap else math.inf
+            t_q = math.inf
+            if time_sharing and len(running) < len(active):
+                t_q = last_round + cfg.round_s
+            t = min(t_arr, t_done, t_q)
+            if math.isinf(t):
+                break  # only jobs that can never start are left; the policy keeps refusing them
+            if cfg.max_time_s is not None and t > cfg.max_time_s:
+                now = cfg.max_time_s
+                break
+            t = max(t, now)
+            active_integral += len(active) * (t - now)
+            now = t
+            event = False
+            while heap and heap[0][0] <= now + 1e-9:
+                _, jid, ver = heapq.heappop(heap)
+                j = running.get(jid)
+                if j is None or j.version != ver:
+                    continue
+                stop(j, now)
+                j.remaining = 0.0
+                j.end = now
+                j.arrived = active_integral - j.arrived
+                del active[jid]
+                done.append(j)
+                event = True
+                if self.progress and len(done) % tick == 0:
+                    self.progress(len(done), total)
+            while ai < len(arrivals) and arrivals[ai].tj.arrival_s <= now:
+                j = arrivals[ai]
+                j.arrived = active_integral
+                active[j.tj.id] = j
+                ai += 1
+                event = True
+            if not event and now < t_q:
+                continue
+            if not active:
+                continue
+            inp = build_input(
+                now, (view(j, now) for j in active.values()), self.servers, self.model,
+                checkpoint_cost_s=cfg.costs.checkpoint_s, round_s=cfg.round_s,
+                user_usage=usage if len(users) > 1 else None,
+            )
+            remaining = None
+            if oracle:
+                remaining = {
+                    j.tj.id: (j.remaining - (j.rate * max(0.0, now - j.busy_until) if j.gpu_type else 0.0))
+                    / j.fastest_rate
+                    for j in active.values()
+                }
+            decision = schedule_round(self.policy, inp, self.servers, remaining_s=remaining, placer=self.placer)
+            rounds += 1
+            last_round = now
+            for jid in decision.preempt:
+                j = active[jid]
+                if j.gpu_type is not None:
+                    stop(j, now)
+                    j.restarts += 1
+                    preemptions += 1
+            for s in decision.starts:
+                j = active[s.job_id]
+                if j.gpu_type is not None:
+                    stop(j, now)
+                    j.restarts += 1
+                    j.migrations += 1
+                start(j, s, now)
+            if not running and ai == len(arrivals):
+                break  # nothing runs, nothing will arrive, and the policy starts nothing: stuck for good
+
+        for j in list(running.values()):
+            stop(j, now)
+        records = [self._record(j) for j in done]
+        unfinished = sorted(j.tj.id for j in active.values())
+        lb_avg, lb_makespan = lower_bounds([j.tj for j in jobs], [j.fastest_rate for j in jobs], self.total_gpus)
+        return summarize(
+            records,
+            policy=self.policy.name,
+            trace=self.trace.source,
+            capacity=self.capacity,
+            unschedulable=[(tj.id, tj.name, reason) for tj, reason in bad],
+            unfinished=unfinished,
+            rounds=rounds,
+            preemptions=preemptions,
+            busy_gpu_s=busy_gpu_s,
+            lost_gpu_s=lost_gpu_s,
+            end_s=now,
+            lower_bound_avg_jct_s=lb_avg,
+            lower_bound_makespan_s=lb_makespan,
+            wall_s=time.perf_counter() - wall0,
+        )
+
+    def _record(self, j: _Job) -> JobRecord:
+        tj = j.tj
+        assert j.end is not None and j.first_start is not None
+        jct = j.end - tj.arrival_s
+        fastest = tj.work / j.fastest_rate
+        # Themis's rho: JCT over the time an exclusive 1/N share of the cluster would take, N being the
+        # time-averaged number of jobs in the system during this job's life.
+        n_avg = j.arrived / jct if jct > 0 else 1.0
+        rel = self.model.rel_speeds(tj.job_type, tj.gpus, self.types)
+        avg_rel = sum(rel.get(t, 0.0) * n for t, n in self.capacity.items()) / self.total_gpus
+        share = min(1.0, self.total_gpus / (max(1.0, n_avg) * tj.gpus))
+        t_iso = fastest / max(1e-12, avg_rel * share)
+        return JobRecord(
+            id=tj.id, name=tj.name, job_type=tj.job_type, gpus=tj.gpus, arrival_s=tj.arrival_s,
+            start_s=j.first_start, end_s=j.end, jct_s=jct, queue_s=jct - j.run_s, run_s=j.run_s,
+            restarts=j.restarts, migrations=j.migrations, last_gpu_type=j.last_type,
+            fastest_runtime_s=fastest, ftf_rho=jct / t_iso, overhead_s=j.overhead_s,
+        )
+
+
+def simulate(trace: Trace, servers: tuple[ServerView, ...], policy: AnyPolicy,
+             config: SimConfig | None = None, **kw: object) -> SimResult:
+    """Convenience wrapper: `Simulator(trace, servers, policy, config).run()`."""
+    return Simulator(trace, servers, policy, config, **kw).run()  # type: ignore[arg-type]

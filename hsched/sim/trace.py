@@ -1,0 +1,292 @@
+"""Trace loaders: Gavel (7 and 10 columns), Tiresias CSV, a generic CSV with a column mapping, synthetic.
+
+Every loader returns a `Trace`: jobs as frozen records plus the throughput model that says how fast each
+job runs on each GPU type. Work is in the trace's own unit: steps for Gavel (rates are steps per second),
+seconds on a reference GPU type for traces that give durations. Rows that cannot become jobs are kept in
+`Trace.rejected` with a reason, so nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from hsched.errors import UserError
+from hsched.model import DEFAULT_QOS
+from hsched.sched.throughput import ThroughputModel
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One job of a trace. `work` is the truth the simulator runs down; no policy ever sees it."""
+
+    id: int
+    job_type: str
+    gpus: int
+    arrival_s: float
+    work: float
+    name: str = ""
+    user: str = ""
+    qos: str = DEFAULT_QOS
+    priority: int = 0
+    time_limit_s: float | None = None
+    max_servers: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    jobs: tuple[TraceJob, ...]
+    throughput: ThroughputModel
+    source: str
+    work_unit: str = "steps"
+    rejected: tuple[tuple[str, str], ...] = field(default=())
+    """(row or job name, reason) for rows that could not become jobs."""
+
+
+GAVEL_THROUGHPUTS = "simulation_throughputs.json"
+
+
+def find_gavel_throughputs(trace_path: Path) -> Path | None:
+    """Gavel keeps the table beside the seed folders: look in the trace's folder and two above it."""
+    for d in (trace_path.parent, *list(trace_path.parents)[1:3]):
+        cand = d / GAVEL_THROUGHPUTS
+        if cand.is_file():
+            return cand
+    return None
+
+
+def load_gavel_throughputs(path: Path) -> ThroughputModel:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise UserError(f"{path}: cannot read the throughput table ({e.strerror}); pass --throughputs FILE") from None
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}:{e.lineno}: not valid JSON ({e.msg}); expected Gavel's "
+                        f"{GAVEL_THROUGHPUTS}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise UserError(f"{path}: expected {{gpu_type: {{\"('job type', scale)\": {{\"null\": rate}}}}}}")
+    return ThroughputModel.from_gavel_json(data)
+
+
+def load_gavel(path: Path, throughputs: Path | None = None) -> Trace:
+    """Gavel's tab-separated trace, 7 columns (the MSR/Philly-derived traces) or 10 (Gavel's own):
+
+    7:  job_type, command, num_steps_arg, needs_data_dir, total_steps, arrival_time, scale_factor
+    10: job_type, command, working_directory, num_steps_arg, needs_data_dir, total_steps, scale_factor,
+        priority_weight, SLO, arrival_time
+    """
+    tp_path = throughputs or find_gavel_throughputs(path)
+    if tp_path is None:
+        raise UserError(f"{path}: no {GAVEL_THROUGHPUTS} beside the trace; pass --throughputs FILE")
+    model = load_gavel_throughputs(tp_path)
+    jobs: list[TraceJob] = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise UserError(f"{path}: cannot read the trace ({e.strerror})") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        cols = line.split("\t")
+        try:
+            if len(cols) == 7:
+                job_type, steps, arrival, scale = cols[0], cols[4], cols[5], cols[6]
+                priority = 0
+            elif len(cols) == 10:
+                job_type, steps, scale, arrival = cols[0], cols[5], cols[6], cols[9]
+                priority = int(float(cols[7]))
+            else:
+                raise UserError(f"{path}:{n}: expected 7 or 10 tab-separated columns, found {len(cols)}")
+            gpus = int(scale)
+            work = float(steps)
+            at = float(arrival)
+        except ValueError as e:
+            raise UserError(f"{path}:{n}: bad number ({e}); columns are Gavel's 7- or 10-column layout") from None
+        if gpus < 1 or work <= 0 or at < 0 or math.isnan(at):
+            raise UserError(f"{path}:{n}: scale_factor must be >= 1, total_steps > 0, arrival_time >= 0")
+        jobs.append(TraceJob(len(jobs), job_type.strip(), gpus, at, work, name=f"{path.stem}:{n}",
+                             priority=priority))
+    return Trace(tuple(jobs), model, str(path), "steps")
+
+
+def load_tiresias(path: Path, reference_type: str = "v100") -> Trace:
+    """Tiresias CSV: job_id,num_gpu,submit_time,iterations,model_name,duration,interval (seconds).
+
+    Durations were measured on one GPU type; they become seconds of work on `reference_type`, and other
+    types run at the prior's relative speed.
+    """
+    model = ThroughputModel(reference_type=reference_type)
+    rows = _read_csv(path)
+    need = ("job_id", "num_gpu", "submit_time", "duration")
+    _require_columns(path, rows, need, "Tiresias columns: job_id,num_gpu,submit_time,...,duration")
+    jobs: list[TraceJob] = []
+    rejected: list[tuple[str, str]] = []
+    for n, r in enumerate(rows, 2):
+        try:
+            gpus, at, dur = int(r["num_gpu"]), float(r["submit_time"]), float(r["duration"])
+        except ValueError as e:
+            raise UserError(f"{path}:{n}: bad number ({e})") from None
+        if gpus < 1 or dur <= 0:
+            rejected.append((r["job_id"], "no GPUs or no duration"))
+            continue
+        jobs.append(TraceJob(len(jobs), "", gpus, at, dur, name=r["job_id"], user=r.get("user", "") or ""))
+    return Trace(tuple(sorted(jobs, key=lambda j: (j.arrival_s, j.id))), model, str(path), "seconds",
+                 tuple(rejected))
+
+
+# Presets for published cluster traces; any other layout is given as --columns key=column,...
+CSV_PRESETS: Mapping[str, Mapping[str, str]] = {
+    "helios": {"id": "job_id", "submit": "submit_time", "duration": "duration", "gpus": "gpu_num",
+               "nodes": "node_num", "user": "user", "vc": "vc", "state": "state"},
+    "philly": {"id": "jobid", "submit": "submitted_time", "duration": "duration", "gpus": "num_gpus",
+               "user": "user", "vc": "vc", "state": "status"},
+    "acme": {"id": "job_id", "submit": "submit_time", "duration": "duration", "gpus": "gpu_num",
+             "nodes": "node_num", "user": "user", "vc": "vc", "state": "state"},
+}
+CSV_KEYS = ("id", "submit", "duration", "gpus", "nodes", "user", "vc", "state", "time_limit", "job_type", "qos")
+
+
+def parse_columns(spec: str) -> dict[str, str]:
+    """'submit=submit_time,duration=duration,gpus=gpu_num' or a preset name ('helios')."""
+    if spec in CSV_PRESETS:
+        return dict(CSV_PRESETS[spec])
+    out: dict[str, str] = {}
+    for part in spec.split(","):
+        key, sep, col = part.partition("=")
+        key = key.strip()
+        if not sep or key not in CSV_KEYS or not col.strip():
+            raise UserError(f"--columns {spec!r}: expected key=column pairs with keys from {', '.join(CSV_KEYS)} "
+                            f"or a preset ({', '.join(CSV_PRESETS)})")
+        out[key] = col.strip()
+    return out
+
+
+def _parse_time(value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        return datetime.fromisoformat(value.strip()).timestamp()
+
+
+def load_csv(path: Path, columns: Mapping[str, str], reference_type: str = "v100") -> Trace:
+    """A cluster log as CSV (Philly, Helios, Acme style): one row per job, columns named by `columns`.
+
+    Needs submit, duration and gpus; arrivals are shifted so the first is at 0. Rows without GPUs (CPU
+    jobs) or without a duration are listed in `rejected`.
+    """
+    for key in ("submit", "duration", "gpus"):
+        if key not in columns:
+            raise UserError(f"{path}: the column mapping needs '{key}=COLUMN' (have: {', '.join(columns)})")
+    rows = _read_csv(path)
+    _require_columns(path, rows, tuple(columns.values()), "fix --columns")
+    raw: list[tuple[float, TraceJob]] = []
+    rejected: list[tuple[str, str]] = []
+    for n, r in enumerate(rows, 2):
+        name = r.get(columns.get("id", ""), "") or f"row{n}"
+        try:
+            at = _parse_time(r[columns["submit"]])
+            dur = float(r[columns["duration"]] or 0)
+            gpus = int(float(r[columns["gpus"]] or 0))
+            nodes = int(float(r[columns["nodes"]])) if "nodes" in columns and r[columns["nodes"]] else None
+            limit = float(r[columns["time_limit"]]) if "time_limit" in columns and r[columns["time_limit"]] else None
+        except ValueError as e:
+            raise UserError(f"{path}:{n}: bad value ({e}); check the column mapping") from None
+        if gpus < 1:
+            rejected.append((name, "no GPUs"))
+            continue
+        if dur <= 0:
+            rejected.append((name, "no duration"))
+            continue
+        raw.append((at, TraceJob(0, r.get(columns.get("job_type", ""), "") or "", gpus, 0.0, dur, name=name,
+                                 user=r.get(columns.get("user", ""), "") or "",
+                                 qos=r.get(columns.get("qos", ""), "") or DEFAULT_QOS,
+                                 time_limit_s=limit, max_servers=nodes)))
+    raw.sort(key=lambda x: x[0])
+    t0 = raw[0][0] if raw else 0.0
+    jobs = tuple(
+        TraceJob(i, j.job_type, j.gpus, at - t0, j.work, j.name, j.user, j.qos, j.priority, j.time_limit_s,
+                 j.max_servers)
+        for i, (at, j) in enumerate(raw)
+    )
+    return Trace(jobs, ThroughputModel(reference_type=reference_type), str(path), "seconds", tuple(rejected))
+
+
+def synthetic(
+    n_jobs: int,
+    seed: int = 0,
+    jobs_per_hour: float = 4.0,
+    throughput: ThroughputModel | None = None,
+    reference_type: str = "v100",
+    multi_gpu: bool = True,
+) -> Trace:
+    """Poisson arrivals with Philly-like sizes and durations (Gavel's generator's mix), seeded.
+
+    Scale: 1 GPU 70 %, 2 10 %, 4 15 %, 8 5 %. Duration on the reference type: 10^U(1.5, 3) minutes for 80 %
+    of jobs, 10^U(3, 4) minutes for the rest (a heavy tail). With a throughput table, each job gets a
+    random job type known at its scale and work in steps; without one, work is seconds on the reference.
+    """
+    rng = random.Random(seed)
+    model = throughput or ThroughputModel(reference_type=reference_type)
+    by_scale: dict[int, list[str]] = {}
+    for jt, scale in model.known_keys():
+        if model.rate(jt, scale, reference_type) is not None:
+            by_scale.setdefault(scale, []).append(jt)
+    jobs: list[TraceJob] = []
+    t = 0.0
+    for i in range(n_jobs):
+        t += rng.expovariate(jobs_per_hour / 3600.0)
+        r = rng.random()
+        gpus = 1
+        if multi_gpu:
+            gpus = 2 if 0.7 <= r < 0.8 else 4 if 0.8 <= r < 0.95 else 8 if r >= 0.95 else 1
+        lo, hi = (1.5, 3.0) if rng.random() < 0.8 else (3.0, 4.0)
+        minutes = 10 ** rng.uniform(lo, hi)
+        types = by_scale.get(gpus)
+        if types:
+            jt = types[rng.randrange(len(types))]
+            work = minutes * 60.0 * (model.rate(jt, gpus, reference_type) or 1.0)
+        else:
+            jt, work = "", minutes * 60.0
+        jobs.append(TraceJob(i, jt, gpus, round(t, 3), work, name=f"syn{i}"))
+    unit = "steps" if by_scale else "seconds"
+    return Trace(tuple(jobs), model, f"synthetic(n={n_jobs},seed={seed})", unit)
+
+
+def load_trace(path: Path, *, throughputs: Path | None = None, columns: str | None = None,
+               reference_type: str = "v100") -> Trace:
+    """Pick the loader from the file: `.trace` is Gavel, a CSV with Tiresias's header is Tiresias, any
+    other CSV needs a column mapping (or a preset name)."""
+    if not path.is_file():
+        raise UserError(f"{path}: no such trace file")
+    if path.suffix == ".trace" or (throughputs is not None and path.suffix not in (".csv", ".tsv")):
+        return load_gavel(path, throughputs)
+    with path.open(newline="") as f:
+        header = next(csv.reader(f), [])
+    if columns:
+        return load_csv(path, parse_columns(columns), reference_type)
+    if {"job_id", "num_gpu", "submit_time", "duration"} <= set(header):
+        return load_tiresias(path, reference_type)
+    raise UserError(f"{path}: unknown trace layout (header: {','.join(header[:8])}); pass --columns "
+                    f"submit=COL,duration=COL,gpus=COL or a preset ({', '.join(CSV_PRESETS)})")
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    try:
+        with path.open(newline="") as f:
+            return list(csv.DictReader(f))
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def _require_columns(path: Path, rows: list[dict[str, str]], need: tuple[str, ...], fix: str) -> None:
+    if not rows:
+        raise UserError(f"{path}: no rows")
+    missing = [c for c in need if c not in rows[0]]
+    if missing:
+        raise UserError(f"{path}: missing column(s) {', '.join(missing)}; {fix}")
