@@ -131,8 +131,7 @@ class NvlinkStatus:
         return {
             "format": self.source_format,
             "gpus": [
-                {"index": i, "name": n, "links": [{"link": k, "gbps": v} for k, v in lk]}
-                for i, n, lk in self.gpus
+                {"index": i, "name": n, "links": [{"link": k, "gbps": v} for k, v in lk]} for i, n, lk in self.gpus
             ],
             "partial": self.partial,
             "warnings": list(self.warnings),

@@ -51,9 +51,7 @@ def detect_format(text: str) -> str | None:
         return "amd-smi xgmi"
     if re.search(r"^[A-Z][A-Z /-]* TABLE:\s*$", t, re.MULTILINE):
         return "amd-smi topology"
-    if "NVSMI LOG" in t or re.search(
-        r"^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d\s*$", t, re.MULTILINE
-    ):
+    if "NVSMI LOG" in t or re.search(r"^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d\s*$", t, re.MULTILINE):
         return "nvidia-smi -q"
     if "NVIDIA-SMI" in t and "|" in t:
         return "nvidia-smi"
@@ -65,9 +63,7 @@ def detect_format(text: str) -> str | None:
         ):
             return "rocm-smi --showtopo"
         return "rocm-smi -a"
-    if re.search(r"^available:\s*\d+ nodes", t, re.MULTILINE) or re.search(
-        r"^node \d+ cpus:", t, re.MULTILINE
-    ):
+    if re.search(r"^available:\s*\d+ nodes", t, re.MULTILINE) or re.search(r"^node \d+ cpus:", t, re.MULTILINE):
         return "numactl --hardware"
     if re.search(r"^(NUMA node\d* ?\S*|Socket\(s\)|CPU\(s\)):", t, re.MULTILINE):
         return "lscpu"

@@ -92,9 +92,7 @@ def parse_rocm_showtopo(text: str, source: str | None = None) -> Topology:
                 elif "Numa" not in m.group(2):
                     raise TopologyParseError(f"unexpected line {line.strip()!r}", source=source, line=off)
     if not heads and not numa:
-        raise TopologyParseError(
-            "no topology or NUMA section found: not rocm-smi --showtopo output?", source=source
-        )
+        raise TopologyParseError("no topology or NUMA section found: not rocm-smi --showtopo output?", source=source)
     if not heads:
         heads = [f"GPU{i}" for i in sorted(numa)]
     devices = []
@@ -103,9 +101,7 @@ def parse_rocm_showtopo(text: str, source: str | None = None) -> Topology:
         if node is not None and node < 0:
             node = None  # rocm-smi prints -1 when the kernel has no NUMA information
         devices.append(
-            TopoDevice(
-                name=h, index=int(h[3:]), numa_node=node, numa_nodes=(node,) if node is not None else ()
-            )
+            TopoDevice(name=h, index=int(h[3:]), numa_node=node, numa_nodes=(node,) if node is not None else ())
         )
     links: list[TopoLink] = []
     warnings: list[str] = []
@@ -162,9 +158,7 @@ def parse_rocm_kv(text: str, source: str | None = None) -> Inventory:
         bus = kv.get("PCI Bus")
         total = kv.get("VRAM Total Memory (B)")
         temp = kv.get("Temperature (Sensor junction) (C)") or kv.get("Temperature (Sensor edge) (C)")
-        power = next(
-            (v for k, v in kv.items() if "Package Power" in k and k.startswith(("Current", "Average"))), None
-        )
+        power = next((v for k, v in kv.items() if "Package Power" in k and k.startswith(("Current", "Average"))), None)
         numa = kv.get("(Topology) Numa Node")
         gpus.append(
             GpuInfo(
@@ -194,9 +188,7 @@ def parse_rocm_concise(text: str, source: str | None = None) -> Inventory:
     lines = _lines(text)
     gpus: list[GpuInfo] = []
     for i, line in enumerate(lines):
-        m = re.match(
-            r"^(\d+)\s+(?:\d+\s+)?(?:0x[0-9a-fA-F]+\s+)?\[0x[0-9a-fA-F]+\s*:\s*0x[0-9a-fA-F]+\]\s+(.*)$", line
-        )
+        m = re.match(r"^(\d+)\s+(?:\d+\s+)?(?:0x[0-9a-fA-F]+\s+)?\[0x[0-9a-fA-F]+\s*:\s*0x[0-9a-fA-F]+\]\s+(.*)$", line)
         if not m:
             continue
         cells = m.group(2).split()
@@ -233,9 +225,7 @@ def _amd_tables(text: str, source: str | None) -> dict[str, tuple[list[str], dic
         title = m.group(1)
         heads = lines[i + 1].split() if i + 1 < len(lines) else []
         if not heads or not all(_BDF_RE.match(h) for h in heads):
-            raise TopologyParseError(
-                f"{title} TABLE: header is not a list of BDFs", source=source, line=i + 2
-            )
+            raise TopologyParseError(f"{title} TABLE: header is not a list of BDFs", source=source, line=i + 2)
         body: dict[str, list[str]] = {}
         j = i + 2
         while j < len(lines) and lines[j].strip():
@@ -262,9 +252,7 @@ def parse_amd_smi_topology(text: str, source: str | None = None) -> Topology:
         raise TopologyParseError("no '... TABLE:' blocks found: not amd-smi topology output?", source=source)
     heads = next(iter(tables.values()))[0]
     names = {h: f"GPU{i}" for i, h in enumerate(heads)}
-    devices = tuple(
-        TopoDevice(name=names[h], index=i, pci_bus_id=normalize_bus_id(h)) for i, h in enumerate(heads)
-    )
+    devices = tuple(TopoDevice(name=names[h], index=i, pci_bus_id=normalize_bus_id(h)) for i, h in enumerate(heads))
     types = tables.get("LINK TYPE", (heads, {}))[1]
     weights = tables.get("WEIGHT", (heads, {}))[1]
     hops = tables.get("HOPS", (heads, {}))[1]
@@ -509,6 +497,4 @@ def parse_amd_smi_json_fragment(text: str, source: str | None = None) -> Invento
             )
         )
     warnings = ("a fragment of one GPU's static info (VRAM only)",) if fragment else ()
-    return Inventory(
-        gpus=tuple(gpus), partial=fragment, warnings=warnings, source_format="amd-smi static --json"
-    )
+    return Inventory(gpus=tuple(gpus), partial=fragment, warnings=warnings, source_format="amd-smi static --json")

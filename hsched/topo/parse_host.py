@@ -38,9 +38,7 @@ def parse_numactl(text: str, source: str | None = None) -> HostNuma:
         elif in_dist and (m := re.match(r"^(\d+):\s+(.*)$", s)):
             dist[int(m.group(1))] = tuple(int(x) for x in m.group(2).split())
     if available is None and not cpus:
-        raise TopologyParseError(
-            "no 'available: N nodes' line: not numactl --hardware output?", source=source
-        )
+        raise TopologyParseError("no 'available: N nodes' line: not numactl --hardware output?", source=source)
     ids = sorted(set(cpus) | set(size))
     warnings: list[str] = []
     if available is not None and len(ids) != available:
@@ -72,9 +70,7 @@ def parse_lscpu(text: str, source: str | None = None) -> HostNuma:
             k, v = line.split(":", 1)
             kv[k.strip()] = v.strip()
     if not any(k.startswith(("NUMA node", "Socket(s)", "CPU(s)")) for k in kv):
-        raise TopologyParseError(
-            "no 'NUMA node(s)' / 'Socket(s)' / 'CPU(s)' lines: not lscpu output?", source=source
-        )
+        raise TopologyParseError("no 'NUMA node(s)' / 'Socket(s)' / 'CPU(s)' lines: not lscpu output?", source=source)
     nodes: list[NumaNode] = []
     for k, v in kv.items():
         m = re.match(r"^NUMA node(\d+) CPU\(s\)$", k)

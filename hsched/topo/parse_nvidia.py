@@ -114,9 +114,7 @@ def parse_topo_matrix(text: str, source: str | None = None) -> Topology:
                         f"row {label}: 'X' under {h}, expected only under {label}", source=source, line=off
                     )
             elif not is_valid_kind(c) or c.upper() in ("XGMI", "PCIE", "SELF"):
-                raise TopologyParseError(
-                    f"row {label}: {c!r} under {h} is not a link kind", source=source, line=off
-                )
+                raise TopologyParseError(f"row {label}: {c!r} under {h} is not a link kind", source=source, line=off)
             elif h == label:
                 raise TopologyParseError(
                     f"row {label}: expected 'X' on the diagonal, found {c!r}", source=source, line=off
@@ -160,9 +158,7 @@ def parse_topo_matrix(text: str, source: str | None = None) -> Topology:
             try:
                 cpus = parse_cpulist(aff.get("CPU Affinity", ""))
             except ValueError:
-                raise TopologyParseError(
-                    f"{h}: bad CPU Affinity {aff.get('CPU Affinity')!r}", source=source
-                ) from None
+                raise TopologyParseError(f"{h}: bad CPU Affinity {aff.get('CPU Affinity')!r}", source=source) from None
             nodes = numa_list(aff.get("NUMA Affinity"), h)
             gnid = aff.get("GPU NUMA ID")
             devices.append(
@@ -316,11 +312,7 @@ def parse_query_csv(text: str, source: str | None = None, fields: tuple[str, ...
     Split on commas, never on whitespace (model names contain spaces). With `noheader`, pass the
     `fields` asked for; the default is the field list hsched's node helper asks for.
     """
-    rows = [
-        r
-        for r in csv.reader(io.StringIO(strip_ansi(text)), skipinitialspace=True)
-        if any(c.strip() for c in r)
-    ]
+    rows = [r for r in csv.reader(io.StringIO(strip_ansi(text)), skipinitialspace=True) if any(c.strip() for c in r)]
     if not rows:
         raise TopologyParseError("empty CSV", source=source)
     first = [c.strip() for c in rows[0]]
@@ -338,9 +330,7 @@ def parse_query_csv(text: str, source: str | None = None, fields: tuple[str, ...
     gpus: list[GpuInfo] = []
     for off, row in enumerate(body, start=start):
         if len(row) != len(names):
-            raise TopologyParseError(
-                f"{len(row)} fields where the header has {len(names)}", source=source, line=off
-            )
+            raise TopologyParseError(f"{len(row)} fields where the header has {len(names)}", source=source, line=off)
         vals: dict[str, object] = {}
         for name, raw in zip(names, row, strict=True):
             key = _CSV_FIELDS.get(name)
@@ -466,9 +456,7 @@ def parse_smi_q(text: str, source: str | None = None) -> Inventory:
 
 # ---- plain nvidia-smi  ------
 
-_TABLE_ROW1 = re.compile(
-    r"^\|\s+(\d+)\s+(.+?)\s+(On|Off)\s+\|\s+([0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)"
-)
+_TABLE_ROW1 = re.compile(r"^\|\s+(\d+)\s+(.+?)\s+(On|Off)\s+\|\s+([0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)")
 _TABLE_ROW2 = re.compile(
     r"^\|\s*(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*/\s*(\S+)\s+\|\s+(\d+)MiB\s*/\s*(\d+)MiB\s+\|\s+(\S+)\s+(\S+)\s+\|"
 )

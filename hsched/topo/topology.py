@@ -161,9 +161,7 @@ class Topology:
         links = tuple(
             lk
             if lk.bandwidth_gbps is not None
-            else replace(
-                lk, bandwidth_gbps=estimate_bandwidth_gbps(lk.kind, model=models.get(lk.a), weight=lk.weight)
-            )
+            else replace(lk, bandwidth_gbps=estimate_bandwidth_gbps(lk.kind, model=models.get(lk.a), weight=lk.weight))
             for lk in self.links
         )
         return replace(self, links=links)
@@ -173,9 +171,7 @@ class Topology:
             "devices": [d.to_json() for d in self.devices],
             "nics": [n.to_json() for n in self.nics],
             "links": [lk.to_json() for lk in self.links],
-            "numa": [
-                {"id": n.id, "cpus": format_cpulist(n.cpus), "memory_mib": n.memory_mib} for n in self.numa
-            ],
+            "numa": [{"id": n.id, "cpus": format_cpulist(n.cpus), "memory_mib": n.memory_mib} for n in self.numa],
             "partial": self.partial,
             "warnings": list(self.warnings),
             "format": self.source_format,
