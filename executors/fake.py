@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hsched.errors import ExecutorError
 from hsched.executors.base import LaunchRequest, StatusQuery
+
+from hsched.errors import ExecutorError
 from hsched.model import RunHandle, RunReport, RunStatus
 
 

@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hsched.executors.base import LaunchRequest, StatusQuery
+
 from hsched import nodehelper
 from hsched.errors import ExecutorError
-from hsched.executors.base import LaunchRequest, StatusQuery
 from hsched.model import RunHandle, RunReport, RunStatus
 from hsched.serialize import handle_from_dict, handle_to_dict
 

@@ -155,7 +155,7 @@ def pci_numa_node(bus_id):
 
 def probe_nvml():
     try:
-        import pynvml  # noqa: F401  (nvidia-ml-py)
+        import pynvml
     except Exception:
         return None
     here = os.path.dirname(os.path.abspath(__file__))

@@ -46,7 +46,8 @@ def eligible_devices(node: Node, res: Resources) -> list[str]:
     for d in node.devices:
         if not res.matches_model(d.model):
             continue
-        if res.gpu_memory_mib is not None and d.memory_total_mib is not None and d.memory_total_mib < res.gpu_memory_mib:
+        need = res.gpu_memory_mib
+        if need is not None and d.memory_total_mib is not None and d.memory_total_mib < need:
             continue
         out.append(d.uuid)
     return out

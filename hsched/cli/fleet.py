@@ -53,7 +53,9 @@ def register(app: typer.Typer) -> None:
 
     @node_app.command("drain")
     @handle_errors
-    def drain(name: str, reason: str = typer.Option("", "--reason"), as_json: bool = typer.Option(False, "--json")) -> None:
+    def drain(
+        name: str, reason: str = typer.Option("", "--reason"), as_json: bool = typer.Option(False, "--json")
+    ) -> None:
         """Start no new jobs on NAME (running ones go on)."""
         from hsched.client import Client
 

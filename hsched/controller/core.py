@@ -53,6 +53,11 @@ class Controller:
         """job id -> when a cancelled run gets SIGKILL if it is still there."""
         self._db_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hsched-db")
         self.subscribers: set[asyncio.Queue[dict[str, Any]]] = set()
+        self.launching: set[int] = set()
+        """Run ids whose launch is in flight: the watcher leaves them alone, so nothing launches twice."""
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.launch_slots = asyncio.Semaphore(8)
+        """A burst of submissions launches a few at a time, not hundreds of helpers at once."""
 
     # ----------------------------------------------------------------------------------------- plumbing
 
@@ -67,6 +72,19 @@ class Controller:
         for q in list(self.subscribers):
             if q.qsize() < 2:  # a slow subscriber gets the latest state later, never an unbounded backlog
                 q.put_nowait({"type": "changed", "version": self.version})
+
+    def spawn_launch(self, job: Job, run: Run) -> None:
+        if run.id in self.launching:
+            return
+        self.launching.add(run.id)
+        task = asyncio.create_task(self._launch(job, run))
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._tasks.discard(t)
+            self.launching.discard(run.id)
+
+        task.add_done_callback(done)
 
     def poke(self) -> None:
         self.wake.set()
@@ -193,7 +211,7 @@ class Controller:
     # ------------------------------------------------------------------------------------------- watch
 
     async def watch_runs(self) -> bool:
-        runs = await self.db(self.store.live_runs)
+        runs = [r for r in await self.db(self.store.live_runs) if r.id not in self.launching]
         if not runs:
             return False
         by_node: dict[str, list[Run]] = {}
@@ -237,7 +255,7 @@ class Controller:
             if rep.status is RunStatus.NOT_STARTED:
                 if run.state == "LAUNCHING" and job.state is JobState.LAUNCHING:
                     # recorded but never launched (the controller died in between): launch it now, once
-                    asyncio.create_task(self._launch(job, run))
+                    self.spawn_launch(job, run)
                     return False
                 await self._end(job, run, now, exit_code=None, lost=True)
                 return True
@@ -304,7 +322,7 @@ class Controller:
                 run = await self.db(self.store.start_run, job, placement, run_dir, now)
                 launches.append((job, run))
         for job, run in launches:
-            asyncio.create_task(self._launch(job, run))
+            self.spawn_launch(job, run)
         return bool(launches)
 
     def job_env(self, job: Job, run: Run, placement: Placement) -> dict[str, str]:
@@ -343,7 +361,7 @@ class Controller:
         req = LaunchRequest(run_dir=run.run_dir, command=job.spec.command, env=env, workdir=workdir,
                             inherit_env=False)
         try:
-            async with asyncio.timeout(60):
+            async with self.launch_slots, asyncio.timeout(60):
                 handle = await rt.executor.launch(req)
         except (ExecutorError, TimeoutError) as e:
             await self._launch_failed(job, run, str(e) or "launch timed out")

@@ -1,0 +1,81 @@
+"""Shared fixtures: a private HSCHED_HOME per test, the CLI as a real subprocess, the shared/ data folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+def shared_dir(sub: str) -> Path:
+    """A folder of ../shared, or skip the test with the reason."""
+    path = SHARED / sub
+    if not path.is_dir():
+        pytest.skip(f"{path} is absent: the real captured data lives beside the repo in ../shared")
+    return path
+
+
+class Hs:
+    """Runs `hsched ...` as a subprocess against one HSCHED_HOME."""
+
+    def __init__(self, home: Path, fleet: Path | None = None) -> None:
+        self.home = home
+        self.env = dict(os.environ)
+        self.env["HSCHED_HOME"] = str(home)
+        self.env.pop("HSCHED_FLEET", None)
+        if fleet is not None:
+            self.env["HSCHED_FLEET"] = str(fleet)
+
+    def run(self, *args: str, check: bool = False, timeout: float = 120,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([sys.executable, "-m", "hsched", *args], env=self.env, capture_output=True,
+                              text=True, timeout=timeout, input=input)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"hsched {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def json(self, *args: str) -> object:
+        proc = self.run(*args, "--json", check=True)
+        return json.loads(proc.stdout)
+
+    def controller_pid(self) -> int | None:
+        from hsched.client import controller_pid
+        from hsched.paths import Home
+
+        return controller_pid(Home(self.home))
+
+    def stop(self) -> None:
+        pid = self.controller_pid()
+        if pid is None:
+            return
+        self.run("daemon", "stop", timeout=60)
+        if self.controller_pid() is not None:
+            os.kill(pid, signal.SIGKILL)
+            time.sleep(0.2)
+
+
+@pytest.fixture
+def hs(tmp_path: Path) -> Iterator[Hs]:
+    h = Hs(tmp_path / "home")
+    yield h
+    h.stop()
+
+
+def write_fleet(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def lab_fleet() -> Path:
+    return REPO / "examples" / "lab" / "fleet.toml"

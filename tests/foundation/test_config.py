@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hsched.config import (
+    job_spec_from_table,
+    load_fleet,
+    load_job_spec,
+    load_settings,
+    parse_checkpoint_signal,
+    parse_duration_s,
+    parse_size_mib,
+)
+from hsched.errors import ConfigError, UserError
+from hsched.model import Interconnect
+
+
+def test_spec_file_round_trip(tmp_path: Path) -> None:
+    p = tmp_path / "job.toml"
+    p.write_text(
+        'name = "bert"\ncommand = ["python", "train.py", "--epochs", "3"]\nworkdir = "/data"\nqos = "prod"\n'
+        'checkpoint_signal = "USR1@60"\ntime = "1h30m"\n[env]\nWANDB_MODE = "offline"\n'
+        '[resources]\ngpus = 4\ngpu_types = ["a100", "h100"]\ninterconnect = "nvlink"\ngpu_memory = "40G"\n'
+    )
+    spec = load_job_spec(p)
+    assert spec.command == ("python", "train.py", "--epochs", "3")
+    assert spec.resources.gpus == 4 and spec.resources.interconnect is Interconnect.NVLINK
+    assert spec.resources.gpu_memory_mib == 40960
+    assert spec.checkpoint_signal.signal == "USR1" and spec.checkpoint_signal.grace_s == 60
+    assert spec.time_limit_s == 5400
+    assert spec.env == (("WANDB_MODE", "offline"),)
+    assert spec.qos == "prod"
+
+
+def test_misspelt_key_suggests_the_right_one(tmp_path: Path) -> None:
+    p = tmp_path / "job.toml"
+    p.write_text('command = ["true"]\n[resources]\ngpu = 2\n')
+    with pytest.raises(ConfigError) as e:
+        load_job_spec(p)
+    assert e.value.problems == [f"{p}: resources.gpu: unknown key (did you mean 'gpus'?)"]
+
+
+def test_every_problem_one_line(tmp_path: Path) -> None:
+    p = tmp_path / "job.toml"
+    p.write_text('command = "  "\nqos = "urgent"\n[resources]\ngpus = -1\ninterconnect = "infiniband"\n')
+    with pytest.raises(ConfigError) as e:
+        load_job_spec(p)
+    lines = e.value.problems
+    assert f"{p}: resources.gpus: expected an integer >= 0, found -1" in lines
+    assert any("qos: expected one of prod, normal, scavenger, found 'urgent'" in ln for ln in lines)
+    assert any("resources.interconnect" in ln and "'infiniband'" in ln for ln in lines)
+    assert any(ln.startswith(f"{p}: command:") for ln in lines)
+    assert all("\n" not in ln for ln in lines)
+
+
+def test_not_toml_is_one_line(tmp_path: Path) -> None:
+    p = tmp_path / "job.toml"
+    p.write_text("this is [not toml\n")
+    with pytest.raises(UserError) as e:
+        load_job_spec(p)
+    assert len(e.value.problems) == 1
+    assert e.value.problems[0].startswith(f"{p}: not valid TOML: ")
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no such file"):
+        load_job_spec(tmp_path / "nope.toml")
+
+
+def test_sizes_durations_signals() -> None:
+    assert parse_size_mib("16G") == 16384
+    assert parse_size_mib("512M") == 512
+    assert parse_size_mib("1.5T") == int(1.5 * 1024 * 1024)
+    assert parse_duration_s("01:30:00") == 5400
+    assert parse_duration_s("2-00:00:00") == 2 * 86400
+    assert parse_duration_s("90") == 90
+    assert parse_duration_s("5m30s") == 330
+    for bad in ("abc", "1x", "-5", ""):
+        with pytest.raises(ValueError):
+            parse_duration_s(bad)
+    assert parse_checkpoint_signal("SIGUSR1@10").signal == "USR1"
+    with pytest.raises(ValueError):
+        parse_checkpoint_signal("NOPE@10")
+
+
+def test_command_string_runs_in_a_shell() -> None:
+    spec = job_spec_from_table({"command": "echo hi && true"}, "x")
+    assert spec.command == ("/bin/sh", "-c", "echo hi && true")
+
+
+def test_fleet_file(tmp_path: Path) -> None:
+    (tmp_path / "topo.txt").write_text("GPU0\tX\n")
+    p = tmp_path / "fleet.toml"
+    p.write_text(
+        '[[node]]\nname = "gpu-a"\nexecutor = "ssh"\nhost = "gpu-a.lab"\nport = 2222\n'
+        '[node.simulate]\nmodel = "NVIDIA A100-SXM4-80GB"\ncount = 4\nmemory_mib = 81920\ntopology = "topo.txt"\n'
+        '[[node]]\nname = "ws"\n'
+    )
+    fleet = load_fleet(p)
+    assert [n.name for n in fleet.nodes] == ["gpu-a", "ws"]
+    assert fleet.nodes[0].simulate is not None and fleet.nodes[0].simulate.topology == str(tmp_path / "topo.txt")
+    assert fleet.nodes[1].executor == "local"
+
+
+def test_fleet_problems(tmp_path: Path) -> None:
+    p = tmp_path / "fleet.toml"
+    p.write_text('[[node]]\nname = "a"\nexecutor = "ssh"\n[[node]]\nname = "a"\nexecuter = "local"\n')
+    with pytest.raises(ConfigError) as e:
+        load_fleet(p)
+    text = "\n".join(e.value.problems)
+    assert "node[0] (a).host: missing" in text
+    assert "duplicate node name 'a'" in text
+    assert "executer: unknown key (did you mean 'executor'?)" in text
+
+
+def test_settings(tmp_path: Path) -> None:
+    p = tmp_path / "settings.toml"
+    p.write_text("lease_s = 60\ncheckpoint_exit_code = 85\npoll_interval = 2\n")
+    with pytest.raises(ConfigError, match="did you mean 'poll_interval_s'"):
+        load_settings(p)
+    p.write_text("lease_s = 60\n")
+    assert load_settings(p).lease_s == 60
