@@ -1,9 +1,192 @@
-"""CLI commands for topo (being built)."""
+"""CLI commands for topology: `hsched topo parse FILE [--json]` and `hsched place --topology FILE --gpus K`.
+
+Both work on captured tool output, no controller needed (CONTRACT.md, "Topology and placement").
+Heavy imports (networkx, rich tables) happen inside the commands.
+"""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import Any
+
 import typer
+
+from hsched.cli._common import handle_errors, print_json
+from hsched.errors import UserError
+
+# Colour by link class, the way nvidia-smi users read the matrix: fabric green, same switch cyan,
+# host bridge yellow, across bridges in a socket magenta, across sockets red.
+_STYLE = {
+    "FABRIC": "bold green",
+    "PIX": "cyan",
+    "PXB": "cyan",
+    "PHB": "yellow",
+    "NODE": "magenta",
+    "SYS": "red",
+    "SELF": "dim",
+    "UNKNOWN": "dim",
+}
+
+
+def _warn(lines: Any) -> None:
+    for w in lines:
+        sys.stderr.write(f"hsched: warning: {w}\n")
+
+
+def _render_topology(topo: Any, source: str) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    from hsched.topo.graph import tree_lines
+    from hsched.topo.links import link_class
+    from hsched.topo.topology import format_cpulist
+
+    heads = [d.name for d in topo.devices] + [n.name for n in topo.nics]
+    # a matrix is only readable unwrapped: widen past the terminal as nvidia-smi does
+    needed = 8 * len(heads) + max((len(n.label) for n in topo.nics), default=0) + 50
+    console = Console()
+    if console.width < needed:
+        console = Console(width=needed)
+    lmap = topo.link_map()
+    table = Table(title=f"{source} ({topo.source_format})", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("")
+    for h in heads:
+        table.add_column(h, justify="center")
+    table.add_column("CPU Affinity")
+    table.add_column("NUMA")
+    for row in heads:
+        cells = []
+        for col in heads:
+            if row == col:
+                cells.append("[dim]X[/]")
+                continue
+            lk = lmap.get(frozenset((row, col)))
+            if lk is None:
+                cells.append("[dim]-[/]")
+            else:
+                cells.append(f"[{_STYLE.get(link_class(lk.kind).name, '')}]{lk.kind}[/]")
+        dev = topo.device(row)
+        nic = next((n for n in topo.nics if n.name == row), None)
+        cpu = format_cpulist(dev.cpu_affinity) if dev else ""
+        numa_val = dev.numa_node if dev else nic.numa_node if nic else None
+        label = row if not (nic and nic.device and nic.device != row) else f"{row} ({nic.device})"
+        table.add_row(label, *cells, cpu or "N/A", "N/A" if numa_val is None else str(numa_val))
+    console.print(table)
+    console.print("\n".join(tree_lines(topo)), highlight=False)
+    if topo.partial:
+        _warn([f"{source}: partial result"])
+    _warn(topo.warnings)
+
+
+def _render_other(result: Any, source: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    data = result.to_json()
+    if (
+        "gpus" in data
+        and data["gpus"]
+        and isinstance(data["gpus"][0], dict)
+        and "index" in data["gpus"][0]
+        and "name" in data["gpus"][0]
+    ):
+        cols = ["index", "name", "uuid", "pci_bus_id", "memory_total_mib", "mig_current"]
+        table = Table(title=f"{source} ({data.get('format')})", title_justify="left")
+        for c in cols:
+            table.add_column(c)
+        for g in data["gpus"]:
+            table.add_row(*["N/A" if g.get(c) is None else str(g.get(c)) for c in cols])
+        console.print(table)
+    elif "nodes" in data:
+        table = Table(title=f"{source} ({data.get('format')})", title_justify="left")
+        for c in ("node", "cpus", "memory_mib"):
+            table.add_column(c)
+        for n in data["nodes"]:
+            table.add_row(
+                str(n["id"]), n["cpus"] or "-", "N/A" if n.get("memory_mib") is None else str(n["memory_mib"])
+            )
+        console.print(table)
+    else:
+        console.print_json(data=data)
+    _warn(data.get("warnings", []))
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
+    topo_app = typer.Typer(
+        name="topo",
+        help="Read captured topology output (nvidia-smi topo -m, rocm-smi, amd-smi ...).",
+        no_args_is_help=True,
+    )
+
+    @topo_app.command("parse")
+    @handle_errors
+    def parse_cmd(
+        file: Path = typer.Argument(
+            ...,
+            help="Captured tool output (nvidia-smi topo -m, rocm-smi --showtopo, "
+            "amd-smi topology, nvidia-smi -q, numactl -H, lscpu ...).",
+        ),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    ) -> None:
+        """Parse a capture and print its devices, NICs and links (or inventory / NUMA layout)."""
+        from hsched.topo.parse import read_capture
+        from hsched.topo.topology import Topology
+
+        result = read_capture(file)
+        if json_out:
+            if isinstance(result, Topology):
+                result = result.with_bandwidth()
+            print_json(result.to_json())
+            if result.partial:
+                _warn([f"{file}: partial result", *result.warnings])
+            return
+        if isinstance(result, Topology):
+            _render_topology(result, str(file))
+        else:
+            _render_other(result, str(file))
+
+    app.add_typer(topo_app, name="topo")
+
+    @app.command("place")
+    @handle_errors
+    def place_cmd(
+        topology: Path = typer.Option(..., "--topology", help="Captured `nvidia-smi topo -m` (or AMD) output."),
+        gpus: int = typer.Option(..., "--gpus", help="How many devices the job needs."),
+        busy: str = typer.Option("", "--busy", help="Devices already in use, comma separated (GPU1,GPU5)."),
+        gpu_type: list[str] = typer.Option([], "--gpu-type", help="Model substring (needs models in the input)."),
+        interconnect: str = typer.Option("any", "--interconnect", help="nvlink (required) or any."),
+        cpus: int | None = typer.Option(None, "--cpus", help="CPU cores to pick near the chosen GPUs."),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    ) -> None:
+        """The best K free GPUs of a machine, with a one-line explanation."""
+        from hsched.topo.parse import read_topology_file
+        from hsched.topo.place import Constraints, place
+
+        if interconnect not in ("any", "nvlink"):
+            raise UserError(f"--interconnect: expected 'nvlink' or 'any', got {interconnect!r}")
+        topo = read_topology_file(topology)
+        busy_set = {b.strip() for b in busy.split(",") if b.strip()}
+        result = place(
+            topo, gpus, busy_set, Constraints(gpu_types=tuple(gpu_type), interconnect=interconnect, cpus=cpus)
+        )
+        if topo.partial:
+            _warn([f"{topology}: partial topology; unknown links rank lowest", *topo.warnings])
+        if json_out:
+            print_json(result.to_json())
+            return
+        from rich.console import Console
+
+        console = Console()
+        console.print(f"[bold]{', '.join(result.devices)}[/]", highlight=False)
+        console.print(result.explanation, highlight=False)
+        console.print(
+            f"score {result.score:g} GB/s weakest pair" + ("" if result.exact else " (heuristic)"), highlight=False
+        )
+        if result.cpus:
+            from hsched.topo.topology import format_cpulist
+
+            console.print(f"cpus {format_cpulist(result.cpus)}", highlight=False)

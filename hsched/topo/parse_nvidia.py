@@ -190,12 +190,12 @@ def parse_topo_matrix(text: str, source: str | None = None) -> Topology:
             if kind is None:
                 continue
             links.append(TopoLink(a, b, normalize_kind(kind)))
-    # NICs take the NUMA node of the GPUs that sit PIX/PXB to them (the matrix gives no NIC affinity cells)
+    # NICs take the NUMA node of GPUs on the same socket (PIX..NODE); the matrix has no NIC affinity cells
     by_name = {d.name: d for d in devices}
     nic_numa: dict[str, int | None] = {}
     for lk in links:
         nic, gpu = (lk.a, lk.b) if lk.a not in gpu_set else (lk.b, lk.a)
-        if nic in gpu_set or lk.kind not in ("PIX", "PXB", "PHB"):
+        if nic in gpu_set or lk.kind not in ("PIX", "PXB", "PHB", "NODE"):  # NODE: same NUMA node
             continue
         node = by_name[gpu].numa_node
         if node is not None:

@@ -286,3 +286,20 @@ def test_model_table_values_and_overrides():
     assert cat.lookup("NVIDIA RTX 6000 Ada Generation").memory_mib == 49140
     with pytest.raises(ConfigError, match="unknown field"):
         DEFAULT_CATALOG.with_overrides({"A40": {"speed": 2}})
+
+
+def test_graph_infers_the_pcie_tree():
+    from hsched.topo.graph import build_graph, tree_lines
+
+    dgx1 = parse_topology(capture("nvidia-smi-topo__dgx1-v100-4nic-oldlegend.txt"))
+    g = build_graph(dgx1)
+    assert g.nodes["GPU0"]["type"] == "gpu" and g.nodes["mlx5_0"]["type"] == "nic"
+    # GPU0, GPU1 and mlx5_0 are PIX to each other: one switch; switches 0/1 meet at a host bridge (PHB)
+    sw = next(n for n in g.neighbors("GPU0") if g.edges["GPU0", n]["relation"] == "tree")
+    assert {n for n in g.neighbors(sw) if g.nodes[n]["type"] in ("gpu", "nic")} == {"GPU0", "GPU1", "mlx5_0"}
+    assert g.edges["GPU0", "GPU3"]["kind"] == "NV2" and g.edges["GPU0", "GPU3"]["bandwidth_gbps"] == 50.0
+    assert g.edges["GPU0", "GPU5"]["kind"] == "SYS"
+    h100 = parse_topology(capture("nvidia-smi-topo__h100-sxm-8gpu-11nic-ansi.txt"))
+    lines = tree_lines(h100)
+    assert lines[0] == "machine" and "  numa0" in lines and "  numa1" in lines
+    assert build_graph(h100).edges["GPU0", "GPU7"]["bandwidth_gbps"] == 450.0
