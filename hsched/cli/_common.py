@@ -20,8 +20,9 @@ EXIT_USAGE = 2
 
 
 def print_json(obj: Any) -> None:
-    """One JSON document on stdout, nothing else there."""
-    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+    """One JSON document on stdout, nothing else there; indented for people, compact for pipes (faster)."""
+    indent = 2 if sys.stdout.isatty() else None
+    sys.stdout.write(json.dumps(obj, indent=indent, default=str) + "\n")
     sys.stdout.flush()
 
 
