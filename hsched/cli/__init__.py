@@ -34,9 +34,9 @@ def _root(
 
 
 def _register() -> None:
-    from hsched.cli import daemon, fleet, jobs, sim, topo
+    from hsched.cli import control, daemon, fleet, jobs, sim, topo
 
-    for mod in (jobs, fleet, daemon, topo, sim):
+    for mod in (jobs, control, fleet, daemon, topo, sim):
         mod.register(app)
 
 

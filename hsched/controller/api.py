@@ -81,6 +81,22 @@ class Api:
         job = await self._job(args)
         return job_to_dict(await self.ctl.cancel(job.id))
 
+    async def op_hold(self, args: dict[str, Any], uid: int) -> Any:
+        job = await self._job(args)
+        return job_to_dict(await self.ctl.hold(job.id, bool(args.get("hold", True))))
+
+    async def op_priority(self, args: dict[str, Any], uid: int) -> Any:
+        job = await self._job(args)
+        try:
+            prio = int(args["priority"])
+        except (KeyError, TypeError, ValueError):
+            raise UserError(f"priority: expected an integer, found {args.get('priority')!r}") from None
+        return job_to_dict(await self.ctl.set_priority(job.id, prio, args.get("qos")))
+
+    async def op_requeue(self, args: dict[str, Any], uid: int) -> Any:
+        job = await self._job(args)
+        return job_to_dict(await self.ctl.requeue(job.id))
+
     async def op_wait(self, args: dict[str, Any], uid: int) -> Any:
         """Block until every listed job is terminal or `timeout` seconds pass."""
         ids = [int(i) for i in args.get("ids", [])]

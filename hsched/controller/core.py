@@ -169,6 +169,69 @@ class Controller:
         await self.notify()
         return job
 
+    async def hold(self, job_id: int, hold: bool) -> Job:
+        """Hold a pending job (it will not start) or release it."""
+        from hsched.serialize import spec_to_dict
+
+        now = time.time()
+        async with self.lock:
+            job = await self._get(job_id)
+            if job.state is not JobState.PENDING:
+                raise UserError(f"job {job_id} is {job.state.value}; only pending jobs can be held or released")
+            if job.spec.hold == hold:
+                return job
+            import json
+
+            spec = replace(job.spec, hold=hold)
+            job = await self.db(self.store.set_job, job_id, now, spec=json.dumps(spec_to_dict(spec)),
+                                reason="JobHeldUser" if hold else "Priority",
+                                event=("held" if hold else "released", "held by the user" if hold else "released"))
+        self.poke()
+        await self.notify()
+        return job
+
+    async def set_priority(self, job_id: int, priority: int, qos: str | None = None) -> Job:
+        from hsched.model import QOS_CLASSES
+        from hsched.serialize import spec_to_dict
+
+        now = time.time()
+        if qos is not None and qos not in QOS_CLASSES:
+            raise UserError(f"--qos: expected one of {', '.join(QOS_CLASSES)}, found {qos!r}")
+        async with self.lock:
+            job = await self._get(job_id)
+            if job.state.is_terminal():
+                raise UserError(f"job {job_id} has ended ({job.state.value}); its priority no longer matters")
+            import json
+
+            spec = replace(job.spec, priority=priority, qos=qos or job.spec.qos)
+            job = await self.db(self.store.set_job, job_id, now, spec=json.dumps(spec_to_dict(spec)),
+                                priority=priority, qos=spec.qos,
+                                event=("priority", f"priority set to {priority} in {spec.qos}"))
+        self.poke()
+        await self.notify()
+        return job
+
+    async def requeue(self, job_id: int) -> Job:
+        """An ended job goes back to PENDING under the same id (Slurm's scontrol requeue)."""
+        now = time.time()
+        async with self.lock:
+            job = await self._get(job_id)
+            if not job.state.is_terminal():
+                raise UserError(f"job {job_id} is {job.state.value}; only ended jobs can be requeued "
+                                "(use `hsched cancel` first)")
+            job = await self.db(self.store.set_job, job_id, now, state=JobState.PENDING, reason="Priority",
+                                end_time=None, exit_code=None, placement=(), restarts=job.restarts + 1,
+                                event=("requeued", f"requeued by the user after {job.state.value}"))
+        self.poke()
+        await self.notify()
+        return job
+
+    async def _get(self, job_id: int) -> Job:
+        job = await self.db(self.store.get_job, job_id)
+        if job is None:
+            raise UserError(f"no job {job_id}; `hsched queue --all` lists the jobs")
+        return job
+
     async def _signal_job(self, job_id: int, sig: str, *, all_processes: bool = False) -> None:
         runs = await self.db(self.store.runs, job_id)
         for run in runs:

@@ -197,3 +197,21 @@ def test_daemon_status_and_stop(hs: Hs) -> None:
     stopped = hs.json("daemon", "stop")
     assert stopped["running"] is False  # type: ignore[index]
     assert hs.controller_pid() is None
+
+
+def test_hold_release_priority_requeue(hs: Hs, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    jid = hs.run("submit", "--parsable", "--hold", "--", "sh", "-c", f"echo x >> {marker}", check=True).stdout.strip()
+    time.sleep(1.0)
+    job = hs.json("show", jid)
+    assert job["state"] == "PENDING" and job["reason"] == "JobHeldUser"  # type: ignore[index]
+    assert not marker.exists()
+    assert hs.json("priority", jid, "7")[0]["priority"] == 7  # type: ignore[index]
+    hs.run("release", jid, check=True)
+    assert hs.run("wait", jid, "--timeout", "60").returncode == 0
+    assert hs.run("hold", jid).returncode == 2  # ended jobs cannot be held
+    requeued = hs.json("requeue", jid)[0]  # type: ignore[index]
+    assert requeued["state"] == "PENDING" and requeued["restarts"] == 1
+    assert hs.run("wait", jid, "--timeout", "60").returncode == 0
+    assert marker.read_text() == "x\nx\n"
+    assert [e["kind"] for e in hs.json("show", jid)["events"]].count("started") == 2  # type: ignore[index]

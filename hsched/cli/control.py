@@ -1,0 +1,65 @@
+"""Manual control of queued jobs: hold, release, requeue, priority."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import typer
+
+from hsched.cli._common import EXIT_USAGE, handle_errors, print_json
+from hsched.errors import UserError
+
+
+def _each(op: str, job_ids: list[int], as_json: bool, **args: Any) -> None:
+    from hsched.client import Client
+
+    out, failed = [], False
+    with Client() as c:
+        for job_id in job_ids:
+            try:
+                out.append(c.call(op, id=job_id, **args))
+            except UserError as e:
+                failed = True
+                print(f"hsched: error: {e}", file=sys.stderr)
+    if as_json:
+        print_json(out)
+    else:
+        for j in out:
+            print(f"job {j['id']}: {j['state']}" + (f" ({j['reason']})" if j["reason"] else ""))
+    if failed:
+        raise typer.Exit(EXIT_USAGE)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    @handle_errors
+    def hold(job_ids: list[int] = typer.Argument(..., metavar="JOB..."),
+             as_json: bool = typer.Option(False, "--json")) -> None:
+        """Keep pending jobs from starting until released."""
+        _each("hold", job_ids, as_json, hold=True)
+
+    @app.command()
+    @handle_errors
+    def release(job_ids: list[int] = typer.Argument(..., metavar="JOB..."),
+                as_json: bool = typer.Option(False, "--json")) -> None:
+        """Let held jobs start."""
+        _each("hold", job_ids, as_json, hold=False)
+
+    @app.command()
+    @handle_errors
+    def requeue(job_ids: list[int] = typer.Argument(..., metavar="JOB..."),
+                as_json: bool = typer.Option(False, "--json")) -> None:
+        """Put ended jobs back in the queue under the same id."""
+        _each("requeue", job_ids, as_json)
+
+    @app.command()
+    @handle_errors
+    def priority(
+        job_id: int = typer.Argument(..., metavar="JOB"),
+        value: int = typer.Argument(..., metavar="PRIORITY"),
+        qos: str | None = typer.Option(None, "--qos", help="Move the job to another QoS class too."),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Change a job's priority (and QoS class)."""
+        _each("priority", [job_id], as_json, priority=value, qos=qos)
