@@ -68,3 +68,51 @@ def test_place_json_and_text(tmp_path):
     assert r.exit_code == 2 and "GPU42" in r.output
     r = runner.invoke(app, ["place", "--topology", str(tmp_path / "none.txt"), "--gpus", "1"])
     assert r.exit_code == 2 and "no such file" in r.output
+
+
+def test_public_surface_is_pinned_and_light():
+    import subprocess
+    import sys
+
+    import hsched.topo as topo
+
+    assert sorted(topo.__all__) == sorted(
+        [
+            "DEFAULT_CATALOG",
+            "AcceleratorModel",
+            "Catalog",
+            "Constraints",
+            "GpuInfo",
+            "HostNuma",
+            "Inventory",
+            "LinkClass",
+            "NoPlacement",
+            "PlacementResult",
+            "TopoDevice",
+            "TopoLink",
+            "TopoNic",
+            "Topology",
+            "TopologyParseError",
+            "build_graph",
+            "estimate_bandwidth_gbps",
+            "link_strength",
+            "lookup_model",
+            "parse_capture",
+            "parse_topology",
+            "place",
+            "place_on_node",
+            "read_capture",
+            "read_topology_file",
+            "synthetic_topology",
+            "topology_from_nvml",
+            "topology_of_node",
+            "topology_to_links",
+            "why_not_on_node",
+        ]
+    )
+    code = (
+        "import sys, hsched.topo; bad = [m for m in ('networkx', 'asyncio', 'sqlite3', 'textual', 'pynvml') "
+        "if m in sys.modules]; print(bad)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
