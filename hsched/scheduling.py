@@ -116,13 +116,19 @@ def lowest_index_chooser(node: Node, free: Sequence[str], res: Resources) -> tup
     return tuple(picked), (f"GPU {names} (first free)" if picked else "CPU only")
 
 
+def topology_chooser(node: Node, free: Sequence[str], res: Resources) -> tuple[tuple[str, ...], str] | None:
+    """The topology placement engine: strongest weakest link, most NVLinks, fewest NUMA nodes, least
+    fragmentation; exact up to 16 devices."""
+    from hsched.topo.place import place_on_node
+
+    result = place_on_node(node, res.gpus, free, res)
+    if result is None:
+        return None
+    return tuple(result.devices), result.explanation
+
+
 def default_chooser() -> DeviceChooser:
-    """The topology placement engine where available, else the lowest free indices."""
-    try:
-        from hsched.topo.placement import choose_for_node  # pure; knows NV#/PIX/SYS ranks
-    except ImportError:
-        return lowest_index_chooser
-    return choose_for_node
+    return topology_chooser
 
 
 def order(queue: Sequence[Job]) -> list[Job]:

@@ -26,23 +26,21 @@ def simulated_uuid(node: str, index: int) -> str:
 
 def simulated_devices(node: str, sim: SimulatedDevices) -> tuple[tuple[Device, ...], tuple[Link, ...]]:
     """Devices and links of a simulated node; topology from a captured matrix or a synthetic kind."""
+    from hsched.topo.synthetic import topology_to_links
+
     links: tuple[Link, ...] = ()
     numa_of: dict[int, int | None] = {}
     uuids = [simulated_uuid(node, i) for i in range(sim.count)]
     if sim.topology:
-        try:
-            topo = _load_topology(sim.topology, sim.count)
-        except (ImportError, AttributeError) as e:  # topology package not available: no links, still usable
-            log.warning("%s: cannot build topology %r: %s", node, sim.topology, e)
-            topo = None
-        if topo is not None:
-            from hsched.topo import topology_to_links
-
-            links = tuple(topology_to_links(topo, uuids))
-            for i, dev in enumerate(topo.devices[: sim.count]):
-                numa_of[i] = dev.numa_node
-    if not numa_of:
-        per = max(1, sim.count // max(1, sim.numa_nodes))
+        topo = _load_topology(sim)
+        ordered = sorted(topo.devices, key=lambda d: d.index)
+        if len(ordered) != sim.count:
+            raise UserError(f"node {node}: simulate.topology {sim.topology!r} has {len(ordered)} GPUs but "
+                            f"simulate.count is {sim.count}; make them agree")
+        links = topology_to_links(topo, uuids)
+        numa_of = {i: d.numa_node for i, d in enumerate(ordered)}
+    else:
+        per = max(1, -(-sim.count // max(1, sim.numa_nodes)))
         numa_of = {i: min(i // per, sim.numa_nodes - 1) for i in range(sim.count)}
     devices = tuple(
         Device(uuid=uuids[i], index=i, model=sim.model, memory_total_mib=sim.memory_mib, memory_used_mib=0,
@@ -52,15 +50,18 @@ def simulated_devices(node: str, sim: SimulatedDevices) -> tuple[tuple[Device, .
     return devices, links
 
 
-def _load_topology(spec: str, count: int) -> Any:
+def _load_topology(sim: SimulatedDevices) -> Any:
     from pathlib import Path
 
-    from hsched import topo as topo_pkg
+    from hsched.topo.parse import parse_topology
+    from hsched.topo.synthetic import synthetic_topology
 
-    if "/" in spec or spec.endswith(".txt"):
-        text = Path(spec).read_text(errors="replace")
-        return topo_pkg.parse_topo_matrix(text, source=spec)
-    return topo_pkg.synthetic_topology(spec, count)
+    assert sim.topology is not None
+    if "/" in sim.topology or sim.topology.endswith(".txt"):
+        text = Path(sim.topology).read_text(errors="replace")
+        return parse_topology(text, source=sim.topology)
+    return synthetic_topology(sim.topology, sim.count, model=sim.model, numa_nodes=sim.numa_nodes,
+                              memory_mib=sim.memory_mib)
 
 
 @dataclass
@@ -151,14 +152,17 @@ def _real_devices(probe: dict[str, Any]) -> tuple[tuple[Device, ...], tuple[Link
     links: tuple[Link, ...] = ()
     topo_text = gpus.get("topo_matrix")
     try:
-        from hsched import topo as topo_pkg
+        from hsched.topo.synthetic import topology_to_links
 
-        if gpus.get("source") == "nvml" and hasattr(topo_pkg, "topology_from_nvml"):
-            topo = topo_pkg.topology_from_nvml(gpus)
-            links = tuple(topo_pkg.topology_to_links(topo, [d.uuid for d in devices]))
+        if gpus.get("source") == "nvml":
+            from hsched.topo.nvml import topology_from_nvml  # type: ignore[import-not-found,unused-ignore]
+
+            links = topology_to_links(topology_from_nvml(gpus), [d.uuid for d in devices])
         elif topo_text:
-            topo = topo_pkg.parse_topo_matrix(topo_text, source="nvidia-smi topo -m")
-            links = tuple(topo_pkg.topology_to_links(topo, [d.uuid for d in devices]))
+            from hsched.topo.parse_nvidia import parse_topo_matrix
+
+            links = topology_to_links(parse_topo_matrix(topo_text, source="nvidia-smi topo -m"),
+                                      [d.uuid for d in devices])
     except Exception as e:  # a topology we cannot read leaves the node usable, just not topology-aware
         log.warning("cannot read topology: %s", e)
     return tuple(devices), links
