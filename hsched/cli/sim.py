@@ -1,9 +1,230 @@
-"""CLI commands for sim (being built)."""
+"""`hsched sim`: replay a trace through the scheduling core, and `hsched sim compare` for several policies."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import Any
+
 import typer
+
+from hsched.cli._common import handle_errors, print_json
+from hsched.errors import UserError
+
+sim_app = typer.Typer(
+    help="Replay a job trace in the simulator and print metrics next to the lower bounds.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+
+_TRACE = typer.Option(None, "--trace", help="Trace file: Gavel .trace, Tiresias CSV, or CSV with --columns.")
+_THROUGHPUTS = typer.Option(None, "--throughputs", help="Gavel simulation_throughputs.json (default: beside trace).")
+_COLUMNS = typer.Option(None, "--columns", help="CSV column mapping key=COL,... or a preset (helios, philly, acme).")
+_FLEET = typer.Option(None, "--fleet", help="Fleet TOML whose nodes have [node.simulate] tables.")
+_CLUSTER = typer.Option(None, "--cluster", help="Short fleet spec: v100:16,p100:16,k80:16 (optional @pcie).")
+_GPN = typer.Option(4, "--gpus-per-node", help="GPUs per server for --cluster.")
+_CKPT = typer.Option(0.0, "--checkpoint-cost", help="Seconds a preempted or moved job loses on resume.")
+_ROUND = typer.Option(360.0, "--round-s", help="Round length (quantum) for time-sharing policies.")
+_SPAN = typer.Option(1.0, "--span-factor", help="Throughput multiplier for a gang spanning servers.")
+_PCIE = typer.Option(1.0, "--pcie-factor", help="Throughput multiplier for a gang on a server without NVLink.")
+_MAX_JOBS = typer.Option(None, "--max-jobs", help="Replay only the first N jobs of the trace.")
+_SYN = typer.Option(None, "--synthetic", help="Instead of --trace: N seeded synthetic jobs (Poisson, Philly-like).")
+_SEED = typer.Option(0, "--seed", help="Seed for --synthetic.")
+_RATE = typer.Option(4.0, "--jobs-per-hour", help="Arrival rate for --synthetic.")
+_JSON = typer.Option(False, "--json", help="Print one JSON document.")
+
+
+def _load(trace: Path | None, throughputs: Path | None, columns: str | None, synthetic: int | None, seed: int,
+          rate: float, max_jobs: int | None) -> Any:
+    from hsched.sim.trace import Trace, load_gavel_throughputs, load_trace
+    from hsched.sim.trace import synthetic as make_synthetic
+
+    if (trace is None) == (synthetic is None):
+        raise UserError("hsched sim: give exactly one of --trace FILE or --synthetic N")
+    if synthetic is not None:
+        model = load_gavel_throughputs(throughputs) if throughputs else None
+        tr = make_synthetic(synthetic, seed=seed, jobs_per_hour=rate, throughput=model)
+    else:
+        assert trace is not None
+        tr = load_trace(trace, throughputs=throughputs, columns=columns)
+    if max_jobs is not None:
+        tr = Trace(tr.jobs[:max_jobs], tr.throughput, tr.source, tr.work_unit, tr.rejected)
+    return tr
+
+
+def _servers(fleet: Path | None, cluster: str | None, gpus_per_node: int, known: tuple[str, ...]) -> Any:
+    from hsched.sim.cluster import parse_cluster, servers_from_fleet
+
+    if (fleet is None) == (cluster is None):
+        raise UserError("hsched sim: give exactly one of --fleet FILE or --cluster SPEC (e.g. v100:16,p100:16,k80:16)")
+    if fleet is not None:
+        if not fleet.is_file():
+            raise UserError(f"{fleet}: no such fleet file")
+        return servers_from_fleet(fleet, known)
+    assert cluster is not None
+    return parse_cluster(cluster, gpus_per_node)
+
+
+def _policy(name: str) -> Any:
+    from hsched.sched.policy import make_policy
+
+    try:
+        return make_policy(name.strip())
+    except KeyError as e:
+        raise UserError(f"--policy: {e.args[0]}") from None
+
+
+def _progress_run(sim: Any, label: str) -> Any:
+    """Run with a progress bar on stderr when stderr is a terminal (never on stdout: --json owns it)."""
+    if not sys.stderr.isatty():
+        return sim.run()
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn(label), BarColumn(), TextColumn("{task.completed}/{task.total} jobs"),
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=len(sim.trace.jobs))
+        sim.progress = lambda done, total: bar.update(task, completed=done, total=total)
+        return sim.run()
+
+
+def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, round_s: float, span: float,
+             pcie: float) -> Any:
+    from hsched.sim.engine import SimConfig, SimCosts, Simulator
+
+    if checkpoint_cost < 0 or round_s <= 0 or span <= 0 or pcie <= 0:
+        raise UserError("hsched sim: --checkpoint-cost must be >= 0; --round-s, --span-factor, --pcie-factor > 0")
+    cfg = SimConfig(round_s=round_s, costs=SimCosts(checkpoint_cost, span, pcie))
+    sim = Simulator(tr, servers, _policy(policy_name), cfg)
+    return _progress_run(sim, policy_name)
+
+
+_SHOWN = (
+    ("jobs", "jobs", "{:d}"), ("unschedulable_jobs", "unschedulable", "{:d}"), ("avg_jct_s", "avg JCT s", "{:,.0f}"),
+    ("p50_jct_s", "p50", "{:,.0f}"), ("p99_jct_s", "p99", "{:,.0f}"), ("makespan_s", "makespan s", "{:,.0f}"),
+    ("utilization", "util", "{:.3f}"), ("preemptions", "preempt", "{:d}"), ("avg_jct_over_bound", "JCT/LB", "{:.3f}"),
+    ("makespan_over_bound", "mksp/LB", "{:.3f}"), ("max_ftf_rho", "max rho", "{:.2f}"), ("wall_s", "wall s", "{:.2f}"),
+)
+
+
+def _table(summaries: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    first = summaries[0]
+    table = Table(title=f"{first['trace']} on {first['cluster']}  (lower bounds: avg JCT "
+                        f"{first['lower_bound_avg_jct_s']:,.0f} s, makespan {first['lower_bound_makespan_s']:,.0f} s)")
+    table.add_column("policy")
+    for _, head, _ in _SHOWN:
+        table.add_column(head, justify="right")
+    for s in summaries:
+        table.add_row(s["policy"], *[fmt.format(s[k]) if s[k] is not None else "N/A" for k, _, fmt in _SHOWN])
+    # wide enough for every column even when piped (rich assumes 80 columns off a terminal)
+    Console(width=max(Console().width, 170)).print(table)
+    if first["unschedulable_jobs"]:
+        ids = ", ".join(str(u["id"]) for u in first["unschedulable"][:20])
+        more = " ..." if first["unschedulable_jobs"] > 20 else ""
+        sys.stderr.write(f"hsched: {first['unschedulable_jobs']} job(s) this cluster can never run "
+                         f"(ids {ids}{more}; see --json for reasons)\n")
+
+
+@sim_app.callback()
+@handle_errors
+def sim(
+    ctx: typer.Context,
+    trace: Path | None = _TRACE,
+    throughputs: Path | None = _THROUGHPUTS,
+    columns: str | None = _COLUMNS,
+    fleet: Path | None = _FLEET,
+    cluster: str | None = _CLUSTER,
+    gpus_per_node: int = _GPN,
+    policy: str = typer.Option("hsched", "--policy", help="Policy name (see --list-policies)."),
+    checkpoint_cost: float = _CKPT,
+    round_s: float = _ROUND,
+    span_factor: float = _SPAN,
+    pcie_factor: float = _PCIE,
+    max_jobs: int | None = _MAX_JOBS,
+    synthetic: int | None = _SYN,
+    seed: int = _SEED,
+    jobs_per_hour: float = _RATE,
+    jobs_csv: Path | None = typer.Option(None, "--jobs-csv", help="Write one CSV row per finished job."),
+    list_policies: bool = typer.Option(False, "--list-policies", help="List policies with one line each."),
+    as_json: bool = _JSON,
+) -> None:
+    """Replay a trace under one policy (or run `hsched sim compare` for several)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if list_policies:
+        _list_policies(as_json)
+        return
+    tr = _load(trace, throughputs, columns, synthetic, seed, jobs_per_hour, max_jobs)
+    servers = _servers(fleet, cluster, gpus_per_node, tr.throughput.gpu_types)
+    result = _run_one(tr, servers, policy, checkpoint_cost, round_s, span_factor, pcie_factor)
+    if jobs_csv is not None:
+        result.write_jobs_csv(jobs_csv)
+    summary = dict(result.summary)
+    summary["rejected_rows"] = len(tr.rejected)
+    if as_json:
+        print_json(summary)
+    else:
+        _table([summary])
+
+
+@sim_app.command("compare")
+@handle_errors
+def compare(
+    trace: Path | None = _TRACE,
+    throughputs: Path | None = _THROUGHPUTS,
+    columns: str | None = _COLUMNS,
+    fleet: Path | None = _FLEET,
+    cluster: str | None = _CLUSTER,
+    gpus_per_node: int = _GPN,
+    policy: str = typer.Option("fifo,las,las-hetero,hsched", "--policy", help="Comma-separated policy names."),
+    checkpoint_cost: float = _CKPT,
+    round_s: float = _ROUND,
+    span_factor: float = _SPAN,
+    pcie_factor: float = _PCIE,
+    max_jobs: int | None = _MAX_JOBS,
+    synthetic: int | None = _SYN,
+    seed: int = _SEED,
+    jobs_per_hour: float = _RATE,
+    as_json: bool = _JSON,
+) -> None:
+    """Run several policies on the same trace and fleet; print them side by side with the bounds."""
+    names = [p.strip() for p in policy.split(",") if p.strip()]
+    if not names:
+        raise UserError("--policy: give at least one policy name, comma-separated")
+    for n in names:
+        _policy(n)  # fail on a typo before spending minutes on the others
+    tr = _load(trace, throughputs, columns, synthetic, seed, jobs_per_hour, max_jobs)
+    servers = _servers(fleet, cluster, gpus_per_node, tr.throughput.gpu_types)
+    summaries = [
+        dict(_run_one(tr, servers, n, checkpoint_cost, round_s, span_factor, pcie_factor).summary) for n in names
+    ]
+    if as_json:
+        print_json({
+            "runs": summaries,
+            "lower_bound_avg_jct_s": summaries[0]["lower_bound_avg_jct_s"],
+            "lower_bound_makespan_s": summaries[0]["lower_bound_makespan_s"],
+        })
+    else:
+        _table(summaries)
+
+
+def _list_policies(as_json: bool) -> None:
+    from hsched.sched.policy import make_policy, policy_names
+
+    rows = []
+    for name in policy_names():
+        doc = (type(make_policy(name)).__doc__ or "").strip().split("\n\n")[0]
+        rows.append({"name": name, "clairvoyant": name.endswith("-oracle"), "description": " ".join(doc.split())})
+    if as_json:
+        print_json(rows)
+    else:
+        for r in rows:
+            print(f"{r['name']:12s} {r['description']}")
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the app."""
+    """Add `hsched sim` and `hsched sim compare` to the app."""
+    app.add_typer(sim_app, name="sim")

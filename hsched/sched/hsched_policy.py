@@ -27,8 +27,12 @@ class Hsched(Policy):
     fair_share_slack = 1.5
     """A user whose decayed usage is above this multiple of the mean is served after the others."""
 
-    def band(self, j: JobView, now: float) -> int:
-        if not j.running and j.run_s > 0 and now - j.arrival_s - j.run_s >= self.starve_factor * j.run_s:
+    def band(self, j: JobView, now: float, cost: float = 0.0) -> int:
+        # With a checkpoint cost, hysteresis: a promoted job keeps the top band while it runs until its wait
+        # is down to half the trigger ratio, so it pays for one restore per real slice. Without a cost,
+        # starved jobs may trade GPUs every round: that is free time-sharing, and it measured better.
+        factor = self.starve_factor * (0.5 if j.running and cost > 0 else 1.0)
+        if j.run_s > 0 and now - j.arrival_s - j.run_s >= factor * j.run_s:
             return 0
         attained = j.gpus * j.service_s
         if attained < self.first_band_gpu_s:
@@ -46,7 +50,8 @@ class Hsched(Policy):
         def key(j: JobView) -> tuple[int, int, int, int, float, int]:
             over = 1 if mean > 0 and usage.get(j.user, 0.0) > self.fair_share_slack * mean else 0
             fresh = j.running and j.run_start_s is not None and inp.now - j.run_start_s < min_run
-            return (qos_rank(j.qos), over, 0 if fresh else 1, self.band(j, inp.now), j.arrival_s, j.id)
+            band = self.band(j, inp.now, inp.checkpoint_cost_s)
+            return (qos_rank(j.qos), over, 0 if fresh else 1, band, j.arrival_s, j.id)
 
         return sorted(inp.jobs, key=key)
 

@@ -22,8 +22,9 @@ def _arrival_key(j: JobView) -> tuple[float, int]:
 
 @register
 class Fifo(Policy):
-    """First in, first out, heterogeneity-unaware: jobs start in arrival order on whichever GPU type has the
-    most free GPUs (any free GPU from one pool); the head of the queue blocks the rest; no preemption.
+    """First in, first out, heterogeneity-unaware: jobs start in arrival order, each on a GPU type picked at
+    random (reproducibly, from the job id) among those with room, as Gavel's FIFO does; the head of the
+    queue blocks the rest; no preemption.
     """
 
     name = "fifo"
@@ -51,7 +52,8 @@ class Las(Policy):
     """Tiresias-style discretised two-dimensional least-attained-service: a job's service is GPUs x seconds
     run; queues at 1 h, 4 h, 16 h ... of GPU time; the lowest queue runs first, FIFO inside a queue; a job
     that has waited `starve_factor` times as long as it has run is promoted to the top queue (starvation
-    guard). Preemptive, heterogeneity-unaware, re-evaluated every round.
+    guard). Preemptive and heterogeneity-unaware (a job stays on its type, else takes a
+    random type with room), re-evaluated every round.
     """
 
     name = "las"
@@ -62,7 +64,8 @@ class Las(Policy):
 
     def queue(self, j: JobView, now: float) -> int:
         waited = now - j.arrival_s - j.run_s
-        if j.run_s > 0 and waited >= self.starve_factor * j.run_s and not j.running:
+        # half the ratio while running: hysteresis, so a promoted job is not demoted after one round
+        if j.run_s > 0 and waited >= self.starve_factor * (0.5 if j.running else 1.0) * j.run_s:
             return 0
         gpu_s = j.gpus * j.run_s
         if gpu_s < self.first_threshold_gpu_s:

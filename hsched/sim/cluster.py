@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from hsched.errors import UserError
 from hsched.sched.view import ServerView
 
@@ -50,3 +53,34 @@ def describe(servers: tuple[ServerView, ...]) -> str:
     for s in servers:
         counts[s.gpu_type] = counts.get(s.gpu_type, 0) + len(s.devices)
     return ",".join(f"{t}:{n}" for t, n in counts.items())
+
+
+def servers_from_fleet(path: Path, known_types: tuple[str, ...]) -> tuple[ServerView, ...]:
+    """Servers from a fleet file's `[node.simulate]` tables (hsched.config's loader).
+
+    The GPU type is the throughput table's type named inside the device model ("NVIDIA V100-SXM2-16GB" ->
+    "v100"), else the model itself, which the throughput prior matches by substring. A node's link is
+    "nvlink" unless its captured topology shows no NV# link between GPUs.
+    """
+    from hsched.config import load_fleet
+
+    fleet = load_fleet(path)
+    servers: list[ServerView] = []
+    for node in fleet.nodes:
+        sim = node.simulate
+        if sim is None:
+            raise UserError(f"{path}: node {node.name!r} has no [node.simulate] table; the simulator needs "
+                            f"simulated devices (model, count) on every node")
+        low = sim.model.lower()
+        gpu_type = next((t for t in sorted(known_types, key=len, reverse=True) if t in low), low)
+        link = "nvlink"
+        if sim.topology and Path(sim.topology).is_file():
+            text = Path(sim.topology).read_text(errors="replace")
+            if not re.search(r"\bNV\d+\b", text):
+                link = "pcie"
+        elif sim.topology and "pcie" in sim.topology.lower():
+            link = "pcie"
+        servers.append(ServerView(node.name, gpu_type, tuple(f"{node.name}/{i}" for i in range(sim.count)), link))
+    if not servers:
+        raise UserError(f"{path}: no nodes; add [[node]] tables with [node.simulate]")
+    return tuple(servers)
