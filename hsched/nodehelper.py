@@ -169,7 +169,13 @@ def probe_nvml():
         nvml_probe = None
     try:
         if nvml_probe is not None:
-            return nvml_probe.probe_nvml(pynvml)
+            raw = nvml_probe.probe_nvml(pynvml)
+            raw["source"] = "nvml"
+            for dev in raw.get("devices", []):
+                aff = dev.get("numa_affinity") or []
+                if dev.get("numa_node") is None:
+                    dev["numa_node"] = aff[0] if len(aff) == 1 else pci_numa_node(dev.get("pci_bus_id"))
+            return raw
         return None
     except Exception as e:  # no driver, no GPU: NVML raises on init
         return {"error": str(e), "devices": []}

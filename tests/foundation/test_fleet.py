@@ -1,0 +1,62 @@
+"""The controller's fleet view: simulated nodes and real probes turned into Nodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hsched.config import load_fleet
+from hsched.controller.fleet import build_fleet, node_from_probe, simulated_uuid
+from hsched.model import NodeState, Resources
+from hsched.scheduling import FleetView, Start, Wait, schedule, unsatisfiable
+
+LAB = Path(__file__).resolve().parents[2] / "examples" / "lab" / "fleet.toml"
+
+
+def test_lab_fleet_has_topology() -> None:
+    nodes = build_fleet(load_fleet(LAB))
+    dgx = nodes["dgx-h100"].node
+    assert len(dgx.devices) == 8 and dgx.devices[0].uuid == simulated_uuid("dgx-h100", 0)
+    assert {lk.kind for lk in dgx.links} == {"NV18"}
+    assert [d.numa_node for d in dgx.devices] == [0, 0, 0, 0, 1, 1, 1, 1]
+    a100 = nodes["a100-box"].node
+    assert {lk.kind for lk in a100.links} >= {"PIX", "SYS"}
+
+
+def test_real_probe_with_nvml_gives_uuids_memory_and_nvlinks() -> None:
+    import sys
+
+    from hsched.topo import nvml_probe
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "topo"))
+    from test_topo_nvml import h100_fake  # the fake pynvml fed from the real H100 captures
+
+    raw = nvml_probe.probe_nvml(h100_fake(), cpu_count=224)
+    raw["source"] = "nvml"
+    rt = next(iter(build_fleet(load_fleet(None)).values()))
+    node = node_from_probe(rt, {"cpus": 224, "memory_total_mib": 2_000_000, "numa": [{}, {}], "gpus": raw})
+    assert len(node.devices) == 8
+    assert all(d.uuid.startswith("GPU-") for d in node.devices)
+    assert node.devices[0].memory_total_mib and node.devices[0].memory_total_mib > 80_000
+    assert {lk.kind for lk in node.links} == {"NV18"}
+    assert len(node.links) == 28
+
+
+def test_schedule_places_nvlink_jobs_on_nvlinked_gpus_and_waits_otherwise() -> None:
+    from dataclasses import replace
+
+    nodes = [replace(rt.node, state=NodeState.UP) for rt in build_fleet(load_fleet(LAB)).values()]
+    from hsched.model import Interconnect, Job, JobSpec, JobState
+
+    def job(i: int, **res: object) -> Job:
+        return Job(id=i, spec=JobSpec(command=("x",), resources=Resources(**res)), user="u",  # type: ignore[arg-type]
+                   state=JobState.PENDING, reason="", submit_time=float(i))
+
+    view = FleetView(nodes=tuple(nodes), busy=frozenset(), cpus_used={})
+    d = schedule(view, [job(1, gpus=4, interconnect=Interconnect.NVLINK), job(2, gpus=2, gpu_types=("a100",)),
+                        job(3, gpus=8, interconnect=Interconnect.NVLINK)], 0.0)
+    assert isinstance(d[0], Start) and d[0].placements[0].node == "dgx-h100"
+    assert "NV18" in d[0].placements[0].explanation
+    assert isinstance(d[1], Start) and d[1].placements[0].node == "a100-box"
+    assert isinstance(d[2], Wait)  # 4 of the 8 NVLinked GPUs are taken by job 1
+    assert unsatisfiable(Resources(gpus=4, interconnect=Interconnect.NVLINK, gpu_types=("a100",)), nodes)
+    assert unsatisfiable(Resources(gpus=8, interconnect=Interconnect.NVLINK), nodes) is None
