@@ -108,7 +108,8 @@ def hetero_assign(
     Types are filled slowest first: the slowest type takes the jobs that keep the largest fraction of their
     best remaining speed there, and only as many GPUs as the faster types cannot hold. Repeating this up the
     list leaves the fastest GPUs to the jobs that gain most from them (Gavel's insight, greedily: no LP).
-    Ties go to jobs already on that type, so equal jobs do not swap places each round. `pinned` jobs keep
+    Ties go to jobs already on that type, so equal jobs do not swap places each round, then to the
+    lowest-priority job, so the most favoured job gets the faster GPU. `pinned` jobs keep
     their type and use its capacity first.
     """
     caps = dict(capacity)
@@ -132,7 +133,8 @@ def hetero_assign(
             best = max((rel.get(t, 0.0) for t in faster if j.allows(t)), default=0.0)
             return rel[slow] / best if best > 0 else 2.0  # 2.0: runs nowhere faster, must go here
 
-        ranked = sorted(todo, key=lambda j: (-keep_frac(j), j.gpu_type != slow, order[j.id]))
+        # among equals, the job already there stays, then the lowest-priority job takes the slow type
+        ranked = sorted(todo, key=lambda j: (-keep_frac(j), j.gpu_type != slow, -order[j.id]))
         left: list[JobView] = []
         for j in ranked:
             frac = keep_frac(j)
