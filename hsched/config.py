@@ -205,12 +205,14 @@ def _converted(p: Problems, key: str, v: Any, fn: Callable[[Any], Any]) -> Any:
 
 _JOB_KEYS = frozenset(
     {"name", "command", "workdir", "env", "resources", "qos", "priority", "checkpoint_signal", "time",
-     "time_limit", "hold"}
+     "time_limit", "hold", "signal"}
 )
-_RES_KEYS = frozenset({"gpus", "gpu_types", "gpu_memory", "cpus", "memory", "nodes", "interconnect"})
+_RES_KEYS = frozenset({"gpus", "gpu_types", "gpu_memory", "cpus", "memory", "nodes", "interconnect",
+                       "tasks_per_node"})
 
 
-def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple[str, ...] = QOS_CLASSES) -> JobSpec:
+def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple[str, ...] = QOS_CLASSES,
+                        default_qos: str = DEFAULT_QOS) -> JobSpec:
     """Validate a job table (from a spec file or from CLI options merged over it)."""
     p = Problems(source)
     check_keys(p, data, _JOB_KEYS, "")
@@ -245,10 +247,10 @@ def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple
             else:
                 env.append((k, str(v)))
     resources = _resources(p, data.get("resources", {}))
-    qos = data.get("qos", DEFAULT_QOS)
+    qos = data.get("qos", default_qos)
     if not isinstance(qos, str) or qos not in qos_classes:
         p.expected("qos", f"one of {', '.join(qos_classes)}", qos)
-        qos = DEFAULT_QOS
+        qos = default_qos
     priority = _int(p, "priority", data.get("priority", 0)) or 0
     ck = CheckpointSignal()
     if "checkpoint_signal" in data:
@@ -257,6 +259,11 @@ def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple
     for tkey in ("time", "time_limit"):
         if tkey in data:
             time_limit = _converted(p, tkey, data[tkey], parse_duration_s)
+    warn = None
+    if "signal" in data:
+        warn = _converted(p, "signal", data["signal"], parse_checkpoint_signal)
+        if warn is not None and time_limit is None:
+            p.add("signal", "a warning signal needs a time limit (time = \"1h\")")
     hold = data.get("hold", False)
     if not isinstance(hold, bool):
         p.expected("hold", "true or false", hold)
@@ -264,7 +271,7 @@ def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple
     p.raise_if_any()
     return JobSpec(
         command=command, name=name, workdir=workdir, env=tuple(env), resources=resources, qos=qos,
-        priority=priority, checkpoint_signal=ck, time_limit_s=time_limit, hold=hold,
+        priority=priority, checkpoint_signal=ck, time_limit_s=time_limit, warn_signal=warn, hold=hold,
     )
 
 
@@ -275,6 +282,7 @@ def _resources(p: Problems, raw: Any) -> Resources:
     check_keys(p, raw, _RES_KEYS, "resources.")
     gpus = _int(p, "resources.gpus", raw.get("gpus", 0), minimum=0) or 0
     nodes = _int(p, "resources.nodes", raw.get("nodes", 1), minimum=1) or 1
+    tasks = _int(p, "resources.tasks_per_node", raw.get("tasks_per_node", 1), minimum=1) or 1
     types_raw = raw.get("gpu_types", [])
     if isinstance(types_raw, str):
         types_raw = [types_raw]
@@ -302,7 +310,7 @@ def _resources(p: Problems, raw: Any) -> Resources:
         p.add("resources.interconnect", "\"nvlink\" needs gpus >= 2 (there is no link within one GPU)")
     return Resources(
         gpus=gpus, gpu_types=gpu_types, gpu_memory_mib=gpu_mem, cpus=cpus, memory_mib=mem, nodes=nodes,
-        interconnect=interconnect,
+        interconnect=interconnect, tasks_per_node=tasks,
     )
 
 
@@ -461,6 +469,24 @@ def load_fleet(path: Path | None) -> FleetConfig:
 # --------------------------------------------------------------------------------------------- settings
 
 @dataclass(frozen=True, slots=True)
+class QosClass:
+    """A named priority band: which classes it may preempt, and its GPU limits."""
+
+    name: str
+    preempts: tuple[str, ...] = ()
+    max_gpus: int | None = None
+    """GPUs all jobs of this class may hold at once."""
+    max_gpus_per_user: int | None = None
+
+
+DEFAULT_QOS_TABLE: dict[str, QosClass] = {
+    "prod": QosClass("prod", preempts=("normal", "scavenger")),
+    "normal": QosClass("normal", preempts=("scavenger",)),
+    "scavenger": QosClass("scavenger"),
+}
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """Controller settings ($HSCHED_HOME/settings.toml); every key is optional."""
 
@@ -473,6 +499,12 @@ class Settings:
     kill_after_s: float = 10.0
     """After a cancel's SIGTERM, how long before SIGKILL."""
     gpu_models: dict[str, Any] = field(default_factory=dict)
+    qos: dict[str, QosClass] = field(default_factory=lambda: dict(DEFAULT_QOS_TABLE))
+    default_qos: str = DEFAULT_QOS
+
+    @property
+    def qos_names(self) -> tuple[str, ...]:
+        return tuple(self.qos)
 
 
 _SETTINGS_FLOATS = ("poll_interval_s", "probe_interval_s", "lease_s", "heartbeat_timeout_s", "kill_after_s")
@@ -483,7 +515,8 @@ def load_settings(path: Path) -> Settings:
         return Settings()
     data = read_toml(path)
     p = Problems(str(path))
-    allowed = frozenset({*_SETTINGS_FLOATS, "checkpoint_exit_code", "max_restarts", "gpu_models"})
+    allowed = frozenset({*_SETTINGS_FLOATS, "checkpoint_exit_code", "max_restarts", "gpu_models", "qos",
+                         "default_qos"})
     check_keys(p, data, allowed, "")
     kwargs: dict[str, Any] = {}
     for k in _SETTINGS_FLOATS:
@@ -503,5 +536,43 @@ def load_settings(path: Path) -> Settings:
             kwargs["gpu_models"] = data["gpu_models"]
         else:
             p.expected("gpu_models", "a table of model overrides", data["gpu_models"])
+    if "qos" in data:
+        kwargs["qos"] = _qos_table(p, data["qos"])
+    if "default_qos" in data:
+        names = tuple(kwargs.get("qos", DEFAULT_QOS_TABLE))
+        if data["default_qos"] not in names:
+            p.expected("default_qos", f"one of {', '.join(names)}", data["default_qos"])
+        else:
+            kwargs["default_qos"] = data["default_qos"]
     p.raise_if_any()
     return Settings(**kwargs)
+
+
+_QOS_KEYS = frozenset({"preempts", "max_gpus", "max_gpus_per_user"})
+
+
+def _qos_table(p: Problems, raw: Any) -> dict[str, QosClass]:
+    """[qos.NAME] tables; a class given here replaces the built-in one of that name, others stay."""
+    out = dict(DEFAULT_QOS_TABLE)
+    if not isinstance(raw, dict):
+        p.expected("qos", "tables such as [qos.prod]", raw)
+        return out
+    for name, t in raw.items():
+        key = f"qos.{name}"
+        if not isinstance(t, dict):
+            p.expected(key, "a table", t)
+            continue
+        check_keys(p, t, _QOS_KEYS, f"{key}.")
+        pre = t.get("preempts", [])
+        if not isinstance(pre, list) or not all(isinstance(x, str) for x in pre):
+            p.expected(f"{key}.preempts", "a list of QoS class names", pre)
+            pre = []
+        limits = {k: _int(p, f"{key}.{k}", t[k], minimum=0) for k in ("max_gpus", "max_gpus_per_user") if k in t}
+        out[name] = QosClass(name, preempts=tuple(pre), **limits)
+    for q in out.values():
+        for target in q.preempts:
+            if target not in out:
+                p.add(f"qos.{q.name}.preempts", f"unknown class {target!r}; known: {', '.join(out)}")
+            elif target == q.name:
+                p.add(f"qos.{q.name}.preempts", "a class cannot preempt itself")
+    return out

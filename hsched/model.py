@@ -141,6 +141,8 @@ class Resources:
     memory_mib: int | None = None
     nodes: int = 1
     interconnect: Interconnect = Interconnect.ANY
+    tasks_per_node: int = 1
+    """Processes started per node, each with torchrun's RANK/LOCAL_RANK/WORLD_SIZE... (Slurm's ntasks-per-node)."""
 
     def matches_model(self, model: str) -> bool:
         """`--gpu-type a100` matches "NVIDIA A100-SXM4-80GB": case-insensitive substring."""
@@ -172,6 +174,8 @@ class JobSpec:
     priority: int = 0
     checkpoint_signal: CheckpointSignal = field(default_factory=CheckpointSignal)
     time_limit_s: float | None = None
+    warn_signal: CheckpointSignal | None = None
+    """`--signal USR1@60`: sent that many seconds before the time limit (sbatch's --signal)."""
     hold: bool = False
 
 
@@ -245,3 +249,5 @@ class Run:
     end_time: float | None = None
     exit_code: int | None = None
     reason: str = ""
+    rank: int = 0
+    world: int = 1

@@ -8,11 +8,24 @@ node chosen by the topology placement engine when it knows the node's links. The
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hsched.model import Interconnect, Job, Node, NodeState, Placement, Resources
 
 QOS_RANK = {"prod": 0, "normal": 1, "scavenger": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """What the scheduler may know of a running job: no remaining work, no duration."""
+
+    id: int
+    qos: str
+    priority: int
+    user: str
+    start_time: float
+    placements: tuple[Placement, ...]
+    gpus: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +35,12 @@ class FleetView:
     """UUIDs of devices held by active runs."""
     cpus_used: Mapping[str, int]
     """CPUs promised to active runs, per node."""
+    running: tuple[RunningJob, ...] = ()
+    """Jobs that hold devices and could be preempted (RUNNING only; not already stopping)."""
+    releasing: frozenset[str] = frozenset()
+    """Devices of jobs being preempted or cancelled: busy now, free soon."""
+    preempts: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """QoS class -> the classes it may preempt."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +55,17 @@ class Wait:
     reason: str
 
 
-Decision = Start | Wait
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Stop these running jobs (checkpoint signal, grace, escalation) so `job_id` can start."""
+
+    job_id: int
+    victims: tuple[int, ...]
+    node: str
+    why: str
+
+
+Decision = Start | Wait | Preempt
 DeviceChooser = Callable[[Node, Sequence[str], Resources], tuple[tuple[str, ...], str] | None]
 
 
@@ -135,14 +164,62 @@ def order(queue: Sequence[Job]) -> list[Job]:
     return sorted(queue, key=lambda j: (QOS_RANK.get(j.spec.qos, 1), -j.spec.priority, j.submit_time, j.id))
 
 
+def _fit(node: Node, res: Resources, busy: set[str], cpus_used: Mapping[str, int],
+         choose: DeviceChooser) -> Placement | None:
+    if res.cpus is not None and node.cpus is not None and cpus_used.get(node.name, 0) + res.cpus > node.cpus:
+        return None
+    free = [u for u in eligible_devices(node, res) if u not in busy]
+    if len(free) < res.gpus:
+        return None
+    if res.gpus == 0:
+        return Placement(node=node.name, devices=(), explanation="CPU only")
+    chosen = choose(node, free, res)
+    if chosen is None:
+        return None
+    return Placement(node=node.name, devices=chosen[0], explanation=chosen[1])
+
+
+def _victims(job: Job, node: Node, fleet: FleetView, busy: set[str], cpus_used: Mapping[str, int],
+             choose: DeviceChooser, taken: set[int]) -> list[RunningJob] | None:
+    """The fewest, least important running jobs on `node` whose devices would let `job` start there."""
+    allowed = fleet.preempts.get(job.spec.qos, frozenset())
+    cands = [r for r in fleet.running
+             if r.qos in allowed and r.id not in taken and any(p.node == node.name for p in r.placements)
+             and len(r.placements) == 1]
+    # least important first: lowest class, lowest priority, most recently started (least work lost)
+    cands.sort(key=lambda r: (-QOS_RANK.get(r.qos, 1), r.priority, -r.start_time))
+    chosen: list[RunningJob] = []
+    freed: set[str] = set()
+    for r in cands:
+        chosen.append(r)
+        freed.update(u for p in r.placements for u in p.devices)
+        if _fit(node, job.spec.resources, busy - freed, cpus_used, choose) is not None:
+            break
+    else:
+        return None
+    # drop victims that turned out unnecessary (the search added them greedily)
+    for r in list(chosen):
+        rest = [x for x in chosen if x is not r]
+        rest_freed = {u for x in rest for p in x.placements for u in p.devices}
+        if rest and _fit(node, job.spec.resources, busy - rest_freed, cpus_used, choose) is not None:
+            chosen = rest
+    return chosen
+
+
 def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
              chooser: DeviceChooser | None = None) -> list[Decision]:
-    """Priority-then-FIFO first fit. Gangs (nodes > 1) are all-or-nothing."""
+    """QoS class, then priority, then submit order; first fit. Gangs (nodes > 1) are all-or-nothing.
+
+    A job that does not fit may preempt running jobs of the classes its class may preempt, on one node,
+    choosing the fewest and least important; while those stop, their devices are promised to it.
+    """
     choose = chooser or default_chooser()
     busy = set(fleet.busy)
     cpus_used = dict(fleet.cpus_used)
+    releasing = set(fleet.releasing)
     up = [n for n in fleet.nodes if n.state is NodeState.UP]
     decisions: list[Decision] = []
+    taken: set[int] = set()
     blocked_ahead = False
     for job in order(queue):
         res = job.spec.resources
@@ -150,26 +227,48 @@ def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
         for node in up:
             if len(placements) == res.nodes:
                 break
-            if res.cpus is not None and node.cpus is not None and cpus_used.get(node.name, 0) + res.cpus > node.cpus:
-                continue
-            free = [u for u in eligible_devices(node, res) if u not in busy]
-            if len(free) < res.gpus:
-                continue
-            if res.gpus == 0:
-                placements.append(Placement(node=node.name, devices=(), explanation="CPU only"))
-                continue
-            chosen = choose(node, free, res)
-            if chosen is None:
-                continue
-            devices, why = chosen
-            placements.append(Placement(node=node.name, devices=devices, explanation=why))
+            p = _fit(node, res, busy, cpus_used, choose)
+            if p is not None:
+                placements.append(p)
         if len(placements) == res.nodes:
             for p in placements:
                 busy.update(p.devices)
                 if res.cpus:
                     cpus_used[p.node] = cpus_used.get(p.node, 0) + res.cpus
             decisions.append(Start(job.id, tuple(placements)))
-        else:
-            decisions.append(Wait(job.id, "Priority" if blocked_ahead else "Resources"))
-            blocked_ahead = True
+            continue
+        if res.nodes == 1 and releasing:
+            # devices being released (preemption or cancel under way) may be this job's soon
+            soon = next((n for n in up if _fit(n, res, busy - releasing, cpus_used, choose) is not None), None)
+            if soon is not None:
+                claim = _fit(soon, res, busy - releasing, cpus_used, choose)
+                assert claim is not None
+                busy.update(claim.devices)
+                releasing.difference_update(claim.devices)
+                decisions.append(Wait(job.id, "Preempting"))
+                blocked_ahead = True
+                continue
+        if res.nodes == 1 and fleet.preempts.get(job.spec.qos):
+            best: tuple[int, Node, list[RunningJob]] | None = None
+            for node in up:
+                victims = _victims(job, node, fleet, busy, cpus_used, choose, taken)
+                if victims is not None:
+                    cost = sum(v.gpus for v in victims)
+                    if best is None or (len(victims), cost) < (best[0], sum(v.gpus for v in best[2])):
+                        best = (len(victims), node, victims)
+            if best is not None:
+                _, node, victims = best
+                for v in victims:
+                    taken.add(v.id)
+                freed = {u for v in victims for p in v.placements for u in p.devices}
+                claim = _fit(node, res, busy - freed, cpus_used, choose)
+                if claim is not None:
+                    busy.update(claim.devices)
+                names = ", ".join(f"{v.id} ({v.qos})" for v in victims)
+                decisions.append(Preempt(job.id, tuple(v.id for v in victims), node.name,
+                                         f"job {job.id} ({job.spec.qos}) needs {node.name}: preempting {names}"))
+                blocked_ahead = True
+                continue
+        decisions.append(Wait(job.id, "Priority" if blocked_ahead else "Resources"))
+        blocked_ahead = True
     return decisions

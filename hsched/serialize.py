@@ -43,18 +43,24 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
             "memory_mib": r.memory_mib,
             "nodes": r.nodes,
             "interconnect": r.interconnect.value,
+            "tasks_per_node": r.tasks_per_node,
         },
         "qos": spec.qos,
         "priority": spec.priority,
         "checkpoint_signal": str(spec.checkpoint_signal),
         "time_limit_s": spec.time_limit_s,
+        "warn_signal": str(spec.warn_signal) if spec.warn_signal else None,
         "hold": spec.hold,
     }
 
 
 def spec_from_dict(d: dict[str, Any]) -> JobSpec:
     r = d.get("resources", {})
-    sig, _, grace = str(d.get("checkpoint_signal", "TERM@30")).partition("@")
+
+    def signal_of(text: str) -> CheckpointSignal:
+        sig, _, grace = text.partition("@")
+        return CheckpointSignal(sig or "TERM", float(grace or 30))
+
     return JobSpec(
         command=tuple(d["command"]),
         name=d.get("name", ""),
@@ -68,11 +74,13 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
             memory_mib=r.get("memory_mib"),
             nodes=r.get("nodes", 1),
             interconnect=Interconnect(r.get("interconnect", "any")),
+            tasks_per_node=r.get("tasks_per_node", 1),
         ),
         qos=d.get("qos", "normal"),
         priority=d.get("priority", 0),
-        checkpoint_signal=CheckpointSignal(sig or "TERM", float(grace or 30)),
+        checkpoint_signal=signal_of(str(d.get("checkpoint_signal", "TERM@30"))),
         time_limit_s=d.get("time_limit_s"),
+        warn_signal=signal_of(d["warn_signal"]) if d.get("warn_signal") else None,
         hold=bool(d.get("hold", False)),
     )
 
@@ -135,6 +143,8 @@ def run_to_dict(run: Run) -> dict[str, Any]:
         "attempt": run.attempt,
         "node": run.node,
         "devices": list(run.devices),
+        "rank": run.rank,
+        "world": run.world,
         "state": run.state,
         "reason": run.reason,
         "run_dir": run.run_dir,

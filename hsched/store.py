@@ -100,6 +100,12 @@ _MIGRATIONS: list[tuple[str, ...]] = [
         )
         """,
     ),
+    # 2: gangs: several runs (ranks) per attempt
+    (
+        "ALTER TABLE runs ADD COLUMN rank INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE runs ADD COLUMN world INTEGER NOT NULL DEFAULT 1",
+        "CREATE INDEX runs_job_attempt ON runs(job_id, attempt)",
+    ),
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -247,45 +253,65 @@ class Store:
 
     # -------------------------------------------------------------------------------------------- runs
 
-    def start_run(self, job: Job, placement: Placement, run_dir: str, now: float) -> Run:
-        """Record the intent to launch before launching: the job is LAUNCHING and the run exists."""
+    def start_runs(self, job: Job, ranks: Sequence[tuple[Placement, str]], now: float,
+                   placement: tuple[Placement, ...] | None = None) -> list[Run]:
+        """Record the intent to launch before launching: the job is LAUNCHING and its runs (one per rank,
+        each with its run folder) exist, all in one transaction."""
+        attempt = job.restarts + 1
+        ids = []
         with self.tx() as db:
-            attempt = db.execute("SELECT COUNT(*) FROM runs WHERE job_id = ?", (job.id,)).fetchone()[0] + 1
-            cur = db.execute(
-                "INSERT INTO runs(job_id, attempt, node, devices, state, run_dir, start_time) VALUES (?,?,?,?,?,?,?)",
-                (job.id, attempt, placement.node, json.dumps(list(placement.devices)), "LAUNCHING", run_dir, now),
-            )
-            run_id = int(cur.lastrowid or 0)
-            self._set_job(db, job.id, {"state": JobState.LAUNCHING, "reason": "", "placement": (placement,)})
-            self._event(db, now, "placed", f"placed on {placement.node}: {placement.explanation}".rstrip(": "),
-                        job_id=job.id, node=placement.node, data={"devices": list(placement.devices)})
-        run = self.get_run(run_id)
-        assert run is not None
-        return run
+            for rank, (p, run_dir) in enumerate(ranks):
+                cur = db.execute(
+                    "INSERT INTO runs(job_id, attempt, node, devices, state, run_dir, start_time, rank, world) "
+                    "VALUES (?,?,?,?,?,?,?,?,?)",
+                    (job.id, attempt, p.node, json.dumps(list(p.devices)), "LAUNCHING", run_dir, now, rank,
+                     len(ranks)),
+                )
+                ids.append(int(cur.lastrowid or 0))
+            placed = placement if placement is not None else tuple(dict.fromkeys(p for p, _ in ranks))
+            self._set_job(db, job.id, {"state": JobState.LAUNCHING, "reason": "", "placement": placed})
+            where = "; ".join(f"{p.node}: {p.explanation}" if p.explanation else p.node for p in placed)
+            self._event(db, now, "placed", f"placed on {where}", job_id=job.id,
+                        node=placed[0].node if placed else None,
+                        data={"placement": placement_to_list(placed), "ranks": len(ranks)})
+        return [r for r in (self.get_run(i) for i in ids) if r is not None]
+
+    def start_run(self, job: Job, placement: Placement, run_dir: str, now: float) -> Run:
+        return self.start_runs(job, [(placement, run_dir)], now)[0]
 
     def run_launched(self, run: Run, handle: RunHandle, now: float) -> None:
         with self.tx() as db:
             db.execute("UPDATE runs SET state = 'RUNNING', handle = ? WHERE id = ?",
                        (json.dumps(handle_to_dict(handle)), run.id))
             job = db.execute("SELECT start_time, state FROM jobs WHERE id = ?", (run.job_id,)).fetchone()
+            waiting = db.execute("SELECT COUNT(*) FROM runs WHERE job_id = ? AND attempt = ? AND state = 'LAUNCHING'",
+                                 (run.job_id, run.attempt)).fetchone()[0]
             fields: dict[str, Any] = {}
-            if job["state"] == JobState.LAUNCHING.value:
+            if job["state"] == JobState.LAUNCHING.value and waiting == 0:
                 fields["state"] = JobState.RUNNING
             if job["start_time"] is None:
                 fields["start_time"] = now
             self._set_job(db, run.job_id, fields)
-            self._event(db, now, "started", f"run {run.attempt} started on {run.node} (pid {handle.pid})",
+            rank = f" rank {run.rank}" if run.world > 1 else ""
+            self._event(db, now, "started", f"run {run.attempt}{rank} started on {run.node} (pid {handle.pid})",
                         job_id=run.job_id, node=run.node)
 
     def end_run(self, run: Run, now: float, *, run_state: str, exit_code: int | None, reason: str,
-                job_fields: dict[str, Any], event: tuple[str, str]) -> None:
-        """The run ended: record the run and the job's next state together."""
+                job_fields: dict[str, Any] | None, event: tuple[str, str] | None,
+                extra_events: Sequence[tuple[str, str]] = ()) -> None:
+        """A run ended: record it, and (for the attempt's last run) the job's next state, together."""
         with self.tx() as db:
             db.execute("UPDATE runs SET state = ?, end_time = ?, exit_code = ?, reason = ? WHERE id = ?",
                        (run_state, now, exit_code, reason, run.id))
-            self._set_job(db, run.job_id, job_fields)
-            self._event(db, now, event[0], event[1], job_id=run.job_id, node=run.node,
-                        data={"exit_code": exit_code, "run": run.attempt})
+            if job_fields:
+                self._set_job(db, run.job_id, job_fields)
+            for ev in ([event] if event else []) + list(extra_events):
+                self._event(db, now, ev[0], ev[1], job_id=run.job_id, node=run.node,
+                            data={"exit_code": exit_code, "run": run.attempt, "rank": run.rank})
+
+    def attempt_runs(self, job_id: int, attempt: int) -> list[Run]:
+        return [_run(r) for r in self.db.execute(
+            "SELECT * FROM runs WHERE job_id = ? AND attempt = ? ORDER BY rank, id", (job_id, attempt))]
 
     def set_run_state(self, run_id: int, state: str) -> None:
         with self.tx() as db:
@@ -351,4 +377,6 @@ def _run(row: sqlite3.Row) -> Run:
         end_time=row["end_time"],
         exit_code=row["exit_code"],
         reason=row["reason"],
+        rank=row["rank"],
+        world=row["world"],
     )

@@ -48,6 +48,20 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     @handle_errors
+    def preempt(job_ids: list[int] = typer.Argument(..., metavar="JOB..."),
+                as_json: bool = typer.Option(False, "--json")) -> None:
+        """Preempt running jobs now: checkpoint signal, grace, escalation, then back to the queue."""
+        _each("preempt", job_ids, as_json)
+
+    @app.command()
+    @handle_errors
+    def checkpoint(job_ids: list[int] = typer.Argument(..., metavar="JOB..."),
+                   as_json: bool = typer.Option(False, "--json")) -> None:
+        """Send running jobs their checkpoint signal without stopping them."""
+        _each("checkpoint", job_ids, as_json)
+
+    @app.command()
+    @handle_errors
     def requeue(job_ids: list[int] = typer.Argument(..., metavar="JOB..."),
                 as_json: bool = typer.Option(False, "--json")) -> None:
         """Put ended jobs back in the queue under the same id."""

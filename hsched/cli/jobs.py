@@ -81,7 +81,9 @@ def register(app: typer.Typer) -> None:
         gpu_memory: str | None = typer.Option(None, "--gpu-memory", help="Minimum memory per GPU, e.g. 40G."),
         nodes: int | None = typer.Option(None, "--nodes", "-N", min=1, help="Nodes (all-or-nothing)."),
         name: str | None = typer.Option(None, "--name", "-J", help="Job name."),
-        qos: str | None = typer.Option(None, "--qos", help="QoS class: prod, normal or scavenger."),
+        qos: str | None = typer.Option(None, "--qos", help="QoS class (built in: prod, normal, scavenger)."),
+        tasks_per_node: int | None = typer.Option(None, "--tasks-per-node", min=1,
+                                                  help="Ranks per node, each with torchrun's environment."),
         priority: int | None = typer.Option(None, "--priority", help="Priority inside the QoS class."),
         interconnect: str | None = typer.Option(None, "--interconnect", help="nvlink (required) or any."),
         cpus: int | None = typer.Option(None, "--cpus", "-c", min=1, help="CPUs."),
@@ -89,6 +91,8 @@ def register(app: typer.Typer) -> None:
         checkpoint_signal: str | None = typer.Option(None, "--checkpoint-signal",
                                                      help="SIG@SECONDS sent on preemption, e.g. USR1@60."),
         time_limit: str | None = typer.Option(None, "--time", "-t", help="Time limit: 90, 1h30m or 01:30:00."),
+        warn_signal: str | None = typer.Option(None, "--signal",
+                                               help="SIG@SECONDS sent that long before the time limit."),
         workdir: str | None = typer.Option(None, "--workdir", "-D", help="Working folder (default: here)."),
         env: list[str] = typer.Option(None, "--env", "-e", help="NAME=VALUE for the job (repeatable)."),
         hold: bool = typer.Option(False, "--hold", help="Queue the job held; `hsched release` lets it run."),
@@ -112,7 +116,8 @@ def register(app: typer.Typer) -> None:
             table["command"] = args
         res = dict(table.get("resources", {})) if isinstance(table.get("resources"), dict) else {}
         for key, value in (("gpus", gpus), ("gpu_memory", gpu_memory), ("nodes", nodes), ("cpus", cpus),
-                           ("memory", memory), ("interconnect", interconnect)):
+                           ("memory", memory), ("interconnect", interconnect),
+                           ("tasks_per_node", tasks_per_node)):
             if value is not None:
                 res[key] = value
         if gpu_type:
@@ -120,7 +125,8 @@ def register(app: typer.Typer) -> None:
         if res or "resources" in table:
             table["resources"] = res
         for key, value in (("name", name), ("qos", qos), ("priority", priority),
-                           ("checkpoint_signal", checkpoint_signal), ("time", time_limit), ("workdir", workdir)):
+                           ("checkpoint_signal", checkpoint_signal), ("time", time_limit), ("workdir", workdir),
+                           ("signal", warn_signal)):
             if value is not None:
                 table[key] = value
         if hold:
@@ -138,7 +144,11 @@ def register(app: typer.Typer) -> None:
                             "or a spec file with command = [...]")
         if "workdir" not in table:
             table["workdir"] = os.getcwd()
-        job_spec_from_table(table, source)  # fail fast, before reaching the controller
+        from hsched.config import load_settings
+        from hsched.paths import Home
+
+        settings = load_settings(Home.from_env().settings)
+        job_spec_from_table(table, source, settings.qos_names, settings.default_qos)  # fail fast, before the controller
         environ = dict(os.environ)
         environ["PWD"] = os.getcwd()
         with _client() as c:

@@ -36,10 +36,9 @@ class Api:
         table = args.get("spec")
         if not isinstance(table, dict):
             raise UserError("submit: no job spec given")
-        spec = job_spec_from_table(table, args.get("source") or "<command line>")
-        if spec.resources.nodes > 1:
-            raise UserError(f"{args.get('source') or '<command line>'}: resources.nodes: multi-node gang jobs are not "
-                            "supported yet; use nodes = 1")
+        settings = self.ctl.settings
+        spec = job_spec_from_table(table, args.get("source") or "<command line>", settings.qos_names,
+                                   settings.default_qos)
         user = str(args.get("user") or uid)
         env = args.get("environ")
         job = await self.ctl.submit(spec, user, env if isinstance(env, dict) else None)
@@ -80,6 +79,14 @@ class Api:
     async def op_cancel(self, args: dict[str, Any], uid: int) -> Any:
         job = await self._job(args)
         return job_to_dict(await self.ctl.cancel(job.id))
+
+    async def op_preempt(self, args: dict[str, Any], uid: int) -> Any:
+        job = await self._job(args)
+        return job_to_dict(await self.ctl.preempt(job.id))
+
+    async def op_checkpoint(self, args: dict[str, Any], uid: int) -> Any:
+        job = await self._job(args)
+        return job_to_dict(await self.ctl.checkpoint(job.id))
 
     async def op_hold(self, args: dict[str, Any], uid: int) -> Any:
         job = await self._job(args)

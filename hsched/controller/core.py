@@ -20,11 +20,11 @@ from typing import Any, TypeVar
 
 from hsched.config import FleetConfig, Settings
 from hsched.controller.fleet import NodeRuntime, build_fleet, probe_node
+from hsched.controller.stopping import StopPlan, StopReason, begin_stop
 from hsched.errors import ExecutorError, UserError
-from hsched.executors.base import LaunchRequest, StatusQuery
-from hsched.model import Job, JobSpec, JobState, NodeState, Placement, Run, RunReport, RunStatus
+from hsched.model import Job, JobSpec, JobState, NodeState, Run
 from hsched.paths import Home
-from hsched.scheduling import FleetView, Start, Wait, schedule, unsatisfiable
+from hsched.scheduling import unsatisfiable
 from hsched.store import Store
 
 log = logging.getLogger("hsched.controller")
@@ -49,8 +49,11 @@ class Controller:
         self.ready = asyncio.Event()
         """Set once the first probe and the reconcile are done; requests that need the fleet wait for it."""
         self.started_at = time.time()
-        self.kill_deadline: dict[int, float] = {}
-        """job id -> when a cancelled run gets SIGKILL if it is still there."""
+        self.stops: dict[int, StopPlan] = {}
+        """job id -> the signals still to send to a job being cancelled, preempted or timed out."""
+        self.warned: set[int] = set()
+        self.attempt_start: dict[int, float] = {}
+        """job id -> when its current attempt was launched (time limits count per attempt)."""
         self._db_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hsched-db")
         self.subscribers: set[asyncio.Queue[dict[str, Any]]] = set()
         self.launching: set[int] = set()
@@ -72,19 +75,6 @@ class Controller:
         for q in list(self.subscribers):
             if q.qsize() < 2:  # a slow subscriber gets the latest state later, never an unbounded backlog
                 q.put_nowait({"type": "changed", "version": self.version})
-
-    def spawn_launch(self, job: Job, run: Run) -> None:
-        if run.id in self.launching:
-            return
-        self.launching.add(run.id)
-        task = asyncio.create_task(self._launch(job, run))
-        self._tasks.add(task)
-
-        def done(t: asyncio.Task[None]) -> None:
-            self._tasks.discard(t)
-            self.launching.discard(run.id)
-
-        task.add_done_callback(done)
 
     def poke(self) -> None:
         self.wake.set()
@@ -112,6 +102,8 @@ class Controller:
     async def submit(self, spec: JobSpec, user: str, submit_env: dict[str, str] | None) -> Job:
         why = unsatisfiable(spec.resources, [rt.node for rt in self.nodes.values()
                                              if rt.node.state is not NodeState.UNREACHABLE or rt.node.devices])
+        if spec.qos not in self.settings.qos:
+            raise UserError(f"qos: expected one of {', '.join(self.settings.qos)}, found {spec.qos!r}")
         if why is not None:
             raise UserError(f"job request cannot be satisfied by this fleet ({self.fleet_cfg.source}): {why}")
         async with self.lock:
@@ -135,10 +127,13 @@ class Controller:
             os.fsync(f.fileno())
         os.replace(tmp, path)
 
+    def checkpoint_dir(self, job_id: int) -> Path:
+        return self.home.checkpoints / str(job_id)
+
     def env_file(self, job_id: int) -> Path:
         return self.home.runs / "env" / f"{job_id}.json"
 
-    def _load_env(self, job_id: int) -> dict[str, str] | None:
+    def load_env(self, job_id: int) -> dict[str, str] | None:
         import json
 
         try:
@@ -151,21 +146,44 @@ class Controller:
     async def cancel(self, job_id: int, now: float | None = None) -> Job:
         now = now or time.time()
         async with self.lock:
-            job = await self.db(self.store.get_job, job_id)
-            if job is None:
-                raise UserError(f"no job {job_id}; `hsched queue --all` lists the jobs")
-            if job.state.is_terminal() or job.state is JobState.COMPLETING:
+            job = await self._get(job_id)
+            if job.state.is_terminal() or (job.state is JobState.COMPLETING and job.reason == "cancelled"):
                 return job
             if job.state is JobState.PENDING:
                 job = await self.db(self.store.set_job, job_id, now, state=JobState.CANCELLED, reason="cancelled",
                                     end_time=now, event=("cancelled", "cancelled while pending"))
             else:
-                job = await self.db(self.store.set_job, job_id, now, state=JobState.COMPLETING, reason="cancelled",
-                                    event=("cancel", "cancel requested: SIGTERM, then SIGKILL after "
-                                           f"{self.settings.kill_after_s:g} s"))
-                self.kill_deadline[job_id] = now + self.settings.kill_after_s
-                await self._signal_job(job_id, "TERM")
+                self.stops.pop(job_id, None)
+                after = self.settings.kill_after_s
+                job = await begin_stop(self, job, StopReason.CANCELLED,
+                                       f"cancel requested: SIGTERM, then SIGKILL after {after:g} s")
         self.poke()
+        await self.notify()
+        return job
+
+    async def preempt(self, job_id: int) -> Job:
+        """Preempt now: the checkpoint signal, the grace period, escalation; then back to PENDING."""
+        async with self.lock:
+            job = await self._get(job_id)
+            if job.state is not JobState.RUNNING:
+                raise UserError(f"job {job_id} is {job.state.value}; only running jobs can be preempted")
+            ck = job.spec.checkpoint_signal
+            job = await begin_stop(self, job, StopReason.PREEMPTED,
+                                   f"preempted by the user: SIG{ck.signal}, {ck.grace_s:g} s to checkpoint")
+        self.poke()
+        await self.notify()
+        return job
+
+    async def checkpoint(self, job_id: int) -> Job:
+        """Send the job's checkpoint signal without stopping it."""
+        async with self.lock:
+            job = await self._get(job_id)
+            if job.state is not JobState.RUNNING:
+                raise UserError(f"job {job_id} is {job.state.value}; only running jobs can checkpoint")
+            sig = job.spec.checkpoint_signal.signal
+            await self.signal_job(job_id, sig)
+            await self.db(self.store.add_event, time.time(), "checkpoint", f"SIG{sig} sent (checkpoint, keep running)",
+                          job_id=job_id)
         await self.notify()
         return job
 
@@ -232,24 +250,31 @@ class Controller:
             raise UserError(f"no job {job_id}; `hsched queue --all` lists the jobs")
         return job
 
-    async def _signal_job(self, job_id: int, sig: str, *, all_processes: bool = False) -> None:
-        runs = await self.db(self.store.runs, job_id)
+    async def signal_job(self, job_id: int, sig: str, *, all_processes: bool = False) -> bool:
+        """Send a signal to every live run (rank) of the job; True if any run received it."""
+        runs = await self.db(self.store.live_runs)
+        sent = False
         for run in runs:
-            if run.state not in ("RUNNING", "LAUNCHING") or run.handle is None:
+            if run.job_id != job_id or run.handle is None:
                 continue
             rt = self.nodes.get(run.node)
             if rt is None:
                 continue
             try:
                 async with asyncio.timeout(30):
-                    await rt.executor.signal(run.handle, sig, all_processes=all_processes)
+                    sent |= await rt.executor.signal(run.handle, sig, all_processes=all_processes)
             except (ExecutorError, TimeoutError) as e:
                 log.warning("job %s: cannot send SIG%s on %s: %s", job_id, sig, run.node, e)
+        return sent
 
     # ---------------------------------------------------------------------------------- the main loop
 
     async def run_loop(self) -> None:
-        """Watch runs, then schedule, on every poke and at least every poll interval."""
+        """Watch runs, advance stops, then schedule: on every poke and at least every poll interval."""
+        from hsched.controller.launching import schedule_round
+        from hsched.controller.stopping import check_time_limits, tick
+        from hsched.controller.watching import watch_runs
+
         last_probe = time.monotonic()
         while not self.stopping.is_set():
             try:
@@ -264,192 +289,45 @@ class Controller:
                 if time.monotonic() - last_probe > self.settings.probe_interval_s:
                     last_probe = time.monotonic()
                     await self.probe_all()
-                changed = await self.watch_runs()
-                changed |= await self.schedule_round()
+                changed = await watch_runs(self)
+                async with self.lock:
+                    await tick(self)
+                    running = await self.db(self.store.jobs, states=[JobState.RUNNING])
+                    await check_time_limits(self, running)
+                changed |= await schedule_round(self)
                 if changed:
                     await self.notify()
             except Exception:  # one bad round must not stop the controller; the next one retries
                 log.exception("scheduling round failed")
 
-    # ------------------------------------------------------------------------------------------- watch
+    def spawn_launch(self, job: Job, run: Run) -> None:
+        from hsched.controller.launching import launch
 
-    async def watch_runs(self) -> bool:
-        runs = [r for r in await self.db(self.store.live_runs) if r.id not in self.launching]
-        if not runs:
-            return False
-        by_node: dict[str, list[Run]] = {}
-        for r in runs:
-            by_node.setdefault(r.node, []).append(r)
-        changed = False
-        for node, node_runs in by_node.items():
-            rt = self.nodes.get(node)
-            if rt is None:
-                continue
-            try:
-                async with asyncio.timeout(30):
-                    reports = await rt.executor.status([StatusQuery(r.run_dir, r.handle) for r in node_runs])
-            except (ExecutorError, TimeoutError) as e:
-                log.warning("status from %s failed: %s", node, e)
-                continue
-            for run, rep in zip(node_runs, reports, strict=True):
-                changed |= await self._on_report(rt, run, rep)
-        return changed
-
-    async def _on_report(self, rt: NodeRuntime, run: Run, rep: RunReport) -> bool:
-        now = time.time()
-        async with self.lock:
-            job = await self.db(self.store.get_job, run.job_id)
-            if job is None:
-                return False
-            if rep.status is RunStatus.RUNNING:
-                if run.state == "LAUNCHING" and rep.handle is not None:
-                    # adopted after a restart: the launch happened, its reply was lost with the old controller
-                    await self.db(self.store.run_launched, run, rep.handle, now)
-                    return True
-                deadline = self.kill_deadline.get(job.id)
-                if job.state is JobState.COMPLETING and deadline is None:
-                    self.kill_deadline[job.id] = now + self.settings.kill_after_s
-                elif deadline is not None and now >= deadline and job.state is JobState.COMPLETING:
-                    self.kill_deadline[job.id] = now + self.settings.kill_after_s
-                    await self._signal_job(job.id, "KILL", all_processes=True)
-                    await self.db(self.store.add_event, now, "kill", "still running after SIGTERM: SIGKILL sent",
-                                  job_id=job.id)
-                return False
-            if rep.status is RunStatus.NOT_STARTED:
-                if run.state == "LAUNCHING" and job.state is JobState.LAUNCHING:
-                    # recorded but never launched (the controller died in between): launch it now, once
-                    self.spawn_launch(job, run)
-                    return False
-                await self._end(job, run, now, exit_code=None, lost=True)
-                return True
-            if rep.status is RunStatus.EXITED:
-                await self._end(job, run, now, exit_code=rep.exit_code, lost=False)
-                return True
-            await self._end(job, run, now, exit_code=None, lost=True)
-            return True
-
-    async def _end(self, job: Job, run: Run, now: float, *, exit_code: int | None, lost: bool) -> None:
-        self.kill_deadline.pop(job.id, None)
-        fields: dict[str, Any] = {"end_time": now, "exit_code": exit_code}
-        if job.state is JobState.COMPLETING and job.reason == "cancelled":
-            fields.update(state=JobState.CANCELLED, reason="cancelled")
-            run_state, reason, ev = "CANCELLED", "cancelled", ("ended", f"cancelled (exit code {exit_code})")
-        elif lost:
-            fields.update(state=JobState.LOST, reason="lost")
-            run_state, reason, ev = "LOST", "lost", ("lost", "run lost: the process is gone and left no exit code")
-        elif exit_code == 0:
-            fields.update(state=JobState.COMPLETED, reason="completed")
-            run_state, reason, ev = "COMPLETED", "completed", ("ended", "completed (exit code 0)")
-        elif exit_code == self.settings.checkpoint_exit_code:
-            fields = {"state": JobState.PENDING, "reason": "checkpointed", "restarts": job.restarts + 1,
-                      "exit_code": exit_code, "placement": ()}
-            run_state, reason = "CHECKPOINTED", "checkpointed"
-            ev = ("requeued", f"exited with the checkpoint code {exit_code}: requeued")
-        else:
-            fields.update(state=JobState.FAILED, reason="nonzero_exit" if (exit_code or 0) < 128 else "signaled")
-            run_state, reason, ev = "FAILED", str(fields["reason"]), ("ended", f"failed (exit code {exit_code})")
-        await self.db(self.store.end_run, run, now, run_state=run_state, exit_code=exit_code, reason=reason,
-                      job_fields=fields, event=ev)
-
-    # ---------------------------------------------------------------------------------------- schedule
-
-    async def schedule_round(self) -> bool:
-        async with self.lock:
-            pending = await self.db(self.store.jobs, states=[JobState.PENDING])
-            pending = [j for j in pending if not j.spec.hold]
-            if not pending:
-                return False
-            active = await self.db(self.store.jobs, states=list(ACTIVE_STATES))
-            busy: set[str] = set()
-            cpus_used: dict[str, int] = {}
-            for j in active:
-                for p in j.placement:
-                    busy.update(p.devices)
-                    if j.spec.resources.cpus:
-                        cpus_used[p.node] = cpus_used.get(p.node, 0) + j.spec.resources.cpus
-            view = FleetView(nodes=tuple(self.node_list()), busy=frozenset(busy), cpus_used=cpus_used)
-            decisions = schedule(view, pending, time.time())
-            by_id = {j.id: j for j in pending}
-            launches: list[tuple[Job, Run]] = []
-            now = time.time()
-            for d in decisions:
-                job = by_id[d.job_id]
-                if isinstance(d, Wait):
-                    if job.reason != d.reason and job.reason not in ("checkpointed",):
-                        await self.db(self.store.set_job, job.id, now, reason=d.reason)
-                    continue
-                assert isinstance(d, Start)
-                # gangs come with the controller's gang support; one placement per node for now
-                placement = d.placements[0]
-                run_dir = str(self.home.runs / placement.node / f"{job.id}-{job.restarts + 1}-{int(now * 1000)}")
-                run = await self.db(self.store.start_run, job, placement, run_dir, now)
-                launches.append((job, run))
-        for job, run in launches:
-            self.spawn_launch(job, run)
-        return bool(launches)
-
-    def job_env(self, job: Job, run: Run, placement: Placement) -> dict[str, str]:
-        env: dict[str, str] = {}
-        base = self._load_env(job.id)
-        if base:
-            env.update(base)
-        env.update(dict(job.spec.env))
-        ckpt = self.home.checkpoints / str(job.id)
-        env.update({
-            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-            "CUDA_VISIBLE_DEVICES": ",".join(placement.devices),
-            "HSCHED_JOB_ID": str(job.id),
-            "HSCHED_JOB_NAME": job.name,
-            "HSCHED_RUN": str(run.attempt),
-            "HSCHED_NODE": placement.node,
-            "HSCHED_CHECKPOINT_DIR": str(ckpt),
-            "HSCHED_RESTART_COUNT": str(job.restarts),
-        })
-        if job.restarts > 0:
-            env["HSCHED_RESUME"] = "1"
-        else:
-            env.pop("HSCHED_RESUME", None)
-        return env
-
-    async def _launch(self, job: Job, run: Run) -> None:
-        rt = self.nodes.get(run.node)
-        placement = Placement(node=run.node, devices=run.devices)
-        now = time.time()
-        if rt is None:
-            await self._launch_failed(job, run, f"node {run.node} is no longer in the fleet")
+        if run.id in self.launching:
             return
-        env = self.job_env(job, run, placement)
-        (self.home.checkpoints / str(job.id)).mkdir(parents=True, exist_ok=True)
-        workdir = job.spec.workdir or (self._load_env(job.id) or {}).get("PWD")
-        req = LaunchRequest(run_dir=run.run_dir, command=job.spec.command, env=env, workdir=workdir,
-                            inherit_env=False)
-        try:
-            async with self.launch_slots, asyncio.timeout(60):
-                handle = await rt.executor.launch(req)
-        except (ExecutorError, TimeoutError) as e:
-            await self._launch_failed(job, run, str(e) or "launch timed out")
-            return
-        async with self.lock:
-            await self.db(self.store.run_launched, run, handle, now)
-            current = await self.db(self.store.get_job, job.id)
-        if current is not None and current.state is JobState.COMPLETING:
-            await self._signal_job(job.id, "TERM")  # cancelled while it was being launched
-        await self.notify()
+        self.launching.add(run.id)
+        task = asyncio.create_task(launch(self, job, run))
+        self._tasks.add(task)
 
-    async def _launch_failed(self, job: Job, run: Run, why: str) -> None:
-        now = time.time()
-        log.warning("job %s: launch failed: %s", job.id, why)
-        async with self.lock:
-            await self.db(self.store.end_run, run, now, run_state="FAILED", exit_code=None, reason="launch_failed",
-                          job_fields={"state": JobState.FAILED, "reason": "launch_failed", "end_time": now},
-                          event=("launch_failed", why))
-        await self.notify()
+        def done(t: asyncio.Task[None]) -> None:
+            self._tasks.discard(t)
+            self.launching.discard(run.id)
+
+        task.add_done_callback(done)
+
+    def forget(self, job_id: int) -> None:
+        """The job's attempt is over: drop its in-memory timers."""
+        self.stops.pop(job_id, None)
+        self.warned.discard(job_id)
+        self.attempt_start.pop(job_id, None)
 
     # ---------------------------------------------------------------------------------------- reconcile
 
     async def reconcile(self) -> None:
         """On start: look up every run recorded as live; adopt, record exit codes, or mark lost."""
-        await self.watch_runs()
+        from hsched.controller.watching import watch_runs
+
+        await watch_runs(self)
         await self.db(self.store.add_event, time.time(), "controller", f"controller started (pid {os.getpid()})")
 
     # ------------------------------------------------------------------------------------------- views

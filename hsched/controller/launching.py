@@ -1,0 +1,178 @@
+"""Scheduling and launching: ask the pure scheduler for decisions, record them, then act on them.
+
+Order matters for "never launch twice": the runs (one per rank, each with its run folder) are committed
+as LAUNCHING before the executor is asked to start anything; the run folder is the node's launch lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import zlib
+from typing import TYPE_CHECKING
+
+from hsched.controller.stopping import StopReason, begin_stop
+from hsched.errors import ExecutorError
+from hsched.executors.base import LaunchRequest
+from hsched.model import Job, JobState, Placement, Run
+from hsched.scheduling import FleetView, Preempt, RunningJob, Start, Wait, schedule
+
+if TYPE_CHECKING:
+    from hsched.controller.core import Controller
+
+log = logging.getLogger("hsched.launch")
+
+
+async def schedule_round(ctl: Controller) -> bool:
+    """One round: decisions from the pure scheduler, recorded, then launches and preemptions started."""
+    async with ctl.lock:
+        pending = [j for j in await ctl.db(ctl.store.jobs, states=[JobState.PENDING]) if not j.spec.hold]
+        if not pending:
+            return False
+        active = await ctl.db(ctl.store.jobs, states=[s for s in JobState if s.is_active()])
+        view = fleet_view(ctl, active)
+        decisions = schedule(view, pending, time.time())
+        by_id = {j.id: j for j in pending}
+        active_by_id = {j.id: j for j in active}
+        launches: list[tuple[Job, list[Run]]] = []
+        now = time.time()
+        for d in decisions:
+            job = by_id[d.job_id]
+            if isinstance(d, Wait):
+                if job.reason != d.reason and not (d.reason == "Resources" and job.reason in ("preempted",
+                                                                                          "checkpointed")):
+                    await ctl.db(ctl.store.set_job, job.id, now, reason=d.reason)
+                continue
+            if isinstance(d, Preempt):
+                await ctl.db(ctl.store.set_job, job.id, now, reason="Preempting",
+                             event=("preempting", d.why))
+                for victim_id in d.victims:
+                    victim = active_by_id[victim_id]
+                    await begin_stop(ctl, victim, StopReason.PREEMPTED,
+                                     f"preempted by job {job.id} ({job.spec.qos}): "
+                                     f"SIG{victim.spec.checkpoint_signal.signal}, "
+                                     f"{victim.spec.checkpoint_signal.grace_s:g} s to checkpoint")
+                continue
+            assert isinstance(d, Start)
+            ranks = []
+            tpn = job.spec.resources.tasks_per_node
+            attempt = job.restarts + 1
+            for node_rank, p in enumerate(d.placements):
+                for local in range(tpn):
+                    rank = node_rank * tpn + local
+                    run_dir = str(ctl.home.runs / p.node / f"{job.id}-{attempt}-r{rank}-{int(now * 1000)}")
+                    ranks.append((p, run_dir))
+            runs = await ctl.db(ctl.store.start_runs, job, ranks, now, d.placements)
+            launches.append((job, runs))
+    for job, runs in launches:
+        ctl.attempt_start[job.id] = time.time()
+        for run in runs:
+            ctl.spawn_launch(job, run)
+    return bool(decisions)
+
+
+def fleet_view(ctl: Controller, active: list[Job]) -> FleetView:
+    busy: set[str] = set()
+    releasing: set[str] = set()
+    cpus_used: dict[str, int] = {}
+    running: list[RunningJob] = []
+    for j in active:
+        devices = {u for p in j.placement for u in p.devices}
+        busy.update(devices)
+        if j.state in (JobState.PREEMPTING, JobState.COMPLETING):
+            releasing.update(devices)
+        if j.spec.resources.cpus:
+            for p in j.placement:
+                cpus_used[p.node] = cpus_used.get(p.node, 0) + j.spec.resources.cpus
+        if j.state is JobState.RUNNING:
+            running.append(RunningJob(id=j.id, qos=j.spec.qos, priority=j.spec.priority, user=j.user,
+                                      start_time=ctl.attempt_start.get(j.id) or j.start_time or 0.0,
+                                      placements=j.placement, gpus=len(devices)))
+    preempts = {name: frozenset(q.preempts) for name, q in ctl.settings.qos.items()}
+    return FleetView(nodes=tuple(ctl.node_list()), busy=frozenset(busy), cpus_used=cpus_used,
+                     running=tuple(running), releasing=frozenset(releasing), preempts=preempts)
+
+
+def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ...]) -> dict[str, str]:
+    env: dict[str, str] = dict(ctl.load_env(job.id) or {})
+    env.update(dict(job.spec.env))
+    here = next((p for p in placements if p.node == run.node), Placement(run.node, run.devices))
+    env.update({
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_VISIBLE_DEVICES": ",".join(here.devices),
+        "HSCHED_JOB_ID": str(job.id),
+        "HSCHED_JOB_NAME": job.name,
+        "HSCHED_RUN": str(run.attempt),
+        "HSCHED_NODE": run.node,
+        "HSCHED_CHECKPOINT_DIR": str(ctl.checkpoint_dir(job.id)),
+        "HSCHED_RESTART_COUNT": str(job.restarts),
+    })
+    if job.restarts > 0:
+        env["HSCHED_RESUME"] = "1"
+    else:
+        env.pop("HSCHED_RESUME", None)
+    tpn = job.spec.resources.tasks_per_node
+    if run.world > 1 or job.spec.resources.nodes > 1:
+        # torchrun's environment, so `torch.distributed.init_process_group("env://")` just works
+        master = placements[0].node
+        rt = ctl.nodes.get(master)
+        master_addr = (rt.config.host if rt and rt.config.host else "127.0.0.1")
+        env.update({
+            "MASTER_ADDR": master_addr,
+            "MASTER_PORT": str(master_port(job.id, run.attempt)),
+            "WORLD_SIZE": str(run.world),
+            "RANK": str(run.rank),
+            "LOCAL_RANK": str(run.rank % tpn),
+            "LOCAL_WORLD_SIZE": str(tpn),
+            "NODE_RANK": str(run.rank // tpn),
+            "GROUP_RANK": str(run.rank // tpn),
+            "HSCHED_GANG_NODES": ",".join(p.node for p in placements),
+        })
+    return env
+
+
+def master_port(job_id: int, attempt: int) -> int:
+    """A port in 20000-39999 that differs between jobs and attempts (a restarted gang rebinds cleanly)."""
+    return 20000 + zlib.crc32(f"{job_id}/{attempt}".encode()) % 20000
+
+
+async def launch(ctl: Controller, job: Job, run: Run) -> None:
+    rt = ctl.nodes.get(run.node)
+    if rt is None:
+        await launch_failed(ctl, job, run, f"node {run.node} is no longer in the fleet")
+        return
+    current = await ctl.db(ctl.store.get_job, job.id)
+    if current is None:
+        return
+    env = job_env(ctl, current, run, current.placement)
+    ctl.checkpoint_dir(job.id).mkdir(parents=True, exist_ok=True)
+    workdir = job.spec.workdir or (ctl.load_env(job.id) or {}).get("PWD")
+    req = LaunchRequest(run_dir=run.run_dir, command=job.spec.command, env=env, workdir=workdir)
+    try:
+        async with ctl.launch_slots, asyncio.timeout(60):
+            handle = await rt.executor.launch(req)
+    except (ExecutorError, TimeoutError) as e:
+        await launch_failed(ctl, job, run, str(e) or "launch timed out")
+        return
+    async with ctl.lock:
+        await ctl.db(ctl.store.run_launched, run, handle, time.time())
+        current = await ctl.db(ctl.store.get_job, job.id)
+        if current is not None and current.state in (JobState.COMPLETING, JobState.PREEMPTING):
+            await ctl.signal_job(job.id, "TERM")  # stopped while it was being launched
+    await ctl.notify()
+
+
+async def launch_failed(ctl: Controller, job: Job, run: Run, why: str) -> None:
+    from hsched.controller.watching import run_ended
+
+    log.warning("job %s: launch failed: %s", job.id, why)
+    now = time.time()
+    async with ctl.lock:
+        current = await ctl.db(ctl.store.get_job, job.id)
+        if current is None:
+            return
+        await ctl.db(ctl.store.add_event, now, "launch_failed", f"rank {run.rank} on {run.node}: {why}",
+                     job_id=job.id, node=run.node)
+        await run_ended(ctl, current, run, now, exit_code=None, lost=True)
+    await ctl.notify()
