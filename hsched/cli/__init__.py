@@ -38,6 +38,7 @@ def _register() -> None:
 
     for mod in (jobs, control, fleet, daemon, topo, sim):
         mod.register(app)
+    from hsched.cli import dash; dash.register(app)  # noqa: E702, I001  (hsched dash, tui/)
 
 
 _register()

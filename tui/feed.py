@@ -1,0 +1,103 @@
+"""The one subscriber: reads the controller's snapshot stream in a thread and hands the app immutable frames.
+
+Blocking socket reads live here and only here, so no handler of the app ever waits on the controller.
+A broken stream is reported (the app shows a banner) and retried every second until `stop()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from hsched.tui.model import Frame, parse_snapshot
+
+from hsched.client import Client
+from hsched.errors import HschedError, UserError
+from hsched.paths import Home
+
+RETRY_S = 1.0
+EVENTS_LIMIT = 200
+
+
+def controller_can_preempt(client: Client) -> bool:
+    """True when the controller knows op `preempt` (a request without an id is refused, not 'unknown')."""
+    try:
+        client.call("preempt")
+    except UserError as e:
+        return not str(e).startswith("unknown request")
+    except HschedError:
+        return False
+    return True
+
+
+class Feed:
+    def __init__(self, home: Home, interval: float, *, on_frame: Callable[[Frame], None],
+                 on_lost: Callable[[str, int], None], on_restored: Callable[[], None]) -> None:
+        self.home = home
+        self.interval = interval
+        self.on_frame = on_frame
+        self.on_lost = on_lost
+        self.on_restored = on_restored
+        self._stop = threading.Event()
+        self._sock: socket.socket | None = None
+        self._last_event = 0
+
+    def stop(self) -> None:
+        """Called from the UI thread: wakes the blocked read (shutdown, not close, interrupts recv)."""
+        self._stop.set()
+        sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def run(self) -> None:
+        attempt = 0
+        while not self._stop.is_set():
+            # the first connection starts the controller on demand, like every CLI command; a controller
+            # that went away later is waited for, not restarted behind the user's back
+            try:
+                self._session(autostart=attempt == 0, restored=attempt > 0)
+            except Exception as e:  # any failure is a banner and a retry, never the end of the app
+                if self._stop.is_set():
+                    return
+                attempt += 1
+                self.on_lost(str(e) or type(e).__name__, attempt)
+                self._stop.wait(RETRY_S)
+            else:
+                return
+
+    def _session(self, *, autostart: bool, restored: bool) -> None:
+        stream = Client(self.home, autostart=autostart)
+        calls = Client(self.home, autostart=False)
+        try:
+            self._sock = stream.connect()
+            if self._stop.is_set():
+                return
+            can_preempt = controller_can_preempt(calls)
+            if restored:
+                self.on_restored()
+            for snap in stream.stream(self.interval):
+                if self._stop.is_set():
+                    return
+                events = self._new_events(calls)
+                self.on_frame(parse_snapshot(snap, events, can_preempt))
+        finally:
+            self._sock = None
+            stream.close()
+            calls.close()
+        if self._stop.is_set():
+            return
+        raise HschedError("the controller closed the stream")
+
+    def _new_events(self, calls: Client) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = calls.call("events", after=self._last_event, limit=EVENTS_LIMIT)
+        if events:
+            self._last_event = max(int(e.get("id", 0)) for e in events)
+        return events

@@ -1,0 +1,91 @@
+"""Fleet view: every device of every node, nvitop-style bars, a history sparkline, and who holds it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hsched.tui.fmt import bar, gib, na, node_state_text, short_model, sparkline
+from hsched.tui.history import History
+from hsched.tui.model import DeviceView, Frame, NodeView
+from hsched.tui.sync import RowSync
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable
+
+# (key, label, width): fixed widths, because update_cell does not resize columns (resizing costs a re-measure)
+COLUMNS = [("node", "NODE", 10), ("state", "STATE", 8), ("gpu", "GPU", 3), ("model", "MODEL", 18),
+           ("util", "UTIL", 15), ("mem", "MEMORY", 22), ("hist", "HISTORY (60)", 20), ("temp", "TEMP", 5),
+           ("power", "POWER", 6), ("job", "JOB", 5), ("user", "USER", 10)]
+HISTORY_WIDTH = 20
+
+
+class FleetView(Vertical):
+    DEFAULT_CSS = """
+    FleetView { height: 1fr; }
+    FleetView DataTable { height: 1fr; }
+    """
+
+    def __init__(self, history: History, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.history = history
+        self.table: DataTable[Any] = DataTable(id="fleet-table", cursor_type="row", zebra_stripes=False)
+        self.sync = RowSync(self.table, [c[0] for c in COLUMNS])
+        self._node_of: dict[str, str] = {}
+
+    def compose(self) -> ComposeResult:
+        for key, label, width in COLUMNS:
+            self.table.add_column(label, key=key, width=width)
+        yield self.table
+
+    def selected_node(self) -> str | None:
+        """The node of the row under the cursor (node actions act on it)."""
+        keys = self.sync.keys()
+        if not keys or self.table.row_count == 0:
+            return None
+        row_key = self.table.coordinate_to_cell_key(self.table.cursor_coordinate).row_key.value
+        return self._node_of.get(str(row_key))
+
+    def apply(self, frame: Frame) -> None:
+        users = {j.id: j.user for j in frame.jobs}
+        sources: dict[str, tuple[Any, ...]] = {}
+        for node in frame.nodes:
+            if not node.devices:  # a node whose devices are unknown (unreachable) still gets its line
+                key = f"node:{node.name}"
+                sources[key] = (node.name, node.state, node.message, None, True, None, ())
+                self._node_of[key] = node.name
+            for i, d in enumerate(node.devices):
+                sources[d.uuid] = (node.name, node.state, node.message, d, i == 0,
+                                   users.get(d.job) if d.job is not None else None, self.history.get(d.uuid))
+                self._node_of[d.uuid] = node.name
+        self.sync.apply(sources, self._row_cells)
+
+    @staticmethod
+    def _row_cells(src: tuple[Any, ...]) -> tuple[Any, ...]:
+        name, state, message, d, first, user, samples = src
+        node_cell = Text(name, style="bold") if first else Text("")
+        state_cell = node_state_text(state) if first else Text("")
+        if d is None:
+            return (node_cell, state_cell, "", Text(message or "no devices", style="bright_black"),
+                    "", "", "", "", "", "", "")
+        return (node_cell, state_cell, str(d.index), short_model(d.model), _util(d), _mem(d),
+                sparkline(samples, HISTORY_WIDTH), na(d.temperature_c, "C"), na(d.power_w, "W"),
+                "" if d.job is None else str(d.job), user or "")
+
+
+def _util(d: DeviceView) -> Text:
+    u = d.utilization_gpu
+    return bar(None if u is None else u / 100.0, 8, "N/A" if u is None else f"{u:3.0f}%")
+
+
+def _mem(d: DeviceView) -> Text:
+    if d.memory_total_mib is None or d.memory_used_mib is None:
+        return bar(None, 8)
+    frac = d.memory_used_mib / d.memory_total_mib if d.memory_total_mib else 0.0
+    return bar(frac, 8, f"{gib(d.memory_used_mib)}/{gib(d.memory_total_mib)}")
+
+
+def node_summary(nodes: tuple[NodeView, ...]) -> str:
+    gpus = sum(len(n.devices) for n in nodes)
+    busy = sum(1 for n in nodes for d in n.devices if d.job is not None)
+    return f"{len(nodes)} nodes, {busy}/{gpus} GPUs busy"
