@@ -109,7 +109,7 @@ def hetero_assign(
     best remaining speed there, and only as many GPUs as the faster types cannot hold. Repeating this up the
     list leaves the fastest GPUs to the jobs that gain most from them (Gavel's insight, greedily: no LP).
     Ties go to jobs already on that type, so equal jobs do not swap places each round, then to the
-    lowest-priority job, so the most favoured job gets the faster GPU. `pinned` jobs keep
+    least-served job, so long-running jobs hold the faster GPUs. `pinned` jobs keep
     their type and use its capacity first.
     """
     caps = dict(capacity)
@@ -133,8 +133,10 @@ def hetero_assign(
             best = max((rel.get(t, 0.0) for t in faster if j.allows(t)), default=0.0)
             return rel[slow] / best if best > 0 else 2.0  # 2.0: runs nowhere faster, must go here
 
-        # among equals, the job already there stays, then the lowest-priority job takes the slow type
-        ranked = sorted(todo, key=lambda j: (-keep_frac(j), j.gpu_type != slow, -order[j.id]))
+        # among equals, the job already there stays, then the first in priority order (the least served)
+        # takes the slow type: the most-served jobs are the likeliest to keep running (heavy tails), so
+        # they gain most from the fast GPUs, and the longest job is what sets the makespan
+        ranked = sorted(todo, key=lambda j: (-keep_frac(j), j.gpu_type != slow, order[j.id]))
         left: list[JobView] = []
         for j in ranked:
             frac = keep_frac(j)

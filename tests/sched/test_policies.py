@@ -73,26 +73,29 @@ def test_hetero_policies_give_the_fast_gpu_to_the_job_that_gains_most(policy):
 
 
 def test_hsched_moves_to_a_faster_gpu_when_it_frees():
-    # job0: fast 0..2. job1: slow from 0 (1/s); at 2 it has 2 work left, moves to fast (2/s): ends at 3.
+    # Two equal jobs: among equals the first in priority order (job0) takes the slow type.
+    # job1: fast 0..2. job0: slow from 0 (1/s); at 2 it has 2 work left, moves to fast (2/s): ends at 3.
     tr = trace(("A", 1, 0.0, 4.0), ("A", 1, 0.0, 4.0))
-    assert ends(run("hsched", tr, "fast:1,slow:1")) == pytest.approx({0: 2.0, 1: 3.0})
-    # fifo-hetero never moves a job: job1 stays on slow and ends at 4
-    assert ends(run("fifo-hetero", tr, "fast:1,slow:1"))[1] == pytest.approx(4.0)
+    r = run("hsched", tr, "fast:1,slow:1")
+    assert ends(r) == pytest.approx({0: 3.0, 1: 2.0})
+    assert r.summary["migrations"] == 1
+    # fifo-hetero never moves a job: job0 takes fast (0..2), job1 stays on slow and ends at 4
+    assert ends(run("fifo-hetero", tr, "fast:1,slow:1")) == pytest.approx({0: 2.0, 1: 4.0})
 
 
 def test_hsched_stays_put_when_the_move_does_not_pay_for_its_checkpoint():
     # same trace, 1000 s checkpoint: expected gain 360 s * (1 - 1/2) = 180 s < 2 * 1000 s, so no move
     tr = trace(("A", 1, 0.0, 4.0), ("A", 1, 0.0, 4.0))
     r = run("hsched", tr, "fast:1,slow:1", costs=SimCosts(checkpoint_s=1000.0))
-    assert ends(r)[1] == pytest.approx(4.0)
+    assert ends(r)[0] == pytest.approx(4.0)
     assert r.summary["migrations"] == 0
 
 
 def test_las_hetero_moves_pay_the_checkpoint_cost():
-    # las-hetero does move (it ignores the cost, like Gavel): job1 moves at 2, restores 5 s, runs 1 s: ends at 8
+    # las-hetero does move (it ignores the cost, like Gavel): job0 moves at 2, restores 5 s, runs 1 s: ends at 8
     tr = trace(("A", 1, 0.0, 4.0), ("A", 1, 0.0, 4.0))
     r = run("las-hetero", tr, "fast:1,slow:1", costs=SimCosts(checkpoint_s=5.0))
-    assert ends(r)[1] == pytest.approx(8.0)
+    assert ends(r)[0] == pytest.approx(8.0)
     assert r.summary["gpu_hours_lost"] == pytest.approx(5.0 / 3600)
 
 

@@ -1,0 +1,143 @@
+"""Replay the published traces under hsched's policies and print them next to the published results.
+
+    python tests/bench/bench_sim.py                 # ed69ec on 16:16:16 and 8:8:8, the round-latency bench
+    python tests/bench/bench_sim.py --gang          # also the multi-GPU trace 0e4a51 on 16:16:16
+    python tests/bench/bench_sim.py --scale         # also 100,000 synthetic jobs on 1,024 GPUs (minutes)
+
+References: ../shared/traces/README.md (Gavel's simulator, seed 0, servers of 4, 360 s rounds, no
+checkpoint cost). Not collected by pytest (no test_ prefix): it takes a minute or more on a slow machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from hsched.sched import JobPhase, JobView, build_input, make_policy, schedule_round
+from hsched.sched.throughput import ThroughputModel
+from hsched.sim.cluster import parse_cluster
+from hsched.sim.engine import SimConfig, simulate
+from hsched.sim.trace import load_trace, synthetic
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+GAVEL = SHARED / "traces" / "gavel-msr" / "seed=0"
+
+# (cluster, policy) -> (name of the published row, avg JCT s, makespan s); published for ed69ec only
+PUBLISHED = {
+    ("16:16:16", "fifo"): ("FIFO", 255_466, 6_714_043),
+    ("16:16:16", "las"): ("LAS (max-min fairness)", 192_170, 6_744_188),
+    ("16:16:16", "las-hetero"): ("Gavel het.-aware LAS", 142_609, 6_690_913),
+    ("16:16:16", "hsched"): ("Gavel het.-aware LAS", 142_609, 6_690_913),
+    ("8:8:8", "fifo"): ("FIFO", 1_631_683, 8_926_914),
+    ("8:8:8", "las-hetero"): ("Gavel het.-aware LAS", 337_214, 6_819_431),
+    ("8:8:8", "ftf"): ("Gavel het.-aware FTF", 336_556, 6_841_870),
+    ("8:8:8", "hsched"): ("best published (FTF)", 336_556, 6_841_870),
+}
+POLICIES = ("fifo", "fifo-hetero", "las", "las-hetero", "ftf", "backfill", "srtf-oracle", "hsched")
+
+
+def replay(trace_name: str, shapes: list[str], policies: tuple[str, ...]) -> None:
+    tr = load_trace(GAVEL / f"{trace_name}.trace")
+    for shape in shapes:
+        v, p, k = shape.split(":")
+        servers = parse_cluster(f"v100:{v},p100:{p},k80:{k}", 4)
+        print(f"\n{trace_name} on {shape} (v100:p100:k80), servers of 4, 360 s rounds, no checkpoint cost")
+        head = (f"{'policy':12s} {'avg JCT s':>11s} {'makespan s':>12s} {'JCT/LB':>7s} {'mksp/LB':>8s} "
+                f"{'preempt':>8s} {'wall s':>7s}   published (avg JCT, makespan) -> ours/published")
+        print(head)
+        print("-" * len(head))
+        lb = None
+        for name in policies:
+            s = simulate(tr, servers, make_policy(name), SimConfig()).summary
+            lb = s
+            ref = PUBLISHED.get((shape, name)) if trace_name == "ed69ec" else None
+            refs = ""
+            if ref:
+                refs = (f"   {ref[0]}: {ref[1]:,} / {ref[2]:,} -> {s['avg_jct_s'] / ref[1]:.3f} / "
+                        f"{s['makespan_s'] / ref[2]:.3f}")
+            print(f"{name:12s} {s['avg_jct_s']:11,.0f} {s['makespan_s']:12,.0f} {s['avg_jct_over_bound']:7.3f} "
+                  f"{s['makespan_over_bound']:8.3f} {s['preemptions']:8d} {s['wall_s']:7.2f}{refs}", flush=True)
+            if s["unschedulable_jobs"]:
+                print(f"{'':12s} ({s['unschedulable_jobs']} unschedulable jobs reported)")
+        assert lb is not None
+        print(f"{'lower bound':12s} {lb['lower_bound_avg_jct_s']:11,.0f} {lb['lower_bound_makespan_s']:12,.0f}")
+
+
+def round_latency(pending: int = 2000, gpus: int = 512, repeats: int = 15) -> None:
+    """Median time of one `schedule_round` with `pending` queued jobs and a full fleet of `gpus` GPUs."""
+    tp_path = GAVEL.parent / "simulation_throughputs.json"
+    if tp_path.is_file():
+        from hsched.sim.trace import load_gavel_throughputs
+
+        model = load_gavel_throughputs(tp_path)
+    else:
+        model = ThroughputModel(reference_type="v100")
+    third = gpus // 3
+    servers = parse_cluster(f"v100:{third},p100:{third},k80:{gpus - 2 * third}", 8)
+    keys = [k for k in model.known_keys() if k[1] <= 8] or [("", 1)]
+    jobs: list[JobView] = []
+    # the fleet is full of running single-GPU jobs, and `pending` more wait
+    i = 0
+    for s in servers:
+        for d in s.devices:
+            jt = keys[i % len(keys)][0]
+            if model.rate(jt, 1, s.gpu_type) is None:
+                jt = ""
+            from hsched.model import Placement
+
+            jobs.append(JobView(i, jt, 1, float(i), JobPhase.RUNNING, gpu_type=s.gpu_type,
+                                placement=(Placement(s.name, (d,)),), run_start_s=0.0, run_s=3600.0 + i,
+                                service_s=1800.0 + i))
+            i += 1
+    for n in range(pending):
+        jt, scale = keys[n % len(keys)]
+        jobs.append(JobView(i, jt, scale, 10_000.0 + n, service_s=float(n % 50) * 100.0))
+        i += 1
+    for name in ("fifo", "las", "las-hetero", "hsched"):
+        policy = make_policy(name)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            inp = build_input(20_000.0, jobs, servers, model)
+            schedule_round(policy, inp, servers)
+            times.append(time.perf_counter() - t0)
+        med = statistics.median(times) * 1000
+        print(f"round with {pending} pending on {gpus} GPUs, {name:10s}: median {med:.1f} ms")
+
+
+def scale_run(n_jobs: int = 100_000, gpus: int = 1024) -> None:
+    third = gpus // 3
+    servers = parse_cluster(f"v100:{third},p100:{third},k80:{gpus - 2 * third}", 8)
+    # arrival rate sized for a loaded but stable fleet (mean job ~1.5 GPU x ~4 h on the reference type)
+    tr = synthetic(n_jobs, seed=0, jobs_per_hour=gpus / 8.0)
+    t0 = time.perf_counter()
+    s = simulate(tr, servers, make_policy("hsched"), SimConfig()).summary
+    print(f"\nsynthetic {n_jobs:,} jobs on {gpus} GPUs, hsched: {time.perf_counter() - t0:.1f} s wall, "
+          f"avg JCT {s['avg_jct_s']:,.0f} s (bound {s['lower_bound_avg_jct_s']:,.0f}), util {s['utilization']:.3f}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gang", action="store_true", help="also replay the multi-GPU trace 0e4a51")
+    ap.add_argument("--scale", action="store_true", help="also 100,000 synthetic jobs on 1,024 GPUs")
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    args = ap.parse_args()
+    if not GAVEL.is_dir():
+        print(f"skipped: shared traces not found at {GAVEL}", file=sys.stderr)
+        return 0
+    policies = tuple(args.policies.split(","))
+    replay("ed69ec", ["16:16:16", "8:8:8"], policies)
+    if args.gang:
+        replay("0e4a51", ["16:16:16"], ("fifo", "las", "las-hetero", "hsched"))
+    print()
+    round_latency()
+    if args.scale:
+        scale_run()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
