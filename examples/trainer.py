@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""A small pure-Python "trainer" that checkpoints on its signal and resumes from HSCHED_CHECKPOINT_DIR.
+
+    hsched submit --checkpoint-signal USR1@30 -- python3 trainer.py --steps 100 --step-seconds 0.5
+
+It counts steps; on SIGUSR1 or SIGTERM it writes its state and exits with 85 (hsched's checkpoint exit code:
+"checkpointed, requeue me"). When hsched starts it again (HSCHED_RESUME=1) it continues from the saved step.
+It also appends one line per run to `runs.log` in the checkpoint folder, so a test can see where each run
+began. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+CHECKPOINT_EXIT = 85
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--step-seconds", type=float, default=0.2)
+    opts = ap.parse_args()
+    ckdir = os.environ.get("HSCHED_CHECKPOINT_DIR") or os.getcwd()
+    os.makedirs(ckdir, exist_ok=True)
+    path = os.path.join(ckdir, "state.json")
+    state = {"step": 0}
+    if os.path.exists(path):
+        with open(path) as f:
+            state = json.load(f)
+    with open(os.path.join(ckdir, "runs.log"), "a") as f:
+        f.write(f"run {os.environ.get('HSCHED_RUN', '?')} node {os.environ.get('HSCHED_NODE', '?')} "
+                f"resume {os.environ.get('HSCHED_RESUME', '0')} from step {state['step']}\n")
+    print(f"starting at step {state['step']} on GPUs {os.environ.get('CUDA_VISIBLE_DEVICES', '')}", flush=True)
+
+    stop = {"requested": False}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop["requested"] = True
+
+    for sig in (signal.SIGUSR1, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+
+    def save() -> None:
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    while state["step"] < opts.steps:
+        if stop["requested"]:
+            save()
+            print(f"checkpointed at step {state['step']}", flush=True)
+            return CHECKPOINT_EXIT
+        time.sleep(opts.step_seconds)
+        state["step"] += 1
+        print(f"step {state['step']}", flush=True)
+        if state["step"] % 10 == 0:
+            save()
+    save()
+    print("done", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

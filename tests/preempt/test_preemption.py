@@ -1,0 +1,198 @@
+"""Preemption with checkpoint and resume, escalation, gangs and time limits, on a simulated fleet, live."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, Hs
+
+TRAINER = str(REPO / "examples" / "trainer.py")
+
+FLEET = """
+[[node]]
+name = "a"
+[node.simulate]
+model = "NVIDIA A100-SXM4-80GB"
+count = 4
+topology = "nvswitch"
+
+[[node]]
+name = "b"
+[node.simulate]
+model = "NVIDIA A100-SXM4-80GB"
+count = 4
+topology = "nvswitch"
+"""
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Hs:
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(FLEET)
+    h = Hs(tmp_path / "home", fleet=fleet)
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "settings.toml").write_text("poll_interval_s = 0.2\nkill_after_s = 2\n")
+    yield h
+    h.stop()
+
+
+def wait_until(pred, timeout: float = 30, step: float = 0.1):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(step)
+
+
+def state(h: Hs, jid: str) -> dict:  # type: ignore[type-arg]
+    return h.json("show", jid)  # type: ignore[return-value]
+
+
+def submit(h: Hs, *args: str) -> str:
+    return h.run("submit", "--parsable", *args, check=True).stdout.strip()
+
+
+def test_scavenger_checkpoints_prod_starts_scavenger_resumes_elsewhere(lab: Hs) -> None:
+    scav = submit(lab, "--gpus", "4", "--qos", "scavenger", "--checkpoint-signal", "USR1@10", "--",
+                  sys.executable, TRAINER, "--steps", "40", "--step-seconds", "0.1")
+    wait_until(lambda: state(lab, scav)["state"] == "RUNNING")
+    first_node = state(lab, scav)["placement"][0]["node"]
+    ckdir = Path(state(lab, scav)["checkpoint_dir"])
+    # the other node is taken by a prod job that nobody may preempt
+    blocker = submit(lab, "--gpus", "4", "--qos", "prod", "--", "sleep", "300")
+    wait_until(lambda: state(lab, blocker)["state"] == "RUNNING")
+    wait_until(lambda: b"step 5\n" in lab.run("logs", scav).stdout.encode())
+    t0 = time.monotonic()
+    prod = submit(lab, "--gpus", "4", "--qos", "prod", "--", "sleep", "300")
+    wait_until(lambda: state(lab, prod)["state"] == "RUNNING", timeout=10 + 2, step=0.05)
+    assert time.monotonic() - t0 <= 10 + 2
+    assert state(lab, prod)["placement"][0]["node"] == first_node
+    job = state(lab, scav)
+    assert job["state"] == "PENDING" and job["restarts"] == 1 and job["reason"] in ("preempted", "Resources",
+                                                                                     "Priority")
+    kinds = [e["kind"] for e in job["events"]]
+    assert "preempted" in kinds and "signal" in kinds
+    saved = json.loads((ckdir / "state.json").read_text())["step"]
+    assert saved >= 5
+    # free the other node: the scavenger resumes there, from its checkpoint, and finishes
+    lab.run("cancel", blocker, check=True)
+    assert lab.run("wait", scav, "--timeout", "60").returncode == 0
+    done = state(lab, scav)
+    assert done["state"] == "COMPLETED" and done["restarts"] == 1
+    assert done["placement"][0]["node"] != first_node
+    runs_log = (ckdir / "runs.log").read_text().splitlines()
+    assert runs_log[0].startswith(f"run 1 node {first_node} resume 0 from step 0")
+    assert runs_log[1].startswith("run 2 node ") and f"resume 1 from step {saved}" in runs_log[1]
+    assert json.loads((ckdir / "state.json").read_text())["step"] == 40
+    lab.run("cancel", prod)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] != "Z"
+
+
+def test_signal_ignoring_job_with_setsid_grandchild_is_gone_at_grace(lab: Hs, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    script = (
+        f"echo $$ > {pids}/main.$HSCHED_RUN; trap '' USR1 TERM INT HUP; "
+        f"setsid sh -c 'trap \"\" USR1 TERM INT HUP; echo $$ > {pids}/escapee.'$HSCHED_RUN'; "
+        "while :; do sleep 0.2; done' & "
+        "while :; do sleep 0.2; done"
+    )
+    grace = 3.0
+    jid = submit(lab, "--hold", "--checkpoint-signal", f"USR1@{grace:g}", "--", "sh", "-c", script)
+    lab.run("release", jid, check=True)
+    wait_until(lambda: (pids / "escapee.1").exists() and (pids / "main.1").exists())
+    main, escapee = int((pids / "main.1").read_text()), int((pids / "escapee.1").read_text())
+    assert _alive(main) and _alive(escapee)
+    t0 = time.monotonic()
+    lab.run("preempt", jid, check=True)
+    wait_until(lambda: not _alive(main) and not _alive(escapee), timeout=grace + 5, step=0.05)
+    gone = time.monotonic() - t0
+    assert grace - 2 <= gone <= grace + 2, gone
+    lab.run("cancel", jid)
+
+
+def test_gang_two_nodes_two_ranks_consistent_env_and_one_death_ends_all(lab: Hs, tmp_path: Path) -> None:
+    out = tmp_path / "ranks"
+    out.mkdir()
+    code = (
+        "import json, os, time\n"
+        f"d = {str(out)!r}\n"
+        "keys = ['MASTER_ADDR', 'MASTER_PORT', 'WORLD_SIZE', 'RANK', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE', "
+        "'NODE_RANK', 'CUDA_VISIBLE_DEVICES', 'HSCHED_NODE']\n"
+        "env = {k: os.environ.get(k) for k in keys}\n"
+        "env['pid'] = os.getpid()\n"
+        "json.dump(env, open(os.path.join(d, os.environ['RANK'] + '.json'), 'w'))\n"
+        "time.sleep(300)\n"
+    )
+    jid = submit(lab, "--nodes", "2", "--gpus", "2", "--tasks-per-node", "2", "--", sys.executable, "-c", code)
+    wait_until(lambda: len(list(out.glob("*.json"))) == 4)
+    time.sleep(0.2)
+    ranks = {int(p.stem): json.loads(p.read_text()) for p in out.glob("*.json")}
+    assert sorted(ranks) == [0, 1, 2, 3]
+    assert {r["WORLD_SIZE"] for r in ranks.values()} == {"4"}
+    assert len({(r["MASTER_ADDR"], r["MASTER_PORT"]) for r in ranks.values()}) == 1
+    assert [ranks[i]["LOCAL_RANK"] for i in range(4)] == ["0", "1", "0", "1"]
+    assert [ranks[i]["NODE_RANK"] for i in range(4)] == ["0", "0", "1", "1"]
+    assert {r["LOCAL_WORLD_SIZE"] for r in ranks.values()} == {"2"}
+    assert ranks[0]["HSCHED_NODE"] == ranks[1]["HSCHED_NODE"] != ranks[2]["HSCHED_NODE"]
+    assert ranks[0]["CUDA_VISIBLE_DEVICES"] == ranks[1]["CUDA_VISIBLE_DEVICES"]
+    assert len(ranks[0]["CUDA_VISIBLE_DEVICES"].split(",")) == 2
+    assert state(lab, jid)["state"] == "RUNNING"
+    t0 = time.monotonic()
+    os.kill(ranks[3]["pid"], signal.SIGKILL)
+    wait_until(lambda: not any(_alive(r["pid"]) for r in ranks.values()), timeout=5, step=0.05)
+    assert time.monotonic() - t0 <= 5
+    wait_until(lambda: state(lab, jid)["state"] == "FAILED", timeout=10)
+    job = state(lab, jid)
+    assert job["reason"] == "rank_failed" and job["exit_code"] == 128 + signal.SIGKILL
+
+
+def test_time_limit_warns_then_times_out(lab: Hs, tmp_path: Path) -> None:
+    warned = tmp_path / "warned"
+    script = f"trap 'echo warned > {warned}' USR1; while :; do sleep 0.1; done"
+    t0 = time.monotonic()
+    jid = submit(lab, "--time", "3", "--signal", "USR1@1.5", "--checkpoint-signal", "TERM@1", "--",
+                 "sh", "-c", script)
+    wait_until(lambda: warned.exists(), timeout=10, step=0.05)
+    warned_at = time.monotonic() - t0
+    assert 1.0 <= warned_at <= 3.0, warned_at
+    wait_until(lambda: state(lab, jid)["state"] == "TIMEOUT", timeout=15)
+    assert time.monotonic() - t0 <= 3 + 1 + 3
+
+
+def test_checkpoint_exit_code_requeues(lab: Hs, tmp_path: Path) -> None:
+    script = 'if [ -z "$HSCHED_RESUME" ]; then exit 85; fi; echo "resumed run $HSCHED_RUN"'
+    jid = submit(lab, "--", "sh", "-c", script)
+    assert lab.run("wait", jid, "--timeout", "30").returncode == 0
+    job = state(lab, jid)
+    assert job["restarts"] == 1 and len(job["runs"]) == 2
+    assert lab.run("logs", jid).stdout == "resumed run 2\n"
+
+
+def test_manual_checkpoint_signal_keeps_running(lab: Hs, tmp_path: Path) -> None:
+    got = tmp_path / "got"
+    jid = submit(lab, "--checkpoint-signal", "USR1@5", "--", "sh", "-c",
+                 f"trap 'echo ck >> {got}' USR1; while :; do sleep 0.1; done")
+    wait_until(lambda: state(lab, jid)["state"] == "RUNNING")
+    time.sleep(0.3)
+    lab.run("checkpoint", jid, check=True)
+    wait_until(lambda: got.exists())
+    assert state(lab, jid)["state"] == "RUNNING"
+    lab.run("cancel", jid, check=True)
