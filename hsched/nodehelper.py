@@ -439,5 +439,331 @@ def main(argv):
     return 1 if "error" in reply else 0
 
 
+
+# ------------------------------------------------------------------------------------- read and watch
+# Added for remote nodes (the SSH executor): reading a run's log without SFTP, and one long-lived
+# monitoring stream per node instead of a new process (and a new nvidia-smi) every second.
+
+
+def read_file(req):
+    """Up to max_bytes of req['path'] from req['offset'], base64 (logs are bytes, not always UTF-8)."""
+    import base64
+
+    path = req["path"]
+    offset = max(0, int(req.get("offset", 0)))
+    max_bytes = max(0, min(int(req.get("max_bytes", 1 << 20)), 16 << 20))
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(offset)
+            data = f.read(max_bytes)
+    except FileNotFoundError:
+        return {"data": "", "size": None}
+    return {"data": base64.b64encode(data).decode("ascii"), "size": size}
+
+
+def _cpu_times():
+    """(busy, total) jiffies over all CPUs from the first line of /proc/stat, or None."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()[1:]
+    except OSError:
+        return None
+    try:
+        vals = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal (guest is in user)
+    except ValueError:
+        return None
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    total = sum(vals)
+    return total - idle, total
+
+
+def _memory():
+    info = {}
+    for line in (_read("/proc/meminfo") or "").splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("MemTotal", "MemAvailable"):
+            try:
+                info[key] = int(rest.split()[0]) // 1024
+            except (IndexError, ValueError):
+                pass
+    total, avail = info.get("MemTotal"), info.get("MemAvailable")
+    used = total - avail if total is not None and avail is not None else None
+    return {"total_mib": total, "available_mib": avail, "used_mib": used}
+
+
+def _proc_owner(pid):
+    """The hsched run folder a process belongs to (from its environment), or None if none or unreadable."""
+    prefix = (RUN_MARKER + "=").encode()
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            for item in f.read().split(b"\0"):
+                if item.startswith(prefix):
+                    return item[len(prefix):].decode("utf-8", "replace")
+    except OSError:
+        return None
+    return None
+
+
+def _proc_name(pid):
+    return _read("/proc/%d/comm" % pid)
+
+
+def _gpu_process(pid, uuid, used_mib):
+    return {"pid": pid, "uuid": uuid, "used_memory_mib": used_mib, "name": _proc_name(pid),
+            "run_dir": _proc_owner(pid)}
+
+
+class _NvmlSampler(object):
+    """Device metrics through NVML: one init, then a few cheap calls per device per sample."""
+
+    source = "nvml"
+
+    def __init__(self, pynvml):
+        self.nvml = pynvml
+        pynvml.nvmlInit()
+        self.handles = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            self.handles.append((i, h, self._call(pynvml.nvmlDeviceGetUUID, h)))
+
+    @staticmethod
+    def _call(fn, *args):
+        try:
+            v = fn(*args)
+        except Exception:  # an unsupported field is N/A, never a failed sample
+            return None
+        return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+
+    def sample(self):
+        nv = self.nvml
+        devices, procs = [], []
+        for i, h, uuid in self.handles:
+            util = self._call(nv.nvmlDeviceGetUtilizationRates, h)
+            mem = self._call(nv.nvmlDeviceGetMemoryInfo, h)
+            temp = self._call(nv.nvmlDeviceGetTemperature, h, getattr(nv, "NVML_TEMPERATURE_GPU", 0))
+            power = self._call(nv.nvmlDeviceGetPowerUsage, h)
+            devices.append({
+                "index": i, "uuid": uuid,
+                "utilization_gpu": float(util.gpu) if util is not None else None,
+                "memory_used_mib": mem.used // (1 << 20) if mem is not None else None,
+                "memory_total_mib": mem.total // (1 << 20) if mem is not None else None,
+                "temperature_c": float(temp) if temp is not None else None,
+                "power_w": power / 1000.0 if power is not None else None,
+            })
+            seen = set()
+            for fn_name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+                fn = getattr(nv, fn_name, None)
+                for p in (self._call(fn, h) if fn else None) or []:
+                    if p.pid in seen:
+                        continue
+                    seen.add(p.pid)
+                    used = getattr(p, "usedGpuMemory", None)
+                    procs.append(_gpu_process(p.pid, uuid, used // (1 << 20) if isinstance(used, int) else None))
+        return devices, procs
+
+    def close(self):
+        try:
+            self.nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+_SMI_GPU = "index,uuid,utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw"
+
+
+class _SmiSampler(object):
+    """Device metrics from one long-running `nvidia-smi -lms` (no process start per sample), and the
+    GPU processes from a one-shot query every few seconds (they change rarely; the query is costly)."""
+
+    source = "nvidia-smi"
+
+    def __init__(self, exe, interval_s):
+        import threading
+
+        self.exe = exe
+        self.latest = {}
+        self.procs = []
+        self.lock = threading.Lock()
+        self.first = threading.Event()
+        self.proc = subprocess.Popen(
+            [exe, "--query-gpu=" + _SMI_GPU, "--format=csv,noheader,nounits",
+             "-lms", str(max(100, int(interval_s * 1000)))],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True)
+        self.apps_every = max(5.0, interval_s)
+        for target in (self._read_gpus, self._poll_apps):
+            t = threading.Thread(target=target)
+            t.daemon = True
+            t.start()
+
+    @staticmethod
+    def _num(v):
+        try:
+            return float(v)
+        except ValueError:
+            return None  # "[N/A]", "[Not Supported]"
+
+    def _read_gpus(self):
+        for raw in self.proc.stdout:
+            f = [x.strip() for x in raw.decode("utf-8", "replace").split(",")]
+            if len(f) < 7 or not f[0].isdigit():
+                continue
+            used, total = self._num(f[3]), self._num(f[4])
+            temp, power = self._num(f[5]), self._num(f[6])
+            dev = {"index": int(f[0]), "uuid": f[1], "utilization_gpu": self._num(f[2]),
+                   "memory_used_mib": int(used) if used is not None else None,
+                   "memory_total_mib": int(total) if total is not None else None,
+                   "temperature_c": temp, "power_w": power}
+            with self.lock:
+                self.latest[dev["index"]] = dev
+            self.first.set()
+
+    def _poll_apps(self):
+        while self.proc.poll() is None:
+            try:
+                out = subprocess.run([self.exe, "--query-compute-apps=gpu_uuid,pid,used_memory",
+                                      "--format=csv,noheader,nounits"], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=20)
+                procs = []
+                for line in out.stdout.decode("utf-8", "replace").splitlines():
+                    f = [x.strip() for x in line.split(",")]
+                    if len(f) >= 3 and f[1].isdigit():
+                        used = self._num(f[2])
+                        procs.append(_gpu_process(int(f[1]), f[0], int(used) if used is not None else None))
+                with self.lock:
+                    self.procs = procs
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+            time.sleep(self.apps_every)
+
+    def sample(self):
+        self.first.wait(3.0)  # the first sample waits for nvidia-smi's first answer, later ones never do
+        with self.lock:
+            return [self.latest[i] for i in sorted(self.latest)], list(self.procs)
+
+    def close(self):
+        try:
+            self.proc.kill()
+        except OSError:
+            pass
+
+
+class _SimSampler(object):
+    """Simulated devices: idle, nothing running on them (their jobs are ordinary processes)."""
+
+    source = "simulated"
+
+    def __init__(self, sim):
+        self.devices = [{"index": i, "uuid": u, "utilization_gpu": 0.0, "memory_used_mib": 0,
+                         "memory_total_mib": sim.get("memory_mib"), "temperature_c": None, "power_w": None}
+                        for i, u in enumerate(sim.get("uuids") or [])]
+
+    def sample(self):
+        return [dict(d) for d in self.devices], []
+
+    def close(self):
+        pass
+
+
+class _NoGpuSampler(_SimSampler):
+    source = None
+
+    def __init__(self):
+        self.devices = []
+
+
+def _gpu_sampler(req, interval_s):
+    if req.get("simulate") is not None:
+        return _SimSampler(req["simulate"])
+    try:
+        import pynvml
+
+        return _NvmlSampler(pynvml)
+    except Exception:  # no pynvml, no driver: fall back to nvidia-smi
+        pass
+    exe = shutil.which("nvidia-smi")
+    if exe:
+        try:
+            return _SmiSampler(exe, interval_s)
+        except OSError:
+            pass
+    return _NoGpuSampler()
+
+
+def watch(req):
+    """Stream one JSON line per interval until the reader goes away (or `count` samples were sent).
+
+    Request: {"interval_s": 1.0, "count": null, "simulate": {"uuids": [...], "memory_mib": N} | null}.
+    A sample: {"seq", "t", "boot_id", "cpu": {"util", "count", "loadavg"}, "memory": {...},
+    "gpus": {"source", "devices": [...]}, "processes": [{"pid", "uuid", "used_memory_mib", "name", "run_dir"}]}.
+    """
+    import threading
+
+    interval = max(0.05, float(req.get("interval_s") or 1.0))
+    count = req.get("count")
+    stall_limit = max(30.0, 10 * interval)
+    state = {"writing_since": None}
+    parent = os.getppid()
+
+    def watchdog():
+        # a cut-off network leaves sshd's socket open and our write blocked forever: give up instead
+        while True:
+            time.sleep(1.0)
+            since = state["writing_since"]
+            if since is not None and time.monotonic() - since > stall_limit:
+                os._exit(0)
+            if os.getppid() != parent:  # the ssh session (or process) that started us is gone
+                os._exit(0)
+
+    wd = threading.Thread(target=watchdog)
+    wd.daemon = True
+    wd.start()
+    gpus = _gpu_sampler(req, interval)
+    bid = boot_id()
+    ncpu = os.cpu_count()
+    prev = _cpu_times()
+    next_t = time.monotonic()
+    seq = 0
+    out = sys.stdout
+    try:
+        while count is None or seq < int(count):
+            now = time.monotonic()
+            if next_t > now:
+                time.sleep(next_t - now)
+            cur = _cpu_times()
+            util = None
+            if prev is not None and cur is not None and cur[1] > prev[1]:
+                util = round(100.0 * (cur[0] - prev[0]) / (cur[1] - prev[1]), 1)
+            prev = cur
+            devices, procs = gpus.sample()
+            sample = {
+                "seq": seq, "t": time.time(), "boot_id": bid,
+                "cpu": {"util": util, "count": ncpu,
+                        "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
+                "memory": _memory(),
+                "gpus": {"source": gpus.source, "devices": devices},
+                "processes": procs,
+            }
+            state["writing_since"] = time.monotonic()
+            out.write(json.dumps(sample) + "\n")
+            out.flush()
+            state["writing_since"] = None
+            seq += 1
+            next_t += interval
+            now = time.monotonic()
+            if next_t < now:  # a slow sample or a slow reader: skip the missed ticks rather than bunch up
+                next_t += ((now - next_t) // interval + 1) * interval
+    except OSError:
+        # the reader closed the channel: that is how a watch ends; nobody is left to read a reply
+        gpus.close()
+        os._exit(0)
+    gpus.close()
+    return {"samples": seq}
+
+
+COMMANDS["read"] = read_file
+COMMANDS["watch"] = watch
+
+
 if __name__ == "__main__":
     sys.exit(main(sys.argv))

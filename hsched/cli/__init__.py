@@ -39,6 +39,7 @@ def _register() -> None:
     for mod in (jobs, control, fleet, daemon, topo, sim):
         mod.register(app)
     from hsched.cli import dash; dash.register(app)  # noqa: E702, I001  (hsched dash, tui/)
+    from hsched.cli import trust; trust.register(app)  # noqa: E702, I001  (hsched node trust; after fleet)
 
 
 _register()

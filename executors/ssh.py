@@ -1,0 +1,613 @@
+"""The SSH executor: the node helper run on a remote machine over one asyncssh connection per node.
+
+Nothing is installed on a node but sshd and python3 (>= 3.8): on first contact the helper (and its NVML
+sibling) is uploaded to `<root>/helper-<hash>/`, where `<root>` is `$HSCHED_NODE_ROOT` on the node or
+`~/.cache/hsched`; a new hsched version ships a new folder, an unchanged one is never sent twice. Each call
+is `python3 <helper> CMD` with the JSON request on stdin and a JSON reply on stdout, exactly as the local
+executor does with a subprocess. Every word of every remote command goes through `shlex.quote`; job data
+(names, arguments, environment, folders) travels inside the JSON, never through a shell.
+
+Run folders: the controller names runs by a local path under HSCHED_HOME; on a node the same run lives in
+`<root>/runs/<hash of the local parent>/<basename>`. The mapping is a pure function of the local path, so
+it holds across reconnects and controller restarts, and handles going out carry the local path again.
+
+Failure handling: host keys are always verified (see `_sshconfig`); connects and commands are bounded by
+`asyncio.timeout`; keepalives notice a dead peer; a failed connect is retried with exponential backoff
+(calls in between fail at once with the last error); a semaphore keeps concurrent channels below sshd's
+default MaxSessions (10). Every asyncssh or OS error reaches the caller as one line in an ExecutorError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import functools
+import hashlib
+import json
+import logging
+import random
+import shlex
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import asyncssh
+from hsched.executors import _sshconfig
+from hsched.executors.base import LaunchRequest, StatusQuery
+
+from hsched import nodehelper
+from hsched.config import NodeConfig
+from hsched.errors import ExecutorError
+from hsched.model import RunHandle, RunReport
+from hsched.serialize import handle_from_dict, handle_to_dict
+
+log = logging.getLogger("hsched.ssh")
+
+HELPER_PATH = Path(nodehelper.__file__).resolve()
+NVML_PROBE_PATH = HELPER_PATH.parent / "topo" / "nvml_probe.py"
+MAX_SESSIONS = 10
+"""sshd's default MaxSessions: channels open at once on one connection."""
+
+
+# --------------------------------------------------------------------------------------- remote scripts
+
+def _one_line(script: str) -> str:
+    """A Python script as one shell-safe line: no newline or quote for a non-POSIX login shell to mangle."""
+    return f"import base64;exec(base64.b64decode({base64.b64encode(script.encode()).decode()!r}))"
+
+
+_BOOTSTRAP = _one_line("""
+import json, os, sys
+root = os.environ.get("HSCHED_NODE_ROOT") or os.path.join(os.path.expanduser("~"), ".cache", "hsched")
+d = os.path.join(root, sys.argv[1])
+print(json.dumps({"root": os.path.abspath(root), "python": list(sys.version_info[:3]),
+                  "present": os.path.isfile(os.path.join(d, "nodehelper.py"))}))
+""")
+
+# files arrive in order and the helper comes last, so its presence means the folder is complete
+_UPLOAD = _one_line("""
+import base64, json, os, sys
+req = json.loads(sys.stdin.read())
+root, d = req["root"], os.path.join(req["root"], req["dir"])
+if not os.path.isdir(root):
+    os.makedirs(root, 0o700)
+if not os.path.isdir(d):
+    os.makedirs(d, 0o755)
+for name, data in req["files"]:
+    tmp = os.path.join(d, ".%s.%d.tmp" % (name, os.getpid()))
+    with open(tmp, "wb") as f:
+        f.write(base64.b64decode(data))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(d, name))
+print(json.dumps({"ok": True}))
+""")
+
+
+@dataclass(frozen=True, slots=True)
+class HelperBundle:
+    dirname: str
+    files: tuple[tuple[str, bytes], ...]
+
+
+@functools.cache
+def helper_bundle() -> HelperBundle:
+    """The files shipped to nodes and the folder named by their hash (read once per process)."""
+    files: list[tuple[str, bytes]] = []
+    if NVML_PROBE_PATH.is_file():
+        files.append(("nvml_probe.py", NVML_PROBE_PATH.read_bytes()))
+    files.append(("nodehelper.py", HELPER_PATH.read_bytes()))
+    h = hashlib.sha256()
+    for name, data in files:
+        h.update(b"%s\0%d\0" % (name.encode(), len(data)))
+        h.update(data)
+    return HelperBundle(dirname=f"helper-{h.hexdigest()[:16]}", files=tuple(files))
+
+
+def shell_command(*words: str) -> str:
+    """One remote command line with every word quoted."""
+    return " ".join(shlex.quote(w) for w in words)
+
+
+@dataclass(frozen=True, slots=True)
+class Remote:
+    """What first contact learned about a node."""
+
+    root: str
+    helper: str
+    python: tuple[int, ...]
+
+
+def _mapped(root: str, kind: str, local: str) -> str:
+    p = PurePosixPath(local)
+    digest = hashlib.sha256(str(p.parent).encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    name = p.name if p.name not in ("", ".", "..") else hashlib.sha256(local.encode()).hexdigest()[:12]
+    return f"{root}/{kind}/{digest}/{name}"
+
+
+class _Client(asyncssh.SSHClient):
+    """Remembers the host key the server offered when known_hosts did not trust it (for the message)."""
+
+    def __init__(self, owner: SSHExecutor, conn_id: int) -> None:
+        self.owner = owner
+        self.conn_id = conn_id
+
+    def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
+        self.owner._offered = (addr, key)
+        return False  # only known_hosts decides; `hsched node trust` is how a key gets there
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.owner._on_lost(self.conn_id, exc)
+
+
+# ------------------------------------------------------------------------------------------ executor
+
+class SSHExecutor:
+    """The executor protocol over SSH, plus watch (a monitoring stream), put/get (SFTP) and path mapping.
+
+    Args:
+        cfg: the node as the fleet file describes it (host may be an ~/.ssh/config alias).
+        ssh_config: an ssh config file to read instead of ~/.ssh/config ($HSCHED_SSH_CONFIG also works).
+        connect_timeout_s: TCP connect, key exchange and authentication, together.
+        command_timeout_s: one helper call (probe, launch, status, signal, read).
+        keepalive_interval_s, keepalive_count_max: a peer silent for their product is taken as gone.
+        max_channels: channels open at once (watch and SFTP hold one each); below sshd's MaxSessions.
+        backoff_initial_s, backoff_max_s: waits between failed connects, doubling from the first to the cap.
+        python: the interpreter to run on the node.
+    """
+
+    kind = "ssh"
+
+    def __init__(self, cfg: NodeConfig, *, ssh_config: str | Path | None = None, connect_timeout_s: float = 10.0,
+                 command_timeout_s: float = 60.0, keepalive_interval_s: float = 5.0, keepalive_count_max: int = 3,
+                 max_channels: int = 8, backoff_initial_s: float = 0.5, backoff_max_s: float = 10.0,
+                 python: str = "python3") -> None:
+        if not cfg.host:
+            raise ExecutorError(f"{cfg.name}: an ssh node needs a host")
+        if not 1 <= max_channels < MAX_SESSIONS:
+            raise ValueError(f"max_channels must be 1..{MAX_SESSIONS - 1}")
+        self.cfg = cfg
+        self.name = cfg.name
+        self.ssh_config = ssh_config
+        self.connect_timeout_s = connect_timeout_s
+        self.command_timeout_s = command_timeout_s
+        self.keepalive_interval_s = keepalive_interval_s
+        self.keepalive_count_max = keepalive_count_max
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self.python = python
+        self.last_contact: float | None = None
+        """time.time() of the last channel that completed; the controller's heartbeat can read it."""
+        self.last_error: str | None = None
+        self.target: _sshconfig.Target | None = None
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._conn_id = 0
+        self._remote: Remote | None = None
+        self._lock = asyncio.Lock()
+        self._channels = asyncio.Semaphore(max_channels)
+        self._failures = 0
+        self._retry_at = 0.0
+        self._offered: tuple[str, asyncssh.SSHKey] | None = None
+        self._local_of: dict[str, str] = {}
+        """remote run folder -> local run folder, for the runs this executor has seen (watch owners)."""
+
+    # ----------------------------------------------------------------------------------- connection
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None
+
+    def _on_lost(self, conn_id: int, exc: Exception | None) -> None:
+        if conn_id == self._conn_id and self._conn is not None:
+            log.info("%s: connection lost: %s", self.name, exc or "closed")
+            self._conn = None
+
+    async def _resolve(self) -> _sshconfig.Target:
+        try:
+            target = await asyncio.to_thread(_sshconfig.resolve, self.cfg, self.ssh_config)
+        except (ValueError, OSError, asyncssh.Error) as e:  # a bad ssh config line, an unreadable file
+            raise ExecutorError(f"{self.name}: cannot read the ssh config: {_one(e)}") from None
+        self.target = target
+        return target
+
+    async def _open(self) -> asyncssh.SSHClientConnection:
+        target = await self._resolve()
+        try:
+            known = await asyncio.to_thread(_sshconfig.load_known_hosts, target)
+        except ValueError as e:
+            raise ExecutorError(f"{self.name}: {e}") from None
+        self._offered = None
+        self._conn_id += 1
+        conn_id = self._conn_id
+        kwargs: dict[str, Any] = {}
+        if self.cfg.identity_file:
+            kwargs["client_keys"] = [await asyncio.to_thread(_expand, self.cfg.identity_file)]
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                conn = await asyncssh.connect(
+                    self.cfg.host, port=self.cfg.port or (), username=self.cfg.user or (),
+                    config=_sshconfig.config_paths(self.ssh_config) or (),
+                    known_hosts=known,  # always an object: verification can never be switched off
+                    keepalive_interval=self.keepalive_interval_s, keepalive_count_max=self.keepalive_count_max,
+                    connect_timeout=self.connect_timeout_s, login_timeout=self.connect_timeout_s,
+                    client_factory=lambda: _Client(self, conn_id), **kwargs,
+                )
+        except asyncssh.HostKeyNotVerifiable:
+            raise ExecutorError(self._host_key_message(target, known)) from None
+        except TimeoutError:
+            raise ExecutorError(
+                f"{self.name}: cannot connect to {target.destination}: no answer within {self.connect_timeout_s:g} s"
+            ) from None
+        except asyncssh.PermissionDenied:
+            raise ExecutorError(
+                f"{self.name}: {target.destination} refused our keys (permission denied); check the node's user "
+                "and identity_file, or the IdentityFile in ~/.ssh/config"
+            ) from None
+        except (asyncssh.Error, OSError) as e:
+            raise ExecutorError(f"{self.name}: cannot connect to {target.destination}: {_one(e)}") from None
+        return conn
+
+    def _host_key_message(self, target: _sshconfig.Target, known: asyncssh.SSHKnownHosts) -> str:
+        if self._offered is None:
+            return (f"{self.name}: the host key of {target.known_hosts_name} could not be verified; "
+                    f"run: hsched node trust {self.name}")
+        addr, key = self._offered
+        old = _sshconfig.known_keys(known, target, addr)
+        files = ", ".join(str(f) for f in target.known_hosts_files)
+        if old:
+            return (f"{self.name}: HOST KEY CHANGED for {target.known_hosts_name}: it now offers "
+                    f"{_sshconfig.fingerprint(key)}, not the key in {files} (was it reinstalled, or is someone "
+                    f"in between?); if the change is expected: ssh-keygen -R {shlex.quote(target.known_hosts_name)}"
+                    f" -f {shlex.quote(str(target.trust_file))}, then hsched node trust {self.name}")
+        return (f"{self.name}: unknown host key for {target.known_hosts_name}: {_sshconfig.fingerprint(key)} "
+                f"(not in {files}); if that fingerprint is right, run: hsched node trust {self.name}")
+
+    async def _connection(self) -> tuple[asyncssh.SSHClientConnection, Remote]:
+        """The node's one connection, opened (and the helper shipped) if needed; backs off after failures."""
+        conn, remote = self._conn, self._remote
+        if conn is not None and remote is not None:
+            return conn, remote
+        async with self._lock:
+            if self._conn is not None and self._remote is not None:
+                return self._conn, self._remote
+            wait = self._retry_at - time.monotonic()
+            if wait > 0:
+                raise ExecutorError(f"{self.last_error} (next try in {wait:.1f} s)")
+            try:
+                conn = await self._open()
+                try:
+                    remote = await self._bootstrap(conn)
+                except BaseException:
+                    conn.close()
+                    raise
+            except ExecutorError as e:
+                self._failures += 1
+                delay = min(self.backoff_max_s, self.backoff_initial_s * 2 ** (self._failures - 1))
+                self._retry_at = time.monotonic() + delay * random.uniform(0.8, 1.0)
+                self.last_error = str(e)
+                raise
+            self._failures, self._retry_at, self.last_error = 0, 0.0, None
+            self._conn, self._remote = conn, remote
+            self.last_contact = time.time()
+            return conn, remote
+
+    def reset_backoff(self) -> None:
+        """Let the next call try to connect at once (after `hsched node trust`, or a node known to be back)."""
+        self._retry_at = 0.0
+
+    async def _bootstrap(self, conn: asyncssh.SSHClientConnection) -> Remote:
+        bundle = await asyncio.to_thread(helper_bundle)
+        rc, out, err = await self._run(conn, shell_command(self.python, "-c", _BOOTSTRAP, bundle.dirname), b"")
+        info = self._parse(out, err, rc, "first contact")
+        version = tuple(int(v) for v in info["python"])
+        if version < (3, 8):
+            raise ExecutorError(f"{self.name}: {self.python} there is {'.'.join(map(str, version))}; "
+                                "hsched's node helper needs Python 3.8 or newer")
+        root = str(info["root"])
+        if not info["present"]:
+            payload = json.dumps({"root": root, "dir": bundle.dirname, "files": [
+                [name, base64.b64encode(data).decode()] for name, data in bundle.files]}).encode()
+            rc, out, err = await self._run(conn, shell_command(self.python, "-c", _UPLOAD), payload)
+            self._parse(out, err, rc, "helper upload")
+            log.info("%s: node helper shipped to %s/%s", self.name, root, bundle.dirname)
+        return Remote(root=root, helper=f"{root}/{bundle.dirname}/nodehelper.py", python=version)
+
+    async def _run(self, conn: asyncssh.SSHClientConnection, command: str, stdin: bytes,
+                   timeout_s: float | None = None) -> tuple[int | None, bytes, bytes]:
+        """One channel: run `command`, feed `stdin`, collect output; the channel is closed whatever happens."""
+        timeout_s = self.command_timeout_s if timeout_s is None else timeout_s
+        try:
+            async with self._channels, asyncio.timeout(timeout_s):
+                async with conn.create_process(command, encoding=None) as proc:
+                    out, err = await proc.communicate(stdin)
+                    await proc.wait()
+                    rc = proc.exit_status
+        except TimeoutError:
+            raise ExecutorError(f"{self.name}: no answer within {timeout_s:g} s") from None
+        except asyncssh.ChannelOpenError as e:
+            raise ExecutorError(f"{self.name}: cannot open a channel: {_one(e)}") from None
+        except (asyncssh.Error, OSError) as e:
+            raise ExecutorError(f"{self.name}: connection failed: {_one(e)}") from None
+        self.last_contact = time.time()
+        return rc, bytes(out or b""), bytes(err or b"")
+
+    def _parse(self, out: bytes, err: bytes, rc: int | None, what: str) -> dict[str, Any]:
+        lines = out.decode("utf-8", "replace").strip().splitlines()
+        if rc == 127 and not lines:
+            raise ExecutorError(f"{self.name}: {self.python} not found on the node; hsched needs python3 >= 3.8 there")
+        try:
+            reply = json.loads(lines[-1])
+            if not isinstance(reply, dict):
+                raise ValueError
+        except (ValueError, IndexError):
+            detail = (err or out).decode("utf-8", "replace").strip().replace("\n", " | ")[:300]
+            raise ExecutorError(f"{self.name}: {what} failed (exit status {rc}): {detail or 'no output'}") from None
+        if "error" in reply:
+            raise ExecutorError(f"{self.name}: node helper '{what}': {reply['error']}")
+        return reply
+
+    async def _helper(self, command: str, request: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
+        """Run a helper command; if the cached helper vanished from the node (a cleaned cache), ship it again."""
+        for attempt in (1, 2):
+            conn, remote = await self._connection()
+            rc, out, err = await self._run(conn, shell_command(self.python, remote.helper, command),
+                                           json.dumps(request).encode(), timeout_s)
+            if attempt == 1 and rc == 2 and not out and b"can't open file" in err:
+                log.warning("%s: node helper missing from %s; shipping it again", self.name, remote.helper)
+                async with self._lock:
+                    self._remote = await self._bootstrap(conn)
+                continue
+            return self._parse(out, err, rc, command)
+        raise AssertionError("unreachable")
+
+    async def close(self) -> None:
+        conn, self._conn, self._remote = self._conn, None, None
+        if conn is not None:
+            conn.close()
+            with contextlib.suppress(TimeoutError, asyncssh.Error, OSError):
+                async with asyncio.timeout(5):
+                    await conn.wait_closed()
+
+    # ----------------------------------------------------------------------------------- path mapping
+
+    async def remote_root(self) -> str:
+        """Where hsched keeps its files on the node ($HSCHED_NODE_ROOT there, else ~/.cache/hsched)."""
+        _, remote = await self._connection()
+        return remote.root
+
+    async def remote_run_dir(self, local_run_dir: str) -> str:
+        """The node's folder for a run the controller names by a local path (a pure function of it)."""
+        return _mapped(await self.remote_root(), "runs", local_run_dir)
+
+    async def remote_path(self, local_path: str) -> str:
+        """A node folder for any other local path (e.g. a job's checkpoint folder), mapped like run folders."""
+        return _mapped(await self.remote_root(), "files", local_path)
+
+    def _to_remote(self, remote: Remote, local_run_dir: str) -> str:
+        rdir = _mapped(remote.root, "runs", local_run_dir)
+        self._local_of[rdir] = local_run_dir
+        return rdir
+
+    def _handle_out(self, d: Any, local_run_dir: str) -> RunHandle | None:
+        handle = handle_from_dict(d)
+        return replace(handle, run_dir=local_run_dir) if handle is not None else None
+
+    # ----------------------------------------------------------------------------------- the protocol
+
+    async def probe(self) -> dict[str, Any]:
+        reply = await self._helper("probe", {})
+        reply["remote_root"] = self._remote.root if self._remote else None
+        return reply
+
+    async def launch(self, req: LaunchRequest) -> RunHandle:
+        _, remote = await self._connection()
+        rdir = self._to_remote(remote, req.run_dir)
+        reply = await self._helper("launch", {
+            "run_dir": rdir, "command": list(req.command), "env": dict(req.env), "workdir": req.workdir,
+            "inherit_env": req.inherit_env,
+        })
+        handle = self._handle_out(reply.get("handle"), req.run_dir)
+        if handle is None:
+            raise ExecutorError(f"{self.name}: launch of {req.run_dir} returned no handle")
+        return handle
+
+    async def status(self, queries: Sequence[StatusQuery]) -> list[RunReport]:
+        from hsched.executors.local import report_from_dict
+
+        if not queries:
+            return []
+        _, remote = await self._connection()
+        runs = []
+        for q in queries:
+            rdir = self._to_remote(remote, q.run_dir)
+            h = handle_to_dict(replace(q.handle, run_dir=rdir)) if q.handle is not None else None
+            runs.append({"run_dir": rdir, "handle": h})
+        reply = await self._helper("status", {"runs": runs})
+        out = []
+        for q, r in zip(queries, reply["runs"], strict=True):
+            rep = report_from_dict(r)
+            out.append(replace(rep, handle=self._handle_out(r.get("handle"), q.run_dir)))
+        return out
+
+    async def signal(self, handle: RunHandle, signal: str, *, all_processes: bool = False) -> bool:
+        _, remote = await self._connection()
+        rhandle = replace(handle, run_dir=self._to_remote(remote, handle.run_dir))
+        reply = await self._helper("signal", {"handle": handle_to_dict(rhandle), "signal": signal,
+                                              "all_processes": all_processes})
+        return bool(reply.get("sent"))
+
+    async def read_log(self, run_dir: str, offset: int, max_bytes: int = 1 << 20) -> bytes:
+        _, remote = await self._connection()
+        path = f"{self._to_remote(remote, run_dir)}/output.log"
+        reply = await self._helper("read", {"path": path, "offset": offset, "max_bytes": max_bytes})
+        return base64.b64decode(reply.get("data") or "")
+
+    # ----------------------------------------------------------------------------------- monitoring
+
+    async def watch(self, interval_s: float = 1.0, *, count: int | None = None,
+                    stale_after_s: float | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Samples from the node every `interval_s` (see nodehelper.watch for their shape), one channel.
+
+        Each sample gains `node`, and each GPU process `job_run_dir`: the local run folder of the hsched run
+        it belongs to (None: not one of ours). The stream ends after `count` samples; it raises
+        ExecutorError when the connection fails or no sample came for `stale_after_s` (default: 3 intervals,
+        at least 5 s), so a silent network cut is noticed long before TCP or keepalives give up.
+        """
+        stale = stale_after_s if stale_after_s is not None else max(5.0, 3 * interval_s)
+        conn, remote = await self._connection()
+        request: dict[str, Any] = {"interval_s": interval_s, "count": count, "simulate": self._simulated()}
+        command = shell_command(self.python, remote.helper, "watch")
+        try:
+            async with self._channels, conn.create_process(command, encoding=None) as proc:
+                proc.stdin.write(json.dumps(request).encode())
+                proc.stdin.write_eof()
+                while True:
+                    try:
+                        async with asyncio.timeout(stale):
+                            line = await proc.stdout.readline()
+                    except TimeoutError:
+                        raise ExecutorError(f"{self.name}: no monitoring sample for {stale:g} s") from None
+                    if not line:
+                        err = (await proc.stderr.read()).decode("utf-8", "replace").strip()[-300:]
+                        if count is not None:
+                            return
+                        raise ExecutorError(f"{self.name}: the watch stream ended{': ' + err if err else ''}")
+                    sample = json.loads(line)
+                    if "seq" not in sample:
+                        if "error" in sample:
+                            raise ExecutorError(f"{self.name}: node helper 'watch': {sample['error']}")
+                        return
+                    self.last_contact = time.time()
+                    sample["node"] = self.name
+                    for p in sample.get("processes") or ():
+                        p["job_run_dir"] = self._local_of.get(p.get("run_dir") or "")
+                    yield sample
+        except (asyncssh.Error, OSError) as e:
+            raise ExecutorError(f"{self.name}: watch failed: {_one(e)}") from None
+        except ValueError as e:
+            raise ExecutorError(f"{self.name}: watch sent a line that is not JSON: {e}") from None
+
+    def _simulated(self) -> dict[str, Any] | None:
+        sim = self.cfg.simulate
+        if sim is None:
+            return None
+        from hsched.controller.fleet import simulated_uuid  # the very UUIDs the controller hands out
+
+        return {"uuids": [simulated_uuid(self.name, i) for i in range(sim.count)], "memory_mib": sim.memory_mib}
+
+    # ----------------------------------------------------------------------------------- file transfer
+
+    async def put(self, local: str | Path, remote: str, *, timeout_s: float = 3600.0) -> None:
+        """Copy a local file or folder to `remote` on the node (relative: to the login folder).
+
+        It lands under a temporary name and is renamed into place, so a reader never sees half a checkpoint;
+        an existing folder there is replaced.
+        """
+        from hsched.executors import _sshfiles
+
+        conn, _ = await self._connection()
+        await self._sftp_call(conn, timeout_s, "put", _sshfiles.put, str(local), remote)
+
+    async def get(self, remote: str, local: str | Path, *, timeout_s: float = 3600.0) -> None:
+        """Copy a file or folder from the node to `local`, renamed into place when complete."""
+        from hsched.executors import _sshfiles
+
+        conn, _ = await self._connection()
+        await self._sftp_call(conn, timeout_s, "get", _sshfiles.get, remote, str(local))
+
+    async def _sftp_call(self, conn: asyncssh.SSHClientConnection, timeout_s: float, what: str, fn: Any,
+                         *args: Any) -> Any:
+        try:
+            async with self._channels, asyncio.timeout(timeout_s), conn.start_sftp_client() as sftp:
+                result = await fn(sftp, *args)
+        except TimeoutError:
+            raise ExecutorError(f"{self.name}: {what} did not finish within {timeout_s:g} s") from None
+        except asyncssh.SFTPError as e:
+            raise ExecutorError(f"{self.name}: {what} {' '.join(map(str, args))}: {_one(e)}") from None
+        except (asyncssh.Error, OSError) as e:
+            raise ExecutorError(f"{self.name}: {what} failed: {_one(e)}") from None
+        self.last_contact = time.time()
+        return result
+
+    async def open_sftp(self) -> contextlib.AbstractAsyncContextManager[asyncssh.SFTPClient]:
+        """An SFTP session on the node's connection, counted against its channels (for node-to-node copies)."""
+        conn, _ = await self._connection()
+        return _counted_sftp(self._channels, conn)
+
+
+@contextlib.asynccontextmanager
+async def _counted_sftp(sem: asyncio.Semaphore, conn: asyncssh.SSHClientConnection) -> AsyncIterator[
+        asyncssh.SFTPClient]:
+    async with sem, conn.start_sftp_client() as sftp:
+        yield sftp
+
+
+async def copy_between(src: SSHExecutor, src_path: str, dst: SSHExecutor, dst_path: str, *,
+                       timeout_s: float = 3600.0) -> int:
+    """Copy a file or folder from one node to another through the controller (SFTP both ways, streamed;
+    nothing is written on the controller's disk). Returns the number of bytes copied."""
+    from hsched.executors import _sshfiles
+
+    try:
+        async with asyncio.timeout(timeout_s), await src.open_sftp() as a, await dst.open_sftp() as b:
+            n: int = await _sshfiles.copy(a, src_path, b, dst_path)
+    except TimeoutError:
+        raise ExecutorError(f"copy {src.name}:{src_path} -> {dst.name}:{dst_path} did not finish within "
+                            f"{timeout_s:g} s") from None
+    except (asyncssh.Error, OSError) as e:
+        raise ExecutorError(f"copy {src.name}:{src_path} -> {dst.name}:{dst_path}: {_one(e)}") from None
+    src.last_contact = dst.last_contact = time.time()
+    return n
+
+
+def _expand(path: str) -> str:
+    return str(Path(path).expanduser())  # reads the password database for ~user: not on the event loop
+
+
+def _one(e: BaseException) -> str:
+    """An exception as one line: asyncssh's reason, else the OS's words, else the type."""
+    text = getattr(e, "reason", None) or getattr(e, "strerror", None) or str(e) or type(e).__name__
+    return " ".join(str(text).split())
+
+
+# ------------------------------------------------------------------------------------------ host keys
+
+@dataclass(frozen=True, slots=True)
+class HostKeyScan:
+    """What a node's sshd offers, against what known_hosts holds for it (for `hsched node trust`)."""
+
+    target: _sshconfig.Target
+    key: asyncssh.SSHKey
+    trusted: bool
+    """known_hosts already holds this very key."""
+    changed: bool
+    """known_hosts holds a different key of the same kind for this host."""
+
+
+async def scan_host_key(cfg: NodeConfig, *, ssh_config: str | Path | None = None,
+                        timeout_s: float = 15.0) -> HostKeyScan:
+    """Fetch the node's host key (no login; through ProxyJump if the ssh config says so) and compare."""
+    try:
+        target = await asyncio.to_thread(_sshconfig.resolve, cfg, ssh_config)
+        known = await asyncio.to_thread(_sshconfig.load_known_hosts, target)
+    except (ValueError, OSError, asyncssh.Error) as e:
+        raise ExecutorError(f"{cfg.name}: {_one(e)}") from None
+    old = _sshconfig.known_keys(known, target, None)
+    # ask for a key of a kind known_hosts holds, as a real connection would: a host that also has an
+    # ed25519 key is not "changed" because known_hosts only has its rsa key
+    algs: Any = [a.decode() for k in old for a in k.sig_algorithms] or ()
+    try:
+        async with asyncio.timeout(timeout_s):
+            key = await asyncssh.get_server_host_key(
+                cfg.host or "", port=cfg.port or (), config=_sshconfig.config_paths(ssh_config) or (),
+                server_host_key_algs=algs)
+    except TimeoutError:
+        raise ExecutorError(f"{cfg.name}: no answer from {target.destination} within {timeout_s:g} s") from None
+    except (asyncssh.Error, OSError) as e:
+        raise ExecutorError(f"{cfg.name}: cannot reach {target.destination}: {_one(e)}") from None
+    if key is None:
+        raise ExecutorError(f"{cfg.name}: {target.destination} presented no host key")
+    return HostKeyScan(target=target, key=key, trusted=key in old, changed=bool(old) and key not in old)
