@@ -78,7 +78,7 @@ class DashApp(App[None]):
         self.fleet = FleetView(self.history, id="fleet-view")
         self.topology = TopologyView(id="topology-view")
         self.jobs = JobsView(me=me, clock=clock, id="jobs-view")
-        self.events = EventsView(id="events-view")
+        self.events_view = EventsView(id="events-view")
         self.feed: Feed | None = None
         # frames are coalesced: when the UI is behind, only the newest frame is drawn (events are kept)
         self._inbox_lock = threading.Lock()
@@ -96,7 +96,7 @@ class DashApp(App[None]):
             with TabPane("3 Jobs", id="jobs"):
                 yield self.jobs
             with TabPane("4 Events", id="events"):
-                yield self.events
+                yield self.events_view
         yield Footer()
 
     def on_mount(self) -> None:
@@ -152,7 +152,7 @@ class DashApp(App[None]):
             self.fleet.apply(frame)
             self.topology.apply(frame)
             self.jobs.apply(frame)
-            self.events.add(frame.events if events is None else events)
+            self.events_view.add(frame.events if events is None else events)
             for screen in self.screen_stack:
                 if isinstance(screen, JobScreen):
                     screen.on_frame(frame)
@@ -185,7 +185,7 @@ class DashApp(App[None]):
 
     def _focus_view(self, view: str) -> None:
         target = {"fleet": self.fleet.table, "jobs": self.jobs.table, "topology": self.topology.node_tree,
-                  "events": self.events}.get(view)
+                  "events": self.events_view}.get(view)
         if target is not None:
             target.focus()
 
@@ -340,13 +340,13 @@ class DashApp(App[None]):
 
         self.push_screen(ConfirmScreen(f"{label} {noun}?"), confirmed)
 
-    def _action_node(self) -> str | None:
+    def _node_for_action(self) -> str | None:
         if self.active_view == "topology":
             return self.topology.node_name
         return self.fleet.selected_node()
 
     def action_drain(self) -> None:
-        node = self._action_node()
+        node = self._node_for_action()
         if node is None:
             return
 
@@ -358,7 +358,7 @@ class DashApp(App[None]):
                                       "Esc to keep it):", placeholder="reason"), drain)
 
     def action_resume(self) -> None:
-        node = self._action_node()
+        node = self._node_for_action()
         if node is None:
             return
 

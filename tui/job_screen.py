@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from hsched.tui.events_view import kind_style
 from hsched.tui.fmt import bar, gib, na, short_model, state_text
-from hsched.tui.model import Frame, JobView
+from hsched.tui.model import Frame, JobView, job_from_dict
 from rich.table import Table
 from rich.text import Text
 from textual import work
@@ -112,6 +112,7 @@ class JobScreen(Screen[None]):
         self.run_no: int | None = None
         self._tail_busy = False
         self._job: JobView | None = None
+        self.detail: dict[str, Any] | None = None  # the last `show` answer
         self.title_bar = Static(f"job {job_id}", id="job-title")
         self.info = Static("loading…", id="job-info-text")
         self.devices = Static("", id="job-devices")
@@ -200,6 +201,7 @@ class JobScreen(Screen[None]):
         self.app.call_from_thread(self._show, d)
 
     def _show(self, d: dict[str, Any]) -> None:
+        self.detail = d
         self.info.update(detail_table(d))
         self.runs.update(runs_table(d))
         self.events.update(events_text(d))
@@ -248,7 +250,8 @@ class JobScreen(Screen[None]):
         self.set_class(self.log_only, "log-only")
 
     def action_act(self, name: str) -> None:
-        job = self._job
+        # an ended job has left the snapshot (active jobs only) but `show` still has it: requeue needs that
+        job = self._job or (job_from_dict(self.detail) if self.detail else None)
         if job is None:
             self.notify(f"job {self.job_id} is not in the queue any more", severity="warning")
             return

@@ -120,7 +120,7 @@ def _node(n: dict[str, Any]) -> NodeView:
     )
 
 
-def _job(j: dict[str, Any]) -> JobView:
+def job_from_dict(j: dict[str, Any]) -> JobView:
     placement = j.get("placement") or []
     return JobView(
         id=int(j["id"]), name=str(j.get("name") or ""), state=str(j.get("state", "")),
@@ -143,7 +143,7 @@ def parse_snapshot(snap: dict[str, Any], events: list[dict[str, Any]] | None = N
     """The controller's `snapshot` answer (and new `events` rows) as one immutable frame."""
     return Frame(
         version=int(snap.get("version", 0)), time=str(snap.get("time") or ""),
-        jobs=tuple(_job(j) for j in snap.get("jobs", [])),
+        jobs=tuple(job_from_dict(j) for j in snap.get("jobs", [])),
         nodes=tuple(_node(n) for n in snap.get("nodes", [])),
         events=tuple(event_from_dict(e) for e in events or []),
         can_preempt=can_preempt,
