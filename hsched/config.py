@@ -501,6 +501,8 @@ class Settings:
     gpu_models: dict[str, Any] = field(default_factory=dict)
     qos: dict[str, QosClass] = field(default_factory=lambda: dict(DEFAULT_QOS_TABLE))
     default_qos: str = DEFAULT_QOS
+    policy: str | None = "hsched"
+    """The scheduling-core policy that orders the queue and picks GPU types; "none" for QoS/priority/FIFO."""
 
     @property
     def qos_names(self) -> tuple[str, ...]:
@@ -516,7 +518,7 @@ def load_settings(path: Path) -> Settings:
     data = read_toml(path)
     p = Problems(str(path))
     allowed = frozenset({*_SETTINGS_FLOATS, "checkpoint_exit_code", "max_restarts", "gpu_models", "qos",
-                         "default_qos"})
+                         "default_qos", "policy"})
     check_keys(p, data, allowed, "")
     kwargs: dict[str, Any] = {}
     for k in _SETTINGS_FLOATS:
@@ -544,6 +546,18 @@ def load_settings(path: Path) -> Settings:
             p.expected("default_qos", f"one of {', '.join(names)}", data["default_qos"])
         else:
             kwargs["default_qos"] = data["default_qos"]
+    if "policy" in data:
+        from hsched.sched.policy import make_policy, policy_names
+
+        name = data["policy"]
+        live = [n for n in policy_names() if not n.endswith("-oracle")]
+        if name == "none":
+            kwargs["policy"] = None
+        elif not isinstance(name, str) or name not in live:
+            p.expected("policy", f"one of {', '.join(live)} or \"none\"", name)
+        else:
+            make_policy(name)
+            kwargs["policy"] = name
     p.raise_if_any()
     return Settings(**kwargs)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from hsched.live_policy import Preference, Running, node_type, preferences
 from hsched.model import Interconnect, Job, Node, NodeState, Placement, Resources
 
 QOS_RANK = {"prod": 0, "normal": 1, "scavenger": 2}
@@ -41,6 +42,10 @@ class FleetView:
     """Devices of jobs being preempted or cancelled: busy now, free soon."""
     preempts: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """QoS class -> the classes it may preempt."""
+    policy: str | None = None
+    """A scheduling-core policy (hsched.sched) deciding order and GPU types; None: QoS/priority/FIFO."""
+    running_jobs: tuple[Running, ...] = ()
+    """The running jobs as the policy sees them (for fair share and attained service)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,9 +211,18 @@ def _victims(job: Job, node: Node, fleet: FleetView, busy: set[str], cpus_used: 
     return chosen
 
 
+def _by_preference(nodes: Sequence[Node], types: Sequence[str]) -> list[Node]:
+    """Nodes of the job's preferred GPU types first, best type first; the rest keep fleet order."""
+    if not types:
+        return list(nodes)
+    rank = {t: i for i, t in enumerate(types)}
+    return sorted(nodes, key=lambda n: rank.get(node_type(n) or "", len(rank)))
+
+
 def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
              chooser: DeviceChooser | None = None) -> list[Decision]:
-    """QoS class, then priority, then submit order; first fit. Gangs (nodes > 1) are all-or-nothing.
+    """The policy's order (else QoS class, priority, submit order); first fit on the policy's preferred GPU
+    types, devices chosen by the topology engine. Gangs (nodes > 1) are all-or-nothing.
 
     A job that does not fit may preempt running jobs of the classes its class may preempt, on one node,
     choosing the fewest and least important; while those stop, their devices are promised to it.
@@ -221,10 +235,15 @@ def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
     decisions: list[Decision] = []
     taken: set[int] = set()
     blocked_ahead = False
-    for job in order(queue):
+    if fleet.policy:
+        prefs = preferences(fleet.policy, fleet.nodes, queue, fleet.running_jobs, now)
+    else:
+        prefs = [Preference(j, (), True) for j in order(queue)]
+    for pref in prefs:
+        job = pref.job
         res = job.spec.resources
         placements: list[Placement] = []
-        for node in up:
+        for node in _by_preference(up, pref.types):
             if len(placements) == res.nodes:
                 break
             p = _fit(node, res, busy, cpus_used, choose)

@@ -47,11 +47,12 @@ class Hsched(Policy):
         mean = sum(usage.values()) / len(usage) if usage else 0.0
         min_run = self.min_run_s(inp)
 
-        def key(j: JobView) -> tuple[int, int, int, int, float, int]:
+        def key(j: JobView) -> tuple[int, int, int, int, int, float, int]:
             over = 1 if mean > 0 and usage.get(j.user, 0.0) > self.fair_share_slack * mean else 0
             fresh = j.running and j.run_start_s is not None and inp.now - j.run_start_s < min_run
             band = self.band(j, inp.now, inp.checkpoint_cost_s)
-            return (qos_rank(j.qos), over, 0 if fresh else 1, band, j.arrival_s, j.id)
+            # the user's priority orders jobs inside their QoS class, before fair share and service bands
+            return (qos_rank(j.qos), -j.priority, over, 0 if fresh else 1, band, j.arrival_s, j.id)
 
         return sorted(inp.jobs, key=key)
 

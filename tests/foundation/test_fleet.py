@@ -60,3 +60,28 @@ def test_schedule_places_nvlink_jobs_on_nvlinked_gpus_and_waits_otherwise() -> N
     assert isinstance(d[2], Wait)  # 4 of the 8 NVLinked GPUs are taken by job 1
     assert unsatisfiable(Resources(gpus=4, interconnect=Interconnect.NVLINK, gpu_types=("a100",)), nodes)
     assert unsatisfiable(Resources(gpus=8, interconnect=Interconnect.NVLINK), nodes) is None
+
+
+def test_live_policy_sends_jobs_to_their_fastest_gpu_type_and_honours_priority() -> None:
+    from dataclasses import replace
+
+    from hsched.model import Job, JobSpec, JobState
+
+    nodes = [replace(rt.node, state=NodeState.UP) for rt in build_fleet(load_fleet(LAB)).values()]
+
+    def job(i: int, prio: int = 0, **res: object) -> Job:
+        return Job(id=i, spec=JobSpec(command=("x",), priority=prio, resources=Resources(**res)),  # type: ignore[arg-type]
+                   user="u", state=JobState.PENDING, reason="", submit_time=float(i))
+
+    view = FleetView(nodes=tuple(nodes), busy=frozenset(), cpus_used={}, policy="hsched")
+    d = schedule(view, [job(1, gpus=1)], 0.0)
+    assert isinstance(d[0], Start) and d[0].placements[0].node == "dgx-h100"  # H100 is the fastest type here
+    # with every H100 taken, a later job still goes to the next fastest type that is free
+    busy = frozenset(dev.uuid for dev in nodes[0].devices)
+    d = schedule(replace(view, busy=busy), [job(2, gpus=2)], 0.0)
+    assert isinstance(d[0], Start) and d[0].placements[0].node == "a100-box"
+    # priority inside a class beats submit order
+    d = schedule(replace(view, busy=busy), [job(3, gpus=4), job(4, prio=5, gpus=4)], 0.0)
+    by_id = {x.job_id: x for x in d}
+    assert isinstance(by_id[4], Start) and isinstance(by_id[3], Wait)
+    assert d[0].job_id == 4  # considered first
