@@ -14,10 +14,11 @@ from textual.containers import Vertical
 from textual.widgets import DataTable
 
 # (key, label, width): fixed widths, because update_cell does not resize columns (resizing costs a re-measure)
-COLUMNS = [("node", "NODE", 10), ("state", "STATE", 8), ("gpu", "GPU", 3), ("model", "MODEL", 18),
-           ("util", "UTIL", 15), ("mem", "MEMORY", 22), ("hist", "HISTORY (60)", 20), ("temp", "TEMP", 5),
-           ("power", "POWER", 6), ("job", "JOB", 5), ("user", "USER", 10)]
-HISTORY_WIDTH = 20
+# (so that the whole table fits 120 columns: 11 columns with 2 cells of padding each)
+COLUMNS = [("node", "NODE", 10), ("state", "STATE", 8), ("gpu", "GPU", 3), ("model", "MODEL", 14),
+           ("util", "UTIL", 13), ("mem", "MEMORY", 16), ("hist", "UTIL 60×", 12), ("temp", "TEMP", 4),
+           ("power", "POWER", 5), ("job", "JOB", 4), ("user", "USER", 8)]
+HISTORY_WIDTH = 12  # 60 samples, 5 per cell (the highest of the five)
 
 
 class FleetView(Vertical):
@@ -63,14 +64,14 @@ class FleetView(Vertical):
     @staticmethod
     def _row_cells(src: tuple[Any, ...]) -> tuple[Any, ...]:
         name, state, message, d, first, user, samples = src
-        node_cell = Text(name, style="bold") if first else Text("")
+        node_cell = Text(name[:10], style="bold") if first else Text("")
         state_cell = node_state_text(state) if first else Text("")
         if d is None:
             return (node_cell, state_cell, "", Text(message or "no devices", style="bright_black"),
                     "", "", "", "", "", "", "")
-        return (node_cell, state_cell, str(d.index), short_model(d.model), _util(d), _mem(d),
+        return (node_cell, state_cell, str(d.index), short_model(d.model)[:14], _util(d), _mem(d),
                 sparkline(samples, HISTORY_WIDTH), na(d.temperature_c, "C"), na(d.power_w, "W"),
-                "" if d.job is None else str(d.job), user or "")
+                "" if d.job is None else str(d.job), (user or "")[:8])
 
 
 def _util(d: DeviceView) -> Text:
@@ -80,9 +81,9 @@ def _util(d: DeviceView) -> Text:
 
 def _mem(d: DeviceView) -> Text:
     if d.memory_total_mib is None or d.memory_used_mib is None:
-        return bar(None, 8)
+        return bar(None, 6)
     frac = d.memory_used_mib / d.memory_total_mib if d.memory_total_mib else 0.0
-    return bar(frac, 8, f"{gib(d.memory_used_mib)}/{gib(d.memory_total_mib)}")
+    return bar(frac, 6, f"{gib(d.memory_used_mib)}/{gib(d.memory_total_mib)}")
 
 
 def node_summary(nodes: tuple[NodeView, ...]) -> str:

@@ -19,8 +19,10 @@ COLUMNS = [("tag", " ", 1), ("id", "JOBID", 6), ("name", "NAME", 18), ("user", "
            ("time", "TIME", 10), ("reason", "REASON", 28)]
 
 # squeue's default order is by state then priority; the others are one `s` away
+# jobs holding devices first (running, launching, preempting), then the waiting ones
+STATE_RANK = {"RUNNING": 0, "PREEMPTING": 0, "LAUNCHING": 0, "COMPLETING": 0, "PENDING": 1}
 SORTS: dict[str, Callable[[JobView], Any]] = {
-    "state": lambda j: (j.state != "RUNNING", -j.priority, j.id),
+    "state": lambda j: (STATE_RANK.get(j.state, 2), -j.priority, j.id),
     "id": lambda j: j.id,
     "priority": lambda j: (-j.priority, j.id),
     "user": lambda j: (j.user, j.id),

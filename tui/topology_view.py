@@ -53,7 +53,7 @@ class TopologyView(Vertical):
     TopologyView { height: 1fr; }
     TopologyView #topo-title { height: auto; padding: 0 1; }
     TopologyView #topo-body { height: 1fr; }
-    TopologyView #topo-matrix-box { width: 2fr; }
+    TopologyView #topo-matrix-box { width: 2fr; padding: 0 1; }
     TopologyView #topo-tree { width: 1fr; min-width: 30; }
     """
 
@@ -65,6 +65,7 @@ class TopologyView(Vertical):
         self._signature: object = None
         self.title = Static("", id="topo-title")
         self.matrix = Static("", id="topo-matrix")
+        self.legend = Static(self._legend(), id="topo-legend")
         self.node_tree: Tree[str] = Tree("fleet", id="topo-tree")
 
     def compose(self) -> ComposeResult:
@@ -72,6 +73,7 @@ class TopologyView(Vertical):
         with Horizontal(id="topo-body"):
             with VerticalScroll(id="topo-matrix-box"):
                 yield self.matrix
+                yield self.legend
             yield self.node_tree
 
     def apply(self, frame: Frame) -> None:
@@ -122,13 +124,22 @@ class TopologyView(Vertical):
         self._tree(node, hl_devices)
 
     @staticmethod
+    def _legend() -> Text:
+        """nvidia-smi's legend, best link first, in the matrix's colours."""
+        legend = Text("\nlinks, best first: ")
+        for name, color in LINK_COLOR.items():
+            if name != "X":
+                legend.append(f" {name} ", style=color)
+        return legend
+
+    @staticmethod
     def _matrix(node: NodeView, hl: frozenset[str]) -> Table:
         devs = node.devices
         kinds = {frozenset((lk.a, lk.b)): lk.kind for lk in node.links}
         uuids = {d.uuid for d in devs}
         # endpoints that are not devices (NICs) get columns of their own, as in nvidia-smi's matrix
         others = sorted({x for lk in node.links for x in (lk.a, lk.b)} - uuids)
-        table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+        table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", padding=(0, 1))
         table.add_column("")
         for d in devs:
             table.add_column(Text(f"GPU{d.index}", style="reverse" if d.uuid in hl else ""), justify="center")
@@ -150,11 +161,6 @@ class TopologyView(Vertical):
             row.append(Text("N/A" if d.numa_node is None else str(d.numa_node)))
             row.append(Text("" if d.job is None else str(d.job)))
             table.add_row(*row)
-        legend = Text("\n")
-        for name, color in LINK_COLOR.items():
-            if name != "X":
-                legend.append(f" {name} ", style=f"{color}")
-        table.add_row(legend)
         return table
 
     def _tree(self, node: NodeView, hl: frozenset[str]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from hsched.client import Client
+from hsched.errors import HschedError
 from hsched.paths import Home
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,6 +45,19 @@ class Lab:
         subprocess.run([sys.executable, "-m", "hsched", "daemon", "start"], env=self.env, capture_output=True,
                        timeout=60, check=True)
 
+    def drain_queue(self, limit_s: float = 15.0) -> None:
+        """Cancel every job and wait for them to end: `daemon stop` leaves running jobs running."""
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            jobs = self.call("queue")
+            if not jobs:
+                return
+            for j in jobs:
+                if j["state"] not in ("CANCELLED", "COMPLETED", "FAILED"):
+                    with contextlib.suppress(HschedError):
+                        self.call("cancel", id=j["id"])
+            time.sleep(0.2)
+
     def stop(self) -> None:
         subprocess.run([sys.executable, "-m", "hsched", "daemon", "stop"], env=self.env, capture_output=True,
                        timeout=60)
@@ -60,7 +75,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     """One controller for a whole test module: starting one costs about a second."""
     lab = make_lab(tmp_path_factory.mktemp("dash") / "home")
     yield lab
-    lab.stop()
+    try:
+        lab.drain_queue()
+    finally:
+        lab.stop()
 
 
 def run(coro: Awaitable[None]) -> None:
