@@ -320,11 +320,10 @@ class SSHExecutor:
         """One channel: run `command`, feed `stdin`, collect output; the channel is closed whatever happens."""
         timeout_s = self.command_timeout_s if timeout_s is None else timeout_s
         try:
-            async with self._channels, asyncio.timeout(timeout_s):
-                async with conn.create_process(command, encoding=None) as proc:
-                    out, err = await proc.communicate(stdin)
-                    await proc.wait()
-                    rc = proc.exit_status
+            async with self._channels, asyncio.timeout(timeout_s), _channel(conn, command) as proc:
+                out, err = await proc.communicate(stdin)
+                await proc.wait()
+                rc = proc.exit_status
         except TimeoutError:
             raise ExecutorError(f"{self.name}: no answer within {timeout_s:g} s") from None
         except asyncssh.ChannelOpenError as e:
@@ -461,7 +460,7 @@ class SSHExecutor:
         request: dict[str, Any] = {"interval_s": interval_s, "count": count, "simulate": self._simulated()}
         command = shell_command(self.python, remote.helper, "watch")
         try:
-            async with self._channels, conn.create_process(command, encoding=None) as proc:
+            async with self._channels, _channel(conn, command) as proc:
                 proc.stdin.write(json.dumps(request).encode())
                 proc.stdin.write_eof()
                 while True:
@@ -536,6 +535,17 @@ class SSHExecutor:
         """An SFTP session on the node's connection, counted against its channels (for node-to-node copies)."""
         conn, _ = await self._connection()
         return _counted_sftp(self._channels, conn)
+
+
+@contextlib.asynccontextmanager
+async def _channel(conn: asyncssh.SSHClientConnection, command: str) -> AsyncIterator[asyncssh.SSHClientProcess]:
+    """A process channel that is closed on the way out without waiting for the peer's acknowledgement:
+    asyncssh's own context manager waits for it, which on a cut-off link lasts until keepalives give up."""
+    proc = await conn.create_process(command, encoding=None)
+    try:
+        yield proc
+    finally:
+        proc.close()
 
 
 @contextlib.asynccontextmanager

@@ -144,3 +144,28 @@ def test_connect_failures_back_off_with_one_clear_line(tmp_path: Path) -> None:
     first, second, took = run(main())
     assert first.startswith("nowhere: cannot connect to") and f":{port}" in first and "\n" not in first
     assert "next try in" in second and took < 0.5  # inside the backoff window: no new attempt
+
+
+def test_ssh_config_alias_with_proxyjump(ssh_hosts: TestHosts, tmp_path: Path) -> None:
+    """A fleet host that is an ~/.ssh/config alias reached through a jump host (ProxyJump)."""
+    from hsched.config import NodeConfig
+
+    jump, far = ssh_hosts[0], ssh_hosts[1]
+    if jump.netns:
+        # namespaces do not route to each other: jump into host0 and on to its own loopback address
+        target, expect = ["  HostName 127.0.0.1", "  Port 22", f"  HostKeyAlias {jump.address}"], jump.root
+    else:
+        target, expect = [f"  HostName {far.address}", f"  Port {far.port}"], far.root
+    config = tmp_path / "ssh_config"
+    config.write_text(ssh_hosts.ssh_config.read_text() + "\n".join([
+        "Host far-away", *target, f"  ProxyJump {jump.name}", f"  User {ssh_hosts.user}",
+        f"  IdentityFile {ssh_hosts.user_key}", f"  UserKnownHostsFile {ssh_hosts.known_hosts}", ""]))
+
+    async def main() -> dict:
+        ex = SSHExecutor(NodeConfig(name="far", executor="ssh", host="far-away"), ssh_config=config)
+        try:
+            return await ex.probe()
+        finally:
+            await ex.close()
+
+    assert run(main())["remote_root"] == str(expect)

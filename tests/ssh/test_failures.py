@@ -1,0 +1,77 @@
+"""Network failures: a run survives its node being cut off, and status works again once it is back."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+from hsched.executors.base import LaunchRequest, StatusQuery
+
+from hsched.errors import ExecutorError
+from hsched.model import RunReport, RunStatus
+from tests.ssh.conftest import run
+from tests.ssh.hosts import TestHosts
+from tests.ssh.test_executor import wait_log
+
+
+def test_run_survives_a_cut_and_reports_after_reconnect(ssh_hosts: TestHosts, tmp_path: Path,
+                                                       local_runs: Path) -> None:
+    h = ssh_hosts[1]
+    marker = tmp_path / "marker"
+    run_dir = str(local_runs / "survivor")
+    script = f'echo start >> "{marker}"; echo started; sleep 3; echo end >> "{marker}"; echo ended; exit 7'
+
+    async def main() -> tuple[float, RunReport, bytes]:
+        ex = ssh_hosts.executor(h, command_timeout_s=2.0)
+        try:
+            handle = await ex.launch(LaunchRequest(run_dir=run_dir, command=("sh", "-c", script)))
+            await wait_log(ex, run_dir, b"started")
+            h.cut()
+            t0 = time.monotonic()
+            try:
+                with pytest.raises(ExecutorError):
+                    await ex.status([StatusQuery(run_dir, handle)])
+                failed_after = time.monotonic() - t0
+                await asyncio.sleep(max(0.0, 3.5 - failed_after))  # the job ends while its node is cut off
+            finally:
+                h.restore()
+            while True:  # reconnects on its own once the backoff allows
+                try:
+                    [rep] = await ex.status([StatusQuery(run_dir, handle)])
+                    break
+                except ExecutorError:
+                    await asyncio.sleep(0.2)
+            return failed_after, rep, await ex.read_log(run_dir, 0)
+        finally:
+            await ex.close()
+
+    failed_after, rep, log = run(main())
+    assert failed_after < 3.5  # the command timeout (2 s), not TCP's minutes
+    assert rep.status is RunStatus.EXITED and rep.exit_code == 7
+    assert log == b"started\nended\n"
+    assert marker.read_text() == "start\nend\n"  # ran once, not restarted
+
+
+def test_watch_notices_a_silent_cut(ssh_hosts: TestHosts) -> None:
+    h = ssh_hosts[2]
+
+    async def main() -> tuple[int, float, str]:
+        ex = ssh_hosts.executor(h)
+        seen = 0
+        t0 = 0.0
+        try:
+            with pytest.raises(ExecutorError) as err:
+                async for _ in ex.watch(0.2, stale_after_s=1.5):
+                    seen += 1
+                    if seen == 2:
+                        h.cut()
+                        t0 = time.monotonic()
+            return seen, time.monotonic() - t0, str(err.value)
+        finally:
+            h.restore()
+            await ex.close()
+
+    seen, took, msg = run(main())
+    assert seen >= 2 and took < 4 and msg.startswith(h.name)

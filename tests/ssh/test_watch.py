@@ -1,0 +1,75 @@
+"""The monitoring stream: samples at the asked interval, simulated devices, clean end on the node."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from hsched.config import SimulatedDevices
+from hsched.controller.fleet import simulated_uuid
+from tests.ssh.conftest import run
+from tests.ssh.hosts import TestHost, TestHosts
+
+
+def watch_processes(h: TestHost) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"watch" in argv and any(a.startswith(str(h.root).encode()) for a in argv):
+            found.append(int(name))
+    return found
+
+
+def test_watch_streams_samples_every_second(ssh_hosts: TestHosts) -> None:
+    h = ssh_hosts[0]
+    sim = SimulatedDevices(model="NVIDIA A100-SXM4-80GB", count=2, memory_mib=81920)
+
+    async def main() -> tuple[list[dict[str, Any]], list[float]]:
+        ex = ssh_hosts.executor(h, cfg={"simulate": sim})
+        samples: list[dict[str, Any]] = []
+        arrived: list[float] = []
+        try:
+            async for s in ex.watch():  # the default interval: 1 s
+                samples.append(s)
+                arrived.append(time.monotonic())
+                if len(samples) == 3:
+                    break
+        finally:
+            await ex.close()
+        return samples, arrived
+
+    samples, arrived = run(main())
+    gaps = [b - a for a, b in itertools.pairwise(arrived)]
+    assert all(0.7 < g < 1.4 for g in gaps), gaps
+    assert [s["seq"] for s in samples] == [0, 1, 2]
+    last = samples[-1]
+    assert last["node"] == h.name and last["boot_id"] and last["cpu"]["count"] == os.cpu_count()
+    assert last["cpu"]["util"] is not None and 0 <= last["cpu"]["util"] <= 100
+    assert last["memory"]["total_mib"] > 0 and last["memory"]["available_mib"] > 0
+    assert last["gpus"]["source"] == "simulated"
+    assert [d["uuid"] for d in last["gpus"]["devices"]] == [simulated_uuid(h.name, i) for i in range(2)]
+    assert all(d["utilization_gpu"] == 0 and d["memory_used_mib"] == 0 for d in last["gpus"]["devices"])
+    assert last["processes"] == []
+    deadline = time.monotonic() + 5
+    while watch_processes(h) and time.monotonic() < deadline:  # the helper ends when its channel closes
+        time.sleep(0.1)
+    assert watch_processes(h) == []
+
+
+def test_watch_with_count_ends_by_itself(ssh_hosts: TestHosts) -> None:
+    async def main() -> list[int]:
+        ex = ssh_hosts.executor(ssh_hosts[1])
+        try:
+            return [s["seq"] async for s in ex.watch(0.1, count=4)]
+        finally:
+            await ex.close()
+
+    assert run(main()) == [0, 1, 2, 3]
