@@ -193,6 +193,10 @@ class SSHExecutor:
         self._offered: tuple[str, asyncssh.SSHKey] | None = None
         self._local_of: dict[str, str] = {}
         """remote run folder -> local run folder, for the runs this executor has seen (watch owners)."""
+        asyncssh_log = logging.getLogger("asyncssh")
+        if asyncssh_log.level == logging.NOTSET:
+            # asyncssh logs five INFO lines per channel: at one status call a second that drowns the controller log
+            asyncssh_log.setLevel(logging.WARNING)
 
     # ----------------------------------------------------------------------------------- connection
 
