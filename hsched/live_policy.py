@@ -1,21 +1,31 @@
-"""The bridge from the live fleet to the scheduling core's policies (hsched.sched): same code, live data.
+"""The live fleet through the scheduling core (hsched.sched): the same round function the simulator calls.
 
-The policy (by default `hsched`: QoS, fair share, least attained service, heterogeneity) decides the order in
-which pending jobs are considered and, for each, the GPU types it should run on, best first. The live
-scheduler (hsched.scheduling) then places them on real devices with the topology engine and applies the
-QoS preemption rules. Pure: no I/O.
+`core_round` turns the controller's nodes and jobs into the core's ServerViews and JobViews, asks the policy
+(by default `hsched`: QoS, priority, fair share, least attained service, heterogeneity) for its plan, and
+applies it with `apply_plan`, exactly as the simulator does, with two live differences:
+
+* running jobs are never time-shared away (the plan is applied non-preemptively); taking GPUs from a
+  running job is the QoS preemption rule's business (hsched.scheduling), with checkpoint signals;
+* devices are chosen by `LivePlacer`: the simulator's best-fit server choice, then the topology engine
+  for the devices inside the server, honouring GPU memory, models, NVLink and CPUs.
+
+Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from hsched.model import Job, Node, NodeState
+from hsched.model import Job, Node, NodeState, Placement
+from hsched.sched.placement import best_fit_key
 from hsched.sched.policy import make_policy
-from hsched.sched.round import build_input
+from hsched.sched.round import apply_plan, build_input
 from hsched.sched.throughput import ThroughputModel
-from hsched.sched.view import JobPhase, JobView, ServerView
+from hsched.sched.view import JobPhase, JobView, Plan, ServerView
+
+Fit = Callable[[Node, Job, Sequence[str]], Placement | None]
+"""Place `job` on `node` using only the given free devices, or None."""
 
 
 def gpu_type_of(model: str) -> str:
@@ -24,6 +34,13 @@ def gpu_type_of(model: str) -> str:
 
     known = lookup_model(model)
     return known.key if known is not None else model.lower()
+
+
+def catalog_throughput() -> ThroughputModel:
+    """Unknown live jobs run at the accelerator table's relative training speed of each GPU type."""
+    from hsched.topo.models import DEFAULT_CATALOG
+
+    return ThroughputModel(prior={m.key.lower(): m.train for m in DEFAULT_CATALOG.models})
 
 
 def node_type(node: Node) -> str | None:
@@ -38,65 +55,92 @@ class Running:
 
 
 @dataclass(frozen=True, slots=True)
-class Preference:
-    """A pending job in the order the policy serves it, and the GPU types it should run on, best first."""
-
-    job: Job
-    types: tuple[str, ...]
-    wanted: bool
-    """False when the policy would not run it this round (it may still fill a gap nobody else can use)."""
+class CoreDecision:
+    starts: tuple[tuple[int, tuple[Placement, ...]], ...]
+    waiting: Mapping[int, str]
+    order: tuple[int, ...]
+    """Pending job ids in the order the policy serves them (wanted first)."""
 
 
-def _view(job: Job, nodes: Sequence[Node], types_of: Mapping[str, str], now: float,
+class LivePlacer:
+    """The simulator's server choice (best fit, NVLink first) with real constraints and topology inside."""
+
+    def __init__(self, nodes: Mapping[str, Node], jobs: Mapping[int, Job], fit: Fit) -> None:
+        self.nodes = nodes
+        self.jobs = jobs
+        self.fit = fit
+
+    def place(self, gpus: int, servers: Sequence[ServerView], free: Mapping[str, Sequence[str]],
+              max_servers: int | None, job: JobView | None = None) -> tuple[Placement, ...] | None:
+        if job is None or job.id not in self.jobs:
+            return None
+        j = self.jobs[job.id]
+        ranked = sorted(servers, key=lambda s: best_fit_key(s, len(free.get(s.name, ()))))
+        need = j.spec.resources.nodes
+        out: list[Placement] = []
+        for s in ranked:
+            p = self.fit(self.nodes[s.name], j, free.get(s.name, ()))
+            if p is not None:
+                out.append(p)
+                if len(out) == need:
+                    return tuple(out)
+        return None
+
+
+def _view(job: Job, allowed: tuple[str, ...], types_of: Mapping[str, str], now: float,
           running: Running | None) -> JobView:
     res = job.spec.resources
-    allowed = tuple(sorted({types_of[n.name] for n in nodes if n.name in types_of
-                            and any(res.matches_model(d.model) for d in n.devices)}))
+    common = {"id": job.id, "job_type": "", "gpus": max(1, res.gpus * res.nodes), "arrival_s": job.submit_time,
+              "qos": job.spec.qos, "priority": job.spec.priority, "user": job.user, "restarts": job.restarts,
+              "time_limit_s": job.spec.time_limit_s, "max_servers": res.nodes, "gpu_types": allowed}
     if running is None:
-        return JobView(id=job.id, job_type="", gpus=max(1, res.gpus * res.nodes), arrival_s=job.submit_time,
-                       qos=job.spec.qos, priority=job.spec.priority, user=job.user, restarts=job.restarts,
-                       time_limit_s=job.spec.time_limit_s, max_servers=res.nodes, gpu_types=allowed)
+        return JobView(**common)  # type: ignore[arg-type]
     node = job.placement[0].node if job.placement else ""
     run_s = max(0.0, now - running.started)
-    return JobView(id=job.id, job_type="", gpus=max(1, res.gpus * res.nodes), arrival_s=job.submit_time,
-                   phase=JobPhase.RUNNING, qos=job.spec.qos, priority=job.spec.priority, user=job.user,
-                   gpu_type=types_of.get(node), placement=job.placement, run_start_s=running.started,
-                   run_s=run_s, service_s=run_s, restarts=job.restarts, time_limit_s=job.spec.time_limit_s,
-                   max_servers=res.nodes, gpu_types=allowed)
+    gpus = sum(len(p.devices) for p in job.placement) or common["gpus"]
+    return JobView(**{**common, "gpus": gpus}, phase=JobPhase.RUNNING, gpu_type=types_of.get(node),  # type: ignore[arg-type]
+                   placement=job.placement, run_start_s=running.started, run_s=run_s, service_s=run_s)
 
 
-def preferences(policy_name: str, nodes: Sequence[Node], pending: Sequence[Job], running: Sequence[Running],
-                now: float, throughput: ThroughputModel | None = None) -> list[Preference]:
-    """Ask the policy for this round's order and GPU types. Clairvoyant policies are refused: live jobs
-    have no known duration."""
+def core_round(policy_name: str, nodes: Sequence[Node], pending: Sequence[Job], running: Sequence[Running],
+               unavailable: frozenset[str], fit: Fit, now: float,
+               throughput: ThroughputModel | None = None) -> CoreDecision:
+    """One round of the core's policy over the live fleet. `unavailable`: devices held by jobs that are not
+    in `running` (launching, stopping), which no one may be given this round."""
     policy = make_policy(policy_name)
     if policy.clairvoyant:
         raise ValueError(f"policy {policy_name!r} needs job durations, which a live fleet does not know")
     up = [n for n in nodes if n.state is NodeState.UP and n.devices]
     types_of = {n.name: t for n in up if (t := node_type(n)) is not None}
-    servers = [ServerView(name=n.name, gpu_type=types_of[n.name], devices=tuple(d.uuid for d in n.devices),
+    servers = [ServerView(name=n.name, gpu_type=types_of[n.name],
+                          devices=tuple(d.uuid for d in n.devices if d.uuid not in unavailable),
                           link="nvlink" if any(lk.kind.upper().startswith("NV") for lk in n.links) else "pcie")
                for n in up]
     usage: dict[str, float] = {}
     for r in running:
         usage[r.job.user] = usage.get(r.job.user, 0.0) + r.job.spec.resources.gpus * max(0.0, now - r.started)
-    views = [_view(r.job, up, types_of, now, r) for r in running if r.job.spec.resources.gpus > 0]
-    gpu_pending = [j for j in pending if j.spec.resources.gpus > 0]
-    views += [_view(j, up, types_of, now, None) for j in gpu_pending]
-    model = throughput or ThroughputModel()
+
+    def allowed(job: Job) -> tuple[str, ...]:
+        res = job.spec.resources
+        return tuple(sorted({types_of[n.name] for n in up if any(
+            res.matches_model(d.model) and (res.gpu_memory_mib is None or d.memory_total_mib is None
+                                            or d.memory_total_mib >= res.gpu_memory_mib)
+            for d in n.devices)}))
+
+    views = [_view(r.job, (), types_of, now, r) for r in running if r.job.placement]
+    views += [_view(j, allowed(j), types_of, now, None) for j in pending]
+    model = throughput or catalog_throughput()
     inp = build_input(now, sorted(views, key=lambda v: (v.arrival_s, v.id)), servers, model,
                       user_usage=usage if len(usage) > 1 else {})
     plan = policy.plan(inp)  # type: ignore[arg-type]
-    by_id = {j.id: j for j in pending}
-    out: list[Preference] = []
-    seen: set[int] = set()
-    for want in plan.wants:
-        job = by_id.get(want.job_id)
-        if job is not None:
-            out.append(Preference(job, want.types, True))
-            seen.add(job.id)
-    # CPU-only jobs and jobs the policy left out this round come after, in QoS/priority/arrival order
-    from hsched.scheduling import order
-
-    out += [Preference(j, (), j.spec.resources.gpus == 0) for j in order([j for j in pending if j.id not in seen])]
-    return out
+    live_plan = Plan(plan.wants, preempt=False, strict=plan.strict)
+    placer = LivePlacer({n.name: n for n in up}, {j.id: j for j in pending}, fit)
+    decision = apply_plan(live_plan, inp, servers, placer)
+    pending_ids = {j.id for j in pending}
+    wanted = [w.job_id for w in plan.wants if w.job_id in pending_ids]
+    rest = [j.id for j in sorted(pending, key=lambda j: (j.submit_time, j.id)) if j.id not in set(wanted)]
+    return CoreDecision(
+        starts=tuple((s.job_id, s.placement) for s in decision.starts if s.job_id in pending_ids),
+        waiting={k: v for k, v in decision.waiting.items() if k in pending_ids},
+        order=tuple(wanted + rest),
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hsched.live_policy import Preference, Running, node_type, preferences
+from hsched.live_policy import Running, core_round
 from hsched.model import Interconnect, Job, Node, NodeState, Placement, Resources
 
 QOS_RANK = {"prod": 0, "normal": 1, "scavenger": 2}
@@ -141,15 +141,6 @@ def unsatisfiable(res: Resources, nodes: Sequence[Node]) -> str | None:
             "lower --gpus, change --gpu-type or add a node")
 
 
-def lowest_index_chooser(node: Node, free: Sequence[str], res: Resources) -> tuple[tuple[str, ...], str] | None:
-    by_uuid = {d.uuid: d for d in node.devices}
-    picked = sorted(free, key=lambda u: by_uuid[u].index)[: res.gpus]
-    if len(picked) < res.gpus:
-        return None
-    names = ",".join(str(by_uuid[u].index) for u in picked)
-    return tuple(picked), (f"GPU {names} (first free)" if picked else "CPU only")
-
-
 def topology_chooser(node: Node, free: Sequence[str], res: Resources) -> tuple[tuple[str, ...], str] | None:
     """The topology placement engine: strongest weakest link, most NVLinks, fewest NUMA nodes, least
     fragmentation; exact up to 16 devices."""
@@ -211,83 +202,110 @@ def _victims(job: Job, node: Node, fleet: FleetView, busy: set[str], cpus_used: 
     return chosen
 
 
-def _by_preference(nodes: Sequence[Node], types: Sequence[str]) -> list[Node]:
-    """Nodes of the job's preferred GPU types first, best type first; the rest keep fleet order."""
-    if not types:
-        return list(nodes)
-    rank = {t: i for i, t in enumerate(types)}
-    return sorted(nodes, key=lambda n: rank.get(node_type(n) or "", len(rank)))
-
-
 def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
              chooser: DeviceChooser | None = None) -> list[Decision]:
-    """The policy's order (else QoS class, priority, submit order); first fit on the policy's preferred GPU
-    types, devices chosen by the topology engine. Gangs (nodes > 1) are all-or-nothing.
-
-    A job that does not fit may preempt running jobs of the classes its class may preempt, on one node,
-    choosing the fewest and least important; while those stop, their devices are promised to it.
+    """One live round. With a policy (the default), the scheduling core's round decides which pending GPU
+    jobs start and on which servers (the simulator's very code); without, QoS class, priority and submit
+    order with first fit. Then, for every job still waiting, in the same order: a gap it fits (backfill),
+    devices being released to it, or QoS preemption of less important running jobs. Gangs (nodes > 1) are
+    all-or-nothing; devices inside a node are chosen by the topology engine.
     """
     choose = chooser or default_chooser()
-    busy = set(fleet.busy)
-    cpus_used = dict(fleet.cpus_used)
-    releasing = set(fleet.releasing)
-    up = [n for n in fleet.nodes if n.state is NodeState.UP]
+    st = _RoundState(fleet, choose)
     decisions: list[Decision] = []
-    taken: set[int] = set()
-    blocked_ahead = False
+    core_waiting: Mapping[int, str] = {}
+    by_id = {j.id: j for j in queue}
     if fleet.policy:
-        prefs = preferences(fleet.policy, fleet.nodes, queue, fleet.running_jobs, now)
+        gpu_jobs = [j for j in queue if j.spec.resources.gpus > 0]
+        held_by_running = {u for r in fleet.running_jobs for p in r.job.placement for u in p.devices}
+
+        def fit(node: Node, job: Job, free: Sequence[str]) -> Placement | None:
+            others = {d.uuid for d in node.devices} - set(free)
+            return _fit(node, job.spec.resources, st.busy | others, st.cpus_used, choose)
+
+        core = core_round(fleet.policy, fleet.nodes, gpu_jobs, fleet.running_jobs,
+                          frozenset(st.busy - held_by_running), fit, now)
+        for job_id, placements in core.starts:
+            if st.take(by_id[job_id], placements):
+                decisions.append(Start(job_id, placements))
+        core_waiting = core.waiting
+        started = {d.job_id for d in decisions}
+        cpu_jobs = [j for j in order(queue) if j.spec.resources.gpus == 0]
+        rest = [by_id[i] for i in core.order if i not in started] + cpu_jobs
     else:
-        prefs = [Preference(j, (), True) for j in order(queue)]
-    for pref in prefs:
-        job = pref.job
+        rest = order(queue)
+    for job in rest:
+        decisions.append(st.settle(job, core_waiting.get(job.id)))
+    return decisions
+
+
+class _RoundState:
+    """Devices and CPUs handed out so far in this round, and the fallbacks for a job that did not start."""
+
+    def __init__(self, fleet: FleetView, choose: DeviceChooser) -> None:
+        self.fleet = fleet
+        self.choose = choose
+        self.busy = set(fleet.busy)
+        self.cpus_used = dict(fleet.cpus_used)
+        self.releasing = set(fleet.releasing)
+        self.up = [n for n in fleet.nodes if n.state is NodeState.UP]
+        self.taken: set[int] = set()
+        self.blocked_ahead = False
+
+    def take(self, job: Job, placements: Sequence[Placement]) -> bool:
         res = job.spec.resources
+        for p in placements:
+            node = next((n for n in self.up if n.name == p.node), None)
+            if node is None or any(u in self.busy for u in p.devices):
+                return False
+            if res.cpus and node.cpus is not None and self.cpus_used.get(p.node, 0) + res.cpus > node.cpus:
+                return False
+        for p in placements:
+            self.busy.update(p.devices)
+            if res.cpus:
+                self.cpus_used[p.node] = self.cpus_used.get(p.node, 0) + res.cpus
+        return True
+
+    def settle(self, job: Job, reason: str | None) -> Decision:
+        res = job.spec.resources
+        fleet, choose = self.fleet, self.choose
         placements: list[Placement] = []
-        for node in _by_preference(up, pref.types):
+        for node in self.up:
             if len(placements) == res.nodes:
                 break
-            p = _fit(node, res, busy, cpus_used, choose)
+            p = _fit(node, res, self.busy, self.cpus_used, choose)
             if p is not None:
                 placements.append(p)
-        if len(placements) == res.nodes:
-            for p in placements:
-                busy.update(p.devices)
-                if res.cpus:
-                    cpus_used[p.node] = cpus_used.get(p.node, 0) + res.cpus
-            decisions.append(Start(job.id, tuple(placements)))
-            continue
-        if res.nodes == 1 and releasing:
+        if len(placements) == res.nodes and self.take(job, placements):
+            return Start(job.id, tuple(placements))
+        if res.nodes == 1 and self.releasing:
             # devices being released (preemption or cancel under way) may be this job's soon
-            soon = next((n for n in up if _fit(n, res, busy - releasing, cpus_used, choose) is not None), None)
-            if soon is not None:
-                claim = _fit(soon, res, busy - releasing, cpus_used, choose)
-                assert claim is not None
-                busy.update(claim.devices)
-                releasing.difference_update(claim.devices)
-                decisions.append(Wait(job.id, "Preempting"))
-                blocked_ahead = True
-                continue
-        if res.nodes == 1 and fleet.preempts.get(job.spec.qos):
-            best: tuple[int, Node, list[RunningJob]] | None = None
-            for node in up:
-                victims = _victims(job, node, fleet, busy, cpus_used, choose, taken)
-                if victims is not None:
-                    cost = sum(v.gpus for v in victims)
-                    if best is None or (len(victims), cost) < (best[0], sum(v.gpus for v in best[2])):
-                        best = (len(victims), node, victims)
-            if best is not None:
-                _, node, victims = best
-                for v in victims:
-                    taken.add(v.id)
-                freed = {u for v in victims for p in v.placements for u in p.devices}
-                claim = _fit(node, res, busy - freed, cpus_used, choose)
+            for n in self.up:
+                claim = _fit(n, res, self.busy - self.releasing, self.cpus_used, choose)
                 if claim is not None:
-                    busy.update(claim.devices)
+                    self.busy.update(claim.devices)
+                    self.releasing.difference_update(claim.devices)
+                    self.blocked_ahead = True
+                    return Wait(job.id, "Preempting")
+        if res.nodes == 1 and fleet.preempts.get(job.spec.qos):
+            best: tuple[int, int, Node, list[RunningJob]] | None = None
+            for node in self.up:
+                victims = _victims(job, node, fleet, self.busy, self.cpus_used, choose, self.taken)
+                if victims is not None:
+                    key = (len(victims), sum(v.gpus for v in victims))
+                    if best is None or key < best[:2]:
+                        best = (*key, node, victims)
+            if best is not None:
+                _, _, node, victims = best
+                self.taken.update(v.id for v in victims)
+                freed = {u for v in victims for p in v.placements for u in p.devices}
+                claim = _fit(node, res, self.busy - freed, self.cpus_used, choose)
+                if claim is not None:
+                    self.busy.update(claim.devices)
                 names = ", ".join(f"{v.id} ({v.qos})" for v in victims)
-                decisions.append(Preempt(job.id, tuple(v.id for v in victims), node.name,
-                                         f"job {job.id} ({job.spec.qos}) needs {node.name}: preempting {names}"))
-                blocked_ahead = True
-                continue
-        decisions.append(Wait(job.id, "Priority" if blocked_ahead else "Resources"))
-        blocked_ahead = True
-    return decisions
+                self.blocked_ahead = True
+                return Preempt(job.id, tuple(v.id for v in victims), node.name,
+                               f"job {job.id} ({job.spec.qos}) needs {node.name}: preempting {names}")
+        why = reason or ("Priority" if self.blocked_ahead else "Resources")
+        self.blocked_ahead = True
+        return Wait(job.id, why)

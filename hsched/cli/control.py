@@ -31,20 +31,32 @@ def _each(op: str, job_ids: list[int], as_json: bool, **args: Any) -> None:
         raise typer.Exit(EXIT_USAGE)
 
 
+def _together(job_ids: list[int], as_json: bool, hold: bool) -> None:
+    from hsched.client import Client
+
+    with Client() as c:
+        out = c.call("hold", ids=job_ids, hold=hold)
+    if as_json:
+        print_json(out)
+    else:
+        for j in out:
+            print(f"job {j['id']}: {j['state']}" + (f" ({j['reason']})" if j["reason"] else ""))
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     @handle_errors
     def hold(job_ids: list[int] = typer.Argument(..., metavar="JOB..."),
              as_json: bool = typer.Option(False, "--json")) -> None:
         """Keep pending jobs from starting until released."""
-        _each("hold", job_ids, as_json, hold=True)
+        _together(job_ids, as_json, hold=True)
 
     @app.command()
     @handle_errors
     def release(job_ids: list[int] = typer.Argument(..., metavar="JOB..."),
                 as_json: bool = typer.Option(False, "--json")) -> None:
-        """Let held jobs start."""
-        _each("hold", job_ids, as_json, hold=False)
+        """Let held jobs start (all together, in one scheduling round)."""
+        _together(job_ids, as_json, hold=False)
 
     @app.command()
     @handle_errors

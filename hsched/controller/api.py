@@ -89,6 +89,11 @@ class Api:
         return job_to_dict(await self.ctl.checkpoint(job.id))
 
     async def op_hold(self, args: dict[str, Any], uid: int) -> Any:
+        """One job (`id`), or several at once (`ids`: released together, in one scheduling round)."""
+        if "ids" in args:
+            jobs = [await self._job({"id": i}) for i in args["ids"]]
+            return [job_to_dict(j) for j in await self.ctl.hold_many([j.id for j in jobs],
+                                                                     bool(args.get("hold", True)))]
         job = await self._job(args)
         return job_to_dict(await self.ctl.hold(job.id, bool(args.get("hold", True))))
 

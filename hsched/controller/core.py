@@ -189,24 +189,30 @@ class Controller:
 
     async def hold(self, job_id: int, hold: bool) -> Job:
         """Hold a pending job (it will not start) or release it."""
-        from hsched.serialize import spec_to_dict
+        return (await self.hold_many([job_id], hold))[0]
 
-        now = time.time()
+    async def hold_many(self, job_ids: list[int], hold: bool) -> list[Job]:
+        """Hold or release several jobs at once: no scheduling round sees only some of them released."""
         async with self.lock:
-            job = await self._get(job_id)
-            if job.state is not JobState.PENDING:
-                raise UserError(f"job {job_id} is {job.state.value}; only pending jobs can be held or released")
-            if job.spec.hold == hold:
-                return job
-            import json
-
-            spec = replace(job.spec, hold=hold)
-            job = await self.db(self.store.set_job, job_id, now, spec=json.dumps(spec_to_dict(spec)),
-                                reason="JobHeldUser" if hold else "Priority",
-                                event=("held" if hold else "released", "held by the user" if hold else "released"))
+            jobs = [await self._hold_one(i, hold) for i in job_ids]
         self.poke()
         await self.notify()
-        return job
+        return jobs
+
+    async def _hold_one(self, job_id: int, hold: bool) -> Job:
+        import json
+
+        from hsched.serialize import spec_to_dict
+
+        job = await self._get(job_id)
+        if job.state is not JobState.PENDING:
+            raise UserError(f"job {job_id} is {job.state.value}; only pending jobs can be held or released")
+        if job.spec.hold == hold:
+            return job
+        spec = replace(job.spec, hold=hold)
+        return await self.db(self.store.set_job, job_id, time.time(), spec=json.dumps(spec_to_dict(spec)),
+                             reason="JobHeldUser" if hold else "Priority",
+                             event=("held" if hold else "released", "held by the user" if hold else "released"))
 
     async def set_priority(self, job_id: int, priority: int, qos: str | None = None) -> Job:
         from hsched.model import QOS_CLASSES

@@ -13,11 +13,15 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from hsched.model import Placement
-from hsched.sched.view import ServerView
+from hsched.sched.view import JobView, ServerView
 
 
 class Placer(Protocol):
-    """Choose devices for a gang of `gpus` among `servers` (all of one GPU type), or None if impossible."""
+    """Choose devices for a gang of `gpus` among `servers` (all of one GPU type), or None if impossible.
+
+    `job` is the job being placed, for placers that weigh its constraints (the live controller's placer
+    checks GPU memory, NVLink and CPUs); the simulator's placer ignores it.
+    """
 
     def place(
         self,
@@ -25,7 +29,13 @@ class Placer(Protocol):
         servers: Sequence[ServerView],
         free: Mapping[str, Sequence[str]],
         max_servers: int | None,
+        job: JobView | None = None,
     ) -> tuple[Placement, ...] | None: ...
+
+
+def best_fit_key(server: ServerView, free_count: int) -> tuple[int, int, str]:
+    """NVLink servers first, then the one with the fewest free GPUs that still fits (best fit), then name."""
+    return (0 if server.link == "nvlink" else 1, free_count, server.name)
 
 
 class PackingPlacer:
@@ -41,13 +51,14 @@ class PackingPlacer:
         servers: Sequence[ServerView],
         free: Mapping[str, Sequence[str]],
         max_servers: int | None,
+        job: JobView | None = None,
     ) -> tuple[Placement, ...] | None:
         best: ServerView | None = None
         best_key: tuple[int, int, str] | None = None
         for s in servers:
             n = len(free.get(s.name, ()))
             if n >= gpus:
-                key = (0 if s.link == "nvlink" else 1, n, s.name)
+                key = best_fit_key(s, n)
                 if best_key is None or key < best_key:
                     best, best_key = s, key
         if best is not None:

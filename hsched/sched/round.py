@@ -151,7 +151,7 @@ def apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], plac
     starts: list[Start] = []
     unplaced: set[int] = set()
     for j, t in to_place:
-        where = placer.place(j.gpus, by_type.get(t, []), free, j.max_servers)
+        where = placer.place(j.gpus, by_type.get(t, []), free, j.max_servers, job=j)
         if where is None:
             unplaced.add(j.id)
             if j.running:
