@@ -108,8 +108,14 @@ class DashApp(App[None]):
                              on_lost=lambda e, n: self.post_message(FeedLost(e, n)),
                              on_restored=lambda: self.post_message(FeedRestored()))
             self._run_feed()
-        self.set_interval(1.0, self.jobs.tick)
+        self.set_interval(1.0, self._tick)
         self._focus_view(self.initial_view)
+
+    def _tick(self) -> None:
+        # elapsed times move every second; only while the Jobs view is seen, since any cell update costs a
+        # repaint of the visible table (the next frame or view switch brings hidden ones up to date)
+        if self.active_view == "jobs" and len(self.screen_stack) == 1:
+            self.jobs.tick()
 
     def on_unmount(self) -> None:
         if self.feed is not None:

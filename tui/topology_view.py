@@ -53,7 +53,7 @@ class TopologyView(Vertical):
     TopologyView { height: 1fr; }
     TopologyView #topo-title { height: auto; padding: 0 1; }
     TopologyView #topo-body { height: 1fr; }
-    TopologyView #topo-matrix-box { width: 2fr; padding: 0 1; }
+    TopologyView #topo-matrix-box { width: 2fr; padding: 0 1; overflow-x: auto; }
     TopologyView #topo-tree { width: 1fr; min-width: 30; }
     """
 
@@ -142,7 +142,8 @@ class TopologyView(Vertical):
         table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", padding=(0, 1))
         table.add_column("")
         for d in devs:
-            table.add_column(Text(f"GPU{d.index}", style="reverse" if d.uuid in hl else ""), justify="center")
+            table.add_column(Text(f"GPU{d.index}", style="reverse" if d.uuid in hl else ""), justify="center",
+                             no_wrap=True, min_width=4)
         for o in others:
             table.add_column(o, justify="center")
         table.add_column("NUMA", justify="center")
