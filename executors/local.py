@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hsched.executors.base import LaunchRequest, StatusQuery
 
@@ -20,13 +20,19 @@ from hsched.errors import ExecutorError
 from hsched.model import RunHandle, RunReport, RunStatus
 from hsched.serialize import handle_from_dict, handle_to_dict
 
+if TYPE_CHECKING:
+    from hsched.config import SimulatedDevices
+
 HELPER_PATH = Path(nodehelper.__file__).resolve()
 
 
 class LocalExecutor:
     kind = "local"
 
-    def __init__(self, *, timeout_s: float = 60.0, python: str = sys.executable) -> None:
+    def __init__(self, *, node: str = "local", simulate: SimulatedDevices | None = None, timeout_s: float = 60.0,
+                 python: str = sys.executable) -> None:
+        self.node = node
+        self.simulate = simulate
         self.timeout_s = timeout_s
         self.python = python
 
@@ -80,6 +86,45 @@ class LocalExecutor:
 
     async def read_log(self, run_dir: str, offset: int, max_bytes: int = 1 << 20) -> bytes:
         return await asyncio.to_thread(_read_at, Path(run_dir) / "output.log", offset, max_bytes)
+
+    async def watch(self, interval_s: float = 1.0, *, count: int | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Monitoring samples from this machine every `interval_s` (see nodehelper.watch for the shape)."""
+        simulate = None
+        if self.simulate is not None:
+            from hsched.controller.fleet import simulated_uuid
+
+            simulate = {"uuids": [simulated_uuid(self.node, i) for i in range(self.simulate.count)],
+                        "memory_mib": self.simulate.memory_mib}
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                self.python, str(HELPER_PATH), "watch", stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+        except OSError as e:
+            raise ExecutorError(f"cannot run the node helper: {e}") from None
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(json.dumps({"interval_s": interval_s, "count": count, "simulate": simulate}).encode())
+            await proc.stdin.drain()
+            proc.stdin.close()
+            while True:
+                try:
+                    async with asyncio.timeout(max(10.0, 5 * interval_s)):
+                        line = await proc.stdout.readline()
+                except TimeoutError:
+                    raise ExecutorError("node helper 'watch' sent nothing") from None
+                if not line:
+                    return
+                sample = json.loads(line)
+                if "seq" not in sample:
+                    return
+                sample["node"] = self.node
+                for p in sample.get("processes") or ():
+                    p["job_run_dir"] = p.get("run_dir")  # local run folders are the controller's own
+                yield sample
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
 
     async def close(self) -> None:
         return None

@@ -498,6 +498,8 @@ class Settings:
     max_restarts: int = 3
     kill_after_s: float = 10.0
     """After a cancel's SIGTERM, how long before SIGKILL."""
+    monitor_interval_s: float = 1.0
+    """How often each node sends a monitoring sample (utilization, memory, processes)."""
     gpu_models: dict[str, Any] = field(default_factory=dict)
     qos: dict[str, QosClass] = field(default_factory=lambda: dict(DEFAULT_QOS_TABLE))
     default_qos: str = DEFAULT_QOS
@@ -509,7 +511,8 @@ class Settings:
         return tuple(self.qos)
 
 
-_SETTINGS_FLOATS = ("poll_interval_s", "probe_interval_s", "lease_s", "heartbeat_timeout_s", "kill_after_s")
+_SETTINGS_FLOATS = ("poll_interval_s", "probe_interval_s", "lease_s", "heartbeat_timeout_s", "kill_after_s",
+                    "monitor_interval_s")
 
 
 def load_settings(path: Path) -> Settings:

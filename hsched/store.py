@@ -317,6 +317,11 @@ class Store:
         with self.tx() as db:
             db.execute("UPDATE runs SET state = ? WHERE id = ?", (state, run_id))
 
+    def fencing_runs(self, node: str) -> list[Run]:
+        """Runs given up for lost on `node` that must be killed there when it answers again."""
+        return [_run(r) for r in self.db.execute(
+            "SELECT * FROM runs WHERE node = ? AND state = 'FENCING' ORDER BY id", (node,))]
+
     def get_run(self, run_id: int) -> Run | None:
         row = self.db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
         return _run(row) if row else None

@@ -161,10 +161,11 @@ class Api:
         await self.ctl.db(self.ctl.store.set_node_admin, rt.name, state, reason, time.time())
         from dataclasses import replace
 
-        if state is NodeState.DRAINED and rt.node.state is NodeState.UP:
-            rt.node = replace(rt.node, state=NodeState.DRAINED, message=reason)
-        elif state is NodeState.UP and rt.node.state is NodeState.DRAINED:
-            rt.node = replace(rt.node, state=NodeState.UP, message="")
+        from hsched.controller.health import check_health
+
+        self.ctl.admin[rt.name] = state
+        rt.node = replace(rt.node, message=reason if state is NodeState.DRAINED else "")
+        await check_health(self.ctl)
         self.ctl.poke()
         await self.ctl.notify()
         return node_to_dict(rt.node)

@@ -59,6 +59,8 @@ class Controller:
         self.launching: set[int] = set()
         """Run ids whose launch is in flight: the watcher leaves them alone, so nothing launches twice."""
         self._tasks: set[asyncio.Task[None]] = set()
+        self.admin: dict[str, NodeState] = {}
+        """Node name -> DRAINED when the user drained it (from the store)."""
         self.launch_slots = asyncio.Semaphore(8)
         """A burst of submissions launches a few at a time, not hundreds of helpers at once."""
 
@@ -82,17 +84,33 @@ class Controller:
     def close(self) -> None:
         self._db_thread.shutdown(wait=True)
 
+    async def close_executors(self) -> None:
+        for rt in self.nodes.values():
+            try:
+                async with asyncio.timeout(5):
+                    await rt.executor.close()
+            except (ExecutorError, TimeoutError, OSError) as e:
+                log.warning("%s: close failed: %s", rt.name, e)
+
+    def wants_monitor(self, rt: NodeRuntime) -> bool:
+        """Remote nodes always (monitoring is their heartbeat); this machine only for real GPUs to watch."""
+        return rt.config.executor != "local" or rt.config.simulate is None
+
     # ------------------------------------------------------------------------------------------- fleet
 
     async def probe_all(self) -> None:
         async with asyncio.TaskGroup() as tg:
             for rt in self.nodes.values():
-                tg.create_task(probe_node(rt, timeout_s=60))
+                tg.create_task(probe_node(rt, timeout_s=30))
+        from hsched.controller.health import check_health
+
         admin = await self.db(self.store.node_admin)
+        self.admin = {name: state for name, (state, _) in admin.items()}
         for name, (state, reason) in admin.items():
             rt = self.nodes.get(name)
-            if rt and state is NodeState.DRAINED and rt.node.state is NodeState.UP:
-                rt.node = replace(rt.node, state=NodeState.DRAINED, message=reason)
+            if rt and state is NodeState.DRAINED:
+                rt.node = replace(rt.node, message=reason)
+        await check_health(self)
 
     def node_list(self) -> list[Any]:
         return [rt.node for rt in self.nodes.values()]
@@ -277,6 +295,7 @@ class Controller:
 
     async def run_loop(self) -> None:
         """Watch runs, advance stops, then schedule: on every poke and at least every poll interval."""
+        from hsched.controller.health import check_health
         from hsched.controller.launching import schedule_round
         from hsched.controller.stopping import check_time_limits, tick
         from hsched.controller.watching import watch_runs
@@ -295,7 +314,8 @@ class Controller:
                 if time.monotonic() - last_probe > self.settings.probe_interval_s:
                     last_probe = time.monotonic()
                     await self.probe_all()
-                changed = await watch_runs(self)
+                changed = await check_health(self)
+                changed |= await watch_runs(self)
                 async with self.lock:
                     await tick(self)
                     running = await self.db(self.store.jobs, states=[JobState.RUNNING])

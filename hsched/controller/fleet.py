@@ -73,6 +73,15 @@ class NodeRuntime:
     probe_error: str = ""
     boot_id: str | None = None
     raw_probe: dict[str, Any] = field(default_factory=dict)
+    last_sample: float | None = None
+    """When the last monitoring sample arrived."""
+    unreachable_since: float | None = None
+    history: dict[str, Any] = field(default_factory=dict)
+    """Device UUID -> deque of (time, utilization %, memory used MiB)."""
+    foreign: dict[str, Any] = field(default_factory=dict)
+    """Device UUID -> a GPU process there that no hsched run owns."""
+    host_load: dict[str, Any] = field(default_factory=dict)
+    rebooted: bool = False
 
     @property
     def name(self) -> str:
@@ -83,7 +92,7 @@ def make_executor(cfg: NodeConfig) -> Executor:
     if cfg.executor == "local":
         from hsched.executors.local import LocalExecutor
 
-        return LocalExecutor()
+        return LocalExecutor(node=cfg.name, simulate=cfg.simulate)
     if cfg.executor == "ssh":
         try:
             from hsched.executors.ssh import SSHExecutor  # type: ignore[import-not-found]
@@ -175,10 +184,13 @@ async def probe_node(rt: NodeRuntime, timeout_s: float) -> None:
             probe = await rt.executor.probe()
     except (ExecutorError, TimeoutError, OSError) as e:
         rt.probe_error = str(e) or type(e).__name__
-        rt.node = replace(rt.node, state=NodeState.UNREACHABLE, message=rt.probe_error)
+        rt.node = replace(rt.node, message=rt.probe_error)
         return
     rt.raw_probe = probe
+    if rt.boot_id is not None and probe.get("boot_id") not in (None, rt.boot_id):
+        rt.rebooted = True
     rt.boot_id = probe.get("boot_id")
     rt.last_ok = time.time()
     rt.probe_error = ""
-    rt.node = replace(node_from_probe(rt, probe), state=NodeState.UP)
+    # the state is the health check's to decide (hsched.controller.health); a probe only brings facts
+    rt.node = replace(node_from_probe(rt, probe), state=rt.node.state)

@@ -92,6 +92,8 @@ def fleet_view(ctl: Controller, active: list[Job]) -> FleetView:
             running.append(RunningJob(id=j.id, qos=j.spec.qos, priority=j.spec.priority, user=j.user,
                                       start_time=started, placements=j.placement, gpus=len(devices)))
             running_jobs.append(Running(j, started))
+    for rt in ctl.nodes.values():
+        busy.update(rt.foreign)  # a GPU someone else is using is not free, whatever our records say
     preempts = {name: frozenset(q.preempts) for name, q in ctl.settings.qos.items()}
     return FleetView(nodes=tuple(ctl.node_list()), busy=frozenset(busy), cpus_used=cpus_used,
                      running=tuple(running), releasing=frozenset(releasing), preempts=preempts,

@@ -137,13 +137,19 @@ async def serve(home: Home) -> int:
         ctl.ready.set()
         async with server, asyncio.TaskGroup() as tg:
             loop_task = tg.create_task(ctl.run_loop())
+            from hsched.controller.health import monitor
+
+            monitors = [tg.create_task(monitor(ctl, rt)) for rt in ctl.nodes.values() if ctl.wants_monitor(rt)]
             await ctl.stopping.wait()
             ctl.poke()
             await loop_task
+            for m in monitors:
+                m.cancel()
             server.close()
     finally:
         with contextlib.suppress(FileNotFoundError):
             home.socket.unlink()
+        await ctl.close_executors()
         ctl.close()
         store.close()
         log.info("controller %s stopped", os.getpid())

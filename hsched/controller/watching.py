@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from hsched.controller.stopping import StopReason, begin_stop
 from hsched.errors import ExecutorError
 from hsched.executors.base import StatusQuery
-from hsched.model import Job, JobState, Run, RunReport, RunStatus
+from hsched.model import Job, JobState, NodeState, Run, RunReport, RunStatus
 
 if TYPE_CHECKING:
     from hsched.controller.core import Controller
@@ -32,6 +32,9 @@ async def watch_runs(ctl: Controller) -> bool:
         return False
     by_node: dict[str, list[Run]] = {}
     for r in runs:
+        rt = ctl.nodes.get(r.node)
+        if rt is not None and rt.node.state in (NodeState.UNREACHABLE, NodeState.DOWN):
+            continue  # its runs go on there; the lease decides when to give up on them
         by_node.setdefault(r.node, []).append(r)
 
     async def one_node(node: str, node_runs: list[Run]) -> list[tuple[NodeRuntime, Run, RunReport]]:
