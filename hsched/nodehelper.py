@@ -284,7 +284,14 @@ def _existing(run_dir, wait_s):
 def wrap(run_dir):
     """The run's owner: start the job in its own session, wait, record the exit code atomically."""
     spec = read_json(os.path.join(run_dir, "spec.json"))
-    env = dict(os.environ) if spec.get("inherit_env") else {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    if spec.get("inherit_env"):
+        env = dict(os.environ)
+    else:
+        # a login's basics on this node, never the controller machine's paths
+        env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")}
+        for k in ("HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TZ", "TMPDIR"):
+            if k in os.environ:
+                env[k] = os.environ[k]
     env.update(spec.get("env") or {})
     env[RUN_MARKER] = run_dir
     for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):

@@ -111,7 +111,6 @@ def register(app: typer.Typer) -> None:
 
                     path = Path(str(spec))
                     table = read_toml(path)
-                    table.setdefault("workdir", os.getcwd())
                     job_spec_from_table(table, str(path))
                     env = dict(os.environ)
                     job = c.call("submit", spec=table, source=str(path), user=os.environ.get("USER", "demo"),

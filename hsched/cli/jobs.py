@@ -93,7 +93,8 @@ def register(app: typer.Typer) -> None:
         time_limit: str | None = typer.Option(None, "--time", "-t", help="Time limit: 90, 1h30m or 01:30:00."),
         warn_signal: str | None = typer.Option(None, "--signal",
                                                help="SIG@SECONDS sent that long before the time limit."),
-        workdir: str | None = typer.Option(None, "--workdir", "-D", help="Working folder (default: here)."),
+        workdir: str | None = typer.Option(
+            None, "--workdir", "-D", help="Working folder (default: where you submit, on nodes that see it)."),
         env: list[str] = typer.Option(None, "--env", "-e", help="NAME=VALUE for the job (repeatable)."),
         hold: bool = typer.Option(False, "--hold", help="Queue the job held; `hsched release` lets it run."),
         as_json: bool = typer.Option(False, "--json", help="Print the job as JSON."),
@@ -142,8 +143,6 @@ def register(app: typer.Typer) -> None:
         if "command" not in table:
             raise UserError("nothing to run: give a command after -- (hsched submit -- python train.py) "
                             "or a spec file with command = [...]")
-        if "workdir" not in table:
-            table["workdir"] = os.getcwd()
         from hsched.config import load_settings
         from hsched.paths import Home
 

@@ -59,6 +59,8 @@ class Controller:
         self.launching: set[int] = set()
         """Run ids whose launch is in flight: the watcher leaves them alone, so nothing launches twice."""
         self._tasks: set[asyncio.Task[None]] = set()
+        self.moved: set[tuple[int, int, str]] = set()
+        """(job, attempt, node) whose checkpoint was already brought to the node."""
         self.admin: dict[str, NodeState] = {}
         """Node name -> DRAINED when the user drained it (from the store)."""
         self.launch_slots = asyncio.Semaphore(8)

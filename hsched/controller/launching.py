@@ -10,8 +10,10 @@ import asyncio
 import logging
 import time
 import zlib
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hsched.controller.checkpoints import bring_along, is_shared, path_on
 from hsched.controller.stopping import StopReason, begin_stop
 from hsched.errors import ExecutorError
 from hsched.executors.base import LaunchRequest
@@ -100,8 +102,11 @@ def fleet_view(ctl: Controller, active: list[Job]) -> FleetView:
                      policy=ctl.settings.policy, running_jobs=tuple(running_jobs))
 
 
-def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ...]) -> dict[str, str]:
-    env: dict[str, str] = dict(ctl.load_env(job.id) or {})
+def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ...], *, checkpoint_dir: str,
+            remote: bool) -> dict[str, str]:
+    """The run's environment. Local runs start from the submitter's (as sbatch's --export=ALL); a remote
+    run gets the node's own login basics (the helper adds PATH, HOME, ...), never this machine's paths."""
+    env: dict[str, str] = {} if remote else dict(ctl.load_env(job.id) or {})
     env.update(dict(job.spec.env))
     here = next((p for p in placements if p.node == run.node), Placement(run.node, run.devices))
     env.update({
@@ -111,7 +116,7 @@ def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ..
         "HSCHED_JOB_NAME": job.name,
         "HSCHED_RUN": str(run.attempt),
         "HSCHED_NODE": run.node,
-        "HSCHED_CHECKPOINT_DIR": str(ctl.checkpoint_dir(job.id)),
+        "HSCHED_CHECKPOINT_DIR": checkpoint_dir,
         "HSCHED_RESTART_COUNT": str(job.restarts),
     })
     if job.restarts > 0:
@@ -151,12 +156,20 @@ async def launch(ctl: Controller, job: Job, run: Run) -> None:
     current = await ctl.db(ctl.store.get_job, job.id)
     if current is None:
         return
-    env = job_env(ctl, current, run, current.placement)
+    remote = rt.config.executor != "local"
     ctl.checkpoint_dir(job.id).mkdir(parents=True, exist_ok=True)
-    workdir = job.spec.workdir or (ctl.load_env(job.id) or {}).get("PWD")
-    req = LaunchRequest(run_dir=run.run_dir, command=job.spec.command, env=env, workdir=workdir)
     try:
-        async with ctl.launch_slots, asyncio.timeout(60):
+        async with ctl.launch_slots, asyncio.timeout(600):
+            await bring_along(ctl, current, run)
+            ckpt = await path_on(ctl, rt, job.id)
+            env = job_env(ctl, current, run, current.placement, checkpoint_dir=ckpt, remote=remote)
+            workdir = job.spec.workdir
+            if workdir is None:
+                # where the user submitted from, if the node sees that folder; else the run folder
+                pwd = (ctl.load_env(job.id) or {}).get("PWD")
+                if pwd and is_shared(rt, Path(pwd)):
+                    workdir = pwd
+            req = LaunchRequest(run_dir=run.run_dir, command=job.spec.command, env=env, workdir=workdir)
             handle = await rt.executor.launch(req)
     except (ExecutorError, TimeoutError) as e:
         await launch_failed(ctl, job, run, str(e) or "launch timed out")

@@ -1,0 +1,89 @@
+"""Where a job's checkpoint folder lives, and moving it to the node its next run lands on.
+
+Every job has one checkpoint folder, `$HSCHED_HOME/checkpoints/<id>` on the controller, which is the folder
+itself for this machine's nodes (they share the disk). A remote node gets a mirror under its own hsched
+folder, unless the fleet file declares the path shared there (`shared_paths`). When a run starts on a
+node other than the one that ran the job last, the folder is brought along through the controller
+(SFTP get, then put); bytes and seconds go into the job's events.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hsched.errors import ExecutorError
+from hsched.model import Job, Run
+
+if TYPE_CHECKING:
+    from hsched.controller.core import Controller
+    from hsched.controller.fleet import NodeRuntime
+
+log = logging.getLogger("hsched.checkpoints")
+
+
+def is_shared(rt: NodeRuntime, path: Path) -> bool:
+    return rt.config.executor == "local" or any(
+        str(path) == p or str(path).startswith(p.rstrip("/") + "/") for p in rt.config.shared_paths)
+
+
+async def path_on(ctl: Controller, rt: NodeRuntime, job_id: int) -> str:
+    """The job's checkpoint folder as the node `rt` sees it."""
+    local = ctl.checkpoint_dir(job_id)
+    if is_shared(rt, local):
+        return str(local)
+    return str(await rt.executor.remote_path(str(local)))  # type: ignore[attr-defined]
+
+
+def _size(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += (Path(root) / f).stat().st_size
+            except OSError:
+                pass
+    return total
+
+
+async def bring_along(ctl: Controller, job: Job, run: Run) -> None:
+    """Before `run` starts: if the job last ran on another node, move its checkpoint to this one."""
+    target = ctl.nodes.get(run.node)
+    if target is None or job.restarts == 0:
+        return
+    key = (job.id, run.attempt, run.node)
+    if key in ctl.moved:
+        return
+    ctl.moved.add(key)
+    previous = [r for r in await ctl.db(ctl.store.runs, job.id) if r.attempt < run.attempt]
+    if not previous:
+        return
+    source_name = previous[-1].node
+    source = ctl.nodes.get(source_name)
+    local = ctl.checkpoint_dir(job.id)
+    if source is None or source_name == run.node:
+        return
+    if is_shared(source, local) and is_shared(target, local):
+        return  # one folder both nodes see
+    t0 = time.monotonic()
+    try:
+        if not is_shared(source, local):
+            remote = await source.executor.remote_path(str(local))  # type: ignore[attr-defined]
+            await source.executor.get(remote, local)  # type: ignore[attr-defined]
+        if not is_shared(target, local):
+            remote = await target.executor.remote_path(str(local))  # type: ignore[attr-defined]
+            local.mkdir(parents=True, exist_ok=True)
+            await target.executor.put(local, remote)  # type: ignore[attr-defined]
+    except (ExecutorError, OSError) as e:
+        await ctl.db(ctl.store.add_event, time.time(), "checkpoint",
+                     f"could not move the checkpoint from {source_name} to {run.node}: {e}; "
+                     "the run starts with what is there", job_id=job.id, node=run.node)
+        return
+    seconds = time.monotonic() - t0
+    size = _size(local)
+    await ctl.db(ctl.store.add_event, time.time(), "checkpoint_moved",
+                 f"checkpoint moved {source_name} -> {run.node}: {size} bytes in {seconds:.2f} s",
+                 job_id=job.id, node=run.node, data={"bytes": size, "seconds": seconds, "from": source_name})
