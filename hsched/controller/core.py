@@ -59,6 +59,7 @@ class Controller:
         self.launching: set[int] = set()
         """Run ids whose launch is in flight: the watcher leaves them alone, so nothing launches twice."""
         self._tasks: set[asyncio.Task[None]] = set()
+        self._probing: asyncio.Task[None] | None = None
         self.moved: set[tuple[int, int, str]] = set()
         """(job, attempt, node) whose checkpoint was already brought to the node."""
         self.admin: dict[str, NodeState] = {}
@@ -100,10 +101,11 @@ class Controller:
 
     # ------------------------------------------------------------------------------------------- fleet
 
-    async def probe_all(self) -> None:
+    async def probe_all(self, *, only_up: bool = False) -> None:
         async with asyncio.TaskGroup() as tg:
             for rt in self.nodes.values():
-                tg.create_task(probe_node(rt, timeout_s=30))
+                if not only_up or rt.node.state in (NodeState.UP, NodeState.DRAINED):
+                    tg.create_task(probe_node(rt, timeout_s=15 if only_up else 30))
         from hsched.controller.health import check_health
 
         admin = await self.db(self.store.node_admin)
@@ -297,7 +299,6 @@ class Controller:
 
     async def run_loop(self) -> None:
         """Watch runs, advance stops, then schedule: on every poke and at least every poll interval."""
-        from hsched.controller.health import check_health
         from hsched.controller.launching import schedule_round
         from hsched.controller.stopping import check_time_limits, tick
         from hsched.controller.watching import watch_runs
@@ -313,11 +314,12 @@ class Controller:
             if self.stopping.is_set():
                 break
             try:
-                if time.monotonic() - last_probe > self.settings.probe_interval_s:
+                if time.monotonic() - last_probe > self.settings.probe_interval_s and self._probing is None:
                     last_probe = time.monotonic()
-                    await self.probe_all()
-                changed = await check_health(self)
-                changed |= await watch_runs(self)
+                    # in the background: a node that does not answer must not hold up the round
+                    self._probing = asyncio.create_task(self.probe_all(only_up=True))
+                    self._probing.add_done_callback(lambda _t: setattr(self, "_probing", None))
+                changed = await watch_runs(self)
                 async with self.lock:
                     await tick(self)
                     running = await self.db(self.store.jobs, states=[JobState.RUNNING])
@@ -327,6 +329,23 @@ class Controller:
                     await self.notify()
             except Exception:  # one bad round must not stop the controller; the next one retries
                 log.exception("scheduling round failed")
+
+    async def health_loop(self) -> None:
+        """Node states on their own beat, so a round stuck on a slow node cannot hide that it is gone."""
+        from hsched.controller.health import check_health
+
+        while not self.stopping.is_set():
+            try:
+                if await check_health(self):
+                    self.poke()
+                    await self.notify()
+            except Exception:
+                log.exception("health check failed")
+            try:
+                async with asyncio.timeout(0.5):
+                    await self.stopping.wait()
+            except TimeoutError:
+                pass
 
     def spawn_launch(self, job: Job, run: Run) -> None:
         from hsched.controller.launching import launch

@@ -140,6 +140,7 @@ async def serve(home: Home) -> int:
             from hsched.controller.health import monitor
 
             monitors = [tg.create_task(monitor(ctl, rt)) for rt in ctl.nodes.values() if ctl.wants_monitor(rt)]
+            monitors.append(tg.create_task(ctl.health_loop()))
             await ctl.stopping.wait()
             ctl.poke()
             await loop_task

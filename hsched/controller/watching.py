@@ -31,9 +31,10 @@ async def watch_runs(ctl: Controller) -> bool:
     if not runs:
         return False
     by_node: dict[str, list[Run]] = {}
+    now = time.time()
     for r in runs:
         rt = ctl.nodes.get(r.node)
-        if rt is not None and rt.node.state in (NodeState.UNREACHABLE, NodeState.DOWN):
+        if rt is not None and not answering(ctl, rt, now):
             continue  # its runs go on there; the lease decides when to give up on them
         by_node.setdefault(r.node, []).append(r)
 
@@ -42,7 +43,7 @@ async def watch_runs(ctl: Controller) -> bool:
         if rt is None:
             return []
         try:
-            async with asyncio.timeout(30):
+            async with asyncio.timeout(15):
                 reports = await rt.executor.status([StatusQuery(r.run_dir, r.handle) for r in node_runs])
         except (ExecutorError, TimeoutError) as e:
             log.warning("status from %s failed: %s", node, e)
@@ -57,6 +58,17 @@ async def watch_runs(ctl: Controller) -> bool:
         for rt, run, rep in t.result():
             changed |= await on_report(ctl, rt, run, rep)
     return changed
+
+
+def answering(ctl: Controller, rt: NodeRuntime, now: float) -> bool:
+    """Worth asking: not known to be away, and (for monitored nodes) heard from a moment ago. A silent network
+    cut must not stall the round on a status call that cannot be answered."""
+    from hsched.controller.health import heartbeat
+
+    if rt.node.state in (NodeState.UNREACHABLE, NodeState.DOWN):
+        return False
+    beat = heartbeat(rt, now)
+    return beat is not None and now - beat <= 2 * ctl.settings.monitor_interval_s + 2.0
 
 
 async def on_report(ctl: Controller, rt: NodeRuntime, run: Run, rep: RunReport) -> bool:
