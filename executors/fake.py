@@ -40,6 +40,7 @@ class FakeExecutor:
         self.launches = 0
         self.unreachable = False
         self.exit_on_signal: dict[str, int] = {"TERM": 143, "KILL": 137, "INT": 130}
+        self.checkpoint_mtimes: dict[str, float] = {}
         self._pids = itertools.count(1000)
 
     def _check(self) -> None:
@@ -88,6 +89,9 @@ class FakeExecutor:
     async def read_log(self, run_dir: str, offset: int, max_bytes: int = 1 << 20) -> bytes:
         run = self.runs.get(run_dir)
         return run.log[offset:offset + max_bytes] if run else b""
+
+    async def newest_mtime(self, path: str) -> float | None:
+        return self.checkpoint_mtimes.get(path)
 
     async def close(self) -> None:
         return None

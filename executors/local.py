@@ -87,6 +87,11 @@ class LocalExecutor:
     async def read_log(self, run_dir: str, offset: int, max_bytes: int = 1 << 20) -> bytes:
         return await asyncio.to_thread(_read_at, Path(run_dir) / "output.log", offset, max_bytes)
 
+    async def newest_mtime(self, path: str) -> float | None:
+        """When a file under `path` last changed (a job's last checkpoint), None if there is none."""
+        reply = await self._call("newest", {"path": path})
+        return reply.get("newest")
+
     async def watch(self, interval_s: float = 1.0, *, count: int | None = None) -> AsyncIterator[dict[str, Any]]:
         """Monitoring samples from this machine every `interval_s` (see nodehelper.watch for the shape)."""
         simulate = None

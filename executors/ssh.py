@@ -448,6 +448,11 @@ class SSHExecutor:
         reply = await self._helper("read", {"path": path, "offset": offset, "max_bytes": max_bytes})
         return base64.b64decode(reply.get("data") or "")
 
+    async def newest_mtime(self, path: str) -> float | None:
+        """When a file under the remote `path` last changed (a job's last checkpoint); None if none."""
+        reply = await self._helper("newest", {"path": path})
+        return reply.get("newest")
+
     # ----------------------------------------------------------------------------------- monitoring
 
     async def watch(self, interval_s: float = 1.0, *, count: int | None = None,

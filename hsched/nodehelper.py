@@ -768,8 +768,23 @@ def watch(req):
     return {"samples": seq}
 
 
+def newest(req):
+    """The newest modification time of any file under req["path"] (None if there is none)."""
+    best = None
+    for root, _dirs, files in os.walk(req["path"]):
+        for name in files:
+            try:
+                t = os.stat(os.path.join(root, name)).st_mtime
+            except OSError:
+                continue
+            if best is None or t > best:
+                best = t
+    return {"newest": best}
+
+
 COMMANDS["read"] = read_file
 COMMANDS["watch"] = watch
+COMMANDS["newest"] = newest
 
 
 if __name__ == "__main__":

@@ -298,16 +298,16 @@ class Store:
 
     def end_run(self, run: Run, now: float, *, run_state: str, exit_code: int | None, reason: str,
                 job_fields: dict[str, Any] | None, event: tuple[str, str] | None,
-                extra_events: Sequence[tuple[str, str]] = ()) -> None:
+                event_data: dict[str, Any] | None = None) -> None:
         """A run ended: record it, and (for the attempt's last run) the job's next state, together."""
         with self.tx() as db:
             db.execute("UPDATE runs SET state = ?, end_time = ?, exit_code = ?, reason = ? WHERE id = ?",
                        (run_state, now, exit_code, reason, run.id))
             if job_fields:
                 self._set_job(db, run.job_id, job_fields)
-            for ev in ([event] if event else []) + list(extra_events):
-                self._event(db, now, ev[0], ev[1], job_id=run.job_id, node=run.node,
-                            data={"exit_code": exit_code, "run": run.attempt, "rank": run.rank})
+            if event:
+                data = {"exit_code": exit_code, "run": run.attempt, "rank": run.rank, **(event_data or {})}
+                self._event(db, now, event[0], event[1], job_id=run.job_id, node=run.node, data=data)
 
     def attempt_runs(self, job_id: int, attempt: int) -> list[Run]:
         return [_run(r) for r in self.db.execute(

@@ -55,9 +55,16 @@ class Hs:
         return controller_pid(Home(self.home))
 
     def stop(self) -> None:
+        """Cancel what still runs (jobs outlive the controller), then stop the controller."""
         pid = self.controller_pid()
         if pid is None:
             return
+        active = self.run("queue", "--json", timeout=60)
+        if active.returncode == 0:
+            ids = [str(j["id"]) for j in json.loads(active.stdout)]
+            if ids:
+                self.run("cancel", *ids, timeout=60)
+                self.run("wait", *ids, "--timeout", "30", timeout=60)
         self.run("daemon", "stop", timeout=60)
         if self.controller_pid() is not None:
             os.kill(pid, signal.SIGKILL)

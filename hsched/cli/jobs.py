@@ -203,6 +203,7 @@ def register(app: typer.Typer) -> None:
             ("resources", _resources_line(job["resources"])),
             ("submitted", job["submit_time"]), ("started", job["start_time"]), ("ended", job["end_time"]),
             ("exit code", job["exit_code"]), ("restarts", job["restarts"]),
+            ("preemptions", _preemptions_line(job.get("preemptions") or {})),
             ("placement", _where(job) if job["placement"] else "-"),
             ("why there", job.get("placement_explanation") or "-"),
             ("checkpoint dir", job["checkpoint_dir"]),
@@ -302,6 +303,15 @@ def register(app: typer.Typer) -> None:
                 if run is None and reply.get("runs") and reply["run"] is not None and reply["run"] < reply["runs"]:
                     current_run, offset = reply["runs"], 0
                 time.sleep(0.25)
+
+
+def _preemptions_line(p: dict[str, Any]) -> str:
+    if not p.get("count"):
+        return "0"
+    frees = [t for t in p.get("time_to_free_s") or [] if t is not None]
+    lost = p.get("lost_gpu_s")
+    return (f"{p['count']}, {lost if lost is not None else 'N/A'} GPU-s lost"
+            + (f", GPUs free {', '.join(f'{t:.1f}' for t in frees)} s after the decision" if frees else ""))
 
 
 def _resources_line(r: dict[str, Any]) -> str:

@@ -20,7 +20,7 @@ sim_app = typer.Typer(
 _TRACE = typer.Option(None, "--trace", help="Trace file: Gavel .trace, Tiresias CSV, or CSV with --columns.")
 _THROUGHPUTS = typer.Option(None, "--throughputs", help="Gavel simulation_throughputs.json (default: beside trace).")
 _COLUMNS = typer.Option(None, "--columns", help="CSV column mapping key=COL,... or a preset (helios, philly, acme).")
-_FLEET = typer.Option(None, "--fleet", help="Fleet TOML whose nodes have [node.simulate] tables.")
+_FLEET = typer.Option(None, "--fleet", help="Fleet TOML whose nodes have \\[node.simulate] tables.")
 _CLUSTER = typer.Option(None, "--cluster", help="Short fleet spec: v100:16,p100:16,k80:16 (optional @pcie).")
 _GPN = typer.Option(4, "--gpus-per-node", help="GPUs per server for --cluster.")
 _CKPT = typer.Option(0.0, "--checkpoint-cost", help="Seconds a preempted or moved job loses on resume.")

@@ -149,6 +149,35 @@ def register(app: typer.Typer) -> None:
         else:
             _render_other(result, str(file))
 
+    @topo_app.command("show")
+    @handle_errors
+    def show_cmd(
+        node: str | None = typer.Argument(None, help="A node of the fleet (default: every node with GPUs)."),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON document per node, in a list."),
+    ) -> None:
+        """A fleet node's link matrix and tree, as the controller knows them."""
+        from hsched.client import Client
+        from hsched.errors import UserError
+        from hsched.serialize import node_from_dict
+        from hsched.topo.place import topology_of_node
+
+        with Client() as c:
+            nodes = c.call("nodes")
+        if node is not None:
+            nodes = [n for n in nodes if n["name"] == node]
+            if not nodes:
+                raise UserError(f"no node {node!r}; `hsched nodes` lists them")
+        nodes = [n for n in nodes if n["devices"]]
+        out = []
+        for raw in nodes:
+            topo = topology_of_node(node_from_dict(raw))
+            if json_out:
+                out.append({"node": raw["name"], **topo.with_bandwidth().to_json()})
+            else:
+                _render_topology(topo, raw["name"])
+        if json_out:
+            print_json(out)
+
     app.add_typer(topo_app, name="topo")
 
     @app.command("place")

@@ -68,6 +68,13 @@ class Api:
         d["runs"] = [run_to_dict(r) for r in runs]
         d["events"] = [{"time": iso(e["time"]), "kind": e["kind"], "message": e["message"], "node": e["node"]}
                        for e in events]
+        pre = [e["data"] or {} for e in events if e["kind"] == "preempted"]
+        lost = [p["lost_gpu_s"] for p in pre if p.get("lost_gpu_s") is not None]
+        d["preemptions"] = {
+            "count": len(pre),
+            "lost_gpu_s": round(sum(lost), 1) if lost else (0.0 if not pre else None),
+            "time_to_free_s": [p.get("time_to_free_s") for p in pre],
+        }
         d["env"] = dict(job.spec.env)
         d["resources"] = {"gpus": job.spec.resources.gpus, "gpu_types": list(job.spec.resources.gpu_types),
                           "gpu_memory_mib": job.spec.resources.gpu_memory_mib, "cpus": job.spec.resources.cpus,

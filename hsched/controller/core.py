@@ -62,6 +62,7 @@ class Controller:
         self._probing: asyncio.Task[None] | None = None
         self.moved: set[tuple[int, int, str]] = set()
         """(job, attempt, node) whose checkpoint was already brought to the node."""
+        self.lock_inode: int | None = None
         self.admin: dict[str, NodeState] = {}
         """Node name -> DRAINED when the user drained it (from the store)."""
         self.launch_slots = asyncio.Semaphore(8)
@@ -335,6 +336,10 @@ class Controller:
         from hsched.controller.health import check_health
 
         while not self.stopping.is_set():
+            if not self.home_intact():
+                log.error("%s or its lock file was removed: this controller steps down", self.home.root)
+                self.stopping.set()
+                break
             try:
                 if await check_health(self):
                     self.poke()
@@ -346,6 +351,15 @@ class Controller:
                     await self.stopping.wait()
             except TimeoutError:
                 pass
+
+    def home_intact(self) -> bool:
+        """Still the owner of this HSCHED_HOME: a deleted (or replaced) lock file means another controller
+        may start there, and two must never run."""
+        try:
+            st = os.stat(self.home.lock)
+        except FileNotFoundError:
+            return False
+        return self.lock_inode is None or st.st_ino == self.lock_inode
 
     def spawn_launch(self, job: Job, run: Run) -> None:
         from hsched.controller.launching import launch

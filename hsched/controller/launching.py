@@ -49,7 +49,7 @@ async def schedule_round(ctl: Controller) -> bool:
                 continue
             if isinstance(d, Preempt):
                 await ctl.db(ctl.store.set_job, job.id, now, reason="Preempting",
-                             event=("preempting", d.why))
+                             event=("preempts", d.why))
                 for victim_id in d.victims:
                     victim = active_by_id[victim_id]
                     await begin_stop(ctl, victim, StopReason.PREEMPTED,

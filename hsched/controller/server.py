@@ -117,6 +117,7 @@ async def serve(home: Home) -> int:
     fleet_cfg = load_fleet(home.fleet_file())
     store = Store(home.db)
     ctl = Controller(home, fleet_cfg, settings, store)
+    ctl.lock_inode = os.fstat(lock_fd).st_ino
     api = Api(ctl)
     with contextlib.suppress(FileNotFoundError):
         home.socket.unlink()

@@ -47,11 +47,21 @@ STOP_STATE = {
 }
 
 
+STOP_EVENT = {
+    StopReason.CANCELLED: "cancel",
+    StopReason.PREEMPTED: "preempting",
+    StopReason.TIMEOUT: "timeout",
+    StopReason.RANK_FAILED: "rank_failed",
+}
+
+
 @dataclass(slots=True)
 class StopPlan:
     reason: StopReason
     steps: list[tuple[float, str, bool]]
     """(when, signal, all_processes), in order; sent as their time comes."""
+    decided_at: float = 0.0
+    """When the stop was decided (for the time from a preemption decision to GPUs free)."""
 
 
 def plan_for(job: Job, reason: StopReason, now: float, kill_after_s: float) -> StopPlan:
@@ -67,14 +77,14 @@ def plan_for(job: Job, reason: StopReason, now: float, kill_after_s: float) -> S
         steps = [(now, "TERM", False), (now + GANG_KILL_S, "KILL", True)]
     else:
         steps = [(now, "TERM", False), (now + kill_after_s, "KILL", True)]
-    return StopPlan(reason=reason, steps=steps)
+    return StopPlan(reason=reason, steps=steps, decided_at=now)
 
 
 async def begin_stop(ctl: Controller, job: Job, reason: StopReason, message: str) -> Job:
     """Record the stop durably, then send its first signal. Call with ctl.lock held."""
     now = time.time()
     job = await ctl.db(ctl.store.set_job, job.id, now, state=STOP_STATE[reason], reason=reason.value,
-                       event=(reason.value if reason is not StopReason.CANCELLED else "cancel", message))
+                       event=(STOP_EVENT[reason], message))
     ctl.stops[job.id] = plan_for(job, reason, now, ctl.settings.kill_after_s)
     await advance(ctl, job.id, now)
     return job

@@ -115,9 +115,39 @@ async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_cod
     before = sorted((r for r in runs if r.id != run.id), key=lambda r: r.end_time or 0.0)
     ended = [(r.exit_code, r.state == "LOST") for r in before] + [(exit_code, lost)]
     fields, ev = settle(ctl, job, now, ended)
+    data = None
+    if ev[0] == "preempted":
+        data = await preemption_cost(ctl, job, runs, now)
+        ev = (ev[0], f"{ev[1]}; GPUs free {data['time_to_free_s']:.1f} s after the decision"
+              + (f", {data['lost_gpu_s']:.0f} GPU-s of work since the last checkpoint lost"
+                 if data["lost_gpu_s"] is not None else ""))
     await ctl.db(ctl.store.end_run, run, now, run_state=run_state, exit_code=exit_code,
-                 reason="lost" if lost else "", job_fields=fields, event=ev)
+                 reason="lost" if lost else "", job_fields=fields, event=ev, event_data=data)
     ctl.forget(job.id)
+
+
+async def preemption_cost(ctl: Controller, job: Job, runs: list[Run], now: float) -> dict[str, Any]:
+    """What a preemption cost: time from the decision to GPUs free, and GPU-seconds of work done since the
+    job's last checkpoint (the newest file in its checkpoint folder; the whole run if it never wrote one)."""
+    plan = ctl.stops.get(job.id)
+    decided = plan.decided_at if plan is not None else now
+    gpus = sum(len(r.devices) for r in runs) or 1
+    start = min((r.start_time for r in runs if r.start_time is not None), default=decided)
+    newest: float | None = None
+    rt = ctl.nodes.get(runs[0].node) if runs else None
+    try:
+        if rt is not None:
+            from hsched.controller.checkpoints import path_on
+
+            path = await path_on(ctl, rt, job.id)
+            async with asyncio.timeout(10):
+                newest = await rt.executor.newest_mtime(path)  # type: ignore[attr-defined]
+    except (ExecutorError, TimeoutError, AttributeError) as e:
+        log.info("job %s: cannot read its checkpoint's age: %s", job.id, e)
+    last_ck = max(start, newest) if newest is not None else start
+    lost = max(0.0, now - last_ck) * gpus
+    return {"time_to_free_s": round(now - decided, 3), "lost_gpu_s": round(lost, 1),
+            "last_checkpoint": newest, "gpus": gpus}
 
 
 def settle(ctl: Controller, job: Job, now: float,

@@ -82,6 +82,11 @@ def test_scavenger_checkpoints_prod_starts_scavenger_resumes_elsewhere(lab: Hs) 
                                                                                      "Priority")
     kinds = [e["kind"] for e in job["events"]]
     assert "preempted" in kinds and "signal" in kinds
+    # it checkpointed on its signal: next to nothing lost, and the GPUs were free well within the grace
+    assert job["preemptions"]["count"] == 1
+    assert job["preemptions"]["lost_gpu_s"] is not None and job["preemptions"]["lost_gpu_s"] < 4 * 2.0
+    assert 0 <= job["preemptions"]["time_to_free_s"][0] < 10
+    assert "preemptions: 1," in lab.run("show", scav).stdout
     saved = json.loads((ckdir / "state.json").read_text())["step"]
     assert saved >= 5
     # free the other node: the scavenger resumes there, from its checkpoint, and finishes
@@ -125,6 +130,10 @@ def test_signal_ignoring_job_with_setsid_grandchild_is_gone_at_grace(lab: Hs, tm
     wait_until(lambda: not _alive(main) and not _alive(escapee), timeout=grace + 5, step=0.05)
     gone = time.monotonic() - t0
     assert grace - 2 <= gone <= grace + 2, gone
+    # it never checkpointed: the whole run's GPU time is lost (1 GPU x about its run time)
+    wait_until(lambda: state(lab, jid)["preemptions"]["count"] == 1, timeout=10)
+    pre = state(lab, jid)["preemptions"]
+    assert pre["lost_gpu_s"] >= grace
     lab.run("cancel", jid)
 
 
