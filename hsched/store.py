@@ -218,13 +218,18 @@ class Store:
             sql = f"SELECT * FROM ({sql.replace(' ORDER BY id', ' ORDER BY id DESC')} LIMIT {int(limit)}) ORDER BY id"
         return [_job(r) for r in self.db.execute(sql, args).fetchall()]
 
-    def job_rows(self, *, active_only: bool) -> list[sqlite3.Row]:
-        """Raw rows for the fast queue listing (no dataclass round trip)."""
+    def job_rows(self, *, active_only: bool, ended_since: float | None = None) -> list[sqlite3.Row]:
+        """Raw rows for the fast queue listing (no dataclass round trip); with `ended_since`, also the jobs
+        that ended after that time."""
         if active_only:
             terminal = [s.value for s in JobState if s.is_terminal()]
-            return self.db.execute(
-                f"SELECT * FROM jobs WHERE state NOT IN ({','.join('?' * len(terminal))}) ORDER BY id", terminal
-            ).fetchall()
+            marks = ",".join("?" * len(terminal))
+            if ended_since is not None:
+                return self.db.execute(
+                    f"SELECT * FROM jobs WHERE state NOT IN ({marks}) OR end_time >= ? ORDER BY id",
+                    [*terminal, ended_since]).fetchall()
+            return self.db.execute(f"SELECT * FROM jobs WHERE state NOT IN ({marks}) ORDER BY id",
+                                   terminal).fetchall()
         return self.db.execute("SELECT * FROM jobs ORDER BY id").fetchall()
 
     def set_job(self, job_id: int, now: float, *, event: tuple[str, str] | None = None,

@@ -42,3 +42,39 @@ def load_color(fraction: float | None) -> str:
     if fraction < 0.7:
         return "yellow"
     return "red"
+
+
+# Link classes as nvidia-smi users read them: the stronger the link, the greener.
+LINK_COLOR: dict[str, str] = {"NV": "bright_green", "XGMI": "bright_green", "PIX": "cyan", "PXB": "blue",
+                              "PHB": "yellow", "NODE": "magenta", "SYS": "red", "X": "bright_black"}
+
+
+def link_color(kind: str) -> str:
+    k = kind.upper()
+    if k.startswith("NV"):
+        return LINK_COLOR["NV"]
+    if k.startswith("XGMI"):
+        return LINK_COLOR["XGMI"]
+    if k == "SOC":  # old drivers' name for SYS
+        return LINK_COLOR["SYS"]
+    return LINK_COLOR.get(k, "white")
+
+
+# Event kinds the controller writes, as the dashboard and `hsched show` colour them.
+EVENT_COLOR: dict[str, str] = {
+    "submitted": "yellow", "held": "yellow", "released": "yellow", "priority": "yellow",
+    "placed": "cyan", "started": "green", "ended": "white", "rank_ended": "white",
+    "preempts": "magenta", "preempting": "magenta", "preempted": "magenta", "requeued": "magenta",
+    "checkpoint": "magenta", "checkpoint_moved": "magenta", "signal": "magenta", "warning": "yellow",
+    "cancel": "bright_black", "cancelled": "bright_black", "timeout": "red", "rank_failed": "red",
+    "lost": "red", "node_lost": "red", "fenced": "red", "launch_failed": "red", "node": "cyan",
+    "controller": "bright_black",
+}
+
+
+def event_color(kind: str) -> str:
+    if kind in EVENT_COLOR:
+        return EVENT_COLOR[kind]
+    if any(w in kind for w in ("fail", "down", "lost", "error", "timeout")):
+        return "red"
+    return "magenta" if "preempt" in kind else "white"

@@ -8,22 +8,13 @@ from hsched.tui.model import EventView
 from rich.text import Text
 from textual.widgets import RichLog
 
-KIND_STYLE = {"failed": "red", "node_down": "red", "node_lost": "red", "lost": "red", "unreachable": "red",
-              "preempted": "magenta", "preempting": "magenta", "checkpointed": "magenta", "requeued": "magenta",
-              "cancelled": "bright_black", "completed": "green", "started": "green", "node_up": "green",
-              "placed": "cyan", "submitted": "yellow", "held": "yellow", "released": "yellow",
-              "drained": "yellow", "resumed": "green"}
+from hsched.theme import event_color
+
 MAX_LINES = 2000
 
 
 def kind_style(kind: str) -> str:
-    if kind in KIND_STYLE:
-        return KIND_STYLE[kind]
-    if any(w in kind for w in ("fail", "down", "lost", "error", "timeout")):
-        return "red"
-    if "preempt" in kind:
-        return "magenta"
-    return "white"
+    return event_color(kind)
 
 
 class EventsView(RichLog):

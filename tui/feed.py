@@ -15,7 +15,7 @@ from typing import Any
 from hsched.tui.model import Frame, parse_snapshot
 
 from hsched.client import Client
-from hsched.errors import HschedError, UserError
+from hsched.errors import HschedError
 from hsched.paths import Home
 
 RETRY_S = 1.0
@@ -23,14 +23,11 @@ EVENTS_LIMIT = 200
 
 
 def controller_can_preempt(client: Client) -> bool:
-    """True when the controller knows op `preempt` (a request without an id is refused, not 'unknown')."""
+    """True when the controller lists op `preempt` among the requests it answers (ping's `ops`)."""
     try:
-        client.call("preempt")
-    except UserError as e:
-        return not str(e).startswith("unknown request")
+        return "preempt" in (client.call("ping").get("ops") or ())
     except HschedError:
         return False
-    return True
 
 
 class Feed:

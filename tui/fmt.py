@@ -4,20 +4,14 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from hsched.theme import NODE_STYLE, load_color, state_code, state_color
+from hsched.theme import LINK_COLOR, NODE_STYLE, link_color, load_color, state_code, state_color
 
 SPARK = "▁▂▃▄▅▆▇█"
 
 # Link classes as nvidia-smi's legend ranks them, best first. The colours belong in hsched/theme.py
 # next to the state colours (asked for in the dashboard's report); kept here until then.
-LINK_COLOR = {"NV": "bright_green", "XGMI": "bright_green", "PIX": "cyan", "PXB": "blue", "PHB": "yellow",
-              "NODE": "magenta", "SYS": "red", "X": "bright_black"}
-
-
-def link_color(kind: str) -> str:
-    if kind.startswith("NV"):
-        return LINK_COLOR["NV"]
-    return LINK_COLOR.get(kind.upper(), "white")
+# LINK_COLOR and link_color come from hsched.theme: one table for the CLI and the dashboard
+__all__ = ["LINK_COLOR", "NODE_STYLE", "bar", "link_color", "na", "state_code", "state_color"]
 
 
 def na(value: object, unit: str = "") -> str:

@@ -17,16 +17,6 @@ from hsched.errors import UserError
 
 # Colour by link class, the way nvidia-smi users read the matrix: fabric green, same switch cyan,
 # host bridge yellow, across bridges in a socket magenta, across sockets red.
-_STYLE = {
-    "FABRIC": "bold green",
-    "PIX": "cyan",
-    "PXB": "cyan",
-    "PHB": "yellow",
-    "NODE": "magenta",
-    "SYS": "red",
-    "SELF": "dim",
-    "UNKNOWN": "dim",
-}
 
 
 def _warn(lines: Any) -> None:
@@ -39,8 +29,8 @@ def _render_topology(topo: Any, source: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from hsched.theme import link_color
     from hsched.topo.graph import tree_lines
-    from hsched.topo.links import link_class
     from hsched.topo.topology import format_cpulist
 
     heads = [d.name for d in topo.devices] + [n.name for n in topo.nics]
@@ -66,7 +56,7 @@ def _render_topology(topo: Any, source: str) -> None:
             if lk is None:
                 cells.append("[dim]-[/]")
             else:
-                cells.append(f"[{_STYLE.get(link_class(lk.kind).name, '')}]{lk.kind}[/]")
+                cells.append(f"[{link_color(lk.kind)}]{lk.kind}[/]")
         dev = topo.device(row)
         nic = next((n for n in topo.nics if n.name == row), None)
         cpu = format_cpulist(dev.cpu_affinity) if dev else ""

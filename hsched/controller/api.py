@@ -29,8 +29,10 @@ class Api:
         return await fn(args, peer_uid)
 
     async def op_ping(self, args: dict[str, Any], uid: int) -> Any:
+        ops = sorted(name.removeprefix("op_") for name in dir(self) if name.startswith("op_"))
         return {"pid": os.getpid(), "api": API_VERSION, "home": str(self.ctl.home.root),
-                "started": iso(self.ctl.started_at), "fleet": self.ctl.fleet_cfg.source}
+                "started": iso(self.ctl.started_at), "fleet": self.ctl.fleet_cfg.source,
+                "policy": self.ctl.settings.policy, "ops": [*ops, "subscribe"]}
 
     async def op_submit(self, args: dict[str, Any], uid: int) -> Any:
         table = args.get("spec")
@@ -190,8 +192,10 @@ class Api:
         return {"stopping": True, "pid": os.getpid()}
 
     async def op_snapshot(self, args: dict[str, Any], uid: int) -> Any:
-        """Everything a dashboard frame needs, in one answer."""
-        rows = await self.ctl.db(self.ctl.store.job_rows, active_only=True)
+        """Everything a dashboard frame needs, in one answer: active jobs, plus those that ended in the last
+        `recent_s` seconds (default 600, so a requeue or a last look at a log is still one key away)."""
+        recent_s = float(args.get("recent_s", 600.0))
+        rows = await self.ctl.db(self.ctl.store.job_rows, active_only=True, ended_since=time.time() - recent_s)
         from hsched.store import _job
 
         jobs = [_job(r) for r in rows]

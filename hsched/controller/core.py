@@ -55,7 +55,6 @@ class Controller:
         self.attempt_start: dict[int, float] = {}
         """job id -> when its current attempt was launched (time limits count per attempt)."""
         self._db_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hsched-db")
-        self.subscribers: set[asyncio.Queue[dict[str, Any]]] = set()
         self.launching: set[int] = set()
         """Run ids whose launch is in flight: the watcher leaves them alone, so nothing launches twice."""
         self._tasks: set[asyncio.Task[None]] = set()
@@ -78,9 +77,6 @@ class Controller:
         async with self.changed:
             self.version += 1
             self.changed.notify_all()
-        for q in list(self.subscribers):
-            if q.qsize() < 2:  # a slow subscriber gets the latest state later, never an unbounded backlog
-                q.put_nowait({"type": "changed", "version": self.version})
 
     def poke(self) -> None:
         self.wake.set()

@@ -89,25 +89,16 @@ async def _serve_client(api: Api, reader: asyncio.StreamReader, writer: asyncio.
 
 
 async def _stream(api: Api, writer: asyncio.StreamWriter, interval: float) -> None:
-    """Push a snapshot now, then whenever something changes (at most once per `interval`)."""
+    """A snapshot now, then one every `interval` (device utilization moves without any job changing)."""
     ctl = api.ctl
-    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-    ctl.subscribers.add(queue)
     try:
         while not ctl.stopping.is_set():
             snap = await api.op_snapshot({}, os.getuid())
             writer.write(encode({"type": "snapshot", **snap}))
             await writer.drain()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(interval, 5.0)):
-                    await queue.get()
-            await asyncio.sleep(interval)
-            while not queue.empty():
-                queue.get_nowait()
+            await asyncio.sleep(max(0.1, interval))
     except (ConnectionError, RuntimeError):
         return
-    finally:
-        ctl.subscribers.discard(queue)
 
 
 async def serve(home: Home) -> int:
