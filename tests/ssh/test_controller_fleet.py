@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -146,7 +144,9 @@ def test_preempted_job_resumes_on_another_host_with_its_checkpoint(
     prod = h.run("submit", "--parsable", "--gpus", "1", "--qos", "prod", "--", "sleep", "300",
                  check=True).stdout.strip()
     wait_until(lambda: job(h, prod)["state"] == "RUNNING", 12)
-    saved = int(h.run("logs", scav, "--run", "1").stdout.split("checkpointed at step ")[1].split()[0])
+    log1 = wait_until(lambda: (out := h.run("logs", scav, "--run", "1").stdout) and "checkpointed at step " in out
+                      and out, 15)
+    saved = int(log1.split("checkpointed at step ")[1].split()[0])
     h.run("cancel", blocker, check=True)
     assert h.run("wait", scav, "--timeout", "60").returncode == 0
     j = job(h, scav)
@@ -156,4 +156,3 @@ def test_preempted_job_resumes_on_another_host_with_its_checkpoint(
     log2 = h.run("logs", scav, "--run", "2").stdout
     assert log2.startswith(f"starting at step {saved} ") and log2.rstrip().endswith("done")
     h.run("cancel", prod)
-    _ = json, sys
