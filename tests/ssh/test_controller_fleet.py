@@ -134,7 +134,7 @@ def test_preempted_job_resumes_on_another_host_with_its_checkpoint(
         ssh_hosts: TestHosts, ctl: Callable[..., Hs]) -> None:
     h = ctl(list(ssh_hosts)[:2], lease_s=120)
     scav = h.run("submit", "--parsable", "--gpus", "1", "--qos", "scavenger", "--checkpoint-signal", "USR1@10",
-                 "--", "python3", TRAINER, "--steps", "30", "--step-seconds", "0.1", check=True).stdout.strip()
+                 "--", "python3", TRAINER, "--steps", "100", "--step-seconds", "0.1", check=True).stdout.strip()
     wait_until(lambda: job(h, scav)["state"] == "RUNNING", 20)
     first = job(h, scav)["placement"][0]["node"]
     blocker = h.run("submit", "--parsable", "--gpus", "1", "--qos", "prod", "--", "sleep", "300",
