@@ -23,6 +23,8 @@ class LaunchRequest:
     workdir: str | None = None
     inherit_env: bool = False
     """Start from the helper's own environment (local runs) rather than a bare PATH (remote runs)."""
+    cpus: tuple[int, ...] = ()
+    """Pin the run to these CPU cores (those local to its GPUs); empty: no pinning."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,7 +64,7 @@ class LocalExecutor:
     async def launch(self, req: LaunchRequest) -> RunHandle:
         reply = await self._call("launch", {
             "run_dir": req.run_dir, "command": list(req.command), "env": dict(req.env),
-            "workdir": req.workdir, "inherit_env": req.inherit_env,
+            "workdir": req.workdir, "inherit_env": req.inherit_env, "cpus": list(req.cpus),
         })
         handle = handle_from_dict(reply.get("handle"))
         if handle is None:

@@ -410,7 +410,7 @@ class SSHExecutor:
         rdir = self._to_remote(remote, req.run_dir)
         reply = await self._helper("launch", {
             "run_dir": rdir, "command": list(req.command), "env": dict(req.env), "workdir": req.workdir,
-            "inherit_env": req.inherit_env,
+            "inherit_env": req.inherit_env, "cpus": list(req.cpus),
         })
         handle = self._handle_out(reply.get("handle"), req.run_dir)
         if handle is None:

@@ -101,6 +101,8 @@ class Device:
     temperature_c: float | None = None
     power_w: float | None = None
     simulated: bool = False
+    cpu_affinity: tuple[int, ...] = ()
+    """CPU cores local to the device (its NUMA node's), empty when unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +188,8 @@ class Placement:
     node: str
     devices: tuple[str, ...]
     explanation: str = ""
+    cpus: tuple[int, ...] = ()
+    """CPU cores local to the devices, for pinning the job there."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -261,7 +261,7 @@ def launch(req):
         return _existing(run_dir, wait_s=5.0)
     write_json_atomic(os.path.join(run_dir, "spec.json"), {
         "command": req["command"], "env": req.get("env") or {}, "workdir": req.get("workdir"),
-        "inherit_env": bool(req.get("inherit_env", False)),
+        "inherit_env": bool(req.get("inherit_env", False)), "cpus": req.get("cpus") or [],
     })
     helper = os.path.abspath(__file__)
     with open(os.devnull, "rb") as devnull_in, open(os.path.join(run_dir, "wrapper.log"), "ab") as wlog:
@@ -299,11 +299,14 @@ def wrap(run_dir):
     workdir = spec.get("workdir") or run_dir
     log_path = os.path.join(run_dir, "output.log")
     with open(log_path, "ab", buffering=0) as log:
+        cpus = _usable_cpus(spec.get("cpus") or [])
+        if cpus:
+            env["HSCHED_CPUS"] = ",".join(str(c) for c in cpus)
         try:
             child = subprocess.Popen(
                 spec["command"], cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 start_new_session=True, close_fds=True,
-                preexec_fn=_restore_signals,
+                preexec_fn=lambda: _prepare_child(cpus),
             )
         except OSError as e:
             log.write(("hsched: cannot start %r: %s\n" % (spec["command"][0], e.strerror)).encode())
@@ -324,6 +327,20 @@ def wrap(run_dir):
     write_json_atomic(os.path.join(run_dir, "exit.json"),
                       {"exit_code": code, "signal": sig, "end_time": time.time()})
     return 0
+
+
+def _usable_cpus(wanted):
+    """The wanted cores this process may run on (a job is pinned to the cores local to its GPUs)."""
+    if not wanted or not hasattr(os, "sched_getaffinity"):
+        return []
+    allowed = os.sched_getaffinity(0)
+    return sorted(c for c in wanted if c in allowed)
+
+
+def _prepare_child(cpus):
+    _restore_signals()
+    if cpus:
+        os.sched_setaffinity(0, cpus)
 
 
 def _restore_signals():

@@ -71,7 +71,14 @@ class Preempt:
 
 
 Decision = Start | Wait | Preempt
-DeviceChooser = Callable[[Node, Sequence[str], Resources], tuple[tuple[str, ...], str] | None]
+DeviceChooser = Callable[[Node, Sequence[str], Resources], "Chosen | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Chosen:
+    devices: tuple[str, ...]
+    explanation: str
+    cpus: tuple[int, ...] = ()
 
 
 def eligible_devices(node: Node, res: Resources) -> list[str]:
@@ -141,15 +148,15 @@ def unsatisfiable(res: Resources, nodes: Sequence[Node]) -> str | None:
             "lower --gpus, change --gpu-type or add a node")
 
 
-def topology_chooser(node: Node, free: Sequence[str], res: Resources) -> tuple[tuple[str, ...], str] | None:
+def topology_chooser(node: Node, free: Sequence[str], res: Resources) -> Chosen | None:
     """The topology placement engine: strongest weakest link, most NVLinks, fewest NUMA nodes, least
-    fragmentation; exact up to 16 devices."""
+    fragmentation; exact up to 16 devices; CPU cores from the NUMA nodes local to the chosen devices."""
     from hsched.topo.place import place_on_node
 
     result = place_on_node(node, res.gpus, free, res)
     if result is None:
         return None
-    return tuple(result.devices), result.explanation
+    return Chosen(tuple(result.devices), result.explanation, tuple(result.cpus))
 
 
 def default_chooser() -> DeviceChooser:
@@ -172,7 +179,7 @@ def _fit(node: Node, res: Resources, busy: set[str], cpus_used: Mapping[str, int
     chosen = choose(node, free, res)
     if chosen is None:
         return None
-    return Placement(node=node.name, devices=chosen[0], explanation=chosen[1])
+    return Placement(node=node.name, devices=chosen.devices, explanation=chosen.explanation, cpus=chosen.cpus)
 
 
 def _victims(job: Job, node: Node, fleet: FleetView, busy: set[str], cpus_used: Mapping[str, int],

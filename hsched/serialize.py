@@ -86,12 +86,15 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
 
 
 def placement_to_list(placement: tuple[Placement, ...]) -> list[dict[str, Any]]:
-    return [{"node": p.node, "devices": list(p.devices), "explanation": p.explanation} for p in placement]
+    return [{"node": p.node, "devices": list(p.devices), "explanation": p.explanation, "cpus": list(p.cpus)}
+            for p in placement]
 
 
 def placement_from_list(items: list[dict[str, Any]]) -> tuple[Placement, ...]:
     return tuple(
-        Placement(node=i["node"], devices=tuple(i["devices"]), explanation=i.get("explanation", "")) for i in items
+        Placement(node=i["node"], devices=tuple(i["devices"]), explanation=i.get("explanation", ""),
+                  cpus=tuple(i.get("cpus") or ()))
+        for i in items
     )
 
 
@@ -168,6 +171,7 @@ def device_to_dict(d: Device, job: int | None = None) -> dict[str, Any]:
         "temperature_c": d.temperature_c,
         "power_w": d.power_w,
         "simulated": d.simulated,
+        "cpu_affinity": _cpulist(d.cpu_affinity),
         "job": job,
     }
 
@@ -179,7 +183,34 @@ def device_from_dict(d: dict[str, Any]) -> Device:
         utilization_gpu=d.get("utilization_gpu"), numa_node=d.get("numa_node"), pci_bus_id=d.get("pci_bus_id"),
         compute_capability=d.get("compute_capability"), temperature_c=d.get("temperature_c"),
         power_w=d.get("power_w"), simulated=bool(d.get("simulated", False)),
+        cpu_affinity=_parse_cpulist(d.get("cpu_affinity")),
     )
+
+
+def _cpulist(cpus: tuple[int, ...]) -> str | None:
+    """0-3,8 style, as Linux and nvidia-smi print CPU lists."""
+    if not cpus:
+        return None
+    out, start, prev = [], cpus[0], cpus[0]
+    for c in [*cpus[1:], None]:
+        if c is not None and c == prev + 1:
+            prev = c
+            continue
+        out.append(f"{start}-{prev}" if prev != start else str(start))
+        if c is not None:
+            start = prev = c
+    return ",".join(out)
+
+
+def _parse_cpulist(text: str | None) -> tuple[int, ...]:
+    cpus: list[int] = []
+    for part in (text or "").split(","):
+        if "-" in part:
+            a, b = part.split("-", 1)
+            cpus.extend(range(int(a), int(b) + 1))
+        elif part.strip():
+            cpus.append(int(part))
+    return tuple(cpus)
 
 
 def node_to_dict(n: Node, owners: dict[str, int] | None = None) -> dict[str, Any]:

@@ -30,6 +30,7 @@ def simulated_devices(node: str, sim: SimulatedDevices) -> tuple[tuple[Device, .
 
     links: tuple[Link, ...] = ()
     numa_of: dict[int, int | None] = {}
+    affinity: dict[int, tuple[int, ...]] = {}
     uuids = [simulated_uuid(node, i) for i in range(sim.count)]
     if sim.topology:
         topo = _load_topology(sim)
@@ -39,12 +40,13 @@ def simulated_devices(node: str, sim: SimulatedDevices) -> tuple[tuple[Device, .
                             f"simulate.count is {sim.count}; make them agree")
         links = topology_to_links(topo, uuids)
         numa_of = {i: d.numa_node for i, d in enumerate(ordered)}
+        affinity = {i: tuple(d.cpu_affinity) for i, d in enumerate(ordered)}
     else:
         per = max(1, -(-sim.count // max(1, sim.numa_nodes)))
         numa_of = {i: min(i // per, sim.numa_nodes - 1) for i in range(sim.count)}
     devices = tuple(
         Device(uuid=uuids[i], index=i, model=sim.model, memory_total_mib=sim.memory_mib, memory_used_mib=0,
-               utilization_gpu=0.0, numa_node=numa_of.get(i), simulated=True)
+               utilization_gpu=0.0, numa_node=numa_of.get(i), simulated=True, cpu_affinity=affinity.get(i, ()))
         for i in range(sim.count)
     )
     return devices, links
@@ -127,6 +129,10 @@ def node_from_probe(rt: NodeRuntime, probe: dict[str, Any]) -> Node:
         devices, links = n.devices, n.links
     else:
         devices, links = _real_devices(probe)
+        # a GPU's local cores: NVML's affinity where it gave one, else its NUMA node's CPUs
+        cores = {n.get("id"): tuple(n.get("cpus") or ()) for n in numa}
+        devices = tuple(d if d.cpu_affinity or d.numa_node not in cores else replace(d, cpu_affinity=cores[d.numa_node])
+                        for d in devices)
     return replace(
         n,
         cpus=(sim.cpus if sim and sim.cpus else probe.get("cpus")),
@@ -156,7 +162,7 @@ def _real_devices(probe: dict[str, Any]) -> tuple[tuple[Device, ...], tuple[Link
             model=d.get("name") or d.get("model") or "unknown", memory_total_mib=mem_total, memory_used_mib=mem_used,
             utilization_gpu=d.get("utilization_gpu"), numa_node=d.get("numa_node"), pci_bus_id=d.get("pci_bus_id"),
             compute_capability=d.get("compute_capability"), temperature_c=d.get("temperature_c"),
-            power_w=d.get("power_w"),
+            power_w=d.get("power_w"), cpu_affinity=tuple(d.get("cpu_affinity") or ()),
         ))
     links: tuple[Link, ...] = ()
     topo_text = gpus.get("topo_matrix")

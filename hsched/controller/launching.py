@@ -169,7 +169,12 @@ async def launch(ctl: Controller, job: Job, run: Run) -> None:
                 pwd = (ctl.load_env(job.id) or {}).get("PWD")
                 if pwd and is_shared(rt, Path(pwd)):
                     workdir = pwd
-            req = LaunchRequest(run_dir=run.run_dir, command=job.spec.command, env=env, workdir=workdir)
+            # pin to the cores local to the GPUs, on real machines (a simulated node's cores are made up)
+            here = next((p for p in current.placement if p.node == run.node), None)
+            simulated = rt.config.simulate is not None
+            cpus = () if simulated or here is None else here.cpus
+            req = LaunchRequest(run_dir=run.run_dir, command=job.spec.command, env=env, workdir=workdir,
+                                cpus=cpus)
             handle = await rt.executor.launch(req)
     except (ExecutorError, TimeoutError) as e:
         await launch_failed(ctl, job, run, str(e) or "launch timed out")

@@ -527,6 +527,7 @@ def topology_of_node(node: Node) -> Topology:
             numa_nodes=(d.numa_node,) if d.numa_node is not None else (),
             memory_mib=d.memory_total_mib,
             compute_capability=d.compute_capability,
+            cpu_affinity=tuple(d.cpu_affinity),
         )
         for d in sorted(node.devices, key=lambda d: d.index)
     )

@@ -115,3 +115,13 @@ def test_missing_program_is_exit_127(tmp_path: Path) -> None:
 def test_bad_request_is_a_json_error() -> None:
     out = subprocess.run([sys.executable, HELPER, "launch"], input="{not json", capture_output=True, text=True)
     assert out.returncode == 1 and "error" in json.loads(out.stdout)
+
+
+def test_run_is_pinned_to_its_cores(tmp_path: Path) -> None:
+    run_dir = str(tmp_path / "r")
+    allowed = sorted(os.sched_getaffinity(0))
+    want = allowed[:1] + [10_000]  # a core this machine does not have is dropped, not an error
+    call("launch", {"run_dir": run_dir, "cpus": want, "command": [
+        sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)), os.environ['HSCHED_CPUS'])"]})
+    assert wait_status(run_dir, "exited")["exit_code"] == 0
+    assert (Path(run_dir) / "output.log").read_text() == f"{allowed[:1]} {allowed[0]}\n"

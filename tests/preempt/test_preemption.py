@@ -82,7 +82,8 @@ def test_scavenger_checkpoints_prod_starts_scavenger_resumes_elsewhere(lab: Hs) 
                                                                                      "Priority")
     kinds = [e["kind"] for e in job["events"]]
     assert "preempted" in kinds and "signal" in kinds
-    # it checkpointed on its signal (not finished: 100 steps take 10 s): next to nothing lost, and the GPUs were free well within the grace
+    # it checkpointed on its signal (not finished: 100 steps take 10 s): next to nothing lost, and the GPUs
+    # were free well within the grace
     assert job["preemptions"]["count"] == 1
     assert job["preemptions"]["lost_gpu_s"] is not None and job["preemptions"]["lost_gpu_s"] < 4 * 2.0
     assert 0 <= job["preemptions"]["time_to_free_s"][0] < 10
