@@ -188,29 +188,15 @@ def device_from_dict(d: dict[str, Any]) -> Device:
 
 
 def _cpulist(cpus: tuple[int, ...]) -> str | None:
-    """0-3,8 style, as Linux and nvidia-smi print CPU lists."""
-    if not cpus:
-        return None
-    out, start, prev = [], cpus[0], cpus[0]
-    for c in [*cpus[1:], None]:
-        if c is not None and c == prev + 1:
-            prev = c
-            continue
-        out.append(f"{start}-{prev}" if prev != start else str(start))
-        if c is not None:
-            start = prev = c
-    return ",".join(out)
+    from hsched.topo.topology import format_cpulist
+
+    return format_cpulist(cpus) or None
 
 
 def _parse_cpulist(text: str | None) -> tuple[int, ...]:
-    cpus: list[int] = []
-    for part in (text or "").split(","):
-        if "-" in part:
-            a, b = part.split("-", 1)
-            cpus.extend(range(int(a), int(b) + 1))
-        elif part.strip():
-            cpus.append(int(part))
-    return tuple(cpus)
+    from hsched.topo.topology import parse_cpulist
+
+    return parse_cpulist(text or "")
 
 
 def node_to_dict(n: Node, owners: dict[str, int] | None = None) -> dict[str, Any]:

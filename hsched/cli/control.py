@@ -11,7 +11,8 @@ from hsched.cli._common import EXIT_USAGE, handle_errors, print_json
 from hsched.errors import UserError
 
 
-def _each(op: str, job_ids: list[int], as_json: bool, **args: Any) -> None:
+def each(op: str, job_ids: list[int], as_json: bool, **args: Any) -> None:
+    """Apply `op` to each job; report each result, one line per failure, exit 2 if any failed."""
     from hsched.client import Client
 
     out, failed = [], False
@@ -63,21 +64,21 @@ def register(app: typer.Typer) -> None:
     def preempt(job_ids: list[int] = typer.Argument(..., metavar="JOB..."),
                 as_json: bool = typer.Option(False, "--json")) -> None:
         """Preempt running jobs now: checkpoint signal, grace, escalation, then back to the queue."""
-        _each("preempt", job_ids, as_json)
+        each("preempt", job_ids, as_json)
 
     @app.command()
     @handle_errors
     def checkpoint(job_ids: list[int] = typer.Argument(..., metavar="JOB..."),
                    as_json: bool = typer.Option(False, "--json")) -> None:
         """Send running jobs their checkpoint signal without stopping them."""
-        _each("checkpoint", job_ids, as_json)
+        each("checkpoint", job_ids, as_json)
 
     @app.command()
     @handle_errors
     def requeue(job_ids: list[int] = typer.Argument(..., metavar="JOB..."),
                 as_json: bool = typer.Option(False, "--json")) -> None:
         """Put ended jobs back in the queue under the same id."""
-        _each("requeue", job_ids, as_json)
+        each("requeue", job_ids, as_json)
 
     @app.command()
     @handle_errors
@@ -88,4 +89,4 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Change a job's priority (and QoS class)."""
-        _each("priority", [job_id], as_json, priority=value, qos=qos)
+        each("priority", [job_id], as_json, priority=value, qos=qos)

@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from hsched.cli._common import EXIT_FAILED, EXIT_USAGE, handle_errors, print_json
+from hsched.cli._common import EXIT_FAILED, handle_errors, print_json
 from hsched.errors import UserError
 
 
@@ -255,22 +255,9 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Cancel jobs: pending ones at once, running ones with SIGTERM, then SIGKILL."""
-        out = []
-        failed = False
-        with _client() as c:
-            for job_id in job_ids:
-                try:
-                    out.append(c.call("cancel", id=job_id))
-                except UserError as e:
-                    failed = True
-                    print(f"hsched: error: {e}", file=sys.stderr)
-        if as_json:
-            print_json(out)
-        else:
-            for j in out:
-                print(f"job {j['id']}: {j['state']}")
-        if failed:
-            raise typer.Exit(EXIT_USAGE)
+        from hsched.cli.control import each
+
+        each("cancel", job_ids, as_json)
 
     @app.command()
     @handle_errors
