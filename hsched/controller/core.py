@@ -329,8 +329,9 @@ class Controller:
 
     async def health_loop(self) -> None:
         """Node states on their own beat, so a round stuck on a slow node cannot hide that it is gone."""
-        from hsched.controller.health import check_health
+        from hsched.controller.health import check_health, simulate_telemetry
 
+        last_telemetry = 0.0
         while not self.stopping.is_set():
             if not self.home_intact():
                 log.error("%s or its lock file was removed: this controller steps down", self.home.root)
@@ -340,6 +341,10 @@ class Controller:
                 if await check_health(self):
                     self.poke()
                     await self.notify()
+                if time.monotonic() - last_telemetry >= self.settings.monitor_interval_s:
+                    last_telemetry = time.monotonic()
+                    active = await self.db(self.store.jobs, states=[JobState.RUNNING])
+                    simulate_telemetry(self, self.owners(active), time.time())
             except Exception:
                 log.exception("health check failed")
             try:

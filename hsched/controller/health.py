@@ -182,3 +182,29 @@ async def fence(ctl: Controller, rt: NodeRuntime) -> None:
         await ctl.db(ctl.store.set_run_state, run.id, "FENCED")
         await ctl.db(ctl.store.add_event, time.time(), "fenced",
                      f"stale copy of run {run.attempt} killed on {rt.name}", job_id=run.job_id, node=rt.name)
+
+
+def simulate_telemetry(ctl: Controller, owners: dict[str, int], now: float) -> None:
+    """Plausible readings for simulated devices, so the lab demo and the dashboard look like a lab: busy
+    while a job holds them, idle otherwise. Real devices are never touched; nodes say `simulated`."""
+    import math
+
+    for rt in ctl.nodes.values():
+        if rt.config.simulate is None:
+            continue
+        devices = []
+        for d in rt.node.devices:
+            if not d.simulated:
+                devices.append(d)
+                continue
+            phase = now / 7.0 + d.index
+            if d.uuid in owners:
+                util = round(78 + 18 * math.sin(phase) * math.sin(phase / 3.1), 1)
+                mem = int((d.memory_total_mib or 0) * (0.62 + 0.1 * math.sin(phase / 5.0)))
+                temp, power = round(52 + util / 4, 1), round(90 + util * 4.2, 1)
+            else:
+                util, mem, temp, power = 0.0, 0, 33.0, 62.0
+            devices.append(replace(d, utilization_gpu=util, memory_used_mib=mem, temperature_c=temp, power_w=power))
+            hist = rt.history.setdefault(d.uuid, collections.deque(maxlen=HISTORY))
+            hist.append((now, util, mem))
+        rt.node = replace(rt.node, devices=tuple(devices))
