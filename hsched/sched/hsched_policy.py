@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from hsched.sched.policy import Policy, hetero_assign, register, select_by_capacity, wants_from_assignment
-from hsched.sched.view import JobView, Plan, PolicyInput, qos_rank
+from hsched.sched.view import JobPhase, JobView, Plan, PolicyInput, qos_rank
 
 
 @register
@@ -31,9 +31,11 @@ class Hsched(Policy):
         # With a checkpoint cost, hysteresis: a promoted job keeps the top band while it runs until its wait
         # is down to half the trigger ratio, so it pays for one restore per real slice. Without a cost,
         # starved jobs may trade GPUs every round: that is free time-sharing, and it measured better.
-        factor = self.starve_factor * (0.5 if j.running and cost > 0 else 1.0)
-        if j.run_s > 0 and now - j.arrival_s - j.run_s >= factor * j.run_s:
-            return 0
+        run_s = j.run_s
+        if run_s > 0:
+            factor = self.starve_factor * (0.5 if cost > 0 and j.phase is JobPhase.RUNNING else 1.0)
+            if now - j.arrival_s - run_s >= factor * run_s:
+                return 0
         attained = j.gpus * j.service_s
         if attained < self.first_band_gpu_s:
             return 0
@@ -45,14 +47,16 @@ class Hsched(Policy):
     def order(self, inp: PolicyInput) -> list[JobView]:
         usage = inp.user_usage
         mean = sum(usage.values()) / len(usage) if usage else 0.0
+        heavy = self.fair_share_slack * mean
         min_run = self.min_run_s(inp)
+        now, cost, band = inp.now, inp.checkpoint_cost_s, self.band
+        running = JobPhase.RUNNING
 
         def key(j: JobView) -> tuple[int, int, int, int, int, float, int]:
-            over = 1 if mean > 0 and usage.get(j.user, 0.0) > self.fair_share_slack * mean else 0
-            fresh = j.running and j.run_start_s is not None and inp.now - j.run_start_s < min_run
-            band = self.band(j, inp.now, inp.checkpoint_cost_s)
+            over = 1 if mean > 0 and usage.get(j.user, 0.0) > heavy else 0
+            fresh = j.phase is running and j.run_start_s is not None and now - j.run_start_s < min_run
             # the user's priority orders jobs inside their QoS class, before fair share and service bands
-            return (qos_rank(j.qos), -j.priority, over, 0 if fresh else 1, band, j.arrival_s, j.id)
+            return (qos_rank(j.qos), -j.priority, over, 0 if fresh else 1, band(j, now, cost), j.arrival_s, j.id)
 
         return sorted(inp.jobs, key=key)
 

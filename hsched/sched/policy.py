@@ -9,6 +9,7 @@ packing, gang by gang, all or nothing. A clairvoyant policy subclasses `OraclePo
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import chain
 from typing import ClassVar
 
 from hsched.sched.view import JobView, OracleInput, Plan, PolicyInput, Want
@@ -74,9 +75,7 @@ def _load_builtin() -> None:
 
 def fastest_types(job: JobView, inp: PolicyInput) -> tuple[str, ...]:
     """The job's allowed, runnable GPU types, fastest for this job first."""
-    rel = inp.throughput.rel_speeds(job.job_type, job.gpus, inp.gpu_types)
-    types = [t for t in inp.gpu_types if rel.get(t, 0.0) > 0 and job.allows(t)]
-    return tuple(sorted(types, key=lambda t: -rel[t]))
+    return inp.throughput.fastest_types(job.job_type, job.gpus, inp.gpu_types, job.gpu_types)
 
 
 def select_by_capacity(ordered: Iterable[JobView], capacity: Mapping[str, int], inp: PolicyInput) -> list[JobView]:
@@ -114,39 +113,72 @@ def hetero_assign(
     """
     caps = dict(capacity)
     out: dict[int, str] = {}
-    for jid, t in (pinned or {}).items():
-        out[jid] = t
-        caps[t] = caps.get(t, 0) - next((j.gpus for j in selected if j.id == jid), 0)
-    todo = [j for j in selected if j.id not in out]
-    rels = {j.id: inp.throughput.rel_speeds(j.job_type, j.gpus, inp.gpu_types) for j in todo}
-    order = {j.id: i for i, j in enumerate(todo)}
-    types = [t for t in inp.gpu_types if caps.get(t, 0) > 0]
+    if pinned:
+        gpus_of: dict[int, int] = {}
+        for j in selected:
+            gpus_of.setdefault(j.id, j.gpus)
+        for jid, t in pinned.items():
+            out[jid] = t
+            caps[t] = caps.get(t, 0) - gpus_of.get(jid, 0)
+    # `todo` stays in priority order (its index is the last tie-break); each job's speeds are looked up once
+    todo = [(i, j) for i, j in enumerate(j for j in selected if j.id not in out)]
+    model, all_types = inp.throughput, inp.gpu_types
+    profile: dict[tuple[str, int, tuple[str, ...]], dict[str, float]] = {}
+    rels: list[dict[str, float]] = []
+    for _, j in todo:
+        pk = (j.job_type, j.gpus, j.gpu_types)
+        rel = profile.get(pk)
+        if rel is None:
+            full = model.rel_speeds(j.job_type, j.gpus, all_types)
+            # a type the job may not use counts as one it cannot run on
+            rel = profile[pk] = {t: (r if not j.gpu_types or t in j.gpu_types else 0.0) for t, r in full.items()}
+        rels.append(rel)
+    types = [t for t in all_types if caps.get(t, 0) > 0]
     while todo and types:
         slow, faster = types[-1], types[:-1]
         room_above = sum(max(0, caps[t]) for t in faster)
-        need = sum(j.gpus for j in todo) - room_above
-
-        def keep_frac(j: JobView, slow: str = slow, faster: Sequence[str] = faster) -> float:
-            rel = rels[j.id]
-            if rel.get(slow, 0.0) <= 0 or not j.allows(slow):
-                return -1.0
-            best = max((rel.get(t, 0.0) for t in faster if j.allows(t)), default=0.0)
-            return rel[slow] / best if best > 0 else 2.0  # 2.0: runs nowhere faster, must go here
-
+        need = sum(j.gpus for _, j in todo) - room_above
+        # keep_frac: the fraction of its best speed on a faster type that the job keeps on the slow type;
+        # -1 where it cannot run on the slow type, 2.0 where it runs nowhere faster (it must go here)
+        # ranked by (-keep_frac, not already on the slow type, priority order): bucketed by fraction, since
+        # jobs share a few speed profiles, and `todo` is already in priority order inside each bucket
+        fracs: dict[int, float] = {}
+        for rel in profile.values():
+            here = rel.get(slow, 0.0)
+            if here <= 0:
+                fracs[id(rel)] = -1.0
+            else:
+                best = max((rel.get(t, 0.0) for t in faster), default=0.0)
+                fracs[id(rel)] = here / best if best > 0 else 2.0
+        if need <= 0 and faster and max(fracs.values()) <= 1.0:
+            types.pop()  # the faster types hold everyone, and nobody must run here: nobody goes here
+            continue
+        buckets: dict[float, tuple[list[tuple[int, JobView]], list[tuple[int, JobView]]]] = {}
+        for ij in todo:
+            frac = fracs[id(rels[ij[0]])]
+            bucket = buckets.get(frac)
+            if bucket is None:
+                bucket = buckets[frac] = ([], [])
+            bucket[ij[1].gpu_type != slow].append(ij)
         # among equals, the job already there stays, then the first in priority order (the least served)
         # takes the slow type: the most-served jobs are the likeliest to keep running (heavy tails), so
         # they gain most from the fast GPUs, and the longest job is what sets the makespan
-        ranked = sorted(todo, key=lambda j: (-keep_frac(j), j.gpu_type != slow, order[j.id]))
-        left: list[JobView] = []
-        for j in ranked:
-            frac = keep_frac(j)
-            if (need > 0 or not faster or frac > 1.0) and j.gpus <= caps[slow] and frac >= 0:
-                out[j.id] = slow
-                caps[slow] -= j.gpus
-                need -= j.gpus
-            else:
-                left.append(j)
-        todo = sorted(left, key=lambda j: order[j.id])
+        cap = caps[slow]
+        placed: set[int] = set()
+        for frac in sorted(buckets, reverse=True):
+            if frac < 0 or (need <= 0 and faster and frac <= 1.0):
+                break  # the rest rank lower: none of them goes here
+            for i, j in chain(*buckets[frac]):
+                if need <= 0 and faster and frac <= 1.0:
+                    break
+                if j.gpus <= cap:
+                    out[j.id] = slow
+                    cap -= j.gpus
+                    need -= j.gpus
+                    placed.add(i)
+        caps[slow] = cap
+        if placed:
+            todo = [(i, j) for i, j in todo if i not in placed]
         types.pop()
     return out
 
@@ -156,10 +188,16 @@ def wants_from_assignment(
 ) -> tuple[Want, ...]:
     """Wants in priority order: assigned type first, then the job's other types as a fallback."""
     out = []
+    model, all_types = inp.throughput, inp.gpu_types
+    prefs: dict[tuple[str, int, tuple[str, ...], str], tuple[str, ...]] = {}
     for j in ordered:
         t = assigned.get(j.id)
         if t is None:
             continue
-        rest = tuple(x for x in fastest_types(j, inp) if x != t)
-        out.append(Want(j.id, (t, *rest)))
+        key = (j.job_type, j.gpus, j.gpu_types, t)
+        types = prefs.get(key)
+        if types is None:
+            ft = model.fastest_types(j.job_type, j.gpus, all_types, j.gpu_types)
+            types = prefs[key] = (t, *(x for x in ft if x != t))
+        out.append(Want(j.id, types))
     return tuple(out)

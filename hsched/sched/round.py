@@ -31,19 +31,34 @@ def build_input(
     user_usage: Mapping[str, float] | None = None,
 ) -> PolicyInput:
     """Assemble a PolicyInput: capacity per GPU type from the servers, types ordered fastest first."""
-    capacity: dict[str, int] = {}
-    for s in servers:
-        capacity[s.gpu_type] = capacity.get(s.gpu_type, 0) + len(s.devices)
+    capacity, gpu_types = _fleet(servers, throughput)
     return PolicyInput(
         now=now,
         jobs=tuple(jobs),
         capacity=capacity,
-        gpu_types=throughput.order_types(capacity),
+        gpu_types=gpu_types,
         throughput=throughput,
         checkpoint_cost_s=checkpoint_cost_s,
         round_s=round_s,
         user_usage=dict(user_usage or {}),
     )
+
+
+# The simulator hands the same tuple of servers every round: remember the last fleet's capacity and type order.
+_last_fleet: tuple[Sequence[ServerView], ThroughputModel, dict[str, int], tuple[str, ...]] | None = None
+
+
+def _fleet(servers: Sequence[ServerView], throughput: ThroughputModel) -> tuple[dict[str, int], tuple[str, ...]]:
+    global _last_fleet
+    last = _last_fleet
+    if last is not None and last[0] is servers and last[1] is throughput and isinstance(servers, tuple):
+        return dict(last[2]), last[3]
+    capacity: dict[str, int] = {}
+    for s in servers:
+        capacity[s.gpu_type] = capacity.get(s.gpu_type, 0) + len(s.devices)
+    gpu_types = throughput.order_types(capacity)
+    _last_fleet = (servers, throughput, dict(capacity), gpu_types)
+    return capacity, gpu_types
 
 
 def schedule_round(
@@ -78,8 +93,9 @@ def schedule_round(
 
 def _choose_type(job: JobView, want: Want, caps: Mapping[str, int], inp: PolicyInput) -> str | None:
     if want.types:
+        allowed = job.gpu_types
         for t in want.types:
-            if caps.get(t, 0) >= job.gpus and job.allows(t):
+            if caps.get(t, 0) >= job.gpus and (not allowed or t in allowed):
                 return t
         return None
     # Heterogeneity-unaware: stay put, else any type with room, picked pseudo-randomly but reproducibly from
@@ -118,7 +134,15 @@ def apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], plac
         if j is None or j.id in fixed or j.id in granted:
             continue
         considered.add(j.id)
-        t = _choose_type(j, w, caps, inp)
+        if w.types:  # the common case of _choose_type, inline: the first acceptable type with room
+            t = None
+            allowed = j.gpu_types
+            for x in w.types:
+                if caps.get(x, 0) >= j.gpus and (not allowed or x in allowed):
+                    t = x
+                    break
+        else:
+            t = _choose_type(j, w, caps, inp)
         if t is None:
             if plan.strict:
                 break
@@ -130,16 +154,39 @@ def apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], plac
     keep: list[JobView] = []
     to_place: list[tuple[JobView, str]] = []
     for j in inp.jobs:
+        t = granted.get(j.id)
         if j.running:
-            if j.id in fixed or granted.get(j.id) == j.gpu_type:
+            if t == j.gpu_type or j.id in fixed:
                 keep.append(j)
-            elif j.id in granted:
-                to_place.append((j, granted[j.id]))
+            elif t is not None:
+                to_place.append((j, t))
             else:
                 preempt.append(j.id)
-        elif j.id in granted:
-            to_place.append((j, granted[j.id]))
+        elif t is not None:
+            to_place.append((j, t))
 
+    starts: list[Start] = []
+    unplaced: set[int] = set()
+    if to_place:  # free devices are needed only to place someone
+        starts, unplaced = _place(to_place, keep, plan, servers, placer, preempt)
+
+    waiting = {
+        j.id: (EndReason.RESOURCES if j.id in considered or j.id in unplaced else EndReason.PRIORITY).value
+        for j in inp.jobs
+        if (not j.running and j.id not in granted) or j.id in unplaced
+    }
+    return RoundDecision(preempt=tuple(preempt), starts=tuple(starts), waiting=waiting)
+
+
+def _place(
+    to_place: list[tuple[JobView, str]],
+    keep: list[JobView],
+    plan: Plan,
+    servers: Sequence[ServerView],
+    placer: Placer,
+    preempt: list[int],
+) -> tuple[list[Start], set[int]]:
+    """Devices for the granted jobs around the kept ones; a running job that cannot be placed is preempted."""
     used = {d for j in keep for p in j.placement for d in p.devices}
     free: dict[str, list[str]] = {s.name: [d for d in s.devices if d not in used] for s in servers}
     by_type: dict[str, list[ServerView]] = {}
@@ -162,10 +209,4 @@ def apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], plac
             free[p.node] = [d for d in free[p.node] if d not in taken]
         starts.append(Start(j.id, t, where, migrate=j.running))
     starts.sort(key=lambda s: rank.get(s.job_id, 0))
-
-    waiting = {
-        j.id: (EndReason.RESOURCES if j.id in considered or j.id in unplaced else EndReason.PRIORITY).value
-        for j in inp.jobs
-        if (not j.running and j.id not in granted) or j.id in unplaced
-    }
-    return RoundDecision(preempt=tuple(preempt), starts=tuple(starts), waiting=waiting)
+    return starts, unplaced

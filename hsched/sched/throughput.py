@@ -62,6 +62,7 @@ class ThroughputModel:
         self.reference_type = reference_type.lower() if reference_type else None
         self._rate_cache: dict[tuple[str, int, str, bool], float | None] = {}
         self._rel_cache: dict[tuple[str, int, tuple[str, ...]], dict[str, float]] = {}
+        self._fastest_cache: dict[tuple[str, int, tuple[str, ...], tuple[str, ...]], tuple[str, ...]] = {}
 
     @classmethod
     def from_gavel_json(cls, data: Mapping[str, Mapping[str, Mapping[str, object]]]) -> ThroughputModel:
@@ -149,6 +150,22 @@ class ThroughputModel:
         top = max(raw.values(), default=0.0)
         out = {t: (r / top if top > 0 else 0.0) for t, r in raw.items()}
         self._rel_cache[key] = out
+        return out
+
+    def fastest_types(self, job_type: str, gpus: int, gpu_types: tuple[str, ...],
+                      allowed: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """The runnable types among `gpu_types` (and `allowed`, when not empty), fastest for this job first.
+
+        Ties keep `gpu_types`' order. Memoised: policies ask this for every job every round.
+        """
+        key = (job_type, gpus, gpu_types, allowed)
+        hit = self._fastest_cache.get(key)
+        if hit is not None:
+            return hit
+        rel = self.rel_speeds(job_type, gpus, gpu_types)
+        types = [t for t in gpu_types if rel.get(t, 0.0) > 0 and (not allowed or t in allowed)]
+        out = tuple(sorted(types, key=lambda t: -rel[t]))
+        self._fastest_cache[key] = out
         return out
 
     def fastest_rate(self, job_type: str, gpus: int, gpu_types: Iterable[str]) -> float | None:

@@ -266,8 +266,10 @@ class Simulator:
                 continue
             if not active:
                 continue
+            # a pending job's view is built once per wait (it does not change while it waits)
+            views = [j.view if j.view is not None and j.gpu_type is None else view(j, now) for j in active.values()]
             inp = build_input(
-                now, (view(j, now) for j in active.values()), self.servers, self.model,
+                now, views, self.servers, self.model,
                 checkpoint_cost_s=cfg.costs.checkpoint_s, round_s=cfg.round_s,
                 user_usage=usage if len(users) > 1 else None,
             )
