@@ -91,7 +91,9 @@ def schedule_round(
     return apply_plan(plan, inp, servers, placer or _DEFAULT_PLACER)
 
 
-def _choose_type(job: JobView, want: Want, caps: Mapping[str, int], inp: PolicyInput) -> str | None:
+def _choose_type(job: JobView, want: Want, caps: Mapping[str, int], inp: PolicyInput,
+                 _runnable: dict[tuple[str, int, tuple[str, ...]], tuple[str, ...]] | None = None) -> str | None:
+    """The type to grant `job` under `want`, or None. `_runnable`: a round's memo of runnable types per kind."""
     if want.types:
         allowed = job.gpu_types
         for t in want.types:
@@ -102,8 +104,14 @@ def _choose_type(job: JobView, want: Want, caps: Mapping[str, int], inp: PolicyI
     # the job id (Gavel's base FIFO picks a random available worker type; a blind scheduler sees one pool).
     if job.gpu_type is not None and caps.get(job.gpu_type, 0) >= job.gpus:
         return job.gpu_type
-    rel = inp.throughput.rel_speeds(job.job_type, job.gpus, inp.gpu_types)
-    room = [t for t in inp.gpu_types if rel.get(t, 0.0) > 0 and job.allows(t) and caps.get(t, 0) >= job.gpus]
+    key = (job.job_type, job.gpus, job.gpu_types)
+    runnable = _runnable.get(key) if _runnable is not None else None
+    if runnable is None:
+        rel = inp.throughput.rel_speeds(job.job_type, job.gpus, inp.gpu_types)
+        runnable = tuple(t for t in inp.gpu_types if rel.get(t, 0.0) > 0 and job.allows(t))
+        if _runnable is not None:
+            _runnable[key] = runnable
+    room = [t for t in runnable if caps.get(t, 0) >= job.gpus]
     if not room:
         return None
     return room[_mix(job.id) % len(room)]
@@ -129,6 +137,7 @@ def apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], plac
                 fixed.add(j.id)
     granted: dict[int, str] = {}
     considered: set[int] = set()
+    runnable: dict[tuple[str, int, tuple[str, ...]], tuple[str, ...]] = {}
     for w in plan.wants:
         j = jobs.get(w.job_id)
         if j is None or j.id in fixed or j.id in granted:
@@ -142,7 +151,7 @@ def apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], plac
                     t = x
                     break
         else:
-            t = _choose_type(j, w, caps, inp)
+            t = _choose_type(j, w, caps, inp, runnable)
         if t is None:
             if plan.strict:
                 break
