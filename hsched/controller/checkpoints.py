@@ -9,6 +9,7 @@ node other than the one that ran the job last, the folder is brought along throu
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -75,7 +76,7 @@ async def bring_along(ctl: Controller, job: Job, run: Run) -> None:
             await source.executor.get(remote, local)  # type: ignore[attr-defined]
         if not is_shared(target, local):
             remote = await target.executor.remote_path(str(local))  # type: ignore[attr-defined]
-            local.mkdir(parents=True, exist_ok=True)
+            await asyncio.to_thread(local.mkdir, parents=True, exist_ok=True)
             await target.executor.put(local, remote)  # type: ignore[attr-defined]
     except (ExecutorError, OSError) as e:
         await ctl.db(ctl.store.add_event, time.time(), "checkpoint",
@@ -83,7 +84,7 @@ async def bring_along(ctl: Controller, job: Job, run: Run) -> None:
                      "the run starts with what is there", job_id=job.id, node=run.node)
         return
     seconds = time.monotonic() - t0
-    size = _size(local)
+    size = await asyncio.to_thread(_size, local)
     await ctl.db(ctl.store.add_event, time.time(), "checkpoint_moved",
                  f"checkpoint moved {source_name} -> {run.node}: {size} bytes in {seconds:.2f} s",
                  job_id=job.id, node=run.node, data={"bytes": size, "seconds": seconds, "from": source_name})

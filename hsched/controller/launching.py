@@ -103,10 +103,10 @@ def fleet_view(ctl: Controller, active: list[Job]) -> FleetView:
 
 
 def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ...], *, checkpoint_dir: str,
-            remote: bool) -> dict[str, str]:
+            remote: bool, submit_env: dict[str, str] | None) -> dict[str, str]:
     """The run's environment. Local runs start from the submitter's (as sbatch's --export=ALL); a remote
     run gets the node's own login basics (the helper adds PATH, HOME, ...), never this machine's paths."""
-    env: dict[str, str] = {} if remote else dict(ctl.load_env(job.id) or {})
+    env: dict[str, str] = {} if remote else dict(submit_env or {})
     env.update(dict(job.spec.env))
     here = next((p for p in placements if p.node == run.node), Placement(run.node, run.devices))
     env.update({
@@ -157,16 +157,19 @@ async def launch(ctl: Controller, job: Job, run: Run) -> None:
     if current is None:
         return
     remote = rt.config.executor != "local"
-    ctl.checkpoint_dir(job.id).mkdir(parents=True, exist_ok=True)
+    # file work off the event loop
+    await asyncio.to_thread(ctl.checkpoint_dir(job.id).mkdir, parents=True, exist_ok=True)
+    submit_env = await asyncio.to_thread(ctl.load_env, job.id)
     try:
         async with ctl.launch_slots, asyncio.timeout(600):
             await bring_along(ctl, current, run)
             ckpt = await path_on(ctl, rt, job.id)
-            env = job_env(ctl, current, run, current.placement, checkpoint_dir=ckpt, remote=remote)
+            env = job_env(ctl, current, run, current.placement, checkpoint_dir=ckpt, remote=remote,
+                          submit_env=submit_env)
             workdir = job.spec.workdir
             if workdir is None:
                 # where the user submitted from, if the node sees that folder; else the run folder
-                pwd = (ctl.load_env(job.id) or {}).get("PWD")
+                pwd = (submit_env or {}).get("PWD")
                 if pwd and is_shared(rt, Path(pwd)):
                     workdir = pwd
             # pin to the cores local to the GPUs, on real machines (a simulated node's cores are made up)
