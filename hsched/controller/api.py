@@ -19,6 +19,7 @@ API_VERSION = 1
 class Api:
     def __init__(self, ctl: Controller) -> None:
         self.ctl = ctl
+        self._dicts: dict[int, tuple[tuple[Any, ...], dict[str, Any]]] = {}
 
     async def handle(self, op: str, args: dict[str, Any], peer_uid: int) -> Any:
         fn = getattr(self, f"op_{op}", None)
@@ -48,9 +49,20 @@ class Api:
 
     async def op_queue(self, args: dict[str, Any], uid: int) -> Any:
         rows = await self.ctl.db(self.ctl.store.job_rows, active_only=not args.get("all"))
+        return [self.job_dict(r) for r in rows]
+
+    def job_dict(self, row: Any) -> dict[str, Any]:
+        """The contract's job object for a store row, reused while the row is unchanged: most of a long
+        queue (ended jobs) never changes, and decoding every spec on every `queue --all` is what costs."""
         from hsched.store import _job
 
-        return [job_to_dict(_job(r)) for r in rows]
+        key = tuple(row)
+        hit = self._dicts.get(row["id"])
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        d = job_to_dict(_job(row))
+        self._dicts[row["id"]] = (key, d)
+        return d
 
     async def _job(self, args: dict[str, Any]) -> Any:
         try:
