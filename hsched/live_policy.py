@@ -65,17 +65,21 @@ class CoreDecision:
 class LivePlacer:
     """The simulator's server choice (best fit, NVLink first) with real constraints and topology inside."""
 
-    def __init__(self, nodes: Mapping[str, Node], jobs: Mapping[int, Job], fit: Fit) -> None:
+    def __init__(self, nodes: Mapping[str, Node], jobs: Mapping[int, Job], fit: Fit,
+                 prefer: Mapping[int, str] | None = None) -> None:
         self.nodes = nodes
         self.jobs = jobs
         self.fit = fit
+        self.prefer = prefer or {}
 
     def place(self, gpus: int, servers: Sequence[ServerView], free: Mapping[str, Sequence[str]],
               max_servers: int | None, job: JobView | None = None) -> tuple[Placement, ...] | None:
         if job is None or job.id not in self.jobs:
             return None
         j = self.jobs[job.id]
-        ranked = sorted(servers, key=lambda s: best_fit_key(s, len(free.get(s.name, ()))))
+        home = self.prefer.get(j.id)
+        # the node holding the job's checkpoint first (no copy), then the simulator's best fit
+        ranked = sorted(servers, key=lambda s: (s.name != home, best_fit_key(s, len(free.get(s.name, ())))))
         need = j.spec.resources.nodes
         out: list[Placement] = []
         for s in ranked:
@@ -104,7 +108,7 @@ def _view(job: Job, allowed: tuple[str, ...], types_of: Mapping[str, str], now: 
 
 def core_round(policy_name: str, nodes: Sequence[Node], pending: Sequence[Job], running: Sequence[Running],
                unavailable: frozenset[str], fit: Fit, now: float,
-               throughput: ThroughputModel | None = None) -> CoreDecision:
+               throughput: ThroughputModel | None = None, prefer: Mapping[int, str] | None = None) -> CoreDecision:
     """One round of the core's policy over the live fleet. `unavailable`: devices held by jobs that are not
     in `running` (launching, stopping), which no one may be given this round."""
     policy = make_policy(policy_name)
@@ -134,7 +138,7 @@ def core_round(policy_name: str, nodes: Sequence[Node], pending: Sequence[Job], 
                       user_usage=usage if len(usage) > 1 else {})
     plan = policy.plan(inp)  # type: ignore[arg-type]
     live_plan = Plan(plan.wants, preempt=False, strict=plan.strict)
-    placer = LivePlacer({n.name: n for n in up}, {j.id: j for j in pending}, fit)
+    placer = LivePlacer({n.name: n for n in up}, {j.id: j for j in pending}, fit, prefer)
     decision = apply_plan(live_plan, inp, servers, placer)
     pending_ids = {j.id for j in pending}
     wanted = [w.job_id for w in plan.wants if w.job_id in pending_ids]

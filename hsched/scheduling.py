@@ -46,6 +46,8 @@ class FleetView:
     """A scheduling-core policy (hsched.sched) deciding order and GPU types; None: QoS/priority/FIFO."""
     running_jobs: tuple[Running, ...] = ()
     """The running jobs as the policy sees them (for fair share and attained service)."""
+    prefer: Mapping[int, str] = field(default_factory=dict)
+    """Job id -> the node holding its checkpoint: tried first, so a resumed job avoids the copy when it can."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +233,7 @@ def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
             return _fit(node, job.spec.resources, st.busy | others, st.cpus_used, choose)
 
         core = core_round(fleet.policy, fleet.nodes, gpu_jobs, fleet.running_jobs,
-                          frozenset(st.busy - held_by_running), fit, now)
+                          frozenset(st.busy - held_by_running), fit, now, prefer=fleet.prefer)
         for job_id, placements in core.starts:
             if st.take(by_id[job_id], placements):
                 decisions.append(Start(job_id, placements))
@@ -277,7 +279,8 @@ class _RoundState:
         res = job.spec.resources
         fleet, choose = self.fleet, self.choose
         placements: list[Placement] = []
-        for node in self.up:
+        home = self.fleet.prefer.get(job.id)
+        for node in sorted(self.up, key=lambda n: n.name != home):
             if len(placements) == res.nodes:
                 break
             p = _fit(node, res, self.busy, self.cpus_used, choose)

@@ -322,6 +322,16 @@ class Store:
         with self.tx() as db:
             db.execute("UPDATE runs SET state = ? WHERE id = ?", (state, run_id))
 
+    def last_nodes(self, job_ids: Sequence[int]) -> dict[int, str]:
+        """The node of each job's latest run (where its checkpoint was last written)."""
+        if not job_ids:
+            return {}
+        marks = ",".join("?" * len(job_ids))
+        rows = self.db.execute(
+            f"SELECT job_id, node FROM runs WHERE id IN (SELECT MAX(id) FROM runs WHERE job_id IN ({marks}) "
+            "GROUP BY job_id)", list(job_ids)).fetchall()
+        return {r["job_id"]: r["node"] for r in rows}
+
     def fencing_runs(self, node: str) -> list[Run]:
         """Runs given up for lost on `node` that must be killed there when it answers again."""
         return [_run(r) for r in self.db.execute(

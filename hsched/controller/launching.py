@@ -10,6 +10,7 @@ import asyncio
 import logging
 import time
 import zlib
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,13 @@ async def schedule_round(ctl: Controller) -> bool:
             return False
         active = await ctl.db(ctl.store.jobs, states=[s for s in JobState if s.is_active()])
         view = fleet_view(ctl, active)
+        resumed = [j.id for j in pending if j.restarts > 0]
+        if resumed:
+            # a resumed job whose checkpoint sits on a node of its own goes back there when it can: no copy
+            last = await ctl.db(ctl.store.last_nodes, resumed)
+            prefer = {jid: node for jid, node in last.items()
+                      if node in ctl.nodes and not is_shared(ctl.nodes[node], ctl.checkpoint_dir(jid))}
+            view = replace(view, prefer=prefer)
         decisions = schedule(view, pending, time.time())
         by_id = {j.id: j for j in pending}
         active_by_id = {j.id: j for j in active}

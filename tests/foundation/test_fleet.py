@@ -85,3 +85,22 @@ def test_live_policy_sends_jobs_to_their_fastest_gpu_type_and_honours_priority()
     by_id = {x.job_id: x for x in d}
     assert isinstance(by_id[4], Start) and isinstance(by_id[3], Wait)
     assert d[0].job_id == 4  # considered first
+
+
+def test_a_resumed_job_goes_back_to_the_node_holding_its_checkpoint(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from hsched.model import Job, JobSpec, JobState
+
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text("".join(f'[[node]]\nname = "{n}"\n[node.simulate]\nmodel = "NVIDIA A100-SXM4-80GB"\n'
+                             'count = 4\ntopology = "nvswitch"\n' for n in ("a", "b")))
+    nodes = [replace(rt.node, state=NodeState.UP) for rt in build_fleet(load_fleet(fleet)).values()]
+    job = Job(id=1, spec=JobSpec(command=("x",), resources=Resources(gpus=2)), user="u", state=JobState.PENDING,
+              reason="", submit_time=0.0, restarts=1)
+    for policy in ("hsched", None):
+        view = FleetView(nodes=tuple(nodes), busy=frozenset(), cpus_used={}, policy=policy)
+        first = schedule(view, [job], 0.0)[0]
+        assert isinstance(first, Start) and first.placements[0].node == "a"
+        back = schedule(replace(view, prefer={1: "b"}), [job], 0.0)[0]
+        assert isinstance(back, Start) and back.placements[0].node == "b"
