@@ -36,6 +36,7 @@ from typing import Any
 
 import asyncssh
 from hsched.executors import _sshconfig
+from hsched.executors._helper_server import HelperServer
 from hsched.executors.base import LaunchRequest, StatusQuery
 
 from hsched import nodehelper
@@ -191,6 +192,8 @@ class SSHExecutor:
         self._failures = 0
         self._retry_at = 0.0
         self._offered: tuple[str, asyncssh.SSHKey] | None = None
+        self._server: HelperServer | None = None
+        self._server_conn: asyncssh.SSHClientConnection | None = None
         self._local_of: dict[str, str] = {}
         """remote run folder -> local run folder, for the runs this executor has seen (watch owners)."""
         asyncssh_log = logging.getLogger("asyncssh")
@@ -352,8 +355,48 @@ class SSHExecutor:
             raise ExecutorError(f"{self.name}: node helper '{what}': {reply['error']}")
         return reply
 
+    async def _server_for(self, conn: asyncssh.SSHClientConnection, remote: Remote) -> HelperServer | None:
+        """This connection's helper server, started on first use; None while one cannot be had."""
+        srv = self._server
+        if srv is not None and srv.dead is None and self._server_conn is conn:
+            return srv
+        if srv is not None:
+            srv.close()
+            self._server = None
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                await self._channels.acquire()
+                try:
+                    proc = await conn.create_process(shell_command(self.python, remote.helper, "serve"),
+                                                     encoding=None)
+                except BaseException:
+                    self._channels.release()
+                    raise
+        except (TimeoutError, asyncssh.Error, OSError) as e:
+            log.info("%s: no helper server (%s); one channel per request", self.name, e)
+            return None
+        srv = HelperServer(self.name, proc)
+        srv.reader.add_done_callback(lambda _t: self._channels.release())
+        self._server, self._server_conn = srv, conn
+        return srv
+
     async def _helper(self, command: str, request: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
-        """Run a helper command; if the cached helper vanished from the node (a cleaned cache), ship it again."""
+        """Run a helper command: on the node's helper server when it has one, else on a channel of its own;
+        if the cached helper vanished from the node (a cleaned cache), ship it again."""
+        conn, remote = await self._connection()
+        srv = await self._server_for(conn, remote)
+        if srv is not None:
+            try:
+                reply = await srv.call(command, request, self.command_timeout_s if timeout_s is None else timeout_s)
+            except ExecutorError:
+                if not srv.dead:
+                    raise  # no answer in time: the node is slow or gone; a second try would only wait again
+                reply = None  # the server died (say, its cached helper was cleaned away): one channel instead
+            if reply is not None:
+                self.last_contact = time.time()
+                if "error" in reply:
+                    raise ExecutorError(f"{self.name}: node helper '{command}': {reply['error']}")
+                return reply
         for attempt in (1, 2):
             conn, remote = await self._connection()
             rc, out, err = await self._run(conn, shell_command(self.python, remote.helper, command),
@@ -367,6 +410,9 @@ class SSHExecutor:
         raise AssertionError("unreachable")
 
     async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
         conn, self._conn, self._remote = self._conn, None, None
         if conn is not None:
             conn.close()

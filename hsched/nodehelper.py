@@ -449,6 +449,8 @@ COMMANDS = {"probe": probe, "launch": launch, "status": status, "signal": send_s
 def main(argv):
     if len(argv) >= 3 and argv[1] == "_wrap":
         return wrap(argv[2])
+    if len(argv) >= 2 and argv[1] == "serve":
+        return serve()
     if len(argv) < 2 or argv[1] not in COMMANDS:
         sys.stdout.write(json.dumps({"error": "usage: nodehelper.py %s" % "|".join(COMMANDS)}) + "\n")
         return 2
@@ -797,6 +799,47 @@ def newest(req):
             if best is None or t > best:
                 best = t
     return {"newest": best}
+
+
+def serve():
+    """Answer many requests on one channel: JSON lines {"id", "cmd", "req"} in, {"id", "reply"} out.
+
+    A remote controller keeps one of these per node, so a status or probe costs a round trip, not a Python
+    start. Requests run in threads (a launch may wait for its run to start) and replies may come out of
+    order; the id matches them. The loop ends when the channel closes (stdin EOF).
+    """
+    import threading
+
+    out_lock = threading.Lock()
+
+    def handle(line):
+        try:
+            msg = json.loads(line)
+            rid, cmd, req = msg["id"], msg["cmd"], msg.get("req") or {}
+        except (ValueError, KeyError, TypeError):
+            return
+        fn = COMMANDS.get(cmd)
+        try:
+            reply = fn(req) if fn is not None and cmd != "watch" else {"error": "unknown request %r" % cmd}
+        except Exception as e:
+            reply = {"error": "%s: %s" % (type(e).__name__, e)}
+        data = json.dumps({"id": rid, "reply": reply}) + "\n"
+        with out_lock:
+            try:
+                sys.stdout.write(data)
+                sys.stdout.flush()
+            except (OSError, ValueError):
+                os._exit(0)  # the reader is gone
+
+    workers = []
+    for line in sys.stdin:
+        t = threading.Thread(target=handle, args=(line,))
+        t.start()
+        workers.append(t)
+        workers = [w for w in workers if w.is_alive()]
+    for w in workers:  # answer what was asked before the channel closed
+        w.join(30)
+    return 0
 
 
 COMMANDS["read"] = read_file
