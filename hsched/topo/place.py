@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from hsched.errors import UserError
 from hsched.topo.links import LinkClass, estimate_bandwidth_gbps, fabric_links, link_class, link_strength
 from hsched.topo.models import Catalog, lookup_model, parse_cc
-from hsched.topo.topology import TopoDevice, TopoLink, Topology
+from hsched.topo.topology import TopoDevice, TopoLink, Topology, format_cpulist
 
 if TYPE_CHECKING:
     from hsched.model import Node, Resources
@@ -82,7 +82,6 @@ class PlacementResult:
     objective: tuple[Any, ...] = field(default=(), repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        from hsched.topo.topology import format_cpulist
 
         return {
             "devices": list(self.devices),
@@ -468,17 +467,8 @@ def format_device_range(names: Sequence[str]) -> str:
     prefix = names[0].rstrip("0123456789")
     if not all(n.startswith(prefix) and n[len(prefix) :].isdigit() for n in names):
         return ",".join(names)
-    idx = sorted(int(n[len(prefix) :]) for n in names)
-    parts: list[str] = []
-    start = prev = idx[0]
-    for i in idx[1:]:
-        if i == prev + 1:
-            prev = i
-            continue
-        parts.append(f"{start}-{prev}" if prev != start else str(start))
-        start = prev = i
-    parts.append(f"{start}-{prev}" if prev != start else str(start))
-    return prefix + ",".join(parts)
+    # the same compaction as a Linux CPU list
+    return prefix + format_cpulist(int(n[len(prefix) :]) for n in names)
 
 
 def _explain(
