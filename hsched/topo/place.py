@@ -82,7 +82,6 @@ class PlacementResult:
     objective: tuple[Any, ...] = field(default=(), repr=False)
 
     def to_json(self) -> dict[str, Any]:
-
         return {
             "devices": list(self.devices),
             "score": self.score,
