@@ -194,6 +194,8 @@ class SSHExecutor:
         self._offered: tuple[str, asyncssh.SSHKey] | None = None
         self._server: HelperServer | None = None
         self._server_conn: asyncssh.SSHClientConnection | None = None
+        self._server_lock = asyncio.Lock()
+        self._server_retry_at = 0.0
         self._local_of: dict[str, str] = {}
         """remote run folder -> local run folder, for the runs this executor has seen (watch owners)."""
         asyncssh_log = logging.getLogger("asyncssh")
@@ -360,6 +362,15 @@ class SSHExecutor:
         srv = self._server
         if srv is not None and srv.dead is None and self._server_conn is conn:
             return srv
+        if time.monotonic() < self._server_retry_at:
+            return None  # it failed a moment ago: a channel per request for a while
+        async with self._server_lock:  # many first calls at once must start one server, not one each
+            return await self._start_server(conn, remote)
+
+    async def _start_server(self, conn: asyncssh.SSHClientConnection, remote: Remote) -> HelperServer | None:
+        srv = self._server
+        if srv is not None and srv.dead is None and self._server_conn is conn:
+            return srv
         if srv is not None:
             srv.close()
             self._server = None
@@ -374,6 +385,7 @@ class SSHExecutor:
                     raise
         except (TimeoutError, asyncssh.Error, OSError) as e:
             log.info("%s: no helper server (%s); one channel per request", self.name, e)
+            self._server_retry_at = time.monotonic() + 60.0
             return None
         srv = HelperServer(self.name, proc)
         srv.reader.add_done_callback(lambda _t: self._channels.release())
@@ -391,7 +403,9 @@ class SSHExecutor:
             except ExecutorError:
                 if not srv.dead:
                     raise  # no answer in time: the node is slow or gone; a second try would only wait again
-                reply = None  # the server died (say, its cached helper was cleaned away): one channel instead
+                # the server died (say, its cached helper was cleaned away): one channel instead, for a while
+                self._server_retry_at = time.monotonic() + 60.0
+                reply = None
             if reply is not None:
                 self.last_contact = time.time()
                 if "error" in reply:

@@ -34,8 +34,9 @@ model = "{SLOW}"
 count = 2
 topology = "nvswitch"
 """
-# (gpus, work in V100-seconds)
-JOBS = [(1, 6.0), (1, 6.0), (1, 6.0), (1, 6.0), (2, 6.0), (1, 3.0)]
+# (gpus, work in V100-seconds); every event at least a second from the next, so the live run (real
+# processes, a poll every 0.1 s) sees the same order of completions as the simulated clock
+JOBS = [(1, 10.0), (1, 10.0), (1, 10.0), (1, 20.0), (2, 10.0), (1, 5.0)]
 
 
 def speed(model: str) -> float:
