@@ -121,8 +121,6 @@ def unsatisfiable(res: Resources, nodes: Sequence[Node]) -> str | None:
     fitting = []
     best = 0
     for n in nodes:
-        if n.state is NodeState.DOWN:
-            continue
         elig = eligible_devices(n, res)
         best = max(best, len(elig))
         if len(elig) < res.gpus:

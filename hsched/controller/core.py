@@ -119,16 +119,23 @@ class Controller:
     # ------------------------------------------------------------------------------------------ submit
 
     async def submit(self, spec: JobSpec, user: str, submit_env: dict[str, str] | None) -> Job:
-        why = unsatisfiable(spec.resources, [rt.node for rt in self.nodes.values()
-                                             if rt.node.state is not NodeState.UNREACHABLE or rt.node.devices])
         if spec.qos not in self.settings.qos:
             raise UserError(f"qos: expected one of {', '.join(self.settings.qos)}, found {spec.qos!r}")
-        if why is not None:
+        # whatever their state now, nodes whose devices we know decide whether a request can ever run; while
+        # some node was never reached, it may be the one that can, so the job waits instead of being refused
+        known = [rt.node for rt in self.nodes.values() if rt.last_ok is not None or rt.config.simulate]
+        unknown = sorted(rt.name for rt in self.nodes.values() if rt.last_ok is None and not rt.config.simulate)
+        why = unsatisfiable(spec.resources, known)
+        if why is not None and not unknown:
             raise UserError(f"job request cannot be satisfied by this fleet ({self.fleet_cfg.source}): {why}")
         async with self.lock:
             job = await self.db(self.store.submit, spec, user, time.time())
             if submit_env is not None:
                 await self.db(self._save_env, job.id, submit_env)
+            if why is not None:
+                await self.db(self.store.add_event, time.time(), "waiting",
+                              f"no node reached so far can run it ({why}); waiting for {', '.join(unknown)}",
+                              job_id=job.id)
         self.poke()
         await self.notify()
         return job

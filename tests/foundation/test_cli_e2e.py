@@ -216,3 +216,21 @@ def test_hold_release_priority_requeue(hs: Hs, tmp_path: Path) -> None:
     assert hs.run("wait", jid, "--timeout", "60").returncode == 0
     assert marker.read_text() == "x\nx\n"
     assert [e["kind"] for e in hs.json("show", jid)["events"]].count("started") == 2  # type: ignore[index]
+
+
+def test_a_gpu_job_waits_for_a_node_never_reached_instead_of_being_refused(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.toml"
+    # a node that cannot be reached (nothing listens on port 1), and this machine with no GPUs
+    fleet.write_text('[[node]]\nname = "far"\nexecutor = "ssh"\nhost = "127.0.0.1"\nport = 1\n'
+                     '[[node]]\nname = "here"\n')
+    h = Hs(tmp_path / "home", fleet=fleet)
+    try:
+        jid = h.run("submit", "--parsable", "--gpus", "2", "--", "true", check=True).stdout.strip()
+        job = h.json("show", jid)
+        assert job["state"] == "PENDING"  # type: ignore[index]
+        assert any(e["kind"] == "waiting" and "far" in e["message"] for e in job["events"])  # type: ignore[index]
+        nodes = {n["name"]: n["state"] for n in h.json("nodes")}  # type: ignore[union-attr,index]
+        assert nodes["far"] in ("UNREACHABLE", "DOWN") and nodes["here"] == "UP"
+        assert h.run("submit", "--gpus", "0", "--parsable", "--", "true").returncode == 0
+    finally:
+        h.stop()
