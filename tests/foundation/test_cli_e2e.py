@@ -234,3 +234,14 @@ def test_a_gpu_job_waits_for_a_node_never_reached_instead_of_being_refused(tmp_p
         assert h.run("submit", "--gpus", "0", "--parsable", "--", "true").returncode == 0
     finally:
         h.stop()
+
+
+def test_a_broken_fleet_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text('[[node]]\nname = "a"\nexecuter = "local"\n')
+    h = Hs(tmp_path / "home", fleet=fleet)
+    proc = h.run("queue")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"hsched: error: {fleet}: node[0].executer: unknown key (did you mean 'executor'?)"]
+    assert h.controller_pid() is None
