@@ -193,13 +193,14 @@ def register(app: typer.Typer) -> None:
 
         from hsched.theme import state_color
 
-        con = Console(highlight=False)
+        con = Console(highlight=False, soft_wrap=True)  # long commands stay whole lines when piped
         color = state_color(job["state"])
         con.print(f"[bold]Job {job['id']}[/] {job['name']}  [{color}]{job['state']}[/]"
                   + (f" ({job['reason']})" if job["reason"] else ""))
         rows = [
             ("user", job["user"]), ("qos / priority", f"{job['qos']} / {job['priority']}"),
-            ("command", " ".join(job["command"])), ("workdir", job.get("workdir") or ""),
+            ("command", " ".join(job["command"])),
+            ("workdir", job.get("workdir") or "(the submit folder, where a node sees it)"),
             ("resources", _resources_line(job["resources"])),
             ("submitted", job["submit_time"]), ("started", job["start_time"]), ("ended", job["end_time"]),
             ("exit code", job["exit_code"]), ("restarts", job["restarts"]),

@@ -115,6 +115,10 @@ async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_cod
     before = sorted((r for r in runs if r.id != run.id), key=lambda r: r.end_time or 0.0)
     ended = [(r.exit_code, r.state == "LOST") for r in before] + [(exit_code, lost)]
     fields, ev = settle(ctl, job, now, ended)
+    # the run's own record says why it ended, as the job's does (`hsched show` lists runs)
+    why = str(fields.get("reason") or "")
+    run_state = {"preempted": "PREEMPTED", "checkpointed": "CHECKPOINTED", "cancelled": "CANCELLED",
+                 "timeout": "TIMEOUT"}.get(why, run_state)
     data = None
     if ev[0] == "preempted":
         data = await preemption_cost(ctl, job, runs, now)
