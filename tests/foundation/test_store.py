@@ -72,3 +72,28 @@ def test_failed_transaction_leaves_nothing(store: Store) -> None:
         store.set_job(job.id, 2.0, state=JobState.RUNNING, no_such_column=1)
     j = store.get_job(job.id)
     assert j is not None and j.state is JobState.PENDING
+
+
+def test_schema_1_store_is_migrated_in_place(tmp_path: Path) -> None:
+    """A store written by the first release (no ranks) opens with its jobs and runs intact."""
+    import json
+
+    from hsched import store as store_mod
+
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path, isolation_level=None)
+    for stmt in store_mod._MIGRATIONS[0]:
+        db.execute(stmt)
+    db.execute("PRAGMA user_version=1")
+    spec = {"command": ["true"], "name": "old", "resources": {"gpus": 1}}
+    db.execute("INSERT INTO jobs(user, state, reason, qos, priority, spec, submit_time) VALUES "
+               "('u', 'RUNNING', '', 'normal', 0, ?, 1.0)", (json.dumps(spec),))
+    db.execute("INSERT INTO runs(job_id, attempt, node, devices, state, run_dir) VALUES "
+               "(1, 1, 'n', '[\"GPU-1\"]', 'RUNNING', '/r')")
+    db.close()
+    s = Store(path)
+    assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    run = s.live_runs()[0]
+    assert (run.rank, run.world, run.devices) == (0, 1, ("GPU-1",))
+    job = s.get_job(1)
+    assert job is not None and job.name == "old" and job.spec.resources.gpus == 1
