@@ -49,9 +49,32 @@ def node_type(node: Node) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Running:
+    """A running job as the scheduler may see it: its request and how long it has run, never its remaining
+    work or duration."""
+
     job: Job
     started: float
     """When its current attempt started."""
+
+    @property
+    def id(self) -> int:
+        return self.job.id
+
+    @property
+    def qos(self) -> str:
+        return self.job.spec.qos
+
+    @property
+    def priority(self) -> int:
+        return self.job.spec.priority
+
+    @property
+    def placements(self) -> tuple[Placement, ...]:
+        return self.job.placement
+
+    @property
+    def devices(self) -> frozenset[str]:
+        return frozenset(u for p in self.job.placement for u in p.devices)
 
 
 @dataclass(frozen=True, slots=True)

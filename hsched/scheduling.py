@@ -17,35 +17,21 @@ QOS_RANK = {"prod": 0, "normal": 1, "scavenger": 2}
 
 
 @dataclass(frozen=True, slots=True)
-class RunningJob:
-    """What the scheduler may know of a running job: no remaining work, no duration."""
-
-    id: int
-    qos: str
-    priority: int
-    user: str
-    start_time: float
-    placements: tuple[Placement, ...]
-    gpus: int
-
-
-@dataclass(frozen=True, slots=True)
 class FleetView:
     nodes: tuple[Node, ...]
     busy: frozenset[str]
     """UUIDs of devices held by active runs."""
     cpus_used: Mapping[str, int]
     """CPUs promised to active runs, per node."""
-    running: tuple[RunningJob, ...] = ()
-    """Jobs that hold devices and could be preempted (RUNNING only; not already stopping)."""
+    running: tuple[Running, ...] = ()
+    """Jobs that hold devices and could be preempted (RUNNING only, not already stopping); the policy also
+    reads them for fair share and attained service."""
     releasing: frozenset[str] = frozenset()
     """Devices of jobs being preempted or cancelled: busy now, free soon."""
     preempts: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """QoS class -> the classes it may preempt."""
     policy: str | None = None
     """A scheduling-core policy (hsched.sched) deciding order and GPU types; None: QoS/priority/FIFO."""
-    running_jobs: tuple[Running, ...] = ()
-    """The running jobs as the policy sees them (for fair share and attained service)."""
     prefer: Mapping[int, str] = field(default_factory=dict)
     """Job id -> the node holding its checkpoint: tried first, so a resumed job avoids the copy when it can."""
 
@@ -183,19 +169,19 @@ def _fit(node: Node, res: Resources, busy: set[str], cpus_used: Mapping[str, int
 
 
 def _victims(job: Job, node: Node, fleet: FleetView, busy: set[str], cpus_used: Mapping[str, int],
-             choose: DeviceChooser, taken: set[int]) -> list[RunningJob] | None:
+             choose: DeviceChooser, taken: set[int]) -> list[Running] | None:
     """The fewest, least important running jobs on `node` whose devices would let `job` start there."""
     allowed = fleet.preempts.get(job.spec.qos, frozenset())
     cands = [r for r in fleet.running
              if r.qos in allowed and r.id not in taken and any(p.node == node.name for p in r.placements)
              and len(r.placements) == 1]
     # least important first: lowest class, lowest priority, most recently started (least work lost)
-    cands.sort(key=lambda r: (-QOS_RANK.get(r.qos, 1), r.priority, -r.start_time))
-    chosen: list[RunningJob] = []
+    cands.sort(key=lambda r: (-QOS_RANK.get(r.qos, 1), r.priority, -r.started))
+    chosen: list[Running] = []
     freed: set[str] = set()
     for r in cands:
         chosen.append(r)
-        freed.update(u for p in r.placements for u in p.devices)
+        freed.update(r.devices)
         if _fit(node, job.spec.resources, busy - freed, cpus_used, choose) is not None:
             break
     else:
@@ -203,7 +189,7 @@ def _victims(job: Job, node: Node, fleet: FleetView, busy: set[str], cpus_used: 
     # drop victims that turned out unnecessary (the search added them greedily)
     for r in list(chosen):
         rest = [x for x in chosen if x is not r]
-        rest_freed = {u for x in rest for p in x.placements for u in p.devices}
+        rest_freed = {u for x in rest for u in x.devices}
         if rest and _fit(node, job.spec.resources, busy - rest_freed, cpus_used, choose) is not None:
             chosen = rest
     return chosen
@@ -224,13 +210,13 @@ def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
     by_id = {j.id: j for j in queue}
     if fleet.policy:
         gpu_jobs = [j for j in queue if j.spec.resources.gpus > 0]
-        held_by_running = {u for r in fleet.running_jobs for p in r.job.placement for u in p.devices}
+        held_by_running = {u for r in fleet.running for u in r.devices}
 
         def fit(node: Node, job: Job, free: Sequence[str]) -> Placement | None:
             others = {d.uuid for d in node.devices} - set(free)
             return _fit(node, job.spec.resources, st.busy | others, st.cpus_used, choose)
 
-        core = core_round(fleet.policy, fleet.nodes, gpu_jobs, fleet.running_jobs,
+        core = core_round(fleet.policy, fleet.nodes, gpu_jobs, fleet.running,
                           frozenset(st.busy - held_by_running), fit, now, prefer=fleet.prefer)
         for job_id, placements in core.starts:
             if st.take(by_id[job_id], placements):
@@ -296,17 +282,17 @@ class _RoundState:
                     self.blocked_ahead = True
                     return Wait(job.id, "Preempting")
         if res.nodes == 1 and fleet.preempts.get(job.spec.qos):
-            best: tuple[int, int, Node, list[RunningJob]] | None = None
+            best: tuple[int, int, Node, list[Running]] | None = None
             for node in self.up:
                 victims = _victims(job, node, fleet, self.busy, self.cpus_used, choose, self.taken)
                 if victims is not None:
-                    key = (len(victims), sum(v.gpus for v in victims))
+                    key = (len(victims), sum(len(v.devices) for v in victims))
                     if best is None or key < best[:2]:
                         best = (*key, node, victims)
             if best is not None:
                 _, _, node, victims = best
                 self.taken.update(v.id for v in victims)
-                freed = {u for v in victims for p in v.placements for u in p.devices}
+                freed = {u for v in victims for u in v.devices}
                 claim = _fit(node, res, self.busy - freed, self.cpus_used, choose)
                 if claim is not None:
                     self.busy.update(claim.devices)

@@ -8,7 +8,9 @@ then writes it holds `self.lock`, so a cancel and the scheduling round cannot in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import json
 import logging
 import os
 import time
@@ -23,14 +25,23 @@ from hsched.controller.fleet import NodeRuntime, build_fleet, probe_node
 from hsched.controller.stopping import StopPlan, StopReason, begin_stop
 from hsched.errors import ExecutorError, UserError
 from hsched.model import Job, JobSpec, JobState, NodeState, Run
+from hsched.nodehelper import read_json, write_json_atomic
 from hsched.paths import Home
 from hsched.scheduling import unsatisfiable
+from hsched.serialize import spec_to_dict
 from hsched.store import Store
 
 log = logging.getLogger("hsched.controller")
 T = TypeVar("T")
 
 ACTIVE_STATES = tuple(s for s in JobState if s.is_active())
+
+
+async def wait_at_most(event: asyncio.Event, seconds: float) -> None:
+    """Until `event` is set or `seconds` pass, whichever comes first."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await event.wait()
 
 
 class Controller:
@@ -142,16 +153,9 @@ class Controller:
 
     def _save_env(self, job_id: int, env: dict[str, str]) -> None:
         path = self.env_file(job_id)
+        # the folder is private (0700): environments may hold secrets
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        import json
-
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(env, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_json_atomic(str(path), env)
 
     def checkpoint_dir(self, job_id: int) -> Path:
         return self.home.checkpoints / str(job_id)
@@ -160,12 +164,8 @@ class Controller:
         return self.home.runs / "env" / f"{job_id}.json"
 
     def load_env(self, job_id: int) -> dict[str, str] | None:
-        import json
-
-        try:
-            return dict(json.loads(self.env_file(job_id).read_text()))
-        except (OSError, ValueError):
-            return None
+        env = read_json(str(self.env_file(job_id)))
+        return dict(env) if isinstance(env, dict) else None
 
     # ------------------------------------------------------------------------------------------ cancel
 
@@ -226,10 +226,6 @@ class Controller:
         return jobs
 
     async def _hold_one(self, job_id: int, hold: bool) -> Job:
-        import json
-
-        from hsched.serialize import spec_to_dict
-
         job = await self._get(job_id)
         if job.state is not JobState.PENDING:
             raise UserError(f"job {job_id} is {job.state.value}; only pending jobs can be held or released")
@@ -241,18 +237,13 @@ class Controller:
                              event=("held" if hold else "released", "held by the user" if hold else "released"))
 
     async def set_priority(self, job_id: int, priority: int, qos: str | None = None) -> Job:
-        from hsched.model import QOS_CLASSES
-        from hsched.serialize import spec_to_dict
-
         now = time.time()
-        if qos is not None and qos not in QOS_CLASSES:
-            raise UserError(f"--qos: expected one of {', '.join(QOS_CLASSES)}, found {qos!r}")
+        if qos is not None and qos not in self.settings.qos:
+            raise UserError(f"--qos: expected one of {', '.join(self.settings.qos)}, found {qos!r}")
         async with self.lock:
             job = await self._get(job_id)
             if job.state.is_terminal():
                 raise UserError(f"job {job_id} has ended ({job.state.value}); its priority no longer matters")
-            import json
-
             spec = replace(job.spec, priority=priority, qos=qos or job.spec.qos)
             job = await self.db(self.store.set_job, job_id, now, spec=json.dumps(spec_to_dict(spec)),
                                 priority=priority, qos=spec.qos,
@@ -309,11 +300,7 @@ class Controller:
 
         last_probe = time.monotonic()
         while not self.stopping.is_set():
-            try:
-                async with asyncio.timeout(self.settings.poll_interval_s):
-                    await self.wake.wait()
-            except TimeoutError:
-                pass
+            await wait_at_most(self.wake, self.settings.poll_interval_s)
             self.wake.clear()
             if self.stopping.is_set():
                 break
@@ -354,11 +341,7 @@ class Controller:
                     simulate_telemetry(self, self.owners(active), time.time())
             except Exception:
                 log.exception("health check failed")
-            try:
-                async with asyncio.timeout(0.5):
-                    await self.stopping.wait()
-            except TimeoutError:
-                pass
+            await wait_at_most(self.stopping, 0.5)
 
     def home_intact(self) -> bool:
         """Still the owner of this HSCHED_HOME: a deleted (or replaced) lock file means another controller

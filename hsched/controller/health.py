@@ -20,6 +20,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from hsched.controller.core import wait_at_most
 from hsched.controller.stopping import StopReason, begin_stop
 from hsched.errors import ExecutorError
 from hsched.model import JobState, NodeState
@@ -58,11 +59,7 @@ async def monitor(ctl: Controller, rt: NodeRuntime) -> None:
             rt.probe_error = str(e)
         except Exception:  # a malformed sample must not end monitoring for good
             log.exception("%s: monitoring failed", rt.name)
-        try:
-            async with asyncio.timeout(1.0):
-                await ctl.stopping.wait()
-        except TimeoutError:
-            pass
+        await wait_at_most(ctl.stopping, 1.0)
 
 
 def record_sample(rt: NodeRuntime, sample: dict[str, Any]) -> None:

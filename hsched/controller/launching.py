@@ -20,7 +20,7 @@ from hsched.errors import ExecutorError
 from hsched.executors.base import LaunchRequest
 from hsched.live_policy import Running
 from hsched.model import Job, JobState, Placement, Run
-from hsched.scheduling import FleetView, Preempt, RunningJob, Start, Wait, schedule
+from hsched.scheduling import FleetView, Preempt, Start, Wait, schedule
 
 if TYPE_CHECKING:
     from hsched.controller.core import Controller
@@ -87,8 +87,7 @@ def fleet_view(ctl: Controller, active: list[Job]) -> FleetView:
     busy: set[str] = set()
     releasing: set[str] = set()
     cpus_used: dict[str, int] = {}
-    running: list[RunningJob] = []
-    running_jobs: list[Running] = []
+    running: list[Running] = []
     for j in active:
         devices = {u for p in j.placement for u in p.devices}
         busy.update(devices)
@@ -98,16 +97,13 @@ def fleet_view(ctl: Controller, active: list[Job]) -> FleetView:
             for p in j.placement:
                 cpus_used[p.node] = cpus_used.get(p.node, 0) + j.spec.resources.cpus
         if j.state is JobState.RUNNING:
-            started = ctl.attempt_start.get(j.id) or j.start_time or 0.0
-            running.append(RunningJob(id=j.id, qos=j.spec.qos, priority=j.spec.priority, user=j.user,
-                                      start_time=started, placements=j.placement, gpus=len(devices)))
-            running_jobs.append(Running(j, started))
+            running.append(Running(j, ctl.attempt_start.get(j.id) or j.start_time or 0.0))
     for rt in ctl.nodes.values():
         busy.update(rt.foreign)  # a GPU someone else is using is not free, whatever our records say
     preempts = {name: frozenset(q.preempts) for name, q in ctl.settings.qos.items()}
     return FleetView(nodes=tuple(ctl.node_list()), busy=frozenset(busy), cpus_used=cpus_used,
                      running=tuple(running), releasing=frozenset(releasing), preempts=preempts,
-                     policy=ctl.settings.policy, running_jobs=tuple(running_jobs))
+                     policy=ctl.settings.policy)
 
 
 def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ...], *, checkpoint_dir: str,
