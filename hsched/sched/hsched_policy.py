@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 
+from hsched.model import DEFAULT_QOS
 from hsched.sched.policy import Policy, hetero_assign, register, select_by_capacity, wants_from_assignment
-from hsched.sched.view import JobPhase, JobView, Plan, PolicyInput, qos_rank
+from hsched.sched.view import QOS_RANK, JobPhase, JobView, Plan, PolicyInput, qos_rank
 
 
 @register
@@ -51,12 +52,15 @@ class Hsched(Policy):
         min_run = self.min_run_s(inp)
         now, cost, band = inp.now, inp.checkpoint_cost_s, self.band
         running = JobPhase.RUNNING
+        ranks, normal = QOS_RANK, qos_rank(DEFAULT_QOS)
 
         def key(j: JobView) -> tuple[int, int, int, int, int, float, int]:
             over = 1 if mean > 0 and usage.get(j.user, 0.0) > heavy else 0
-            fresh = j.phase is running and j.run_start_s is not None and now - j.run_start_s < min_run
+            start = j.run_start_s
+            fresh = start is not None and j.phase is running and now - start < min_run
             # the user's priority orders jobs inside their QoS class, before fair share and service bands
-            return (qos_rank(j.qos), -j.priority, over, 0 if fresh else 1, band(j, now, cost), j.arrival_s, j.id)
+            return (ranks.get(j.qos, normal), -j.priority, over, 0 if fresh else 1, band(j, now, cost), j.arrival_s,
+                    j.id)
 
         return sorted(inp.jobs, key=key)
 

@@ -8,6 +8,7 @@ packing, gang by gang, all or nothing. A clairvoyant policy subclasses `OraclePo
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain
 from typing import ClassVar
@@ -120,65 +121,93 @@ def hetero_assign(
         for jid, t in pinned.items():
             out[jid] = t
             caps[t] = caps.get(t, 0) - gpus_of.get(jid, 0)
-    # `todo` stays in priority order (its index is the last tie-break); each job's speeds are looked up once
-    todo = [(i, j) for i, j in enumerate(j for j in selected if j.id not in out)]
     model, all_types = inp.throughput, inp.gpu_types
-    profile: dict[tuple[str, int, tuple[str, ...]], dict[str, float]] = {}
-    rels: list[dict[str, float]] = []
-    for _, j in todo:
+    # Jobs share a few speed profiles: group them once, by profile and by the type they run on now, each
+    # group in priority order (the index is the priority rank, the last tie-break). A level then walks only
+    # the groups it needs and stops as soon as its type is full or not needed, instead of re-sorting all.
+    # Jobs share a few speed profiles: group them once, by profile and by the type they run on now, each
+    # group in priority order (the index is the priority rank, the last tie-break). A level then walks only
+    # the groups it needs and stops as soon as its type is full or not needed, instead of re-sorting all.
+    Speeds = tuple[float, ...]  # relative speed on each of all_types
+    speeds_of: dict[tuple[str, int, tuple[str, ...]], Speeds] = {}
+    every: dict[Speeds, list[tuple[int, JobView]]] = {}
+    on_type: dict[tuple[Speeds, str | None], list[tuple[int, JobView]]] = {}
+    left = 0  # GPUs of the jobs not yet given a type
+    least = 0  # the smallest request: a type with less room than this takes nobody more
+    i = 0
+    for j in selected:
+        if j.id in out:
+            continue
         pk = (j.job_type, j.gpus, j.gpu_types)
-        rel = profile.get(pk)
-        if rel is None:
+        sp = speeds_of.get(pk)
+        if sp is None:
             full = model.rel_speeds(j.job_type, j.gpus, all_types)
             # a type the job may not use counts as one it cannot run on
-            rel = profile[pk] = {t: (r if not j.gpu_types or t in j.gpu_types else 0.0) for t, r in full.items()}
-        rels.append(rel)
+            sp = speeds_of[pk] = tuple(full.get(t, 0.0) if not j.gpu_types or t in j.gpu_types else 0.0
+                                       for t in all_types)
+        item = (i, j)
+        group = every.get(sp)
+        if group is None:
+            every[sp] = [item]
+        else:
+            group.append(item)
+        here = on_type.get((sp, j.gpu_type))
+        if here is None:
+            on_type[(sp, j.gpu_type)] = [item]
+        else:
+            here.append(item)
+        g = j.gpus
+        left += g
+        if i == 0 or g < least:
+            least = g
+        i += 1
+    col = {t: n for n, t in enumerate(all_types)}
+    placed: set[int] = set()
     types = [t for t in all_types if caps.get(t, 0) > 0]
-    while todo and types:
+    while len(placed) < i and types:
         slow, faster = types[-1], types[:-1]
         room_above = sum(max(0, caps[t]) for t in faster)
-        need = sum(j.gpus for _, j in todo) - room_above
+        need = left - room_above
         # keep_frac: the fraction of its best speed on a faster type that the job keeps on the slow type;
         # -1 where it cannot run on the slow type, 2.0 where it runs nowhere faster (it must go here)
-        # ranked by (-keep_frac, not already on the slow type, priority order): bucketed by fraction, since
-        # jobs share a few speed profiles, and `todo` is already in priority order inside each bucket
-        fracs: dict[int, float] = {}
-        for rel in profile.values():
-            here = rel.get(slow, 0.0)
-            if here <= 0:
-                fracs[id(rel)] = -1.0
+        fracs: dict[float, list[Speeds]] = {}
+        s_col, f_cols = col[slow], [col[t] for t in faster]
+        for sp in every:
+            here_speed = sp[s_col]
+            if here_speed <= 0:
+                frac = -1.0
             else:
-                best = max((rel.get(t, 0.0) for t in faster), default=0.0)
-                fracs[id(rel)] = here / best if best > 0 else 2.0
-        if need <= 0 and faster and max(fracs.values()) <= 1.0:
-            types.pop()  # the faster types hold everyone, and nobody must run here: nobody goes here
-            continue
-        buckets: dict[float, tuple[list[tuple[int, JobView]], list[tuple[int, JobView]]]] = {}
-        for ij in todo:
-            frac = fracs[id(rels[ij[0]])]
-            bucket = buckets.get(frac)
-            if bucket is None:
-                bucket = buckets[frac] = ([], [])
-            bucket[ij[1].gpu_type != slow].append(ij)
-        # among equals, the job already there stays, then the first in priority order (the least served)
-        # takes the slow type: the most-served jobs are the likeliest to keep running (heavy tails), so
-        # they gain most from the fast GPUs, and the longest job is what sets the makespan
+                best = max((sp[c] for c in f_cols), default=0.0)
+                frac = here_speed / best if best > 0 else 2.0
+            fracs.setdefault(frac, []).append(sp)
         cap = caps[slow]
-        placed: set[int] = set()
-        for frac in sorted(buckets, reverse=True):
-            if frac < 0 or (need <= 0 and faster and frac <= 1.0):
-                break  # the rest rank lower: none of them goes here
-            for i, j in chain(*buckets[frac]):
+        # among equals (one fraction), the job already there stays, then the first in priority order (the
+        # least served) takes the slow type: the most-served jobs are the likeliest to keep running (heavy
+        # tails), so they gain most from the fast GPUs, and the longest job is what sets the makespan
+        for frac in sorted(fracs, reverse=True):
+            lazy = need <= 0 and bool(faster) and frac <= 1.0
+            if frac < 0 or lazy or cap < least:
+                break
+            sps = fracs[frac]
+            ons = [on_type.get((sp, slow), ()) for sp in sps]
+            offs = [every[sp] for sp in sps]
+            first = ons[0] if len(ons) == 1 else heapq.merge(*ons)
+            rest = offs[0] if len(offs) == 1 else heapq.merge(*offs)
+            for k, j in chain(first, ((k, j) for k, j in rest if j.gpu_type != slow)):
+                if k in placed:
+                    continue
                 if need <= 0 and faster and frac <= 1.0:
                     break
-                if j.gpus <= cap:
+                g = j.gpus
+                if g <= cap:
                     out[j.id] = slow
-                    cap -= j.gpus
-                    need -= j.gpus
-                    placed.add(i)
+                    cap -= g
+                    need -= g
+                    left -= g
+                    placed.add(k)
+                    if cap < least:
+                        break
         caps[slow] = cap
-        if placed:
-            todo = [(i, j) for i, j in todo if i not in placed]
         types.pop()
     return out
 
@@ -190,8 +219,9 @@ def wants_from_assignment(
     out = []
     model, all_types = inp.throughput, inp.gpu_types
     prefs: dict[tuple[str, int, tuple[str, ...], str], tuple[str, ...]] = {}
+    get, make, append = assigned.get, Want._make, out.append
     for j in ordered:
-        t = assigned.get(j.id)
+        t = get(j.id)
         if t is None:
             continue
         key = (j.job_type, j.gpus, j.gpu_types, t)
@@ -199,5 +229,5 @@ def wants_from_assignment(
         if types is None:
             ft = model.fastest_types(j.job_type, j.gpus, all_types, j.gpu_types)
             types = prefs[key] = (t, *(x for x in ft if x != t))
-        out.append(Want(j.id, types))
+        append(make((j.id, types)))
     return tuple(out)

@@ -15,7 +15,7 @@ from hsched.model import EndReason
 from hsched.sched.placement import PackingPlacer, Placer
 from hsched.sched.policy import AnyPolicy
 from hsched.sched.throughput import ThroughputModel
-from hsched.sched.view import JobView, OracleInput, Plan, PolicyInput, RoundDecision, ServerView, Start, Want
+from hsched.sched.view import JobPhase, JobView, OracleInput, Plan, PolicyInput, RoundDecision, ServerView, Start, Want
 
 _DEFAULT_PLACER = PackingPlacer()
 
@@ -130,24 +130,26 @@ def apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], plac
     jobs = {j.id: j for j in inp.jobs}
     caps = dict(inp.capacity)
     fixed: set[int] = set()
+    running = JobPhase.RUNNING
     if not plan.preempt:
         for j in inp.jobs:
-            if j.running and j.gpu_type is not None:
+            if j.phase is running and j.gpu_type is not None:
                 caps[j.gpu_type] = caps.get(j.gpu_type, 0) - j.gpus
                 fixed.add(j.id)
     granted: dict[int, str] = {}
     considered: set[int] = set()
     runnable: dict[tuple[str, int, tuple[str, ...]], tuple[str, ...]] = {}
     for w in plan.wants:
-        j = jobs.get(w.job_id)
-        if j is None or j.id in fixed or j.id in granted:
+        jid = w.job_id
+        j = jobs.get(jid)
+        if j is None or jid in fixed or jid in granted:
             continue
-        considered.add(j.id)
+        considered.add(jid)
         if w.types:  # the common case of _choose_type, inline: the first acceptable type with room
             t = None
-            allowed = j.gpu_types
+            allowed, g = j.gpu_types, j.gpus
             for x in w.types:
-                if caps.get(x, 0) >= j.gpus and (not allowed or x in allowed):
+                if caps.get(x, 0) >= g and (not allowed or x in allowed):
                     t = x
                     break
         else:
@@ -157,14 +159,15 @@ def apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], plac
                 break
             continue
         caps[t] -= j.gpus
-        granted[j.id] = t
+        granted[jid] = t
 
     preempt: list[int] = []
     keep: list[JobView] = []
     to_place: list[tuple[JobView, str]] = []
+    waiting: dict[int, str] = {}
     for j in inp.jobs:
         t = granted.get(j.id)
-        if j.running:
+        if j.phase is running:
             if t == j.gpu_type or j.id in fixed:
                 keep.append(j)
             elif t is not None:
@@ -173,18 +176,20 @@ def apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], plac
                 preempt.append(j.id)
         elif t is not None:
             to_place.append((j, t))
+        else:
+            waiting[j.id] = _RESOURCES if j.id in considered else _PRIORITY
 
     starts: list[Start] = []
-    unplaced: set[int] = set()
     if to_place:  # free devices are needed only to place someone
         starts, unplaced = _place(to_place, keep, plan, servers, placer, preempt)
-
-    waiting = {
-        j.id: (EndReason.RESOURCES if j.id in considered or j.id in unplaced else EndReason.PRIORITY).value
-        for j in inp.jobs
-        if (not j.running and j.id not in granted) or j.id in unplaced
-    }
+        if unplaced:
+            # a job granted GPUs that no server could hold waits for resources, in the jobs' order
+            waiting = {j.id: _RESOURCES if j.id in unplaced else waiting[j.id]
+                       for j in inp.jobs if j.id in waiting or j.id in unplaced}
     return RoundDecision(preempt=tuple(preempt), starts=tuple(starts), waiting=waiting)
+
+
+_RESOURCES, _PRIORITY = EndReason.RESOURCES.value, EndReason.PRIORITY.value
 
 
 def _place(
@@ -196,11 +201,16 @@ def _place(
     preempt: list[int],
 ) -> tuple[list[Start], set[int]]:
     """Devices for the granted jobs around the kept ones; a running job that cannot be placed is preempted."""
-    used = {d for j in keep for p in j.placement for d in p.devices}
-    free: dict[str, list[str]] = {s.name: [d for d in s.devices if d not in used] for s in servers}
+    needed = {t for _, t in to_place}
     by_type: dict[str, list[ServerView]] = {}
     for s in servers:
-        by_type.setdefault(s.gpu_type, []).append(s)
+        if s.gpu_type in needed:
+            by_type.setdefault(s.gpu_type, []).append(s)
+    # free devices only on the servers of the types being placed: the rest are never looked at
+    mine = {s.name for ss in by_type.values() for s in ss}
+    used = {d for j in keep for p in j.placement if p.node in mine for d in p.devices}
+    free: dict[str, list[str]] = {s.name: [d for d in s.devices if d not in used]
+                                  for ss in by_type.values() for s in ss}
     rank = {w.job_id: i for i, w in enumerate(plan.wants)}
     # big gangs first so that small jobs do not fragment the servers they need
     to_place.sort(key=lambda jt: (-jt[0].gpus, rank.get(jt[0].id, 0)))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from hsched.model import DEFAULT_QOS, Placement
 from hsched.sched.throughput import ThroughputModel
@@ -32,9 +33,12 @@ class JobPhase(enum.StrEnum):
     RUNNING = "RUNNING"
 
 
-@dataclass(frozen=True, slots=True)
-class JobView:
+class JobView(NamedTuple):
     """One active job as a policy sees it. Deliberately no remaining work, duration or step count.
+
+    A NamedTuple rather than a frozen dataclass (the rule for the domain elsewhere): it is as immutable, and a
+    replay builds one per running job per round, about 10^8 for 100,000 jobs; a frozen dataclass's
+    __init__ measured 1.8 us against 0.36 us here, a third of the simulator's time.
 
     Attributes:
         id: stable job id.
@@ -115,12 +119,12 @@ class OracleInput:
     remaining_s: Mapping[int, float]
 
 
-@dataclass(frozen=True, slots=True)
-class Want:
+class Want(NamedTuple):
     """A job the policy wants running, with the GPU types it accepts, best first.
 
     Empty `types` means the policy is heterogeneity-unaware: the job stays on its current type if running,
-    else it takes the type with the most GPUs left (as if picking any free GPU from one pool).
+    else it takes the type with the most GPUs left (as if picking any free GPU from one pool). A NamedTuple
+    for the reason JobView is one: a plan holds one per active job, every round.
     """
 
     job_id: int

@@ -54,8 +54,8 @@ class _Job:
     __slots__ = (
         "arrived", "busy_until", "end", "fastest_rate", "finish_at", "first_start", "gpu_type", "last_type",
         "migrations",
-        "overhead_s", "placement", "rate", "rel", "remaining", "restarts", "run_s", "run_start", "service_s",
-        "span_servers", "tj", "version", "view",
+        "overhead_s", "placement", "rate", "rel", "remaining", "restarts", "run_head", "run_s", "run_start",
+        "run_tail", "service_s", "span_servers", "tj", "version", "view",
     )
 
     def __init__(self, tj: TraceJob, fastest_rate: float) -> None:
@@ -81,6 +81,9 @@ class _Job:
         self.version = 0
         self.arrived = 0.0  # integral of active-job count at arrival (for the FTF metric)
         self.view: JobView | None = None
+        # a running job's view is run_head + (run_s, service_s) + run_tail: only the middle moves with time
+        self.run_head: tuple[object, ...] = ()
+        self.run_tail: tuple[object, ...] = ()
 
 
 class Simulator:
@@ -159,6 +162,7 @@ class Simulator:
         now = 0.0
         ai = 0
         last_round = -math.inf
+        moves_due = False  # a completion freed GPUs while nobody waited: running jobs may move next round
         rounds = preemptions = 0
         busy_gpu_s = 0.0
         lost_gpu_s = 0.0
@@ -208,21 +212,22 @@ class Simulator:
                 j.first_start = t
             j.version += 1
             j.view = None
+            tj = j.tj
+            j.run_head = (tj.id, tj.job_type, tj.gpus, tj.arrival_s, JobPhase.RUNNING, tj.qos, tj.priority,
+                          tj.user, j.gpu_type, j.placement, t)
+            j.run_tail = (j.restarts, tj.time_limit_s, tj.max_servers, ())
             running[j.tj.id] = j
             heapq.heappush(heap, (j.finish_at, j.tj.id, j.version))
 
-        def view(j: _Job, t: float) -> JobView:
+        def pending_view(j: _Job) -> JobView:
+            """Built once per wait: a pending job's view does not change while it waits."""
             tj = j.tj
-            if j.gpu_type is None:
-                if j.view is None:
-                    j.view = JobView(tj.id, tj.job_type, tj.gpus, tj.arrival_s, JobPhase.PENDING, tj.qos,
-                                     tj.priority, tj.user, None, (), None, j.run_s, j.service_s, j.restarts,
-                                     tj.time_limit_s, tj.max_servers)
-                return j.view
-            return JobView(tj.id, tj.job_type, tj.gpus, tj.arrival_s, JobPhase.RUNNING, tj.qos, tj.priority,
-                           tj.user, j.gpu_type, j.placement, j.run_start, j.run_s + (t - j.run_start),
-                           j.service_s + j.rel * max(0.0, t - j.busy_until), j.restarts, tj.time_limit_s,
-                           tj.max_servers)
+            j.view = JobView(tj.id, tj.job_type, tj.gpus, tj.arrival_s, JobPhase.PENDING, tj.qos, tj.priority,
+                             tj.user, None, (), None, j.run_s, j.service_s, j.restarts, tj.time_limit_s,
+                             tj.max_servers)
+            return j.view
+
+        new_view = tuple.__new__  # JobView is a NamedTuple: a running job's view is three tuples joined
 
         while ai < len(arrivals) or active:
             t_arr = arrivals[ai].tj.arrival_s if ai < len(arrivals) else math.inf
@@ -230,7 +235,7 @@ class Simulator:
                 heapq.heappop(heap)
             t_done = heap[0][0] if heap else math.inf
             t_q = math.inf
-            if time_sharing and len(running) < len(active):
+            if moves_due or (time_sharing and len(running) < len(active)):
                 t_q = last_round + cfg.round_s
             t = min(t_arr, t_done, t_q)
             if math.isinf(t):
@@ -241,7 +246,7 @@ class Simulator:
             t = max(t, now)
             active_integral += len(active) * (t - now)
             now = t
-            event = False
+            event = arrived = False
             while heap and heap[0][0] <= now + 1e-9:
                 _, jid, ver = heapq.heappop(heap)
                 j = running.get(jid)
@@ -261,13 +266,24 @@ class Simulator:
                 j.arrived = active_integral
                 active[j.tj.id] = j
                 ai += 1
-                event = True
+                event = arrived = True
             if not event and now < t_q:
                 continue
-            if not active:
+            if event and not arrived and len(running) == len(active) and active and now < t_q:
+                # Nobody waits for the GPUs this completion freed; the only use of a round now would be to
+                # move running jobs onto them. That waits for the next round (an arrival, or the quantum),
+                # as Gavel's rounds do, so a burst of completions costs one round, not one each.
+                moves_due = True
                 continue
-            # a pending job's view is built once per wait (it does not change while it waits)
-            views = [j.view if j.view is not None and j.gpu_type is None else view(j, now) for j in active.values()]
+            if not active:
+                moves_due = False
+                continue
+            views = [
+                (j.view or pending_view(j)) if j.gpu_type is None
+                else new_view(JobView, (*j.run_head, j.run_s + (now - j.run_start),
+                                        j.service_s + j.rel * max(0.0, now - j.busy_until), *j.run_tail))
+                for j in active.values()
+            ]
             inp = build_input(
                 now, views, self.servers, self.model,
                 checkpoint_cost_s=cfg.costs.checkpoint_s, round_s=cfg.round_s,
@@ -283,6 +299,7 @@ class Simulator:
             decision = schedule_round(self.policy, inp, self.servers, remaining_s=remaining, placer=self.placer)
             rounds += 1
             last_round = now
+            moves_due = False
             for jid in decision.preempt:
                 j = active[jid]
                 if j.gpu_type is not None:

@@ -75,12 +75,29 @@ def test_hetero_policies_give_the_fast_gpu_to_the_job_that_gains_most(policy):
 def test_hsched_moves_to_a_faster_gpu_when_it_frees():
     # Two equal jobs: among equals the first in priority order (job0) takes the slow type.
     # job1: fast 0..2. job0: slow from 0 (1/s); at 2 it has 2 work left, moves to fast (2/s): ends at 3.
+    # (1 s rounds: the last round is more than a quantum old when job1 ends, so the move is made at once)
     tr = trace(("A", 1, 0.0, 4.0), ("A", 1, 0.0, 4.0))
-    r = run("hsched", tr, "fast:1,slow:1")
+    r = run("hsched", tr, "fast:1,slow:1", round_s=1.0)
     assert ends(r) == pytest.approx({0: 3.0, 1: 2.0})
     assert r.summary["migrations"] == 1
     # fifo-hetero never moves a job: job0 takes fast (0..2), job1 stays on slow and ends at 4
     assert ends(run("fifo-hetero", tr, "fast:1,slow:1")) == pytest.approx({0: 2.0, 1: 4.0})
+
+
+def test_a_move_nobody_waits_for_comes_with_the_next_round():
+    # Nobody waits when job1 ends at 2, and the last round (at 0) is less than a 360 s quantum old: the move
+    # of job0 to the freed fast GPU waits for the quantum, at 360 (job0 has 640 work left then, at 2/s).
+    tr = trace(("A", 1, 0.0, 1000.0), ("A", 1, 0.0, 4.0))
+    r = run("hsched", tr, "fast:1,slow:1")
+    assert ends(r) == pytest.approx({0: 680.0, 1: 2.0})
+    assert r.summary["migrations"] == 1
+    assert r.summary["rounds"] == 2
+    # An arrival calls a round at once, and the pending move is made in it. Two fast GPUs free up at 2;
+    # job3 arrives at 100: both job0 (900 work left, now at 2/s) and job3 get a fast GPU.
+    tr = trace(("A", 1, 0.0, 1000.0), ("A", 1, 0.0, 4.0), ("A", 1, 0.0, 4.0), ("A", 1, 100.0, 50.0))
+    r = run("hsched", tr, "fast:2,slow:1")
+    assert ends(r) == pytest.approx({0: 550.0, 1: 2.0, 2: 2.0, 3: 125.0})
+    assert r.summary["migrations"] == 1
 
 
 def test_hsched_stays_put_when_the_move_does_not_pay_for_its_checkpoint():
@@ -94,7 +111,7 @@ def test_hsched_stays_put_when_the_move_does_not_pay_for_its_checkpoint():
 def test_las_hetero_moves_pay_the_checkpoint_cost():
     # las-hetero does move (it ignores the cost, like Gavel): job0 moves at 2, restores 5 s, runs 1 s: ends at 8
     tr = trace(("A", 1, 0.0, 4.0), ("A", 1, 0.0, 4.0))
-    r = run("las-hetero", tr, "fast:1,slow:1", costs=SimCosts(checkpoint_s=5.0))
+    r = run("las-hetero", tr, "fast:1,slow:1", costs=SimCosts(checkpoint_s=5.0), round_s=1.0)
     assert ends(r)[0] == pytest.approx(8.0)
     assert r.summary["gpu_hours_lost"] == pytest.approx(5.0 / 3600)
 
