@@ -219,7 +219,7 @@ def wants_from_assignment(
     out = []
     model, all_types = inp.throughput, inp.gpu_types
     prefs: dict[tuple[str, int, tuple[str, ...], str], tuple[str, ...]] = {}
-    get, make, append = assigned.get, Want._make, out.append
+    get, new, append = assigned.get, tuple.__new__, out.append  # Want is a NamedTuple: no __new__ wrapper
     for j in ordered:
         t = get(j.id)
         if t is None:
@@ -229,5 +229,5 @@ def wants_from_assignment(
         if types is None:
             ft = model.fastest_types(j.job_type, j.gpus, all_types, j.gpu_types)
             types = prefs[key] = (t, *(x for x in ft if x != t))
-        append(make((j.id, types)))
+        append(new(Want, (j.id, types)))
     return tuple(out)

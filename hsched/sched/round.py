@@ -137,14 +137,14 @@ def apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], plac
                 caps[j.gpu_type] = caps.get(j.gpu_type, 0) - j.gpus
                 fixed.add(j.id)
     granted: dict[int, str] = {}
-    considered: set[int] = set()
     runnable: dict[tuple[str, int, tuple[str, ...]], tuple[str, ...]] = {}
-    for w in plan.wants:
+    get = jobs.get
+    seen = len(plan.wants)  # wants looked at; a strict plan stops at the first that does not fit
+    for n, w in enumerate(plan.wants):
         jid = w.job_id
-        j = jobs.get(jid)
+        j = get(jid)
         if j is None or jid in fixed or jid in granted:
             continue
-        considered.add(jid)
         if w.types:  # the common case of _choose_type, inline: the first acceptable type with room
             t = None
             allowed, g = j.gpu_types, j.gpus
@@ -156,6 +156,7 @@ def apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], plac
             t = _choose_type(j, w, caps, inp, runnable)
         if t is None:
             if plan.strict:
+                seen = n + 1
                 break
             continue
         caps[t] -= j.gpus
@@ -164,7 +165,7 @@ def apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], plac
     preempt: list[int] = []
     keep: list[JobView] = []
     to_place: list[tuple[JobView, str]] = []
-    waiting: dict[int, str] = {}
+    waits: list[int] = []
     for j in inp.jobs:
         t = granted.get(j.id)
         if j.phase is running:
@@ -177,7 +178,10 @@ def apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], plac
         elif t is not None:
             to_place.append((j, t))
         else:
-            waiting[j.id] = _RESOURCES if j.id in considered else _PRIORITY
+            waits.append(j.id)
+    # a job the plan wanted (and looked at) waits for resources; one it did not want waits for its turn
+    considered = {w.job_id for w in plan.wants[:seen]} if waits else set()
+    waiting = {jid: _RESOURCES if jid in considered else _PRIORITY for jid in waits}
 
     starts: list[Start] = []
     if to_place:  # free devices are needed only to place someone

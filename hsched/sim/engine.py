@@ -166,6 +166,8 @@ class Simulator:
         rounds = preemptions = 0
         busy_gpu_s = 0.0
         lost_gpu_s = 0.0
+        held = 0  # GPUs held now
+        busy: list[tuple[float, int]] = [(0.0, 0)]  # (time, GPUs held from then on), at each change
         active_integral = 0.0
         usage: dict[str, float] = {}
         users = {j.tj.user for j in jobs}
@@ -175,22 +177,23 @@ class Simulator:
         tick = max(1, total // 100)
 
         def stop(j: _Job, t: float) -> None:
-            nonlocal busy_gpu_s
+            nonlocal busy_gpu_s, held
             progressed = max(0.0, t - j.busy_until)
             j.remaining = max(0.0, j.remaining - j.rate * progressed)
             j.service_s += j.rel * progressed
-            held = t - j.run_start
-            j.run_s += held
-            busy_gpu_s += held * j.tj.gpus
+            run = t - j.run_start
+            j.run_s += run
+            busy_gpu_s += run * j.tj.gpus
+            held -= j.tj.gpus
             if len(users) > 1:
-                usage[j.tj.user] = usage.get(j.tj.user, 0.0) + held * j.tj.gpus
+                usage[j.tj.user] = usage.get(j.tj.user, 0.0) + run * j.tj.gpus
             j.version += 1
             j.gpu_type, j.placement, j.rate, j.rel, j.finish_at = None, (), 0.0, 0.0, math.inf
             j.view = None
             del running[j.tj.id]
 
         def start(j: _Job, s: Start, t: float) -> None:
-            nonlocal lost_gpu_s
+            nonlocal lost_gpu_s, held
             spans = s.spans
             rate = self.model.rate(j.tj.job_type, j.tj.gpus, s.gpu_type, spans=spans)
             if not rate:
@@ -216,6 +219,7 @@ class Simulator:
             j.run_head = (tj.id, tj.job_type, tj.gpus, tj.arrival_s, JobPhase.RUNNING, tj.qos, tj.priority,
                           tj.user, j.gpu_type, j.placement, t)
             j.run_tail = (j.restarts, tj.time_limit_s, tj.max_servers, ())
+            held += j.tj.gpus
             running[j.tj.id] = j
             heapq.heappush(heap, (j.finish_at, j.tj.id, j.version))
 
@@ -226,6 +230,15 @@ class Simulator:
                              tj.user, None, (), None, j.run_s, j.service_s, j.restarts, tj.time_limit_s,
                              tj.max_servers)
             return j.view
+
+        def note_busy(t: float) -> None:
+            if busy[-1][1] == held:
+                return
+            if busy[-1][0] == t:  # several changes at one instant: keep the last
+                busy.pop()
+                if busy and busy[-1][1] == held:
+                    return
+            busy.append((t, held))
 
         new_view = tuple.__new__  # JobView is a NamedTuple: a running job's view is three tuples joined
 
@@ -267,6 +280,7 @@ class Simulator:
                 active[j.tj.id] = j
                 ai += 1
                 event = arrived = True
+            note_busy(now)
             if not event and now < t_q:
                 continue
             if event and not arrived and len(running) == len(active) and active and now < t_q:
@@ -313,6 +327,7 @@ class Simulator:
                     j.restarts += 1
                     j.migrations += 1
                 start(j, s, now)
+            note_busy(now)
             if not running and ai == len(arrivals):
                 break  # nothing runs, nothing will arrive, and the policy starts nothing: stuck for good
 
@@ -336,6 +351,7 @@ class Simulator:
             lower_bound_avg_jct_s=lb_avg,
             lower_bound_makespan_s=lb_makespan,
             wall_s=time.perf_counter() - wall0,
+            busy=busy,
         )
 
     def _record(self, j: _Job) -> JobRecord:

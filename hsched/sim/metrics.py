@@ -46,6 +46,8 @@ class JobRecord:
 class SimResult:
     summary: dict[str, Any]
     records: tuple[JobRecord, ...]
+    busy: tuple[tuple[float, int], ...] = ()
+    """GPUs held over time: (simulated second, GPUs held from then on), one entry per change."""
 
     def write_jobs_csv(self, path: Path) -> None:
         fields = [f.name for f in dataclasses.fields(JobRecord)]
@@ -126,6 +128,7 @@ def summarize(
     lower_bound_avg_jct_s: float,
     lower_bound_makespan_s: float,
     wall_s: float,
+    busy: Sequence[tuple[float, int]] = (),
 ) -> SimResult:
     """The summary `hsched sim --json` prints (field names are part of the CLI contract)."""
     jcts = sorted(r.jct_s for r in records)
@@ -161,4 +164,4 @@ def summarize(
         "rounds": rounds,
         "wall_s": wall_s,
     }
-    return SimResult(summary, tuple(records))
+    return SimResult(summary, tuple(records), tuple(busy))
