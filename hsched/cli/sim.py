@@ -32,6 +32,8 @@ _SYN = typer.Option(None, "--synthetic", help="Instead of --trace: N seeded synt
 _SEED = typer.Option(0, "--seed", help="Seed for --synthetic.")
 _RATE = typer.Option(4.0, "--jobs-per-hour", help="Arrival rate for --synthetic.")
 _JSON = typer.Option(False, "--json", help="Print one JSON document.")
+_PLOT = typer.Option(None, "--plot", metavar="FILE.png",
+                     help="Also draw JCT distributions and utilization over time to a PNG (needs hsched\\[plot]).")
 
 
 def _load(trace: Path | None, throughputs: Path | None, columns: str | None, synthetic: int | None, seed: int,
@@ -107,6 +109,22 @@ _SHOWN = (
 )
 
 
+def _check_plot(plot: Path | None) -> None:
+    """Before the simulation: a missing matplotlib or folder should not cost minutes of simulating first."""
+    if plot is not None:
+        from hsched.sim.plot import check_target  # lazy: matplotlib only when a plot is asked for
+
+        check_target(plot)
+
+
+def _plot(results: list[Any], plot: Path) -> None:
+    from hsched.sim.plot import plot_comparison
+
+    s = results[0].summary
+    cluster = ",".join(f"{t}:{n}" for t, n in s["cluster"].items())
+    plot_comparison(results, plot, f"{s['trace']} on {cluster}")
+
+
 def _table(summaries: list[dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -150,6 +168,7 @@ def sim(
     jobs_csv: Path | None = typer.Option(None, "--jobs-csv", help="Write one CSV row per finished job."),
     list_policies: bool = typer.Option(False, "--list-policies", help="List policies with one line each."),
     as_json: bool = _JSON,
+    plot: Path | None = _PLOT,
 ) -> None:
     """Replay a trace under one policy (or run `hsched sim compare` for several)."""
     if ctx.invoked_subcommand is not None:
@@ -157,6 +176,7 @@ def sim(
     if list_policies:
         _list_policies(as_json)
         return
+    _check_plot(plot)
     tr = _load(trace, throughputs, columns, synthetic, seed, jobs_per_hour, max_jobs)
     servers = _servers(fleet, cluster, gpus_per_node, tr.throughput.gpu_types)
     result = _run_one(tr, servers, policy, checkpoint_cost, round_s, span_factor, pcie_factor)
@@ -164,10 +184,15 @@ def sim(
         result.write_jobs_csv(jobs_csv)
     summary = dict(result.summary)
     summary["rejected_rows"] = len(tr.rejected)
+    if plot is not None:
+        _plot([result], plot)
+        summary["plot"] = str(plot)
     if as_json:
         print_json(summary)
     else:
         _table([summary])
+        if plot is not None:
+            print(f"plot: {plot}")
 
 
 @sim_app.command("compare")
@@ -189,6 +214,7 @@ def compare(
     seed: int = _SEED,
     jobs_per_hour: float = _RATE,
     as_json: bool = _JSON,
+    plot: Path | None = _PLOT,
 ) -> None:
     """Run several policies on the same trace and fleet; print them side by side with the bounds."""
     names = [p.strip() for p in policy.split(",") if p.strip()]
@@ -196,19 +222,26 @@ def compare(
         raise UserError("--policy: give at least one policy name, comma-separated")
     for n in names:
         _policy(n)  # fail on a typo before spending minutes on the others
+    _check_plot(plot)
     tr = _load(trace, throughputs, columns, synthetic, seed, jobs_per_hour, max_jobs)
     servers = _servers(fleet, cluster, gpus_per_node, tr.throughput.gpu_types)
-    summaries = [
-        dict(_run_one(tr, servers, n, checkpoint_cost, round_s, span_factor, pcie_factor).summary) for n in names
-    ]
+    results = [_run_one(tr, servers, n, checkpoint_cost, round_s, span_factor, pcie_factor) for n in names]
+    summaries = [dict(r.summary) for r in results]
+    if plot is not None:
+        _plot(results, plot)
     if as_json:
-        print_json({
+        doc: dict[str, Any] = {
             "runs": summaries,
             "lower_bound_avg_jct_s": summaries[0]["lower_bound_avg_jct_s"],
             "lower_bound_makespan_s": summaries[0]["lower_bound_makespan_s"],
-        })
+        }
+        if plot is not None:
+            doc["plot"] = str(plot)
+        print_json(doc)
     else:
         _table(summaries)
+        if plot is not None:
+            print(f"plot: {plot}")
 
 
 def _list_policies(as_json: bool) -> None:

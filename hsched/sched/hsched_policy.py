@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from hsched.model import DEFAULT_QOS
 from hsched.sched.policy import Policy, hetero_assign, register, select_by_capacity, wants_from_assignment
@@ -29,18 +30,27 @@ class Hsched(Policy):
     """A user whose decayed usage is above this multiple of the mean is served after the others."""
 
     def band(self, j: JobView, now: float, cost: float = 0.0) -> int:
+        return self._band_of(now, cost)(j)
+
+    def _band_of(self, now: float, cost: float) -> Callable[[JobView], int]:
+        """`band` for one round, as a plain function: the sort calls it once per job per round."""
         # With a checkpoint cost, hysteresis: a promoted job keeps the top band while it runs until its wait
         # is down to half the trigger ratio, so it pays for one restore per real slice. Without a cost,
         # starved jobs may trade GPUs every round: that is free time-sharing, and it measured better.
-        run_s = j.run_s
-        if run_s > 0:
-            factor = self.starve_factor * (0.5 if cost > 0 and j.phase is JobPhase.RUNNING else 1.0)
-            if now - j.arrival_s - run_s >= factor * run_s:
+        starve = self.starve_factor
+        starve_running = starve * (0.5 if cost > 0 else 1.0)
+        first, growth, log, running = self.first_band_gpu_s, self.band_growth, math.log, JobPhase.RUNNING
+
+        def band(j: JobView) -> int:
+            run_s = j.run_s
+            if run_s > 0 and now - j.arrival_s - run_s >= (starve_running if j.phase is running else starve) * run_s:
                 return 0
-        attained = j.gpus * j.service_s
-        if attained < self.first_band_gpu_s:
-            return 0
-        return 1 + int(math.log(attained / self.first_band_gpu_s, self.band_growth))
+            attained = j.gpus * j.service_s
+            if attained < first:
+                return 0
+            return 1 + int(log(attained / first, growth))
+
+        return band
 
     def min_run_s(self, inp: PolicyInput) -> float:
         return max(inp.round_s, 4.0 * inp.checkpoint_cost_s)
@@ -50,7 +60,7 @@ class Hsched(Policy):
         mean = sum(usage.values()) / len(usage) if usage else 0.0
         heavy = self.fair_share_slack * mean
         min_run = self.min_run_s(inp)
-        now, cost, band = inp.now, inp.checkpoint_cost_s, self.band
+        now, band = inp.now, self._band_of(inp.now, inp.checkpoint_cost_s)
         running = JobPhase.RUNNING
         ranks, normal = QOS_RANK, qos_rank(DEFAULT_QOS)
 
@@ -59,7 +69,7 @@ class Hsched(Policy):
             start = j.run_start_s
             fresh = start is not None and j.phase is running and now - start < min_run
             # the user's priority orders jobs inside their QoS class, before fair share and service bands
-            return (ranks.get(j.qos, normal), -j.priority, over, 0 if fresh else 1, band(j, now, cost), j.arrival_s,
+            return (ranks.get(j.qos, normal), -j.priority, over, 0 if fresh else 1, band(j), j.arrival_s,
                     j.id)
 
         return sorted(inp.jobs, key=key)

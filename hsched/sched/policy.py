@@ -8,9 +8,9 @@ packing, gang by gang, all or nothing. A clairvoyant policy subclasses `OraclePo
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain
+from operator import attrgetter
 from typing import ClassVar
 
 from hsched.sched.view import JobView, OracleInput, Plan, PolicyInput, Want
@@ -97,6 +97,10 @@ def select_by_capacity(ordered: Iterable[JobView], capacity: Mapping[str, int], 
     return out
 
 
+_PROFILE = attrgetter("job_type", "gpus", "gpu_types")
+_PROFILE_ON = attrgetter("job_type", "gpus", "gpu_types", "gpu_type")
+
+
 def hetero_assign(
     selected: Sequence[JobView],
     capacity: Mapping[str, int],
@@ -122,49 +126,43 @@ def hetero_assign(
             out[jid] = t
             caps[t] = caps.get(t, 0) - gpus_of.get(jid, 0)
     model, all_types = inp.throughput, inp.gpu_types
-    # Jobs share a few speed profiles: group them once, by profile and by the type they run on now, each
-    # group in priority order (the index is the priority rank, the last tie-break). A level then walks only
+    todo = [j for j in selected if j.id not in out] if out else list(selected)
+    # Jobs share a few speed profiles: group them once (as positions in `todo`, which is in priority order:
+    # the last tie-break) by profile, and by profile and the type they run on now. A level then walks only
     # the groups it needs and stops as soon as its type is full or not needed, instead of re-sorting all.
-    # Jobs share a few speed profiles: group them once, by profile and by the type they run on now, each
-    # group in priority order (the index is the priority rank, the last tie-break). A level then walks only
-    # the groups it needs and stops as soon as its type is full or not needed, instead of re-sorting all.
-    Speeds = tuple[float, ...]  # relative speed on each of all_types
-    speeds_of: dict[tuple[str, int, tuple[str, ...]], Speeds] = {}
-    every: dict[Speeds, list[tuple[int, JobView]]] = {}
-    on_type: dict[tuple[Speeds, str | None], list[tuple[int, JobView]]] = {}
-    left = 0  # GPUs of the jobs not yet given a type
-    least = 0  # the smallest request: a type with less room than this takes nobody more
-    i = 0
-    for j in selected:
-        if j.id in out:
-            continue
-        pk = (j.job_type, j.gpus, j.gpu_types)
-        sp = speeds_of.get(pk)
-        if sp is None:
-            full = model.rel_speeds(j.job_type, j.gpus, all_types)
-            # a type the job may not use counts as one it cannot run on
-            sp = speeds_of[pk] = tuple(full.get(t, 0.0) if not j.gpu_types or t in j.gpu_types else 0.0
-                                       for t in all_types)
-        item = (i, j)
-        group = every.get(sp)
+    by_pk: dict[tuple[str, int, tuple[str, ...]], list[int]] = {}
+    by_pk_on: dict[tuple[str, int, tuple[str, ...], str | None], list[int]] = {}
+    for i, (pk, on) in enumerate(zip(map(_PROFILE, todo), map(_PROFILE_ON, todo), strict=True)):
+        group = by_pk.get(pk)
         if group is None:
-            every[sp] = [item]
+            by_pk[pk] = [i]
         else:
-            group.append(item)
-        here = on_type.get((sp, j.gpu_type))
-        if here is None:
-            on_type[(sp, j.gpu_type)] = [item]
+            group.append(i)
+        group = by_pk_on.get(on)
+        if group is None:
+            by_pk_on[on] = [i]
         else:
-            here.append(item)
-        g = j.gpus
-        left += g
-        if i == 0 or g < least:
-            least = g
-        i += 1
+            group.append(i)
+    Speeds = tuple[float, ...]  # relative speed on each of all_types
+    every: dict[Speeds, list[int]] = {}
+    on_type: dict[tuple[Speeds, str | None], list[int]] = {}
+    speeds_of: dict[tuple[str, int, tuple[str, ...]], Speeds] = {}
+    for pk, group in by_pk.items():
+        job_type, gpus, allowed = pk
+        full = model.rel_speeds(job_type, gpus, all_types)
+        # a type the job may not use counts as one it cannot run on
+        sp = speeds_of[pk] = tuple(full.get(t, 0.0) if not allowed or t in allowed else 0.0 for t in all_types)
+        every[sp] = sorted(every[sp] + group) if sp in every else group
+    for (job_type, gpus, allowed, on), group in by_pk_on.items():
+        key = (speeds_of[(job_type, gpus, allowed)], on)
+        on_type[key] = sorted(on_type[key] + group) if key in on_type else group
+    gpus_at = [j.gpus for j in todo]
+    left = sum(gpus_at)  # GPUs of the jobs not yet given a type
+    least = min(gpus_at, default=0)  # the smallest request: a type with less room takes nobody more
     col = {t: n for n, t in enumerate(all_types)}
     placed: set[int] = set()
     types = [t for t in all_types if caps.get(t, 0) > 0]
-    while len(placed) < i and types:
+    while len(placed) < len(todo) and types:
         slow, faster = types[-1], types[:-1]
         room_above = sum(max(0, caps[t]) for t in faster)
         need = left - room_above
@@ -181,6 +179,11 @@ def hetero_assign(
                 frac = here_speed / best if best > 0 else 2.0
             fracs.setdefault(frac, []).append(sp)
         cap = caps[slow]
+        if not faster and left <= cap and all(f >= 0 for f in fracs):
+            # the fastest type, with room for everyone left: all of them go here, in no particular order
+            out.update({todo[k].id: slow for k in range(len(todo)) if k not in placed})
+            caps[slow] = cap - left
+            break
         # among equals (one fraction), the job already there stays, then the first in priority order (the
         # least served) takes the slow type: the most-served jobs are the likeliest to keep running (heavy
         # tails), so they gain most from the fast GPUs, and the longest job is what sets the makespan
@@ -191,16 +194,16 @@ def hetero_assign(
             sps = fracs[frac]
             ons = [on_type.get((sp, slow), ()) for sp in sps]
             offs = [every[sp] for sp in sps]
-            first = ons[0] if len(ons) == 1 else heapq.merge(*ons)
-            rest = offs[0] if len(offs) == 1 else heapq.merge(*offs)
-            for k, j in chain(first, ((k, j) for k, j in rest if j.gpu_type != slow)):
+            first = ons[0] if len(ons) == 1 else sorted(chain(*ons))
+            rest = offs[0] if len(offs) == 1 else sorted(chain(*offs))
+            for k in chain(first, (k for k in rest if todo[k].gpu_type != slow)):
                 if k in placed:
                     continue
                 if need <= 0 and faster and frac <= 1.0:
                     break
-                g = j.gpus
+                g = gpus_at[k]
                 if g <= cap:
-                    out[j.id] = slow
+                    out[todo[k].id] = slow
                     cap -= g
                     need -= g
                     left -= g
