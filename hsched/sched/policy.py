@@ -83,9 +83,12 @@ def select_by_capacity(ordered: Iterable[JobView], capacity: Mapping[str, int], 
     """Jobs in priority order that fit the fleet's total GPU count, gangs whole; later small jobs fill gaps.
 
     Counting GPUs over all types is what lets a heterogeneity-aware assignment decide the types afterwards.
+    In a start-only round (`inp.starts_only`) the first job that does not fit ends the selection: no job
+    jumps a more important one between full rounds.
     """
     free = sum(capacity.values())
     biggest = max(capacity.values(), default=0)
+    strict = inp.starts_only
     out: list[JobView] = []
     for j in ordered:
         if free <= 0:
@@ -94,6 +97,8 @@ def select_by_capacity(ordered: Iterable[JobView], capacity: Mapping[str, int], 
         if j.gpus <= free and j.gpus <= biggest:
             out.append(j)
             free -= j.gpus
+        elif strict:
+            break
     return out
 
 

@@ -29,6 +29,7 @@ def build_input(
     checkpoint_cost_s: float = 0.0,
     round_s: float = 360.0,
     user_usage: Mapping[str, float] | None = None,
+    starts_only: bool = False,
 ) -> PolicyInput:
     """Assemble a PolicyInput: capacity per GPU type from the servers, types ordered fastest first."""
     capacity, gpu_types = _fleet(servers, throughput)
@@ -41,6 +42,7 @@ def build_input(
         checkpoint_cost_s=checkpoint_cost_s,
         round_s=round_s,
         user_usage=dict(user_usage or {}),
+        starts_only=starts_only,
     )
 
 
@@ -88,6 +90,8 @@ def schedule_round(
         plan = policy.plan(OracleInput(inp, remaining_s))  # type: ignore[arg-type]
     else:
         plan = policy.plan(inp)  # type: ignore[arg-type]
+    if inp.starts_only:
+        plan = Plan(plan.wants, preempt=False, strict=True)
     return apply_plan(plan, inp, servers, placer or _DEFAULT_PLACER)
 
 

@@ -109,6 +109,10 @@ class PolicyInput:
     round_s: float = 360.0
     user_usage: Mapping[str, float] = field(default_factory=dict)
     """Decayed GPU-seconds per user, for fair share; empty when there is one user."""
+    starts_only: bool = False
+    """A start-only round (the simulator's, between quanta): `jobs` holds the waiting jobs alone and
+    `capacity` the free GPUs; nothing may be preempted or moved. The round takes wanted jobs strictly in
+    order (no backfill past a job that does not fit: it waits for the next full round, which may make room)."""
 
 
 @dataclass(frozen=True, slots=True)

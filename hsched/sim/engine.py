@@ -175,6 +175,12 @@ class Simulator:
         time_sharing = self.policy.time_sharing
         total = len(jobs)
         tick = max(1, total // 100)
+        # free devices per server, in device order, and each server's view of its free devices (rebuilt when
+        # it changes): the input of a start-only round
+        free_on = {sv.name: list(sv.devices) for sv in self.servers}
+        position = {d: i for sv in self.servers for i, d in enumerate(sv.devices)}
+        free_view = {sv.name: sv for sv in self.servers}
+        changed: set[str] = set()
 
         def stop(j: _Job, t: float) -> None:
             nonlocal busy_gpu_s, held
@@ -187,6 +193,9 @@ class Simulator:
             held -= j.tj.gpus
             if len(users) > 1:
                 usage[j.tj.user] = usage.get(j.tj.user, 0.0) + run * j.tj.gpus
+            for p in j.placement:
+                free_on[p.node] = sorted((*free_on[p.node], *p.devices), key=position.__getitem__)
+                changed.add(p.node)
             j.version += 1
             j.gpu_type, j.placement, j.rate, j.rel, j.finish_at = None, (), 0.0, 0.0, math.inf
             j.view = None
@@ -219,6 +228,10 @@ class Simulator:
             j.run_head = (tj.id, tj.job_type, tj.gpus, tj.arrival_s, JobPhase.RUNNING, tj.qos, tj.priority,
                           tj.user, j.gpu_type, j.placement, t)
             j.run_tail = (j.restarts, tj.time_limit_s, tj.max_servers, ())
+            for p in s.placement:
+                taken = set(p.devices)
+                free_on[p.node] = [d for d in free_on[p.node] if d not in taken]
+                changed.add(p.node)
             held += j.tj.gpus
             running[j.tj.id] = j
             heapq.heappush(heap, (j.finish_at, j.tj.id, j.version))
@@ -239,6 +252,13 @@ class Simulator:
                 if busy and busy[-1][1] == held:
                     return
             busy.append((t, held))
+
+        def free_servers() -> tuple[ServerView, ...]:
+            for name in changed:
+                sv = free_view[name]
+                free_view[name] = ServerView(name, sv.gpu_type, tuple(free_on[name]), sv.link)
+            changed.clear()
+            return tuple(sv for sv in free_view.values() if sv.devices)
 
         new_view = tuple.__new__  # JobView is a NamedTuple: a running job's view is three tuples joined
 
@@ -274,6 +294,7 @@ class Simulator:
                 event = True
                 if self.progress and len(done) % tick == 0:
                     self.progress(len(done), total)
+            queue_before = len(active) - len(running)  # jobs waiting before this instant's arrivals
             while ai < len(arrivals) and arrivals[ai].tj.arrival_s <= now:
                 j = arrivals[ai]
                 j.arrived = active_integral
@@ -291,6 +312,25 @@ class Simulator:
                 continue
             if not active:
                 moves_due = False
+                continue
+            if arrived and not queue_before and time_sharing and not oracle and now < last_round + cfg.round_s:
+                # Nobody was waiting: the newcomers only need free GPUs. A start-only round, over them and the
+                # free devices alone, starts them now; moves they might allow wait for the quantum's full round
+                # (as in Gavel, where everything waits for the next round), which this makes due. With a
+                # queue, every event calls a full round: who waits for what is a question for all the jobs.
+                moves_due = True
+                waiting = [j for j in active.values() if j.gpu_type is None]
+                if not waiting or held >= self.total_gpus:
+                    continue
+                free = free_servers()
+                inp = build_input(now, [j.view or pending_view(j) for j in waiting], free, self.model,
+                                  checkpoint_cost_s=cfg.costs.checkpoint_s, round_s=cfg.round_s,
+                                  user_usage=usage if len(users) > 1 else None, starts_only=True)
+                decision = schedule_round(self.policy, inp, free, placer=self.placer)
+                rounds += 1
+                for s in decision.starts:
+                    start(active[s.job_id], s, now)
+                note_busy(now)
                 continue
             views = [
                 (j.view or pending_view(j)) if j.gpu_type is None

@@ -92,11 +92,12 @@ def test_a_move_nobody_waits_for_comes_with_the_next_round():
     assert ends(r) == pytest.approx({0: 680.0, 1: 2.0})
     assert r.summary["migrations"] == 1
     assert r.summary["rounds"] == 2
-    # An arrival calls a round at once, and the pending move is made in it. Two fast GPUs free up at 2;
-    # job3 arrives at 100: both job0 (900 work left, now at 2/s) and job3 get a fast GPU.
+    # With nobody waiting, an arrival is started at once on free GPUs by a start-only round, and the pending
+    # move still waits for the quantum. Two fast GPUs free up at 2; job3 arrives at 100 and starts on one
+    # (ends at 125); job0 moves at 360 with 640 work left, at 2/s: it ends at 680.
     tr = trace(("A", 1, 0.0, 1000.0), ("A", 1, 0.0, 4.0), ("A", 1, 0.0, 4.0), ("A", 1, 100.0, 50.0))
     r = run("hsched", tr, "fast:2,slow:1")
-    assert ends(r) == pytest.approx({0: 550.0, 1: 2.0, 2: 2.0, 3: 125.0})
+    assert ends(r) == pytest.approx({0: 680.0, 1: 2.0, 2: 2.0, 3: 125.0})
     assert r.summary["migrations"] == 1
 
 
