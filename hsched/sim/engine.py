@@ -295,10 +295,12 @@ class Simulator:
                 if self.progress and len(done) % tick == 0:
                     self.progress(len(done), total)
             queue_before = len(active) - len(running)  # jobs waiting before this instant's arrivals
+            newcomers: list[_Job] = []
             while ai < len(arrivals) and arrivals[ai].tj.arrival_s <= now:
                 j = arrivals[ai]
                 j.arrived = active_integral
                 active[j.tj.id] = j
+                newcomers.append(j)
                 ai += 1
                 event = arrived = True
             note_busy(now)
@@ -319,11 +321,10 @@ class Simulator:
                 # (as in Gavel, where everything waits for the next round), which this makes due. With a
                 # queue, every event calls a full round: who waits for what is a question for all the jobs.
                 moves_due = True
-                waiting = [j for j in active.values() if j.gpu_type is None]
-                if not waiting or held >= self.total_gpus:
+                if held >= self.total_gpus:
                     continue
                 free = free_servers()
-                inp = build_input(now, [j.view or pending_view(j) for j in waiting], free, self.model,
+                inp = build_input(now, [pending_view(j) for j in newcomers], free, self.model,
                                   checkpoint_cost_s=cfg.costs.checkpoint_s, round_s=cfg.round_s,
                                   user_usage=usage if len(users) > 1 else None, starts_only=True)
                 decision = schedule_round(self.policy, inp, free, placer=self.placer)
