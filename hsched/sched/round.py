@@ -129,6 +129,10 @@ def _mix(n: int) -> int:
     return z ^ (z >> 31)
 
 
+# why a job that did not start waits (squeue's reasons)
+_RESOURCES, _PRIORITY = EndReason.RESOURCES.value, EndReason.PRIORITY.value
+
+
 def apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], placer: Placer) -> RoundDecision:
     """Turn a policy's plan into stops, starts and moves with concrete devices."""
     jobs = {j.id: j for j in inp.jobs}
@@ -195,9 +199,6 @@ def apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], plac
             waiting = {j.id: _RESOURCES if j.id in unplaced else waiting[j.id]
                        for j in inp.jobs if j.id in waiting or j.id in unplaced}
     return RoundDecision(preempt=tuple(preempt), starts=tuple(starts), waiting=waiting)
-
-
-_RESOURCES, _PRIORITY = EndReason.RESOURCES.value, EndReason.PRIORITY.value
 
 
 def _place(
