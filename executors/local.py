@@ -96,7 +96,7 @@ class LocalExecutor:
         """Monitoring samples from this machine every `interval_s` (see nodehelper.watch for the shape)."""
         simulate = None
         if self.simulate is not None:
-            from hsched.controller.fleet import simulated_uuid
+            from hsched.simulated import simulated_uuid
 
             simulate = {"uuids": [simulated_uuid(self.node, i) for i in range(self.simulate.count)],
                         "memory_mib": self.simulate.memory_mib}

@@ -562,7 +562,7 @@ class SSHExecutor:
         sim = self.cfg.simulate
         if sim is None:
             return None
-        from hsched.controller.fleet import simulated_uuid  # the very UUIDs the controller hands out
+        from hsched.simulated import simulated_uuid  # the very UUIDs the controller hands out
 
         return {"uuids": [simulated_uuid(self.name, i) for i in range(sim.count)], "memory_mib": sim.memory_mib}
 

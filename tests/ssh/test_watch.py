@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from hsched.config import SimulatedDevices
-from hsched.controller.fleet import simulated_uuid
+from hsched.simulated import simulated_uuid
 from tests.ssh.conftest import run
 from tests.ssh.hosts import TestHost, TestHosts
 
