@@ -1,4 +1,4 @@
-"""Shared fixtures: a private HSCHED_HOME per test, the CLI as a real subprocess, the shared/ data folder."""
+"""Shared fixtures: a private HSCHED_HOME per test, the CLI as a real subprocess, the data in tests/fixtures."""
 
 from __future__ import annotations
 
@@ -14,15 +14,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-
-
-def shared_dir(sub: str) -> Path:
-    """A folder of ../shared, or skip the test with the reason."""
-    path = SHARED / sub
-    if not path.is_dir():
-        pytest.skip(f"{path} is absent: the real captured data lives beside the repo in ../shared")
-    return path
+# Captured tool outputs and traces the tests read, copied into the repository (see tests/fixtures/README.md)
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 class Hs:

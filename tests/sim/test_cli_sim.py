@@ -7,7 +7,7 @@ import json
 from typer.testing import CliRunner
 
 from hsched.cli import app
-from tests.sim.test_loaders import GAVEL, needs_shared
+from tests.sim.test_loaders import GAVEL
 
 CONTRACT_FIELDS = (
     "jobs", "unschedulable_jobs", "avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s",
@@ -16,7 +16,6 @@ CONTRACT_FIELDS = (
 )
 
 
-@needs_shared
 def test_sim_json(tmp_path):
     out = tmp_path / "jobs.csv"
     r = CliRunner().invoke(app, ["sim", "--trace", str(GAVEL / "ed69ec.trace"), "--cluster", "v100:4,p100:4,k80:4",

@@ -15,7 +15,7 @@ from hsched.sched import make_policy
 from hsched.sim.cluster import parse_cluster
 from hsched.sim.engine import SimConfig, SimCosts, simulate
 from hsched.sim.trace import Trace, load_trace, synthetic
-from tests.sim.test_loaders import GAVEL, needs_shared
+from tests.sim.test_loaders import GAVEL
 
 # (cluster v100:p100:k80, policy) -> (avg_jct_s, makespan_s, preemptions, rounds); the first 200 jobs of
 # ed69ec, servers of 4, 360 s rounds, no checkpoint cost
@@ -59,7 +59,6 @@ def _head() -> Trace:
     return Trace(tr.jobs[:200], tr.throughput, tr.source)
 
 
-@needs_shared
 @pytest.mark.parametrize("shape,policy", sorted(ED69EC_HEAD))
 def test_ed69ec_head_decisions_are_pinned(shape, policy):
     v, p, k = shape.split(":")
@@ -67,7 +66,6 @@ def test_ed69ec_head_decisions_are_pinned(shape, policy):
     _check(simulate(_head(), servers, make_policy(policy), SimConfig()).summary, ED69EC_HEAD[(shape, policy)])
 
 
-@needs_shared
 def test_ed69ec_head_with_checkpoint_cost_is_pinned():
     # a checkpoint cost turns on hsched's move_pays check and its second, pinned assignment
     servers = parse_cluster("v100:16,p100:16,k80:16", 4)

@@ -1,8 +1,6 @@
-"""Trace loaders on the real published files (skipped when ../shared is absent) and on small files of our own."""
+"""Trace loaders on the real published files (copied into tests/fixtures/traces) and on small files of our own."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
@@ -12,11 +10,10 @@ from hsched.sched.throughput import parse_gavel_key
 from hsched.sim.cluster import parse_cluster
 from hsched.sim.engine import simulate
 from hsched.sim.trace import Trace, load_csv, load_trace, parse_columns, synthetic
+from tests.conftest import FIXTURES
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-GAVEL = SHARED / "traces" / "gavel-msr" / "seed=0"
-TIRESIAS = SHARED / "traces" / "tiresias"
-needs_shared = pytest.mark.skipif(not GAVEL.is_dir(), reason=f"shared traces not found at {GAVEL}")
+GAVEL = FIXTURES / "traces" / "gavel-msr" / "seed=0"
+TIRESIAS = FIXTURES / "traces" / "tiresias"
 
 
 def test_gavel_key_parsing():
@@ -25,7 +22,6 @@ def test_gavel_key_parsing():
     assert parse_gavel_key("null") is None
 
 
-@needs_shared
 def test_gavel_ed69ec():
     tr = load_trace(GAVEL / "ed69ec.trace")
     assert len(tr.jobs) == 951
@@ -36,7 +32,6 @@ def test_gavel_ed69ec():
     assert sum(fastest) / len(fastest) == pytest.approx(111_916, abs=1)
 
 
-@needs_shared
 def test_gavel_gang_trace_reports_scales_without_throughput():
     tr = load_trace(GAVEL / "ee9e8c.trace")
     assert len(tr.jobs) == 2000
@@ -49,7 +44,6 @@ def test_gavel_gang_trace_reports_scales_without_throughput():
     assert s["jobs"] + s["unschedulable_jobs"] == 120
 
 
-@needs_shared
 def test_gavel_10_column_variant(tmp_path):
     line7 = (GAVEL / "ed69ec.trace").read_text().splitlines()[0].split("\t")
     # 10 columns: type, command, workdir, num_steps_arg, needs_data_dir, total_steps, scale, priority, SLO, arrival
@@ -69,7 +63,6 @@ def test_gavel_bad_line_names_file_and_line(tmp_path):
         load_trace(f)
 
 
-@pytest.mark.skipif(not TIRESIAS.is_dir(), reason=f"shared traces not found at {TIRESIAS}")
 def test_tiresias_csv():
     tr = load_trace(TIRESIAS / "60_job.csv")
     assert len(tr.jobs) == 60
