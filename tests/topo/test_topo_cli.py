@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from topo_shared import SHARED_TOPO, capture
+from captures import capture
 from typer.testing import CliRunner
 
 from hsched.cli import app
@@ -49,10 +49,6 @@ def test_bad_input_is_one_line_exit_2(tmp_path):
 
 
 def test_place_json_and_text(tmp_path):
-    if not SHARED_TOPO.is_dir():
-        import pytest
-
-        pytest.skip("../shared is absent")
     f = _write(tmp_path, "nvidia-smi-topo__h100-sxm-8gpu-11nic-ansi.txt")
     r = runner.invoke(app, ["place", "--topology", str(f), "--gpus", "4", "--busy", "GPU1,GPU5", "--json"])
     assert r.exit_code == 0, r.output

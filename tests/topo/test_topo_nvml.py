@@ -10,7 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from topo_shared import capture
+from captures import capture
 
 from hsched.topo import nvml_probe
 from hsched.topo.nvml import topology_from_nvml

@@ -1,4 +1,4 @@
-"""Parsers against every real capture in ../shared/topo, plus small inline edge cases.
+"""Parsers against every real capture in tests/fixtures/topo, plus small inline edge cases.
 
 Expected values are read off the captures by eye (noted per test), not produced by the parser.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from topo_shared import all_captures, capture, strip_header
+from captures import all_captures, capture, strip_header
 
 from hsched.errors import UserError
 from hsched.topo.inventory import HostNuma, Inventory, NvlinkStatus, P2PMatrix
@@ -54,9 +54,7 @@ def test_every_capture_parses_or_is_flagged(path):
         assert isinstance(result, P2PMatrix | NvlinkStatus)
 
 
-def test_the_shared_folder_is_found():
-    if not all_captures():
-        pytest.skip("../shared/topo is absent here")
+def test_every_capture_is_found():
     assert len(all_captures()) >= 30
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from captures import capture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from topo_shared import SHARED_TOPO, capture
 
 from hsched.errors import ConfigError, UserError
 from hsched.model import Device, Interconnect, Link, Node, NodeState, Resources
@@ -95,8 +95,7 @@ def _topologies() -> list[Topology]:
             ("none", 5),
         )
     ]
-    if SHARED_TOPO.is_dir():
-        out += [parse_topology(capture(n)) for n in MATRIX_CAPTURES if "1gpu" not in n]
+    out += [parse_topology(capture(n)) for n in MATRIX_CAPTURES if "1gpu" not in n]
     return out
 
 
