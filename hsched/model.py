@@ -62,11 +62,41 @@ class EndReason(enum.StrEnum):
     NODE_LOST = "node_lost"
     LOST = "lost"
     LAUNCH_FAILED = "launch_failed"
+    RANK_FAILED = "rank_failed"
+    """Another rank of the gang failed, so this one was stopped."""
     # reasons a pending job waits, as squeue shows them
     RESOURCES = "Resources"
     PRIORITY = "Priority"
     HELD = "JobHeldUser"
     UNSATISFIABLE = "Unsatisfiable"
+    PREEMPTING = "Preempting"
+    """Waits for devices that running jobs are giving up for it."""
+
+
+class RunState(enum.StrEnum):
+    """Where one run (one rank of one attempt) is. The first three hold devices; the rest are final, apart
+    from FENCING (given up for lost while its node was away: to be killed there when it answers)."""
+
+    LAUNCHING = "LAUNCHING"
+    RUNNING = "RUNNING"
+    STOPPING = "STOPPING"
+    COMPLETED = "COMPLETED"
+    EXITED = "EXITED"
+    """Ended with a non-zero exit code."""
+    LOST = "LOST"
+    PREEMPTED = "PREEMPTED"
+    CHECKPOINTED = "CHECKPOINTED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    FENCING = "FENCING"
+    FENCED = "FENCED"
+
+    def is_live(self) -> bool:
+        """Holds devices on a node and is looked up on restart."""
+        return self in LIVE_RUN_STATES
+
+
+LIVE_RUN_STATES = frozenset({RunState.LAUNCHING, RunState.RUNNING, RunState.STOPPING})
 
 
 class NodeState(enum.StrEnum):
@@ -246,7 +276,7 @@ class Run:
     attempt: int
     node: str
     devices: tuple[str, ...]
-    state: str
+    state: RunState
     run_dir: str
     handle: RunHandle | None = None
     start_time: float | None = None

@@ -6,7 +6,10 @@ them in their monitoring samples, and neither may import the other.
 
 from __future__ import annotations
 
+import math
 import uuid
+from collections.abc import Collection, Sequence
+from dataclasses import replace
 from typing import Any
 
 from hsched.config import SimulatedDevices
@@ -63,3 +66,22 @@ def _load_topology(sim: SimulatedDevices) -> Any:
                               memory_mib=sim.memory_mib)
 
 
+
+
+def simulated_telemetry(devices: Sequence[Device], busy: Collection[str], now: float) -> tuple[Device, ...]:
+    """Plausible readings for simulated devices, so the lab demo and the dashboard look like a lab: busy
+    (held by a job: `busy` UUIDs) or idle. Real devices among them are returned untouched."""
+    out = []
+    for d in devices:
+        if not d.simulated:
+            out.append(d)
+            continue
+        phase = now / 7.0 + d.index
+        if d.uuid in busy:
+            util = round(78 + 18 * math.sin(phase) * math.sin(phase / 3.1), 1)
+            mem = int((d.memory_total_mib or 0) * (0.62 + 0.1 * math.sin(phase / 5.0)))
+            temp, power = round(52 + util / 4, 1), round(90 + util * 4.2, 1)
+        else:
+            util, mem, temp, power = 0.0, 0, 33.0, 62.0
+        out.append(replace(d, utilization_gpu=util, memory_used_mib=mem, temperature_c=temp, power_w=power))
+    return tuple(out)

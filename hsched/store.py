@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hsched.model import Job, JobSpec, JobState, NodeState, Placement, Run, RunHandle
+from hsched.model import LIVE_RUN_STATES, Job, JobSpec, JobState, NodeState, Placement, Run, RunHandle, RunState
 from hsched.serialize import (
     handle_from_dict,
     handle_to_dict,
@@ -110,8 +110,8 @@ _MIGRATIONS: list[tuple[str, ...]] = [
 
 SCHEMA_VERSION = len(_MIGRATIONS)
 
-# Runs in these states hold devices and are looked up on restart.
-LIVE_RUN_STATES = ("LAUNCHING", "RUNNING", "STOPPING")
+# Runs in these states hold devices and are looked up on restart (as SQL parameters, in a fixed order).
+_LIVE = tuple(sorted(LIVE_RUN_STATES))
 
 
 class Store:
@@ -205,7 +205,7 @@ class Store:
 
     def get_job(self, job_id: int) -> Job | None:
         row = self.db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        return _job(row) if row else None
+        return job_from_row(row) if row else None
 
     def jobs(self, *, states: Sequence[JobState] | None = None, limit: int | None = None) -> list[Job]:
         sql = "SELECT * FROM jobs"
@@ -216,7 +216,7 @@ class Store:
         sql += " ORDER BY id"
         if limit is not None:
             sql = f"SELECT * FROM ({sql.replace(' ORDER BY id', ' ORDER BY id DESC')} LIMIT {int(limit)}) ORDER BY id"
-        return [_job(r) for r in self.db.execute(sql, args).fetchall()]
+        return [job_from_row(r) for r in self.db.execute(sql, args).fetchall()]
 
     def job_rows(self, *, active_only: bool, ended_since: float | None = None) -> list[sqlite3.Row]:
         """Raw rows for the fast queue listing (no dataclass round trip); with `ended_since`, also the jobs
@@ -269,7 +269,7 @@ class Store:
                 cur = db.execute(
                     "INSERT INTO runs(job_id, attempt, node, devices, state, run_dir, start_time, rank, world) "
                     "VALUES (?,?,?,?,?,?,?,?,?)",
-                    (job.id, attempt, p.node, json.dumps(list(p.devices)), "LAUNCHING", run_dir, now, rank,
+                    (job.id, attempt, p.node, json.dumps(list(p.devices)), RunState.LAUNCHING.value, run_dir, now, rank,
                      len(ranks)),
                 )
                 ids.append(int(cur.lastrowid or 0))
@@ -286,11 +286,11 @@ class Store:
 
     def run_launched(self, run: Run, handle: RunHandle, now: float) -> None:
         with self.tx() as db:
-            db.execute("UPDATE runs SET state = 'RUNNING', handle = ? WHERE id = ?",
-                       (json.dumps(handle_to_dict(handle)), run.id))
+            db.execute("UPDATE runs SET state = ?, handle = ? WHERE id = ?",
+                       (RunState.RUNNING.value, json.dumps(handle_to_dict(handle)), run.id))
             job = db.execute("SELECT start_time, state FROM jobs WHERE id = ?", (run.job_id,)).fetchone()
-            waiting = db.execute("SELECT COUNT(*) FROM runs WHERE job_id = ? AND attempt = ? AND state = 'LAUNCHING'",
-                                 (run.job_id, run.attempt)).fetchone()[0]
+            waiting = db.execute("SELECT COUNT(*) FROM runs WHERE job_id = ? AND attempt = ? AND state = ?",
+                                 (run.job_id, run.attempt, RunState.LAUNCHING.value)).fetchone()[0]
             fields: dict[str, Any] = {}
             if job["state"] == JobState.LAUNCHING.value and waiting == 0:
                 fields["state"] = JobState.RUNNING
@@ -301,7 +301,7 @@ class Store:
             self._event(db, now, "started", f"run {run.attempt}{rank} started on {run.node} (pid {handle.pid})",
                         job_id=run.job_id, node=run.node)
 
-    def end_run(self, run: Run, now: float, *, run_state: str, exit_code: int | None, reason: str,
+    def end_run(self, run: Run, now: float, *, run_state: RunState, exit_code: int | None, reason: str,
                 job_fields: dict[str, Any] | None, event: tuple[str, str] | None,
                 event_data: dict[str, Any] | None = None) -> None:
         """A run ended: record it, and (for the attempt's last run) the job's next state, together."""
@@ -318,7 +318,7 @@ class Store:
         return [_run(r) for r in self.db.execute(
             "SELECT * FROM runs WHERE job_id = ? AND attempt = ? ORDER BY rank, id", (job_id, attempt))]
 
-    def set_run_state(self, run_id: int, state: str) -> None:
+    def set_run_state(self, run_id: int, state: RunState) -> None:
         with self.tx() as db:
             db.execute("UPDATE runs SET state = ? WHERE id = ?", (state, run_id))
 
@@ -335,7 +335,7 @@ class Store:
     def fencing_runs(self, node: str) -> list[Run]:
         """Runs given up for lost on `node` that must be killed there when it answers again."""
         return [_run(r) for r in self.db.execute(
-            "SELECT * FROM runs WHERE node = ? AND state = 'FENCING' ORDER BY id", (node,))]
+            "SELECT * FROM runs WHERE node = ? AND state = ? ORDER BY id", (node, RunState.FENCING.value))]
 
     def get_run(self, run_id: int) -> Run | None:
         row = self.db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
@@ -345,9 +345,9 @@ class Store:
         return [_run(r) for r in self.db.execute("SELECT * FROM runs WHERE job_id = ? ORDER BY id", (job_id,))]
 
     def live_runs(self) -> list[Run]:
-        marks = ",".join("?" * len(LIVE_RUN_STATES))
+        marks = ",".join("?" * len(_LIVE))
         return [_run(r) for r in self.db.execute(f"SELECT * FROM runs WHERE state IN ({marks}) ORDER BY id",
-                                                 LIVE_RUN_STATES)]
+                                                 _LIVE)]
 
     # ------------------------------------------------------------------------------------------- nodes
 
@@ -367,7 +367,7 @@ class Store:
                         node=name)
 
 
-def _job(row: sqlite3.Row) -> Job:
+def job_from_row(row: sqlite3.Row) -> Job:
     return Job(
         id=row["id"],
         spec=spec_from_dict(json.loads(row["spec"])),
@@ -390,7 +390,7 @@ def _run(row: sqlite3.Row) -> Run:
         attempt=row["attempt"],
         node=row["node"],
         devices=tuple(json.loads(row["devices"])),
-        state=row["state"],
+        state=RunState(row["state"]),
         run_dir=row["run_dir"],
         handle=handle_from_dict(json.loads(row["handle"])) if row["handle"] else None,
         start_time=row["start_time"],

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import base64
 import os
-import time
+from dataclasses import replace
 from typing import Any
 
 from hsched.config import job_spec_from_table
+from hsched.controller import commands
 from hsched.controller.core import ACTIVE_STATES, Controller
+from hsched.controller.health import check_health
 from hsched.errors import UserError
 from hsched.model import NodeState
 from hsched.serialize import iso, job_to_dict, node_to_dict, run_to_dict
+from hsched.store import job_from_row
 
 API_VERSION = 1
 
@@ -44,7 +47,7 @@ class Api:
                                    settings.default_qos)
         user = str(args.get("user") or uid)
         env = args.get("environ")
-        job = await self.ctl.submit(spec, user, env if isinstance(env, dict) else None)
+        job = await commands.submit(self.ctl, spec, user, env if isinstance(env, dict) else None)
         return job_to_dict(job)
 
     async def op_queue(self, args: dict[str, Any], uid: int) -> Any:
@@ -54,13 +57,11 @@ class Api:
     def job_dict(self, row: Any) -> dict[str, Any]:
         """The contract's job object for a store row, reused while the row is unchanged: most of a long
         queue (ended jobs) never changes, and decoding every spec on every `queue --all` is what costs."""
-        from hsched.store import _job
-
         key = tuple(row)
         hit = self._dicts.get(row["id"])
         if hit is not None and hit[0] == key:
             return hit[1]
-        d = job_to_dict(_job(row))
+        d = job_to_dict(job_from_row(row))
         self._dicts[row["id"]] = (key, d)
         return d
 
@@ -99,24 +100,24 @@ class Api:
 
     async def op_cancel(self, args: dict[str, Any], uid: int) -> Any:
         job = await self._job(args)
-        return job_to_dict(await self.ctl.cancel(job.id))
+        return job_to_dict(await commands.cancel(self.ctl, job.id))
 
     async def op_preempt(self, args: dict[str, Any], uid: int) -> Any:
         job = await self._job(args)
-        return job_to_dict(await self.ctl.preempt(job.id))
+        return job_to_dict(await commands.preempt(self.ctl, job.id))
 
     async def op_checkpoint(self, args: dict[str, Any], uid: int) -> Any:
         job = await self._job(args)
-        return job_to_dict(await self.ctl.checkpoint(job.id))
+        return job_to_dict(await commands.checkpoint(self.ctl, job.id))
 
     async def op_hold(self, args: dict[str, Any], uid: int) -> Any:
         """One job (`id`), or several at once (`ids`: released together, in one scheduling round)."""
         if "ids" in args:
             jobs = [await self._job({"id": i}) for i in args["ids"]]
-            return [job_to_dict(j) for j in await self.ctl.hold_many([j.id for j in jobs],
-                                                                     bool(args.get("hold", True)))]
+            return [job_to_dict(j) for j in await commands.hold(self.ctl, [j.id for j in jobs],
+                                                                 bool(args.get("hold", True)))]
         job = await self._job(args)
-        return job_to_dict(await self.ctl.hold(job.id, bool(args.get("hold", True))))
+        return job_to_dict((await commands.hold(self.ctl, [job.id], bool(args.get("hold", True))))[0])
 
     async def op_priority(self, args: dict[str, Any], uid: int) -> Any:
         job = await self._job(args)
@@ -124,17 +125,17 @@ class Api:
             prio = int(args["priority"])
         except (KeyError, TypeError, ValueError):
             raise UserError(f"priority: expected an integer, found {args.get('priority')!r}") from None
-        return job_to_dict(await self.ctl.set_priority(job.id, prio, args.get("qos")))
+        return job_to_dict(await commands.set_priority(self.ctl, job.id, prio, args.get("qos")))
 
     async def op_requeue(self, args: dict[str, Any], uid: int) -> Any:
         job = await self._job(args)
-        return job_to_dict(await self.ctl.requeue(job.id))
+        return job_to_dict(await commands.requeue(self.ctl, job.id))
 
     async def op_wait(self, args: dict[str, Any], uid: int) -> Any:
         """Block until every listed job is terminal or `timeout` seconds pass."""
         ids = [int(i) for i in args.get("ids", [])]
         timeout = float(args.get("timeout") or 3600)
-        deadline = time.monotonic() + timeout
+        deadline = self.ctl.clock.monotonic() + timeout
         version = self.ctl.version
         while True:
             jobs = []
@@ -145,7 +146,7 @@ class Api:
                 jobs.append(job)
             if all(j.state.is_terminal() for j in jobs):
                 return {"done": True, "jobs": [job_to_dict(j) for j in jobs]}
-            left = deadline - time.monotonic()
+            left = deadline - self.ctl.clock.monotonic()
             if left <= 0:
                 return {"done": False, "jobs": [job_to_dict(j) for j in jobs]}
             version = await self.ctl.wait_changed(version, min(left, 5.0))
@@ -179,11 +180,7 @@ class Api:
             raise UserError(f"no node {name!r}; `hsched nodes` lists them")
         state = NodeState.DRAINED if args.get("action") == "drain" else NodeState.UP
         reason = str(args.get("reason") or "")
-        await self.ctl.db(self.ctl.store.set_node_admin, rt.name, state, reason, time.time())
-        from dataclasses import replace
-
-        from hsched.controller.health import check_health
-
+        await self.ctl.db(self.ctl.store.set_node_admin, rt.name, state, reason, self.ctl.clock.time())
         self.ctl.admin[rt.name] = state
         rt.node = replace(rt.node, message=reason if state is NodeState.DRAINED else "")
         await check_health(self.ctl)
@@ -207,11 +204,10 @@ class Api:
         """Everything a dashboard frame needs, in one answer: active jobs, plus those that ended in the last
         `recent_s` seconds (default 600, so a requeue or a last look at a log is still one key away)."""
         recent_s = float(args.get("recent_s", 600.0))
-        rows = await self.ctl.db(self.ctl.store.job_rows, active_only=True, ended_since=time.time() - recent_s)
-        from hsched.store import _job
-
-        jobs = [_job(r) for r in rows]
+        since = self.ctl.clock.time() - recent_s
+        rows = await self.ctl.db(self.ctl.store.job_rows, active_only=True, ended_since=since)
+        jobs = [job_from_row(r) for r in rows]
         owners = self.ctl.owners([j for j in jobs if j.state in ACTIVE_STATES])
-        return {"version": self.ctl.version, "time": iso(time.time()),
+        return {"version": self.ctl.version, "time": iso(self.ctl.clock.time()),
                 "jobs": [job_to_dict(j) for j in jobs],
                 "nodes": [node_to_dict(n, owners) for n in self.ctl.node_list()]}

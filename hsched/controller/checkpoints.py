@@ -12,16 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from hsched.controller.core import Controller
+from hsched.controller.fleet import NodeRuntime
 from hsched.errors import ExecutorError
 from hsched.model import Job, Run
-
-if TYPE_CHECKING:
-    from hsched.controller.core import Controller
-    from hsched.controller.fleet import NodeRuntime
 
 log = logging.getLogger("hsched.checkpoints")
 
@@ -36,7 +32,7 @@ async def path_on(ctl: Controller, rt: NodeRuntime, job_id: int) -> str:
     local = ctl.checkpoint_dir(job_id)
     if is_shared(rt, local):
         return str(local)
-    return str(await rt.executor.remote_path(str(local)))  # type: ignore[attr-defined]
+    return str(await rt.executor.remote_path(str(local)))
 
 
 def _size(path: Path) -> int:
@@ -69,22 +65,22 @@ async def bring_along(ctl: Controller, job: Job, run: Run) -> None:
         return
     if is_shared(source, local) and is_shared(target, local):
         return  # one folder both nodes see
-    t0 = time.monotonic()
+    t0 = ctl.clock.monotonic()
     try:
         if not is_shared(source, local):
-            remote = await source.executor.remote_path(str(local))  # type: ignore[attr-defined]
-            await source.executor.get(remote, local)  # type: ignore[attr-defined]
+            remote = await source.executor.remote_path(str(local))
+            await source.executor.get(remote, local)
         if not is_shared(target, local):
-            remote = await target.executor.remote_path(str(local))  # type: ignore[attr-defined]
+            remote = await target.executor.remote_path(str(local))
             await asyncio.to_thread(local.mkdir, parents=True, exist_ok=True)
-            await target.executor.put(local, remote)  # type: ignore[attr-defined]
+            await target.executor.put(local, remote)
     except (ExecutorError, OSError) as e:
-        await ctl.db(ctl.store.add_event, time.time(), "checkpoint",
+        await ctl.event("checkpoint",
                      f"could not move the checkpoint from {source_name} to {run.node}: {e}; "
                      "the run starts with what is there", job_id=job.id, node=run.node)
         return
-    seconds = time.monotonic() - t0
+    seconds = ctl.clock.monotonic() - t0
     size = await asyncio.to_thread(_size, local)
-    await ctl.db(ctl.store.add_event, time.time(), "checkpoint_moved",
+    await ctl.event("checkpoint_moved",
                  f"checkpoint moved {source_name} -> {run.node}: {size} bytes in {seconds:.2f} s",
                  job_id=job.id, node=run.node, data={"bytes": size, "seconds": seconds, "from": source_name})

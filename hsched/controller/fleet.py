@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from hsched.clock import Clock
 from hsched.config import FleetConfig, NodeConfig
 from hsched.errors import ExecutorError, UserError
 from hsched.executors.base import Executor
@@ -15,6 +15,9 @@ from hsched.model import Device, Link, Node, NodeState
 from hsched.simulated import simulated_devices
 
 log = logging.getLogger("hsched.fleet")
+
+HISTORY = 300
+"""Samples kept per device (5 minutes at 1 Hz) for sparklines."""
 
 @dataclass
 class NodeRuntime:
@@ -38,6 +41,14 @@ class NodeRuntime:
     @property
     def name(self) -> str:
         return self.config.name
+
+    def heartbeat(self, now: float) -> float | None:
+        """The node's last contact of any kind (probe, sample, any exchange); `now` for this machine's own
+        nodes, alive while the controller is."""
+        if self.config.executor == "local":
+            return now
+        seen = [t for t in (self.last_ok, self.last_sample, self.executor.last_contact) if t is not None]
+        return max(seen) if seen else None
 
 
 def make_executor(cfg: NodeConfig) -> Executor:
@@ -133,7 +144,7 @@ def _real_devices(probe: dict[str, Any]) -> tuple[tuple[Device, ...], tuple[Link
     return tuple(devices), links
 
 
-async def probe_node(rt: NodeRuntime, timeout_s: float) -> None:
+async def probe_node(rt: NodeRuntime, clock: Clock, timeout_s: float) -> None:
     """Probe one node; its failure becomes its state, never an exception for the caller."""
     try:
         async with asyncio.timeout(timeout_s):
@@ -146,7 +157,7 @@ async def probe_node(rt: NodeRuntime, timeout_s: float) -> None:
     if rt.boot_id is not None and probe.get("boot_id") not in (None, rt.boot_id):
         rt.rebooted = True
     rt.boot_id = probe.get("boot_id")
-    rt.last_ok = time.time()
+    rt.last_ok = clock.time()
     rt.probe_error = ""
     # the state is the health check's to decide (hsched.controller.health); a probe only brings facts
     rt.node = replace(node_from_probe(rt, probe), state=rt.node.state)

@@ -16,54 +16,38 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from hsched.controller.core import wait_at_most
-from hsched.controller.stopping import StopReason, begin_stop
+from hsched.controller.core import Controller
+from hsched.controller.fleet import HISTORY, NodeRuntime, probe_node
+from hsched.controller.stopping import begin_stop
 from hsched.errors import ExecutorError
-from hsched.model import JobState, NodeState
-
-if TYPE_CHECKING:
-    from hsched.controller.core import Controller
-    from hsched.controller.fleet import NodeRuntime
+from hsched.lifecycle import StopReason, node_lost
+from hsched.model import EndReason, JobState, NodeState, RunState
+from hsched.simulated import simulated_telemetry
 
 log = logging.getLogger("hsched.health")
 
-HISTORY = 300
-"""Samples kept per device (5 minutes at 1 Hz) for sparklines."""
 _NEEDS_A_PERSON = ("host key", "permission denied", "authentication")
-
-
-def heartbeat(rt: NodeRuntime, now: float) -> float | None:
-    if rt.config.executor == "local":
-        return now  # this machine: alive while we are
-    contact = getattr(rt.executor, "last_contact", None)
-    seen = [t for t in (rt.last_ok, rt.last_sample, contact) if t is not None]
-    return max(seen) if seen else None
 
 
 async def monitor(ctl: Controller, rt: NodeRuntime) -> None:
     """Follow one node's monitoring stream for as long as the controller runs; reconnect on failure."""
-    watch = getattr(rt.executor, "watch", None)
-    if watch is None:
-        return
     while not ctl.stopping.is_set():
         try:
-            async for sample in watch(ctl.settings.monitor_interval_s):
-                record_sample(rt, sample)
+            async for sample in rt.executor.watch(ctl.settings.monitor_interval_s):
+                record_sample(rt, sample, ctl.clock.time())
                 if ctl.stopping.is_set():
                     return
         except ExecutorError as e:
             rt.probe_error = str(e)
         except Exception:  # a malformed sample must not end monitoring for good
             log.exception("%s: monitoring failed", rt.name)
-        await wait_at_most(ctl.stopping, 1.0)
+        await ctl.clock.wait(ctl.stopping, 1.0)
 
 
-def record_sample(rt: NodeRuntime, sample: dict[str, Any]) -> None:
-    now = time.time()
+def record_sample(rt: NodeRuntime, sample: dict[str, Any], now: float) -> None:
     rt.last_sample = now
     live = {d.get("uuid"): d for d in (sample.get("gpus") or {}).get("devices") or [] if d.get("uuid")}
     devices = []
@@ -89,11 +73,11 @@ def record_sample(rt: NodeRuntime, sample: dict[str, Any]) -> None:
 
 async def check_health(ctl: Controller) -> bool:
     """Derive every node's state; expire leases; fence returning nodes. True if anything changed."""
-    now = time.time()
+    now = ctl.clock.time()
     changed = False
     admin = ctl.admin
     for rt in ctl.nodes.values():
-        beat = heartbeat(rt, now)
+        beat = rt.heartbeat(now)
         err = (getattr(rt.executor, "last_error", None) or rt.probe_error or "").lower()
         if beat is not None and now - beat <= ctl.settings.heartbeat_timeout_s:
             state = NodeState.UP
@@ -106,14 +90,12 @@ async def check_health(ctl: Controller) -> bool:
         old = rt.node.state
         if state in (NodeState.UP, NodeState.DRAINED) and old in (NodeState.UNREACHABLE, NodeState.DOWN):
             if (not rt.node.devices and rt.config.simulate is None) or rt.last_ok is None:
-                from hsched.controller.fleet import probe_node
-
-                await probe_node(rt, timeout_s=30)
+                await probe_node(rt, ctl.clock, timeout_s=30)
                 if rt.last_ok is None:
                     continue
             await fence(ctl, rt)
             rt.unreachable_since = None
-            await ctl.db(ctl.store.add_event, now, "node", f"{rt.name} is back", node=rt.name)
+            await ctl.event("node", f"{rt.name} is back", node=rt.name)
         if state in (NodeState.UNREACHABLE, NodeState.DOWN):
             if rt.unreachable_since is None:
                 rt.unreachable_since = beat if beat is not None else now
@@ -132,8 +114,6 @@ async def check_health(ctl: Controller) -> bool:
 
 async def expire_lease(ctl: Controller, rt: NodeRuntime, now: float) -> bool:
     """The node has been gone past its lease: requeue its jobs; mark its runs to be killed on return."""
-    from hsched.controller.watching import settle
-
     runs = [r for r in await ctl.db(ctl.store.live_runs) if r.node == rt.name and r.id not in ctl.launching]
     if not runs:
         return False
@@ -143,21 +123,18 @@ async def expire_lease(ctl: Controller, rt: NodeRuntime, now: float) -> bool:
             if job is None:
                 continue
             others = [r for r in await ctl.db(ctl.store.attempt_runs, job.id, run.attempt)
-                      if r.id != run.id and r.state in ("RUNNING", "LAUNCHING") and r.node != rt.name]
+                      if r.id != run.id and r.state in (RunState.RUNNING, RunState.LAUNCHING) and r.node != rt.name]
             msg = f"{rt.name} unreachable for longer than the lease ({ctl.settings.lease_s:g} s)"
             if others:
                 # a gang lost a node: the ranks elsewhere stop and the whole gang is requeued
-                await ctl.db(ctl.store.end_run, run, now, run_state="FENCING", exit_code=None, reason="node_lost",
-                             job_fields=None, event=("node_lost", f"rank {run.rank}: {msg}; will be killed there"))
+                await ctl.db(ctl.store.end_run, run, now, run_state=RunState.FENCING, exit_code=None,
+                             reason=EndReason.NODE_LOST.value, job_fields=None,
+                             event=("node_lost", f"rank {run.rank}: {msg}; will be killed there"))
                 if job.state in (JobState.RUNNING, JobState.LAUNCHING):
                     await begin_stop(ctl, job, StopReason.PREEMPTED, f"{msg}: stopping the other ranks to requeue")
                 continue
-            fields, _ = settle(ctl, job, now, [(None, True)])
-            if job.state in (JobState.RUNNING, JobState.LAUNCHING, JobState.PREEMPTING):
-                fields = {"state": JobState.PENDING, "restarts": job.restarts + 1, "exit_code": None,
-                          "placement": (), "end_time": None, "reason": "node_lost"}
-            await ctl.db(ctl.store.end_run, run, now, run_state="FENCING", exit_code=None, reason="node_lost",
-                         job_fields=fields,
+            await ctl.db(ctl.store.end_run, run, now, run_state=RunState.FENCING, exit_code=None,
+                         reason=EndReason.NODE_LOST.value, job_fields=node_lost(job).job_fields(job, now),
                          event=("node_lost", f"{msg}: requeued; the stale copy is killed if the node returns"))
             ctl.forget(job.id)
     return True
@@ -168,7 +145,7 @@ async def fence(ctl: Controller, rt: NodeRuntime) -> None:
     stale = await ctl.db(ctl.store.fencing_runs, rt.name)
     for run in stale:
         if run.handle is None:
-            await ctl.db(ctl.store.set_run_state, run.id, "FENCED")
+            await ctl.db(ctl.store.set_run_state, run.id, RunState.FENCED)
             continue
         try:
             async with asyncio.timeout(30):
@@ -176,32 +153,33 @@ async def fence(ctl: Controller, rt: NodeRuntime) -> None:
         except (ExecutorError, TimeoutError) as e:
             log.warning("%s: cannot fence run %s yet: %s", rt.name, run.id, e)
             continue
-        await ctl.db(ctl.store.set_run_state, run.id, "FENCED")
-        await ctl.db(ctl.store.add_event, time.time(), "fenced",
+        await ctl.db(ctl.store.set_run_state, run.id, RunState.FENCED)
+        await ctl.event("fenced",
                      f"stale copy of run {run.attempt} killed on {rt.name}", job_id=run.job_id, node=rt.name)
 
 
-def simulate_telemetry(ctl: Controller, owners: dict[str, int], now: float) -> None:
-    """Plausible readings for simulated devices, so the lab demo and the dashboard look like a lab: busy
-    while a job holds them, idle otherwise. Real devices are never touched; nodes say `simulated`."""
-    import math
+async def probe_all(ctl: Controller, *, only_up: bool = False) -> None:
+    """Probe the fleet (all nodes, or those up or drained), read the drained marks, derive node states."""
+    async with asyncio.TaskGroup() as tg:
+        for rt in ctl.nodes.values():
+            if not only_up or rt.node.state in (NodeState.UP, NodeState.DRAINED):
+                tg.create_task(probe_node(rt, ctl.clock, timeout_s=15 if only_up else 30))
+    admin = await ctl.db(ctl.store.node_admin)
+    ctl.admin = {name: state for name, (state, _) in admin.items()}
+    for name, (state, reason) in admin.items():
+        rt = ctl.nodes.get(name)
+        if rt and state is NodeState.DRAINED:
+            rt.node = replace(rt.node, message=reason)
+    await check_health(ctl)
 
+
+def simulate_telemetry(ctl: Controller, owners: dict[str, int], now: float) -> None:
+    """Readings for the simulated nodes' devices (hsched.simulated), kept in their history like samples."""
     for rt in ctl.nodes.values():
         if rt.config.simulate is None:
             continue
-        devices = []
+        rt.node = replace(rt.node, devices=simulated_telemetry(rt.node.devices, owners, now))
         for d in rt.node.devices:
-            if not d.simulated:
-                devices.append(d)
-                continue
-            phase = now / 7.0 + d.index
-            if d.uuid in owners:
-                util = round(78 + 18 * math.sin(phase) * math.sin(phase / 3.1), 1)
-                mem = int((d.memory_total_mib or 0) * (0.62 + 0.1 * math.sin(phase / 5.0)))
-                temp, power = round(52 + util / 4, 1), round(90 + util * 4.2, 1)
-            else:
-                util, mem, temp, power = 0.0, 0, 33.0, 62.0
-            devices.append(replace(d, utilization_gpu=util, memory_used_mib=mem, temperature_c=temp, power_w=power))
-            hist = rt.history.setdefault(d.uuid, collections.deque(maxlen=HISTORY))
-            hist.append((now, util, mem))
-        rt.node = replace(rt.node, devices=tuple(devices))
+            if d.simulated:
+                hist = rt.history.setdefault(d.uuid, collections.deque(maxlen=HISTORY))
+                hist.append((now, d.utilization_gpu, d.memory_used_mib))

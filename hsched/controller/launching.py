@@ -8,22 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import zlib
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from hsched.controller.checkpoints import bring_along, is_shared, path_on
-from hsched.controller.stopping import StopReason, begin_stop
+from hsched.controller.core import Controller
+from hsched.controller.ending import run_ended
+from hsched.controller.stopping import begin_stop
 from hsched.errors import ExecutorError
 from hsched.executors.base import LaunchRequest
+from hsched.lifecycle import StopReason
 from hsched.live_policy import Running
 from hsched.model import Job, JobState, Placement, Run
 from hsched.scheduling import FleetView, Preempt, Start, Wait, schedule
-
-if TYPE_CHECKING:
-    from hsched.controller.core import Controller
 
 log = logging.getLogger("hsched.launch")
 
@@ -43,11 +41,11 @@ async def schedule_round(ctl: Controller) -> bool:
             prefer = {jid: node for jid, node in last.items()
                       if node in ctl.nodes and not is_shared(ctl.nodes[node], ctl.checkpoint_dir(jid))}
             view = replace(view, prefer=prefer)
-        decisions = schedule(view, pending, time.time())
+        decisions = schedule(view, pending, ctl.clock.time())
         by_id = {j.id: j for j in pending}
         active_by_id = {j.id: j for j in active}
         launches: list[tuple[Job, list[Run]]] = []
-        now = time.time()
+        now = ctl.clock.time()
         for d in decisions:
             job = by_id[d.job_id]
             if isinstance(d, Wait):
@@ -77,9 +75,9 @@ async def schedule_round(ctl: Controller) -> bool:
             runs = await ctl.db(ctl.store.start_runs, job, ranks, now, d.placements)
             launches.append((job, runs))
     for job, runs in launches:
-        ctl.attempt_start[job.id] = time.time()
+        ctl.attempt_start[job.id] = ctl.clock.time()
         for run in runs:
-            ctl.spawn_launch(job, run)
+            spawn_launch(ctl, job, run)
     return bool(decisions)
 
 
@@ -152,6 +150,14 @@ def master_port(job_id: int, attempt: int) -> int:
     return 20000 + zlib.crc32(f"{job_id}/{attempt}".encode()) % 20000
 
 
+def spawn_launch(ctl: Controller, job: Job, run: Run) -> None:
+    """Launch `run` in the background, once: a run whose launch is in flight is not launched again."""
+    if run.id in ctl.launching:
+        return
+    ctl.launching.add(run.id)
+    ctl.spawn(launch(ctl, job, run)).add_done_callback(lambda _t: ctl.launching.discard(run.id))
+
+
 async def launch(ctl: Controller, job: Job, run: Run) -> None:
     rt = ctl.nodes.get(run.node)
     if rt is None:
@@ -187,7 +193,7 @@ async def launch(ctl: Controller, job: Job, run: Run) -> None:
         await launch_failed(ctl, job, run, str(e) or "launch timed out")
         return
     async with ctl.lock:
-        await ctl.db(ctl.store.run_launched, run, handle, time.time())
+        await ctl.db(ctl.store.run_launched, run, handle, ctl.clock.time())
         current = await ctl.db(ctl.store.get_job, job.id)
         if current is not None and current.state in (JobState.COMPLETING, JobState.PREEMPTING):
             await ctl.signal_job(job.id, "TERM")  # stopped while it was being launched
@@ -195,10 +201,8 @@ async def launch(ctl: Controller, job: Job, run: Run) -> None:
 
 
 async def launch_failed(ctl: Controller, job: Job, run: Run, why: str) -> None:
-    from hsched.controller.watching import run_ended
-
     log.warning("job %s: launch failed: %s", job.id, why)
-    now = time.time()
+    now = ctl.clock.time()
     async with ctl.lock:
         current = await ctl.db(ctl.store.get_job, job.id)
         if current is None:

@@ -20,6 +20,8 @@ from typing import Any
 from hsched.config import load_fleet, load_settings
 from hsched.controller.api import Api
 from hsched.controller.core import Controller
+from hsched.controller.health import monitor
+from hsched.controller.loops import health_loop, run_loop, start
 from hsched.errors import HschedError, UserError
 from hsched.paths import Home
 from hsched.protocol import MAX_LINE, encode, peer_uid
@@ -124,15 +126,11 @@ async def serve(home: Home) -> int:
         loop.add_signal_handler(sig, ctl.stopping.set)
     log.info("controller %s serving %s with fleet %s", os.getpid(), home.root, fleet_cfg.source)
     try:
-        await ctl.probe_all()
-        await ctl.reconcile()
-        ctl.ready.set()
+        await start(ctl)
         async with server, asyncio.TaskGroup() as tg:
-            loop_task = tg.create_task(ctl.run_loop())
-            from hsched.controller.health import monitor
-
+            loop_task = tg.create_task(run_loop(ctl))
             monitors = [tg.create_task(monitor(ctl, rt)) for rt in ctl.nodes.values() if ctl.wants_monitor(rt)]
-            monitors.append(tg.create_task(ctl.health_loop()))
+            monitors.append(tg.create_task(health_loop(ctl)))
             await ctl.stopping.wait()
             ctl.poke()
             await loop_task

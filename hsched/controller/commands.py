@@ -1,0 +1,141 @@
+"""What users ask of the controller: submit, cancel, preempt, checkpoint, hold/release, priority, requeue.
+
+Each command reads and writes its job under the controller's lock (no round sees half of it), records the
+change durably with its event before answering, then wakes the scheduling loop.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from hsched.controller.core import Controller
+from hsched.controller.stopping import begin_stop
+from hsched.errors import UserError
+from hsched.lifecycle import StopReason
+from hsched.model import EndReason, Job, JobSpec, JobState
+from hsched.scheduling import unsatisfiable
+from hsched.serialize import spec_to_dict
+
+
+async def _changed(ctl: Controller) -> None:
+    ctl.poke()
+    await ctl.notify()
+
+
+async def submit(ctl: Controller, spec: JobSpec, user: str, submit_env: dict[str, str] | None) -> Job:
+    if spec.qos not in ctl.settings.qos:
+        raise UserError(f"qos: expected one of {', '.join(ctl.settings.qos)}, found {spec.qos!r}")
+    # whatever their state now, nodes whose devices we know decide whether a request can ever run; while
+    # some node was never reached, it may be the one that can, so the job waits instead of being refused
+    known = [rt.node for rt in ctl.nodes.values() if rt.last_ok is not None or rt.config.simulate]
+    unknown = sorted(rt.name for rt in ctl.nodes.values() if rt.last_ok is None and not rt.config.simulate)
+    why = unsatisfiable(spec.resources, known)
+    if why is not None and not unknown:
+        raise UserError(f"job request cannot be satisfied by this fleet ({ctl.fleet_cfg.source}): {why}")
+    async with ctl.lock:
+        job = await ctl.db(ctl.store.submit, spec, user, ctl.clock.time())
+        if submit_env is not None:
+            await ctl.db(ctl.save_env, job.id, submit_env)
+        if why is not None:
+            await ctl.event("waiting", f"no node reached so far can run it ({why}); waiting for {', '.join(unknown)}",
+                            job_id=job.id)
+    await _changed(ctl)
+    return job
+
+
+async def cancel(ctl: Controller, job_id: int) -> Job:
+    now = ctl.clock.time()
+    async with ctl.lock:
+        job = await ctl.get(job_id)
+        if job.state.is_terminal() or (job.state is JobState.COMPLETING and job.reason == StopReason.CANCELLED):
+            return job
+        if job.state is JobState.PENDING:
+            job = await ctl.db(ctl.store.set_job, job_id, now, state=JobState.CANCELLED,
+                               reason=EndReason.CANCELLED.value, end_time=now,
+                               event=("cancelled", "cancelled while pending"))
+        else:
+            ctl.stops.pop(job_id, None)
+            after = ctl.settings.kill_after_s
+            job = await begin_stop(ctl, job, StopReason.CANCELLED,
+                                   f"cancel requested: SIGTERM, then SIGKILL after {after:g} s")
+    await _changed(ctl)
+    return job
+
+
+async def preempt(ctl: Controller, job_id: int) -> Job:
+    """Preempt now: the checkpoint signal, the grace period, escalation; then back to PENDING."""
+    async with ctl.lock:
+        job = await ctl.get(job_id)
+        if job.state is not JobState.RUNNING:
+            raise UserError(f"job {job_id} is {job.state.value}; only running jobs can be preempted")
+        ck = job.spec.checkpoint_signal
+        job = await begin_stop(ctl, job, StopReason.PREEMPTED,
+                               f"preempted by the user: SIG{ck.signal}, {ck.grace_s:g} s to checkpoint")
+    await _changed(ctl)
+    return job
+
+
+async def checkpoint(ctl: Controller, job_id: int) -> Job:
+    """Send the job's checkpoint signal without stopping it."""
+    async with ctl.lock:
+        job = await ctl.get(job_id)
+        if job.state is not JobState.RUNNING:
+            raise UserError(f"job {job_id} is {job.state.value}; only running jobs can checkpoint")
+        sig = job.spec.checkpoint_signal.signal
+        await ctl.signal_job(job_id, sig)
+        await ctl.event("checkpoint", f"SIG{sig} sent (checkpoint, keep running)", job_id=job_id)
+    await ctl.notify()
+    return job
+
+
+async def hold(ctl: Controller, job_ids: list[int], held: bool) -> list[Job]:
+    """Hold pending jobs (they will not start) or release them, all at once: no scheduling round sees only
+    some of them released."""
+    async with ctl.lock:
+        jobs = [await _hold_one(ctl, i, held) for i in job_ids]
+    await _changed(ctl)
+    return jobs
+
+
+async def _hold_one(ctl: Controller, job_id: int, held: bool) -> Job:
+    job = await ctl.get(job_id)
+    if job.state is not JobState.PENDING:
+        raise UserError(f"job {job_id} is {job.state.value}; only pending jobs can be held or released")
+    if job.spec.hold == held:
+        return job
+    spec = replace(job.spec, hold=held)
+    return await ctl.db(ctl.store.set_job, job_id, ctl.clock.time(), spec=json.dumps(spec_to_dict(spec)),
+                        reason=(EndReason.HELD if held else EndReason.PRIORITY).value,
+                        event=("held" if held else "released", "held by the user" if held else "released"))
+
+
+async def set_priority(ctl: Controller, job_id: int, priority: int, qos: str | None = None) -> Job:
+    now = ctl.clock.time()
+    if qos is not None and qos not in ctl.settings.qos:
+        raise UserError(f"--qos: expected one of {', '.join(ctl.settings.qos)}, found {qos!r}")
+    async with ctl.lock:
+        job = await ctl.get(job_id)
+        if job.state.is_terminal():
+            raise UserError(f"job {job_id} has ended ({job.state.value}); its priority no longer matters")
+        spec = replace(job.spec, priority=priority, qos=qos or job.spec.qos)
+        job = await ctl.db(ctl.store.set_job, job_id, now, spec=json.dumps(spec_to_dict(spec)),
+                           priority=priority, qos=spec.qos,
+                           event=("priority", f"priority set to {priority} in {spec.qos}"))
+    await _changed(ctl)
+    return job
+
+
+async def requeue(ctl: Controller, job_id: int) -> Job:
+    """An ended job goes back to PENDING under the same id (Slurm's scontrol requeue)."""
+    now = ctl.clock.time()
+    async with ctl.lock:
+        job = await ctl.get(job_id)
+        if not job.state.is_terminal():
+            raise UserError(f"job {job_id} is {job.state.value}; only ended jobs can be requeued "
+                            "(use `hsched cancel` first)")
+        job = await ctl.db(ctl.store.set_job, job_id, now, state=JobState.PENDING, reason=EndReason.PRIORITY.value,
+                           end_time=None, exit_code=None, placement=(), restarts=job.restarts + 1,
+                           event=("requeued", f"requeued by the user after {job.state.value}"))
+    await _changed(ctl)
+    return job
