@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hsched.clock import Clock
 from hsched.config import FleetConfig, NodeConfig
-from hsched.errors import ExecutorError, UserError
+from hsched.errors import ExecutorError, NodeUnreachable, UserError
 from hsched.executors.base import Executor
 from hsched.model import Device, Link, Node, NodeState
 from hsched.simulated import simulated_devices
@@ -25,7 +26,8 @@ class NodeRuntime:
     executor: Executor
     node: Node
     last_ok: float | None = None
-    probe_error: str = ""
+    probe_error: ExecutorError | None = None
+    """Why the last probe failed (typed: NodeRefused needs a person), None once one succeeded."""
     boot_id: str | None = None
     raw_probe: dict[str, Any] = field(default_factory=dict)
     last_sample: float | None = None
@@ -67,7 +69,10 @@ def make_executor(cfg: NodeConfig) -> Executor:
     raise UserError(f"node {cfg.name}: unknown executor {cfg.executor!r}")
 
 
-def build_fleet(cfg: FleetConfig) -> dict[str, NodeRuntime]:
+def build_fleet(cfg: FleetConfig, transports: Mapping[str, Executor] | None = None) -> dict[str, NodeRuntime]:
+    """The fleet's runtime records, each with its executor (`transports` by node name, for tests; else the one
+    its config names)."""
+    given = transports or {}
     out: dict[str, NodeRuntime] = {}
     for nc in cfg.nodes:
         devices: tuple[Device, ...] = ()
@@ -78,7 +83,8 @@ def build_fleet(cfg: FleetConfig) -> dict[str, NodeRuntime]:
                     host=nc.host, cpus=nc.simulate.cpus if nc.simulate else None,
                     memory_total_mib=nc.simulate.memory_mib_host if nc.simulate else None,
                     message="not probed yet")
-        out[nc.name] = NodeRuntime(config=nc, executor=make_executor(nc), node=node)
+        executor = given.get(nc.name) or make_executor(nc)
+        out[nc.name] = NodeRuntime(config=nc, executor=executor, node=node)
     return out
 
 
@@ -150,14 +156,15 @@ async def probe_node(rt: NodeRuntime, clock: Clock, timeout_s: float) -> None:
         async with asyncio.timeout(timeout_s):
             probe = await rt.executor.probe()
     except (ExecutorError, TimeoutError, OSError) as e:
-        rt.probe_error = str(e) or type(e).__name__
-        rt.node = replace(rt.node, message=rt.probe_error)
+        rt.probe_error = e if isinstance(e, ExecutorError) else NodeUnreachable(
+            str(e) or f"no answer to the probe within {timeout_s:g} s")
+        rt.node = replace(rt.node, message=str(rt.probe_error) or type(e).__name__)
         return
     rt.raw_probe = probe
     if rt.boot_id is not None and probe.get("boot_id") not in (None, rt.boot_id):
         rt.rebooted = True
     rt.boot_id = probe.get("boot_id")
     rt.last_ok = clock.time()
-    rt.probe_error = ""
+    rt.probe_error = None
     # the state is the health check's to decide (hsched.controller.health); a probe only brings facts
     rt.node = replace(node_from_probe(rt, probe), state=rt.node.state)

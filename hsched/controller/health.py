@@ -22,14 +22,13 @@ from typing import Any
 from hsched.controller.core import Controller
 from hsched.controller.fleet import HISTORY, NodeRuntime, probe_node
 from hsched.controller.stopping import begin_stop
-from hsched.errors import ExecutorError
+from hsched.errors import ExecutorError, NodeRefused
 from hsched.lifecycle import StopReason, node_lost
 from hsched.model import EndReason, JobState, NodeState, RunState
 from hsched.simulated import simulated_telemetry
 
 log = logging.getLogger("hsched.health")
 
-_NEEDS_A_PERSON = ("host key", "permission denied", "authentication")
 
 
 async def monitor(ctl: Controller, rt: NodeRuntime) -> None:
@@ -41,7 +40,7 @@ async def monitor(ctl: Controller, rt: NodeRuntime) -> None:
                 if ctl.stopping.is_set():
                     return
         except ExecutorError as e:
-            rt.probe_error = str(e)
+            rt.probe_error = e
         except Exception:  # a malformed sample must not end monitoring for good
             log.exception("%s: monitoring failed", rt.name)
         await ctl.clock.wait(ctl.stopping, 1.0)
@@ -78,11 +77,12 @@ async def check_health(ctl: Controller) -> bool:
     admin = ctl.admin
     for rt in ctl.nodes.values():
         beat = rt.heartbeat(now)
-        err = (getattr(rt.executor, "last_error", None) or rt.probe_error or "").lower()
+        failure = rt.executor.last_error or rt.probe_error
+        err = str(failure) if failure is not None else ""
         if beat is not None and now - beat <= ctl.settings.heartbeat_timeout_s:
             state = NodeState.UP
-        elif any(w in err for w in _NEEDS_A_PERSON):
-            state = NodeState.DOWN
+        elif isinstance(failure, NodeRefused):
+            state = NodeState.DOWN  # a changed host key or a refused login: retrying will not fix it
         else:
             state = NodeState.UNREACHABLE
         if state is NodeState.UP and admin.get(rt.name) is NodeState.DRAINED:
