@@ -72,7 +72,7 @@ def resolve(cfg: NodeConfig, ssh_config: str | os.PathLike[str] | None = None) -
     if cfg.known_hosts:
         files = [Path(cfg.known_hosts).expanduser()]
     else:
-        configured = opts.known_hosts
+        configured: Any = opts.known_hosts  # read from a config file: None, one path or a list of paths
         # None means the config said `UserKnownHostsFile none`: hsched verifies anyway, with the default file
         if isinstance(configured, str | Path):
             configured = [configured]

@@ -12,10 +12,11 @@ import contextlib
 import os
 import posixpath
 import secrets
-import shutil
 import stat
 
 import asyncssh
+
+from . import _files
 
 CHUNK = 1 << 20
 
@@ -66,38 +67,16 @@ async def put(sftp: asyncssh.SFTPClient, local: str, remote: str) -> None:
         raise
 
 
-def _replace_local(tmp: str, path: str) -> None:
-    if os.path.isdir(path) and not os.path.islink(path):
-        old = f"{path}.old-{secrets.token_hex(4)}"
-        os.rename(path, old)
-        os.rename(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, path)
-
-
-def _make_local_parent(path: str) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-
-
-def _remove_local(path: str) -> None:
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        with contextlib.suppress(OSError):
-            os.remove(path)
-
-
 async def get(sftp: asyncssh.SFTPClient, remote: str, local: str) -> None:
     remote = _rel(remote)
     is_dir = await sftp.isdir(remote)
-    await asyncio.to_thread(_make_local_parent, local)
+    await asyncio.to_thread(_files.make_parent, local)
     tmp = f"{local}.part-{secrets.token_hex(4)}"
     try:
         await sftp.get(remote, tmp, recurse=is_dir, preserve=True)
-        await asyncio.to_thread(_replace_local, tmp, local)
+        await asyncio.to_thread(_files.move_into_place, tmp, local)
     except BaseException:
-        await asyncio.to_thread(_remove_local, tmp)
+        await asyncio.to_thread(_files.remove, tmp)
         raise
 
 

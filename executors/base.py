@@ -1,17 +1,31 @@
-"""The executor protocol: how the controller probes a node and runs jobs there.
+"""The executor protocol: everything the controller asks of a node, whatever the transport.
 
-One small async protocol, several transports (as httpx's transports): `local` runs the node helper as a
-subprocess on this machine, `ssh` will run it over SSH, `fake` keeps everything in memory for tests.
-Every method is bounded in time by the caller's `asyncio.timeout`; a node that cannot answer raises
-ExecutorError, which the controller turns into a node state, never a crash.
+One small async protocol, several transports (as httpx's transports): `local` runs the node helper on this
+machine (one long-lived helper process), `ssh` runs it on a remote machine over one SSH connection, `fake`
+keeps everything in memory for tests. tests/executors/test_conformance.py holds all three to the same
+behaviour.
+
+Errors: every method raises ExecutorError subclasses only (hsched/errors.py), chosen from what failed, never
+from message text:
+
+    NodeUnreachable   cannot reach the node now (refused, reset, timed out, no route, DNS); retry later
+    NodeRefused       refused in a way a person must fix (host key, login, python3); `reason` says which
+    HelperError       the helper answered this one request with an error; the node is fine
+    TransferError     put/get failed on a file (no such file, no space); the node is fine
+
+Every method is bounded in time by the executor's own timeouts and may also be bounded by the caller's
+`asyncio.timeout`; a node that cannot answer raises, which the controller turns into a node state, never a
+crash. `last_contact` and `last_error` say how the node answered lately, for the controller's health check.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from hsched.errors import ExecutorError
 from hsched.model import RunHandle, RunReport
 
 
@@ -35,30 +49,81 @@ class StatusQuery:
 
 @runtime_checkable
 class Executor(Protocol):
+    """How the controller probes a node, runs jobs there, follows them and moves their files.
+
+    Paths: run folders (`LaunchRequest.run_dir`, `StatusQuery.run_dir`, `RunHandle.run_dir`, `read_log`) are
+    always the controller's local paths; an executor whose node has another disk maps them itself, and the
+    handles it returns carry the local path again. Other paths on the node (`newest_mtime`, the `remote`
+    side of `put`/`get`) are the node's own, as `remote_path` gives them.
+    """
+
     kind: str
+    """"local", "ssh" or "fake"."""
+    name: str
+    """The node's name (error messages start with it where the transport adds one)."""
+    last_contact: float | None
+    """time.time() of the last exchange in which the node answered (a reply, an error reply, a monitoring
+    sample, a finished transfer); None before the first. The controller's heartbeat reads it."""
+    last_error: ExecutorError | None
+    """The ExecutorError the last call raised, typed (NodeUnreachable, NodeRefused, HelperError...); None
+    once a call has succeeded since. `isinstance(ex.last_error, NodeRefused)`: a person must act."""
 
     async def probe(self) -> dict[str, Any]:
-        """Machine facts as the node helper reports them (see hsched/nodehelper.py `probe`)."""
+        """Machine facts as the node helper reports them (hsched/nodehelper.py `probe`): `helper_version`,
+        `hostname`, `boot_id`, `python`, `cpus`, `memory_total_mib`, `numa` ([{id, cpus, memory_mib}]),
+        `gpus` ({source, devices: [...]}, optionally `topo_matrix`), `loadavg`; ssh adds `remote_root`."""
         ...
 
     async def launch(self, req: LaunchRequest) -> RunHandle:
-        """Start a run detached; idempotent per run_dir (a second call returns the first run's handle)."""
+        """Start a run detached; idempotent per run_dir (a second call returns the first run's handle and
+        starts nothing)."""
         ...
 
     async def status(self, queries: Sequence[StatusQuery]) -> list[RunReport]:
-        """One report per query, in order."""
+        """One report per query, in order: NOT_STARTED (no such run), RUNNING, EXITED (with its exit code;
+        128 + N and `signal` N for a run killed by signal N) or LOST (gone without an exit code)."""
         ...
 
     async def signal(self, handle: RunHandle, signal: str, *, all_processes: bool = False) -> bool:
-        """Send `signal` (e.g. 'TERM', 'USR1') to the run's process group; False if it is not running."""
+        """Send `signal` ('TERM', 'KILL', 'USR1'...) to the run's process group; with `all_processes` also to
+        every process that carries the run's marker (children that left the group). False if the run is not
+        running; HelperError for a signal name the node does not know."""
         ...
 
     async def read_log(self, run_dir: str, offset: int, max_bytes: int = 1 << 20) -> bytes:
-        """Bytes of the run's output log from `offset` (b'' at the end or if there is none yet)."""
+        """Up to `max_bytes` of the run's output log from `offset` (b'' at the end, or if there is none)."""
         ...
 
     async def newest_mtime(self, path: str) -> float | None:
-        """When a file under `path` (a checkpoint folder on the node) last changed; None if there is none."""
+        """When a file under `path` (a folder on the node, e.g. a checkpoint folder) last changed; None if
+        there is no file there."""
         ...
 
-    async def close(self) -> None: ...
+    def watch(self, interval_s: float = 1.0, *, count: int | None = None,
+              stale_after_s: float | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Monitoring samples from the node every `interval_s` (an async generator; see nodehelper.watch for
+        the shape: seq, t, boot_id, cpu, memory, gpus, processes). Each sample gains `node`, and each GPU
+        process `job_run_dir`: the controller's run folder of the hsched run it belongs to, None if none.
+        Ends after `count` samples; raises NodeUnreachable when no sample came for `stale_after_s`
+        (default: 3 intervals, at least 5 s) or the stream broke."""
+        ...
+
+    async def remote_path(self, local_path: str) -> str:
+        """The node's path for a controller path (a job's checkpoint folder): the same path where the node
+        shares the controller's disk, else a folder under the node's hsched root (a pure function of the
+        local path, so it holds across restarts)."""
+        ...
+
+    async def put(self, local: str | Path, remote: str, *, timeout_s: float = 3600.0) -> None:
+        """Copy a local file or folder to `remote` on the node, replacing what is there as a whole (a reader
+        never sees half of it). Nothing to do where `remote` is `local` itself."""
+        ...
+
+    async def get(self, remote: str, local: str | Path, *, timeout_s: float = 3600.0) -> None:
+        """Copy a file or folder from the node to `local`, replacing what is there as a whole; TransferError
+        if `remote` does not exist. Nothing to do where `remote` is `local` itself."""
+        ...
+
+    async def close(self) -> None:
+        """Let go of connections and helper processes (runs go on). The executor may be used again after."""
+        ...

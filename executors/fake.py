@@ -3,19 +3,35 @@
     ex = FakeExecutor(devices=[...])
     handle = await ex.launch(req)
     ex.finish(req.run_dir, exit_code=0)     # the next status() reports it exited
+    ex.write_log(req.run_dir, b"step 1\\n")  # what read_log() returns
+    ex.unreachable = True                   # every call raises NodeUnreachable (and last_error says so)
+    ex.fail_with = NodeRefused("...", Refusal.HOST_KEY_CHANGED)   # or any ExecutorError, until cleared
+
+It implements the whole protocol (executors/base.py) and passes the same conformance suite as the local and
+ssh executors (tests/executors/test_conformance.py). Files put on the "node" live in `files`; `clock` and
+`sleep` can be replaced by a test's fake clock.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-from collections.abc import Sequence
+import os
+import platform
+import posixpath
+import signal as signals
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from hsched.executors.base import LaunchRequest, StatusQuery
-
-from hsched.errors import ExecutorError
+from hsched.errors import ExecutorError, HelperError, NodeUnreachable, TransferError
 from hsched.model import RunHandle, RunReport, RunStatus
+
+from . import _files
+from ._contact import recorded
+from .base import Executor, LaunchRequest, StatusQuery
 
 
 @dataclass
@@ -24,37 +40,76 @@ class FakeRun:
     handle: RunHandle
     exit_code: int | None = None
     signals: list[str] = field(default_factory=list)
+    """Every signal sent while it ran, in order."""
+    signalled_all: list[str] = field(default_factory=list)
+    """The signals sent with all_processes=True."""
     log: bytes = b""
 
 
+@dataclass(frozen=True, slots=True)
+class FakeFile:
+    data: bytes
+    mtime: float
+
+
 class FakeExecutor:
+    """The executor protocol in memory.
+
+    Knobs (attributes a test may set at any time): `unreachable`, `fail_with`, `exit_on_signal` (signal ->
+    the exit code a run that gets it ends with; others leave it running), `checkpoint_mtimes` (path ->
+    what newest_mtime says, before the files put there), `remote_root` (None: the node shares the
+    controller's disk, as a local node does; else remote paths live under it), `processes` (GPU processes
+    the monitoring samples list), `utilization` (device UUID -> GPU utilization in samples), `clock`, `sleep`.
+    """
+
     kind = "fake"
 
     def __init__(self, *, devices: Sequence[dict[str, Any]] = (), cpus: int = 8, memory_total_mib: int = 65536,
-                 boot_id: str = "fake-boot") -> None:
+                 boot_id: str = "fake-boot", name: str = "fake", clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, remote_root: str | None = None) -> None:
+        self.name = name
         self.devices = list(devices)
         self.cpus = cpus
         self.memory_total_mib = memory_total_mib
         self.boot_id = boot_id
+        self.clock = clock
+        self.sleep = sleep
+        self.remote_root = remote_root
         self.runs: dict[str, FakeRun] = {}
         self.launches = 0
+        self.calls: list[str] = []
+        """The name of every protocol call made, in order."""
         self.unreachable = False
+        self.fail_with: ExecutorError | None = None
         self.exit_on_signal: dict[str, int] = {"TERM": 143, "KILL": 137, "INT": 130}
         self.checkpoint_mtimes: dict[str, float] = {}
+        self.files: dict[str, FakeFile] = {}
+        """Remote path -> content, one entry per file (a folder is the files under it)."""
+        self.processes: list[dict[str, Any]] = []
+        self.utilization: dict[str, float] = {}
+        self.last_contact: float | None = None
+        self.last_error: ExecutorError | None = None
+        self.closed = 0
         self._pids = itertools.count(1000)
 
-    def _check(self) -> None:
+    def _check(self, call: str) -> None:
+        self.calls.append(call)
         if self.unreachable:
-            raise ExecutorError("fake node is unreachable")
+            raise NodeUnreachable("fake node is unreachable")
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.last_contact = self.clock()
 
+    @recorded
     async def probe(self) -> dict[str, Any]:
-        self._check()
-        return {"helper_version": 1, "hostname": "fake", "boot_id": self.boot_id, "cpus": self.cpus,
-                "memory_total_mib": self.memory_total_mib, "numa": [],
-                "gpus": {"source": "fake", "devices": list(self.devices)}}
+        self._check("probe")
+        return {"helper_version": 1, "hostname": self.name, "boot_id": self.boot_id,
+                "python": platform.python_version(), "cpus": self.cpus, "memory_total_mib": self.memory_total_mib,
+                "numa": [], "gpus": {"source": "fake", "devices": [dict(d) for d in self.devices]}, "loadavg": 0.0}
 
+    @recorded
     async def launch(self, req: LaunchRequest) -> RunHandle:
-        self._check()
+        self._check("launch")
         if req.run_dir in self.runs:
             return self.runs[req.run_dir].handle
         pid = next(self._pids)
@@ -63,8 +118,9 @@ class FakeExecutor:
         self.launches += 1
         return handle
 
+    @recorded
     async def status(self, queries: Sequence[StatusQuery]) -> list[RunReport]:
-        self._check()
+        self._check("status")
         out = []
         for q in queries:
             run = self.runs.get(q.run_dir)
@@ -73,33 +129,156 @@ class FakeExecutor:
             elif run.exit_code is None:
                 out.append(RunReport(RunStatus.RUNNING, handle=run.handle))
             else:
-                out.append(RunReport(RunStatus.EXITED, exit_code=run.exit_code, handle=run.handle))
+                sig = run.exit_code - 128 if run.exit_code > 128 else None
+                out.append(RunReport(RunStatus.EXITED, exit_code=run.exit_code, signal=sig, handle=run.handle))
         return out
 
+    @recorded
     async def signal(self, handle: RunHandle, signal: str, *, all_processes: bool = False) -> bool:
-        self._check()
+        self._check("signal")
+        name = signal.upper().removeprefix("SIG")
+        if not hasattr(signals, f"SIG{name}"):
+            raise HelperError(f"node helper 'signal': unknown signal {signal}", "signal")  # as the helper says
         run = self.runs.get(handle.run_dir)
-        if run is None or run.exit_code is not None:
+        if run is None or run.exit_code is not None or run.handle != handle:
             return False
-        run.signals.append(signal)
-        if signal in self.exit_on_signal:
-            run.exit_code = self.exit_on_signal[signal]
+        run.signals.append(name)
+        if all_processes:
+            run.signalled_all.append(name)
+        if name in self.exit_on_signal:
+            run.exit_code = self.exit_on_signal[name]
         return True
 
+    @recorded
     async def read_log(self, run_dir: str, offset: int, max_bytes: int = 1 << 20) -> bytes:
+        self._check("read_log")
         run = self.runs.get(run_dir)
         return run.log[offset:offset + max_bytes] if run else b""
 
+    @recorded
     async def newest_mtime(self, path: str) -> float | None:
-        return self.checkpoint_mtimes.get(path)
+        self._check("newest_mtime")
+        if path in self.checkpoint_mtimes:
+            return self.checkpoint_mtimes[path]
+        times = [f.mtime for p, f in self.files.items() if _under(p, path)]
+        return max(times) if times else None
+
+    @recorded
+    async def remote_path(self, local_path: str) -> str:
+        self._check("remote_path")
+        if self.remote_root is None:
+            return local_path
+        return f"{self.remote_root.rstrip('/')}/files/{local_path.lstrip('/')}"
+
+    @recorded
+    async def put(self, local: str | Path, remote: str, *, timeout_s: float = 3600.0) -> None:
+        self._check("put")
+        if self.remote_root is None and _same(local, remote):
+            return  # the node's path is the local one: nothing to copy
+        try:
+            files = await asyncio.to_thread(_read_tree, str(local))  # reading files blocks: off the event loop
+        except OSError as e:
+            raise TransferError(f"{self.name}: put {local} {remote}: {e.strerror or e}") from None
+        for p in [p for p in self.files if _under(p, remote)]:
+            del self.files[p]  # replaced as a whole, as the real executors do
+        for rel, (data, mtime) in files.items():
+            self.files[f"{remote}/{rel}" if rel else remote] = FakeFile(data, mtime)
+
+    @recorded
+    async def get(self, remote: str, local: str | Path, *, timeout_s: float = 3600.0) -> None:
+        self._check("get")
+        if self.remote_root is None and _same(local, remote):
+            return
+        found = {p: f for p, f in self.files.items() if _under(p, remote)}
+        if not found:
+            raise TransferError(f"{self.name}: get {remote} {local}: No such file")
+        tree = {p[len(remote):].lstrip("/"): (f.data, f.mtime) for p, f in found.items()}
+        try:
+            await asyncio.to_thread(_write_tree, str(local), tree)
+        except OSError as e:
+            raise TransferError(f"{self.name}: get {remote} {local}: {e.strerror or e}") from None
+
+    async def watch(self, interval_s: float = 1.0, *, count: int | None = None,
+                    stale_after_s: float | None = None) -> AsyncIterator[dict[str, Any]]:
+        seq = 0
+        while count is None or seq < count:
+            if seq:
+                await self.sleep(interval_s)
+            try:
+                self._check("watch")
+            except ExecutorError as e:
+                self.last_error = e
+                raise
+            self.last_error = None
+            yield self.sample(seq)
+            seq += 1
+
+    def sample(self, seq: int = 0) -> dict[str, Any]:
+        """One monitoring sample of the fake node as it stands (the shape nodehelper.watch sends)."""
+        devices = [{"index": i, "uuid": d.get("uuid"),
+                    "utilization_gpu": self.utilization.get(d.get("uuid") or "", 0.0), "memory_used_mib": 0,
+                    "memory_total_mib": d.get("memory_total_mib"), "temperature_c": None, "power_w": None}
+                   for i, d in enumerate(self.devices)]
+        processes = [dict(p, job_run_dir=p.get("run_dir")) for p in self.processes]
+        return {"seq": seq, "t": self.clock(), "boot_id": self.boot_id, "node": self.name,
+                "cpu": {"util": 0.0, "count": self.cpus, "loadavg": [0.0, 0.0, 0.0]},
+                "memory": {"total_mib": self.memory_total_mib, "available_mib": self.memory_total_mib, "used_mib": 0},
+                "gpus": {"source": "fake", "devices": devices}, "processes": processes}
 
     async def close(self) -> None:
-        return None
+        self.closed += 1
 
     # -- for tests
 
     def finish(self, run_dir: str, exit_code: int = 0) -> None:
         self.runs[run_dir].exit_code = exit_code
 
+    def write_log(self, run_dir: str, data: bytes) -> None:
+        """Append to a run's output log."""
+        self.runs[run_dir].log += data
+
     def running(self) -> list[str]:
         return [d for d, r in self.runs.items() if r.exit_code is None]
+
+
+def _same(a: str | Path, b: str | Path) -> bool:
+    return posixpath.normpath(str(a)) == posixpath.normpath(str(b))
+
+
+def _under(path: str, folder: str) -> bool:
+    folder = folder.rstrip("/")
+    return path == folder or path.startswith(folder + "/")
+
+
+def _read_tree(local: str) -> dict[str, tuple[bytes, float]]:
+    """Relative path ('' for a single file) -> (content, mtime) of a local file or folder."""
+    if os.path.isfile(local):
+        return {"": (Path(local).read_bytes(), os.stat(local).st_mtime)}
+    if not os.path.isdir(local):
+        raise FileNotFoundError(2, "No such file or folder", local)
+    out = {}
+    for root, _dirs, files in os.walk(local):
+        for name in files:
+            p = os.path.join(root, name)
+            out[os.path.relpath(p, local)] = (Path(p).read_bytes(), os.stat(p).st_mtime)
+    return out
+
+
+def _write_tree(local: str, tree: dict[str, tuple[bytes, float]]) -> None:
+    """Write what _read_tree read to `local`, renamed into place when complete."""
+    _files.make_parent(local)
+    tmp = _files.temporary_beside(local)
+    try:
+        for rel, (data, mtime) in tree.items():
+            p = Path(tmp) / rel if rel else Path(tmp)
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(data)
+            os.utime(p, (mtime, mtime))
+        _files.move_into_place(tmp, local)
+    except BaseException:
+        _files.remove(tmp)
+        raise
+
+
+def _conforms(ex: FakeExecutor) -> Executor:
+    return ex  # mypy checks FakeExecutor against the protocol here

@@ -3,9 +3,11 @@
 Nothing is installed on a node but sshd and python3 (>= 3.8): on first contact the helper (and its NVML
 sibling) is uploaded to `<root>/helper-<hash>/`, where `<root>` is `$HSCHED_NODE_ROOT` on the node or
 `~/.cache/hsched`; a new hsched version ships a new folder, an unchanged one is never sent twice. Each call
-is `python3 <helper> CMD` with the JSON request on stdin and a JSON reply on stdout, exactly as the local
-executor does with a subprocess. Every word of every remote command goes through `shlex.quote`; job data
-(names, arguments, environment, folders) travels inside the JSON, never through a shell.
+is a request to one long-lived `python3 <helper> serve` on its own channel (the same client the local
+executor uses with its subprocess, executors/_rpc.py), or `python3 <helper> CMD` with the JSON request on
+stdin and the reply on stdout while no server can be had. Every word of every remote command goes through
+`shlex.quote`; job data (names, arguments, environment, folders) travels inside the JSON, never through a
+shell.
 
 Run folders: the controller names runs by a local path under HSCHED_HOME; on a node the same run lives in
 `<root>/runs/<hash of the local parent>/<basename>`. The mapping is a pure function of the local path, so
@@ -14,7 +16,9 @@ it holds across reconnects and controller restarts, and handles going out carry 
 Failure handling: host keys are always verified (see `_sshconfig`); connects and commands are bounded by
 `asyncio.timeout`; keepalives notice a dead peer; a failed connect is retried with exponential backoff
 (calls in between fail at once with the last error); a semaphore keeps concurrent channels below sshd's
-default MaxSessions (10). Every asyncssh or OS error reaches the caller as one line in an ExecutorError.
+default MaxSessions (10). Every asyncssh or OS error reaches the caller as one line in an ExecutorError of
+the class that says what happened (`classify` below: from exception classes and disconnect codes, never
+from message text): NodeUnreachable, NodeRefused (with its Refusal), HelperError or TransferError.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import copy
 import functools
 import hashlib
 import json
@@ -35,15 +40,24 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import asyncssh
-from hsched.executors import _sshconfig
-from hsched.executors._helper_server import HelperServer
-from hsched.executors.base import LaunchRequest, StatusQuery
 
 from hsched import nodehelper
 from hsched.config import NodeConfig
-from hsched.errors import ExecutorError
+from hsched.errors import (
+    ExecutorError,
+    HelperError,
+    NodeRefused,
+    NodeUnreachable,
+    Refusal,
+    TransferError,
+)
 from hsched.model import RunHandle, RunReport
 from hsched.serialize import handle_from_dict, handle_to_dict
+
+from . import _sshconfig, _sshfiles
+from ._contact import recorded
+from ._rpc import NETWORK_ERRNOS, HelperClient, check_reply, network_error, parse_oneshot, report_from_dict
+from .base import Executor, LaunchRequest, StatusQuery
 
 log = logging.getLogger("hsched.ssh")
 
@@ -167,7 +181,7 @@ class SSHExecutor:
                  max_channels: int = 8, backoff_initial_s: float = 0.5, backoff_max_s: float = 10.0,
                  python: str = "python3") -> None:
         if not cfg.host:
-            raise ExecutorError(f"{cfg.name}: an ssh node needs a host")
+            raise NodeRefused(f"{cfg.name}: an ssh node needs a host", Refusal.CONFIG)
         if not 1 <= max_channels < MAX_SESSIONS:
             raise ValueError(f"max_channels must be 1..{MAX_SESSIONS - 1}")
         self.cfg = cfg
@@ -181,8 +195,11 @@ class SSHExecutor:
         self.backoff_max_s = backoff_max_s
         self.python = python
         self.last_contact: float | None = None
-        """time.time() of the last channel that completed; the controller's heartbeat can read it."""
-        self.last_error: str | None = None
+        """time.time() of the last exchange the node answered; the controller's heartbeat reads it."""
+        self.last_error: ExecutorError | None = None
+        """What the last call raised (None once one succeeded since)."""
+        self._connect_error: ExecutorError | None = None
+        """Why the last connect failed, repeated to calls inside the backoff window."""
         self.target: _sshconfig.Target | None = None
         self._conn: asyncssh.SSHClientConnection | None = None
         self._conn_id = 0
@@ -192,7 +209,7 @@ class SSHExecutor:
         self._failures = 0
         self._retry_at = 0.0
         self._offered: tuple[str, asyncssh.SSHKey] | None = None
-        self._server: HelperServer | None = None
+        self._server: HelperClient | None = None
         self._server_conn: asyncssh.SSHClientConnection | None = None
         self._server_lock = asyncio.Lock()
         self._server_retry_at = 0.0
@@ -218,7 +235,7 @@ class SSHExecutor:
         try:
             target = await asyncio.to_thread(_sshconfig.resolve, self.cfg, self.ssh_config)
         except (ValueError, OSError, asyncssh.Error) as e:  # a bad ssh config line, an unreadable file
-            raise ExecutorError(f"{self.name}: cannot read the ssh config: {_one(e)}") from None
+            raise NodeRefused(f"{self.name}: cannot read the ssh config: {_one(e)}", Refusal.CONFIG) from None
         self.target = target
         return target
 
@@ -227,7 +244,7 @@ class SSHExecutor:
         try:
             known = await asyncio.to_thread(_sshconfig.load_known_hosts, target)
         except ValueError as e:
-            raise ExecutorError(f"{self.name}: {e}") from None
+            raise NodeRefused(f"{self.name}: {e}", Refusal.CONFIG) from None
         self._offered = None
         self._conn_id += 1
         conn_id = self._conn_id
@@ -245,34 +262,41 @@ class SSHExecutor:
                     client_factory=lambda: _Client(self, conn_id), **kwargs,
                 )
         except asyncssh.HostKeyNotVerifiable:
-            raise ExecutorError(self._host_key_message(target, known)) from None
+            raise self._host_key_error(target, known) from None
         except TimeoutError:
-            raise ExecutorError(
+            raise NodeUnreachable(
                 f"{self.name}: cannot connect to {target.destination}: no answer within {self.connect_timeout_s:g} s"
             ) from None
         except asyncssh.PermissionDenied:
-            raise ExecutorError(
+            raise NodeRefused(
                 f"{self.name}: {target.destination} refused our keys (permission denied); check the node's user "
-                "and identity_file, or the IdentityFile in ~/.ssh/config"
+                "and identity_file, or the IdentityFile in ~/.ssh/config", Refusal.AUTH
             ) from None
         except (asyncssh.Error, OSError) as e:
-            raise ExecutorError(f"{self.name}: cannot connect to {target.destination}: {_one(e)}") from None
+            raise classify(e, f"{self.name}: cannot connect to {target.destination}: {_one(e)}") from None
+        except ValueError as e:  # a key file that does not parse (asyncssh.KeyImportError), a bad config value
+            raise NodeRefused(f"{self.name}: cannot connect to {target.destination}: {_one(e)}",
+                              Refusal.CONFIG) from None
         return conn
 
-    def _host_key_message(self, target: _sshconfig.Target, known: asyncssh.SSHKnownHosts) -> str:
+    def _host_key_error(self, target: _sshconfig.Target, known: asyncssh.SSHKnownHosts) -> NodeRefused:
         if self._offered is None:
-            return (f"{self.name}: the host key of {target.known_hosts_name} could not be verified; "
-                    f"run: hsched node trust {self.name}")
+            return NodeRefused(f"{self.name}: the host key of {target.known_hosts_name} could not be verified; "
+                               f"run: hsched node trust {self.name}", Refusal.HOST_KEY_UNKNOWN)
         addr, key = self._offered
         old = _sshconfig.known_keys(known, target, addr)
         files = ", ".join(str(f) for f in target.known_hosts_files)
         if old:
-            return (f"{self.name}: HOST KEY CHANGED for {target.known_hosts_name}: it now offers "
-                    f"{_sshconfig.fingerprint(key)}, not the key in {files} (was it reinstalled, or is someone "
-                    f"in between?); if the change is expected: ssh-keygen -R {shlex.quote(target.known_hosts_name)}"
-                    f" -f {shlex.quote(str(target.trust_file))}, then hsched node trust {self.name}")
-        return (f"{self.name}: unknown host key for {target.known_hosts_name}: {_sshconfig.fingerprint(key)} "
-                f"(not in {files}); if that fingerprint is right, run: hsched node trust {self.name}")
+            return NodeRefused(
+                f"{self.name}: HOST KEY CHANGED for {target.known_hosts_name}: it now offers "
+                f"{_sshconfig.fingerprint(key)}, not the key in {files} (was it reinstalled, or is someone "
+                f"in between?); if the change is expected: ssh-keygen -R {shlex.quote(target.known_hosts_name)}"
+                f" -f {shlex.quote(str(target.trust_file))}, then hsched node trust {self.name}",
+                Refusal.HOST_KEY_CHANGED)
+        return NodeRefused(
+            f"{self.name}: unknown host key for {target.known_hosts_name}: {_sshconfig.fingerprint(key)} "
+            f"(not in {files}); if that fingerprint is right, run: hsched node trust {self.name}",
+            Refusal.HOST_KEY_UNKNOWN)
 
     async def _connection(self) -> tuple[asyncssh.SSHClientConnection, Remote]:
         """The node's one connection, opened (and the helper shipped) if needed; backs off after failures."""
@@ -283,8 +307,8 @@ class SSHExecutor:
             if self._conn is not None and self._remote is not None:
                 return self._conn, self._remote
             wait = self._retry_at - time.monotonic()
-            if wait > 0:
-                raise ExecutorError(f"{self.last_error} (next try in {wait:.1f} s)")
+            if wait > 0 and self._connect_error is not None:
+                raise _retold(self._connect_error, f"{self._connect_error} (next try in {wait:.1f} s)")
             try:
                 conn = await self._open()
                 try:
@@ -296,9 +320,9 @@ class SSHExecutor:
                 self._failures += 1
                 delay = min(self.backoff_max_s, self.backoff_initial_s * 2 ** (self._failures - 1))
                 self._retry_at = time.monotonic() + delay * random.uniform(0.8, 1.0)
-                self.last_error = str(e)
+                self._connect_error = e
                 raise
-            self._failures, self._retry_at, self.last_error = 0, 0.0, None
+            self._failures, self._retry_at, self._connect_error = 0, 0.0, None
             self._conn, self._remote = conn, remote
             self.last_contact = time.time()
             return conn, remote
@@ -313,8 +337,8 @@ class SSHExecutor:
         info = self._parse(out, err, rc, "first contact")
         version = tuple(int(v) for v in info["python"])
         if version < (3, 8):
-            raise ExecutorError(f"{self.name}: {self.python} there is {'.'.join(map(str, version))}; "
-                                "hsched's node helper needs Python 3.8 or newer")
+            raise NodeRefused(f"{self.name}: {self.python} there is {'.'.join(map(str, version))}; "
+                              "hsched's node helper needs Python 3.8 or newer", Refusal.PYTHON)
         root = str(info["root"])
         if not info["present"]:
             payload = json.dumps({"root": root, "dir": bundle.dirname, "files": [
@@ -334,30 +358,18 @@ class SSHExecutor:
                 await proc.wait()
                 rc = proc.exit_status
         except TimeoutError:
-            raise ExecutorError(f"{self.name}: no answer within {timeout_s:g} s") from None
+            raise NodeUnreachable(f"{self.name}: no answer within {timeout_s:g} s") from None
         except asyncssh.ChannelOpenError as e:
-            raise ExecutorError(f"{self.name}: cannot open a channel: {_one(e)}") from None
+            raise classify(e, f"{self.name}: cannot open a channel: {_one(e)}") from None
         except (asyncssh.Error, OSError) as e:
-            raise ExecutorError(f"{self.name}: connection failed: {_one(e)}") from None
+            raise classify(e, f"{self.name}: connection failed: {_one(e)}") from None
         self.last_contact = time.time()
         return rc, bytes(out or b""), bytes(err or b"")
 
     def _parse(self, out: bytes, err: bytes, rc: int | None, what: str) -> dict[str, Any]:
-        lines = out.decode("utf-8", "replace").strip().splitlines()
-        if rc == 127 and not lines:
-            raise ExecutorError(f"{self.name}: {self.python} not found on the node; hsched needs python3 >= 3.8 there")
-        try:
-            reply = json.loads(lines[-1])
-            if not isinstance(reply, dict):
-                raise ValueError
-        except (ValueError, IndexError):
-            detail = (err or out).decode("utf-8", "replace").strip().replace("\n", " | ")[:300]
-            raise ExecutorError(f"{self.name}: {what} failed (exit status {rc}): {detail or 'no output'}") from None
-        if "error" in reply:
-            raise ExecutorError(f"{self.name}: node helper '{what}': {reply['error']}")
-        return reply
+        return parse_oneshot(out, err, rc, label=self.name, what=what, python=self.python)
 
-    async def _server_for(self, conn: asyncssh.SSHClientConnection, remote: Remote) -> HelperServer | None:
+    async def _server_for(self, conn: asyncssh.SSHClientConnection, remote: Remote) -> HelperClient | None:
         """This connection's helper server, started on first use; None while one cannot be had."""
         srv = self._server
         if srv is not None and srv.dead is None and self._server_conn is conn:
@@ -367,7 +379,7 @@ class SSHExecutor:
         async with self._server_lock:  # many first calls at once must start one server, not one each
             return await self._start_server(conn, remote)
 
-    async def _start_server(self, conn: asyncssh.SSHClientConnection, remote: Remote) -> HelperServer | None:
+    async def _start_server(self, conn: asyncssh.SSHClientConnection, remote: Remote) -> HelperClient | None:
         srv = self._server
         if srv is not None and srv.dead is None and self._server_conn is conn:
             return srv
@@ -387,7 +399,7 @@ class SSHExecutor:
             log.info("%s: no helper server (%s); one channel per request", self.name, e)
             self._server_retry_at = time.monotonic() + 60.0
             return None
-        srv = HelperServer(self.name, proc)
+        srv = HelperClient(self.name, _SSHChannel(proc))
         srv.reader.add_done_callback(lambda _t: self._channels.release())
         self._server, self._server_conn = srv, conn
         return srv
@@ -400,7 +412,7 @@ class SSHExecutor:
         if srv is not None:
             try:
                 reply = await srv.call(command, request, self.command_timeout_s if timeout_s is None else timeout_s)
-            except ExecutorError:
+            except NodeUnreachable:
                 if not srv.dead:
                     raise  # no answer in time: the node is slow or gone; a second try would only wait again
                 # the server died (say, its cached helper was cleaned away): one channel instead, for a while
@@ -408,9 +420,7 @@ class SSHExecutor:
                 reply = None
             if reply is not None:
                 self.last_contact = time.time()
-                if "error" in reply:
-                    raise ExecutorError(f"{self.name}: node helper '{command}': {reply['error']}")
-                return reply
+                return check_reply(reply, self.name, command)
         for attempt in (1, 2):
             conn, remote = await self._connection()
             rc, out, err = await self._run(conn, shell_command(self.python, remote.helper, command),
@@ -421,7 +431,7 @@ class SSHExecutor:
                     self._remote = await self._bootstrap(conn)
                 continue
             return self._parse(out, err, rc, command)
-        raise AssertionError("unreachable")
+        raise AssertionError("the loop returns or raises on its second pass")
 
     async def close(self) -> None:
         if self._server is not None:
@@ -436,15 +446,18 @@ class SSHExecutor:
 
     # ----------------------------------------------------------------------------------- path mapping
 
+    @recorded
     async def remote_root(self) -> str:
         """Where hsched keeps its files on the node ($HSCHED_NODE_ROOT there, else ~/.cache/hsched)."""
         _, remote = await self._connection()
         return remote.root
 
+    @recorded
     async def remote_run_dir(self, local_run_dir: str) -> str:
         """The node's folder for a run the controller names by a local path (a pure function of it)."""
         return _mapped(await self.remote_root(), "runs", local_run_dir)
 
+    @recorded
     async def remote_path(self, local_path: str) -> str:
         """A node folder for any other local path (e.g. a job's checkpoint folder), mapped like run folders."""
         return _mapped(await self.remote_root(), "files", local_path)
@@ -460,11 +473,13 @@ class SSHExecutor:
 
     # ----------------------------------------------------------------------------------- the protocol
 
+    @recorded
     async def probe(self) -> dict[str, Any]:
         reply = await self._helper("probe", {})
         reply["remote_root"] = self._remote.root if self._remote else None
         return reply
 
+    @recorded
     async def launch(self, req: LaunchRequest) -> RunHandle:
         _, remote = await self._connection()
         rdir = self._to_remote(remote, req.run_dir)
@@ -474,12 +489,11 @@ class SSHExecutor:
         })
         handle = self._handle_out(reply.get("handle"), req.run_dir)
         if handle is None:
-            raise ExecutorError(f"{self.name}: launch of {req.run_dir} returned no handle")
+            raise HelperError(f"{self.name}: launch of {req.run_dir} returned no handle", "launch")
         return handle
 
+    @recorded
     async def status(self, queries: Sequence[StatusQuery]) -> list[RunReport]:
-        from hsched.executors.local import report_from_dict
-
         if not queries:
             return []
         _, remote = await self._connection()
@@ -495,6 +509,7 @@ class SSHExecutor:
             out.append(replace(rep, handle=self._handle_out(r.get("handle"), q.run_dir)))
         return out
 
+    @recorded
     async def signal(self, handle: RunHandle, signal: str, *, all_processes: bool = False) -> bool:
         _, remote = await self._connection()
         rhandle = replace(handle, run_dir=self._to_remote(remote, handle.run_dir))
@@ -502,16 +517,19 @@ class SSHExecutor:
                                               "all_processes": all_processes})
         return bool(reply.get("sent"))
 
+    @recorded
     async def read_log(self, run_dir: str, offset: int, max_bytes: int = 1 << 20) -> bytes:
         _, remote = await self._connection()
         path = f"{self._to_remote(remote, run_dir)}/output.log"
         reply = await self._helper("read", {"path": path, "offset": offset, "max_bytes": max_bytes})
         return base64.b64decode(reply.get("data") or "")
 
+    @recorded
     async def newest_mtime(self, path: str) -> float | None:
         """When a file under the remote `path` last changed (a job's last checkpoint); None if none."""
         reply = await self._helper("newest", {"path": path})
-        return reply.get("newest")
+        newest = reply.get("newest")
+        return float(newest) if newest is not None else None
 
     # ----------------------------------------------------------------------------------- monitoring
 
@@ -521,9 +539,20 @@ class SSHExecutor:
 
         Each sample gains `node`, and each GPU process `job_run_dir`: the local run folder of the hsched run
         it belongs to (None: not one of ours). The stream ends after `count` samples; it raises
-        ExecutorError when the connection fails or no sample came for `stale_after_s` (default: 3 intervals,
-        at least 5 s), so a silent network cut is noticed long before TCP or keepalives give up.
+        NodeUnreachable when the connection fails or no sample came for `stale_after_s` (default: 3
+        intervals, at least 5 s), so a silent network cut is noticed long before TCP or keepalives give up;
+        HelperError when the helper at the other end fails.
         """
+        try:
+            async for sample in self._watch(interval_s, count, stale_after_s):
+                self.last_error = None
+                yield sample
+        except ExecutorError as e:
+            self.last_error = e
+            raise
+
+    async def _watch(self, interval_s: float, count: int | None,
+                     stale_after_s: float | None) -> AsyncIterator[dict[str, Any]]:
         stale = stale_after_s if stale_after_s is not None else max(5.0, 3 * interval_s)
         conn, remote = await self._connection()
         request: dict[str, Any] = {"interval_s": interval_s, "count": count, "simulate": self._simulated()}
@@ -537,16 +566,18 @@ class SSHExecutor:
                         async with asyncio.timeout(stale):
                             line = await proc.stdout.readline()
                     except TimeoutError:
-                        raise ExecutorError(f"{self.name}: no monitoring sample for {stale:g} s") from None
+                        raise NodeUnreachable(f"{self.name}: no monitoring sample for {stale:g} s") from None
                     if not line:
                         err = (await proc.stderr.read()).decode("utf-8", "replace").strip()[-300:]
                         if count is not None:
                             return
-                        raise ExecutorError(f"{self.name}: the watch stream ended{': ' + err if err else ''}")
+                        message = f"{self.name}: the watch stream ended{': ' + err if err else ''}"
+                        # what the helper wrote on its way out says it failed; silence is a lost channel
+                        raise HelperError(message, "watch") if err else NodeUnreachable(message)
                     sample = json.loads(line)
                     if "seq" not in sample:
                         if "error" in sample:
-                            raise ExecutorError(f"{self.name}: node helper 'watch': {sample['error']}")
+                            raise HelperError(f"{self.name}: node helper 'watch': {sample['error']}", "watch")
                         return
                     self.last_contact = time.time()
                     sample["node"] = self.name
@@ -554,9 +585,9 @@ class SSHExecutor:
                         p["job_run_dir"] = self._local_of.get(p.get("run_dir") or "")
                     yield sample
         except (asyncssh.Error, OSError) as e:
-            raise ExecutorError(f"{self.name}: watch failed: {_one(e)}") from None
+            raise classify(e, f"{self.name}: watch failed: {_one(e)}") from None
         except ValueError as e:
-            raise ExecutorError(f"{self.name}: watch sent a line that is not JSON: {e}") from None
+            raise HelperError(f"{self.name}: watch sent a line that is not JSON: {e}", "watch") from None
 
     def _simulated(self) -> dict[str, Any] | None:
         sim = self.cfg.simulate
@@ -568,21 +599,19 @@ class SSHExecutor:
 
     # ----------------------------------------------------------------------------------- file transfer
 
+    @recorded
     async def put(self, local: str | Path, remote: str, *, timeout_s: float = 3600.0) -> None:
         """Copy a local file or folder to `remote` on the node (relative: to the login folder).
 
         It lands under a temporary name and is renamed into place, so a reader never sees half a checkpoint;
         an existing folder there is replaced.
         """
-        from hsched.executors import _sshfiles
-
         conn, _ = await self._connection()
         await self._sftp_call(conn, timeout_s, "put", _sshfiles.put, str(local), remote)
 
+    @recorded
     async def get(self, remote: str, local: str | Path, *, timeout_s: float = 3600.0) -> None:
         """Copy a file or folder from the node to `local`, renamed into place when complete."""
-        from hsched.executors import _sshfiles
-
         conn, _ = await self._connection()
         await self._sftp_call(conn, timeout_s, "get", _sshfiles.get, remote, str(local))
 
@@ -592,11 +621,11 @@ class SSHExecutor:
             async with self._channels, asyncio.timeout(timeout_s), conn.start_sftp_client() as sftp:
                 result = await fn(sftp, *args)
         except TimeoutError:
-            raise ExecutorError(f"{self.name}: {what} did not finish within {timeout_s:g} s") from None
-        except asyncssh.SFTPError as e:
-            raise ExecutorError(f"{self.name}: {what} {' '.join(map(str, args))}: {_one(e)}") from None
-        except (asyncssh.Error, OSError) as e:
-            raise ExecutorError(f"{self.name}: {what} failed: {_one(e)}") from None
+            raise NodeUnreachable(f"{self.name}: {what} did not finish within {timeout_s:g} s") from None
+        except (asyncssh.SFTPError, OSError) as e:
+            raise transfer_error(e, f"{self.name}: {what} {' '.join(map(str, args))}: {_one(e)}") from None
+        except asyncssh.Error as e:
+            raise classify(e, f"{self.name}: {what} failed: {_one(e)}") from None
         self.last_contact = time.time()
         return result
 
@@ -628,18 +657,90 @@ async def copy_between(src: SSHExecutor, src_path: str, dst: SSHExecutor, dst_pa
                        timeout_s: float = 3600.0) -> int:
     """Copy a file or folder from one node to another through the controller (SFTP both ways, streamed;
     nothing is written on the controller's disk). Returns the number of bytes copied."""
-    from hsched.executors import _sshfiles
-
     try:
         async with asyncio.timeout(timeout_s), await src.open_sftp() as a, await dst.open_sftp() as b:
             n: int = await _sshfiles.copy(a, src_path, b, dst_path)
     except TimeoutError:
-        raise ExecutorError(f"copy {src.name}:{src_path} -> {dst.name}:{dst_path} did not finish within "
-                            f"{timeout_s:g} s") from None
-    except (asyncssh.Error, OSError) as e:
-        raise ExecutorError(f"copy {src.name}:{src_path} -> {dst.name}:{dst_path}: {_one(e)}") from None
+        raise NodeUnreachable(f"copy {src.name}:{src_path} -> {dst.name}:{dst_path} did not finish within "
+                              f"{timeout_s:g} s") from None
+    except (asyncssh.SFTPError, OSError) as e:
+        raise transfer_error(e, f"copy {src.name}:{src_path} -> {dst.name}:{dst_path}: {_one(e)}") from None
+    except asyncssh.Error as e:
+        raise classify(e, f"copy {src.name}:{src_path} -> {dst.name}:{dst_path}: {_one(e)}") from None
     src.last_contact = dst.last_contact = time.time()
     return n
+
+
+class _SSHChannel:
+    """A helper server's channel as a LineChannel (executors/_rpc.py): asyncssh errors become OSError."""
+
+    def __init__(self, proc: asyncssh.SSHClientProcess[bytes]) -> None:
+        self.proc = proc
+
+    async def readline(self) -> bytes:
+        try:
+            return await self.proc.stdout.readline()
+        except asyncssh.Error as e:
+            raise ConnectionError(_one(e)) from e
+
+    async def send(self, data: bytes) -> None:
+        try:
+            self.proc.stdin.write(data)
+        except asyncssh.Error as e:
+            raise ConnectionError(_one(e)) from e
+
+    def close(self) -> None:
+        self.proc.close()
+
+
+# ------------------------------------------------------------------------------------- errors, typed
+
+_REFUSING_DISCONNECTS = {
+    asyncssh.DISC_HOST_KEY_NOT_VERIFIABLE: Refusal.HOST_KEY_UNKNOWN,
+    asyncssh.DISC_NO_MORE_AUTH_METHODS_AVAILABLE: Refusal.AUTH,
+    asyncssh.DISC_ILLEGAL_USER_NAME: Refusal.AUTH,
+    asyncssh.DISC_AUTH_CANCELLED_BY_USER: Refusal.AUTH,
+    asyncssh.DISC_HOST_NOT_ALLOWED_TO_CONNECT: Refusal.AUTH,
+    asyncssh.DISC_KEY_EXCHANGE_FAILED: Refusal.INCOMPATIBLE,
+    asyncssh.DISC_PROTOCOL_VERSION_NOT_SUPPORTED: Refusal.INCOMPATIBLE,
+    asyncssh.DISC_SERVICE_NOT_AVAILABLE: Refusal.INCOMPATIBLE,
+    asyncssh.DISC_COMPRESSION_ERROR: Refusal.INCOMPATIBLE,
+}
+"""Disconnect codes (RFC 4253 11.1) that no retry gets past. The others (connection lost, closed by the
+peer, too many connections, protocol and MAC errors on a noisy link) may pass: NodeUnreachable."""
+
+
+def classify(e: asyncssh.Error | OSError, message: str) -> ExecutorError:
+    """The ExecutorError for an asyncssh or OS error met while talking to a node, from its class and its
+    disconnect or channel-open code (never its text)."""
+    if isinstance(e, OSError):
+        return network_error(e, message)
+    if isinstance(e, asyncssh.HostKeyNotVerifiable):
+        return NodeRefused(message, Refusal.HOST_KEY_UNKNOWN)
+    if isinstance(e, asyncssh.PermissionDenied | asyncssh.IllegalUserName):
+        return NodeRefused(message, Refusal.AUTH)
+    if isinstance(e, asyncssh.DisconnectError) and e.code in _REFUSING_DISCONNECTS:
+        return NodeRefused(message, _REFUSING_DISCONNECTS[e.code])
+    if isinstance(e, asyncssh.ChannelOpenError) and e.code == asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED:
+        return NodeRefused(message, Refusal.AUTH)  # sshd lets us log in but not run anything
+    return NodeUnreachable(message)
+
+
+def transfer_error(e: asyncssh.SFTPError | OSError, message: str) -> ExecutorError:
+    """A failed file transfer: the file's fault (TransferError: no such file, no space, no permission)
+    unless the connection itself went (NodeUnreachable)."""
+    if isinstance(e, asyncssh.SFTPConnectionLost | asyncssh.SFTPNoConnection):
+        return NodeUnreachable(message)
+    if isinstance(e, ConnectionError | TimeoutError) or (isinstance(e, OSError) and e.errno in NETWORK_ERRNOS):
+        return NodeUnreachable(message)
+    return TransferError(message)
+
+
+def _retold(e: ExecutorError, message: str) -> ExecutorError:
+    """The same error (class, refusal reason) with another message."""
+    again = copy.copy(e)
+    again.args = (message, *e.args[1:])
+    return again
 
 
 def _expand(path: str) -> str:
@@ -673,7 +774,7 @@ async def scan_host_key(cfg: NodeConfig, *, ssh_config: str | Path | None = None
         target = await asyncio.to_thread(_sshconfig.resolve, cfg, ssh_config)
         known = await asyncio.to_thread(_sshconfig.load_known_hosts, target)
     except (ValueError, OSError, asyncssh.Error) as e:
-        raise ExecutorError(f"{cfg.name}: {_one(e)}") from None
+        raise NodeRefused(f"{cfg.name}: {_one(e)}", Refusal.CONFIG) from None
     old = _sshconfig.known_keys(known, target, None)
     # ask for a key of a kind known_hosts holds, as a real connection would: a host that also has an
     # ed25519 key is not "changed" because known_hosts only has its rsa key
@@ -684,9 +785,13 @@ async def scan_host_key(cfg: NodeConfig, *, ssh_config: str | Path | None = None
                 cfg.host or "", port=cfg.port or (), config=_sshconfig.config_paths(ssh_config) or (),
                 server_host_key_algs=algs)
     except TimeoutError:
-        raise ExecutorError(f"{cfg.name}: no answer from {target.destination} within {timeout_s:g} s") from None
+        raise NodeUnreachable(f"{cfg.name}: no answer from {target.destination} within {timeout_s:g} s") from None
     except (asyncssh.Error, OSError) as e:
-        raise ExecutorError(f"{cfg.name}: cannot reach {target.destination}: {_one(e)}") from None
+        raise classify(e, f"{cfg.name}: cannot reach {target.destination}: {_one(e)}") from None
     if key is None:
-        raise ExecutorError(f"{cfg.name}: {target.destination} presented no host key")
+        raise NodeRefused(f"{cfg.name}: {target.destination} presented no host key", Refusal.INCOMPATIBLE)
     return HostKeyScan(target=target, key=key, trusted=key in old, changed=bool(old) and key not in old)
+
+
+def _conforms(ex: SSHExecutor) -> Executor:
+    return ex  # mypy checks SSHExecutor against the protocol here

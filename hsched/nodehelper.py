@@ -9,6 +9,10 @@ JSON on stdout; a failure is a JSON `{"error": "..."}` and exit status 1.
     launch          start a run detached (new session); idempotent per run folder
     status          for each run: running / exited (with exit code) / lost / not_started
     signal          send a signal to a run's process group (only if the run is still the same process)
+    read            bytes of a file from an offset (a run's log), base64
+    newest          the newest modification time under a folder (a checkpoint's age)
+    watch           a monitoring stream: one JSON sample per interval
+    serve           many requests on one pair of pipes, JSON lines with ids (what executors use)
     _wrap RUN_DIR   (internal) the small wrapper that owns a run and writes its exit code atomically
 
 A run is found again by pid + process start time + boot id, which rules out pid reuse and reboots. The
@@ -24,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 HELPER_VERSION = 1
@@ -265,8 +270,13 @@ def launch(req):
     })
     helper = os.path.abspath(__file__)
     with open(os.devnull, "rb") as devnull_in, open(os.path.join(run_dir, "wrapper.log"), "ab") as wlog:
-        subprocess.Popen([sys.executable, helper, "_wrap", run_dir], stdin=devnull_in, stdout=wlog,
-                         stderr=wlog, start_new_session=True, close_fds=True, cwd="/")
+        wrapper = subprocess.Popen([sys.executable, helper, "_wrap", run_dir], stdin=devnull_in, stdout=wlog,
+                                   stderr=wlog, start_new_session=True, close_fds=True, cwd="/")
+    # A long-lived helper (`serve`) stays the wrapper's parent: reap it when it ends, or every finished run
+    # would leave a zombie behind until the server exits. A one-shot helper exits first and init adopts it.
+    reaper = threading.Thread(target=wrapper.wait)
+    reaper.daemon = True
+    reaper.start()
     return _existing(run_dir, wait_s=15.0)
 
 
@@ -605,8 +615,6 @@ class _SmiSampler(object):
     source = "nvidia-smi"
 
     def __init__(self, exe, interval_s):
-        import threading
-
         self.exe = exe
         self.latest = {}
         self.procs = []
@@ -677,7 +685,7 @@ class _SmiSampler(object):
 class _SimSampler(object):
     """Simulated devices: idle, nothing running on them (their jobs are ordinary processes)."""
 
-    source = "simulated"
+    source = "simulated"  # type: str | None
 
     def __init__(self, sim):
         self.devices = [{"index": i, "uuid": u, "utilization_gpu": 0.0, "memory_used_mib": 0,
@@ -723,8 +731,6 @@ def watch(req):
     A sample: {"seq", "t", "boot_id", "cpu": {"util", "count", "loadavg"}, "memory": {...},
     "gpus": {"source", "devices": [...]}, "processes": [{"pid", "uuid", "used_memory_mib", "name", "run_dir"}]}.
     """
-    import threading
-
     interval = max(0.05, float(req.get("interval_s") or 1.0))
     count = req.get("count")
     stall_limit = max(30.0, 10 * interval)
@@ -804,12 +810,10 @@ def newest(req):
 def serve():
     """Answer many requests on one channel: JSON lines {"id", "cmd", "req"} in, {"id", "reply"} out.
 
-    A remote controller keeps one of these per node, so a status or probe costs a round trip, not a Python
-    start. Requests run in threads (a launch may wait for its run to start) and replies may come out of
+    The controller keeps one of these per node (a subprocess for this machine, an SSH channel for the
+    others), so a status or probe costs a round trip, not a Python start. Requests run in threads (a launch may wait for its run to start) and replies may come out of
     order; the id matches them. The loop ends when the channel closes (stdin EOF).
     """
-    import threading
-
     out_lock = threading.Lock()
 
     def handle(line):

@@ -1,0 +1,61 @@
+"""Local file moves shared by the executors: whatever is copied lands under a temporary name beside its
+target and is renamed into place only when complete, so a job resuming from a checkpoint never reads half
+of one. Everything here blocks: call it in a thread."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import threading
+
+
+def temporary_beside(path: str) -> str:
+    return f"{path}.part-{secrets.token_hex(4)}"
+
+
+def move_into_place(tmp: str, path: str) -> None:
+    """Rename `tmp` to `path`; a folder already there is moved aside first and removed after."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        old = f"{path}.old-{secrets.token_hex(4)}"
+        os.rename(path, old)
+        os.rename(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, path)
+
+
+def remove(path: str) -> None:
+    """Remove a file or a folder, if it is there."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+
+
+def make_parent(path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+
+
+def copy_replacing(src: str, dst: str, given_up: threading.Event | None = None) -> None:
+    """Copy a file or folder to `dst`, renamed into place when complete (a folder there is replaced as a
+    whole) unless `given_up` is set by then; nothing to do when both are the same path."""
+    if os.path.abspath(src) == os.path.abspath(dst):
+        return
+    if not os.path.exists(src):
+        raise FileNotFoundError(2, "No such file or folder", src)
+    make_parent(dst)
+    tmp = temporary_beside(dst)
+    try:
+        if os.path.isdir(src):
+            shutil.copytree(src, tmp, symlinks=True)
+        else:
+            shutil.copy2(src, tmp)
+        if given_up is not None and given_up.is_set():
+            raise TimeoutError("the copy was given up")  # a copy the caller no longer waits for stays out of place
+        move_into_place(tmp, dst)
+    except BaseException:
+        remove(tmp)
+        raise
