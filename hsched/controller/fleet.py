@@ -59,13 +59,10 @@ def make_executor(cfg: NodeConfig) -> Executor:
 
         return LocalExecutor(node=cfg.name, simulate=cfg.simulate)
     if cfg.executor == "ssh":
-        try:
-            from hsched.executors.ssh import SSHExecutor  # type: ignore[import-not-found]
-        except ImportError:
-            raise UserError(
-                f"node {cfg.name}: executor \"ssh\" is not available in this version; use executor = \"local\""
-            ) from None
-        return SSHExecutor(cfg)  # type: ignore[no-any-return]
+        # imported here: asyncssh costs a fleet of local nodes (and the CLI) nothing
+        from hsched.executors.ssh import SSHExecutor
+
+        return SSHExecutor(cfg)
     raise UserError(f"node {cfg.name}: unknown executor {cfg.executor!r}")
 
 
