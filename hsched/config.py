@@ -77,6 +77,7 @@ def parse_duration_s(value: str | int | float) -> float:
             raise ValueError("a duration > 0")
         return float(value)
     text = value.strip()
+    total: float
     if ":" in text:
         days = 0
         if "-" in text:
@@ -550,7 +551,7 @@ def load_settings(path: Path) -> Settings:
         else:
             kwargs["default_qos"] = data["default_qos"]
     if "policy" in data:
-        from hsched.sched.policy import make_policy, policy_names
+        from hsched.sched.registry import make_policy, policy_names
 
         name = data["policy"]
         live = [n for n in policy_names() if not n.endswith("-oracle")]

@@ -186,7 +186,7 @@ def settle(job: Job, ended: list[tuple[int | None, bool]], checkpoint_exit_code:
         if stopping == StopReason.RANK_FAILED:
             reason = EndReason.RANK_FAILED
         else:
-            reason = EndReason.SIGNALED if bad[0] >= 128 else EndReason.NONZERO_EXIT
+            reason = EndReason.SIGNALED if (bad[0] or 0) >= 128 else EndReason.NONZERO_EXIT
         return Outcome(JobState.FAILED, reason, bad[0], "ended", f"failed (exit code {bad[0]})")
     if any_lost:
         return Outcome(JobState.LOST, EndReason.LOST, None, "lost",

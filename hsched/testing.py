@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hsched.config import FleetConfig, NodeConfig, Settings, SimulatedDevices
 from hsched.controller import commands
@@ -65,9 +66,9 @@ class FakeClock:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (self._mono + seconds, fut)
         self._sleepers.append(entry)
-        waiter = asyncio.ensure_future(event.wait())
+        waiter: asyncio.Future[Any] = asyncio.ensure_future(event.wait())
         try:
-            await asyncio.wait({fut, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([fut, waiter], return_when=asyncio.FIRST_COMPLETED)
         finally:
             waiter.cancel()
             self._sleepers.remove(entry)

@@ -235,7 +235,7 @@ class DashApp(App[None]):
             self.action_view("jobs")
         self.jobs.open_filter()
 
-    def action_back(self) -> None:
+    async def action_back(self) -> None:
         if self.jobs.filter_input.has_class("shown"):
             self.jobs.close_filter(clear=True)
 

@@ -105,7 +105,7 @@ def register(app: typer.Typer) -> None:
                     time.sleep(0.05)
         with Client(home) as c:
             if jobs:
-                specs = sorted(p for p in (lab / "jobs").iterdir() if p.name.endswith(".toml"))
+                specs = sorted((p for p in (lab / "jobs").iterdir() if p.name.endswith(".toml")), key=lambda p: p.name)
                 for spec in specs:
                     from hsched.config import job_spec_from_table, read_toml
 

@@ -167,9 +167,9 @@ async def probe_all(ctl: Controller, *, only_up: bool = False) -> None:
     admin = await ctl.db(ctl.store.node_admin)
     ctl.admin = {name: state for name, (state, _) in admin.items()}
     for name, (state, reason) in admin.items():
-        rt = ctl.nodes.get(name)
-        if rt and state is NodeState.DRAINED:
-            rt.node = replace(rt.node, message=reason)
+        drained = ctl.nodes.get(name)
+        if drained is not None and state is NodeState.DRAINED:
+            drained.node = replace(drained.node, message=reason)
     await check_health(ctl)
 
 

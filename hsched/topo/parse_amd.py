@@ -108,7 +108,8 @@ def parse_rocm_showtopo(text: str, source: str | None = None) -> Topology:
     for i, a in enumerate(heads):
         for j in range(i + 1, len(heads)):
             b = heads[j]
-            kind = types.get(a, [None] * len(heads))[j] or (types.get(b) or [None] * len(heads))[i]
+            blank: list[str | None] = [None] * len(heads)
+            kind = types.get(a, blank)[j] or (types.get(b) or blank)[i]
             if kind is None:
                 continue
             w = weights.get(a, [None] * len(heads))[j]

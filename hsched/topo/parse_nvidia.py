@@ -357,7 +357,7 @@ def parse_query_csv(text: str, source: str | None = None, fields: tuple[str, ...
                     else n
                 )
         idx = vals.pop("index", len(gpus))
-        gpus.append(GpuInfo(index=int(idx), **vals))  # type: ignore[arg-type]
+        gpus.append(GpuInfo(index=int(str(idx)), **vals))  # type: ignore[arg-type]
     return Inventory(gpus=tuple(gpus), source_format="nvidia-smi --query-gpu csv")
 
 
