@@ -14,7 +14,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hsched.model import LIVE_RUN_STATES, Job, JobSpec, JobState, NodeState, Placement, Run, RunHandle, RunState
+from hsched.model import (
+    LIVE_RUN_STATES,
+    EndReason,
+    Job,
+    JobSpec,
+    JobState,
+    NodeState,
+    Placement,
+    Run,
+    RunHandle,
+    RunState,
+)
 from hsched.serialize import (
     handle_from_dict,
     handle_to_dict,
@@ -191,7 +202,7 @@ class Store:
 
     def submit(self, spec: JobSpec, user: str, now: float) -> Job:
         state = JobState.PENDING
-        reason = "JobHeldUser" if spec.hold else "Priority"
+        reason = (EndReason.HELD if spec.hold else EndReason.PRIORITY).value
         with self.tx() as db:
             cur = db.execute(
                 "INSERT INTO jobs(user, state, reason, qos, priority, spec, submit_time) VALUES (?,?,?,?,?,?,?)",
@@ -274,7 +285,8 @@ class Store:
                 )
                 ids.append(int(cur.lastrowid or 0))
             placed = placement if placement is not None else tuple(dict.fromkeys(p for p, _ in ranks))
-            self._set_job(db, job.id, {"state": JobState.LAUNCHING, "reason": "", "placement": placed})
+            self._set_job(db, job.id, {"state": JobState.LAUNCHING, "reason": EndReason.NONE.value,
+                                       "placement": placed})
             where = "; ".join(f"{p.node}: {p.explanation}" if p.explanation else p.node for p in placed)
             self._event(db, now, "placed", f"placed on {where}", job_id=job.id,
                         node=placed[0].node if placed else None,
