@@ -1,0 +1,234 @@
+"""One executor protocol, three transports: the fake, the local and the ssh executor behave the same.
+
+Each test runs against every kind (the `node` fixture in conftest.py): the fake in memory, the local one with
+real processes on this machine, the ssh one against a real sshd test host. Where the fake cannot run a
+command, the test plays the command's part for it (`node.plays`); everything else is asserted alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import pytest
+from hsched.executors.base import Executor, LaunchRequest, StatusQuery
+
+from hsched import nodehelper
+from hsched.errors import HelperError, NodeRefused, NodeUnreachable, TransferError
+from hsched.model import RunHandle, RunReport, RunStatus
+from tests.executors.conftest import Node
+
+PROBE_KEYS = {"helper_version", "hostname", "boot_id", "python", "cpus", "memory_total_mib", "numa", "gpus", "loadavg"}
+
+
+async def wait_status(ex: Executor, handle: RunHandle, *, running: bool) -> RunReport:
+    """The run's report once it is (or is no longer) running; bounded by the test's deadline."""
+    while True:
+        [rep] = await ex.status([StatusQuery(handle.run_dir, handle)])
+        if (rep.status is RunStatus.RUNNING) == running:
+            return rep
+        await asyncio.sleep(0.02)
+
+
+async def wait_log(ex: Executor, run_dir: str, text: bytes) -> bytes:
+    while True:
+        log = await ex.read_log(run_dir, 0)
+        if text in log:
+            return log
+        await asyncio.sleep(0.02)
+
+
+async def wait_gone(pid: int) -> None:
+    """Until the process has ended (a zombie for init to reap counts as ended)."""
+    while True:
+        if nodehelper.proc_start_ticks(pid) is None:
+            return
+        await asyncio.sleep(0.02)
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Temporary names a transfer left behind (the target itself does not count)."""
+    return [p.name for p in folder.iterdir() if ".part-" in p.name or ".old-" in p.name or p.name == "absent"]
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+async def test_is_an_executor(node: Node) -> None:
+    async with node.executor() as ex:
+        assert isinstance(ex, Executor)
+        assert ex.kind == node.kind and ex.name
+        assert ex.last_contact is None and ex.last_error is None
+
+
+async def test_probe_shape_and_last_contact(node: Node) -> None:
+    async with node.executor() as ex:
+        before = time.time()
+        p = await ex.probe()
+        assert PROBE_KEYS <= p.keys()
+        assert isinstance(p["cpus"], int) and p["cpus"] > 0 and p["memory_total_mib"] > 0
+        assert p["boot_id"] and isinstance(p["numa"], list)
+        assert isinstance(p["gpus"]["devices"], list) and "source" in p["gpus"]
+        first = ex.last_contact
+        assert first is not None and before <= first <= time.time() and ex.last_error is None
+        between = time.time()
+        assert await ex.status([StatusQuery(str(node.runs / "never"))])
+        second = ex.last_contact
+        assert second is not None and second >= between >= first  # the second answer moved it on
+
+
+async def test_launch_is_idempotent_per_run_dir(node: Node, tmp_path: Path) -> None:
+    marker = tmp_path / "launched"
+    run_dir = str(node.runs / "once")
+    req = LaunchRequest(run_dir=run_dir, command=("sh", "-c", f"echo x >> '{marker}'; echo started; sleep 60"))
+    async with node.executor() as ex:
+        first = await ex.launch(req)
+        again = await ex.launch(req)
+        assert again == first and first.run_dir == run_dir  # the handle carries the controller's path
+        node.plays(ex, run_dir, output=b"started\n")
+        await wait_log(ex, run_dir, b"started")
+        [rep] = await ex.status([StatusQuery(run_dir, first)])
+        assert rep.status is RunStatus.RUNNING and rep.handle == first
+        assert await ex.signal(first, "KILL")
+        await wait_status(ex, first, running=False)
+    if node.real:
+        assert marker.read_text() == "x\n"  # one run, not two
+    else:
+        assert ex.launches == 1  # type: ignore[attr-defined]
+
+
+async def test_status_of_unknown_running_and_exited_runs(node: Node) -> None:
+    async with node.executor() as ex:
+        sleeper = await ex.launch(LaunchRequest(run_dir=str(node.runs / "sleeper"), command=("sleep", "60")))
+        quitter = await ex.launch(LaunchRequest(run_dir=str(node.runs / "quitter"), command=("sh", "-c", "exit 3")))
+        node.plays(ex, quitter.run_dir, exit_code=3)
+        await wait_status(ex, quitter, running=False)
+        unknown = StatusQuery(str(node.runs / "never-launched"))
+        reports = await ex.status([unknown, StatusQuery(sleeper.run_dir, sleeper), StatusQuery(quitter.run_dir)])
+        assert [r.status for r in reports] == [RunStatus.NOT_STARTED, RunStatus.RUNNING, RunStatus.EXITED]
+        assert reports[1].handle == sleeper
+        assert reports[2].exit_code == 3 and reports[2].signal is None and reports[2].handle == quitter
+        assert await ex.status([]) == []
+        assert await ex.signal(sleeper, "KILL")
+
+
+async def test_term_ends_a_sleep(node: Node) -> None:
+    async with node.executor() as ex:
+        h = await ex.launch(LaunchRequest(run_dir=str(node.runs / "sleep"), command=("sleep", "60")))
+        assert (await wait_status(ex, h, running=True)).status is RunStatus.RUNNING
+        assert await ex.signal(h, "TERM") is True
+        rep = await wait_status(ex, h, running=False)
+        assert rep.status is RunStatus.EXITED and rep.exit_code == 143 and rep.signal == 15
+        assert await ex.signal(h, "TERM") is False  # it has ended: nothing is signalled
+
+
+async def test_kill_all_processes_reaches_children_that_left_the_group(node: Node) -> None:
+    # the child starts a session of its own (so the run's process group no longer holds it) and ignores TERM
+    script = "setsid sh -c 'trap \"\" TERM; echo child=$$; exec sleep 60' & trap '' TERM; while :; do sleep 1; done"
+    async with node.executor() as ex:
+        h = await ex.launch(LaunchRequest(run_dir=str(node.runs / "family"), command=("sh", "-c", script)))
+        node.plays(ex, h.run_dir, output=b"child=0\n")
+        log = await wait_log(ex, h.run_dir, b"child=")
+        child = int(log.split(b"child=")[1].split()[0])
+        assert await ex.signal(h, "KILL", all_processes=True) is True
+        rep = await wait_status(ex, h, running=False)
+        assert rep.exit_code == 137
+    if node.real:
+        await wait_gone(child)
+    else:
+        assert ex.runs[h.run_dir].signalled_all == ["KILL"]  # type: ignore[attr-defined]
+
+
+async def test_read_log_offsets(node: Node) -> None:
+    async with node.executor() as ex:
+        h = await ex.launch(LaunchRequest(run_dir=str(node.runs / "log"), command=("printf", "0123456789")))
+        node.plays(ex, h.run_dir, output=b"0123456789", exit_code=0)
+        assert (await wait_status(ex, h, running=False)).exit_code == 0
+        assert await ex.read_log(h.run_dir, 0) == b"0123456789"
+        assert await ex.read_log(h.run_dir, 3, max_bytes=4) == b"3456"
+        assert await ex.read_log(h.run_dir, 10_000) == b""
+        assert await ex.read_log(str(node.runs / "never-launched"), 0) == b""
+
+
+async def test_remote_path_put_get_round_trip_and_newest_mtime(node: Node, tmp_path: Path) -> None:
+    src = tmp_path / "ckpt"
+    (src / "shards").mkdir(parents=True)
+    (src / "model.bin").write_bytes(os.urandom(200_000))
+    (src / "shards" / "opt state ü;$(x).pt").write_bytes(b"state" * 1000)
+    (src / "step").write_text("1200\n")
+    for f, t in ((src / "model.bin", 1_700_000_000), (src / "shards" / "opt state ü;$(x).pt", 1_700_000_100),
+                 (src / "step", 1_700_000_050)):
+        os.utime(f, (t, t))
+    want = tree(src)
+    newer = tmp_path / "ckpt2"
+    newer.mkdir()
+    (newer / "step").write_text("2400\n")
+    async with node.executor() as ex:
+        remote = await ex.remote_path(str(src))
+        assert await ex.remote_path(str(src)) == remote  # a pure function of the local path
+        await ex.put(src, remote)
+        assert await ex.newest_mtime(remote) == pytest.approx(1_700_000_100)
+        assert await ex.newest_mtime(f"{remote}/no-such-folder") is None
+        await ex.get(remote, tmp_path / "back")
+        assert tree(tmp_path / "back") == want
+        await ex.put(newer, remote)  # replaces the folder as a whole
+        await ex.get(remote, tmp_path / "back")
+        assert tree(tmp_path / "back") == {"step": b"2400\n"}
+        with pytest.raises(TransferError, match=r"(?i)no such file") as err:
+            await ex.get(f"{remote}/absent", tmp_path / "absent")
+        assert ex.last_error is err.value
+    assert leftovers(tmp_path) == []
+
+
+async def test_watch_yields_samples(node: Node) -> None:
+    async with node.executor() as ex:
+        before = time.time()
+        samples = [s async for s in ex.watch(0.05, count=3)]
+        assert [s["seq"] for s in samples] == [0, 1, 2]
+        last = samples[-1]
+        assert last["node"] == ex.name and last["boot_id"]
+        assert {"cpu", "memory", "gpus", "processes"} <= last.keys()
+        assert isinstance(last["gpus"]["devices"], list) and isinstance(last["processes"], list)
+        assert ex.last_contact is not None and ex.last_contact >= before and ex.last_error is None
+
+
+async def test_a_helper_error_fails_one_request_only(node: Node) -> None:
+    async with node.executor() as ex:
+        h = await ex.launch(LaunchRequest(run_dir=str(node.runs / "sleep"), command=("sleep", "60")))
+        before = time.time()
+        with pytest.raises(HelperError, match="unknown signal") as err:
+            await ex.signal(h, "NO-SUCH-SIGNAL")
+        assert ex.last_error is err.value and err.value.command == "signal"
+        assert ex.last_contact is not None and ex.last_contact >= before  # the node did answer
+        [rep] = await ex.status([StatusQuery(h.run_dir, h)])
+        assert rep.status is RunStatus.RUNNING and ex.last_error is None  # the next call works and clears it
+        assert await ex.signal(h, "KILL")
+
+
+async def test_an_unreachable_node_raises_NodeUnreachable(node: Node) -> None:
+    async with node.executor(node.make_unreachable) as ex:
+        with pytest.raises(NodeUnreachable) as err:
+            await ex.probe()
+        assert ex.last_error is err.value and err.value.retryable
+        assert ex.last_contact is None
+
+
+async def test_a_refusing_node_raises_NodeRefused(node: Node) -> None:
+    async with node.executor(node.make_refused) as ex:
+        with pytest.raises(NodeRefused) as err:
+            await ex.probe()
+        assert err.value.reason is node.refusal and not err.value.retryable
+        assert ex.last_error is err.value
+        with pytest.raises(NodeRefused):  # a person must act: the next call is refused too
+            await ex.status([StatusQuery(str(node.runs / "x"))])
+        assert isinstance(ex.last_error, NodeRefused)
+
+
+async def test_usable_again_after_close(node: Node) -> None:
+    async with node.executor() as ex:
+        first = (await ex.probe())["boot_id"]
+        await ex.close()
+        assert (await ex.probe())["boot_id"] == first
