@@ -105,14 +105,17 @@ class LocalExecutor:
         srv = self._server
         if srv is not None and srv.dead is None:
             return srv
-        if not self.serve or time.monotonic() < self._server_retry_at:
+        if not self.serve:
             return None
         async with self._server_lock:  # many first calls at once must start one server, not one each
             srv = self._server
             if srv is not None and srv.dead is None:
                 return srv
-            if srv is not None:
-                self._retire()
+            if srv is not None:  # it died between calls
+                log.warning("%s: the helper server died (%s); starting another", self.name, srv.dead)
+                self._drop(srv)
+            if time.monotonic() < self._server_retry_at:
+                return None  # servers died one after another: a helper per call for a while
             return await self._start_server()
 
     async def _start_server(self) -> HelperClient | None:
@@ -136,15 +139,17 @@ class LocalExecutor:
         delay = 0.0 if n == 1 else min(SERVER_BACKOFF_MAX_S, 2.0 ** (n - 2))
         self._server_retry_at = time.monotonic() + delay
 
-    def _retire(self) -> None:
-        """Drop a dead server; its process has ended (its stdout closed) or ends on its stdin's EOF."""
-        srv, proc = self._server, self._proc
+    def _drop(self, srv: HelperClient) -> None:
+        """Let go of a dead server (unless another call did already) and count the failure."""
+        if self._server is not srv:
+            return
+        proc = self._proc
         self._server = self._proc = None
-        if srv is not None:
-            srv.close()
+        srv.close()
         if proc is not None and proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                proc.kill()  # it closed its stdout but lives on: nothing more will come from it
+                proc.kill()  # its stdout closed but it lives on: nothing more will come from it
+        self._server_failed()
 
     async def _call(self, command: str, request: dict[str, Any]) -> dict[str, Any]:
         srv = await self._server_or_none()
@@ -158,7 +163,7 @@ class LocalExecutor:
                 # the server died under this request: once more on a helper of its own (launch is
                 # idempotent per run folder; the rest only read, or signal a run that is still there)
                 log.warning("%s: the helper server died (%s); starting another", self.name, srv.dead)
-                self._server_failed()
+                self._drop(srv)
             else:
                 self._server_failures = 0
                 self.last_contact = time.time()

@@ -719,6 +719,8 @@ def classify(e: asyncssh.Error | OSError, message: str) -> ExecutorError:
         return NodeRefused(message, Refusal.HOST_KEY_UNKNOWN)
     if isinstance(e, asyncssh.PermissionDenied | asyncssh.IllegalUserName):
         return NodeRefused(message, Refusal.AUTH)
+    if isinstance(e, asyncssh.ProtocolNotSupported):  # its code is the generic protocol error's
+        return NodeRefused(message, Refusal.INCOMPATIBLE)
     if isinstance(e, asyncssh.DisconnectError) and e.code in _REFUSING_DISCONNECTS:
         return NodeRefused(message, _REFUSING_DISCONNECTS[e.code])
     if isinstance(e, asyncssh.ChannelOpenError) and e.code == asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED:
