@@ -620,6 +620,7 @@ class _SmiSampler(object):
         self.procs = []
         self.lock = threading.Lock()
         self.first = threading.Event()
+        self.apps_seen = threading.Event()
         self.proc = subprocess.Popen(
             [exe, "--query-gpu=" + _SMI_GPU, "--format=csv,noheader,nounits",
              "-lms", str(max(100, int(interval_s * 1000)))],
@@ -651,8 +652,15 @@ class _SmiSampler(object):
             with self.lock:
                 self.latest[dev["index"]] = dev
             self.first.set()
+        self.first.set()  # nvidia-smi ended: no sample waits for it any more
 
     def _poll_apps(self):
+        try:
+            self._poll_apps_until_smi_ends()
+        finally:
+            self.apps_seen.set()  # never leave a sample waiting on a poll that will not come
+
+    def _poll_apps_until_smi_ends(self):
         while self.proc.poll() is None:
             try:
                 out = subprocess.run([self.exe, "--query-compute-apps=gpu_uuid,pid,used_memory",
@@ -668,10 +676,14 @@ class _SmiSampler(object):
                     self.procs = procs
             except (OSError, subprocess.TimeoutExpired):
                 pass
+            self.apps_seen.set()
             time.sleep(self.apps_every)
 
     def sample(self):
-        self.first.wait(3.0)  # the first sample waits for nvidia-smi's first answer, later ones never do
+        # the first sample waits for nvidia-smi's first answers (devices, then their processes: a sample
+        # without the processes would show a busy device as free), later ones never do
+        self.first.wait(3.0)
+        self.apps_seen.wait(3.0)
         with self.lock:
             return [self.latest[i] for i in sorted(self.latest)], list(self.procs)
 
@@ -811,8 +823,9 @@ def serve():
     """Answer many requests on one channel: JSON lines {"id", "cmd", "req"} in, {"id", "reply"} out.
 
     The controller keeps one of these per node (a subprocess for this machine, an SSH channel for the
-    others), so a status or probe costs a round trip, not a Python start. Requests run in threads (a launch may wait for its run to start) and replies may come out of
-    order; the id matches them. The loop ends when the channel closes (stdin EOF).
+    others), so a status or probe costs a round trip, not a Python start. Requests run in threads (a
+    launch may wait for its run to start) and replies may come out of order; the id matches them. The
+    loop ends when the channel closes (stdin EOF).
     """
     out_lock = threading.Lock()
 

@@ -10,7 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from hsched import nodehelper
+
+pytestmark = pytest.mark.slow  # real processes
 
 HELPER = str(Path(nodehelper.__file__).resolve())
 

@@ -12,6 +12,8 @@ import pytest
 from tests.conftest import REPO, Hs
 from tests.ssh.hosts import TestHost, TestHosts
 
+pytestmark = pytest.mark.slow  # real sshd hosts and processes
+
 TRAINER = str(REPO / "examples" / "trainer.py")
 
 

@@ -11,10 +11,12 @@ import pytest
 from hsched.executors.base import LaunchRequest, StatusQuery
 from hsched.executors.ssh import SSHExecutor, helper_bundle
 
-from hsched.errors import ExecutorError
+from hsched.errors import NodeUnreachable
 from hsched.model import RunHandle, RunReport, RunStatus
 from tests.ssh.conftest import run
 from tests.ssh.hosts import TestHosts
+
+pytestmark = pytest.mark.slow  # real sshd hosts and processes
 
 
 async def wait_exited(ex: SSHExecutor, handle: RunHandle) -> RunReport:
@@ -134,10 +136,10 @@ def test_connect_failures_back_off_with_one_clear_line(tmp_path: Path) -> None:
 
     async def main() -> tuple[str, str, float]:
         ex = SSHExecutor(cfg, ssh_config=tmp_path / "ssh_config", backoff_initial_s=5, backoff_max_s=5)
-        with pytest.raises(ExecutorError) as first:
+        with pytest.raises(NodeUnreachable) as first:  # connection refused: it may come back
             await ex.probe()
         t0 = time.monotonic()
-        with pytest.raises(ExecutorError) as second:
+        with pytest.raises(NodeUnreachable) as second:  # the same error, typed the same
             await ex.probe()
         return str(first.value), str(second.value), time.monotonic() - t0
 
@@ -169,3 +171,23 @@ def test_ssh_config_alias_with_proxyjump(ssh_hosts: TestHosts, tmp_path: Path) -
             await ex.close()
 
     assert run(main())["remote_root"] == str(expect)
+
+
+def test_no_python_on_the_node_is_a_refusal(ssh_hosts: TestHosts) -> None:
+    """A node without the interpreter needs a person: NodeRefused (python), not a retryable failure."""
+    from hsched.errors import NodeRefused, Refusal
+
+    async def main() -> NodeRefused:
+        ex = ssh_hosts.executor(ssh_hosts[2], python="no-such-python3")
+        try:
+            with pytest.raises(NodeRefused) as err:
+                await ex.probe()
+            assert ex.last_error is err.value
+            return err.value
+        finally:
+            await ex.close()
+
+    refused = run(main())
+    assert refused.reason is Refusal.PYTHON and not refused.retryable
+    assert str(refused) == (f"{ssh_hosts[2].name}: no-such-python3 not found on the node; "
+                            "hsched needs python3 >= 3.8 there")

@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 from hsched.executors.base import LaunchRequest, StatusQuery
 
-from hsched.errors import ExecutorError
+from hsched.errors import NodeUnreachable
 from hsched.model import RunReport, RunStatus
 from tests.ssh.conftest import run
 from tests.ssh.hosts import TestHosts
 from tests.ssh.test_executor import wait_log
+
+pytestmark = pytest.mark.slow  # real sshd hosts and processes
 
 
 def test_run_survives_a_cut_and_reports_after_reconnect(ssh_hosts: TestHosts, tmp_path: Path,
@@ -31,8 +33,9 @@ def test_run_survives_a_cut_and_reports_after_reconnect(ssh_hosts: TestHosts, tm
             h.cut()
             t0 = time.monotonic()
             try:
-                with pytest.raises(ExecutorError):
+                with pytest.raises(NodeUnreachable):
                     await ex.status([StatusQuery(run_dir, handle)])
+                assert isinstance(ex.last_error, NodeUnreachable)
                 failed_after = time.monotonic() - t0
                 await asyncio.sleep(max(0.0, 3.5 - failed_after))  # the job ends while its node is cut off
             finally:
@@ -41,7 +44,7 @@ def test_run_survives_a_cut_and_reports_after_reconnect(ssh_hosts: TestHosts, tm
                 try:
                     [rep] = await ex.status([StatusQuery(run_dir, handle)])
                     break
-                except ExecutorError:
+                except NodeUnreachable:
                     await asyncio.sleep(0.2)
             return failed_after, rep, await ex.read_log(run_dir, 0)
         finally:
@@ -62,12 +65,13 @@ def test_watch_notices_a_silent_cut(ssh_hosts: TestHosts) -> None:
         seen = 0
         t0 = 0.0
         try:
-            with pytest.raises(ExecutorError) as err:
+            with pytest.raises(NodeUnreachable) as err:
                 async for _ in ex.watch(0.2, stale_after_s=1.5):
                     seen += 1
                     if seen == 2:
                         h.cut()
                         t0 = time.monotonic()
+            assert ex.last_error is err.value
             return seen, time.monotonic() - t0, str(err.value)
         finally:
             h.restore()

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 from hsched.executors.ssh import copy_between
 
-from hsched.errors import ExecutorError
+from hsched.errors import TransferError
 from tests.ssh.conftest import run
 from tests.ssh.hosts import TestHosts
+
+pytestmark = pytest.mark.slow  # real sshd hosts and processes
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -47,7 +49,7 @@ def test_put_get_round_trip_and_node_to_node(ssh_hosts: TestHosts, tmp_path: Pat
             n = await copy_between(ea, dest, eb, other)
             assert n == sum(len(v) for v in tree(src).values())
             await ea.put(newer, dest)  # replaces the folder as a whole
-            with pytest.raises(ExecutorError, match=r"(?i)no such file"):
+            with pytest.raises(TransferError, match=r"(?i)no such file"):
                 await ea.get(f"{dest}/absent", tmp_path / "absent")
             return dest
         finally:

@@ -35,6 +35,7 @@ def test_helper_parses_as_python_38() -> None:
     ast.parse(Path(HELPER).read_text(), feature_version=(3, 8))
 
 
+@pytest.mark.slow  # runs the helper
 @pytest.mark.parametrize("python", [sys.executable, PY38], ids=["current", "3.8"])
 def test_read_and_watch(python: str | None, tmp_path: Path) -> None:
     if python is None:
@@ -111,6 +112,7 @@ def _watch(tmp_path: Path, env: dict[str, str]) -> dict:
     return json.loads(out.stdout.splitlines()[-2])
 
 
+@pytest.mark.slow  # runs the helper
 def test_watch_with_nvidia_smi(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -139,6 +141,7 @@ def test_watch_with_nvidia_smi(tmp_path: Path) -> None:
     assert by_pid[1]["run_dir"] is None  # a GPU process no hsched run owns is shown, with no owner
 
 
+@pytest.mark.slow  # runs the helper
 def test_watch_with_nvml(tmp_path: Path) -> None:
     (tmp_path / "fake").mkdir()
     (tmp_path / "fake" / "pynvml.py").write_text(FAKE_PYNVML)

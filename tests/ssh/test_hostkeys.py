@@ -13,20 +13,24 @@ import asyncssh
 import pytest
 from hsched.executors.ssh import SSHExecutor
 
-from hsched.errors import ExecutorError
+from hsched.errors import NodeRefused, Refusal
 from tests.ssh.conftest import run
 from tests.ssh.hosts import TestHost, TestHosts, keygen
+
+pytestmark = pytest.mark.slow  # real sshd hosts and processes
 
 
 def fingerprint(h: TestHost) -> str:
     return str(asyncssh.import_public_key(h.host_key_line).get_fingerprint("sha256"))
 
 
-def probe_error(ex: SSHExecutor) -> str:
+def probe_error(ex: SSHExecutor, reason: Refusal) -> str:
+    """The message of the NodeRefused a probe meets (with the reason asked), also kept as last_error."""
     async def main() -> str:
         try:
             await ex.probe()
-        except ExecutorError as e:
+        except NodeRefused as e:
+            assert e.reason is reason and ex.last_error is e
             return str(e)
         finally:
             await ex.close()
@@ -39,7 +43,7 @@ def test_unknown_host_key_is_refused_with_its_fingerprint(ssh_hosts: TestHosts, 
     h = ssh_hosts[0]
     empty = tmp_path / "known_hosts"
     empty.write_text("")
-    msg = probe_error(ssh_hosts.executor(h, cfg={"known_hosts": str(empty)}))
+    msg = probe_error(ssh_hosts.executor(h, cfg={"known_hosts": str(empty)}), Refusal.HOST_KEY_UNKNOWN)
     assert msg.startswith(f"{h.name}: unknown host key for {h.known_hosts_name}: ssh-ed25519 {fingerprint(h)}")
     assert f"hsched node trust {h.name}" in msg and "\n" not in msg
 
@@ -49,7 +53,7 @@ def test_changed_host_key_is_refused(ssh_hosts: TestHosts, tmp_path: Path) -> No
     other = keygen(tmp_path / "other_key", "impostor")
     kh = tmp_path / "known_hosts"
     kh.write_text(f"{h.known_hosts_name} {' '.join(other.split()[:2])}\n")
-    msg = probe_error(ssh_hosts.executor(h, cfg={"known_hosts": str(kh)}))
+    msg = probe_error(ssh_hosts.executor(h, cfg={"known_hosts": str(kh)}), Refusal.HOST_KEY_CHANGED)
     assert "HOST KEY CHANGED" in msg and fingerprint(h) in msg and "ssh-keygen -R" in msg
 
 
@@ -60,7 +64,7 @@ def test_known_hosts_none_in_ssh_config_does_not_switch_checking_off(
     config = tmp_path / "ssh_config"
     config.write_text(ssh_hosts.ssh_config.read_text().replace(f"UserKnownHostsFile {ssh_hosts.known_hosts}",
                                                                "UserKnownHostsFile none"))
-    msg = probe_error(ssh_hosts.executor(h, ssh_config=config))
+    msg = probe_error(ssh_hosts.executor(h, ssh_config=config), Refusal.HOST_KEY_UNKNOWN)
     assert "unknown host key" in msg and fingerprint(h) in msg
 
 

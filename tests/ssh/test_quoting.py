@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hsched.executors.base import LaunchRequest
 from hsched.executors.ssh import SSHExecutor, shell_command
 
 from tests.ssh.conftest import run
 from tests.ssh.hosts import TestHosts
 from tests.ssh.test_executor import wait_exited
+
+pytestmark = pytest.mark.slow  # real sshd hosts and processes
 
 
 def corpus(canary: Path) -> list[str]:

@@ -8,10 +8,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from hsched.config import SimulatedDevices
 from hsched.simulated import simulated_uuid
 from tests.ssh.conftest import run
 from tests.ssh.hosts import TestHost, TestHosts
+
+pytestmark = pytest.mark.slow  # real sshd hosts and processes
 
 
 def watch_processes(h: TestHost) -> list[int]:
