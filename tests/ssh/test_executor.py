@@ -143,9 +143,9 @@ def test_connect_failures_back_off_with_one_clear_line(tmp_path: Path) -> None:
             await ex.probe()
         return str(first.value), str(second.value), time.monotonic() - t0
 
-    first, second, took = run(main())
+    first, second, _ = run(main())
     assert first.startswith("nowhere: cannot connect to") and f":{port}" in first and "\n" not in first
-    assert "next try in" in second and took < 0.5  # inside the backoff window: no new attempt
+    assert "next try in" in second  # inside the backoff window: no new attempt, the last error again
 
 
 def test_ssh_config_alias_with_proxyjump(ssh_hosts: TestHosts, tmp_path: Path) -> None:

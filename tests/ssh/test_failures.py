@@ -18,12 +18,23 @@ from tests.ssh.test_executor import wait_log
 pytestmark = pytest.mark.slow  # real sshd hosts and processes
 
 
+async def wait_exit_recorded(root: Path, name: str) -> None:
+    """Until the wrapper on the host has recorded how the run `name` ended (its exit.json)."""
+    while True:
+        if await asyncio.to_thread(lambda: any(root.glob(f"runs/*/{name}/exit.json"))):
+            return
+        await asyncio.sleep(0.05)
+
+
 def test_run_survives_a_cut_and_reports_after_reconnect(ssh_hosts: TestHosts, tmp_path: Path,
                                                        local_runs: Path) -> None:
     h = ssh_hosts[1]
     marker = tmp_path / "marker"
+    go = tmp_path / "go"
     run_dir = str(local_runs / "survivor")
-    script = f'echo start >> "{marker}"; echo started; sleep 3; echo end >> "{marker}"; echo ended; exit 7'
+    # the job ends when told (the host shares this machine's disk): while its node is cut off
+    script = (f'echo start >> "{marker}"; echo started; while [ ! -e "{go}" ]; do sleep 0.05; done; '
+              f'echo end >> "{marker}"; echo ended; exit 7')
 
     async def main() -> tuple[float, RunReport, bytes]:
         ex = ssh_hosts.executor(h, command_timeout_s=2.0)
@@ -37,7 +48,8 @@ def test_run_survives_a_cut_and_reports_after_reconnect(ssh_hosts: TestHosts, tm
                     await ex.status([StatusQuery(run_dir, handle)])
                 assert isinstance(ex.last_error, NodeUnreachable)
                 failed_after = time.monotonic() - t0
-                await asyncio.sleep(max(0.0, 3.5 - failed_after))  # the job ends while its node is cut off
+                go.touch()
+                await wait_exit_recorded(h.root, "survivor")  # the job has ended, its node still cut off
             finally:
                 h.restore()
             while True:  # reconnects on its own once the backoff allows
@@ -51,7 +63,7 @@ def test_run_survives_a_cut_and_reports_after_reconnect(ssh_hosts: TestHosts, tm
             await ex.close()
 
     failed_after, rep, log = run(main())
-    assert failed_after < 3.5  # the command timeout (2 s), not TCP's minutes
+    assert failed_after < 10  # the command timeout (2 s), not TCP's minutes
     assert rep.status is RunStatus.EXITED and rep.exit_code == 7
     assert log == b"started\nended\n"
     assert marker.read_text() == "start\nend\n"  # ran once, not restarted
@@ -78,4 +90,4 @@ def test_watch_notices_a_silent_cut(ssh_hosts: TestHosts) -> None:
             await ex.close()
 
     seen, took, msg = run(main())
-    assert seen >= 2 and took < 4 and msg.startswith(h.name)
+    assert seen >= 2 and took < 10 and msg.startswith(h.name)  # staleness (1.5 s), not TCP's minutes

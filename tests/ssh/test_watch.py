@@ -36,23 +36,23 @@ def test_watch_streams_samples_every_second(ssh_hosts: TestHosts) -> None:
     h = ssh_hosts[0]
     sim = SimulatedDevices(model="NVIDIA A100-SXM4-80GB", count=2, memory_mib=81920)
 
-    async def main() -> tuple[list[dict[str, Any]], list[float]]:
+    async def main() -> list[dict[str, Any]]:
         ex = ssh_hosts.executor(h, cfg={"simulate": sim})
         samples: list[dict[str, Any]] = []
-        arrived: list[float] = []
         try:
             async for s in ex.watch():  # the default interval: 1 s
                 samples.append(s)
-                arrived.append(time.monotonic())
                 if len(samples) == 3:
                     break
         finally:
             await ex.close()
-        return samples, arrived
+        return samples
 
-    samples, arrived = run(main())
-    gaps = [b - a for a, b in itertools.pairwise(arrived)]
-    assert all(0.7 < g < 1.4 for g in gaps), gaps
+    samples = run(main())
+    # the node's own clock: when each sample was taken there (ssh and a busy machine only add delay here)
+    taken = [s["t"] for s in samples]
+    gaps = [b - a for a, b in itertools.pairwise(taken)]
+    assert all(0.7 < g < 2.1 for g in gaps) and 1.8 < taken[-1] - taken[0] < 3.1, gaps
     assert [s["seq"] for s in samples] == [0, 1, 2]
     last = samples[-1]
     assert last["node"] == h.name and last["boot_id"] and last["cpu"]["count"] == os.cpu_count()
@@ -62,10 +62,8 @@ def test_watch_streams_samples_every_second(ssh_hosts: TestHosts) -> None:
     assert [d["uuid"] for d in last["gpus"]["devices"]] == [simulated_uuid(h.name, i) for i in range(2)]
     assert all(d["utilization_gpu"] == 0 and d["memory_used_mib"] == 0 for d in last["gpus"]["devices"])
     assert last["processes"] == []
-    deadline = time.monotonic() + 5
-    while watch_processes(h) and time.monotonic() < deadline:  # the helper ends when its channel closes
-        time.sleep(0.1)
-    assert watch_processes(h) == []
+    while watch_processes(h):  # the helper ends when its channel closes (bounded by the test's timeout)
+        time.sleep(0.05)
 
 
 def test_watch_with_count_ends_by_itself(ssh_hosts: TestHosts) -> None:
