@@ -1,8 +1,13 @@
-"""SSH fleet costs: probe time for 1 host vs 8 hosts in parallel, and the controller's CPU while it watches
-8 hosts at 1 Hz. Ratios against the 1-host figure measured in the same run (the machine is shared).
+"""Executor costs: CPU per status call (local one-shot vs the local helper server vs ssh), probe time for 1
+host vs 8 hosts in parallel, and the controller's CPU while it watches 8 hosts at 1 Hz. Ratios against the
+1-host figure measured in the same run (the machine is shared).
 
 Run as root (test hosts in network namespaces) or as a user (loopback ports):
-    python tests/bench/bench_ssh.py [--seconds 20]
+    python tests/bench/bench_ssh.py [--seconds 20] [--calls 200] [--calls-only]
+
+CPU per call counts every process the call costs on this machine: the controller (RUSAGE_SELF), the
+one-shot helpers it started and reaped (RUSAGE_CHILDREN), and the long-lived helper server (its
+/proc/PID/stat, as it is not reaped). Over ssh, sshd's share on the node is not counted.
 """
 
 from __future__ import annotations
@@ -10,12 +15,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -34,6 +41,69 @@ async def probe_times(hosts: TestHosts, n: int, repeat: int) -> float:
         return statistics.median(times)
     finally:
         await asyncio.gather(*(ex.close() for ex in executors))
+
+
+def _rusage(who: int) -> float:
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
+def _helper_servers(marker: str) -> list[int]:
+    """Processes running `nodehelper.py serve` whose command line mentions `marker`."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in argv and any(marker.encode() in a for a in argv):
+            out.append(int(name))
+    return out
+
+
+async def status_cpu(ex: Any, run_dir: Path, calls: int, marker: str) -> tuple[float, float, float]:
+    """CPU seconds per status call (controller, reaped helpers, helper server) over `calls` calls on one
+    running run, after a first call that starts whatever the executor keeps."""
+    from hsched.executors.base import LaunchRequest, StatusQuery
+
+    handle = await ex.launch(LaunchRequest(run_dir=str(run_dir), command=("sleep", "600")))
+    query = [StatusQuery(handle.run_dir, handle)]
+    await ex.status(query)
+    servers = _helper_servers(marker)
+    s0, c0 = _rusage(resource.RUSAGE_SELF), _rusage(resource.RUSAGE_CHILDREN)
+    h0 = sum(cpu_seconds(p) for p in servers)
+    for _ in range(calls):
+        await ex.status(query)
+    s1, c1 = _rusage(resource.RUSAGE_SELF), _rusage(resource.RUSAGE_CHILDREN)
+    h1 = sum(cpu_seconds(p) for p in servers)
+    await ex.signal(handle, "KILL")
+    return (s1 - s0) / calls, (c1 - c0) / calls, (h1 - h0) / calls
+
+
+def report_status_cpu(label: str, costs: tuple[float, float, float]) -> None:
+    ctl, reaped, server = costs
+    print(f"status, {label:<22} {1000 * (ctl + reaped + server):7.2f} ms CPU per call "
+          f"(controller {1000 * ctl:.2f}, one-shot helpers {1000 * reaped:.2f}, helper server {1000 * server:.2f})")
+
+
+async def local_status_cpu(base: Path, calls: int, serve: bool) -> tuple[float, float, float]:
+    from hsched.executors.local import HELPER_PATH, LocalExecutor
+
+    ex = LocalExecutor(serve=serve)
+    try:
+        return await status_cpu(ex, base / ("served" if serve else "one-shot"), calls, str(HELPER_PATH))
+    finally:
+        await ex.close()
+
+
+async def ssh_status_cpu(hosts: TestHosts, base: Path, calls: int) -> tuple[float, float, float]:
+    ex = hosts.executor(hosts[0])
+    try:
+        return await status_cpu(ex, base / "ssh", calls, str(hosts[0].root))
+    finally:
+        await ex.close()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -61,11 +131,20 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--calls", type=int, default=200, help="status calls per CPU figure")
+    ap.add_argument("--calls-only", action="store_true", help="only the CPU per status call")
     opts = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        report_status_cpu("local, one-shot", asyncio.run(local_status_cpu(Path(tmp), opts.calls, serve=False)))
+        report_status_cpu("local, helper server", asyncio.run(local_status_cpu(Path(tmp), opts.calls, serve=True)))
     if not sshd_available():
-        print("sshd is needed (apt-get install openssh-server)", file=sys.stderr)
+        print("sshd is needed for the rest (apt-get install openssh-server)", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory() as tmp, TestHosts(Path(tmp) / "hosts", count=8) as hosts:
+    with tempfile.TemporaryDirectory() as tmp, TestHosts(Path(tmp) / "hosts", count=1 if opts.calls_only else 8) \
+            as hosts:
+        report_status_cpu("ssh, helper server", asyncio.run(ssh_status_cpu(hosts, Path(tmp), opts.calls)))
+        if opts.calls_only:
+            return 0
         one = asyncio.run(probe_times(hosts, 1, opts.repeat))
         eight = asyncio.run(probe_times(hosts, 8, opts.repeat))
         print(f"probe, 1 host:            {one * 1000:7.1f} ms")
