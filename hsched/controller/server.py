@@ -98,7 +98,7 @@ async def _stream(api: Api, writer: asyncio.StreamWriter, interval: float) -> No
             snap = await api.op_snapshot({}, os.getuid())
             writer.write(encode({"type": "snapshot", **snap}))
             await writer.drain()
-            await asyncio.sleep(max(0.1, interval))
+            await ctl.clock.wait(ctl.stopping, max(0.1, interval))
     except (ConnectionError, RuntimeError):
         return
 
