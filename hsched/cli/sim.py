@@ -34,6 +34,12 @@ _RATE = typer.Option(4.0, "--jobs-per-hour", help="Arrival rate for --synthetic.
 _JSON = typer.Option(False, "--json", help="Print one JSON document.")
 _PLOT = typer.Option(None, "--plot", metavar="FILE.png",
                      help="Also draw JCT distributions and utilization over time to a PNG (needs hsched\\[plot]).")
+_SETTINGS = typer.Option(None, "--settings", metavar="FILE",
+                         help="hsched's settings.toml: its QoS table decides who may preempt whom "
+                              "(default: the controller's default table).")
+_TIME_SHARING = typer.Option(True, "--time-sharing/--no-time-sharing",
+                             help="Let preemptive policies stop and move jobs that checkpoint (as Gavel does); "
+                                  "off, only QoS preemption stops a job, as in the live controller.")
 
 
 def _load(trace: Path | None, throughputs: Path | None, columns: str | None, synthetic: int | None, seed: int,
@@ -68,7 +74,7 @@ def _servers(fleet: Path | None, cluster: str | None, gpus_per_node: int, known:
 
 
 def _policy(name: str) -> Any:
-    from hsched.sched.policy import make_policy
+    from hsched.sched.registry import make_policy
 
     try:
         return make_policy(name.strip())
@@ -90,13 +96,23 @@ def _progress_run(sim: Any, label: str) -> Any:
         return sim.run()
 
 
+def _rule(settings: Path | None, time_sharing: bool) -> Any:
+    """The live controller's preemption rule, from its settings file when given."""
+    from hsched.config import load_settings
+    from hsched.sim.engine import default_rule
+
+    if settings is not None and not settings.is_file():
+        raise UserError(f"--settings {settings}: no such file")
+    return default_rule(load_settings(settings) if settings is not None else None, time_sharing=time_sharing)
+
+
 def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, round_s: float, span: float,
-             pcie: float) -> Any:
+             pcie: float, rule: Any) -> Any:
     from hsched.sim.engine import SimConfig, SimCosts, Simulator
 
     if checkpoint_cost < 0 or round_s <= 0 or span <= 0 or pcie <= 0:
         raise UserError("hsched sim: --checkpoint-cost must be >= 0; --round-s, --span-factor, --pcie-factor > 0")
-    cfg = SimConfig(round_s=round_s, costs=SimCosts(checkpoint_cost, span, pcie))
+    cfg = SimConfig(round_s=round_s, costs=SimCosts(checkpoint_cost, span, pcie), preempt=rule)
     sim = Simulator(tr, servers, _policy(policy_name), cfg)
     return _progress_run(sim, policy_name)
 
@@ -169,6 +185,8 @@ def sim(
     list_policies: bool = typer.Option(False, "--list-policies", help="List policies with one line each."),
     as_json: bool = _JSON,
     plot: Path | None = _PLOT,
+    settings: Path | None = _SETTINGS,
+    time_sharing: bool = _TIME_SHARING,
 ) -> None:
     """Replay a trace under one policy (or run `hsched sim compare` for several)."""
     if ctx.invoked_subcommand is not None:
@@ -177,9 +195,10 @@ def sim(
         _list_policies(as_json)
         return
     _check_plot(plot)
+    rule = _rule(settings, time_sharing)
     tr = _load(trace, throughputs, columns, synthetic, seed, jobs_per_hour, max_jobs)
     servers = _servers(fleet, cluster, gpus_per_node, tr.throughput.gpu_types)
-    result = _run_one(tr, servers, policy, checkpoint_cost, round_s, span_factor, pcie_factor)
+    result = _run_one(tr, servers, policy, checkpoint_cost, round_s, span_factor, pcie_factor, rule)
     if jobs_csv is not None:
         result.write_jobs_csv(jobs_csv)
     summary = dict(result.summary)
@@ -215,6 +234,8 @@ def compare(
     jobs_per_hour: float = _RATE,
     as_json: bool = _JSON,
     plot: Path | None = _PLOT,
+    settings: Path | None = _SETTINGS,
+    time_sharing: bool = _TIME_SHARING,
 ) -> None:
     """Run several policies on the same trace and fleet; print them side by side with the bounds."""
     names = [p.strip() for p in policy.split(",") if p.strip()]
@@ -223,9 +244,10 @@ def compare(
     for n in names:
         _policy(n)  # fail on a typo before spending minutes on the others
     _check_plot(plot)
+    rule = _rule(settings, time_sharing)
     tr = _load(trace, throughputs, columns, synthetic, seed, jobs_per_hour, max_jobs)
     servers = _servers(fleet, cluster, gpus_per_node, tr.throughput.gpu_types)
-    results = [_run_one(tr, servers, n, checkpoint_cost, round_s, span_factor, pcie_factor) for n in names]
+    results = [_run_one(tr, servers, n, checkpoint_cost, round_s, span_factor, pcie_factor, rule) for n in names]
     summaries = [dict(r.summary) for r in results]
     if plot is not None:
         _plot(results, plot)
@@ -245,7 +267,7 @@ def compare(
 
 
 def _list_policies(as_json: bool) -> None:
-    from hsched.sched.policy import make_policy, policy_names
+    from hsched.sched.registry import make_policy, policy_names
 
     rows = []
     for name in policy_names():

@@ -14,7 +14,7 @@ from hsched.controller.stopping import begin_stop
 from hsched.errors import UserError
 from hsched.lifecycle import StopReason
 from hsched.model import EndReason, Job, JobSpec, JobState
-from hsched.scheduling import unsatisfiable
+from hsched.sched.live import unsatisfiable
 from hsched.serialize import spec_to_dict
 
 

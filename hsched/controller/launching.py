@@ -19,9 +19,8 @@ from hsched.controller.stopping import begin_stop
 from hsched.errors import ExecutorError
 from hsched.executors.base import LaunchRequest
 from hsched.lifecycle import StopReason
-from hsched.live_policy import Running
 from hsched.model import Job, JobState, Placement, Run
-from hsched.scheduling import FleetView, Preempt, Start, Wait, schedule
+from hsched.sched.live import FleetView, Launch, Preempt, PreemptRule, Running, Wait, schedule
 
 log = logging.getLogger("hsched.launch")
 
@@ -63,7 +62,7 @@ async def schedule_round(ctl: Controller) -> bool:
                                      f"SIG{victim.spec.checkpoint_signal.signal}, "
                                      f"{victim.spec.checkpoint_signal.grace_s:g} s to checkpoint")
                 continue
-            assert isinstance(d, Start)
+            assert isinstance(d, Launch)
             ranks = []
             tpn = job.spec.resources.tasks_per_node
             attempt = job.restarts + 1
@@ -98,10 +97,9 @@ def fleet_view(ctl: Controller, active: list[Job]) -> FleetView:
             running.append(Running(j, ctl.attempt_start.get(j.id) or j.start_time or 0.0))
     for rt in ctl.nodes.values():
         busy.update(rt.foreign)  # a GPU someone else is using is not free, whatever our records say
-    preempts = {name: frozenset(q.preempts) for name, q in ctl.settings.qos.items()}
     return FleetView(nodes=tuple(ctl.node_list()), busy=frozenset(busy), cpus_used=cpus_used,
-                     running=tuple(running), releasing=frozenset(releasing), preempts=preempts,
-                     policy=ctl.settings.policy)
+                     running=tuple(running), releasing=frozenset(releasing),
+                     rule=PreemptRule.from_qos(ctl.settings.qos), policy=ctl.settings.policy)
 
 
 def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ...], *, checkpoint_dir: str,

@@ -1,17 +1,33 @@
 """The scheduling core: pure policies and the scheduling round, shared by the controller and the simulator.
 
-The live controller calls, once per event or quantum:
+The simulator calls, once per event or quantum:
 
     inp = build_input(now, job_views, servers, throughput, checkpoint_cost_s=..., round_s=...)
-    decision = schedule_round(make_policy("hsched"), inp, servers)
-    # decision.preempt: job ids to checkpoint and requeue; decision.starts: jobs to launch or move
+    decision = schedule_round(make_policy("hsched"), inp, servers, rule=PreemptRule.from_qos(settings.qos))
+    # decision.preempt: job ids to stop (checkpoint and requeue); decision.starts: jobs to launch or move
+
+The live controller calls the same steps through its adapter, hsched.sched.live (`schedule`), which adds
+what only a live fleet has: real device constraints, devices being released, CPU-only jobs.
 
 No asyncio, sqlite, textual or networkx here: only frozen data in, frozen data out.
+
+    view.py        what a policy sees and what a round decides (JobView, ServerView, Plan, Start, Preempt)
+    policy.py      the policy contract and the helpers policies share
+    policies.py    the reference policies;  hsched_policy.py: hsched's own
+    registry.py    policies by name (make_policy, policy_names, register)
+    throughput.py  how fast each job type runs on each GPU type
+    placement.py   which devices a gang gets on servers of one type (PackingPlacer)
+    preempt.py     every preemption: the time-sharing rule and QoS victims (PreemptRule, Victims)
+    round.py       one round: plan, apply under the rule, QoS preemption (schedule_round)
+    servers.py     a node as a server of one GPU type (the one conversion, live and simulated)
+    live.py        the live controller's adapter: FleetView -> Launch / Wait / Preempt decisions
 """
 
 from hsched.sched.placement import PackingPlacer, Placer
-from hsched.sched.policy import OraclePolicy, Policy, make_policy, policy_names, register
-from hsched.sched.round import apply_plan, build_input, schedule_round
+from hsched.sched.policy import OraclePolicy, Policy
+from hsched.sched.preempt import PreemptRule, Victims
+from hsched.sched.registry import make_policy, policy_names, register
+from hsched.sched.round import apply_plan, apply_rule, build_input, schedule_round
 from hsched.sched.throughput import ThroughputModel
 from hsched.sched.view import (
     JobPhase,
@@ -19,6 +35,7 @@ from hsched.sched.view import (
     OracleInput,
     Plan,
     PolicyInput,
+    Preempt,
     RoundDecision,
     ServerView,
     Start,
@@ -35,12 +52,16 @@ __all__ = [
     "Plan",
     "Policy",
     "PolicyInput",
+    "Preempt",
+    "PreemptRule",
     "RoundDecision",
     "ServerView",
     "Start",
     "ThroughputModel",
+    "Victims",
     "Want",
     "apply_plan",
+    "apply_rule",
     "build_input",
     "make_policy",
     "policy_names",

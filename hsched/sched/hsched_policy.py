@@ -6,11 +6,10 @@ import math
 from collections.abc import Callable
 
 from hsched.model import DEFAULT_QOS
-from hsched.sched.policy import Policy, hetero_assign, register, select_by_capacity, wants_from_assignment
+from hsched.sched.policy import Policy, hetero_assign, select_by_capacity, wants_from_assignment
 from hsched.sched.view import QOS_RANK, JobPhase, JobView, Plan, PolicyInput, qos_rank
 
 
-@register
 class Hsched(Policy):
     """QoS class first (prod, normal, scavenger), then fair share between users, then discretised least
     attained service (normalised GPU-seconds, so short jobs finish fast without knowing durations), FIFO

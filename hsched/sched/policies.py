@@ -9,7 +9,6 @@ from hsched.sched.policy import (
     Policy,
     fastest_types,
     hetero_assign,
-    register,
     select_by_capacity,
     wants_from_assignment,
 )
@@ -20,7 +19,6 @@ def _arrival_key(j: JobView) -> tuple[float, int]:
     return (j.arrival_s, j.id)
 
 
-@register
 class Fifo(Policy):
     """First in, first out, heterogeneity-unaware: jobs start in arrival order, each on a GPU type picked at
     random (reproducibly, from the job id) among those with room, as Gavel's FIFO does; the head of the
@@ -34,7 +32,6 @@ class Fifo(Policy):
         return Plan(tuple(Want(j.id) for j in pending), preempt=False, strict=True)
 
 
-@register
 class FifoHetero(Policy):
     """FIFO that knows GPU types: jobs start in arrival order, each on the fastest GPU type (for that job)
     that has room; the head of the queue blocks the rest; no preemption.
@@ -47,7 +44,6 @@ class FifoHetero(Policy):
         return Plan(tuple(Want(j.id, fastest_types(j, inp)) for j in pending), preempt=False, strict=True)
 
 
-@register
 class Las(Policy):
     """Tiresias-style discretised two-dimensional least-attained-service: a job's service is GPUs x seconds
     run; queues at 1 h, 4 h, 16 h ... of GPU time; the lowest queue runs first, FIFO inside a queue; a job
@@ -92,7 +88,6 @@ class _HeteroFair(Policy):
         return Plan(wants_from_assignment(ordered, assigned, inp), preempt=True, strict=False)
 
 
-@register
 class LasHetero(_HeteroFair):
     """Heterogeneity-aware least attained service (Gavel's max-min fairness over normalised throughput,
     realised round by round): jobs with the least service, counted in seconds on their fastest GPU type,
@@ -106,7 +101,6 @@ class LasHetero(_HeteroFair):
         return sorted(inp.jobs, key=lambda j: (j.service_s, j.arrival_s, j.id))
 
 
-@register
 class FinishTimeFairness(_HeteroFair):
     """Themis finish-time fairness, non-clairvoyant: a job's rho is its time in the system over the time an
     exclusive 1/N share of the cluster would have needed for the progress it has made; the highest rho runs
@@ -128,7 +122,6 @@ class FinishTimeFairness(_HeteroFair):
         return sorted(inp.jobs, key=lambda j: (-rho(j), j.arrival_s, j.id))
 
 
-@register
 class SrtfOracle(OraclePolicy):
     """Shortest remaining time first, clairvoyant (reference only): reads each job's remaining time on its
     fastest type, which no real scheduler knows; shortest first, each on its fastest free type. Preemptive.
@@ -142,7 +135,6 @@ class SrtfOracle(OraclePolicy):
         return Plan(tuple(Want(j.id, fastest_types(j, base)) for j in ordered), preempt=True, strict=False)
 
 
-@register
 class Backfill(Policy):
     """Priority order (QoS class, then priority, then arrival) with EASY backfilling: the first job that
     does not fit gets a reservation on the GPU type where it can start soonest (from running jobs' declared

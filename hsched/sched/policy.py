@@ -1,4 +1,4 @@
-"""The policy contract, the registry, and the helpers policies share.
+"""The policy contract and the helpers policies share (the registry of names is hsched.sched.registry).
 
 A policy turns a `PolicyInput` into a `Plan` (wanted jobs in priority order, each with acceptable GPU types).
 It never places devices and never sees durations: the round function (`hsched.sched.round`) does the
@@ -8,7 +8,7 @@ packing, gang by gang, all or nothing. A clairvoyant policy subclasses `OraclePo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain
 from operator import attrgetter
 from typing import ClassVar
@@ -40,36 +40,6 @@ class OraclePolicy:
 
 
 AnyPolicy = Policy | OraclePolicy
-
-_REGISTRY: dict[str, Callable[[], AnyPolicy]] = {}
-
-
-def register(cls: type[Policy] | type[OraclePolicy]) -> type:
-    """Class decorator: add a policy under its `name`. Clairvoyance and the `-oracle` suffix go together."""
-    if cls.clairvoyant != cls.name.endswith("-oracle"):
-        raise TypeError(f"policy {cls.name!r}: only policies named '*-oracle' may be clairvoyant")
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def policy_names() -> tuple[str, ...]:
-    _load_builtin()
-    return tuple(_REGISTRY)
-
-
-def make_policy(name: str) -> AnyPolicy:
-    """A fresh policy by name; KeyError lists the known names."""
-    _load_builtin()
-    try:
-        return _REGISTRY[name]()
-    except KeyError:
-        raise KeyError(f"unknown policy {name!r}; known: {', '.join(_REGISTRY)}") from None
-
-
-def _load_builtin() -> None:
-    # Imported lazily so that policy modules can import this one without a cycle.
-    from hsched.sched import hsched_policy, policies  # noqa: F401
-
 
 # ---------------------------------------------------------------- helpers shared by several policies
 
@@ -158,8 +128,8 @@ def hetero_assign(
         # a type the job may not use counts as one it cannot run on
         sp = speeds_of[pk] = tuple(full.get(t, 0.0) if not allowed or t in allowed else 0.0 for t in all_types)
         every[sp] = sorted(every[sp] + group) if sp in every else group
-    for (job_type, gpus, allowed, on), group in by_pk_on.items():
-        key = (speeds_of[(job_type, gpus, allowed)], on)
+    for (job_type, gpus, allowed, on_t), group in by_pk_on.items():
+        key = (speeds_of[(job_type, gpus, allowed)], on_t)
         on_type[key] = sorted(on_type[key] + group) if key in on_type else group
     gpus_at = [j.gpus for j in todo]
     left = sum(gpus_at)  # GPUs of the jobs not yet given a type
@@ -224,7 +194,7 @@ def wants_from_assignment(
     ordered: Iterable[JobView], assigned: Mapping[int, str], inp: PolicyInput
 ) -> tuple[Want, ...]:
     """Wants in priority order: assigned type first, then the job's other types as a fallback."""
-    out = []
+    out: list[Want] = []
     model, all_types = inp.throughput, inp.gpu_types
     prefs: dict[tuple[str, int, tuple[str, ...], str], tuple[str, ...]] = {}
     get, new, append = assigned.get, tuple.__new__, out.append  # Want is a NamedTuple: no __new__ wrapper

@@ -1,21 +1,37 @@
 """One scheduling round: the function the live controller and the simulator both call.
 
-    decision = schedule_round(policy, inp, servers)
+    decision = schedule_round(policy, inp, servers, rule=rule)
 
-The policy orders the jobs and names acceptable GPU types; this function grants GPUs gang by gang (all or
+The policy orders the jobs and names acceptable GPU types; this module grants GPUs gang by gang (all or
 nothing, counted per type), keeps running jobs where they are when the policy still wants them on that
-type, preempts the running jobs a preemptive plan leaves out, and asks the placer for devices.
+type, and asks the placer for devices. Which running jobs may be stopped is `hsched.sched.preempt`'s to say:
+`apply_rule` applies a preemptive plan only as far as the time-sharing rule allows, and `schedule_round`
+then lets waiting jobs preempt by QoS class (the live controller calls the same two steps, with its own
+backfill between them: hsched.sched.live).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 
-from hsched.model import EndReason
+from hsched.model import EndReason, Placement
 from hsched.sched.placement import PackingPlacer, Placer
 from hsched.sched.policy import AnyPolicy
+from hsched.sched.preempt import PreemptRule, Victims, displaced, protected
 from hsched.sched.throughput import ThroughputModel
-from hsched.sched.view import JobPhase, JobView, OracleInput, Plan, PolicyInput, RoundDecision, ServerView, Start, Want
+from hsched.sched.view import (
+    JobPhase,
+    JobView,
+    OracleInput,
+    Plan,
+    PolicyInput,
+    Preempt,
+    RoundDecision,
+    ServerView,
+    Start,
+    Want,
+)
 
 _DEFAULT_PLACER = PackingPlacer()
 
@@ -63,6 +79,9 @@ def _fleet(servers: Sequence[ServerView], throughput: ThroughputModel) -> tuple[
     return capacity, gpu_types
 
 
+_NO_QOS = PreemptRule()
+
+
 def schedule_round(
     policy: AnyPolicy,
     inp: PolicyInput,
@@ -70,8 +89,9 @@ def schedule_round(
     *,
     remaining_s: Mapping[int, float] | None = None,
     placer: Placer | None = None,
+    rule: PreemptRule | None = None,
 ) -> RoundDecision:
-    """Run one round.
+    """Run one round: the policy's plan under the time-sharing rule, then QoS preemption for those left waiting.
 
     Args:
         policy: from `make_policy(name)`.
@@ -80,10 +100,23 @@ def schedule_round(
         remaining_s: remaining seconds per job on its fastest type; read only by clairvoyant (`*-oracle`)
             policies and required for them. A non-clairvoyant policy never receives it.
         placer: chooses devices for a gang on one GPU type (default: consolidating best fit).
+        rule: who may stop whom (default: time-sharing of jobs that checkpoint, no QoS preemption); the
+            controller and the simulator pass the settings' QoS table.
 
     Returns:
         Which running jobs to stop, which jobs to start or move (with devices), and why the rest wait.
     """
+    plan = make_plan(policy, inp, remaining_s)
+    placer = placer or _DEFAULT_PLACER
+    rule = rule or _NO_QOS
+    decision = apply_rule(plan, inp, servers, placer, rule)
+    if inp.starts_only or not decision.waiting or not rule.qos_preempts:
+        return decision
+    return qos_preemption(decision, plan, inp, servers, placer, rule)
+
+
+def make_plan(policy: AnyPolicy, inp: PolicyInput, remaining_s: Mapping[int, float] | None = None) -> Plan:
+    """The policy's plan for this round; a start-only round's is never preemptive and always strict."""
     if policy.clairvoyant:
         if remaining_s is None:
             raise ValueError(f"policy {policy.name!r} is clairvoyant and needs remaining_s")
@@ -92,7 +125,124 @@ def schedule_round(
         plan = policy.plan(inp)  # type: ignore[arg-type]
     if inp.starts_only:
         plan = Plan(plan.wants, preempt=False, strict=True)
-    return apply_plan(plan, inp, servers, placer or _DEFAULT_PLACER)
+    return plan
+
+
+def apply_rule(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], placer: Placer,
+               rule: PreemptRule) -> RoundDecision:
+    """`apply_plan`, stopping only the running jobs the time-sharing rule lets the plan stop.
+
+    Jobs that may not be time-shared stay where they are from the start. A job the plan stops for nobody, or
+    for a job of another class, is put back and the plan applied again; a waiting job that took the GPUs of
+    a job of another class leaves the plan (QoS preemption may still serve it) and waits for resources.
+    Every pass keeps at least one more running job in place, so this ends.
+    """
+    if not plan.preempt:
+        return apply_plan(plan, inp, servers, placer)
+    fixed = protected(rule, inp.jobs, inp.now)
+    jobs = {j.id: j for j in inp.jobs}
+    decision = _apply_plan(plan, inp, servers, placer, fixed, jobs)
+    if not decision.preempt:
+        return decision
+    refused: set[int] = set()
+    while True:
+        keep, took = displaced(decision, jobs)
+        if not keep:
+            break
+        # a running job that moved onto an unequal's GPUs stays put instead; a waiting one leaves the plan
+        fixed = fixed | keep | {t for t in took if jobs[t].running}
+        out = {t for t in took if not jobs[t].running}
+        if out:
+            refused |= out
+            plan = Plan(tuple(w for w in plan.wants if w.job_id not in out), plan.preempt, plan.strict)
+        decision = _apply_plan(plan, inp, servers, placer, fixed, jobs)
+    if refused:
+        waiting = {jid: _RESOURCES if jid in refused else why for jid, why in decision.waiting.items()}
+        decision = replace(decision, waiting=waiting)
+    return decision
+
+
+def qos_preemption(decision: RoundDecision, plan: Plan, inp: PolicyInput, servers: Sequence[ServerView],
+                   placer: Placer, rule: PreemptRule) -> RoundDecision:
+    """The simulator's QoS step after `apply_rule`: each waiting job whose class may preempt a class that
+    runs here (in the order the plan serves them, then by arrival) starts on free devices if it fits, else
+    preempts the victims `Victims` chooses and starts in their place. The victims' devices it does not use
+    stay out of this round, as the live controller's do while they are released."""
+    waiting = decision.waiting
+    running = JobPhase.RUNNING
+    wanted_classes = {j.qos for j in inp.jobs if j.phase is not running and j.id in waiting}
+    targets = frozenset().union(*(rule.qos_preempts.get(c, frozenset()) for c in wanted_classes))
+    if not targets:
+        return decision
+    stopped = set(decision.preempt)
+    stopped.update(s.job_id for s in decision.starts if s.migrate)
+    kept = [j for j in inp.jobs if j.phase is running and j.id not in stopped]
+    if not any(j.qos in targets for j in kept):
+        return decision
+    victims = Victims(rule, kept)
+    present = victims.classes()
+    jobs = {j.id: j for j in inp.jobs}
+    rank = {w.job_id: i for i, w in enumerate(plan.wants)}
+    order = sorted(waiting, key=lambda jid: (0, rank[jid]) if jid in rank else (1, 0))
+    # free devices after this round's starts; a server's devices stay in its own order (the placer's)
+    used = {d for j in kept for p in j.placement for d in p.devices}
+    used.update(d for s in decision.starts for p in s.placement for d in p.devices)
+    free: dict[str, list[str]] = {s.name: [d for d in s.devices if d not in used] for s in servers}
+    by_name = {s.name: s for s in servers}
+    preempt = list(decision.preempt)
+    starts = list(decision.starts)
+    preemptions: list[Preempt] = []
+    left = dict(waiting)
+    for jid in order:
+        w = jobs[jid]
+        if not rule.qos_preempts.get(w.qos, frozenset()) & present:
+            continue
+        types = inp.throughput.fastest_types(w.job_type, w.gpus, inp.gpu_types, w.gpu_types)
+        start = _fit_free(w, types, servers, free, placer)
+        if start is None:
+            nodes = [s.name for t in types for s in servers if s.gpu_type == t]
+
+            def fits(node: str, freed: frozenset[str], w: JobView = w) -> bool:
+                return _place_one(w, by_name[node], free[node], freed, placer) is not None
+
+            chosen = victims.choose(w, nodes, fits)
+            if chosen is None:
+                continue
+            srv = by_name[chosen.node]
+            freed = frozenset(d for v in chosen.victims for p in jobs[v].placement for d in p.devices)
+            where = _place_one(w, srv, free[srv.name], freed, placer)
+            assert where is not None  # `choose` just asked the same question
+            start = Start(w.id, srv.gpu_type, where)
+            preempt.extend(chosen.victims)
+            preemptions.append(chosen)
+            present = victims.classes()
+        for p in start.placement:
+            taken = set(p.devices)
+            free[p.node] = [d for d in free[p.node] if d not in taken]
+        starts.append(start)
+        del left[jid]
+    if len(left) == len(waiting):
+        return decision
+    return RoundDecision(preempt=tuple(preempt), starts=tuple(starts), waiting=left,
+                         preemptions=tuple(preemptions))
+
+
+def _fit_free(job: JobView, types: Sequence[str], servers: Sequence[ServerView], free: Mapping[str, list[str]],
+              placer: Placer) -> Start | None:
+    """`job` on free devices of its fastest type that has room, or None."""
+    for t in types:
+        of_type = [s for s in servers if s.gpu_type == t]
+        where = placer.place(job.gpus, of_type, free, job.max_servers, job=job)
+        if where is not None:
+            return Start(job.id, t, where)
+    return None
+
+
+def _place_one(job: JobView, server: ServerView, free: Sequence[str], freed: frozenset[str],
+               placer: Placer) -> tuple[Placement, ...] | None:
+    """`job` on one server, on its free devices and `freed`, in the server's device order."""
+    avail = [d for d in server.devices if d in freed or d in free] if freed else list(free)
+    return placer.place(job.gpus, (server,), {server.name: avail}, 1, job=job)
 
 
 def _choose_type(job: JobView, want: Want, caps: Mapping[str, int], inp: PolicyInput,
@@ -133,20 +283,30 @@ def _mix(n: int) -> int:
 _RESOURCES, _PRIORITY = EndReason.RESOURCES.value, EndReason.PRIORITY.value
 
 
-def apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], placer: Placer) -> RoundDecision:
-    """Turn a policy's plan into stops, starts and moves with concrete devices."""
-    jobs = {j.id: j for j in inp.jobs}
+def apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], placer: Placer,
+               hold: Iterable[int] = ()) -> RoundDecision:
+    """Turn a policy's plan into stops, starts and moves with concrete devices. Running jobs in `hold` (all
+    of them when the plan is not preemptive) stay where they are, whatever the plan says."""
+    return _apply_plan(plan, inp, servers, placer, hold, {j.id: j for j in inp.jobs})
+
+
+def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], placer: Placer, hold: Iterable[int],
+                jobs: Mapping[int, JobView]) -> RoundDecision:
     caps = dict(inp.capacity)
     fixed: set[int] = set()
     running = JobPhase.RUNNING
-    if not plan.preempt:
-        for j in inp.jobs:
-            if j.phase is running and j.gpu_type is not None:
-                caps[j.gpu_type] = caps.get(j.gpu_type, 0) - j.gpus
-                fixed.add(j.id)
+    pinned = hold if isinstance(hold, (set, frozenset)) else frozenset(hold)
+    if not plan.preempt or pinned:
+        every = not plan.preempt
+        for r in inp.jobs:
+            if r.phase is running and (every or r.id in pinned):
+                # one on a server that is not up (no type) holds nothing the round hands out, but stays
+                if r.gpu_type is not None:
+                    caps[r.gpu_type] = caps.get(r.gpu_type, 0) - r.gpus
+                fixed.add(r.id)
     granted: dict[int, str] = {}
     runnable: dict[tuple[str, int, tuple[str, ...]], tuple[str, ...]] = {}
-    get = jobs.get
+    get: Callable[[int], JobView | None] = jobs.get
     seen = len(plan.wants)  # wants looked at; a strict plan stops at the first that does not fit
     for n, w in enumerate(plan.wants):
         jid = w.job_id

@@ -55,6 +55,9 @@ class JobView(NamedTuple):
         time_limit_s: the user's declared limit, an estimate that backfill may use; None when not given.
         max_servers: 1 when the gang must sit on one server; None when it may span servers (slower).
         gpu_types: allowed GPU types; empty means any.
+        checkpointable: the job resumes from a checkpoint when stopped, so the round may time-share it
+            (stop it for an equal, or move it); trace jobs are, as in Gavel; live jobs are not (their spec
+            has no way to say so). QoS preemption does not ask (hsched.sched.preempt).
     """
 
     id: int
@@ -74,6 +77,7 @@ class JobView(NamedTuple):
     time_limit_s: float | None = None
     max_servers: int | None = None
     gpu_types: tuple[str, ...] = ()
+    checkpointable: bool = True
 
     @property
     def running(self) -> bool:
@@ -163,10 +167,27 @@ class Start:
 
 
 @dataclass(frozen=True, slots=True)
+class Preempt:
+    """A QoS preemption: stop `victims` (running on `node`) so that the waiting job `job_id` can start there.
+
+    Decided by `hsched.sched.preempt.Victims`, for the simulator and the live controller alike; `why` is
+    the line the controller records in the job's events.
+    """
+
+    job_id: int
+    victims: tuple[int, ...]
+    node: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class RoundDecision:
     """What the controller or simulator must do now. Stopping comes before starting."""
 
     preempt: tuple[int, ...] = ()
+    """Every running job to stop: those the plan time-shares away and the victims of `preemptions`."""
     starts: tuple[Start, ...] = ()
     waiting: Mapping[int, str] = field(default_factory=dict)
     """Why each pending job that did not start waits (squeue-style reason)."""
+    preemptions: tuple[Preempt, ...] = ()
+    """The QoS preemptions among `preempt`: whose GPUs go to whom (the job starts in `starts`)."""

@@ -1,23 +1,33 @@
-"""Simulated fleets: the `--cluster v100:16,p100:16,k80:16 --gpus-per-node 4` short spec."""
+"""Simulated fleets: the `--cluster v100:16,p100:16,k80:16 --gpus-per-node 4` short spec, or a fleet file.
+
+Both become `hsched.model.Node` values first, then servers by the conversion the live controller uses
+(`hsched.sched.servers.server_of`), so a simulated server is what the controller would make of that node.
+"""
 
 from __future__ import annotations
 
-import re
+from collections.abc import Sequence
+from itertools import combinations
 from pathlib import Path
 
+from hsched.config import load_fleet
 from hsched.errors import UserError
+from hsched.model import Device, Link, Node, NodeState
+from hsched.sched.servers import server_of
 from hsched.sched.view import ServerView
+from hsched.simulated import simulated_devices
 
 
-def parse_cluster(spec: str, gpus_per_node: int = 4, link: str = "nvlink") -> tuple[ServerView, ...]:
-    """'v100:16,p100:16,k80:16' with 4 GPUs per node -> 12 servers named v100-0 ... k80-3.
+def cluster_nodes(spec: str, gpus_per_node: int = 4, link: str = "nvlink") -> tuple[Node, ...]:
+    """'v100:16,p100:16,k80:16' with 4 GPUs per node -> 12 nodes named v100-0 ... k80-3, all up.
 
-    A type whose count is not a multiple of `gpus_per_node` gets a last, smaller server. Devices are named
-    'server/index'. An optional '@pcie' after a count (v100:16@pcie) marks servers without NVLink.
+    A type whose count is not a multiple of `gpus_per_node` gets a last, smaller node. Devices are named
+    'node/index', their model is the type. An optional '@pcie' after a count (v100:16@pcie) makes nodes
+    whose devices are joined by PCIe only; otherwise every pair is NVLinked.
     """
     if gpus_per_node < 1:
         raise UserError(f"--gpus-per-node {gpus_per_node}: must be at least 1")
-    servers: list[ServerView] = []
+    nodes: list[Node] = []
     seen: set[str] = set()
     for part in spec.split(","):
         part = part.strip()
@@ -36,16 +46,37 @@ def parse_cluster(spec: str, gpus_per_node: int = 4, link: str = "nvlink") -> tu
         if name in seen:
             raise UserError(f"--cluster {spec!r}: GPU type {name!r} given twice; give each type once")
         seen.add(name)
+        kind = "NV1" if (link_kind or link) == "nvlink" else "PIX"
         i = 0
         while n > 0:
             k = min(n, gpus_per_node)
-            sname = f"{name}-{i}"
-            servers.append(ServerView(sname, name, tuple(f"{sname}/{d}" for d in range(k)), link_kind or link))
+            nname = f"{name}-{i}"
+            devices = tuple(Device(f"{nname}/{d}", d, name, simulated=True) for d in range(k))
+            links = tuple(Link(a.uuid, b.uuid, kind) for a, b in combinations(devices, 2))
+            nodes.append(Node(nname, "simulated", NodeState.UP, devices=devices, links=links))
             n -= k
             i += 1
-    if not servers:
+    if not nodes:
         raise UserError(f"--cluster {spec!r}: no GPUs; give at least one TYPE:COUNT")
-    return tuple(servers)
+    return tuple(nodes)
+
+
+def _servers(nodes: Sequence[Node], known_types: Sequence[str] = ()) -> tuple[ServerView, ...]:
+    """The one conversion, with the simulator's naming of GPU types: the throughput table's type named
+    inside the device model ("NVIDIA V100-SXM2-16GB" -> "v100"), else the model, which the throughput
+    prior matches by substring."""
+    longest_first = sorted(known_types, key=len, reverse=True)
+
+    def type_of(model: str) -> str:
+        low = model.lower()
+        return next((t for t in longest_first if t in low), low)
+
+    return tuple(s for n in nodes if (s := server_of(n, type_of)) is not None)
+
+
+def parse_cluster(spec: str, gpus_per_node: int = 4, link: str = "nvlink") -> tuple[ServerView, ...]:
+    """The servers of `cluster_nodes(spec, gpus_per_node, link)`: v100-0 ... k80-3, of types v100 ... k80."""
+    return _servers(cluster_nodes(spec, gpus_per_node, link))
 
 
 def describe(servers: tuple[ServerView, ...]) -> str:
@@ -56,31 +87,17 @@ def describe(servers: tuple[ServerView, ...]) -> str:
 
 
 def servers_from_fleet(path: Path, known_types: tuple[str, ...]) -> tuple[ServerView, ...]:
-    """Servers from a fleet file's `[node.simulate]` tables (hsched.config's loader).
-
-    The GPU type is the throughput table's type named inside the device model ("NVIDIA V100-SXM2-16GB" ->
-    "v100"), else the model itself, which the throughput prior matches by substring. A node's link is
-    "nvlink" unless its captured topology shows no NV# link between GPUs.
-    """
-    from hsched.config import load_fleet
-
+    """Servers from a fleet file's `[node.simulate]` tables, built as the controller builds those nodes
+    (devices and links from the captured or synthetic topology; a node without one has no known NVLink)."""
     fleet = load_fleet(path)
-    servers: list[ServerView] = []
-    for node in fleet.nodes:
-        sim = node.simulate
+    nodes: list[Node] = []
+    for nc in fleet.nodes:
+        sim = nc.simulate
         if sim is None:
-            raise UserError(f"{path}: node {node.name!r} has no [node.simulate] table; the simulator needs "
+            raise UserError(f"{path}: node {nc.name!r} has no [node.simulate] table; the simulator needs "
                             f"simulated devices (model, count) on every node")
-        low = sim.model.lower()
-        gpu_type = next((t for t in sorted(known_types, key=len, reverse=True) if t in low), low)
-        link = "nvlink"
-        if sim.topology and Path(sim.topology).is_file():
-            text = Path(sim.topology).read_text(errors="replace")
-            if not re.search(r"\bNV\d+\b", text):
-                link = "pcie"
-        elif sim.topology and "pcie" in sim.topology.lower():
-            link = "pcie"
-        servers.append(ServerView(node.name, gpu_type, tuple(f"{node.name}/{i}" for i in range(sim.count)), link))
-    if not servers:
+        devices, links = simulated_devices(nc.name, sim)
+        nodes.append(Node(nc.name, nc.executor, NodeState.UP, devices=devices, links=links))
+    if not nodes:
         raise UserError(f"{path}: no nodes; add [[node]] tables with [node.simulate]")
-    return tuple(servers)
+    return _servers(nodes, known_types)

@@ -5,6 +5,11 @@ wait. Between events every running job progresses at its throughput on its GPU t
 spans servers or sits on a server without NVLink). A job that is preempted or moved pays the checkpoint
 cost when it resumes: it holds its GPUs for that many seconds without progress. The simulator alone knows
 each job's remaining work; policies get `JobView`s built from what a real controller could observe.
+
+Who may be stopped is the preemption rule's to say (`SimConfig.preempt`, hsched.sched.preempt), the very
+rule the live controller runs; by default the controller's default QoS table. A job that cannot checkpoint
+(`TraceJob.checkpointable`) is never time-shared, and a QoS preemption makes it start over: the work it
+loses counts in `gpu_hours_lost`, with the checkpoint costs of the others.
 """
 
 from __future__ import annotations
@@ -13,11 +18,13 @@ import heapq
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from hsched.config import Settings
 from hsched.model import Placement
 from hsched.sched.placement import Placer
 from hsched.sched.policy import AnyPolicy
+from hsched.sched.preempt import PreemptRule
 from hsched.sched.round import build_input, schedule_round
 from hsched.sched.view import JobPhase, JobView, ServerView, Start
 from hsched.sim.metrics import JobRecord, SimResult, lower_bounds, summarize
@@ -40,12 +47,19 @@ class SimCosts:
     pcie_factor: float = 1.0
 
 
+def default_rule(settings: Settings | None = None, *, time_sharing: bool = True) -> PreemptRule:
+    """The live controller's preemption rule: its settings' QoS table (by default, the default settings')."""
+    return PreemptRule.from_qos((settings or Settings()).qos, time_sharing=time_sharing)
+
+
 @dataclass(frozen=True, slots=True)
 class SimConfig:
     round_s: float = 360.0
     costs: SimCosts = field(default_factory=SimCosts)
     max_time_s: float | None = None
     """Stop the clock here (jobs still active are reported unfinished)."""
+    preempt: PreemptRule = field(default_factory=default_rule)
+    """Who may stop whom: the live controller's rule and, by default, its default QoS table."""
 
 
 class _Job:
@@ -173,6 +187,13 @@ class Simulator:
         users = {j.tj.user for j in jobs}
         oracle = self.policy.clairvoyant
         time_sharing = self.policy.time_sharing
+        rule = cfg.preempt
+        classes = {j.tj.qos for j in jobs}
+        if not any(rule.may_preempt(a, b) for a in classes for b in classes):
+            # no class of this trace may preempt another (a one-class trace, as Gavel's are): the round's QoS
+            # step could never find a victim, so it is not asked to look, every round
+            rule = replace(rule, qos_preempts={})
+        preempting = {c for c, victims in rule.qos_preempts.items() if victims}
         total = len(jobs)
         tick = max(1, total // 100)
         # free devices per server, in device order, and each server's view of its free devices (rebuilt when
@@ -211,7 +232,8 @@ class Simulator:
                 rate *= cfg.costs.span_factor
             if j.tj.gpus > 1 and any(self.server_link.get(p.node) == "pcie" for p in s.placement):
                 rate *= cfg.costs.pcie_factor
-            overhead = cfg.costs.checkpoint_s if j.run_s > 0 else 0.0
+            # a job that starts over restores nothing
+            overhead = cfg.costs.checkpoint_s if j.run_s > 0 and j.tj.checkpointable else 0.0
             j.overhead_s += overhead
             lost_gpu_s += overhead * j.tj.gpus
             j.gpu_type, j.placement, j.rate, j.rel = s.gpu_type, s.placement, rate, rate / j.fastest_rate
@@ -227,7 +249,7 @@ class Simulator:
             tj = j.tj
             j.run_head = (tj.id, tj.job_type, tj.gpus, tj.arrival_s, JobPhase.RUNNING, tj.qos, tj.priority,
                           tj.user, j.gpu_type, j.placement, t)
-            j.run_tail = (j.restarts, tj.time_limit_s, tj.max_servers, ())
+            j.run_tail = (j.restarts, tj.time_limit_s, tj.max_servers, (), tj.checkpointable)
             for p in s.placement:
                 taken = set(p.devices)
                 free_on[p.node] = [d for d in free_on[p.node] if d not in taken]
@@ -241,7 +263,7 @@ class Simulator:
             tj = j.tj
             j.view = JobView(tj.id, tj.job_type, tj.gpus, tj.arrival_s, JobPhase.PENDING, tj.qos, tj.priority,
                              tj.user, None, (), None, j.run_s, j.service_s, j.restarts, tj.time_limit_s,
-                             tj.max_servers)
+                             tj.max_servers, (), tj.checkpointable)
             return j.view
 
         def note_busy(t: float) -> None:
@@ -315,11 +337,13 @@ class Simulator:
             if not active:
                 moves_due = False
                 continue
-            if arrived and not queue_before and time_sharing and not oracle and now < last_round + cfg.round_s:
+            if (arrived and not queue_before and time_sharing and not oracle and now < last_round + cfg.round_s
+                    and not (preempting and any(j.tj.qos in preempting for j in newcomers))):
                 # Nobody was waiting: the newcomers only need free GPUs. A start-only round, over them and the
                 # free devices alone, starts them now; moves they might allow wait for the quantum's full round
                 # (as in Gavel, where everything waits for the next round), which this makes due. With a
-                # queue, every event calls a full round: who waits for what is a question for all the jobs.
+                # queue, every event calls a full round: who waits for what is a question for all the jobs;
+                # so does a newcomer whose class may preempt, which the live controller serves at once.
                 moves_due = True
                 if held >= self.total_gpus:
                     continue
@@ -327,7 +351,7 @@ class Simulator:
                 inp = build_input(now, [pending_view(j) for j in newcomers], free, self.model,
                                   checkpoint_cost_s=cfg.costs.checkpoint_s, round_s=cfg.round_s,
                                   user_usage=usage if len(users) > 1 else None, starts_only=True)
-                decision = schedule_round(self.policy, inp, free, placer=self.placer)
+                decision = schedule_round(self.policy, inp, free, placer=self.placer, rule=rule)
                 rounds += 1
                 for s in decision.starts:
                     start(active[s.job_id], s, now)
@@ -351,16 +375,22 @@ class Simulator:
                     / j.fastest_rate
                     for j in active.values()
                 }
-            decision = schedule_round(self.policy, inp, self.servers, remaining_s=remaining, placer=self.placer)
+            decision = schedule_round(self.policy, inp, self.servers, remaining_s=remaining, placer=self.placer,
+                                      rule=rule)
             rounds += 1
             last_round = now
             moves_due = False
             for jid in decision.preempt:
                 j = active[jid]
                 if j.gpu_type is not None:
+                    run_start = j.run_start
                     stop(j, now)
                     j.restarts += 1
                     preemptions += 1
+                    if not j.tj.checkpointable:
+                        # only a QoS preemption stops such a job: it starts over, and its run is lost
+                        lost_gpu_s += (now - run_start) * j.tj.gpus
+                        j.remaining = j.tj.work
             for s in decision.starts:
                 j = active[s.job_id]
                 if j.gpu_type is not None:

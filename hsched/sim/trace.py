@@ -37,6 +37,10 @@ class TraceJob:
     priority: int = 0
     time_limit_s: float | None = None
     max_servers: int | None = None
+    checkpointable: bool = True
+    """Resumes from a checkpoint when stopped, as Gavel's jobs do: the round may time-share it, and a stop
+    loses nothing (but the checkpoint cost). False: never time-shared (as the live controller treats its
+    jobs); a QoS preemption makes it start over."""
 
 
 @dataclass(frozen=True, slots=True)

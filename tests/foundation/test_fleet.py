@@ -7,7 +7,7 @@ from pathlib import Path
 from hsched.config import load_fleet
 from hsched.controller.fleet import build_fleet, node_from_probe
 from hsched.model import NodeState, Resources
-from hsched.scheduling import FleetView, Start, Wait, schedule, unsatisfiable
+from hsched.sched.live import FleetView, Start, Wait, schedule, unsatisfiable
 from hsched.simulated import simulated_uuid
 
 LAB = Path(__file__).resolve().parents[2] / "examples" / "lab" / "fleet.toml"

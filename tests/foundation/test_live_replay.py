@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hsched.live_policy import catalog_throughput, gpu_type_of
-from hsched.sched.policy import make_policy
+from hsched.sched.live import catalog_throughput, gpu_type_of
+from hsched.sched.registry import make_policy
 from hsched.sched.throughput import ThroughputModel
 from hsched.sched.view import ServerView
 from hsched.sim.engine import SimConfig, SimCosts, simulate

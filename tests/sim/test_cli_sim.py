@@ -59,3 +59,17 @@ def test_list_policies():
     assert r.exit_code == 0
     names = {p["name"] for p in json.loads(r.stdout)}
     assert {"fifo", "fifo-hetero", "las", "las-hetero", "ftf", "srtf-oracle", "backfill", "hsched"} <= names
+
+
+def test_settings_and_time_sharing_options(tmp_path):
+    base = ["sim", "--synthetic", "40", "--cluster", "v100:4,k80:4", "--policy", "las", "--json"]
+    shared = CliRunner().invoke(app, base)
+    alone = CliRunner().invoke(app, [*base, "--no-time-sharing"])
+    assert shared.exit_code == 0 and alone.exit_code == 0, shared.output + alone.output
+    assert json.loads(shared.stdout)["preemptions"] > 0
+    assert json.loads(alone.stdout)["preemptions"] == 0  # one class, no time-sharing: nobody may be stopped
+    settings = tmp_path / "settings.toml"
+    settings.write_text('[qos.research]\npreempts = ["scavenger"]\n')
+    assert CliRunner().invoke(app, [*base, "--settings", str(settings)]).exit_code == 0
+    r = CliRunner().invoke(app, [*base, "--settings", str(tmp_path / "missing.toml")])
+    assert r.exit_code == 2 and "--settings" in r.output

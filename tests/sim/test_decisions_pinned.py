@@ -4,7 +4,10 @@
 The figures were recorded before the performance work of issue 4; its exact optimisations left them
 unchanged. They were re-recorded twice, for two deliberate changes of when the simulator calls rounds (a
 completion nobody waits for calls at most one round per quantum; an arrival when nobody waits gets a
-start-only round). A deliberate change of policy behaviour must update them, and say so in its commit.
+start-only round), and once for the preemption rule the live controller shares (hsched.sched.preempt): a
+running job the plan leaves out keeps its GPUs unless a job of its own class takes some of them (before, a
+job could be stopped while its GPUs stayed idle, the placer having put the newcomer elsewhere). A
+deliberate change of policy behaviour must update them, and say so in its commit.
 """
 
 from __future__ import annotations
@@ -23,11 +26,11 @@ ED69EC_HEAD = {
     ("16:16:16", "fifo"): (887499.2273094335, 40884960.88241275, 0, 397),
     ("16:16:16", "fifo-hetero"): (583540.7491316277, 4423352.290791139, 0, 398),
     ("16:16:16", "las"): (605506.4145570481, 11955731.962733384, 66, 1167),
-    ("16:16:16", "las-hetero"): (417389.5884429597, 4087194.922378608, 2178, 1026),
-    ("16:16:16", "ftf"): (418316.6571932794, 4095761.0130649833, 2711, 1042),
+    ("16:16:16", "las-hetero"): (417396.50810531154, 4087162.6716541005, 1683, 1026),
+    ("16:16:16", "ftf"): (418319.7531556323, 4095740.0199567154, 2723, 1037),
     ("16:16:16", "srtf-oracle"): (419401.2804615936, 4491022.904365547, 32, 397),
     ("16:16:16", "backfill"): (583540.7491316277, 4423352.290791139, 0, 398),
-    ("16:16:16", "hsched"): (417137.8039409193, 4084334.3576199394, 64, 1025),
+    ("16:16:16", "hsched"): (417138.5771357198, 4084334.3576199394, 66, 1025),
     ("8:8:8", "fifo"): (2044302.2153137818, 40884960.88241275, 0, 399),
     ("8:8:8", "fifo-hetero"): (2168059.7853454314, 40885626.56201643, 0, 399),
     ("8:8:8", "las"): (956465.3570510051, 28563469.86336606, 255, 4840),
@@ -41,8 +44,8 @@ ED69EC_HEAD = {
 # 2,000 synthetic jobs (seed 7, 0.75 jobs/h: about 70-80 % of the fleet) on v100:16,p100:16,k80:16
 SYNTHETIC = {
     "fifo": (180917.9574958012, 10406803.42229631, 0, 3988),
-    "las": (119420.02698025834, 11622327.051826917, 545, 21132),
-    "las-hetero": (92586.86100060033, 10005098.483750012, 7449, 10721),
+    "las": (119082.8729849528, 10502750.92810702, 548, 20370),
+    "las-hetero": (92433.07092492146, 10005098.483750012, 7315, 10547),
     "ftf": (93231.76674495685, 10042996.65242327, 10403, 10789),
     "hsched": (93567.48783986324, 9942670.063927019, 298, 9958),
 }

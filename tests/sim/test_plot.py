@@ -40,6 +40,7 @@ def _assert_png(path: Path) -> None:
     assert width > 600 and height > 300
 
 
+@pytest.mark.slow  # matplotlib runs fc-list once per process to find fonts
 def test_plot_comparison_writes_png(tmp_path):
     pytest.importorskip("matplotlib")
     rng = random.Random(0)
@@ -53,6 +54,7 @@ def test_plot_comparison_writes_png(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["cmp.png"]  # no temporary file left beside it
 
 
+@pytest.mark.slow  # matplotlib runs fc-list once per process to find fonts
 def test_cli_compare_plot_json(tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "out.png"
@@ -108,6 +110,7 @@ def test_resample_keeps_time_weighted_mean():
     assert _mean(binned, end) == pytest.approx(_mean(points, end), rel=1e-9)
 
 
+@pytest.mark.slow  # matplotlib runs fc-list once per process to find fonts
 def test_cli_single_policy_plot(tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "one.png"

@@ -1,0 +1,426 @@
+"""The live controller's scheduling seam: a pure function from (fleet, queue, now) to decisions.
+
+    decisions = schedule(fleet_view, pending_jobs, now)     # Launch | Wait | Preempt, in the order served
+
+One round, in this order:
+
+1. With a policy (the settings' `policy`, by default `hsched`), the scheduling core's round over the live
+   fleet, the simulator's very code: nodes become servers by the one conversion (hsched.sched.servers), jobs
+   become JobViews, the policy plans, and `apply_rule` applies the plan under the preemption rule. Live jobs
+   do not checkpoint (hsched.sched.preempt says why), so the rule keeps every running job where it is.
+   Devices are chosen by `LivePlacer`: the simulator's best-fit server choice with the real constraints
+   (GPU models and memory, NVLink, CPUs) and the topology engine inside the server.
+   Without a policy: QoS class, then priority, then submit order.
+2. Every job still waiting, in that order: a gap it fits (backfill; the node holding its checkpoint first),
+   devices being released that it can have soon, or QoS preemption of less important running jobs, chosen by
+   `hsched.sched.preempt.Victims` exactly as the simulator chooses them. Gangs (nodes > 1) are all or nothing
+   and never preempt.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from hsched.model import EndReason, Interconnect, Job, Node, NodeState, Placement, Resources
+from hsched.sched.placement import best_fit_key
+from hsched.sched.preempt import PreemptRule, Victims
+from hsched.sched.registry import make_policy
+from hsched.sched.round import apply_rule, build_input, make_plan
+from hsched.sched.servers import server_of
+from hsched.sched.throughput import ThroughputModel
+from hsched.sched.view import JobPhase, JobView, Preempt, ServerView, qos_rank
+from hsched.topo.models import DEFAULT_CATALOG, lookup_model
+from hsched.topo.place import place_on_node
+
+__all__ = [
+    "Chosen",
+    "Decision",
+    "DeviceChooser",
+    "FleetView",
+    "Launch",
+    "LivePlacer",
+    "Preempt",
+    "PreemptRule",
+    "Running",
+    "Wait",
+    "catalog_throughput",
+    "default_chooser",
+    "eligible_devices",
+    "gpu_type_of",
+    "order",
+    "schedule",
+    "topology_chooser",
+    "unsatisfiable",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A running job as the scheduler may see it: its request and how long it has run, never its remaining
+    work or duration."""
+
+    job: Job
+    started: float
+    """When its current attempt started."""
+
+    @property
+    def id(self) -> int:
+        return self.job.id
+
+    @property
+    def devices(self) -> frozenset[str]:
+        return frozenset(u for p in self.job.placement for u in p.devices)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetView:
+    nodes: tuple[Node, ...]
+    busy: frozenset[str]
+    """UUIDs of devices held by active runs."""
+    cpus_used: Mapping[str, int]
+    """CPUs promised to active runs, per node."""
+    running: tuple[Running, ...] = ()
+    """Jobs that hold devices and could be preempted (RUNNING only, not already stopping); the policy also
+    reads them for fair share and attained service."""
+    releasing: frozenset[str] = frozenset()
+    """Devices of jobs being preempted or cancelled: busy now, free soon."""
+    rule: PreemptRule = field(default_factory=PreemptRule)
+    """Who may preempt whom (`PreemptRule.from_qos(settings.qos)`); by default nobody."""
+    policy: str | None = None
+    """A scheduling-core policy (hsched.sched) deciding order and GPU types; None: QoS/priority/FIFO."""
+    prefer: Mapping[int, str] = field(default_factory=dict)
+    """Job id -> the node holding its checkpoint: tried first, so a resumed job avoids the copy when it can."""
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """Launch the job now on these devices (one placement per node of a gang)."""
+
+    job_id: int
+    placements: tuple[Placement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    job_id: int
+    reason: str
+
+
+Decision = Launch | Wait | Preempt
+"""`Preempt` (hsched.sched.view): stop its victims (checkpoint signal, grace, escalation) so the job can
+start on their devices in a later round."""
+
+
+@dataclass(frozen=True, slots=True)
+class Chosen:
+    devices: tuple[str, ...]
+    explanation: str
+    cpus: tuple[int, ...] = ()
+
+
+DeviceChooser = Callable[[Node, Sequence[str], Resources], Chosen | None]
+"""Pick devices for a request among a node's free ones, or None."""
+
+
+def eligible_devices(node: Node, res: Resources) -> list[str]:
+    """Devices of the node the request could use at all, ignoring whether they are busy."""
+    out = []
+    for d in node.devices:
+        if not res.matches_model(d.model):
+            continue
+        need = res.gpu_memory_mib
+        if need is not None and d.memory_total_mib is not None and d.memory_total_mib < need:
+            continue
+        out.append(d.uuid)
+    return out
+
+
+def unsatisfiable(res: Resources, nodes: Sequence[Node]) -> str | None:
+    """Why no node of the fleet could ever run this request (even empty), or None if some could."""
+    if not nodes:
+        return "the fleet has no nodes; add one to the fleet file"
+    fitting = []
+    best = 0
+    for n in nodes:
+        elig = eligible_devices(n, res)
+        best = max(best, len(elig))
+        if len(elig) < res.gpus:
+            continue
+        if res.cpus is not None and n.cpus is not None and res.cpus > n.cpus:
+            continue
+        if res.memory_mib is not None and n.memory_total_mib is not None and res.memory_mib > n.memory_total_mib:
+            continue
+        # the topology engine's own search (a clique of the NVLink graph): a job it could never place on the
+        # empty node is refused now rather than left waiting for ever
+        if (res.interconnect is Interconnect.NVLINK and res.gpus > 1
+                and place_on_node(n, res.gpus, elig, Resources(gpus=res.gpus, interconnect=res.interconnect)) is None):
+            continue
+        fitting.append(n.name)
+    if len(fitting) >= res.nodes:
+        return None
+    what = f"{res.gpus} GPU(s)" + (f" of type {'/'.join(res.gpu_types)}" if res.gpu_types else "")
+    if res.gpu_memory_mib:
+        what += f" with >= {res.gpu_memory_mib} MiB"
+    if res.interconnect is Interconnect.NVLINK:
+        what += " all NVLinked"
+    if res.cpus:
+        what += f", {res.cpus} CPUs"
+    if res.nodes > 1:
+        return (f"needs {res.nodes} nodes each with {what}, but only {len(fitting)} node(s) of the fleet qualify; "
+                "lower --nodes/--gpus or add nodes")
+    return (f"needs {what} on one node, but no node of the fleet has that (the most any node offers is {best}); "
+            "lower --gpus, change --gpu-type or add a node")
+
+
+def topology_chooser(node: Node, free: Sequence[str], res: Resources) -> Chosen | None:
+    """The topology placement engine: strongest weakest link, most NVLinks, fewest NUMA nodes, least
+    fragmentation; exact up to 16 devices; CPU cores from the NUMA nodes local to the chosen devices."""
+    result = place_on_node(node, res.gpus, free, res)
+    if result is None:
+        return None
+    return Chosen(tuple(result.devices), result.explanation, tuple(result.cpus))
+
+
+def default_chooser() -> DeviceChooser:
+    return topology_chooser
+
+
+def order(queue: Sequence[Job]) -> list[Job]:
+    """Without a policy: QoS class, then priority, then submit order."""
+    return sorted(queue, key=lambda j: (qos_rank(j.spec.qos), -j.spec.priority, j.submit_time, j.id))
+
+
+def gpu_type_of(model: str) -> str:
+    """The core's GPU type for a device model: the accelerator table's key ("h100", "a100"...) or the model."""
+    known = lookup_model(model)
+    return known.key if known is not None else model.lower()
+
+
+def catalog_throughput() -> ThroughputModel:
+    """Unknown live jobs run at the accelerator table's relative training speed of each GPU type."""
+    return ThroughputModel(prior={m.key.lower(): m.train for m in DEFAULT_CATALOG.models})
+
+
+def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
+             chooser: DeviceChooser | None = None) -> list[Decision]:
+    """One live round (see the module docstring): a decision for every job of `queue`, in the order the round
+    served them."""
+    st = _RoundState(fleet, chooser or default_chooser(), now)
+    decisions: list[Decision] = []
+    core_waiting: Mapping[int, str] = {}
+    by_id = {j.id: j for j in queue}
+    if fleet.policy:
+        gpu_jobs = [j for j in queue if j.spec.resources.gpus > 0]
+        starts, core_waiting, served = _core_round(fleet.policy, gpu_jobs, st, now)
+        for job_id, placements in starts:
+            if st.take(by_id[job_id], placements):
+                decisions.append(Launch(job_id, placements))
+        started = {d.job_id for d in decisions}
+        cpu_jobs = [j for j in order(queue) if j.spec.resources.gpus == 0]
+        rest = [by_id[i] for i in served if i not in started] + cpu_jobs
+    else:
+        rest = order(queue)
+    for job in rest:
+        decisions.append(st.settle(job, core_waiting.get(job.id)))
+    return decisions
+
+
+# ---------------------------------------------------------------- the core's round over the live fleet
+
+Fit = Callable[[Node, Job, Sequence[str]], Placement | None]
+"""Place `job` on `node` using only the given free devices, or None."""
+
+
+class LivePlacer:
+    """The simulator's server choice (best fit, NVLink first) with real constraints and topology inside."""
+
+    def __init__(self, nodes: Mapping[str, Node], jobs: Mapping[int, Job], fit: Fit,
+                 prefer: Mapping[int, str] | None = None) -> None:
+        self.nodes = nodes
+        self.jobs = jobs
+        self.fit = fit
+        self.prefer = prefer or {}
+
+    def place(self, gpus: int, servers: Sequence[ServerView], free: Mapping[str, Sequence[str]],
+              max_servers: int | None, job: JobView | None = None) -> tuple[Placement, ...] | None:
+        if job is None or job.id not in self.jobs:
+            return None  # a running job: live jobs are never moved
+        j = self.jobs[job.id]
+        home = self.prefer.get(j.id)
+        # the node holding the job's checkpoint first (no copy), then the simulator's best fit
+        ranked = sorted(servers, key=lambda s: (s.name != home, best_fit_key(s, len(free.get(s.name, ())))))
+        need = j.spec.resources.nodes
+        out: list[Placement] = []
+        for s in ranked:
+            p = self.fit(self.nodes[s.name], j, free.get(s.name, ()))
+            if p is not None:
+                out.append(p)
+                if len(out) == need:
+                    return tuple(out)
+        return None
+
+
+def _running_view(r: Running, types_of: Mapping[str, str], now: float) -> JobView:
+    job = r.job
+    res = job.spec.resources
+    node = job.placement[0].node if job.placement else ""
+    run_s = max(0.0, now - r.started)
+    gpus = sum(len(p.devices) for p in job.placement) or max(1, res.gpus * res.nodes)
+    return JobView(job.id, "", gpus, job.submit_time, JobPhase.RUNNING, job.spec.qos, job.spec.priority, job.user,
+                   types_of.get(node), job.placement, r.started, run_s, run_s, job.restarts, job.spec.time_limit_s,
+                   res.nodes, (), checkpointable=False)
+
+
+def _pending_view(job: Job, allowed: tuple[str, ...] = ()) -> JobView:
+    res = job.spec.resources
+    return JobView(job.id, "", max(1, res.gpus * res.nodes), job.submit_time, qos=job.spec.qos,
+                   priority=job.spec.priority, user=job.user, restarts=job.restarts,
+                   time_limit_s=job.spec.time_limit_s, max_servers=res.nodes, gpu_types=allowed,
+                   checkpointable=False)
+
+
+def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: float,
+                throughput: ThroughputModel | None = None,
+                ) -> tuple[list[tuple[int, tuple[Placement, ...]]], dict[int, str], list[int]]:
+    """The core's round over the live fleet: (starts of pending jobs, why the others wait, pending job ids in
+    the order the policy serves them, wanted first)."""
+    fleet = st.fleet
+    policy = make_policy(policy_name)
+    if policy.clairvoyant:
+        raise ValueError(f"policy {policy_name!r} needs job durations, which a live fleet does not know")
+    # devices held by jobs that are not running (launching, stopping): no one may be given them this round
+    held_by_running = {u for r in fleet.running for u in r.devices}
+    unavailable = frozenset(st.busy - held_by_running)
+    servers = [s for n in st.up if (s := server_of(n, gpu_type_of, unavailable)) is not None]
+    types_of = {s.name: s.gpu_type for s in servers}
+    typed = [n for n in st.up if n.name in types_of]
+    usage: dict[str, float] = {}
+    for r in fleet.running:
+        usage[r.job.user] = usage.get(r.job.user, 0.0) + r.job.spec.resources.gpus * max(0.0, now - r.started)
+
+    def allowed(job: Job) -> tuple[str, ...]:
+        res = job.spec.resources
+        return tuple(sorted({types_of[n.name] for n in typed if any(
+            res.matches_model(d.model) and (res.gpu_memory_mib is None or d.memory_total_mib is None
+                                            or d.memory_total_mib >= res.gpu_memory_mib)
+            for d in n.devices)}))
+
+    views = [_running_view(r, types_of, now) for r in fleet.running if r.job.placement]
+    views += [_pending_view(j, allowed(j)) for j in pending]
+    inp = build_input(now, sorted(views, key=lambda v: (v.arrival_s, v.id)), servers,
+                      throughput or catalog_throughput(), user_usage=usage if len(usage) > 1 else {})
+    plan = make_plan(policy, inp)
+    placer = LivePlacer({n.name: n for n in typed}, {j.id: j for j in pending}, st.fit_free, fleet.prefer)
+    # live jobs do not checkpoint: the rule keeps every running job in place, so nothing here is stopped
+    decision = apply_rule(plan, inp, servers, placer, fleet.rule)
+    pending_ids = {j.id for j in pending}
+    wanted = [w.job_id for w in plan.wants if w.job_id in pending_ids]
+    chosen = set(wanted)
+    rest = [j.id for j in sorted(pending, key=lambda j: (j.submit_time, j.id)) if j.id not in chosen]
+    return ([(s.job_id, s.placement) for s in decision.starts if s.job_id in pending_ids],
+            {k: v for k, v in decision.waiting.items() if k in pending_ids},
+            wanted + rest)
+
+
+# ---------------------------------------------------------------- backfill, releasing devices, QoS preemption
+
+_PREEMPTING, _PRIORITY, _RESOURCES = EndReason.PREEMPTING.value, EndReason.PRIORITY.value, EndReason.RESOURCES.value
+
+
+def _fit(node: Node, res: Resources, busy: set[str] | frozenset[str], cpus_used: Mapping[str, int],
+         choose: DeviceChooser) -> Placement | None:
+    if res.cpus is not None and node.cpus is not None and cpus_used.get(node.name, 0) + res.cpus > node.cpus:
+        return None
+    free = [u for u in eligible_devices(node, res) if u not in busy]
+    if len(free) < res.gpus:
+        return None
+    if res.gpus == 0:
+        return Placement(node=node.name, devices=(), explanation="CPU only")
+    chosen = choose(node, free, res)
+    if chosen is None:
+        return None
+    return Placement(node=node.name, devices=chosen.devices, explanation=chosen.explanation, cpus=chosen.cpus)
+
+
+class _RoundState:
+    """Devices and CPUs handed out so far in this round, and the fallbacks for a job that did not start."""
+
+    def __init__(self, fleet: FleetView, choose: DeviceChooser, now: float) -> None:
+        self.fleet = fleet
+        self.choose = choose
+        self.now = now
+        self.busy = set(fleet.busy)
+        self.cpus_used = dict(fleet.cpus_used)
+        self.releasing = set(fleet.releasing)
+        self.up = [n for n in fleet.nodes if n.state is NodeState.UP]
+        self.by_name = {n.name: n for n in self.up}
+        self.blocked_ahead = False
+        self._victims: Victims | None = None
+
+    def fit_free(self, node: Node, job: Job, free: Sequence[str]) -> Placement | None:
+        """`job` on `node`, using only the given free devices (the core's placer asks this)."""
+        others = {d.uuid for d in node.devices} - set(free)
+        return _fit(node, job.spec.resources, self.busy | others, self.cpus_used, self.choose)
+
+    def take(self, job: Job, placements: Sequence[Placement]) -> bool:
+        res = job.spec.resources
+        for p in placements:
+            node = self.by_name.get(p.node)
+            if node is None or any(u in self.busy for u in p.devices):
+                return False
+            if res.cpus and node.cpus is not None and self.cpus_used.get(p.node, 0) + res.cpus > node.cpus:
+                return False
+        for p in placements:
+            self.busy.update(p.devices)
+            if res.cpus:
+                self.cpus_used[p.node] = self.cpus_used.get(p.node, 0) + res.cpus
+        return True
+
+    def victims(self) -> Victims:
+        """The round's QoS victims, indexed once, on first need."""
+        if self._victims is None:
+            self._victims = Victims(self.fleet.rule, [_running_view(r, {}, self.now) for r in self.fleet.running])
+        return self._victims
+
+    def settle(self, job: Job, reason: str | None) -> Decision:
+        res = job.spec.resources
+        fleet, choose = self.fleet, self.choose
+        placements: list[Placement] = []
+        home = fleet.prefer.get(job.id)
+        for node in sorted(self.up, key=lambda n: n.name != home):
+            if len(placements) == res.nodes:
+                break
+            p = _fit(node, res, self.busy, self.cpus_used, choose)
+            if p is not None:
+                placements.append(p)
+        if len(placements) == res.nodes and self.take(job, placements):
+            return Launch(job.id, tuple(placements))
+        if res.nodes == 1 and self.releasing:
+            # devices being released (preemption or cancel under way) may be this job's soon
+            for n in self.up:
+                claim = _fit(n, res, self.busy - self.releasing, self.cpus_used, choose)
+                if claim is not None:
+                    self.busy.update(claim.devices)
+                    self.releasing.difference_update(claim.devices)
+                    self.blocked_ahead = True
+                    return Wait(job.id, _PREEMPTING)
+        if res.nodes == 1 and fleet.rule.qos_preempts.get(job.spec.qos):
+            busy, cpus_used = self.busy, self.cpus_used
+
+            def fits(name: str, freed: frozenset[str]) -> bool:
+                return _fit(self.by_name[name], res, busy - freed, cpus_used, choose) is not None
+
+            chosen = self.victims().choose(_pending_view(job), [n.name for n in self.up], fits)
+            if chosen is not None:
+                freed = frozenset(u for r in fleet.running if r.id in chosen.victims for u in r.devices)
+                claim = _fit(self.by_name[chosen.node], res, busy - freed, cpus_used, choose)
+                if claim is not None:
+                    busy.update(claim.devices)
+                self.blocked_ahead = True
+                return chosen
+        why = reason or (_PRIORITY if self.blocked_ahead else _RESOURCES)
+        self.blocked_ahead = True
+        return Wait(job.id, why)
