@@ -3,7 +3,9 @@ the same preemptions: both call it."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -297,6 +299,49 @@ def test_the_live_controller_and_the_simulator_make_the_same_preemptions(
                 (20.0, Preempt(5, (1,), "a", "job 5 (prod) needs a: preempting 1 (normal)"))]
     assert lived == expected
     assert simulated == expected
+
+
+def test_the_controller_in_process_preempts_as_the_simulator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real controller (hsched.testing.Lab: its rounds, store and stop protocol over fake nodes, the
+    canned fleet being the two nodes above) records the preemptions the simulator makes."""
+    from hsched.model import JobState
+    from hsched.testing import Lab
+
+    calls = {"n": 0}
+    choose = Victims.choose
+
+    def counted(self: Victims, *a: Any, **kw: Any) -> Preempt | None:
+        calls["n"] += 1
+        return choose(self, *a, **kw)
+
+    monkeypatch.setattr(Victims, "choose", counted)
+
+    async def drive() -> list[tuple[float, str, list[int]]]:
+        out: list[tuple[float, str, list[int]]] = []
+        async with Lab.open(tmp_path) as lab:
+            t0 = lab.clock.time()
+            for at in sorted({at for *_, at in JOBS}):
+                if at > lab.clock.time() - t0:
+                    await lab.advance(at - (lab.clock.time() - t0))
+                arriving = [(jid, qos, gpus) for jid, qos, gpus, when in JOBS if when == at]
+                for jid, qos, gpus in arriving:
+                    assert (await lab.submit("train.py", gpus=gpus, qos=qos)).id == jid
+                await lab.round()  # the round that decides; the victims get their checkpoint signal
+                for jid, *_ in arriving:
+                    for e in await lab.ctl.db(lab.ctl.store.events, jid):
+                        if e["kind"] == "preempts":
+                            stopping = [j for j, *_ in JOBS if j <= jid
+                                        and (await lab.job(j)).state is JobState.PREEMPTING]
+                            out.append((lab.clock.time() - t0, e["message"], stopping))
+                await lab.round()  # the victims' runs ended on SIGTERM: the newcomers take their GPUs
+                for jid, *_ in arriving:
+                    assert (await lab.job(jid)).state is JobState.RUNNING
+        return out
+
+    got = asyncio.run(drive())
+    assert calls["n"] > 0
+    simulated = simulated_preemptions(False, monkeypatch)
+    assert got == [(t, p.why, list(p.victims)) for t, p in simulated]
 
 
 def test_a_victim_that_cannot_checkpoint_starts_over_in_the_simulator() -> None:
