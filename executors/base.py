@@ -116,14 +116,17 @@ class Executor(Protocol):
 
     async def put(self, local: str | Path, remote: str, *, timeout_s: float = 3600.0) -> None:
         """Copy a local file or folder to `remote` on the node, replacing what is there as a whole (a reader
-        never sees half of it). Nothing to do where `remote` is `local` itself."""
+        never sees half of it). On a node that shares the controller's disk, nothing to do when `remote` is
+        `local` itself (what remote_path gives there)."""
         ...
 
     async def get(self, remote: str, local: str | Path, *, timeout_s: float = 3600.0) -> None:
         """Copy a file or folder from the node to `local`, replacing what is there as a whole; TransferError
-        if `remote` does not exist. Nothing to do where `remote` is `local` itself."""
+        if `remote` does not exist. On a node that shares the controller's disk, nothing to do when `remote`
+        is `local` itself."""
         ...
 
     async def close(self) -> None:
-        """Let go of connections and helper processes (runs go on). The executor may be used again after."""
+        """Let go of connections and helper processes (runs go on). The executor may be used again after.
+        Connections and helper processes belong to the event loop that made them: close before it ends."""
         ...

@@ -89,6 +89,8 @@ class LocalExecutor:
         self._server: HelperClient | None = None
         self._proc: asyncio.subprocess.Process | None = None
         self._server_lock = asyncio.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The event loop the server's pipes belong to."""
         self._server_failures = 0
         self._server_retry_at = 0.0
 
@@ -101,7 +103,25 @@ class LocalExecutor:
             return None
         return self._proc.pid
 
+    def _on_this_loop(self) -> None:
+        """Calls from another event loop than the server's (a script with one asyncio.run per call): the old
+        loop's pipes cannot be used here, so close the old server's stdin by hand (it then exits by itself)
+        and start afresh on this loop."""
+        loop = asyncio.get_running_loop()
+        if self._loop is loop:
+            return
+        proc = self._proc
+        self._server = self._proc = None
+        if proc is not None and proc.stdin is not None:
+            pipe = proc.stdin.transport.get_extra_info("pipe")
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        self._loop = loop
+        self._server_lock = asyncio.Lock()
+
     async def _server_or_none(self) -> HelperClient | None:
+        self._on_this_loop()
         srv = self._server
         if srv is not None and srv.dead is None:
             return srv
@@ -330,6 +350,7 @@ class LocalExecutor:
         return e
 
     async def close(self) -> None:
+        self._on_this_loop()
         srv, proc = self._server, self._proc
         self._server = self._proc = None
         if srv is not None:
