@@ -34,7 +34,7 @@ import logging
 import random
 import shlex
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -544,15 +544,17 @@ class SSHExecutor:
         HelperError when the helper at the other end fails.
         """
         try:
-            async for sample in self._watch(interval_s, count, stale_after_s):
-                self.last_error = None
-                yield sample
+            # closed as soon as our consumer stops, so its channel goes back at once, not when collected
+            async with contextlib.aclosing(self._watch(interval_s, count, stale_after_s)) as samples:
+                async for sample in samples:
+                    self.last_error = None
+                    yield sample
         except ExecutorError as e:
             self.last_error = e
             raise
 
     async def _watch(self, interval_s: float, count: int | None,
-                     stale_after_s: float | None) -> AsyncIterator[dict[str, Any]]:
+                     stale_after_s: float | None) -> AsyncGenerator[dict[str, Any], None]:
         stale = stale_after_s if stale_after_s is not None else max(5.0, 3 * interval_s)
         conn, remote = await self._connection()
         request: dict[str, Any] = {"interval_s": interval_s, "count": count, "simulate": self._simulated()}
