@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from hsched.sched.live import catalog_throughput, gpu_type_of
 from hsched.sched.registry import make_policy
 from hsched.sched.throughput import ThroughputModel
@@ -17,6 +19,8 @@ from hsched.sim.engine import SimConfig, SimCosts, simulate
 from hsched.sim.trace import Trace, TraceJob
 from hsched.topo.models import DEFAULT_CATALOG
 from tests.conftest import Hs
+
+pytestmark = pytest.mark.slow  # the controller runs real processes on simulated nodes
 
 FAST, SLOW = "NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-16GB"
 FLEET = f"""

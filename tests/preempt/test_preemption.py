@@ -13,6 +13,8 @@ import pytest
 
 from tests.conftest import REPO, Hs
 
+pytestmark = pytest.mark.slow  # the CLI and the controller as real processes, real signals
+
 TRAINER = str(REPO / "examples" / "trainer.py")
 
 FLEET = """
