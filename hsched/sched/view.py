@@ -17,7 +17,8 @@ from typing import NamedTuple
 from hsched.model import DEFAULT_QOS, Placement
 from hsched.sched.throughput import ThroughputModel
 
-# QoS classes in the order they are served; a job of an earlier class may preempt one of a later class.
+# QoS classes in the order they are served, and the order QoS victims are spared in (the last first chosen);
+# who may preempt whom is the settings' QoS table's to say (hsched.sched.preempt.PreemptRule).
 QOS_RANK: Mapping[str, int] = {"prod": 0, "normal": 1, "scavenger": 2}
 
 
