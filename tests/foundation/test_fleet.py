@@ -7,7 +7,7 @@ from pathlib import Path
 from hsched.config import load_fleet
 from hsched.controller.fleet import build_fleet, node_from_probe
 from hsched.model import NodeState, Resources
-from hsched.sched.live import FleetView, Start, Wait, schedule, unsatisfiable
+from hsched.sched.live import FleetView, Launch, Wait, schedule, unsatisfiable
 from hsched.simulated import simulated_uuid
 
 LAB = Path(__file__).resolve().parents[2] / "examples" / "lab" / "fleet.toml"
@@ -55,9 +55,9 @@ def test_schedule_places_nvlink_jobs_on_nvlinked_gpus_and_waits_otherwise() -> N
     view = FleetView(nodes=tuple(nodes), busy=frozenset(), cpus_used={})
     d = schedule(view, [job(1, gpus=4, interconnect=Interconnect.NVLINK), job(2, gpus=2, gpu_types=("a100",)),
                         job(3, gpus=8, interconnect=Interconnect.NVLINK)], 0.0)
-    assert isinstance(d[0], Start) and d[0].placements[0].node == "dgx-h100"
+    assert isinstance(d[0], Launch) and d[0].placements[0].node == "dgx-h100"
     assert "NV18" in d[0].placements[0].explanation
-    assert isinstance(d[1], Start) and d[1].placements[0].node == "a100-box"
+    assert isinstance(d[1], Launch) and d[1].placements[0].node == "a100-box"
     assert isinstance(d[2], Wait)  # 4 of the 8 NVLinked GPUs are taken by job 1
     assert unsatisfiable(Resources(gpus=4, interconnect=Interconnect.NVLINK, gpu_types=("a100",)), nodes)
     assert unsatisfiable(Resources(gpus=8, interconnect=Interconnect.NVLINK), nodes) is None
@@ -76,15 +76,15 @@ def test_live_policy_sends_jobs_to_their_fastest_gpu_type_and_honours_priority()
 
     view = FleetView(nodes=tuple(nodes), busy=frozenset(), cpus_used={}, policy="hsched")
     d = schedule(view, [job(1, gpus=1)], 0.0)
-    assert isinstance(d[0], Start) and d[0].placements[0].node == "dgx-h100"  # H100 is the fastest type here
+    assert isinstance(d[0], Launch) and d[0].placements[0].node == "dgx-h100"  # H100 is the fastest type here
     # with every H100 taken, a later job still goes to the next fastest type that is free
     busy = frozenset(dev.uuid for dev in nodes[0].devices)
     d = schedule(replace(view, busy=busy), [job(2, gpus=2)], 0.0)
-    assert isinstance(d[0], Start) and d[0].placements[0].node == "a100-box"
+    assert isinstance(d[0], Launch) and d[0].placements[0].node == "a100-box"
     # priority inside a class beats submit order
     d = schedule(replace(view, busy=busy), [job(3, gpus=4), job(4, prio=5, gpus=4)], 0.0)
     by_id = {x.job_id: x for x in d}
-    assert isinstance(by_id[4], Start) and isinstance(by_id[3], Wait)
+    assert isinstance(by_id[4], Launch) and isinstance(by_id[3], Wait)
     assert d[0].job_id == 4  # considered first
 
 
@@ -102,6 +102,6 @@ def test_a_resumed_job_goes_back_to_the_node_holding_its_checkpoint(tmp_path: Pa
     for policy in ("hsched", None):
         view = FleetView(nodes=tuple(nodes), busy=frozenset(), cpus_used={}, policy=policy)
         first = schedule(view, [job], 0.0)[0]
-        assert isinstance(first, Start) and first.placements[0].node == "a"
+        assert isinstance(first, Launch) and first.placements[0].node == "a"
         back = schedule(replace(view, prefer={1: "b"}), [job], 0.0)[0]
-        assert isinstance(back, Start) and back.placements[0].node == "b"
+        assert isinstance(back, Launch) and back.placements[0].node == "b"
