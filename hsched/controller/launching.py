@@ -19,7 +19,7 @@ from hsched.controller.stopping import begin_stop
 from hsched.errors import ExecutorError
 from hsched.executors.base import LaunchRequest
 from hsched.lifecycle import StopReason
-from hsched.model import Job, JobState, Placement, Run
+from hsched.model import EndReason, Job, JobState, Placement, Run
 from hsched.sched.live import FleetView, Launch, Preempt, PreemptRule, Running, Wait, schedule
 
 log = logging.getLogger("hsched.launch")
@@ -48,12 +48,13 @@ async def schedule_round(ctl: Controller) -> bool:
         for d in decisions:
             job = by_id[d.job_id]
             if isinstance(d, Wait):
-                if job.reason != d.reason and not (d.reason == "Resources" and job.reason in ("preempted",
-                                                                                          "checkpointed")):
+                # a requeued job keeps saying why it was requeued until it waits for something else
+                kept = d.reason == EndReason.RESOURCES and job.reason in (EndReason.PREEMPTED, EndReason.CHECKPOINTED)
+                if job.reason != d.reason and not kept:
                     await ctl.db(ctl.store.set_job, job.id, now, reason=d.reason)
                 continue
             if isinstance(d, Preempt):
-                await ctl.db(ctl.store.set_job, job.id, now, reason="Preempting",
+                await ctl.db(ctl.store.set_job, job.id, now, reason=EndReason.PREEMPTING.value,
                              event=("preempts", d.why))
                 for victim_id in d.victims:
                     victim = active_by_id[victim_id]
