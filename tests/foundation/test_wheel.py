@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # pip builds a wheel and installs it into a new virtual environment
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
+import pytest
 from captures import capture
 from typer.testing import CliRunner
 
@@ -66,10 +69,7 @@ def test_place_json_and_text(tmp_path):
     assert r.exit_code == 2 and "no such file" in r.output
 
 
-def test_public_surface_is_pinned_and_light():
-    import subprocess
-    import sys
-
+def test_public_surface_is_pinned():
     import hsched.topo as topo
 
     assert sorted(topo.__all__) == sorted(
@@ -106,6 +106,10 @@ def test_public_surface_is_pinned_and_light():
             "why_not_on_node",
         ]
     )
+
+
+@pytest.mark.slow  # a fresh interpreter, to see what importing hsched.topo alone loads
+def test_importing_the_topology_is_light():
     code = (
         "import sys, hsched.topo; bad = [m for m in ('networkx', 'asyncio', 'sqlite3', 'textual', 'pynvml') "
         "if m in sys.modules]; print(bad)"

@@ -18,6 +18,7 @@ import pytest
 from hsched.client import Client
 from hsched.errors import HschedError
 from hsched.paths import Home
+from tests.conftest import SAFETY_S
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = REPO / "examples" / "lab" / "fleet.toml"
@@ -43,9 +44,9 @@ class Lab:
     def start(self) -> None:
         # through the CLI, so that the controller inherits HSCHED_FLEET without touching this process's environment
         subprocess.run([sys.executable, "-m", "hsched", "daemon", "start"], env=self.env, capture_output=True,
-                       timeout=60, check=True)
+                       timeout=SAFETY_S, check=True)
 
-    def drain_queue(self, limit_s: float = 15.0) -> None:
+    def drain_queue(self, limit_s: float = SAFETY_S) -> None:
         """Cancel every job and wait for them to end: `daemon stop` leaves running jobs running."""
         deadline = time.monotonic() + limit_s
         while time.monotonic() < deadline:
@@ -60,7 +61,7 @@ class Lab:
 
     def stop(self) -> None:
         subprocess.run([sys.executable, "-m", "hsched", "daemon", "stop"], env=self.env, capture_output=True,
-                       timeout=60)
+                       timeout=SAFETY_S)
 
 
 def make_lab(root: Path) -> Lab:
@@ -86,8 +87,9 @@ def run(coro: Awaitable[None]) -> None:
     asyncio.run(coro)  # type: ignore[arg-type]
 
 
-async def until(pilot: Any, cond: Callable[[], object], what: str, limit_s: float = 15.0) -> None:
-    """Let the app run until `cond()` holds (frames arrive from another process, on its own schedule)."""
+async def until(pilot: Any, cond: Callable[[], object], what: str, limit_s: float = SAFETY_S) -> None:
+    """Let the app run until `cond()` holds (frames arrive from another process, on its own schedule); the
+    limit is a safety net against a hang, not a deadline the behaviour must meet."""
     deadline = time.monotonic() + limit_s
     while not cond():
         if time.monotonic() > deadline:

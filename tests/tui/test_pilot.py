@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
 from hsched.tui.app import DashApp
 from hsched.tui.confirm import ConfirmScreen
 from hsched.tui.help_screen import HelpScreen, help_table
@@ -14,6 +15,8 @@ from hsched.tui.prompt import PromptScreen
 from rich.console import Console
 
 from .conftest import Lab, make_lab, run, until
+
+pytestmark = pytest.mark.slow  # a real controller on the simulated lab, as a separate process
 
 LAB_GPUS = 16
 

@@ -12,10 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import SAFETY_S, wait_until
+
 from .conftest import Lab, make_lab
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
-                                reason="tmux is not installed (.ci/run installs it): the smoke test needs a terminal")
+pytestmark = [
+    pytest.mark.slow,  # a real controller and a real terminal
+    pytest.mark.skipif(shutil.which("tmux") is None,
+                       reason="tmux is not installed (.ci/run installs it): the smoke test needs a terminal"),
+]
 
 
 class Tmux:
@@ -27,19 +32,20 @@ class Tmux:
     def __call__(self, *args: str) -> str:
         # COLUMNS / LINES from the caller would override the pane's real size (Textual honours them)
         env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-        return subprocess.run([*self.base, *args], capture_output=True, text=True, timeout=30, env=env).stdout
+        return subprocess.run([*self.base, *args], capture_output=True, text=True, timeout=SAFETY_S, env=env).stdout
 
     def screen(self) -> str:
         return self("capture-pane", "-p", "-t", "dash")
 
-    def wait_for(self, text: str, limit_s: float = 20.0) -> str:
+    def wait_for(self, text: str, *, gone: bool = False, limit_s: float = SAFETY_S) -> str:
+        """Until `text` is on the screen (or, with gone, off it); the limit is only a safety net."""
         deadline = time.monotonic() + limit_s
         while True:
             screen = self.screen()
-            if text in screen:
+            if (text in screen) != gone:
                 return screen
             if time.monotonic() > deadline:
-                raise AssertionError(f"{text!r} never appeared; the screen was:\n{screen}")
+                raise AssertionError(f"{text!r} never {'left' if gone else 'appeared'}; the screen was:\n{screen}")
             time.sleep(0.2)
 
 
@@ -71,14 +77,12 @@ def test_dash_in_tmux(lab_home: Lab) -> None:
         tmux("send-keys", "-t", "dash", "?")
         tmux.wait_for("hsched dash: keys")
         tmux("send-keys", "-t", "dash", "Escape")
-        time.sleep(0.5)  # a key right after Escape would read as Alt+key
+        # a key sent before the app has taken Escape alone would read as Alt+key: wait for the help to close
+        tmux.wait_for("hsched dash: keys", gone=True)
         tmux("send-keys", "-t", "dash", "1")
         tmux.wait_for("UTIL 60")
         tmux("send-keys", "-t", "dash", "q")
-        deadline = time.monotonic() + 10
-        while "dash" in tmux("list-sessions") and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert "dash" not in tmux("list-sessions"), f"q did not quit:\n{tmux.screen()}"
+        wait_until(lambda: "dash" not in tmux("list-sessions"), "q to quit the dashboard (its tmux session ends)")
     finally:
         tmux("kill-server")
     lab.call("cancel", id=jid)
