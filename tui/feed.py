@@ -32,7 +32,7 @@ def controller_can_preempt(client: Client) -> bool:
 
 class Feed:
     def __init__(self, home: Home, interval: float, *, on_frame: Callable[[Frame], None],
-                 on_lost: Callable[[str, int], None], on_restored: Callable[[], None]) -> None:
+                 on_lost: Callable[[str, int], object], on_restored: Callable[[], object]) -> None:
         self.home = home
         self.interval = interval
         self.on_frame = on_frame

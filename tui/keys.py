@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,5 +55,5 @@ KEYS: list[Key] = [
 CHANGING_ACTIONS = {k.action for k in KEYS if k.changes}
 
 
-def bindings() -> list[Binding]:
+def bindings() -> list[BindingType]:
     return [Binding(k.key, k.action, k.label, show=k.footer) for k in KEYS if k.key != "enter"]

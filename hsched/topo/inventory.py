@@ -32,7 +32,7 @@ class GpuInfo:
     fabric_clique: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {f: getattr(self, f) for f in self.__slots__}  # type: ignore[attr-defined]
+        return {f: getattr(self, f) for f in self.__slots__}
 
 
 @dataclass(frozen=True, slots=True)
