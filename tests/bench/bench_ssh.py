@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.ssh.hosts import TestHosts, sshd_available
+from tests.e2e.ssh.hosts import TestHosts, sshd_available
 
 
 async def probe_times(hosts: TestHosts, n: int, repeat: int) -> float:

@@ -16,7 +16,7 @@ import pytest
 from hsched.executors.base import Executor
 
 from hsched.errors import NodeRefused, Refusal
-from tests.ssh.hosts import TestHost, TestHosts, _free_port, keygen, sshd_available
+from tests.e2e.ssh.hosts import TestHost, TestHosts, _free_port, keygen, sshd_available
 
 TEST_DEADLINE_S = 120.0
 """A hung remote call fails its test instead of the whole run."""

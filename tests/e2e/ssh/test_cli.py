@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Hs
-from tests.ssh.hosts import TestHosts
+from tests.e2e.ssh.hosts import TestHosts
 
 pytestmark = pytest.mark.slow  # real sshd hosts and processes
 

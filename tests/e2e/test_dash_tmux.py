@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SAFETY_S, wait_until
-
-from .conftest import Lab, make_lab
+from tests.tui.conftest import Lab, make_lab
 
 pytestmark = [
     pytest.mark.slow,  # a real controller and a real terminal

@@ -10,9 +10,9 @@ import pytest
 from hsched.executors.base import LaunchRequest
 from hsched.executors.ssh import SSHExecutor, shell_command
 
-from tests.ssh.conftest import run
-from tests.ssh.hosts import TestHosts
-from tests.ssh.test_executor import wait_exited
+from tests.e2e.ssh.conftest import run
+from tests.e2e.ssh.hosts import TestHosts
+from tests.e2e.ssh.test_executor import wait_exited
 
 pytestmark = pytest.mark.slow  # real sshd hosts and processes
 

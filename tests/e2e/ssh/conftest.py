@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.ssh.hosts import TestHosts, sshd_available
+from tests.e2e.ssh.hosts import TestHosts, sshd_available
 
 T = TypeVar("T")
 

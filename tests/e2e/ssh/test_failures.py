@@ -11,9 +11,9 @@ from hsched.executors.base import LaunchRequest, StatusQuery
 
 from hsched.errors import NodeUnreachable
 from hsched.model import RunReport, RunStatus
-from tests.ssh.conftest import run
-from tests.ssh.hosts import TestHosts
-from tests.ssh.test_executor import wait_log
+from tests.e2e.ssh.conftest import run
+from tests.e2e.ssh.hosts import TestHosts
+from tests.e2e.ssh.test_executor import wait_log
 
 pytestmark = pytest.mark.slow  # real sshd hosts and processes
 

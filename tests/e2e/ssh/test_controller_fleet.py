@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO, Hs
-from tests.ssh.hosts import TestHost, TestHosts
+from tests.e2e.ssh.hosts import TestHost, TestHosts
 
 pytestmark = pytest.mark.slow  # real sshd hosts and processes
 

@@ -13,8 +13,8 @@ from hsched.executors.ssh import SSHExecutor, helper_bundle
 
 from hsched.errors import NodeUnreachable
 from hsched.model import RunHandle, RunReport, RunStatus
-from tests.ssh.conftest import run
-from tests.ssh.hosts import TestHosts
+from tests.e2e.ssh.conftest import run
+from tests.e2e.ssh.hosts import TestHosts
 
 pytestmark = pytest.mark.slow  # real sshd hosts and processes
 
@@ -127,7 +127,7 @@ def test_status_of_unknown_run_and_many_concurrent_calls(ssh_hosts: TestHosts, l
 
 def test_connect_failures_back_off_with_one_clear_line(tmp_path: Path) -> None:
     from hsched.config import NodeConfig
-    from tests.ssh.hosts import _free_port
+    from tests.e2e.ssh.hosts import _free_port
 
     port = _free_port("127.0.0.1")  # nothing listens there
     cfg = NodeConfig(name="nowhere", executor="ssh", host="127.0.0.1", port=port, known_hosts=str(tmp_path / "kh"))

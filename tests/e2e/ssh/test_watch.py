@@ -12,8 +12,8 @@ import pytest
 
 from hsched.config import SimulatedDevices
 from hsched.simulated import simulated_uuid
-from tests.ssh.conftest import run
-from tests.ssh.hosts import TestHost, TestHosts
+from tests.e2e.ssh.conftest import run
+from tests.e2e.ssh.hosts import TestHost, TestHosts
 
 pytestmark = pytest.mark.slow  # real sshd hosts and processes
 

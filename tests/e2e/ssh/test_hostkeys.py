@@ -14,8 +14,8 @@ import pytest
 from hsched.executors.ssh import SSHExecutor
 
 from hsched.errors import NodeRefused, Refusal
-from tests.ssh.conftest import run
-from tests.ssh.hosts import TestHost, TestHosts, keygen
+from tests.e2e.ssh.conftest import run
+from tests.e2e.ssh.hosts import TestHost, TestHosts, keygen
 
 pytestmark = pytest.mark.slow  # real sshd hosts and processes
 

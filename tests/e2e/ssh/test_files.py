@@ -9,8 +9,8 @@ import pytest
 from hsched.executors.ssh import copy_between
 
 from hsched.errors import TransferError
-from tests.ssh.conftest import run
-from tests.ssh.hosts import TestHosts
+from tests.e2e.ssh.conftest import run
+from tests.e2e.ssh.hosts import TestHosts
 
 pytestmark = pytest.mark.slow  # real sshd hosts and processes
 

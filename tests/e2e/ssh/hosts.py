@@ -1,6 +1,6 @@
 """Real sshd test hosts: each in its own network namespace with its own address, or on loopback ports.
 
-    with TestHosts(tmp_path, count=3) as hosts:       # or the `ssh_hosts` fixture in tests/ssh/conftest.py
+    with TestHosts(tmp_path, count=3) as hosts:       # or the `ssh_hosts` fixture in tests/e2e/ssh/conftest.py
         h = hosts[0]
         ex = hosts.executor(h)                       # an SSHExecutor that reaches h through hosts.ssh_config
         h.cut(); ...; h.restore()                    # a network failure, and the way back
