@@ -165,7 +165,7 @@ class Api:
         if rt is not None:
             data = await rt.executor.read_log(run.run_dir, offset, int(args.get("max_bytes", 1 << 20)))
         return {"data": base64.b64encode(data).decode(), "offset": offset + len(data), "run": run.attempt,
-                "ended": run.state not in ("RUNNING", "LAUNCHING", "STOPPING"), "state": job.state.value,
+                "ended": not run.state.is_live(), "state": job.state.value,
                 "runs": len(runs)}
 
     async def op_nodes(self, args: dict[str, Any], uid: int) -> Any:

@@ -27,6 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.e2e.ssh.hosts import TestHosts, sshd_available
+from tests.procs import processes
 
 
 async def probe_times(hosts: TestHosts, n: int, repeat: int) -> float:
@@ -50,17 +51,7 @@ def _rusage(who: int) -> float:
 
 def _helper_servers(marker: str) -> list[int]:
     """Processes running `nodehelper.py serve` whose command line mentions `marker`."""
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"serve" in argv and any(marker.encode() in a for a in argv):
-            out.append(int(name))
-    return out
+    return [p.pid for p in processes() if b"serve" in p.argv and any(marker.encode() in a for a in p.argv)]
 
 
 async def status_cpu(ex: Any, run_dir: Path, calls: int, marker: str) -> tuple[float, float, float]:

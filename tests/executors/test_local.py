@@ -15,37 +15,19 @@ from hsched.executors.local import LocalExecutor
 
 from hsched.model import RunStatus
 from tests.executors.test_conformance import wait_status
+from tests.procs import processes
 
 pytestmark = pytest.mark.slow  # real processes
 
 
 def children(pid: int) -> dict[int, str]:
     """The children of `pid`: pid -> state letter (Z: a zombie nobody reaped)."""
-    out = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{name}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        if int(fields[1]) == pid:
-            out[int(name)] = fields[0]
-    return out
+    return {p.pid: p.state for p in processes() if p.ppid == pid}
 
 
 def helper_servers() -> list[int]:
     """Our children that are helper servers."""
-    out = []
-    for pid in children(os.getpid()):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"serve" in argv:
-            out.append(pid)
-    return out
+    return [p.pid for p in processes() if p.ppid == os.getpid() and b"serve" in p.argv]
 
 
 async def wait_childless(pid: int) -> None:

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.procs import descendants, processes
+
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 RUN_MARKER = "HSCHED_RUN_DIR"
 
@@ -138,25 +140,10 @@ class TestHost:
         """This host's sshd and every sshd process below it (one per connection)."""
         if self.proc is None:
             return []
-        children: dict[int, list[int]] = {}
-        comm: dict[int, str] = {}
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            try:
-                stat = Path(f"/proc/{name}/stat").read_text()
-            except OSError:
-                continue
-            rest = stat[stat.rfind(")") + 2:].split()
-            children.setdefault(int(rest[1]), []).append(int(name))
-            comm[int(name)] = stat[stat.find("(") + 1:stat.rfind(")")]
-        out, todo = [], [self.proc.pid]
-        while todo:
-            pid = todo.pop()
-            if comm.get(pid, "").startswith("sshd"):
-                out.append(pid)
-            todo.extend(children.get(pid, []))
-        return out
+        root = self.proc.pid
+        procs = processes()
+        return [p.pid for p in [*(q for q in procs if q.pid == root), *descendants(root, procs)]
+                if p.comm.startswith("sshd")]
 
 
 class TestHosts:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,22 +13,13 @@ from hsched.config import SimulatedDevices
 from hsched.simulated import simulated_uuid
 from tests.e2e.ssh.conftest import run
 from tests.e2e.ssh.hosts import TestHost, TestHosts
+from tests.procs import with_args
 
 pytestmark = pytest.mark.slow  # real sshd hosts and processes
 
 
 def watch_processes(h: TestHost) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"watch" in argv and any(a.startswith(str(h.root).encode()) for a in argv):
-            found.append(int(name))
-    return found
+    return with_args("watch", mentioning=str(h.root))
 
 
 def test_watch_streams_samples_every_second(ssh_hosts: TestHosts) -> None:
