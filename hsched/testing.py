@@ -113,10 +113,11 @@ class Lab:
         home = Home(root / "home")
         home.ensure()
         cfg = canned_fleet(nodes)
-        executors = {n.name: FakeExecutor(cpus=n.cpus) for n in nodes}
+        clock = FakeClock()
+        # the nodes' own record of contact runs on the same clock as the controller's heartbeat check
+        executors = {n.name: FakeExecutor(cpus=n.cpus, name=n.name, clock=clock.time) for n in nodes}
         # the fleet as the daemon builds it (simulated devices, links), over the fake transports
         built = build_fleet(cfg, transports=executors)
-        clock = FakeClock()
         store = Store(home.db)
         ctl = Controller(home, cfg, settings or Settings(), store, nodes=built, clock=clock)
         lab = cls(ctl, clock, executors)
