@@ -7,7 +7,6 @@ command, the test plays the command's part for it (`node.plays`); everything els
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from pathlib import Path
@@ -15,37 +14,12 @@ from pathlib import Path
 import pytest
 from hsched.executors.base import Executor, LaunchRequest, StatusQuery
 
-from hsched import nodehelper
 from hsched.errors import HelperError, NodeRefused, NodeUnreachable, TransferError
-from hsched.model import RunHandle, RunReport, RunStatus
+from hsched.model import RunStatus
 from tests.executors.conftest import Node
+from tests.executors.waits import wait_gone, wait_log, wait_status
 
 PROBE_KEYS = {"helper_version", "hostname", "boot_id", "python", "cpus", "memory_total_mib", "numa", "gpus", "loadavg"}
-
-
-async def wait_status(ex: Executor, handle: RunHandle, *, running: bool) -> RunReport:
-    """The run's report once it is (or is no longer) running; bounded by the test's deadline."""
-    while True:
-        [rep] = await ex.status([StatusQuery(handle.run_dir, handle)])
-        if (rep.status is RunStatus.RUNNING) == running:
-            return rep
-        await asyncio.sleep(0.02)
-
-
-async def wait_log(ex: Executor, run_dir: str, text: bytes) -> bytes:
-    while True:
-        log = await ex.read_log(run_dir, 0)
-        if text in log:
-            return log
-        await asyncio.sleep(0.02)
-
-
-async def wait_gone(pid: int) -> None:
-    """Until the process has ended (a zombie for init to reap counts as ended)."""
-    while True:
-        if nodehelper.proc_start_ticks(pid) is None:
-            return
-        await asyncio.sleep(0.02)
 
 
 def leftovers(folder: Path) -> list[str]:

@@ -14,7 +14,7 @@ from hsched.executors.base import LaunchRequest, StatusQuery
 from hsched.executors.local import LocalExecutor
 
 from hsched.model import RunStatus
-from tests.executors.test_conformance import wait_status
+from tests.executors.waits import wait_status
 from tests.procs import processes
 
 pytestmark = pytest.mark.slow  # real processes

@@ -15,25 +15,9 @@ from hsched.errors import NodeUnreachable
 from hsched.model import RunHandle, RunReport, RunStatus
 from tests.e2e.ssh.conftest import run
 from tests.e2e.ssh.hosts import TestHosts
+from tests.executors.waits import wait_exited, wait_log
 
 pytestmark = pytest.mark.slow  # real sshd hosts and processes
-
-
-async def wait_exited(ex: SSHExecutor, handle: RunHandle) -> RunReport:
-    """The run's report once it is no longer running (bounded by the test's own deadline)."""
-    while True:
-        [rep] = await ex.status([StatusQuery(handle.run_dir, handle)])
-        if rep.status is not RunStatus.RUNNING:
-            return rep
-        await asyncio.sleep(0.1)
-
-
-async def wait_log(ex: SSHExecutor, run_dir: str, text: bytes) -> bytes:
-    while True:
-        log = await ex.read_log(run_dir, 0)
-        if text in log:
-            return log
-        await asyncio.sleep(0.05)
 
 
 def test_probe_three_hosts_in_parallel(ssh_hosts: TestHosts) -> None:

@@ -13,7 +13,7 @@ from hsched.errors import NodeUnreachable
 from hsched.model import RunReport, RunStatus
 from tests.e2e.ssh.conftest import run
 from tests.e2e.ssh.hosts import TestHosts
-from tests.e2e.ssh.test_executor import wait_log
+from tests.executors.waits import wait_log
 
 pytestmark = pytest.mark.slow  # real sshd hosts and processes
 

@@ -12,7 +12,7 @@ from hsched.executors.ssh import SSHExecutor, shell_command
 
 from tests.e2e.ssh.conftest import run
 from tests.e2e.ssh.hosts import TestHosts
-from tests.e2e.ssh.test_executor import wait_exited
+from tests.executors.waits import wait_exited
 
 pytestmark = pytest.mark.slow  # real sshd hosts and processes
 
