@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, Hs
+from tests.conftest import REPO, SAFETY_S, Hs
 from tests.e2e.ssh.hosts import TestHost, TestHosts
 
 pytestmark = pytest.mark.slow  # real sshd hosts and processes
@@ -57,7 +57,8 @@ def _link_up(host: TestHost) -> bool:
     return "state DOWN" not in out.stdout
 
 
-def wait_until(pred: Callable[[], Any], timeout: float, step: float = 0.2) -> Any:
+def wait_until(pred: Callable[[], Any], timeout: float = SAFETY_S, step: float = 0.2) -> Any:
+    """Poll until `pred()` is true; the timeout is a safety net for a loaded machine, not the behaviour."""
     deadline = time.monotonic() + timeout
     while True:
         v = pred()
@@ -84,21 +85,20 @@ def test_cut_within_the_lease_reattaches_and_keeps_the_real_exit_code(
     jid = h.run("submit", "--parsable", "--gpus", "1", "--", "sh", "-c",
                 f"echo start >> {marks}/$HSCHED_RUN; sleep 14; echo done >> {marks}/$HSCHED_RUN; exit 7",
                 check=True).stdout.strip()
-    wait_until(lambda: job(h, jid)["state"] == "RUNNING", 20)
+    wait_until(lambda: job(h, jid)["state"] == "RUNNING")
     where = job(h, jid)["placement"][0]["node"]
     host = next(x for x in ssh_hosts if x.name == where)
     t0 = time.monotonic()
     host.cut()
     try:
         wait_until(lambda: node_state(h, where) == "UNREACHABLE", 15)
-        assert time.monotonic() - t0 <= 15
-        time.sleep(2)
+        assert time.monotonic() - t0 <= 15  # heartbeats time out after 3 s: detected in seconds, not minutes
         j = job(h, jid)
-        assert j["state"] == "RUNNING" and j["restarts"] == 0  # not requeued within the lease
+        assert j["state"] == "RUNNING" and j["restarts"] == 0  # unreachable, but not requeued within the lease
     finally:
         host.restore()
-    wait_until(lambda: node_state(h, where) == "UP", 20)
-    assert h.run("wait", jid, "--timeout", "60").returncode == 1
+    wait_until(lambda: node_state(h, where) == "UP")
+    assert h.run("wait", jid, "--timeout", "120", timeout=180).returncode == 1
     j = job(h, jid)
     assert j["state"] == "FAILED" and j["exit_code"] == 7 and len(j["runs"]) == 1
     assert (marks / "1").read_text() == "start\ndone\n"
@@ -113,44 +113,45 @@ def test_cut_beyond_the_lease_requeues_elsewhere_and_fences_the_stale_copy(
               'if [ "$HSCHED_RUN" = 1 ]; then sleep 60; else sleep 3; fi; '
               f'echo "$HSCHED_NODE" > {marks}/done.$HSCHED_RUN')
     jid = h.run("submit", "--parsable", "--gpus", "1", "--", "sh", "-c", script, check=True).stdout.strip()
-    wait_until(lambda: (marks / "start.1").exists(), 20)
+    wait_until(lambda: (marks / "start.1").exists())
     first = (marks / "start.1").read_text().strip()
     host = next(x for x in ssh_hosts if x.name == first)
     host.cut()
     try:
-        wait_until(lambda: job(h, jid)["restarts"] == 1, 30)
-        wait_until(lambda: (marks / "start.2").exists(), 20)
+        wait_until(lambda: job(h, jid)["restarts"] == 1)
+        wait_until(lambda: (marks / "start.2").exists())
         assert (marks / "start.2").read_text().strip() != first  # requeued elsewhere
     finally:
         host.restore()
-    wait_until(lambda: node_state(h, first) == "UP", 20)
-    assert h.run("wait", jid, "--timeout", "60").returncode == 0
+    wait_until(lambda: node_state(h, first) == "UP")
+    assert h.run("wait", jid, "--timeout", "120", timeout=180).returncode == 0
     events = [e["kind"] for e in job(h, jid)["events"]]
     assert "node_lost" in events
-    wait_until(lambda: "fenced" in [e["kind"] for e in job(h, jid)["events"]], 20)
-    time.sleep(1)
+    wait_until(lambda: "fenced" in [e["kind"] for e in job(h, jid)["events"]])
+    # fenced: the stale copy was killed before it could finish, so only the second run wrote its end
     assert sorted(p.name for p in marks.iterdir()) == ["done.2", "start.1", "start.2"]  # one copy finished
 
 
 def test_preempted_job_resumes_on_another_host_with_its_checkpoint(
         ssh_hosts: TestHosts, ctl: Callable[..., Hs]) -> None:
     h = ctl(list(ssh_hosts)[:2], lease_s=120)
+    # 300 steps of 0.1 s: a loaded machine's slow CLI cannot let it finish before the preemption reaches it
     scav = h.run("submit", "--parsable", "--gpus", "1", "--qos", "scavenger", "--checkpoint-signal", "USR1@10",
-                 "--", "python3", TRAINER, "--steps", "100", "--step-seconds", "0.1", check=True).stdout.strip()
-    wait_until(lambda: job(h, scav)["state"] == "RUNNING", 20)
+                 "--", "python3", TRAINER, "--steps", "300", "--step-seconds", "0.1", check=True).stdout.strip()
+    wait_until(lambda: job(h, scav)["state"] == "RUNNING")
     first = job(h, scav)["placement"][0]["node"]
     blocker = h.run("submit", "--parsable", "--gpus", "1", "--qos", "prod", "--", "sleep", "300",
                     check=True).stdout.strip()
-    wait_until(lambda: job(h, blocker)["state"] == "RUNNING", 20)
-    wait_until(lambda: "step 5\n" in h.run("logs", scav).stdout, 20)
+    wait_until(lambda: job(h, blocker)["state"] == "RUNNING")
+    wait_until(lambda: "step 5\n" in h.run("logs", scav).stdout)
     prod = h.run("submit", "--parsable", "--gpus", "1", "--qos", "prod", "--", "sleep", "300",
                  check=True).stdout.strip()
-    wait_until(lambda: job(h, prod)["state"] == "RUNNING", 12)
+    wait_until(lambda: job(h, prod)["state"] == "RUNNING")
     log1 = wait_until(lambda: (out := h.run("logs", scav, "--run", "1").stdout) and "checkpointed at step " in out
-                      and out, 15)
+                      and out)
     saved = int(log1.split("checkpointed at step ")[1].split()[0])
     h.run("cancel", blocker, check=True)
-    assert h.run("wait", scav, "--timeout", "60").returncode == 0
+    assert h.run("wait", scav, "--timeout", "240", timeout=300).returncode == 0
     j = job(h, scav)
     assert j["placement"][0]["node"] != first
     moved = [e for e in j["events"] if e["kind"] == "checkpoint_moved"]
