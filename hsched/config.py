@@ -120,10 +120,16 @@ def parse_signal_name(name: str) -> str:
     return text
 
 
+_UNCATCHABLE = frozenset({"KILL", "STOP"})
+
+
 def parse_checkpoint_signal(text: str) -> CheckpointSignal:
     """'USR1@60' (signal and grace seconds), 'USR1' (default grace) or '@60'."""
     sig, _, grace = str(text).partition("@")
     name = parse_signal_name(sig) if sig.strip() else "TERM"
+    if name in _UNCATCHABLE:
+        # the job must be able to act on it: SIGKILL and SIGSTOP never reach its handler
+        raise ValueError(f"a signal the job can catch, such as USR1@60 (SIG{name} cannot be caught)")
     grace_s = CheckpointSignal().grace_s
     if grace.strip():
         try:

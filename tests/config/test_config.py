@@ -122,3 +122,12 @@ def test_settings(tmp_path: Path) -> None:
         load_settings(p)
     p.write_text("lease_s = 60\n")
     assert load_settings(p).lease_s == 60
+
+
+@pytest.mark.parametrize(("key", "value"), [("checkpoint_signal", "KILL@5"), ("checkpoint_signal", "SIGSTOP"),
+                                            ("signal", "9@60"), ("signal", "STOP@10")])
+def test_an_uncatchable_signal_cannot_ask_for_a_checkpoint_or_warn(key: str, value: str) -> None:
+    with pytest.raises(UserError) as err:
+        job_spec_from_table({"command": ["true"], key: value}, "<command line>")
+    [line] = err.value.problems
+    assert line.startswith(f"<command line>: {key}: expected a signal the job can catch") and "cannot be caught" in line
