@@ -156,9 +156,13 @@ class Api:
         job = await self._job(args)
         runs = await self.ctl.db(self.ctl.store.runs, job.id)
         run_no = args.get("run")
+        if run_no is not None and not any(r.attempt == int(run_no) for r in runs):
+            attempts = ", ".join(str(a) for a in sorted({r.attempt for r in runs})) or "none yet"
+            raise UserError(f"--run: job {job.id} has no run {run_no} (its runs: {attempts}); "
+                            f"`hsched show {job.id}` lists them")
         if not runs:
             return {"data": "", "offset": 0, "run": None, "ended": job.state.is_terminal(), "state": job.state.value}
-        run = runs[-1] if run_no is None else next((r for r in runs if r.attempt == int(run_no)), runs[-1])
+        run = runs[-1] if run_no is None else next(r for r in runs if r.attempt == int(run_no))
         rt = self.ctl.nodes.get(run.node)
         offset = int(args.get("offset", 0))
         data = b""

@@ -6,7 +6,10 @@ the clock moves only when a test says so, and every absence is proven by a round
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
+
+import pytest
 
 from hsched.config import Settings
 from hsched.model import EndReason, JobState, NodeState, RunState
@@ -207,3 +210,21 @@ async def test_restart_mid_stop_hurries_the_escalation(tmp_path: Path) -> None:
         await lab.round()
         [fake] = await lab.fake_runs(job.id)
         assert fake.signals == ["USR1", "TERM", "KILL"]  # not 600 s of grace again
+
+
+async def test_logs_of_a_run_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
+    from hsched.controller.api import Api
+    from hsched.errors import UserError
+
+    async with Lab.open(tmp_path) as lab:
+        job = await lab.submit("python", "train.py")
+        api = Api(lab.ctl)
+        with pytest.raises(UserError, match="has no run 1 \\(its runs: none yet\\)"):
+            await api.op_logs({"id": job.id, "run": 1}, 0)
+        await lab.round()
+        [run] = await lab.runs(job.id)
+        lab.executors[run.node].write_log(run.run_dir, b"hello\n")
+        got = await api.op_logs({"id": job.id, "run": 1}, 0)
+        assert got["run"] == 1 and base64.b64decode(got["data"]) == b"hello\n"
+        with pytest.raises(UserError, match="has no run 99 \\(its runs: 1\\)"):
+            await api.op_logs({"id": job.id, "run": 99}, 0)
