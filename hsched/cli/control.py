@@ -7,21 +7,25 @@ from typing import Any
 
 import typer
 
-from hsched.cli._common import EXIT_USAGE, handle_errors, print_json
-from hsched.errors import UserError
+from hsched.cli._common import EXIT_FAILED, EXIT_USAGE, handle_errors, print_json
+from hsched.errors import ControllerError, UserError
 
 
 def each(op: str, job_ids: list[int], as_json: bool, **args: Any) -> None:
-    """Apply `op` to each job; report each result, one line per failure, exit 2 if any failed."""
+    """Apply `op` to each job; report each result and one line per failure. Exit 2 if a request was wrong
+    (no such job), else 1 if one could not be done (the job had already ended), as scancel does."""
     from hsched.client import Client
 
-    out, failed = [], False
+    out, failed, refused = [], False, False
     with Client() as c:
         for job_id in job_ids:
             try:
                 out.append(c.call(op, id=job_id, **args))
             except UserError as e:
                 failed = True
+                print(f"hsched: error: {e}", file=sys.stderr)
+            except ControllerError as e:
+                refused = True
                 print(f"hsched: error: {e}", file=sys.stderr)
     if as_json:
         print_json(out)
@@ -30,6 +34,8 @@ def each(op: str, job_ids: list[int], as_json: bool, **args: Any) -> None:
             print(f"job {j['id']}: {j['state']}" + (f" ({j['reason']})" if j["reason"] else ""))
     if failed:
         raise typer.Exit(EXIT_USAGE)
+    if refused:
+        raise typer.Exit(EXIT_FAILED)
 
 
 def _together(job_ids: list[int], as_json: bool, hold: bool) -> None:

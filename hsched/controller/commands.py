@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from hsched.controller.core import Controller
 from hsched.controller.stopping import begin_stop
-from hsched.errors import UserError
+from hsched.errors import HschedError, UserError
 from hsched.lifecycle import StopReason
 from hsched.model import EndReason, Job, JobSpec, JobState
 from hsched.sched.live import unsatisfiable
@@ -48,8 +48,11 @@ async def cancel(ctl: Controller, job_id: int) -> Job:
     now = ctl.clock.time()
     async with ctl.lock:
         job = await ctl.get(job_id)
-        if job.state.is_terminal() or (job.state is JobState.COMPLETING and job.reason == StopReason.CANCELLED):
-            return job
+        if job.state.is_terminal():
+            # as scancel: an ended job is not cancelled again, and saying so is a failure, not a success
+            raise HschedError(f"job {job_id} has already ended ({job.state.value}); nothing to cancel")
+        if job.state is JobState.COMPLETING and job.reason == StopReason.CANCELLED:
+            return job  # a cancel already under way
         if job.state is JobState.PENDING:
             job = await ctl.db(ctl.store.set_job, job_id, now, state=JobState.CANCELLED,
                                reason=EndReason.CANCELLED.value, end_time=now,

@@ -228,3 +228,19 @@ async def test_logs_of_a_run_that_does_not_exist_is_an_error(tmp_path: Path) -> 
         assert got["run"] == 1 and base64.b64decode(got["data"]) == b"hello\n"
         with pytest.raises(UserError, match="has no run 99 \\(its runs: 1\\)"):
             await api.op_logs({"id": job.id, "run": 99}, 0)
+
+
+async def test_cancel_of_an_ended_job_says_so_and_changes_nothing(tmp_path: Path) -> None:
+    from hsched.controller import commands
+    from hsched.errors import HschedError, UserError
+
+    async with Lab.open(tmp_path) as lab:
+        job = await lab.submit("python", "train.py")
+        await lab.round()
+        await lab.finish(job.id, 0)
+        await lab.round()
+        before = (await lab.job(job.id), await lab.events(job.id))
+        with pytest.raises(HschedError, match="already ended \\(COMPLETED\\); nothing to cancel") as err:
+            await commands.cancel(lab.ctl, job.id)
+        assert not isinstance(err.value, UserError)  # a refused operation (exit 1), not bad usage (exit 2)
+        assert (await lab.job(job.id), await lab.events(job.id)) == before
