@@ -66,12 +66,18 @@ async def cancel(ctl: Controller, job_id: int) -> Job:
     return job
 
 
+async def _running(ctl: Controller, job_id: int, what: str) -> Job:
+    """The job, which must be running to `what`; else a UserError saying what state it is in."""
+    job = await ctl.get(job_id)
+    if job.state is not JobState.RUNNING:
+        raise UserError(f"job {job_id} is {job.state.value}; only running jobs can {what}")
+    return job
+
+
 async def preempt(ctl: Controller, job_id: int) -> Job:
     """Preempt now: the checkpoint signal, the grace period, escalation; then back to PENDING."""
     async with ctl.lock:
-        job = await ctl.get(job_id)
-        if job.state is not JobState.RUNNING:
-            raise UserError(f"job {job_id} is {job.state.value}; only running jobs can be preempted")
+        job = await _running(ctl, job_id, "be preempted")
         ck = job.spec.checkpoint_signal
         job = await begin_stop(ctl, job, StopReason.PREEMPTED,
                                f"preempted by the user: SIG{ck.signal}, {ck.grace_s:g} s to checkpoint")
@@ -82,9 +88,7 @@ async def preempt(ctl: Controller, job_id: int) -> Job:
 async def checkpoint(ctl: Controller, job_id: int) -> Job:
     """Send the job's checkpoint signal without stopping it."""
     async with ctl.lock:
-        job = await ctl.get(job_id)
-        if job.state is not JobState.RUNNING:
-            raise UserError(f"job {job_id} is {job.state.value}; only running jobs can checkpoint")
+        job = await _running(ctl, job_id, "checkpoint")
         sig = job.spec.checkpoint_signal.signal
         await ctl.signal_job(job_id, sig)
         await ctl.event("checkpoint", f"SIG{sig} sent (checkpoint, keep running)", job_id=job_id)

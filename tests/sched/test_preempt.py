@@ -278,11 +278,9 @@ def simulated_preemptions(checkpointable: bool, monkeypatch: pytest.MonkeyPatch)
     return seen
 
 
-@pytest.mark.parametrize("checkpointable", [False, True])
-def test_the_live_controller_and_the_simulator_make_the_same_preemptions(
-        checkpointable: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    # one function decides them both: count its calls from each side
-    assert live.Victims is core_round.Victims is Victims
+@pytest.fixture
+def victim_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts the calls of the one victim choice (`Victims.choose`), from whichever side makes them."""
     calls = {"n": 0}
     choose = Victims.choose
 
@@ -291,6 +289,15 @@ def test_the_live_controller_and_the_simulator_make_the_same_preemptions(
         return choose(self, *a, **kw)
 
     monkeypatch.setattr(Victims, "choose", counted)
+    return calls
+
+
+@pytest.mark.parametrize("checkpointable", [False, True])
+def test_the_live_controller_and_the_simulator_make_the_same_preemptions(
+        checkpointable: bool, monkeypatch: pytest.MonkeyPatch, victim_calls: dict[str, int]) -> None:
+    # one function decides them both: count its calls from each side
+    assert live.Victims is core_round.Victims is Victims
+    calls = victim_calls
     lived = live_preemptions()
     from_live = calls["n"]
     simulated = simulated_preemptions(checkpointable, monkeypatch)
@@ -301,20 +308,14 @@ def test_the_live_controller_and_the_simulator_make_the_same_preemptions(
     assert simulated == expected
 
 
-def test_the_controller_in_process_preempts_as_the_simulator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_controller_in_process_preempts_as_the_simulator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             victim_calls: dict[str, int]) -> None:
     """The real controller (hsched.testing.Lab: its rounds, store and stop protocol over fake nodes, the
     canned fleet being the two nodes above) records the preemptions the simulator makes."""
     from hsched.model import JobState
     from hsched.testing import Lab
 
-    calls = {"n": 0}
-    choose = Victims.choose
-
-    def counted(self: Victims, *a: Any, **kw: Any) -> Preempt | None:
-        calls["n"] += 1
-        return choose(self, *a, **kw)
-
-    monkeypatch.setattr(Victims, "choose", counted)
+    calls = victim_calls
 
     async def drive() -> list[tuple[float, str, list[int]]]:
         out: list[tuple[float, str, list[int]]] = []
