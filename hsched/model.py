@@ -64,6 +64,12 @@ class EndReason(enum.StrEnum):
     LAUNCH_FAILED = "launch_failed"
     RANK_FAILED = "rank_failed"
     """Another rank of the gang failed, so this one was stopped."""
+    OOM = "oom"
+    """The run went over its memory limit (`--mem`) and the kernel killed it."""
+    MAX_RESTARTS = "max_restarts"
+    """The job checkpointed (or was requeued) more than `max_restarts` times."""
+    RETRY_BACKOFF = "BeginTime"
+    """A pending job waits out its retry backoff (squeue's BeginTime)."""
     # reasons a pending job waits, as squeue shows them
     RESOURCES = "Resources"
     PRIORITY = "Priority"
@@ -100,7 +106,11 @@ LIVE_RUN_STATES = frozenset({RunState.LAUNCHING, RunState.RUNNING, RunState.STOP
 
 
 class NodeState(enum.StrEnum):
+    PROBING = "PROBING"
+    """Its first probe has not answered yet: known by name only, nothing is placed there."""
     UP = "UP"
+    UNHEALTHY = "UNHEALTHY"
+    """Answers, but its probe timed out or failed (e.g. a hung nvidia-smi); nothing new is placed there."""
     UNREACHABLE = "UNREACHABLE"
     DOWN = "DOWN"
     DRAINED = "DRAINED"
@@ -190,9 +200,11 @@ class CheckpointSignal:
 
     signal: str = "TERM"
     grace_s: float = 30.0
+    batch_only: bool = False
+    """`B:USR1@60` (sbatch): only the batch shell (the run's main process) gets it; else every process."""
 
     def __str__(self) -> str:
-        return f"{self.signal}@{self.grace_s:g}"
+        return f"{'B:' if self.batch_only else ''}{self.signal}@{self.grace_s:g}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +279,21 @@ class RunReport:
     exit_code: int | None = None
     signal: int | None = None
     handle: RunHandle | None = None
+    end_time: float | None = None
+    """The node's clock when the run ended (its exit record), not when anyone noticed."""
+    oom: bool = False
+    """The kernel's OOM killer killed a process of the run (its cgroup's memory limit)."""
+    gpu_left: tuple[GpuHolder, ...] = ()
+    """Processes still using the run's GPUs after every process of the run was gone: not ours to kill."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuHolder:
+    """A process that holds a GPU (nvidia-smi --query-compute-apps)."""
+
+    uuid: str
+    pid: int
+    name: str = ""
 
 
 @dataclass(frozen=True, slots=True)
