@@ -37,6 +37,9 @@ class NodeRuntime:
     """Device UUID -> deque of (time, utilization %, memory used MiB)."""
     foreign: dict[str, Any] = field(default_factory=dict)
     """Device UUID -> a GPU process there that no hsched run owns."""
+    gpu_processes: dict[str, list[dict[str, Any]]] | None = None
+    """Device UUID -> every process on it, from the last monitoring sample; None until a sample listed the
+    node's GPU processes (a node without NVML or nvidia-smi never does). Dirty GPUs are cleared from it."""
     host_load: dict[str, Any] = field(default_factory=dict)
     rebooted: bool = False
 

@@ -64,6 +64,12 @@ def record_sample(rt: NodeRuntime, sample: dict[str, Any], now: float) -> None:
     # GPU processes no hsched run owns make their device busy: we never hand out a GPU someone else uses
     rt.foreign = {p["uuid"]: p for p in sample.get("processes") or []
                   if p.get("uuid") and p.get("job_run_dir") is None and p.get("run_dir") is None}
+    if sample.get("processes") is not None and (sample.get("gpus") or {}).get("source"):
+        by_uuid: dict[str, list[dict[str, Any]]] = {}
+        for p in sample["processes"]:
+            if p.get("uuid"):
+                by_uuid.setdefault(p["uuid"], []).append(p)
+        rt.gpu_processes = by_uuid
     rt.host_load = {"cpu": sample.get("cpu"), "memory": sample.get("memory")}
     if rt.boot_id and sample.get("boot_id") and sample["boot_id"] != rt.boot_id:
         rt.rebooted = True
