@@ -39,6 +39,16 @@ class LaunchRequest:
     """Start from the helper's own environment (local runs) rather than a bare PATH (remote runs)."""
     cpus: tuple[int, ...] = ()
     """Pin the run to these CPU cores (those local to its GPUs); empty: no pinning."""
+    memory_mib: int | None = None
+    """The run's memory limit (its cgroup's), where the node has cgroups; going over it is an OOM kill."""
+    cpu_limit: float | None = None
+    """CPU cores' worth of time the run may use (its cgroup's CPU quota)."""
+    devices: tuple[str, ...] = ()
+    """The run's GPU UUIDs: once its processes are gone, the node checks nothing else still uses them."""
+    checkpoint_exit_code: int | None = None
+    """A descendant exiting with this after a stop signal is the run's exit code (a trainer behind bash)."""
+    stop_grace_s: float = 30.0
+    """After a stop signal, how long the run's remaining processes may take to finish on their own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +94,12 @@ class Executor(Protocol):
         128 + N and `signal` N for a run killed by signal N) or LOST (gone without an exit code)."""
         ...
 
-    async def signal(self, handle: RunHandle, signal: str, *, all_processes: bool = False) -> bool:
+    async def signal(self, handle: RunHandle, signal: str, *, all_processes: bool = False,
+                     batch_only: bool = False) -> bool:
         """Send `signal` ('TERM', 'KILL', 'USR1'...) to the run's process group; with `all_processes` also to
-        every process that carries the run's marker (children that left the group). False if the run is not
-        running; HelperError for a signal name the node does not know."""
+        every process of the run (its cgroup, and every process that carries the run's marker: children that
+        left the group); with `batch_only` to the run's main process alone (sbatch's `B:`). False if the run
+        is not running; HelperError for a signal name the node does not know."""
         ...
 
     async def read_log(self, run_dir: str, offset: int, max_bytes: int = 1 << 20) -> bytes:

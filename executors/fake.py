@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hsched.errors import ExecutorError, HelperError, NodeUnreachable, TransferError
-from hsched.model import RunHandle, RunReport, RunStatus
+from hsched.model import GpuHolder, RunHandle, RunReport, RunStatus
 
 from . import _files
 from ._contact import recorded
@@ -43,7 +43,13 @@ class FakeRun:
     """Every signal sent while it ran, in order."""
     signalled_all: list[str] = field(default_factory=list)
     """The signals sent with all_processes=True."""
+    signalled_batch: list[str] = field(default_factory=list)
+    """The signals sent with batch_only=True (to the batch shell alone)."""
     log: bytes = b""
+    end_time: float | None = None
+    """The node's record of when it ended (`finish(..., end_time=)`); None: the report carries none."""
+    oom: bool = False
+    gpu_left: tuple[GpuHolder, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,11 +136,13 @@ class FakeExecutor:
                 out.append(RunReport(RunStatus.RUNNING, handle=run.handle))
             else:
                 sig = run.exit_code - 128 if run.exit_code > 128 else None
-                out.append(RunReport(RunStatus.EXITED, exit_code=run.exit_code, signal=sig, handle=run.handle))
+                out.append(RunReport(RunStatus.EXITED, exit_code=run.exit_code, signal=sig, handle=run.handle,
+                                     end_time=run.end_time, oom=run.oom, gpu_left=run.gpu_left))
         return out
 
     @recorded
-    async def signal(self, handle: RunHandle, signal: str, *, all_processes: bool = False) -> bool:
+    async def signal(self, handle: RunHandle, signal: str, *, all_processes: bool = False,
+                     batch_only: bool = False) -> bool:
         self._check("signal")
         name = signal.upper().removeprefix("SIG")
         if not hasattr(signals, f"SIG{name}"):
@@ -145,6 +153,8 @@ class FakeExecutor:
         run.signals.append(name)
         if all_processes:
             run.signalled_all.append(name)
+        if batch_only:
+            run.signalled_batch.append(name)
         if name in self.exit_on_signal:
             run.exit_code = self.exit_on_signal[name]
         return True
@@ -230,8 +240,12 @@ class FakeExecutor:
 
     # -- for tests
 
-    def finish(self, run_dir: str, exit_code: int = 0) -> None:
-        self.runs[run_dir].exit_code = exit_code
+    def finish(self, run_dir: str, exit_code: int = 0, *, end_time: float | None = None, oom: bool = False,
+               gpu_left: Sequence[GpuHolder] = ()) -> None:
+        """The run ends: the next status() reports `exit_code`, and the exit record's `end_time`, `oom` and
+        the processes still on its GPUs (`gpu_left`) as the node helper would."""
+        run = self.runs[run_dir]
+        run.exit_code, run.end_time, run.oom, run.gpu_left = exit_code, end_time, oom, tuple(gpu_left)
 
     def write_log(self, run_dir: str, data: bytes) -> None:
         """Append to a run's output log."""

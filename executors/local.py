@@ -241,9 +241,11 @@ class LocalExecutor:
         return [report_from_dict(r) for r in reply["runs"]]
 
     @recorded
-    async def signal(self, handle: RunHandle, signal: str, *, all_processes: bool = False) -> bool:
+    async def signal(self, handle: RunHandle, signal: str, *, all_processes: bool = False,
+                     batch_only: bool = False) -> bool:
         reply = await self._call("signal", {"handle": handle_to_dict(handle), "signal": signal,
-                                            "all_processes": all_processes})
+                                            "all_processes": all_processes,
+                                              "batch_only": batch_only})
         return bool(reply.get("sent"))
 
     @recorded
