@@ -124,8 +124,13 @@ _UNCATCHABLE = frozenset({"KILL", "STOP"})
 
 
 def parse_checkpoint_signal(text: str) -> CheckpointSignal:
-    """'USR1@60' (signal and grace seconds), 'USR1' (default grace) or '@60'."""
-    sig, _, grace = str(text).partition("@")
+    """'USR1@60' (signal and grace seconds), 'USR1' (default grace), '@60', or sbatch's 'B:USR1@60' (only the
+    batch shell, the run's main process, gets it; without B: every process of the run does)."""
+    text = str(text)
+    batch_only = text[:2].upper() == "B:"
+    if batch_only:
+        text = text[2:]
+    sig, _, grace = text.partition("@")
     name = parse_signal_name(sig) if sig.strip() else "TERM"
     if name in _UNCATCHABLE:
         # the job must be able to act on it: SIGKILL and SIGSTOP never reach its handler
@@ -138,7 +143,7 @@ def parse_checkpoint_signal(text: str) -> CheckpointSignal:
             raise ValueError("SIGNAL@SECONDS such as USR1@60") from None
         if grace_s < 0:
             raise ValueError("SIGNAL@SECONDS with SECONDS >= 0")
-    return CheckpointSignal(signal=name, grace_s=grace_s)
+    return CheckpointSignal(signal=name, grace_s=grace_s, batch_only=batch_only)
 
 
 # ------------------------------------------------------------------------------------------- validation
@@ -212,8 +217,10 @@ def _converted(p: Problems, key: str, v: Any, fn: Callable[[Any], Any]) -> Any:
 
 _JOB_KEYS = frozenset(
     {"name", "command", "workdir", "env", "resources", "qos", "priority", "checkpoint_signal", "time",
-     "time_limit", "hold", "signal"}
+     "time_limit", "hold", "signal", "retries"}
 )
+MAX_NAME_BYTES = 256
+MAX_RETRIES = 100
 _RES_KEYS = frozenset({"gpus", "gpu_types", "gpu_memory", "cpus", "memory", "nodes", "interconnect",
                        "tasks_per_node"})
 
@@ -224,6 +231,10 @@ def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple
     p = Problems(source)
     check_keys(p, data, _JOB_KEYS, "")
     name = _str(p, "name", data.get("name", "")) or ""
+    if name:
+        why = name_problem(name)
+        if why:
+            p.add("name", why)
     command: tuple[str, ...] = ()
     raw_cmd = data.get("command")
     if raw_cmd is None:
@@ -238,9 +249,16 @@ def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple
         command = tuple(raw_cmd)
     else:
         p.expected("command", "a non-empty list of strings (argv)", raw_cmd)
+    for i, arg in enumerate(command):
+        if "\0" in arg:
+            # execve cannot pass it: the launch would fail on the node long after the submit said yes
+            p.add(f"command[{i}]", "contains a NUL character, which no program can receive; remove it")
     workdir = data.get("workdir")
     if workdir is not None:
         workdir = _str(p, "workdir", workdir, nonempty=True)
+        if workdir is not None and "\0" in workdir:
+            p.add("workdir", "contains a NUL character; give a folder path")
+            workdir = None
     env: list[tuple[str, str]] = []
     raw_env = data.get("env", {})
     if not isinstance(raw_env, dict):
@@ -251,6 +269,8 @@ def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple
                 p.add(f"env.{k}", "expected an environment variable name (letters, digits, _)")
             elif not isinstance(v, str | int | float) or isinstance(v, bool):
                 p.expected(f"env.{k}", "a string", v)
+            elif "\0" in str(v):
+                p.add(f"env.{k}", "contains a NUL character, which an environment cannot hold; remove it")
             else:
                 env.append((k, str(v)))
     resources = _resources(p, data.get("resources", {}))
@@ -275,11 +295,29 @@ def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple
     if not isinstance(hold, bool):
         p.expected("hold", "true or false", hold)
         hold = False
+    retries = None
+    if "retries" in data:
+        retries = _int(p, "retries", data["retries"], minimum=0)
+        if retries is not None and retries > MAX_RETRIES:
+            p.expected("retries", f"an integer from 0 to {MAX_RETRIES}", retries)
+            retries = None
     p.raise_if_any()
     return JobSpec(
         command=command, name=name, workdir=workdir, env=tuple(env), resources=resources, qos=qos,
         priority=priority, checkpoint_signal=ck, time_limit_s=time_limit, warn_signal=warn, hold=hold,
+        retries=retries,
     )
+
+
+def name_problem(name: str) -> str | None:
+    """Why a job name cannot be used, or None. Names are printed in tables and terminals: printable characters
+    only (no newline, NUL or terminal escape sequences that would rewrite someone's screen), 256 bytes at most."""
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        return f"longer than {MAX_NAME_BYTES} bytes; shorten it"
+    bad = next((c for c in name if not c.isprintable()), None)
+    if bad is not None:
+        return f"contains the unprintable character {bad!r}; use printable characters only"
+    return None
 
 
 def _resources(p: Problems, raw: Any) -> Resources:
@@ -503,6 +541,14 @@ class Settings:
     lease_s: float = 300.0
     heartbeat_timeout_s: float = 15.0
     max_restarts: int = 3
+    """Checkpoint exits a job may make on its own before it ends FAILED (reason max_restarts)."""
+    retries: int = 0
+    """Retries of a failed run (nonzero exit, lost) for jobs whose spec does not say (`--retries`)."""
+    fatal_exit_codes: tuple[int, ...] = (126, 127)
+    """Exit codes never retried (126: cannot execute, 127: command not found)."""
+    retry_backoff_s: float = 10.0
+    """The first retry waits this long; each next one twice as long, up to retry_backoff_max_s."""
+    retry_backoff_max_s: float = 360.0
     kill_after_s: float = 10.0
     """After a cancel's SIGTERM, how long before SIGKILL."""
     monitor_interval_s: float = 1.0
@@ -519,7 +565,7 @@ class Settings:
 
 
 _SETTINGS_FLOATS = ("poll_interval_s", "probe_interval_s", "lease_s", "heartbeat_timeout_s", "kill_after_s",
-                    "monitor_interval_s")
+                    "monitor_interval_s", "retry_backoff_s", "retry_backoff_max_s")
 
 
 def load_settings(path: Path) -> Settings:
@@ -528,7 +574,7 @@ def load_settings(path: Path) -> Settings:
     data = read_toml(path)
     p = Problems(str(path))
     allowed = frozenset({*_SETTINGS_FLOATS, "checkpoint_exit_code", "max_restarts", "gpu_models", "qos",
-                         "default_qos", "policy"})
+                         "default_qos", "policy", "retries", "fatal_exit_codes"})
     check_keys(p, data, allowed, "")
     kwargs: dict[str, Any] = {}
     for k in _SETTINGS_FLOATS:
@@ -538,11 +584,20 @@ def load_settings(path: Path) -> Settings:
                 p.expected(k, "a number of seconds > 0", v)
             else:
                 kwargs[k] = float(v)
-    for k in ("checkpoint_exit_code", "max_restarts"):
+    for k in ("checkpoint_exit_code", "max_restarts", "retries"):
         if k in data:
             v = _int(p, k, data[k], minimum=0)
             if v is not None:
                 kwargs[k] = v
+    if "fatal_exit_codes" in data:
+        codes = data["fatal_exit_codes"]
+        if not isinstance(codes, list) or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 255
+                                                  for c in codes):
+            p.expected("fatal_exit_codes", "a list of exit codes from 0 to 255 such as [126, 127]", codes)
+        elif 0 in codes or kwargs.get("checkpoint_exit_code", 85) in codes:
+            p.add("fatal_exit_codes", "cannot hold 0 or the checkpoint exit code: those are not failures")
+        else:
+            kwargs["fatal_exit_codes"] = tuple(codes)
     if "gpu_models" in data:
         if isinstance(data["gpu_models"], dict):
             kwargs["gpu_models"] = data["gpu_models"]

@@ -59,8 +59,11 @@ _STOP_EVENT = {
 class Step:
     at: float
     signal: str
-    all_processes: bool
-    """True: every process of the run (the process group and whatever escaped it), not just its leader."""
+    all_processes: bool = True
+    """Every process of the run (its cgroup, process group and whatever escaped them): a trainer started by
+    `bash -c` gets the checkpoint signal too, as with Slurm's scancel --signal."""
+    batch_only: bool = False
+    """Only the run's main process (sbatch's `--signal B:USR1@60`): the batch shell relays it itself."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,16 +86,16 @@ def plan_for(job: Job, reason: StopReason, now: float, kill_after_s: float) -> S
     """The signals that stop `job` for `reason`, starting `now`."""
     ck = job.spec.checkpoint_signal
     if reason in (StopReason.PREEMPTED, StopReason.TIMEOUT):
-        steps = [Step(now, ck.signal, False)]
+        steps = [Step(now, ck.signal, not ck.batch_only, ck.batch_only)]
         if ck.signal != "TERM":
-            steps.append(Step(now + ck.grace_s, "TERM", False))
-            steps.append(Step(now + ck.grace_s + KILL_AFTER_TERM_S, "KILL", True))
+            steps.append(Step(now + ck.grace_s, "TERM"))
+            steps.append(Step(now + ck.grace_s + KILL_AFTER_TERM_S, "KILL"))
         else:
-            steps.append(Step(now + ck.grace_s, "KILL", True))
+            steps.append(Step(now + ck.grace_s, "KILL"))
     elif reason is StopReason.RANK_FAILED:
-        steps = [Step(now, "TERM", False), Step(now + GANG_KILL_S, "KILL", True)]
+        steps = [Step(now, "TERM"), Step(now + GANG_KILL_S, "KILL")]
     else:
-        steps = [Step(now, "TERM", False), Step(now + kill_after_s, "KILL", True)]
+        steps = [Step(now, "TERM"), Step(now + kill_after_s, "KILL")]
     return StopPlan(reason=reason, steps=tuple(steps), decided_at=now)
 
 
@@ -104,13 +107,35 @@ def resumed_plan(job: Job, now: float, kill_after_s: float) -> StopPlan:
     except ValueError:
         reason = StopReason.CANCELLED
     plan = plan_for(job, reason, now, kill_after_s)
-    rest = tuple(Step(now, s.signal, s.all_processes) for s in plan.steps[1:])
+    rest = tuple(Step(now, s.signal, s.all_processes, s.batch_only) for s in plan.steps[1:])
     return StopPlan(reason, rest or plan.steps, now)
 
 
 def failed(exit_code: int | None, lost: bool, checkpoint_exit_code: int) -> bool:
     """A run's end that dooms its attempt: lost, or an exit code that is neither success nor 'checkpointed'."""
     return lost or exit_code not in (0, checkpoint_exit_code)
+
+
+@dataclass(frozen=True, slots=True)
+class EndRules:
+    """The settings that decide what a job becomes when its attempt ends (from hsched.config.Settings)."""
+
+    checkpoint_exit_code: int = 85
+    retries: int = 0
+    """Retries of a job that does not say (`retries` in its spec)."""
+    fatal_exit_codes: frozenset[int] = frozenset({126, 127})
+    """Exit codes no retry can fix (126: not executable, 127: command not found): FAILED at once."""
+    max_restarts: int = 3
+    """Checkpoint exits the job may make on its own; one more and it ends FAILED (max_restarts)."""
+    backoff_s: float = 10.0
+    backoff_max_s: float = 360.0
+
+    def retries_for(self, job: Job) -> int:
+        return self.retries if job.spec.retries is None else job.spec.retries
+
+    def backoff(self, failures: int) -> float:
+        """Seconds before retry number `failures + 1`: 10, 20, 40 ... up to the cap (as Kubernetes' restarts)."""
+        return min(self.backoff_max_s, self.backoff_s * 2.0 ** min(failures, 30))
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,18 +146,25 @@ class Outcome:
     reason: EndReason
     exit_code: int | None
     event: str
-    """The event's kind (ended, preempted, requeued, lost)."""
+    """The event's kind (ended, preempted, requeued, retry, lost)."""
     message: str
+    failures: int = 0
+    """Retries used after this outcome."""
+    checkpoints: int = 0
+    """Checkpoint exits of its own after this outcome."""
+    begin_time: float | None = None
+    """A retry waits until then."""
 
     @property
     def requeued(self) -> bool:
         return self.state is JobState.PENDING
 
     def job_fields(self, job: Job, now: float) -> dict[str, Any]:
-        """The job's columns to write, in the same transaction as its last run's end."""
-        fields: dict[str, Any] = {"state": self.state, "reason": self.reason.value, "exit_code": self.exit_code}
+        """The job's columns to write, in the same transaction as its last run's end (`now`: when it ended)."""
+        fields: dict[str, Any] = {"state": self.state, "reason": self.reason.value, "exit_code": self.exit_code,
+                                  "failures": self.failures, "checkpoints": self.checkpoints}
         if self.requeued:
-            fields.update(restarts=job.restarts + 1, placement=(), end_time=None)
+            fields.update(restarts=job.restarts + 1, placement=(), end_time=None, begin_time=self.begin_time)
         else:
             fields["end_time"] = now
         return fields
@@ -160,41 +192,71 @@ def ended_run_state(exit_code: int | None, lost: bool) -> RunState:
     return RunState.COMPLETED if exit_code == 0 else RunState.EXITED
 
 
-def settle(job: Job, ended: list[tuple[int | None, bool]], checkpoint_exit_code: int) -> Outcome:
+def settle(job: Job, ended: list[tuple[int | None, bool]], rules: EndRules, now: float = 0.0, *,
+           oom: bool = False) -> Outcome:
     """The job's next state from why it was stopping and how its runs ended.
 
     `ended`: (exit code, lost) of every run of the attempt, in the order they ended: a gang's first failure
-    is its cause, the rest were stopped because of it.
+    is its cause, the rest were stopped because of it. `now`: when the attempt ended (a retry's backoff
+    counts from then). `oom`: the kernel's OOM killer killed a process of the attempt.
+
+    Retries: a failure (an exit code other than 0 and the checkpoint code, or a lost run) is retried while the
+    job has retries left, after a backoff; a fatal exit code fails at once; preemption, node loss and
+    checkpoint exits never use a retry. A job that checkpoints on its own more than `max_restarts` times
+    fails with reason max_restarts (a job that exits 85 in a loop must not be requeued for ever).
     """
     codes = [c for c, _ in ended]
     any_lost = any(lost for _, lost in ended)
-    ck = checkpoint_exit_code
+    ck = rules.checkpoint_exit_code
     bad = [c for c, lost in ended if not lost and c not in (0, ck)]
     code = bad[0] if bad else next((c for c in codes if c is not None), None)
     restarts = job.restarts + 1
+    kept = {"failures": job.failures, "checkpoints": job.checkpoints}
     stopping = job.reason if job.state in (JobState.PREEMPTING, JobState.COMPLETING) else ""
     if stopping == StopReason.CANCELLED:
-        return Outcome(JobState.CANCELLED, EndReason.CANCELLED, code, "ended", f"cancelled (exit code {code})")
+        return Outcome(JobState.CANCELLED, EndReason.CANCELLED, code, "ended", f"cancelled (exit code {code})",
+                       **kept)
     if stopping == StopReason.TIMEOUT:
-        return Outcome(JobState.TIMEOUT, EndReason.TIMEOUT, code, "ended", f"time limit reached (exit code {code})")
+        return Outcome(JobState.TIMEOUT, EndReason.TIMEOUT, code, "ended", f"time limit reached (exit code {code})",
+                       **kept)
     if stopping == StopReason.PREEMPTED:
         if all(c == 0 for c in codes) and not any_lost:
-            return Outcome(JobState.COMPLETED, EndReason.COMPLETED, 0, "ended", "completed while being preempted")
+            return Outcome(JobState.COMPLETED, EndReason.COMPLETED, 0, "ended", "completed while being preempted",
+                           **kept)
         return Outcome(JobState.PENDING, EndReason.PREEMPTED, code, "preempted",
-                       f"preempted (exit code {code}); requeued, restarts {restarts}")
-    if bad:
-        if stopping == StopReason.RANK_FAILED:
-            reason = EndReason.RANK_FAILED
+                       f"preempted (exit code {code}); requeued, restarts {restarts}", **kept)
+    if bad or any_lost:
+        if bad:
+            if oom:
+                reason = EndReason.OOM
+            elif stopping == StopReason.RANK_FAILED:
+                reason = EndReason.RANK_FAILED
+            else:
+                reason = EndReason.SIGNALED if (bad[0] or 0) >= 128 else EndReason.NONZERO_EXIT
+            state, what = JobState.FAILED, ("out of memory: killed by the kernel" if oom
+                                            else f"failed (exit code {bad[0]})")
         else:
-            reason = EndReason.SIGNALED if (bad[0] or 0) >= 128 else EndReason.NONZERO_EXIT
-        return Outcome(JobState.FAILED, reason, bad[0], "ended", f"failed (exit code {bad[0]})")
-    if any_lost:
-        return Outcome(JobState.LOST, EndReason.LOST, None, "lost",
-                       "run lost: the process is gone and left no exit code")
+            reason, state, what = EndReason.LOST, JobState.LOST, "run lost: the process is gone and left no exit code"
+        budget = rules.retries_for(job)
+        if bad and bad[0] in rules.fatal_exit_codes:
+            return Outcome(state, reason, code, "ended",
+                           f"{what}; exit code {bad[0]} is fatal (settings fatal_exit_codes): not retried", **kept)
+        if job.failures < budget:
+            delay = rules.backoff(job.failures)
+            return Outcome(JobState.PENDING, EndReason.RETRY_BACKOFF, code, "retry",
+                           f"{what}; retry {job.failures + 1} of {budget} in {delay:g} s",
+                           failures=job.failures + 1, checkpoints=job.checkpoints, begin_time=now + delay)
+        tail = f"; no retries left ({budget} used)" if budget else ""
+        return Outcome(state, reason, code, "lost" if state is JobState.LOST else "ended", what + tail, **kept)
     if ck in codes:
+        if job.checkpoints >= rules.max_restarts:
+            return Outcome(JobState.FAILED, EndReason.MAX_RESTARTS, code, "ended",
+                           f"exited with the checkpoint code {ck} for the {job.checkpoints + 1}th time: "
+                           f"over max_restarts ({rules.max_restarts})", **kept)
         return Outcome(JobState.PENDING, EndReason.CHECKPOINTED, code, "requeued",
-                       f"exited with the checkpoint code {ck}: requeued, restarts {restarts}")
-    return Outcome(JobState.COMPLETED, EndReason.COMPLETED, 0, "ended", "completed (exit code 0)")
+                       f"exited with the checkpoint code {ck}: requeued, restarts {restarts}",
+                       failures=job.failures, checkpoints=job.checkpoints + 1)
+    return Outcome(JobState.COMPLETED, EndReason.COMPLETED, 0, "ended", "completed (exit code 0)", **kept)
 
 
 def node_lost(job: Job) -> Outcome:
@@ -202,4 +264,5 @@ def node_lost(job: Job) -> Outcome:
     killed if the node returns), else settled as a lost run."""
     if job.state in (JobState.RUNNING, JobState.LAUNCHING, JobState.PREEMPTING):
         return Outcome(JobState.PENDING, EndReason.NODE_LOST, None, "node_lost", "requeued")
-    return settle(job, [(None, True)], checkpoint_exit_code=-1)  # a lost run has no exit code to compare
+    # a stop under way settles as it would have; otherwise lost for good (a stale copy has no retry to use)
+    return settle(job, [(None, True)], EndRules(retries=0))

@@ -221,6 +221,8 @@ class JobSpec:
     warn_signal: CheckpointSignal | None = None
     """`--signal USR1@60`: sent that many seconds before the time limit (sbatch's --signal)."""
     hold: bool = False
+    retries: int | None = None
+    """How often a failed run (nonzero exit, lost) is retried; None: the settings' default."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +248,14 @@ class Job:
     end_time: float | None = None
     exit_code: int | None = None
     restarts: int = 0
+    """Requeues of any kind (preempted, checkpointed, node lost, retried): the attempt number is this + 1."""
     placement: tuple[Placement, ...] = ()
+    failures: int = 0
+    """Retries used: runs that failed (nonzero exit, lost) and were retried."""
+    checkpoints: int = 0
+    """Times the job exited with the checkpoint code on its own (not asked to by a stop)."""
+    begin_time: float | None = None
+    """Not started before this time (a retry's backoff; squeue's BeginTime)."""
 
     @property
     def name(self) -> str:

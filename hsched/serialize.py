@@ -51,6 +51,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "time_limit_s": spec.time_limit_s,
         "warn_signal": str(spec.warn_signal) if spec.warn_signal else None,
         "hold": spec.hold,
+        "retries": spec.retries,
     }
 
 
@@ -58,8 +59,9 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
     r = d.get("resources", {})
 
     def signal_of(text: str) -> CheckpointSignal:
-        sig, _, grace = text.partition("@")
-        return CheckpointSignal(sig or "TERM", float(grace or 30))
+        batch_only = text.startswith("B:")
+        sig, _, grace = text.removeprefix("B:").partition("@")
+        return CheckpointSignal(sig or "TERM", float(grace or 30), batch_only)
 
     return JobSpec(
         command=tuple(d["command"]),
@@ -82,6 +84,7 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
         time_limit_s=d.get("time_limit_s"),
         warn_signal=signal_of(d["warn_signal"]) if d.get("warn_signal") else None,
         hold=bool(d.get("hold", False)),
+        retries=d.get("retries"),
     )
 
 
@@ -120,6 +123,9 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "end_time": iso(job.end_time),
         "exit_code": job.exit_code,
         "restarts": job.restarts,
+        "retries": s.retries,
+        "retries_used": job.failures,
+        "begin_time": iso(job.begin_time),
         "time_limit_s": s.time_limit_s,
         "checkpoint_signal": str(s.checkpoint_signal),
         "placement": [{"node": p.node, "devices": list(p.devices)} for p in job.placement],

@@ -117,6 +117,21 @@ _MIGRATIONS: list[tuple[str, ...]] = [
         "ALTER TABLE runs ADD COLUMN world INTEGER NOT NULL DEFAULT 1",
         "CREATE INDEX runs_job_attempt ON runs(job_id, attempt)",
     ),
+    # 3: retries (issue 12): retries used, checkpoint exits of its own, a retry's backoff; GPUs left dirty
+    (
+        "ALTER TABLE jobs ADD COLUMN failures INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE jobs ADD COLUMN checkpoints INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE jobs ADD COLUMN begin_time REAL",
+        """
+        CREATE TABLE dirty_devices (
+            uuid TEXT PRIMARY KEY,
+            node TEXT NOT NULL,
+            pids TEXT NOT NULL,
+            since REAL NOT NULL,
+            message TEXT NOT NULL
+        )
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -315,11 +330,12 @@ class Store:
 
     def end_run(self, run: Run, now: float, *, run_state: RunState, exit_code: int | None, reason: str,
                 job_fields: dict[str, Any] | None, event: tuple[str, str] | None,
-                event_data: dict[str, Any] | None = None) -> None:
-        """A run ended: record it, and (for the attempt's last run) the job's next state, together."""
+                event_data: dict[str, Any] | None = None, ended_at: float | None = None) -> None:
+        """A run ended: record it, and (for the attempt's last run) the job's next state, together. `ended_at`:
+        when it ended by the node's exit record (the run's end time); `now`: when the controller learnt it."""
         with self.tx() as db:
             db.execute("UPDATE runs SET state = ?, end_time = ?, exit_code = ?, reason = ? WHERE id = ?",
-                       (run_state, now, exit_code, reason, run.id))
+                       (run_state, now if ended_at is None else ended_at, exit_code, reason, run.id))
             if job_fields:
                 self._set_job(db, run.job_id, job_fields)
             if event:
@@ -363,6 +379,30 @@ class Store:
 
     # ------------------------------------------------------------------------------------------- nodes
 
+    # ------------------------------------------------------------------------------------- dirty GPUs
+
+    def dirty_devices(self) -> dict[str, tuple[str, tuple[int, ...], str]]:
+        """GPU UUID -> (node, pids, message): GPUs a process outside any live run still used when a run on
+        them ended. They are handed out again only once clean (as Slurm drains a node on an unkillable step)."""
+        rows = self.db.execute("SELECT uuid, node, pids, message FROM dirty_devices").fetchall()
+        return {r["uuid"]: (r["node"], tuple(json.loads(r["pids"])), r["message"]) for r in rows}
+
+    def mark_dirty(self, node: str, uuid: str, pids: Sequence[int], message: str, now: float,
+                   job_id: int | None = None) -> None:
+        with self.tx() as db:
+            db.execute("INSERT OR REPLACE INTO dirty_devices(uuid, node, pids, since, message) VALUES (?,?,?,?,?)",
+                       (uuid, node, json.dumps(list(pids)), now, message))
+            self._event(db, now, "gpu_dirty", message, job_id=job_id, node=node,
+                        data={"uuid": uuid, "pids": list(pids)})
+
+    def clear_dirty(self, uuid: str, message: str, now: float) -> None:
+        with self.tx() as db:
+            row = db.execute("SELECT node FROM dirty_devices WHERE uuid = ?", (uuid,)).fetchone()
+            if row is None:
+                return
+            db.execute("DELETE FROM dirty_devices WHERE uuid = ?", (uuid,))
+            self._event(db, now, "gpu_clean", message, node=row["node"], data={"uuid": uuid})
+
     def node_admin(self) -> dict[str, tuple[NodeState, str]]:
         return {r["name"]: (NodeState(r["admin_state"]), r["admin_reason"])
                 for r in self.db.execute("SELECT * FROM nodes")}
@@ -392,6 +432,9 @@ def job_from_row(row: sqlite3.Row) -> Job:
         exit_code=row["exit_code"],
         restarts=row["restarts"],
         placement=placement_from_list(json.loads(row["placement"])),
+        failures=row["failures"],
+        checkpoints=row["checkpoints"],
+        begin_time=row["begin_time"],
     )
 
 

@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hsched.config import FleetConfig, NodeConfig, Settings, SimulatedDevices
+from hsched.config import FleetConfig, NodeConfig, Settings, SimulatedDevices, parse_checkpoint_signal
 from hsched.controller import commands
 from hsched.controller.core import Controller
 from hsched.controller.fleet import build_fleet
 from hsched.controller.health import check_health, probe_all, record_sample
 from hsched.controller.loops import one_round
 from hsched.executors.fake import FakeExecutor, FakeRun
-from hsched.model import CheckpointSignal, Job, JobSpec, Resources, Run
+from hsched.model import GpuHolder, Job, JobSpec, Resources, Run
 from hsched.paths import Home
 from hsched.store import Store
 
@@ -109,11 +109,13 @@ class Lab:
     @classmethod
     @asynccontextmanager
     async def open(cls, root: Path, *, nodes: Sequence[CannedNode] = CANNED_FLEET,
-                   settings: Settings | None = None) -> AsyncIterator[Lab]:
+                   settings: Settings | None = None, clock: FakeClock | None = None) -> AsyncIterator[Lab]:
+        """A controller over `root`'s store: open it again on the same `root` (and `clock`, so time goes on)
+        for what a restarted controller finds."""
         home = Home(root / "home")
         home.ensure()
         cfg = canned_fleet(nodes)
-        clock = FakeClock()
+        clock = clock or FakeClock()
         # the nodes' own record of contact runs on the same clock as the controller's heartbeat check
         executors = {n.name: FakeExecutor(cpus=n.cpus, name=n.name, clock=clock.time) for n in nodes}
         # the fleet as the daemon builds it (simulated devices, links), over the fake transports
@@ -138,7 +140,9 @@ class Lab:
         now = self.clock.time()
         for name, ex in self.executors.items():
             if not ex.unreachable:
-                sample = {"seq": 0, "node": name, "boot_id": ex.boot_id, "gpus": {"devices": []}, "processes": []}
+                # the fake's GPU processes (its `processes` knob), as a node with nvidia-smi lists them
+                sample = {"seq": 0, "node": name, "boot_id": ex.boot_id, "gpus": {"source": "fake", "devices": []},
+                          "processes": [dict(p) for p in ex.processes]}
                 record_sample(self.ctl.nodes[name], sample, now)
         await check_health(self.ctl)
 
@@ -163,16 +167,14 @@ class Lab:
 
     async def submit(self, *command: str, gpus: int = 1, nodes: int = 1, qos: str = "normal", priority: int = 0,
                      name: str = "", user: str = "alice", checkpoint_signal: str = "TERM@30",
-                     time_limit_s: float | None = None, warn: str | None = None, hold: bool = False) -> Job:
-        sig, _, grace = checkpoint_signal.partition("@")
-        warn_signal = None
-        if warn is not None:
-            w, _, g = warn.partition("@")
-            warn_signal = CheckpointSignal(w, float(g))
+                     time_limit_s: float | None = None, warn: str | None = None, hold: bool = False,
+                     retries: int | None = None, memory_mib: int | None = None, cpus: int | None = None) -> Job:
+        """`checkpoint_signal` and `warn` as the CLI takes them ("USR1@60", "B:USR1@60")."""
         spec = JobSpec(command=command or ("true",), name=name, qos=qos, priority=priority,
-                       resources=Resources(gpus=gpus, nodes=nodes),
-                       checkpoint_signal=CheckpointSignal(sig, float(grace)), time_limit_s=time_limit_s,
-                       warn_signal=warn_signal, hold=hold)
+                       resources=Resources(gpus=gpus, nodes=nodes, memory_mib=memory_mib, cpus=cpus),
+                       checkpoint_signal=parse_checkpoint_signal(checkpoint_signal), time_limit_s=time_limit_s,
+                       warn_signal=parse_checkpoint_signal(warn) if warn is not None else None, hold=hold,
+                       retries=retries)
         return await commands.submit(self.ctl, spec, user, None)
 
     async def job(self, job_id: int) -> Job:
@@ -190,11 +192,14 @@ class Lab:
                 out.append(ex.runs[run.run_dir])
         return out
 
-    async def finish(self, job_id: int, exit_code: int = 0, *, rank: int | None = None) -> None:
-        """The job's live runs (or one rank) exit with `exit_code`, as the node will report them."""
+    async def finish(self, job_id: int, exit_code: int = 0, *, rank: int | None = None,
+                     end_time: float | None = None, oom: bool = False, gpu_left: Sequence[GpuHolder] = ()) -> None:
+        """The job's live runs (or one rank) exit with `exit_code`, as the node will report them (with the exit
+        record's `end_time`, an OOM kill, processes left on the GPUs)."""
         for run in await self.runs(job_id):
             if run.state.is_live() and (rank is None or run.rank == rank):
-                self.executors[run.node].finish(run.run_dir, exit_code)
+                self.executors[run.node].finish(run.run_dir, exit_code, end_time=end_time, oom=oom,
+                                                gpu_left=gpu_left)
 
     async def events(self, job_id: int) -> list[str]:
         """The job's event kinds, in order."""

@@ -87,12 +87,21 @@ def register(app: typer.Typer) -> None:
         priority: int | None = typer.Option(None, "--priority", help="Priority inside the QoS class."),
         interconnect: str | None = typer.Option(None, "--interconnect", help="nvlink (required) or any."),
         cpus: int | None = typer.Option(None, "--cpus", "-c", min=1, help="CPUs."),
-        memory: str | None = typer.Option(None, "--memory", help="Host memory, e.g. 64G."),
-        checkpoint_signal: str | None = typer.Option(None, "--checkpoint-signal",
-                                                     help="SIG@SECONDS sent on preemption, e.g. USR1@60."),
+        memory: str | None = typer.Option(None, "--memory", "--mem",
+                                          help="Host memory per node, e.g. 64G (a cgroup limit where the node has "
+                                               "cgroups; going over it ends the job with reason oom)."),
+        checkpoint_signal: str | None = typer.Option(
+            None, "--checkpoint-signal",
+            help="SIG@SECONDS sent to every process of the job on preemption, e.g. USR1@60; B:USR1@60 sends it to "
+                 "the batch shell only."),
         time_limit: str | None = typer.Option(None, "--time", "-t", help="Time limit: 90, 1h30m or 01:30:00."),
-        warn_signal: str | None = typer.Option(None, "--signal",
-                                               help="SIG@SECONDS sent that long before the time limit."),
+        warn_signal: str | None = typer.Option(
+            None, "--signal", help="SIG@SECONDS sent that long before the time limit (B:SIG@SECONDS: the batch "
+                                   "shell only, as sbatch)."),
+        retries: int | None = typer.Option(
+            None, "--retries", min=0, max=100,
+            help="Retry a failed run (nonzero exit, lost) this many times, after 10 s, 20 s, 40 s ... "
+                 "(default: settings `retries`, 0). Preemption and node loss never use a retry."),
         workdir: str | None = typer.Option(
             None, "--workdir", "-D", help="Working folder (default: where you submit, on nodes that see it)."),
         env: list[str] = typer.Option(None, "--env", "-e", help="NAME=VALUE for the job (repeatable)."),
@@ -127,7 +136,7 @@ def register(app: typer.Typer) -> None:
             table["resources"] = res
         for key, value in (("name", name), ("qos", qos), ("priority", priority),
                            ("checkpoint_signal", checkpoint_signal), ("time", time_limit), ("workdir", workdir),
-                           ("signal", warn_signal)):
+                           ("signal", warn_signal), ("retries", retries)):
             if value is not None:
                 table[key] = value
         if hold:
@@ -204,6 +213,10 @@ def register(app: typer.Typer) -> None:
             ("resources", _resources_line(job["resources"])),
             ("submitted", job["submit_time"]), ("started", job["start_time"]), ("ended", job["end_time"]),
             ("exit code", job["exit_code"]), ("restarts", job["restarts"]),
+            ("retries used", f"{job.get('retries_used', 0)} of "
+                             f"{'the default' if job.get('retries') is None else job['retries']}"
+                             + (f", next not before {job['begin_time']}" if job.get("begin_time")
+                                and job["state"] == "PENDING" else "")),
             ("preemptions", _preemptions_line(job.get("preemptions") or {})),
             ("placement", _where(job) if job["placement"] else "-"),
             ("why there", job.get("placement_explanation") or "-"),

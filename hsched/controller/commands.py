@@ -10,7 +10,7 @@ import json
 from dataclasses import replace
 
 from hsched.controller.core import Controller
-from hsched.controller.stopping import begin_stop
+from hsched.controller.stopping import begin_stop, send
 from hsched.errors import HschedError, UserError
 from hsched.lifecycle import StopReason
 from hsched.model import EndReason, Job, JobSpec, JobState
@@ -89,9 +89,9 @@ async def checkpoint(ctl: Controller, job_id: int) -> Job:
     """Send the job's checkpoint signal without stopping it."""
     async with ctl.lock:
         job = await _running(ctl, job_id, "checkpoint")
-        sig = job.spec.checkpoint_signal.signal
-        await ctl.signal_job(job_id, sig)
-        await ctl.event("checkpoint", f"SIG{sig} sent (checkpoint, keep running)", job_id=job_id)
+        ck = job.spec.checkpoint_signal
+        await send(ctl, job_id, ck.signal, all_processes=not ck.batch_only, batch_only=ck.batch_only)
+        await ctl.event("checkpoint", f"SIG{ck.signal} sent (checkpoint, keep running)", job_id=job_id)
     await ctl.notify()
     return job
 

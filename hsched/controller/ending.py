@@ -11,27 +11,51 @@ import asyncio
 import logging
 from typing import Any
 
+from hsched.config import Settings
 from hsched.controller.checkpoints import path_on
 from hsched.controller.core import Controller
 from hsched.controller.stopping import begin_stop
 from hsched.errors import ExecutorError
-from hsched.lifecycle import StopReason, ended_run_state, failed, settle
-from hsched.model import EndReason, Job, JobState, Run, RunState
+from hsched.lifecycle import EndRules, StopReason, ended_run_state, failed, settle
+from hsched.model import EndReason, GpuHolder, Job, JobState, Run, RunState
 
 log = logging.getLogger("hsched.ending")
 
 
-async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_code: int | None, lost: bool) -> None:
-    """Record one run's end; if it was the attempt's last, settle the job. Call with ctl.lock held."""
+def end_rules(settings: Settings) -> EndRules:
+    return EndRules(checkpoint_exit_code=settings.checkpoint_exit_code, retries=settings.retries,
+                    fatal_exit_codes=frozenset(settings.fatal_exit_codes), max_restarts=settings.max_restarts,
+                    backoff_s=settings.retry_backoff_s, backoff_max_s=settings.retry_backoff_max_s)
+
+
+def true_end(run: Run, reported: float | None, now: float) -> float:
+    """When the run ended: the node's exit record, not the moment the controller noticed (which may be after a
+    downtime). Clamped to [start, now], so a node whose clock runs ahead or behind cannot put an end in the
+    future or before the start."""
+    if reported is None:
+        return now
+    return max(run.start_time or reported, min(reported, now))
+
+
+async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_code: int | None, lost: bool,
+                    ended_at: float | None = None, oom: bool = False, gpu_left: tuple[GpuHolder, ...] = ()) -> None:
+    """Record one run's end; if it was the attempt's last, settle the job. Call with ctl.lock held.
+    `ended_at`: the node's record of when it ended (else `now`); `oom`: the kernel killed it for memory;
+    `gpu_left`: processes still on its GPUs after all of the run's were gone (those GPUs become dirty)."""
+    end = true_end(run, ended_at, now)
+    if gpu_left:
+        await mark_dirty(ctl, job, run, gpu_left, now)
     runs = await ctl.db(ctl.store.attempt_runs, job.id, run.attempt)
     others_live = [r for r in runs if r.id != run.id and r.state.is_live()]
     rank = f" rank {run.rank}" if run.world > 1 else ""
     what = "lost: the process is gone and left no exit code" if lost else f"exited with code {exit_code}"
-    reason = EndReason.LOST.value if lost else ""
+    if oom:
+        what += " (out of memory: killed by the kernel)"
+    reason = EndReason.LOST.value if lost else EndReason.OOM.value if oom else ""
     ck = ctl.settings.checkpoint_exit_code
     if others_live:
         await ctl.db(ctl.store.end_run, run, now, run_state=ended_run_state(exit_code, lost), exit_code=exit_code,
-                     reason=reason, job_fields=None, event=("rank_ended", f"run{rank} {what}"))
+                     reason=reason, job_fields=None, event=("rank_ended", f"run{rank} {what}"), ended_at=end)
         if failed(exit_code, lost, ck) and job.state in (JobState.RUNNING, JobState.LAUNCHING):
             await begin_stop(ctl, job, StopReason.RANK_FAILED,
                              f"rank {run.rank} {what}: stopping the other {len(others_live)} rank(s)")
@@ -39,18 +63,35 @@ async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_cod
     # in the order they ended: a gang's first failure is its cause, the rest were stopped because of it
     before = sorted((r for r in runs if r.id != run.id), key=lambda r: r.end_time or 0.0)
     ended = [(r.exit_code, r.state is RunState.LOST) for r in before] + [(exit_code, lost)]
-    outcome = settle(job, ended, ck)
+    oom_any = oom or any(r.reason == EndReason.OOM for r in before)
+    outcome = settle(job, ended, end_rules(ctl.settings), end, oom=oom_any)
     message = outcome.message
-    data = None
+    data: dict[str, Any] = {"end_time": end}
+    if outcome.begin_time is not None:
+        data["begin_time"] = outcome.begin_time
     if outcome.reason is EndReason.PREEMPTED:
-        data = await preemption_cost(ctl, job, runs, now)
+        data.update(await preemption_cost(ctl, job, runs, now))
         message += (f"; GPUs free {data['time_to_free_s']:.1f} s after the decision"
                     + (f", {data['lost_gpu_s']:.0f} GPU-s of work since the last checkpoint lost"
                        if data["lost_gpu_s"] is not None else ""))
     await ctl.db(ctl.store.end_run, run, now, run_state=outcome.run_state(exit_code, lost), exit_code=exit_code,
-                 reason=reason, job_fields=outcome.job_fields(job, now), event=(outcome.event, message),
-                 event_data=data)
+                 reason=reason, job_fields=outcome.job_fields(job, end), event=(outcome.event, message),
+                 event_data=data, ended_at=end)
     ctl.forget(job.id)
+
+
+async def mark_dirty(ctl: Controller, job: Job, run: Run, holders: tuple[GpuHolder, ...], now: float) -> None:
+    """GPUs of an ended run that a process outside it still uses: not handed out again until that process is
+    gone (hsched does not kill what it did not start; a person or the process's owner must)."""
+    by_uuid: dict[str, list[GpuHolder]] = {}
+    for h in holders:
+        by_uuid.setdefault(h.uuid, []).append(h)
+    for uuid, hs in by_uuid.items():
+        who = ", ".join(f"pid {h.pid}" + (f" ({h.name})" if h.name else "") for h in hs)
+        msg = (f"GPU {uuid} on {run.node} is still used by {who} after job {job.id}'s run ended: "
+               "not scheduled until that process is gone")
+        log.warning("%s", msg)
+        await ctl.db(ctl.store.mark_dirty, run.node, uuid, [h.pid for h in hs], msg, now, job.id)
 
 
 async def preemption_cost(ctl: Controller, job: Job, runs: list[Run], now: float) -> dict[str, Any]:

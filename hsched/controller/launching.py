@@ -15,7 +15,7 @@ from pathlib import Path
 from hsched.controller.checkpoints import bring_along, is_shared, path_on
 from hsched.controller.core import Controller
 from hsched.controller.ending import run_ended
-from hsched.controller.stopping import begin_stop
+from hsched.controller.stopping import begin_stop, send
 from hsched.errors import ExecutorError
 from hsched.executors.base import LaunchRequest
 from hsched.lifecycle import StopReason
@@ -28,11 +28,14 @@ log = logging.getLogger("hsched.launch")
 async def schedule_round(ctl: Controller) -> bool:
     """One round: decisions from the pure scheduler, recorded, then launches and preemptions started."""
     async with ctl.lock:
-        pending = [j for j in await ctl.db(ctl.store.jobs, states=[JobState.PENDING]) if not j.spec.hold]
+        now = ctl.clock.time()
+        # a retry waits out its backoff (its reason says BeginTime until then)
+        pending = [j for j in await ctl.db(ctl.store.jobs, states=[JobState.PENDING])
+                   if not j.spec.hold and (j.begin_time is None or j.begin_time <= now)]
         if not pending:
             return False
         active = await ctl.db(ctl.store.jobs, states=[s for s in JobState if s.is_active()])
-        view = fleet_view(ctl, active)
+        view = fleet_view(ctl, active, await still_dirty(ctl))
         resumed = [j.id for j in pending if j.restarts > 0]
         if resumed:
             # a resumed job whose checkpoint sits on a node of its own goes back there when it can: no copy
@@ -40,11 +43,10 @@ async def schedule_round(ctl: Controller) -> bool:
             prefer = {jid: node for jid, node in last.items()
                       if node in ctl.nodes and not is_shared(ctl.nodes[node], ctl.checkpoint_dir(jid))}
             view = replace(view, prefer=prefer)
-        decisions = schedule(view, pending, ctl.clock.time())
+        decisions = schedule(view, pending, now)
         by_id = {j.id: j for j in pending}
         active_by_id = {j.id: j for j in active}
         launches: list[tuple[Job, list[Run]]] = []
-        now = ctl.clock.time()
         for d in decisions:
             job = by_id[d.job_id]
             if isinstance(d, Wait):
@@ -81,7 +83,7 @@ async def schedule_round(ctl: Controller) -> bool:
     return bool(decisions)
 
 
-def fleet_view(ctl: Controller, active: list[Job]) -> FleetView:
+def fleet_view(ctl: Controller, active: list[Job], dirty: frozenset[str] = frozenset()) -> FleetView:
     busy: set[str] = set()
     releasing: set[str] = set()
     cpus_used: dict[str, int] = {}
@@ -98,9 +100,37 @@ def fleet_view(ctl: Controller, active: list[Job]) -> FleetView:
             running.append(Running(j, ctl.attempt_start.get(j.id) or j.start_time or 0.0))
     for rt in ctl.nodes.values():
         busy.update(rt.foreign)  # a GPU someone else is using is not free, whatever our records say
+    busy.update(dirty)  # a GPU an ended run's leftover still uses waits until it is clean
     return FleetView(nodes=tuple(ctl.node_list()), busy=frozenset(busy), cpus_used=cpus_used,
                      running=tuple(running), releasing=frozenset(releasing),
                      rule=PreemptRule.from_qos(ctl.settings.qos), policy=ctl.settings.policy)
+
+
+async def still_dirty(ctl: Controller) -> frozenset[str]:
+    """Dirty GPUs (hsched.store.dirty_devices) that are still dirty. A GPU is clean again when the node's
+    monitoring shows none of the recorded processes on it any more; until the node's monitoring lists its GPU
+    processes (after a controller restart, the first sample), the GPU stays dirty."""
+    dirty = await ctl.db(ctl.store.dirty_devices)
+    if not dirty:
+        return frozenset()
+    left: set[str] = set()
+    now = ctl.clock.time()
+    for uuid, (node, pids, _msg) in dirty.items():
+        rt = ctl.nodes.get(node)
+        if rt is None:
+            await ctl.db(ctl.store.clear_dirty, uuid, f"GPU {uuid}: node {node} left the fleet", now)
+            continue
+        if rt.gpu_processes is None:
+            left.add(uuid)
+            continue
+        procs = rt.gpu_processes.get(uuid, [])
+        still = sorted(set(pids) & {int(p.get("pid", -1)) for p in procs})
+        if still:
+            left.add(uuid)
+        else:
+            await ctl.db(ctl.store.clear_dirty, uuid, f"GPU {uuid} on {node} is clean again: "
+                         f"pid {', '.join(map(str, pids))} gone", now)
+    return frozenset(left)
 
 
 def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ...], *, checkpoint_dir: str,
@@ -185,8 +215,14 @@ async def launch(ctl: Controller, job: Job, run: Run) -> None:
             here = next((p for p in current.placement if p.node == run.node), None)
             simulated = rt.config.simulate is not None
             cpus = () if simulated or here is None else here.cpus
+            res = job.spec.resources
+            # --mem is per node (as sbatch's): the ranks on one node share it
+            mem = -(-res.memory_mib // res.tasks_per_node) if res.memory_mib else None
             req = LaunchRequest(run_dir=run.run_dir, command=job.spec.command, env=env, workdir=workdir,
-                                cpus=cpus)
+                                cpus=cpus, memory_mib=mem, cpu_limit=float(res.cpus) if res.cpus else None,
+                                devices=() if simulated else run.devices,
+                                checkpoint_exit_code=ctl.settings.checkpoint_exit_code,
+                                stop_grace_s=job.spec.checkpoint_signal.grace_s)
             handle = await rt.executor.launch(req)
     except (ExecutorError, TimeoutError) as e:
         await launch_failed(ctl, job, run, str(e) or "launch timed out")
@@ -195,7 +231,8 @@ async def launch(ctl: Controller, job: Job, run: Run) -> None:
         await ctl.db(ctl.store.run_launched, run, handle, ctl.clock.time())
         current = await ctl.db(ctl.store.get_job, job.id)
         if current is not None and current.state in (JobState.COMPLETING, JobState.PREEMPTING):
-            await ctl.signal_job(job.id, "TERM")  # stopped while it was being launched
+            # stopped while it was being launched
+            await send(ctl, job.id, "TERM", all_processes=True, batch_only=False)
     await ctl.notify()
 
 

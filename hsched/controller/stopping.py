@@ -6,9 +6,11 @@ signal when the controller's clock reaches it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from hsched.controller.core import Controller
+from hsched.errors import ExecutorError
 from hsched.lifecycle import StopReason, plan_for, resumed_plan
 from hsched.model import Job, JobState
 
@@ -32,11 +34,30 @@ async def advance(ctl: Controller, job_id: int, now: float) -> None:
         return
     due, ctl.stops[job_id] = plan.due(now)
     for step in due:
-        sent = await ctl.signal_job(job_id, step.signal, all_processes=step.all_processes)
+        sent = await send(ctl, job_id, step.signal, all_processes=step.all_processes, batch_only=step.batch_only)
         if sent:
-            await ctl.db(ctl.store.add_event, now, "signal",
-                         f"SIG{step.signal} sent" + (" to every process of the run" if step.all_processes else ""),
-                         job_id=job_id)
+            whom = (" to the batch shell only" if step.batch_only
+                    else " to every process of the run" if step.all_processes else "")
+            await ctl.db(ctl.store.add_event, now, "signal", f"SIG{step.signal} sent{whom}", job_id=job_id)
+
+
+async def send(ctl: Controller, job_id: int, sig: str, *, all_processes: bool, batch_only: bool) -> bool:
+    """Send a signal to every live run (rank) of the job; True if any run received it. A node that does not
+    answer is skipped (the plan's next step, or the lease, deals with it)."""
+    sent = False
+    for run in await ctl.db(ctl.store.live_runs):
+        if run.job_id != job_id or run.handle is None:
+            continue
+        rt = ctl.nodes.get(run.node)
+        if rt is None:
+            continue
+        try:
+            async with asyncio.timeout(30):
+                sent |= await rt.executor.signal(run.handle, sig, all_processes=all_processes and not batch_only,
+                                                 batch_only=batch_only)
+        except (ExecutorError, TimeoutError) as e:
+            log.warning("job %s: cannot send SIG%s on %s: %s", job_id, sig, run.node, e)
+    return sent
 
 
 async def tick(ctl: Controller) -> None:
@@ -61,8 +82,9 @@ async def check_time_limits(ctl: Controller, running: list[Job]) -> None:
         warn = job.spec.warn_signal
         if warn is not None and elapsed >= limit - warn.grace_s and job.id not in ctl.warned:
             ctl.warned.add(job.id)
-            await ctl.signal_job(job.id, warn.signal)
+            await send(ctl, job.id, warn.signal, all_processes=not warn.batch_only, batch_only=warn.batch_only)
+            whom = "the batch shell" if warn.batch_only else "every process of the run"
             await ctl.db(ctl.store.add_event, now, "warning",
-                         f"SIG{warn.signal} sent {warn.grace_s:g} s before the time limit", job_id=job.id)
+                         f"SIG{warn.signal} sent to {whom} {warn.grace_s:g} s before the time limit", job_id=job.id)
         if elapsed >= limit:
             await begin_stop(ctl, job, StopReason.TIMEOUT, f"time limit of {limit:g} s reached")

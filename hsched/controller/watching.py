@@ -77,5 +77,6 @@ async def on_report(ctl: Controller, rt: NodeRuntime, run: Run, rep: RunReport) 
                 spawn_launch(ctl, job, run)
                 return False
         lost = rep.status is not RunStatus.EXITED
-        await run_ended(ctl, job, run, now, exit_code=None if lost else rep.exit_code, lost=lost)
+        await run_ended(ctl, job, run, now, exit_code=None if lost else rep.exit_code, lost=lost,
+                        ended_at=rep.end_time, oom=rep.oom, gpu_left=rep.gpu_left)
         return True

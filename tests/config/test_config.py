@@ -131,3 +131,49 @@ def test_an_uncatchable_signal_cannot_ask_for_a_checkpoint_or_warn(key: str, val
         job_spec_from_table({"command": ["true"], key: value}, "<command line>")
     [line] = err.value.problems
     assert line.startswith(f"<command line>: {key}: expected a signal the job can catch") and "cannot be caught" in line
+
+
+@pytest.mark.parametrize(("table", "key", "words"), [
+    ({"name": "a\x00b"}, "name", "unprintable character '\\x00'"),
+    ({"name": "two\nlines"}, "name", "unprintable character '\\n'"),
+    ({"name": "\x1b[2Jwiped"}, "name", "unprintable character '\\x1b'"),
+    ({"name": "é" * 129}, "name", "longer than 256 bytes"),
+    ({"command": ["echo", "a\x00b"]}, "command[1]", "NUL character"),
+    ({"env": {"A": "x\x00y"}}, "env.A", "NUL character"),
+    ({"workdir": "/tmp/\x00"}, "workdir", "NUL character"),
+    ({"retries": -1}, "retries", "an integer >= 0"),
+    ({"retries": 101}, "retries", "from 0 to 100"),
+    ({"retries": "2"}, "retries", "an integer"),
+])
+def test_names_argv_and_retries_are_checked_at_submit(table: dict[str, object], key: str, words: str) -> None:
+    # caught here, one line naming the key, rather than a launch that hangs or a name that rewrites a terminal
+    with pytest.raises(UserError) as err:
+        job_spec_from_table({"command": ["true"], **table}, "<command line>")
+    [line] = err.value.problems
+    assert line.startswith(f"<command line>: {key}: ") and words in line
+
+
+def test_a_long_printable_name_and_a_newline_in_a_shell_script_are_fine() -> None:
+    spec = job_spec_from_table({"command": ["sh", "-c", "echo a\necho b"], "name": "x" * 256, "retries": 3},
+                               "<command line>")
+    assert spec.name == "x" * 256 and spec.retries == 3
+
+
+def test_batch_only_signals() -> None:
+    ck = parse_checkpoint_signal("B:USR1@60")
+    assert (ck.signal, ck.grace_s, ck.batch_only, str(ck)) == ("USR1", 60.0, True, "B:USR1@60")
+    assert not parse_checkpoint_signal("USR1@60").batch_only
+    assert parse_checkpoint_signal("b:sigterm").batch_only
+
+
+def test_retry_settings(tmp_path: Path) -> None:
+    p = tmp_path / "settings.toml"
+    p.write_text("retries = 2\nfatal_exit_codes = [3, 126]\nretry_backoff_s = 5\nretry_backoff_max_s = 60\n")
+    s = load_settings(p)
+    assert (s.retries, s.fatal_exit_codes, s.retry_backoff_s, s.retry_backoff_max_s) == (2, (3, 126), 5.0, 60.0)
+    p.write_text("fatal_exit_codes = [85]\n")
+    with pytest.raises(ConfigError, match="fatal_exit_codes: cannot hold 0 or the checkpoint exit code"):
+        load_settings(p)
+    p.write_text("fatal_exit_codes = 3\n")
+    with pytest.raises(ConfigError, match="fatal_exit_codes: expected a list of exit codes"):
+        load_settings(p)
