@@ -68,39 +68,51 @@ _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms]?)")
 _DURATION_UNIT = {"d": 86400, "h": 3600, "m": 60, "s": 1, "": 1}
 
 
+_DURATION_HELP = "a time limit as sbatch takes it (90 = 90 minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS) or with units (90s, 1h30m, 2d)"
+
+
 def parse_duration_s(value: str | int | float) -> float:
-    """Seconds from 90, '90s', '1h30m', '2d' or Slurm's '[D-]HH:MM:SS' / 'MM:SS'."""
+    """Seconds from a time limit written as sbatch's --time takes it, or with units.
+
+    sbatch: a bare number is MINUTES; `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS`. hsched's extension:
+    a number with units, `90s`, `1h30m`, `2d`. So `90` is 5,400 s and `1-02:30` is 1 day 2 h 30 min."""
     if isinstance(value, bool):
-        raise ValueError("a duration such as 90, 1h30m or 01:30:00")
+        raise ValueError(_DURATION_HELP)
     if isinstance(value, int | float):
         if value <= 0:
             raise ValueError("a duration > 0")
-        return float(value)
+        return float(value) * 60.0  # sbatch: minutes
     text = value.strip()
     total: float
-    if ":" in text:
+    if re.fullmatch(r"\d+(?:\.\d+)?", text):
+        total = float(text) * 60.0
+    elif re.fullmatch(r"[\d:-]+", text):
         days = 0
         if "-" in text:
             d, text = text.split("-", 1)
-            if not d.isdigit():
-                raise ValueError("a duration such as 90, 1h30m or 01:30:00")
+            if not d.isdigit() or not text:
+                raise ValueError(_DURATION_HELP)
             days = int(d)
-        parts = text.split(":")
-        if not all(p.isdigit() for p in parts) or len(parts) > 3:
-            raise ValueError("a duration such as 90, 1h30m or 01:30:00")
-        nums = [int(p) for p in parts]
-        while len(nums) < 3:
-            nums.insert(0, 0)
-        total = days * 86400 + nums[0] * 3600 + nums[1] * 60 + nums[2]
+            parts = text.split(":")
+            if not all(p.isdigit() for p in parts) or len(parts) > 3:
+                raise ValueError(_DURATION_HELP)
+            hms = [int(p) for p in parts] + [0] * (3 - len(parts))  # D-HH, D-HH:MM, D-HH:MM:SS
+        else:
+            parts = text.split(":")
+            if not all(p.isdigit() for p in parts) or len(parts) > 3:
+                raise ValueError(_DURATION_HELP)
+            nums = [int(p) for p in parts]
+            hms = [0, *nums] if len(nums) == 2 else nums  # MM:SS, HH:MM:SS
+        total = days * 86400 + hms[0] * 3600 + hms[1] * 60 + hms[2]
     else:
         pos, total = 0, 0.0
         for m in _DURATION_RE.finditer(text.lower()):
-            if m.start() != pos:
-                raise ValueError("a duration such as 90, 1h30m or 01:30:00")
+            if m.start() != pos or not m.group(2):
+                raise ValueError(_DURATION_HELP)
             total += float(m.group(1)) * _DURATION_UNIT[m.group(2)]
             pos = m.end()
         if pos != len(text) or not text:
-            raise ValueError("a duration such as 90, 1h30m or 01:30:00")
+            raise ValueError(_DURATION_HELP)
     if total <= 0:
         raise ValueError("a duration > 0")
     return float(total)

@@ -75,11 +75,21 @@ def test_sizes_durations_signals() -> None:
     assert parse_size_mib("1.5T") == int(1.5 * 1024 * 1024)
     assert parse_duration_s("01:30:00") == 5400
     assert parse_duration_s("2-00:00:00") == 2 * 86400
-    assert parse_duration_s("90") == 90
     assert parse_duration_s("5m30s") == 330
-    for bad in ("abc", "1x", "-5", ""):
+    for bad in ("abc", "1x", "-5", "", "1-", "1-2:3:4:5", "1:2:3:4", "90s5"):
         with pytest.raises(ValueError):
             parse_duration_s(bad)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    # sbatch's --time, exactly: a bare number is minutes
+    ("90", 5400), (90, 5400), ("10:30", 630), ("01:30:00", 5400), ("2-12", 216000), ("1-02:30", 95400),
+    ("1-02:30:15", 95415),
+    # hsched's own units
+    ("90s", 90), ("2h", 7200), ("1h30m", 5400), ("2d", 172800),
+])
+def test_time_limits_mean_what_sbatch_means(text: str | int, seconds: float) -> None:
+    assert parse_duration_s(text) == seconds
     assert parse_checkpoint_signal("SIGUSR1@10").signal == "USR1"
     with pytest.raises(ValueError):
         parse_checkpoint_signal("NOPE@10")
