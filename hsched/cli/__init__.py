@@ -46,4 +46,29 @@ _register()
 
 
 def main() -> None:
-    app()
+    """The console script. Usage mistakes (an unknown option, a bad value, a missing argument) are one line
+    naming the option and the command's --help, exit 2, rather than the multi-line box Typer draws."""
+    import sys
+
+    try:  # typer >= 0.2x carries its own click; older ones use click's
+        from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+    except ImportError:  # pragma: no cover - depends on the installed typer
+        from click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # type: ignore[no-redef]
+
+    try:
+        code = app(standalone_mode=False)
+    except NoArgsIsHelpError as e:
+        sys.stdout.write((e.ctx.get_help() if e.ctx else "") + "\n")
+        sys.exit(0 if e.ctx is None or e.ctx.parent is None else 2)
+    except UsageError as e:
+        where = e.ctx.command_path if e.ctx else "hsched"
+        message = " ".join(e.format_message().split())
+        sys.stderr.write(f"hsched: error: {where}: {message} (see {where} --help)\n")
+        sys.exit(2)
+    except ClickException as e:
+        sys.stderr.write(f"hsched: error: {' '.join(e.format_message().split())}\n")
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        sys.stderr.write("\n")
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
