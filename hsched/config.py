@@ -68,7 +68,8 @@ _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms]?)")
 _DURATION_UNIT = {"d": 86400, "h": 3600, "m": 60, "s": 1, "": 1}
 
 
-_DURATION_HELP = "a time limit as sbatch takes it (90 = 90 minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS) or with units (90s, 1h30m, 2d)"
+_DURATION_HELP = ("a time limit as sbatch takes it (90 = 90 minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS) "
+                  "or with units (90s, 1h30m, 2d)")
 
 
 def parse_duration_s(value: str | int | float) -> float:

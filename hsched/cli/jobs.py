@@ -94,7 +94,9 @@ def register(app: typer.Typer) -> None:
             None, "--checkpoint-signal",
             help="SIG@SECONDS sent to every process of the job on preemption, e.g. USR1@60; B:USR1@60 sends it to "
                  "the batch shell only."),
-        time_limit: str | None = typer.Option(None, "--time", "-t", help="Time limit as sbatch: 90 (minutes), MM:SS, HH:MM:SS, D-HH[:MM[:SS]]; or 90s, 1h30m."),
+        time_limit: str | None = typer.Option(
+            None, "--time", "-t",
+            help="Time limit as sbatch: 90 (minutes), MM:SS, HH:MM:SS, D-HH[:MM[:SS]]; or 90s, 1h30m."),
         warn_signal: str | None = typer.Option(
             None, "--signal", help="SIG@SECONDS sent that long before the time limit (B:SIG@SECONDS: the batch "
                                    "shell only, as sbatch)."),
