@@ -75,6 +75,7 @@ def register(app: typer.Typer) -> None:
     @app.command(context_settings={"allow_interspersed_args": False})
     @handle_errors
     def submit(
+        ctx: typer.Context,
         args: list[str] = typer.Argument(None, help="[SPEC.toml] [-- COMMAND ARGS...]", show_default=False),
         gpus: int | None = typer.Option(None, "--gpus", "-G", min=0, help="GPUs per node."),
         gpu_type: list[str] = typer.Option(None, "--gpu-type", help="GPU model substring (repeatable)."),
@@ -115,6 +116,7 @@ def register(app: typer.Typer) -> None:
         from hsched.config import job_spec_from_table, read_toml
 
         args = list(args or [])
+        o = dict(ctx.params)
         table: dict[str, Any] = {}
         source = "<command line>"
         if args and args[0].lower().endswith(".toml"):
@@ -124,28 +126,36 @@ def register(app: typer.Typer) -> None:
             base = spec_path.parent
             if isinstance(table.get("workdir"), str):
                 table["workdir"] = str((base / table["workdir"]).expanduser())
+            if args and args[0].startswith("-") and args[0] != "--":
+                # `hsched submit job.toml --qos prod`: options after the spec file are options (the parser
+                # stopped at the file, so they came as arguments); they win over those before it
+                later = ctx.command.make_context(ctx.info_name or "submit", args, parent=ctx.parent)
+                o.update({k: v for k, v in later.params.items() if v not in (None, False, [], ())})
+                args = list(later.params.get("args") or [])
+        if args[:1] == ["--"]:
+            args = args[1:]
         if args:
             table["command"] = args
         res = dict(table.get("resources", {})) if isinstance(table.get("resources"), dict) else {}
-        for key, value in (("gpus", gpus), ("gpu_memory", gpu_memory), ("nodes", nodes), ("cpus", cpus),
-                           ("memory", memory), ("interconnect", interconnect),
-                           ("tasks_per_node", tasks_per_node)):
-            if value is not None:
-                res[key] = value
-        if gpu_type:
-            res["gpu_types"] = list(gpu_type)
+        for key, opt in (("gpus", "gpus"), ("gpu_memory", "gpu_memory"), ("nodes", "nodes"), ("cpus", "cpus"),
+                         ("memory", "memory"), ("interconnect", "interconnect"),
+                         ("tasks_per_node", "tasks_per_node")):
+            if o.get(opt) is not None:
+                res[key] = o[opt]
+        if o.get("gpu_type"):
+            res["gpu_types"] = list(o["gpu_type"])
         if res or "resources" in table:
             table["resources"] = res
-        for key, value in (("name", name), ("qos", qos), ("priority", priority),
-                           ("checkpoint_signal", checkpoint_signal), ("time", time_limit), ("workdir", workdir),
-                           ("signal", warn_signal), ("retries", retries)):
-            if value is not None:
-                table[key] = value
-        if hold:
+        for key, opt in (("name", "name"), ("qos", "qos"), ("priority", "priority"),
+                         ("checkpoint_signal", "checkpoint_signal"), ("time", "time_limit"), ("workdir", "workdir"),
+                         ("signal", "warn_signal"), ("retries", "retries")):
+            if o.get(opt) is not None:
+                table[key] = o[opt]
+        if o.get("hold"):
             table["hold"] = True
-        if env:
+        if o.get("env"):
             merged = dict(table.get("env", {})) if isinstance(table.get("env"), dict) else {}
-            for item in env:
+            for item in o["env"]:
                 k, sep, v = item.partition("=")
                 if not sep:
                     raise UserError(f"--env {item!r}: expected NAME=VALUE")
@@ -163,9 +173,9 @@ def register(app: typer.Typer) -> None:
         environ["PWD"] = os.getcwd()
         with _client() as c:
             job = c.call("submit", spec=table, source=source, user=_user(), environ=environ)
-        if parsable:
+        if o.get("parsable"):
             print(job["id"])
-        elif as_json:
+        elif o.get("as_json"):
             print_json(job)
         else:
             print(f"Submitted job {job['id']} ({job['state']})")
