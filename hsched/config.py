@@ -20,6 +20,7 @@ from hsched.model import (
     DEFAULT_QOS,
     QOS_CLASSES,
     CheckpointSignal,
+    Dependency,
     Interconnect,
     JobSpec,
     Resources,
@@ -230,7 +231,7 @@ def _converted(p: Problems, key: str, v: Any, fn: Callable[[Any], Any]) -> Any:
 
 _JOB_KEYS = frozenset(
     {"name", "command", "workdir", "env", "resources", "qos", "priority", "checkpoint_signal", "time",
-     "time_limit", "hold", "signal", "retries"}
+     "time_limit", "hold", "signal", "retries", "dependency", "kill_on_invalid_dep"}
 )
 MAX_NAME_BYTES = 256
 MAX_RETRIES = 100
@@ -314,11 +315,23 @@ def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple
         if retries is not None and retries > MAX_RETRIES:
             p.expected("retries", f"an integer from 0 to {MAX_RETRIES}", retries)
             retries = None
+    deps: tuple[Dependency, ...] = ()
+    any_of = False
+    if "dependency" in data:
+        from hsched.dependencies import parse_dependency
+
+        parsed = _converted(p, "dependency", data["dependency"], lambda v: parse_dependency(str(v)))
+        if parsed is not None:
+            deps, any_of = parsed
+    kill_invalid = data.get("kill_on_invalid_dep", False)
+    if not isinstance(kill_invalid, bool):
+        p.expected("kill_on_invalid_dep", "true or false", kill_invalid)
+        kill_invalid = False
     p.raise_if_any()
     return JobSpec(
         command=command, name=name, workdir=workdir, env=tuple(env), resources=resources, qos=qos,
         priority=priority, checkpoint_signal=ck, time_limit_s=time_limit, warn_signal=warn, hold=hold,
-        retries=retries,
+        retries=retries, dependency=deps, dependency_any=any_of, kill_on_invalid_dep=kill_invalid,
     )
 
 

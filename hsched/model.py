@@ -70,6 +70,10 @@ class EndReason(enum.StrEnum):
     """The job checkpointed (or was requeued) more than `max_restarts` times."""
     RETRY_BACKOFF = "BeginTime"
     """A pending job waits out its retry backoff (squeue's BeginTime)."""
+    DEPENDENCY = "Dependency"
+    """Waits for the jobs it depends on (sbatch --dependency)."""
+    DEPENDENCY_NEVER = "DependencyNeverSatisfied"
+    """A dependency can never be satisfied (afterok on a job that failed)."""
     # reasons a pending job waits, as squeue shows them
     RESOURCES = "Resources"
     PRIORITY = "Priority"
@@ -207,6 +211,25 @@ class CheckpointSignal:
         return f"{'B:' if self.batch_only else ''}{self.signal}@{self.grace_s:g}"
 
 
+class DepKind(enum.StrEnum):
+    """sbatch's dependency types (hsched.dependencies says what each means)."""
+
+    AFTER = "after"
+    AFTEROK = "afterok"
+    AFTERNOTOK = "afternotok"
+    AFTERANY = "afterany"
+    SINGLETON = "singleton"
+
+
+@dataclass(frozen=True, slots=True)
+class Dependency:
+    kind: DepKind
+    job_ids: tuple[int, ...] = ()
+
+    def __str__(self) -> str:
+        return ":".join([self.kind.value, *map(str, self.job_ids)])
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     command: tuple[str, ...]
@@ -223,6 +246,15 @@ class JobSpec:
     hold: bool = False
     retries: int | None = None
     """How often a failed run (nonzero exit, lost) is retried; None: the settings' default."""
+    dependency: tuple[Dependency, ...] = ()
+    dependency_any: bool = False
+    """Any one dependency suffices (sbatch's `?`); else all must be satisfied (`,`)."""
+    kill_on_invalid_dep: bool = False
+    """Cancel the job when a dependency can never be satisfied, rather than leave it waiting."""
+
+    @property
+    def dependency_text(self) -> str:
+        return ("?" if self.dependency_any else ",").join(map(str, self.dependency))
 
 
 @dataclass(frozen=True, slots=True)

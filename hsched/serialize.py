@@ -52,6 +52,8 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "warn_signal": str(spec.warn_signal) if spec.warn_signal else None,
         "hold": spec.hold,
         "retries": spec.retries,
+        "dependency": spec.dependency_text,
+        "kill_on_invalid_dep": spec.kill_on_invalid_dep,
     }
 
 
@@ -85,7 +87,16 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
         warn_signal=signal_of(d["warn_signal"]) if d.get("warn_signal") else None,
         hold=bool(d.get("hold", False)),
         retries=d.get("retries"),
+        **_dependency_of(d),
     )
+
+
+def _dependency_of(d: dict[str, Any]) -> dict[str, Any]:
+    from hsched.dependencies import parse_dependency
+
+    text = d.get("dependency") or ""
+    deps, any_of = parse_dependency(text) if text else ((), False)
+    return {"dependency": deps, "dependency_any": any_of, "kill_on_invalid_dep": bool(d.get("kill_on_invalid_dep"))}
 
 
 def placement_to_list(placement: tuple[Placement, ...]) -> list[dict[str, Any]]:
@@ -125,6 +136,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "restarts": job.restarts,
         "retries": s.retries,
         "retries_used": job.failures,
+        "dependency": s.dependency_text or None,
         "begin_time": iso(job.begin_time),
         "time_limit_s": s.time_limit_s,
         "checkpoint_signal": str(s.checkpoint_signal),

@@ -28,6 +28,7 @@ from hsched.controller.core import Controller
 from hsched.controller.fleet import build_fleet
 from hsched.controller.health import check_health, probe_all, record_sample
 from hsched.controller.loops import one_round
+from hsched.dependencies import parse_dependency
 from hsched.executors.fake import FakeExecutor, FakeRun
 from hsched.model import GpuHolder, Job, JobSpec, Resources, Run
 from hsched.paths import Home
@@ -168,13 +169,17 @@ class Lab:
     async def submit(self, *command: str, gpus: int = 1, nodes: int = 1, qos: str = "normal", priority: int = 0,
                      name: str = "", user: str = "alice", checkpoint_signal: str = "TERM@30",
                      time_limit_s: float | None = None, warn: str | None = None, hold: bool = False,
-                     retries: int | None = None, memory_mib: int | None = None, cpus: int | None = None) -> Job:
-        """`checkpoint_signal` and `warn` as the CLI takes them ("USR1@60", "B:USR1@60")."""
+                     retries: int | None = None, memory_mib: int | None = None, cpus: int | None = None,
+                     dependency: str = "", kill_on_invalid_dep: bool = False) -> Job:
+        """`checkpoint_signal`, `warn` and `dependency` as the CLI takes them ("USR1@60", "B:USR1@60",
+        "afterok:3")."""
+        deps, any_of = parse_dependency(dependency) if dependency else ((), False)
         spec = JobSpec(command=command or ("true",), name=name, qos=qos, priority=priority,
                        resources=Resources(gpus=gpus, nodes=nodes, memory_mib=memory_mib, cpus=cpus),
                        checkpoint_signal=parse_checkpoint_signal(checkpoint_signal), time_limit_s=time_limit_s,
                        warn_signal=parse_checkpoint_signal(warn) if warn is not None else None, hold=hold,
-                       retries=retries)
+                       retries=retries, dependency=deps, dependency_any=any_of,
+                       kill_on_invalid_dep=kill_on_invalid_dep)
         return await commands.submit(self.ctl, spec, user, None)
 
     async def job(self, job_id: int) -> Job:

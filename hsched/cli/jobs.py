@@ -105,6 +105,12 @@ def register(app: typer.Typer) -> None:
             None, "--retries", min=0, max=100,
             help="Retry a failed run (nonzero exit, lost) this many times, after 10 s, 20 s, 40 s ... "
                  "(default: settings `retries`, 0). Preemption and node loss never use a retry."),
+        dependency: str | None = typer.Option(
+            None, "--dependency", "-d",
+            help="Start after other jobs, as sbatch: afterok:12, afterany:13:14, afternotok:15, after:12, "
+                 "singleton; joined by , (all) or ? (any)."),
+        kill_on_invalid_dep: bool = typer.Option(
+            False, "--kill-on-invalid-dep", help="Cancel the job if a dependency can never be satisfied."),
         workdir: str | None = typer.Option(
             None, "--workdir", "-D", help="Working folder (default: where you submit, on nodes that see it)."),
         env: list[str] = typer.Option(None, "--env", "-e", help="NAME=VALUE for the job (repeatable)."),
@@ -148,11 +154,13 @@ def register(app: typer.Typer) -> None:
             table["resources"] = res
         for key, opt in (("name", "name"), ("qos", "qos"), ("priority", "priority"),
                          ("checkpoint_signal", "checkpoint_signal"), ("time", "time_limit"), ("workdir", "workdir"),
-                         ("signal", "warn_signal"), ("retries", "retries")):
+                         ("signal", "warn_signal"), ("retries", "retries"), ("dependency", "dependency")):
             if o.get(opt) is not None:
                 table[key] = o[opt]
         if o.get("hold"):
             table["hold"] = True
+        if o.get("kill_on_invalid_dep"):
+            table["kill_on_invalid_dep"] = True
         if o.get("env"):
             merged = dict(table.get("env", {})) if isinstance(table.get("env"), dict) else {}
             for item in o["env"]:

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from hsched.controller.core import Controller
 from hsched.controller.stopping import begin_stop, send
+from hsched.dependencies import named_jobs
 from hsched.errors import HschedError, UserError
 from hsched.lifecycle import StopReason
 from hsched.model import EndReason, Job, JobSpec, JobState
@@ -34,6 +35,10 @@ async def submit(ctl: Controller, spec: JobSpec, user: str, submit_env: dict[str
     if why is not None and not unknown:
         raise UserError(f"job request cannot be satisfied by this fleet ({ctl.fleet_cfg.source}): {why}")
     async with ctl.lock:
+        for jid in sorted(named_jobs(spec.dependency)):
+            if await ctl.db(ctl.store.get_job, jid) is None:
+                # as sbatch: "Job dependency problem", refused now rather than a job that waits for nothing
+                raise UserError(f"dependency: job {jid} does not exist; check the id (hsched queue --all)")
         job = await ctl.db(ctl.store.submit, spec, user, ctl.clock.time())
         if submit_env is not None:
             await ctl.db(ctl.save_env, job.id, submit_env)

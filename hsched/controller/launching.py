@@ -16,6 +16,7 @@ from hsched.controller.checkpoints import bring_along, is_shared, path_on
 from hsched.controller.core import Controller
 from hsched.controller.ending import run_ended
 from hsched.controller.stopping import begin_stop, send
+from hsched.dependencies import DepState, named_jobs, verdict
 from hsched.errors import ExecutorError
 from hsched.executors.base import LaunchRequest
 from hsched.lifecycle import StopReason
@@ -35,6 +36,9 @@ async def schedule_round(ctl: Controller) -> bool:
         if not pending:
             return False
         active = await ctl.db(ctl.store.jobs, states=[s for s in JobState if s.is_active()])
+        pending = await _dependencies_met(ctl, pending, active, now)
+        if not pending:
+            return False
         view = fleet_view(ctl, active, await still_dirty(ctl))
         resumed = [j.id for j in pending if j.restarts > 0]
         if resumed:
@@ -104,6 +108,31 @@ def fleet_view(ctl: Controller, active: list[Job], dirty: frozenset[str] = froze
     return FleetView(nodes=tuple(ctl.node_list()), busy=frozenset(busy), cpus_used=cpus_used,
                      running=tuple(running), releasing=frozenset(releasing),
                      rule=PreemptRule.from_qos(ctl.settings.qos), policy=ctl.settings.policy)
+
+
+async def _dependencies_met(ctl: Controller, pending: list[Job], active: list[Job], now: float) -> list[Job]:
+    """The pending jobs whose dependencies allow a start; the others get reason Dependency (or
+    DependencyNeverSatisfied, or are cancelled with --kill-on-invalid-dep). Call with ctl.lock held."""
+    with_deps = [j for j in pending if j.spec.dependency]
+    if not with_deps:
+        return pending
+    named = {i for j in with_deps for i in named_jobs(j.spec.dependency)}
+    others = {i: o for i in named if (o := await ctl.db(ctl.store.get_job, i)) is not None}
+    running = {(j.user, j.name) for j in active if j.state is not JobState.PENDING}
+    ready = []
+    for job in pending:
+        v = verdict(job, others, running)
+        if v.state is DepState.SATISFIED:
+            ready.append(job)
+        elif v.state is DepState.NEVER and job.spec.kill_on_invalid_dep:
+            await ctl.db(ctl.store.set_job, job.id, now, state=JobState.CANCELLED,
+                         reason=EndReason.DEPENDENCY_NEVER.value, end_time=now,
+                         event=("ended", f"cancelled: dependency can never be satisfied ({v.why})"))
+        elif job.reason != v.state.value:
+            event = ("dependency", f"dependency can never be satisfied: {v.why}") if v.state is DepState.NEVER \
+                else None
+            await ctl.db(ctl.store.set_job, job.id, now, reason=v.state.value, event=event)
+    return ready
 
 
 async def still_dirty(ctl: Controller) -> frozenset[str]:

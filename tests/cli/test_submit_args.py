@@ -83,3 +83,13 @@ def test_a_bad_option_after_the_spec_is_one_line(monkeypatch: pytest.MonkeyPatch
     assert submit(monkeypatch, str(spec_file(tmp_path)), "--bogus") == 2
     [line] = capsys.readouterr().err.splitlines()
     assert "No such option: --bogus" in line and submitted == []
+
+
+def test_dependency_options(monkeypatch: pytest.MonkeyPatch, submitted: list[dict[str, Any]],
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert submit(monkeypatch, "-d", "afterok:3:4", "--kill-on-invalid-dep", "--", "true") == 0
+    spec = submitted[0]["spec"]
+    assert (spec["dependency"], spec["kill_on_invalid_dep"]) == ("afterok:3:4", True)
+    assert submit(monkeypatch, "--dependency", "afterok:x", "--", "true") == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("hsched: error: <command line>: dependency: expected a dependency such as afterok:12")

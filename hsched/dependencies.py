@@ -1,0 +1,113 @@
+"""Job dependencies as sbatch's `--dependency` means them, as pure functions.
+
+    afterok:12:13       start after jobs 12 and 13 both COMPLETED (never, if either ends otherwise)
+    afternotok:15       start after job 15 ended in failure (FAILED, CANCELLED, TIMEOUT, LOST)
+    afterany:13         start after job 13 ended, however it ended
+    after:12            start after job 12 started (or ended without ever starting)
+    singleton           start when no other job of the same name and user is running
+    a,b                 all of them (sbatch's `,`)     a?b   any of them (sbatch's `?`)
+
+A dependency that can never be satisfied (afterok on a job that failed) makes the job wait with reason
+`DependencyNeverSatisfied`, or cancels it with `--kill-on-invalid-dep`, as Slurm does.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from hsched.model import Dependency, DepKind, Job, JobState
+
+_DEP_RE = re.compile(r"^(after|afterok|afternotok|afterany)((?::\d+)+)$|^(singleton)$")
+HELP = "a dependency such as afterok:12, afterany:13:14, afternotok:15 or singleton (joined by , or ?)"
+
+
+def parse_dependency(text: str) -> tuple[tuple[Dependency, ...], bool]:
+    """The dependencies in `text` and whether any one suffices (`?`) rather than all (`,`). ValueError naming
+    what is expected."""
+    text = text.strip()
+    if not text:
+        raise ValueError(HELP)
+    if "," in text and "?" in text:
+        raise ValueError("either , (all of) or ? (any of), not both, as sbatch")
+    any_of = "?" in text
+    deps = []
+    for part in re.split(r"[,?]", text):
+        m = _DEP_RE.match(part.strip())
+        if m is None:
+            raise ValueError(HELP)
+        if m.group(3):
+            deps.append(Dependency(DepKind.SINGLETON, ()))
+        else:
+            deps.append(Dependency(DepKind(m.group(1)), tuple(int(i) for i in m.group(2).split(":")[1:])))
+    return tuple(deps), any_of
+
+
+class DepState(enum.StrEnum):
+    SATISFIED = "satisfied"
+    WAITING = "Dependency"
+    NEVER = "DependencyNeverSatisfied"
+
+
+@dataclass(frozen=True, slots=True)
+class DepVerdict:
+    state: DepState
+    why: str = ""
+    """For NEVER: which dependency failed and how (an event message)."""
+
+
+_NOT_OK = (JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT, JobState.LOST)
+
+
+def _one(dep: Dependency, job: Job, others: Mapping[int, Job], running_names: set[tuple[str, str]]) -> DepVerdict:
+    if dep.kind is DepKind.SINGLETON:
+        if (job.user, job.name) in running_names:
+            return DepVerdict(DepState.WAITING)
+        return DepVerdict(DepState.SATISFIED)
+    waiting = False
+    for jid in dep.job_ids:
+        other = others.get(jid)
+        if other is None:
+            return DepVerdict(DepState.NEVER, f"{dep}: job {jid} does not exist")
+        done = other.state.is_terminal()
+        if dep.kind is DepKind.AFTER:
+            if not (done or other.start_time is not None):
+                waiting = True
+        elif dep.kind is DepKind.AFTERANY:
+            waiting |= not done
+        elif dep.kind is DepKind.AFTEROK:
+            if done and other.state is not JobState.COMPLETED:
+                return DepVerdict(DepState.NEVER, f"{dep}: job {jid} ended {other.state.value}")
+            waiting |= not done
+        elif dep.kind is DepKind.AFTERNOTOK:
+            if other.state is JobState.COMPLETED:
+                return DepVerdict(DepState.NEVER, f"{dep}: job {jid} completed")
+            waiting |= not (done and other.state in _NOT_OK)
+    return DepVerdict(DepState.WAITING if waiting else DepState.SATISFIED)
+
+
+def verdict(job: Job, others: Mapping[int, Job], running_names: set[tuple[str, str]]) -> DepVerdict:
+    """Whether `job` may start as far as its dependencies go. `others`: the jobs its dependencies name, by id;
+    `running_names`: (user, name) of every job that is not pending and not ended (for singleton)."""
+    deps = job.spec.dependency
+    if not deps:
+        return DepVerdict(DepState.SATISFIED)
+    verdicts = [_one(d, job, others, running_names) for d in deps]
+    if job.spec.dependency_any:
+        if any(v.state is DepState.SATISFIED for v in verdicts):
+            return DepVerdict(DepState.SATISFIED)
+        if all(v.state is DepState.NEVER for v in verdicts):
+            return DepVerdict(DepState.NEVER, "; ".join(v.why for v in verdicts))
+        return DepVerdict(DepState.WAITING)
+    never = [v for v in verdicts if v.state is DepState.NEVER]
+    if never:
+        return never[0]
+    if any(v.state is DepState.WAITING for v in verdicts):
+        return DepVerdict(DepState.WAITING)
+    return DepVerdict(DepState.SATISFIED)
+
+
+def named_jobs(deps: Sequence[Dependency]) -> set[int]:
+    return {j for d in deps for j in d.job_ids}

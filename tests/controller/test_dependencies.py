@@ -1,0 +1,81 @@
+"""sbatch's --dependency (issue 16): the pure rules, then in-process on the controller (hsched.testing.Lab)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hsched.dependencies import DepState, parse_dependency, verdict
+from hsched.errors import UserError
+from hsched.model import DepKind, EndReason, Job, JobSpec, JobState
+from hsched.testing import Lab
+
+
+def job(jid: int, state: JobState, *, dep: str = "", name: str = "j", started: bool = False) -> Job:
+    deps, any_of = parse_dependency(dep) if dep else ((), False)
+    return Job(id=jid, spec=JobSpec(command=("x",), name=name, dependency=deps, dependency_any=any_of),
+               user="u", state=state, reason="", submit_time=0.0, start_time=1.0 if started else None)
+
+
+def test_parse() -> None:
+    deps, any_of = parse_dependency("afterok:12:13,afterany:14,singleton")
+    assert [(d.kind, d.job_ids) for d in deps] == [(DepKind.AFTEROK, (12, 13)), (DepKind.AFTERANY, (14,)),
+                                                   (DepKind.SINGLETON, ())]
+    assert not any_of and parse_dependency("afterok:1?afternotok:2")[1]
+    for bad in ("", "afterok", "afterok:x", "before:1", "afterok:1,afterany:2?after:3"):
+        with pytest.raises(ValueError):
+            parse_dependency(bad)
+
+
+@pytest.mark.parametrize(("dep", "other", "expect"), [
+    ("afterok:1", JobState.RUNNING, DepState.WAITING),
+    ("afterok:1", JobState.COMPLETED, DepState.SATISFIED),
+    ("afterok:1", JobState.FAILED, DepState.NEVER),
+    ("afternotok:1", JobState.FAILED, DepState.SATISFIED),
+    ("afternotok:1", JobState.COMPLETED, DepState.NEVER),
+    ("afternotok:1", JobState.PENDING, DepState.WAITING),
+    ("afterany:1", JobState.CANCELLED, DepState.SATISFIED),
+    ("afterany:1", JobState.RUNNING, DepState.WAITING),
+    ("after:1", JobState.PENDING, DepState.WAITING),
+    ("afterok:1?afternotok:1", JobState.FAILED, DepState.SATISFIED),
+    ("afterok:1,afternotok:1", JobState.FAILED, DepState.NEVER),
+    ("afterok:2", JobState.COMPLETED, DepState.NEVER),  # no job 2
+])
+def test_verdicts(dep: str, other: JobState, expect: DepState) -> None:
+    assert verdict(job(9, JobState.PENDING, dep=dep), {1: job(1, other)}, set()).state is expect
+
+
+def test_after_means_started_and_singleton_means_no_namesake_running() -> None:
+    assert verdict(job(9, JobState.PENDING, dep="after:1"), {1: job(1, JobState.RUNNING, started=True)},
+                   set()).state is DepState.SATISFIED
+    me = job(9, JobState.PENDING, dep="singleton", name="sweep")
+    assert verdict(me, {}, {("u", "sweep")}).state is DepState.WAITING
+    assert verdict(me, {}, {("v", "sweep"), ("u", "other")}).state is DepState.SATISFIED
+
+
+async def test_afterok_waits_then_starts_and_a_failed_dependency_is_never_satisfied(tmp_path: Path) -> None:
+    async with Lab.open(tmp_path) as lab:
+        first = await lab.submit("prep")
+        ok = await lab.submit("train", dependency=f"afterok:{first.id}")
+        not_ok = await lab.submit("report", dependency=f"afternotok:{first.id}", kill_on_invalid_dep=True)
+        await lab.round()
+        assert (await lab.job(ok.id)).reason == EndReason.DEPENDENCY
+        assert (await lab.job(ok.id)).state is JobState.PENDING
+        await lab.finish(first.id, 0)
+        await lab.round()
+        await lab.round()
+        assert (await lab.job(ok.id)).state is JobState.RUNNING
+        gone = await lab.job(not_ok.id)
+        assert (gone.state, gone.reason) == (JobState.CANCELLED, EndReason.DEPENDENCY_NEVER)
+        after_ok = await lab.submit("eval", dependency=f"afterok:{not_ok.id}")
+        await lab.round()
+        j = await lab.job(after_ok.id)
+        assert (j.state, j.reason) == (JobState.PENDING, EndReason.DEPENDENCY_NEVER)
+        assert "dependency" in await lab.events(after_ok.id)
+
+
+async def test_a_dependency_on_a_job_that_does_not_exist_is_refused_at_submit(tmp_path: Path) -> None:
+    async with Lab.open(tmp_path) as lab:
+        with pytest.raises(UserError, match="dependency: job 99 does not exist"):
+            await lab.submit("x", dependency="afterok:99")
