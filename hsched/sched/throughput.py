@@ -8,6 +8,7 @@ that type, else a rough built-in figure for common models), so an unknown job st
 
 from __future__ import annotations
 
+import ast
 import math
 from collections.abc import Iterable, Mapping
 
@@ -176,19 +177,13 @@ class ThroughputModel:
 def parse_gavel_key(raw: str) -> Key | None:
     """"('ResNet-50 (batch size 64)', 1)" -> ("ResNet-50 (batch size 64)", 1); None for "null" or junk.
 
-    Parsed by hand rather than with eval/literal_eval: job names contain parentheses and the file is input.
-    """
-    s = raw.strip()
-    if not (s.startswith("(") and s.endswith(")")):
-        return None
-    body = s[1:-1]
-    comma = body.rfind(",")
-    if comma < 0:
-        return None
-    name, scale = body[:comma].strip(), body[comma + 1:].strip()
-    if len(name) < 2 or name[0] not in "'\"" or name[-1] != name[0]:
-        return None
+    ast.literal_eval reads Python literals only (never runs code), so a key from an input file is safe to parse
+    this way, quotes and parentheses inside names included."""
     try:
-        return name[1:-1], int(scale)
-    except ValueError:
+        value = ast.literal_eval(raw.strip())
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
+    if (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str) and value[0]
+            and isinstance(value[1], int) and not isinstance(value[1], bool)):
+        return value[0], value[1]
+    return None

@@ -26,12 +26,13 @@ RESAMPLE_BINS = 2_000
 
 
 def _matplotlib() -> Any:
-    """The matplotlib module with the Agg backend, or a one-line UserError saying how to install it."""
+    """The matplotlib module, or a one-line UserError saying how to install it. The process's backend is left
+    alone (a notebook or an application importing hsched keeps its own): plots are drawn on an Agg canvas
+    of their own (plot_comparison), which needs no display."""
     try:
         import matplotlib
     except ImportError:
         raise UserError(NEEDS_MATPLOTLIB) from None
-    matplotlib.use("Agg")  # files only: never open a window or need a display
     return matplotlib
 
 

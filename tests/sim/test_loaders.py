@@ -20,6 +20,10 @@ def test_gavel_key_parsing():
     assert parse_gavel_key("('ResNet-50 (batch size 64)', 1)") == ("ResNet-50 (batch size 64)", 1)
     assert parse_gavel_key("('LM (batch size 80)', 8)") == ("LM (batch size 80)", 8)
     assert parse_gavel_key("null") is None
+    # a literal, never code; quotes and commas inside the name are fine; anything else is junk
+    assert parse_gavel_key("(\"Bob's model, v2 (bs 8)\", 4)") == ("Bob's model, v2 (bs 8)", 4)
+    for junk in ("__import__('os').system('true')", "('x', True)", "('', 1)", "('x', 1, 2)", "('x', 1.5)", "("):
+        assert parse_gavel_key(junk) is None
 
 
 def test_gavel_ed69ec():

@@ -49,8 +49,12 @@ def test_plot_comparison_writes_png(tmp_path):
     steps = [(0.0, 0)] + [(float(t), rng.randint(0, 8)) for t in range(1, MAX_STEPS + 500)]
     many = _result("hsched", [rng.uniform(600, 200_000) for _ in range(50)], steps)
     out = tmp_path / "cmp.png"
+    import matplotlib
+
+    matplotlib.use("svg")  # the caller's own choice of backend (a notebook's, an application's)...
     plot_comparison([few, many], out, "two policies")
     _assert_png(out)
+    assert matplotlib.get_backend().lower() == "svg"  # ...is left alone: the plot draws on its own Agg canvas
     assert [p.name for p in tmp_path.iterdir()] == ["cmp.png"]  # no temporary file left beside it
 
 
