@@ -25,8 +25,10 @@ import socket
 from typing import Any, Protocol
 
 from hsched.errors import ExecutorError, HelperError, NodeRefused, NodeUnreachable, Refusal
-from hsched.model import RunReport, RunStatus
+from hsched.model import GpuHolder, RunReport, RunStatus
 from hsched.serialize import handle_from_dict
+
+from .base import LaunchRequest
 
 
 class LineChannel(Protocol):
@@ -146,7 +148,21 @@ def report_from_dict(r: dict[str, Any]) -> RunReport:
         exit_code=r.get("exit_code"),
         signal=r.get("signal"),
         handle=handle_from_dict(r.get("handle")),
+        end_time=float(r["end_time"]) if r.get("end_time") is not None else None,
+        oom=bool(r.get("oom")),
+        gpu_left=tuple(GpuHolder(uuid=str(g["uuid"]), pid=int(g["pid"]), name=str(g.get("name") or ""))
+                       for g in r.get("gpu_left") or ()),
     )
+
+
+def launch_request(req: LaunchRequest, run_dir: str) -> dict[str, Any]:
+    """The helper's `launch` request for a LaunchRequest, naming the run folder as the node does."""
+    return {
+        "run_dir": run_dir, "command": list(req.command), "env": dict(req.env), "workdir": req.workdir,
+        "inherit_env": req.inherit_env, "cpus": list(req.cpus), "memory_mib": req.memory_mib,
+        "cpu_limit": req.cpu_limit, "devices": list(req.devices), "checkpoint_exit_code": req.checkpoint_exit_code,
+        "stop_grace_s": req.stop_grace_s,
+    }
 
 
 # ------------------------------------------------------------------------------ OS errors, classified

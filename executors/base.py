@@ -46,9 +46,11 @@ class LaunchRequest:
     devices: tuple[str, ...] = ()
     """The run's GPU UUIDs: once its processes are gone, the node checks nothing else still uses them."""
     checkpoint_exit_code: int | None = None
-    """A descendant exiting with this after a stop signal is the run's exit code (a trainer behind bash)."""
+    """When the main process dies of a signal hsched sent and a process of the run then exits with this code
+    (a trainer behind `bash -c`), it is the run's exit code."""
     stop_grace_s: float = 30.0
-    """After a stop signal, how long the run's remaining processes may take to finish on their own."""
+    """After a stop signal, how long the run's remaining processes may take to finish on their own (plus a
+    margin) once its main process ended; the node then kills them itself."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +80,15 @@ class Executor(Protocol):
     """The ExecutorError the last call raised, typed (NodeUnreachable, NodeRefused, HelperError...); None
     once a call has succeeded since. `isinstance(ex.last_error, NodeRefused)`: a person must act."""
 
-    async def probe(self) -> dict[str, Any]:
+    async def probe(self, *, gpu_timeout_s: float = 10.0) -> dict[str, Any]:
         """Machine facts as the node helper reports them (hsched/nodehelper.py `probe`): `helper_version`,
         `hostname`, `boot_id`, `python`, `cpus`, `memory_total_mib`, `numa` ([{id, cpus, memory_mib}]),
-        `gpus` ({source, devices: [...]}, optionally `topo_matrix`), `loadavg`; ssh adds `remote_root`."""
+        `gpus` ({source, devices: [...]}, optionally `topo_matrix`), `loadavg`; ssh adds `remote_root`.
+
+        GPU discovery (NVML, nvidia-smi) runs in a child process on the node, killed after `gpu_timeout_s`:
+        a hung driver or nvidia-smi makes `gpus` {source: None, devices: [], error: "GPU probe did not answer
+        within 10 s (nvidia-smi pid N killed)"}, never a probe that does not answer. Keep it below the
+        executor's own call timeout."""
         ...
 
     async def launch(self, req: LaunchRequest) -> RunHandle:
@@ -90,16 +97,25 @@ class Executor(Protocol):
         ...
 
     async def status(self, queries: Sequence[StatusQuery]) -> list[RunReport]:
-        """One report per query, in order: NOT_STARTED (no such run), RUNNING, EXITED (with its exit code;
-        128 + N and `signal` N for a run killed by signal N) or LOST (gone without an exit code)."""
+        """One report per query, in order: NOT_STARTED (no such run), RUNNING, EXITED or LOST (gone without an
+        exit code; the node first kills what is left of a run whose wrapper died, and says LOST only once
+        nothing of it runs).
+
+        EXITED is the node's exit record, written once no process of the run is left: `exit_code` (128 + N
+        and `signal` N for a run killed by signal N; the checkpoint code when the main process died of a
+        signal hsched sent and a process of the run then exited with it), `end_time` (the node's clock when
+        the main process ended), `oom` (the kernel's OOM killer struck the run's cgroup), `gpu_left` (the
+        processes still using the run's GPUs after it, from nvidia-smi)."""
         ...
 
     async def signal(self, handle: RunHandle, signal: str, *, all_processes: bool = False,
                      batch_only: bool = False) -> bool:
         """Send `signal` ('TERM', 'KILL', 'USR1'...) to the run's process group; with `all_processes` also to
         every process of the run (its cgroup, and every process that carries the run's marker: children that
-        left the group); with `batch_only` to the run's main process alone (sbatch's `B:`). False if the run
-        is not running; HelperError for a signal name the node does not know."""
+        left the group); with `batch_only` to the run's main process alone (sbatch's `B:`). The node records
+        each signal in the run's folder before sending it (its wrapper then lets the run's other processes
+        finish within `stop_grace_s`). False if the run is not running; HelperError for a signal name the node
+        does not know."""
         ...
 
     async def read_log(self, run_dir: str, offset: int, max_bytes: int = 1 << 20) -> bytes:

@@ -7,6 +7,19 @@
     ex.unreachable = True                   # every call raises NodeUnreachable (and last_error says so)
     ex.fail_with = NodeRefused("...", Refusal.HOST_KEY_CHANGED)   # or any ExecutorError, until cleared
 
+What the node helper reports about containment (issue 12), played by the test:
+
+    ex.finish(run_dir, 85, end_time=t, oom=True, gpu_left=[GpuHolder("GPU-0", 4242, "python3")])
+                                            # the exit record: when the main process ended (None: the
+                                            # report carries no end time), an OOM kill, processes still on
+                                            # the run's GPUs after it
+    ex.lose(run_dir)                        # the wrapper died and nothing of the run is left: LOST
+    ex.probe_hangs = True                   # probe() never answers (until the caller cancels it)
+    ex.probe_gpu_error = "GPU probe did not answer within 10 s (nvidia-smi pid 7 killed)"
+                                            # probe() answers as a node whose GPU discovery timed out
+    ex.runs[run_dir].signal_calls           # [FakeSignal(name, all_processes, batch_only)] of every signal
+    ex.probe_timeouts                       # the gpu_timeout_s of every probe() call
+
 It implements the whole protocol (executors/base.py) and passes the same conformance suite as the local and
 ssh executors (tests/executors/test_conformance.py). Files put on the "node" live in `files`; `clock` and
 `sleep` can be replaced by a test's fake clock.
@@ -28,10 +41,21 @@ from typing import Any
 
 from hsched.errors import ExecutorError, HelperError, NodeUnreachable, TransferError
 from hsched.model import GpuHolder, RunHandle, RunReport, RunStatus
+from hsched.nodehelper import HELPER_VERSION
 
 from . import _files
 from ._contact import recorded
 from .base import Executor, LaunchRequest, StatusQuery
+
+
+@dataclass(frozen=True, slots=True)
+class FakeSignal:
+    """One signal() call that reached a running fake run."""
+
+    name: str
+    """'TERM', 'USR1'... (without SIG)."""
+    all_processes: bool = False
+    batch_only: bool = False
 
 
 @dataclass
@@ -45,11 +69,15 @@ class FakeRun:
     """The signals sent with all_processes=True."""
     signalled_batch: list[str] = field(default_factory=list)
     """The signals sent with batch_only=True (to the batch shell alone)."""
+    signal_calls: list[FakeSignal] = field(default_factory=list)
+    """Every signal sent while it ran, with how it was to be delivered."""
     log: bytes = b""
     end_time: float | None = None
     """The node's record of when it ended (`finish(..., end_time=)`); None: the report carries none."""
     oom: bool = False
     gpu_left: tuple[GpuHolder, ...] = ()
+    lost: bool = False
+    """Gone without an exit record (`lose`): status says LOST."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +93,9 @@ class FakeExecutor:
     the exit code a run that gets it ends with; others leave it running), `checkpoint_mtimes` (path ->
     what newest_mtime says, before the files put there), `remote_root` (None: the node shares the
     controller's disk, as a local node does; else remote paths live under it), `processes` (GPU processes
-    the monitoring samples list), `utilization` (device UUID -> GPU utilization in samples), `clock`, `sleep`.
+    the monitoring samples list), `utilization` (device UUID -> GPU utilization in samples), `probe_hangs`
+    (probe() waits until cancelled), `probe_gpu_error` (probe() reports no GPUs and this error, as a node
+    whose GPU discovery timed out), `clock`, `sleep`.
     """
 
     kind = "fake"
@@ -93,6 +123,10 @@ class FakeExecutor:
         """Remote path -> content, one entry per file (a folder is the files under it)."""
         self.processes: list[dict[str, Any]] = []
         self.utilization: dict[str, float] = {}
+        self.probe_hangs = False
+        self.probe_gpu_error: str | None = None
+        self.probe_timeouts: list[float] = []
+        """The gpu_timeout_s of every probe() call, in order."""
         self.last_contact: float | None = None
         self.last_error: ExecutorError | None = None
         self.closed = 0
@@ -107,11 +141,17 @@ class FakeExecutor:
         self.last_contact = self.clock()
 
     @recorded
-    async def probe(self) -> dict[str, Any]:
+    async def probe(self, *, gpu_timeout_s: float = 10.0) -> dict[str, Any]:
         self._check("probe")
-        return {"helper_version": 1, "hostname": self.name, "boot_id": self.boot_id,
+        self.probe_timeouts.append(gpu_timeout_s)
+        if self.probe_hangs:
+            await asyncio.get_running_loop().create_future()  # never set: only the caller's cancel ends it
+        gpus: dict[str, Any] = {"source": "fake", "devices": [dict(d) for d in self.devices]}
+        if self.probe_gpu_error is not None:
+            gpus = {"source": None, "devices": [], "error": self.probe_gpu_error}
+        return {"helper_version": HELPER_VERSION, "hostname": self.name, "boot_id": self.boot_id,
                 "python": platform.python_version(), "cpus": self.cpus, "memory_total_mib": self.memory_total_mib,
-                "numa": [], "gpus": {"source": "fake", "devices": [dict(d) for d in self.devices]}, "loadavg": 0.0}
+                "numa": [], "gpus": gpus, "loadavg": 0.0}
 
     @recorded
     async def launch(self, req: LaunchRequest) -> RunHandle:
@@ -132,6 +172,8 @@ class FakeExecutor:
             run = self.runs.get(q.run_dir)
             if run is None:
                 out.append(RunReport(RunStatus.NOT_STARTED))
+            elif run.lost:
+                out.append(RunReport(RunStatus.LOST, handle=run.handle))
             elif run.exit_code is None:
                 out.append(RunReport(RunStatus.RUNNING, handle=run.handle))
             else:
@@ -148,9 +190,10 @@ class FakeExecutor:
         if not hasattr(signals, f"SIG{name}"):
             raise HelperError(f"node helper 'signal': unknown signal {signal}", "signal")  # as the helper says
         run = self.runs.get(handle.run_dir)
-        if run is None or run.exit_code is not None or run.handle != handle:
+        if run is None or run.exit_code is not None or run.lost or run.handle != handle:
             return False
         run.signals.append(name)
+        run.signal_calls.append(FakeSignal(name, all_processes, batch_only))
         if all_processes:
             run.signalled_all.append(name)
         if batch_only:
@@ -247,12 +290,16 @@ class FakeExecutor:
         run = self.runs[run_dir]
         run.exit_code, run.end_time, run.oom, run.gpu_left = exit_code, end_time, oom, tuple(gpu_left)
 
+    def lose(self, run_dir: str) -> None:
+        """The run's wrapper died and nothing of the run is left: the next status() reports it LOST."""
+        self.runs[run_dir].lost = True
+
     def write_log(self, run_dir: str, data: bytes) -> None:
         """Append to a run's output log."""
         self.runs[run_dir].log += data
 
     def running(self) -> list[str]:
-        return [d for d, r in self.runs.items() if r.exit_code is None]
+        return [d for d, r in self.runs.items() if r.exit_code is None and not r.lost]
 
 
 def _same(a: str | Path, b: str | Path) -> bool:

@@ -31,7 +31,7 @@ from hsched.serialize import handle_from_dict, handle_to_dict
 
 from ._contact import recorded
 from ._files import copy_replacing
-from ._rpc import HelperClient, check_reply, parse_oneshot, report_from_dict
+from ._rpc import HelperClient, check_reply, launch_request, parse_oneshot, report_from_dict
 from .base import Executor, LaunchRequest, StatusQuery
 
 if TYPE_CHECKING:
@@ -42,6 +42,8 @@ log = logging.getLogger("hsched.local")
 HELPER_PATH = Path(nodehelper.__file__).resolve()
 SERVER_BACKOFF_MAX_S = 60.0
 """After helper servers died one after another: the longest wait before trying another (one-shot meanwhile)."""
+WATCH_STOP_S = 3.0
+"""How long a watch helper has to end its nvidia-smi and exit after SIGTERM before it is killed."""
 
 
 class _PipeChannel:
@@ -217,15 +219,12 @@ class LocalExecutor:
     # ----------------------------------------------------------------------------------- the protocol
 
     @recorded
-    async def probe(self) -> dict[str, Any]:
-        return await self._call("probe", {})
+    async def probe(self, *, gpu_timeout_s: float = 10.0) -> dict[str, Any]:
+        return await self._call("probe", {"gpu_timeout_s": gpu_timeout_s})
 
     @recorded
     async def launch(self, req: LaunchRequest) -> RunHandle:
-        reply = await self._call("launch", {
-            "run_dir": req.run_dir, "command": list(req.command), "env": dict(req.env),
-            "workdir": req.workdir, "inherit_env": req.inherit_env, "cpus": list(req.cpus),
-        })
+        reply = await self._call("launch", launch_request(req, req.run_dir))
         handle = handle_from_dict(reply.get("handle"))
         if handle is None:
             raise HelperError(f"launch of {req.run_dir} returned no handle", "launch")
@@ -244,8 +243,7 @@ class LocalExecutor:
     async def signal(self, handle: RunHandle, signal: str, *, all_processes: bool = False,
                      batch_only: bool = False) -> bool:
         reply = await self._call("signal", {"handle": handle_to_dict(handle), "signal": signal,
-                                            "all_processes": all_processes,
-                                              "batch_only": batch_only})
+                                            "all_processes": all_processes, "batch_only": batch_only})
         return bool(reply.get("sent"))
 
     @recorded
@@ -342,10 +340,7 @@ class LocalExecutor:
         except (BrokenPipeError, ConnectionResetError) as e:  # the helper died before it read its request
             raise self._failed(HelperError(f"node helper 'watch' ended: {e}", "watch")) from None
         finally:
-            if proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                await proc.wait()
+            await _end_watch(proc)
 
     def _failed(self, e: ExecutorError) -> ExecutorError:
         self.last_error = e
@@ -356,7 +351,9 @@ class LocalExecutor:
         srv, proc = self._server, self._proc
         self._server = self._proc = None
         if srv is not None:
-            srv.close()  # closes its stdin: the server answers what it was asked, then exits
+            # closes its stdin: the server kills its probe children at once, answers the rest, then exits
+            # (killed after 5 s; probe children die with it)
+            srv.close()
         if proc is not None and proc.returncode is None:
             try:
                 async with asyncio.timeout(5):
@@ -365,6 +362,21 @@ class LocalExecutor:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 await proc.wait()
+
+
+async def _end_watch(proc: asyncio.subprocess.Process) -> None:
+    """Stop a watch helper: SIGTERM first, so that it ends its nvidia-smi itself (a hung one included), then
+    SIGKILL if it does not go (its nvidia-smi then die with it: the helper starts them with PR_SET_PDEATHSIG)."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        try:
+            async with asyncio.timeout(WATCH_STOP_S):
+                await proc.wait()
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+    await proc.wait()
 
 
 def _read_at(path: Path, offset: int, max_bytes: int) -> bytes:

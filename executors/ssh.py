@@ -56,7 +56,15 @@ from hsched.serialize import handle_from_dict, handle_to_dict
 
 from . import _sshconfig, _sshfiles
 from ._contact import recorded
-from ._rpc import NETWORK_ERRNOS, HelperClient, check_reply, network_error, parse_oneshot, report_from_dict
+from ._rpc import (
+    NETWORK_ERRNOS,
+    HelperClient,
+    check_reply,
+    launch_request,
+    network_error,
+    parse_oneshot,
+    report_from_dict,
+)
 from .base import Executor, LaunchRequest, StatusQuery
 
 log = logging.getLogger("hsched.ssh")
@@ -474,8 +482,8 @@ class SSHExecutor:
     # ----------------------------------------------------------------------------------- the protocol
 
     @recorded
-    async def probe(self) -> dict[str, Any]:
-        reply = await self._helper("probe", {})
+    async def probe(self, *, gpu_timeout_s: float = 10.0) -> dict[str, Any]:
+        reply = await self._helper("probe", {"gpu_timeout_s": gpu_timeout_s})
         reply["remote_root"] = self._remote.root if self._remote else None
         return reply
 
@@ -483,10 +491,7 @@ class SSHExecutor:
     async def launch(self, req: LaunchRequest) -> RunHandle:
         _, remote = await self._connection()
         rdir = self._to_remote(remote, req.run_dir)
-        reply = await self._helper("launch", {
-            "run_dir": rdir, "command": list(req.command), "env": dict(req.env), "workdir": req.workdir,
-            "inherit_env": req.inherit_env, "cpus": list(req.cpus),
-        })
+        reply = await self._helper("launch", launch_request(req, rdir))
         handle = self._handle_out(reply.get("handle"), req.run_dir)
         if handle is None:
             raise HelperError(f"{self.name}: launch of {req.run_dir} returned no handle", "launch")

@@ -1,27 +1,45 @@
 #!/usr/bin/env python3
-"""hsched's node helper: probe a machine, launch detached runs, report on them and signal them.
+"""hsched's node helper: probe a machine, launch contained runs, report on them and signal them.
 
 Stdlib only and Python >= 3.8: the controller runs this one file on every node (as a subprocess here, over
 SSH elsewhere), so nothing but python3 needs to be installed there. Requests are JSON on stdin, replies
 JSON on stdout; a failure is a JSON `{"error": "..."}` and exit status 1.
 
-    probe           machine facts: CPUs, memory, NUMA nodes, NVIDIA GPUs (NVML, else nvidia-smi), boot id
+    probe           machine facts: CPUs, memory, NUMA nodes, NVIDIA GPUs (NVML, else nvidia-smi), boot id;
+                    GPU discovery runs in a child process with a hard time limit (`gpu_timeout_s`)
     launch          start a run detached (new session); idempotent per run folder
-    status          for each run: running / exited (with exit code) / lost / not_started
-    signal          send a signal to a run's process group (only if the run is still the same process)
+    status          for each run: running / exited (with exit code, end time, OOM, GPU holders) / lost /
+                    not_started
+    signal          send a signal to a run (its main process, its process group, or every process of it)
     read            bytes of a file from an offset (a run's log), base64
     newest          the newest modification time under a folder (a checkpoint's age)
     watch           a monitoring stream: one JSON sample per interval
     serve           many requests on one pair of pipes, JSON lines with ids (what executors use)
-    _wrap RUN_DIR   (internal) the small wrapper that owns a run and writes its exit code atomically
+    _wrap RUN_DIR   (internal) the wrapper that owns a run, contains it and writes its exit record atomically
+    _probe_gpus     (internal) the GPU discovery that `probe` runs in a child process
 
 A run is found again by pid + process start time + boot id, which rules out pid reuse and reboots. The
 wrapper runs the job in a session of its own, so signals sent to the job's process group leave the
 wrapper alive to record how the job ended.
+
+Containment. Each run gets a cgroup of its own where this machine lets us make one (root, or a delegated
+cgroup v2 folder named by HSCHED_CGROUP_ROOT): cgroup v2 when mounted (`<mount>/hsched/run-<hash>`), plus the
+v1 memory and cpu controllers (children of the helper's own v1 cgroups) for the limits v2 cannot enforce on a
+hybrid machine. The job joins them before it executes, so everything it starts is inside; the wrapper stays
+outside. Without cgroups (or with HSCHED_CONTAINMENT=pgroup) a run is its process group, the descendants of
+its wrapper (a child subreaper, so orphans come back to it) and the processes carrying its marker variable.
+Whichever it is, when the run's main process ends every other process of the run is killed (at once, or
+after the stop grace when hsched had signalled the run) and the wrapper writes the exit record only once
+none is left, so a reported exit means the run's GPUs are free to hand out again.
+
+Run folder (0700, files 0600): spec.json (the launch request), handle.json (how to find the run again and
+how it is contained), output.log, wrapper.log, signals.log (one JSON line per signal hsched sent, written
+before sending), exit.json (the exit record).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -31,9 +49,22 @@ import sys
 import threading
 import time
 
-HELPER_VERSION = 1
+HELPER_VERSION = 2
 RUN_MARKER = "HSCHED_RUN_DIR"
 """Every process of a run inherits this variable; it finds processes that left the process group."""
+CGROUP_ROOT_ENV = "HSCHED_CGROUP_ROOT"
+"""A writable (delegated) cgroup v2 folder to create the runs' cgroups in, for a helper that is not root."""
+CONTAINMENT_ENV = "HSCHED_CONTAINMENT"
+"""`pgroup`: make no cgroups (the process group, the wrapper's descendants and the marker only)."""
+STOP_MARGIN_S = 15.0
+"""After a signalled run's main process ended, how long past the stop grace the rest may take before the
+wrapper kills it itself (the controller's escalation normally comes first)."""
+STUCK_AFTER_S = 10.0
+"""How long the wrapper waits for killed processes to go (one in D state may never) before it records them as
+stuck and writes the exit record anyway."""
+GPU_CHECK_TIMEOUT_S = 10.0
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 
 
 # ---------------------------------------------------------------------------------------------- basics
@@ -47,8 +78,8 @@ def boot_id():
         return "unknown"
 
 
-def proc_start_ticks(pid):
-    """Field 22 of /proc/PID/stat (start time in clock ticks since boot), or None if no such process."""
+def _proc_stat(pid):
+    """(state, ppid, pgrp, session, start ticks) of a process from /proc/PID/stat, or None if there is none."""
     try:
         with open("/proc/%d/stat" % pid, "rb") as f:
             data = f.read().decode("ascii", "replace")
@@ -57,17 +88,33 @@ def proc_start_ticks(pid):
     # the command name (field 2) may hold spaces and parentheses: split after the last ')'
     rest = data[data.rfind(")") + 2:].split()
     try:
-        if rest[0] == "Z":  # a zombie has ended; its parent just has not reaped it yet
-            return None
-        return int(rest[19])
+        return rest[0], int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19])
     except (IndexError, ValueError):
         return None
+
+
+def proc_start_ticks(pid):
+    """Field 22 of /proc/PID/stat (start time in clock ticks since boot), or None if no such process."""
+    st = _proc_stat(pid)
+    if st is None or st[0] == "Z":  # a zombie has ended; its parent just has not reaped it yet
+        return None
+    return st[4]
+
+
+def _live(pid):
+    st = _proc_stat(pid)
+    return st is not None and st[0] != "Z"
+
+
+def _private_fd(path, flags):
+    """Open (creating it 0600) a file of a run: a job's output and environment are its owner's only."""
+    return os.open(path, flags | os.O_CREAT, 0o600)
 
 
 def write_json_atomic(path, obj):
     """Write, fsync, rename, fsync the folder: a reader sees the old file or the whole new one."""
     tmp = "%s.tmp.%d" % (path, os.getpid())
-    with open(tmp, "w") as f:
+    with os.fdopen(_private_fd(tmp, os.O_WRONLY | os.O_TRUNC), "w") as f:
         json.dump(obj, f)
         f.flush()
         os.fsync(f.fileno())
@@ -87,15 +134,169 @@ def read_json(path):
         return None
 
 
-# ----------------------------------------------------------------------------------------------- probe
-
-
 def _read(path):
     try:
         with open(path) as f:
             return f.read().strip()
     except OSError:
         return None
+
+
+_LIBC = {}  # type: dict
+
+
+def _prctl():
+    """libc's prctl through ctypes, or None where there is none (not Linux, no ctypes)."""
+    if "prctl" not in _LIBC:
+        try:
+            import ctypes
+
+            fn = ctypes.CDLL(None, use_errno=True).prctl
+            fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+            fn.restype = ctypes.c_int
+            _LIBC["prctl"] = fn
+        except Exception:
+            _LIBC["prctl"] = None
+    return _LIBC["prctl"]
+
+
+# ------------------------------------------------------------------------- children with a time limit
+# Every probe and sampler runs what may hang (NVML, nvidia-smi on a sick GPU) in a child process with a hard
+# time limit, in a process group of its own that is SIGKILLed on timeout; a child that dies with its parent
+# thread (PR_SET_PDEATHSIG) cannot outlive a helper that was itself killed. A child that cannot be reaped
+# (D state: not even SIGKILL ends it) is left to a daemon thread and reported, never waited for.
+
+_CHILDREN_LOCK = threading.Lock()
+_CHILDREN = {}  # type: dict
+"""pid -> Popen of the probe and sampler children this process has running."""
+_CLOSING = threading.Event()
+"""Set when this helper is going away: no child is started any more."""
+
+
+def _child_setup(own_group):
+    """What a child does between fork and exec: its own process group (when not a new session), and death
+    with the thread that started it. Everything is looked up before the fork, so the child only calls."""
+    prctl = _prctl()
+    setpgid = os.setpgid
+    kill = signal.SIGKILL
+
+    def setup():
+        if own_group:
+            setpgid(0, 0)
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, kill, 0, 0, 0)
+
+    return setup
+
+
+def _register(proc):
+    with _CHILDREN_LOCK:
+        _CHILDREN[proc.pid] = proc
+
+
+def _unregister(proc):
+    with _CHILDREN_LOCK:
+        _CHILDREN.pop(proc.pid, None)
+
+
+def _group_members(pgid):
+    """{pid: name} of the live processes in process group `pgid`."""
+    out = {}
+    for pid, (state, _ppid, pgrp, _sid) in _proc_table().items():
+        if pgrp == pgid and state != "Z":
+            out[pid] = _read("/proc/%d/comm" % pid) or "?"
+    return out
+
+
+def _abandon(proc):
+    """Leave a child that cannot be reaped now to a daemon thread that reaps it whenever it ends."""
+    t = threading.Thread(target=proc.wait)
+    t.daemon = True
+    t.start()
+
+
+def _stop_group(proc, wait_s=1.0):
+    """SIGKILL a child's process group and reap the child; say what was killed or, if something of the group
+    is still there after `wait_s` (D state), what was abandoned."""
+    before = _group_members(proc.pid)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    deadline = time.monotonic() + wait_s
+    left = before
+    while time.monotonic() < deadline:
+        left = _group_members(proc.pid)
+        if proc.poll() is not None and not left:
+            break
+        time.sleep(0.02)
+    for f in (proc.stdout, proc.stderr):
+        try:
+            if f is not None:
+                f.close()  # a stuck process may hold the other end open forever
+        except OSError:
+            pass
+    if proc.poll() is None:
+        _abandon(proc)
+    # name the processes below the child first: the child is our python or the tool itself, what hangs is deeper
+    named = left or before
+    inner = dict((p, n) for p, n in named.items() if p != proc.pid) or named
+    what = ", ".join("%s pid %d" % (n, p) for p, n in sorted(inner.items())) or "pid %d" % proc.pid
+    return "%s %s" % (what, "abandoned" if left else "killed")
+
+
+def run_bounded(argv, timeout_s, what, new_session=True):
+    """Run argv with a hard time limit. Returns a dict: rc, out (bytes), err (text), error (None when it
+    answered in time; else why not), abandoned (the Popen of a child that could not be reaped, or None)."""
+    result = {"rc": None, "out": b"", "err": "", "error": None, "abandoned": None}
+    if _CLOSING.is_set():
+        result["error"] = "%s not started: the helper is closing" % what
+        return result
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                close_fds=True, start_new_session=new_session,
+                                preexec_fn=_child_setup(not new_session))
+    except (OSError, subprocess.SubprocessError) as e:
+        result["error"] = "%s could not start: %s" % (what, e)
+        return result
+    _register(proc)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        result["error"] = "%s did not answer within %g s (%s)" % (what, timeout_s, _stop_group(proc))
+        if proc.returncode is None:
+            result["abandoned"] = proc
+        return result
+    finally:
+        _unregister(proc)
+    result["rc"], result["out"] = proc.returncode, out
+    result["err"] = err.decode("utf-8", "replace").strip()[-500:]
+    if _CLOSING.is_set() and proc.returncode == -signal.SIGKILL:
+        result["error"] = "%s stopped: the helper is closing" % what
+    return result
+
+
+def _kill_children(wait_s=1.0):
+    """Kill every probe and sampler child of this helper (their whole process groups) and reap them; what
+    cannot be reaped within wait_s is left to daemon threads. Runs are not children of this kind: untouched."""
+    _CLOSING.set()
+    with _CHILDREN_LOCK:
+        procs = list(_CHILDREN.values())
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    deadline = time.monotonic() + wait_s
+    for proc in procs:
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if proc.poll() is None:
+            _abandon(proc)
+        _unregister(proc)
+
+
+# ----------------------------------------------------------------------------------------------- probe
 
 
 def parse_cpulist(text):
@@ -183,7 +384,7 @@ def probe_nvml():
             return raw
         return None
     except Exception as e:  # no driver, no GPU: NVML raises on init
-        return {"error": str(e), "devices": []}
+        return {"source": None, "error": str(e), "devices": []}
 
 
 _QUERY = "index,uuid,name,pci.bus_id,memory.total,memory.used,utilization.gpu,temperature.gpu,power.draw"
@@ -194,12 +395,13 @@ def probe_nvidia_smi():
     if not exe:
         return None
     try:
+        # the parent's hard limit bounds this whole probe; nvidia-smi dies with us if we are killed for it
         out = subprocess.run([exe, "--query-gpu=" + _QUERY, "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=20)
+                             capture_output=True, text=True, timeout=60, preexec_fn=_child_setup(False))
     except (OSError, subprocess.TimeoutExpired) as e:
-        return {"error": str(e), "devices": []}
+        return {"source": None, "error": str(e), "devices": []}
     if out.returncode != 0:
-        return {"error": (out.stderr or out.stdout).strip()[:500], "devices": []}
+        return {"source": None, "error": (out.stderr or out.stdout).strip()[:500], "devices": []}
 
     def num(v, cast=float):
         v = v.strip()
@@ -221,7 +423,8 @@ def probe_nvidia_smi():
         })
     topo = None
     try:
-        t = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True, timeout=20)
+        t = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True, timeout=60,
+                           preexec_fn=_child_setup(False))
         if t.returncode == 0:
             topo = t.stdout
     except (OSError, subprocess.TimeoutExpired):
@@ -229,15 +432,52 @@ def probe_nvidia_smi():
     return {"source": "nvidia-smi", "devices": devices, "topo_matrix": topo}
 
 
-def probe(_req):
-    import platform
-    import socket
-
+def probe_gpus():
+    """GPU discovery in this process (what the `_probe_gpus` child runs): NVML, else nvidia-smi."""
     gpus = probe_nvml()
     if not gpus or not gpus.get("devices"):
         smi = probe_nvidia_smi()
         if smi is not None and (smi.get("devices") or not gpus):
             gpus = smi
+    return gpus or {"source": None, "devices": []}
+
+
+def _gpu_tools():
+    """Whether this machine has anything to discover GPUs with (no child process is started otherwise)."""
+    if shutil.which("nvidia-smi"):
+        return True
+    try:
+        import importlib.util
+
+        return importlib.util.find_spec("pynvml") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def probe_gpus_bounded(timeout_s):
+    """GPU discovery in a child process killed after timeout_s: a hung driver or nvidia-smi costs a bounded
+    wait and an error in the reply, never a probe that does not answer."""
+    if not _gpu_tools():
+        return {"source": None, "devices": []}
+    r = run_bounded([sys.executable, os.path.abspath(__file__), "_probe_gpus"], timeout_s, "GPU probe")
+    if r["error"] is None:
+        try:
+            gpus = json.loads(r["out"].decode("utf-8", "replace").strip().splitlines()[-1])
+            if isinstance(gpus, dict):
+                gpus.setdefault("source", None)
+                gpus.setdefault("devices", [])
+                return gpus
+        except (ValueError, IndexError):
+            pass
+        r["error"] = "GPU probe failed (exit status %s): %s" % (r["rc"], r["err"] or "no output")
+    return {"source": None, "devices": [], "error": r["error"]}
+
+
+def probe(req):
+    import platform
+    import socket
+
+    timeout_s = max(0.1, float(req.get("gpu_timeout_s") or 10.0))
     return {
         "helper_version": HELPER_VERSION,
         "hostname": socket.gethostname(),
@@ -246,9 +486,339 @@ def probe(_req):
         "cpus": os.cpu_count(),
         "memory_total_mib": memory_total_mib(),
         "numa": numa_nodes(),
-        "gpus": gpus or {"source": None, "devices": []},
+        "gpus": probe_gpus_bounded(timeout_s),
         "loadavg": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
+
+
+# ----------------------------------------------------------------------------------------------- /proc
+
+
+def _proc_table():
+    """{pid: (state, ppid, pgrp, session)} of every process (one that ends meanwhile is left out)."""
+    table = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in names:
+        if name.isdigit():
+            st = _proc_stat(int(name))
+            if st is not None:
+                table[int(name)] = st[:4]
+    return table
+
+
+def _proc_owner(pid):
+    """The hsched run folder a process belongs to (from its environment), or None if none or unreadable."""
+    prefix = (RUN_MARKER + "=").encode()
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            for item in f.read().split(b"\0"):
+                if item.startswith(prefix):
+                    return item[len(prefix):].decode("utf-8", "replace")
+    except OSError:
+        return None
+    return None
+
+
+def run_pids(run_dir, table=None):
+    """Every live process whose environment carries this run's marker (finds setsid'd escapees too)."""
+    table = _proc_table() if table is None else table
+    me = os.getpid()
+    return [pid for pid, st in table.items() if pid != me and st[0] != "Z" and _proc_owner(pid) == run_dir]
+
+
+def _descendants(table, root):
+    """The live processes below `root` that are not in root's own session: a wrapper's job processes (its
+    helper children, such as the GPU check's nvidia-smi, stay in the wrapper's session)."""
+    kids = {}
+    for pid, st in table.items():
+        kids.setdefault(st[1], []).append(pid)
+    root_sid = table[root][3] if root in table else None
+    out, todo = [], [root]
+    while todo:
+        for pid in kids.get(todo.pop(), ()):
+            todo.append(pid)
+            state, _ppid, _pgrp, sid = table[pid]
+            if state != "Z" and sid != root_sid:
+                out.append(pid)
+    return out
+
+
+# --------------------------------------------------------------------------------------------- cgroups
+
+
+def _unescape_mount(path):
+    """mountinfo writes space, tab, newline and backslash as octal escapes (\\040)."""
+    out, i = [], 0
+    while i < len(path):
+        if path[i] == "\\" and i + 3 < len(path) and path[i + 1:i + 4].isdigit():
+            out.append(chr(int(path[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(path[i])
+            i += 1
+    return "".join(out)
+
+
+def cgroup_places():
+    """Where this process's own cgroups are, by hierarchy: {"v2": {...}, "memory": {...}, "cpu": {...}} with
+    `mount` (the hierarchy's mount point) and `own` (this process's cgroup folder); only those mounted here."""
+    own = {}
+    for line in (_read("/proc/self/cgroup") or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            own["v2"] = parts[2]
+        else:
+            for ctrl in parts[1].split(","):
+                own[ctrl] = parts[2]
+    places = {}
+    for line in (_read("/proc/self/mountinfo") or "").splitlines():
+        left, sep, right = line.partition(" - ")
+        a, b = left.split(), right.split()
+        if not sep or len(a) < 5 or len(b) < 3:
+            continue
+        root, mount = _unescape_mount(a[3]), _unescape_mount(a[4])
+        if b[0] == "cgroup2":
+            keys = ["v2"]
+        elif b[0] == "cgroup":
+            keys = [c for c in b[2].split(",") if c in ("memory", "cpu")]
+        else:
+            continue
+        for key in keys:
+            path = own.get(key)
+            if key in places or path is None:
+                continue
+            if root != "/":  # only part of the hierarchy is mounted here: our cgroup must be inside it
+                if path != root and not path.startswith(root.rstrip("/") + "/"):
+                    continue
+                path = path[len(root):]
+            places[key] = {"mount": mount, "own": os.path.normpath(mount + "/" + path.lstrip("/"))}
+    return places
+
+
+def _cg_write(folder, name, value):
+    with open(os.path.join(folder, name), "w") as f:
+        f.write(str(value))
+
+
+def _cg_controllers(folder):
+    return (_read(os.path.join(folder, "cgroup.controllers")) or "").split()
+
+
+def _enable_controllers(base, wanted, delegated):
+    """Make `wanted` controllers (memory, cpu) available to cgroups created in `base` (cgroup v2), where this
+    machine allows: in base's parent too unless base was delegated to us; failures leave them unavailable."""
+    for ctrl in wanted:
+        if not delegated and ctrl not in _cg_controllers(base):
+            parent = os.path.dirname(base)
+            if ctrl in _cg_controllers(parent):
+                try:
+                    _cg_write(parent, "cgroup.subtree_control", "+" + ctrl)
+                except OSError:
+                    pass
+        try:
+            _cg_write(base, "cgroup.subtree_control", "+" + ctrl)
+        except OSError:
+            pass
+
+
+def _make_dir(path):
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        pass  # a run folder is launched once; a cgroup of the same name is a leftover of that very run
+
+
+def make_cgroups(run_dir, spec):
+    """Create the run's cgroups and set its limits. Returns (cgroups, enforced, errors): cgroups maps "v2",
+    "memory", "cpu" to folders (only those made), enforced lists the limits in force ("memory", "cpu"),
+    errors says why a wanted one is not."""
+    if os.environ.get(CONTAINMENT_ENV) == "pgroup":
+        return {}, [], []
+    mem = spec.get("memory_mib")
+    cpu = spec.get("cpu_limit")
+    name = "run-" + hashlib.sha1(run_dir.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    places = cgroup_places()
+    cgroups, enforced, errors = {}, [], []
+    delegated = os.environ.get(CGROUP_ROOT_ENV) or None
+    base = delegated or (places["v2"]["mount"] + "/hsched" if "v2" in places else None)
+    if base is not None:
+        try:
+            if not delegated:
+                _make_dir(base)
+            _enable_controllers(base, [c for c, v in (("memory", mem), ("cpu", cpu)) if v], bool(delegated))
+            _make_dir(base + "/" + name)
+            cgroups["v2"] = base + "/" + name
+        except OSError as e:  # not root and nothing delegated: no cgroup v2 for us
+            errors.append("cgroup v2 in %s: %s" % (base, e.strerror or e))
+    v2 = cgroups.get("v2")
+    if v2 and mem and "memory" in _cg_controllers(v2):
+        try:
+            _cg_write(v2, "memory.max", int(mem) << 20)
+            if os.path.exists(os.path.join(v2, "memory.swap.max")):
+                _cg_write(v2, "memory.swap.max", 0)  # the limit is the run's memory, not memory plus swap
+            enforced.append("memory")
+        except OSError as e:
+            errors.append("memory.max: %s" % (e.strerror or e))
+    if v2 and cpu and "cpu" in _cg_controllers(v2):
+        try:
+            _cg_write(v2, "cpu.max", "%d 100000" % max(1000, int(float(cpu) * 100000)))
+            enforced.append("cpu")
+        except OSError as e:
+            errors.append("cpu.max: %s" % (e.strerror or e))
+    # cgroup v1 where v2 cannot: the memory controller (also the run's only cgroup on a v1 machine) and cpu
+    if "memory" in places and "memory" not in enforced and (mem or not v2):
+        path = places["memory"]["own"] + "/hsched/" + name
+        try:
+            _make_dir(os.path.dirname(path))
+            _make_dir(path)
+            cgroups["memory"] = path
+            if mem:
+                _cg_write(path, "memory.limit_in_bytes", int(mem) << 20)
+                if os.path.exists(os.path.join(path, "memory.memsw.limit_in_bytes")):
+                    _cg_write(path, "memory.memsw.limit_in_bytes", int(mem) << 20)
+                enforced.append("memory")
+        except OSError as e:
+            errors.append("cgroup v1 memory in %s: %s" % (path, e.strerror or e))
+    if "cpu" in places and cpu and "cpu" not in enforced:
+        path = places["cpu"]["own"] + "/hsched/" + name
+        try:
+            _make_dir(os.path.dirname(path))
+            _make_dir(path)
+            cgroups["cpu"] = path
+            _cg_write(path, "cpu.cfs_period_us", 100000)
+            _cg_write(path, "cpu.cfs_quota_us", max(1000, int(float(cpu) * 100000)))
+            enforced.append("cpu")
+        except OSError as e:
+            errors.append("cgroup v1 cpu in %s: %s" % (path, e.strerror or e))
+    for what, value in (("memory", mem), ("cpu", cpu)):
+        if value and what not in enforced:
+            errors.append("the %s limit is not enforced: no %s controller hsched may use here" % (what, what))
+    return cgroups, enforced, errors
+
+
+def _tracker(info):
+    """The cgroup that holds every process of the run (v2, else a v1 one), or None."""
+    cgroups = (info or {}).get("cgroups") or {}
+    for key in ("v2", "memory", "cpu"):
+        if cgroups.get(key):
+            return cgroups[key]
+    return None
+
+
+def cgroup_pids(folder):
+    """The processes in a cgroup and the cgroups below it (a job may make its own)."""
+    pids = set()
+    for root, _dirs, _files in os.walk(folder):
+        for line in (_read(os.path.join(root, "cgroup.procs")) or "").split():
+            if line.isdigit():
+                pids.add(int(line))
+    return pids
+
+
+def _remove_cgroups(cgroups):
+    """Remove the run's cgroups, innermost first (an empty cgroup is removed with rmdir; a busy one stays)."""
+    for path in (cgroups or {}).values():
+        if not path or not os.path.isdir(path):
+            continue
+        for root, _dirs, _files in os.walk(path, topdown=False):
+            try:
+                os.rmdir(root)
+            except OSError:
+                pass
+
+
+def _oom_killed(cgroups):
+    """Whether the kernel's OOM killer killed a process of the run (its memory limit)."""
+    for path, name in (((cgroups or {}).get("v2"), "memory.events"), ((cgroups or {}).get("memory"),
+                                                                        "memory.oom_control")):
+        for line in ((_read(os.path.join(path, name)) if path else None) or "").splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit() and int(value) > 0:
+                return True
+    return False
+
+
+# -------------------------------------------------------------------------------- a run's processes
+
+
+def run_members(info, wrapper_pid=None, scan=True):
+    """The live processes of a run: its cgroup's members, and with `scan` (or without a cgroup) the
+    descendants of its wrapper (while that lives) and the processes carrying the run's marker."""
+    pids = set()
+    tracker = _tracker(info)
+    if tracker:
+        pids.update(p for p in cgroup_pids(tracker) if _live(p))
+    if scan or not tracker:
+        table = _proc_table()
+        if wrapper_pid:
+            pids.update(_descendants(table, wrapper_pid))
+        pids.update(run_pids(info["run_dir"], table))
+    pids.discard(os.getpid())
+    pids.discard(wrapper_pid)
+    return sorted(pids)
+
+
+def _reap(reaped):
+    """Reap every child that has ended (a subreaper gets the run's orphans), recording (time, pid, status).
+    Only the wrapper reaps so: `reaped` None (a helper's status call) reaps nothing, as its children are
+    Popen's to wait for."""
+    while reaped is not None:
+        try:
+            pid, status_ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        reaped.append((time.time(), pid, status_))
+
+
+def kill_run(info, wrapper_pid=None, reaped=None, limit_s=STUCK_AFTER_S):
+    """SIGKILL every process of the run until none is left (cgroup.kill where there is one, else each
+    member, again until the cgroup and the scan find nobody). Returns (stuck, killed): the pids still alive
+    after limit_s (D state), and every pid it killed."""
+    scan = _tracker(info) is None
+    killed = set(run_members(info, wrapper_pid, scan))
+    v2 = ((info or {}).get("cgroups") or {}).get("v2")
+    if v2 and killed:
+        try:
+            _cg_write(v2, "cgroup.kill", 1)  # Linux >= 5.14: the whole cgroup at once, forks included
+        except OSError:
+            pass
+    deadline = time.monotonic() + limit_s
+    while True:
+        _reap(reaped)
+        members = run_members(info, wrapper_pid, scan)
+        if not members:
+            if scan:
+                return [], sorted(killed)
+            scan = True  # the cgroup is empty: one look for processes that left it
+            continue
+        if time.monotonic() > deadline:
+            return members, sorted(killed)
+        for pid in members:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except OSError:
+                pass
+        time.sleep(0.02)
+
+
+def wait_for_rest(info, wrapper_pid, reaped, deadline):
+    """Let the run's other processes end by themselves until `deadline` (after a stop signal: a trainer
+    saving its checkpoint); True if none is left."""
+    while True:
+        _reap(reaped)
+        if not run_members(info, wrapper_pid, scan=_tracker(info) is None):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
 
 
 # ---------------------------------------------------------------------------------------------- launch
@@ -258,20 +828,28 @@ def launch(req):
     """Start the run in req['run_dir'] detached. The folder is the launch lock: created once, never reused."""
     run_dir = req["run_dir"]
     parent = os.path.dirname(run_dir.rstrip("/"))
-    os.makedirs(parent, exist_ok=True)
+    os.makedirs(parent, 0o700, exist_ok=True)
     try:
         os.mkdir(run_dir, 0o700)
     except FileExistsError:
         # launched before (a retried request after a lost reply): report that run, never start another
         return _existing(run_dir, wait_s=5.0)
+    os.chmod(run_dir, 0o700)  # whatever the umask: a run's output and environment are its owner's only
     write_json_atomic(os.path.join(run_dir, "spec.json"), {
         "command": req["command"], "env": req.get("env") or {}, "workdir": req.get("workdir"),
         "inherit_env": bool(req.get("inherit_env", False)), "cpus": req.get("cpus") or [],
+        "memory_mib": req.get("memory_mib"), "cpu_limit": req.get("cpu_limit"),
+        "devices": list(req.get("devices") or []), "checkpoint_exit_code": req.get("checkpoint_exit_code"),
+        "stop_grace_s": req.get("stop_grace_s", 30.0),
     })
     helper = os.path.abspath(__file__)
-    with open(os.devnull, "rb") as devnull_in, open(os.path.join(run_dir, "wrapper.log"), "ab") as wlog:
-        wrapper = subprocess.Popen([sys.executable, helper, "_wrap", run_dir], stdin=devnull_in, stdout=wlog,
-                                   stderr=wlog, start_new_session=True, close_fds=True, cwd="/")
+    wlog = _private_fd(os.path.join(run_dir, "wrapper.log"), os.O_WRONLY | os.O_APPEND)
+    try:
+        with open(os.devnull, "rb") as devnull_in:
+            wrapper = subprocess.Popen([sys.executable, helper, "_wrap", run_dir], stdin=devnull_in, stdout=wlog,
+                                       stderr=wlog, start_new_session=True, close_fds=True, cwd="/")
+    finally:
+        os.close(wlog)
     # A long-lived helper (`serve`) stays the wrapper's parent: reap it when it ends, or every finished run
     # would leave a zombie behind until the server exits. A one-shot helper exits first and init adopts it.
     reaper = threading.Thread(target=wrapper.wait)
@@ -291,9 +869,57 @@ def _existing(run_dir, wait_s):
         time.sleep(0.005)
 
 
+def _set_subreaper():
+    """Orphans of the run come back to the wrapper (not to init), so it reaps them and sees their exit codes."""
+    prctl = _prctl()
+    return prctl is not None and prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def _start_job(spec, env, workdir, log_fd, cpus, cgroups):
+    procs_files = [os.path.join(cgroups[k], "cgroup.procs") for k in ("v2", "memory", "cpu") if cgroups.get(k)]
+
+    def prepare():
+        # in the child, before exec: into the run's cgroups first, so everything it starts is inside; a
+        # failure here fails the start, and the wrapper starts it again without cgroups
+        pid = str(os.getpid())
+        for path in procs_files:
+            with open(path, "w") as f:
+                f.write(pid)
+        _restore_signals()
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
+    return subprocess.Popen(spec["command"], cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log_fd,
+                            stderr=log_fd, start_new_session=True, close_fds=True, preexec_fn=prepare)
+
+
+def _decode(status_):
+    """(exit code, signal) of a wait status: 128 + N and N for a death by signal N."""
+    if os.WIFSIGNALED(status_):
+        sig = os.WTERMSIG(status_)
+        return 128 + sig, sig
+    return os.WEXITSTATUS(status_), None
+
+
+def sent_signals(run_dir):
+    """[(time, signal number)] of every signal hsched sent to the run (signals.log)."""
+    out = []
+    try:
+        with open(os.path.join(run_dir, "signals.log")) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                    out.append((float(rec["t"]), int(rec["number"])))
+                except (ValueError, KeyError, TypeError):
+                    continue
+    except OSError:
+        pass
+    return out
+
+
 def wrap(run_dir):
-    """The run's owner: start the job in its own session, wait, record the exit code atomically."""
-    spec = read_json(os.path.join(run_dir, "spec.json"))
+    """The run's owner: start the job contained, wait for it and for every process it left, record the end."""
+    spec = read_json(os.path.join(run_dir, "spec.json")) or {}
     if spec.get("inherit_env"):
         env = dict(os.environ)
     else:
@@ -306,37 +932,81 @@ def wrap(run_dir):
     env[RUN_MARKER] = run_dir
     for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(s, signal.SIG_IGN)  # signals are for the job; the wrapper must live to write the code
+    subreaper = _set_subreaper()
     workdir = spec.get("workdir") or run_dir
-    log_path = os.path.join(run_dir, "output.log")
-    with open(log_path, "ab", buffering=0) as log:
-        cpus = _usable_cpus(spec.get("cpus") or [])
-        if cpus:
-            env["HSCHED_CPUS"] = ",".join(str(c) for c in cpus)
+    cpus = _usable_cpus(spec.get("cpus") or [])
+    if cpus:
+        env["HSCHED_CPUS"] = ",".join(str(c) for c in cpus)
+    cgroups, enforced, errors = make_cgroups(run_dir, spec)
+    log_fd = _private_fd(os.path.join(run_dir, "output.log"), os.O_WRONLY | os.O_APPEND)
+    try:
         try:
-            child = subprocess.Popen(
-                spec["command"], cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                start_new_session=True, close_fds=True,
-                preexec_fn=lambda: _prepare_child(cpus),
-            )
-        except OSError as e:
-            log.write(("hsched: cannot start %r: %s\n" % (spec["command"][0], e.strerror)).encode())
-            write_json_atomic(os.path.join(run_dir, "handle.json"), _handle(run_dir, os.getpid()))
-            write_json_atomic(os.path.join(run_dir, "exit.json"), {
-                "exit_code": 127 if isinstance(e, FileNotFoundError) else 126, "signal": None,
-                "end_time": time.time(), "error": str(e)})
-            return 0
-        write_json_atomic(os.path.join(run_dir, "handle.json"), _handle(run_dir, child.pid))
-        while True:
-            try:
-                rc = child.wait()
-                break
-            except InterruptedError:
-                continue
-    sig = -rc if rc < 0 else None
-    code = 128 + sig if sig else rc
-    write_json_atomic(os.path.join(run_dir, "exit.json"),
-                      {"exit_code": code, "signal": sig, "end_time": time.time()})
+            child = _start_job(spec, env, workdir, log_fd, cpus, cgroups)
+        except subprocess.SubprocessError as e:  # the child could not join its cgroups: contain it without them
+            errors.append("joining the run's cgroups failed (%s): process group only" % e)
+            _remove_cgroups(cgroups)
+            cgroups, enforced = {}, []
+            child = _start_job(spec, env, workdir, log_fd, cpus, cgroups)
+    except OSError as e:
+        os.write(log_fd, ("hsched: cannot start %r: %s\n" % (spec["command"][0], e.strerror)).encode())
+        os.close(log_fd)
+        _remove_cgroups(cgroups)
+        write_json_atomic(os.path.join(run_dir, "handle.json"), _handle(run_dir, os.getpid(), None, {}, [], errors))
+        write_json_atomic(os.path.join(run_dir, "exit.json"), {
+            "exit_code": 127 if isinstance(e, FileNotFoundError) else 126, "signal": None,
+            "end_time": time.time(), "error": str(e), "oom": False, "gpu_left": [], "stuck_pids": []})
+        return 0
+    os.close(log_fd)
+    info = _handle(run_dir, child.pid, proc_start_ticks(child.pid) or _stat_ticks(child.pid), cgroups, enforced,
+                   errors)
+    info["subreaper"] = subreaper
+    write_json_atomic(os.path.join(run_dir, "handle.json"), info)
+    me = os.getpid()
+    reaped = []  # (time, pid, wait status) of every other process of the run that ended as our child
+    main_status = None
+    while main_status is None:
+        try:
+            pid, st = os.waitpid(-1, 0)
+        except ChildProcessError:  # cannot happen while the child is ours; never spin on it
+            main_status = 255 << 8
+            break
+        if pid == child.pid:
+            main_status = st
+        else:
+            reaped.append((time.time(), pid, st))
+    end_time = time.time()
+    code, sig = _decode(main_status)
+    child.returncode = -sig if sig else code  # reaped here, not by Popen: it must not wait for it again
+    if sent_signals(run_dir):
+        # hsched is stopping the run: the rest may be saving a checkpoint; the controller escalates if they
+        # take too long, and we end them ourselves if it does not
+        wait_for_rest(info, me, reaped, time.monotonic() + float(spec.get("stop_grace_s") or 0) + STOP_MARGIN_S)
+    stuck, killed = kill_run(info, me, reaped)
+    _reap(reaped)
+    record = {"exit_code": code, "signal": sig, "end_time": end_time}
+    ckpt = spec.get("checkpoint_exit_code")
+    sent = sent_signals(run_dir)
+    if sig is not None and ckpt is not None and sig in [n for _t, n in sent]:
+        # the main process (say `bash -c "python3 train.py; true"`) died of the signal hsched sent, and a
+        # process of the run then saved its checkpoint and exited with the checkpoint code: the run did
+        first = min(t for t, _n in sent)
+        if any(t >= first and not os.WIFSIGNALED(s) and os.WEXITSTATUS(s) == int(ckpt) for t, _p, s in reaped):
+            record.update({"exit_code": int(ckpt), "signal": None, "main_exit": {"exit_code": code, "signal": sig}})
+    record["oom"] = _oom_killed(cgroups)
+    _remove_cgroups(cgroups)
+    holders, gpu_error = gpu_holders(spec.get("devices") or [])
+    record.update({"gpu_left": holders, "stuck_pids": stuck, "leftovers_killed": len(killed),
+                   "containment": info["containment"]})
+    if gpu_error:
+        record["gpu_check_error"] = gpu_error
+    # written last: a reported exit means no process of the run is left (but `stuck_pids`)
+    write_json_atomic(os.path.join(run_dir, "exit.json"), record)
     return 0
+
+
+def _stat_ticks(pid):
+    st = _proc_stat(pid)  # a child that already ended is a zombie until we reap it: its start time is there
+    return st[4] if st is not None else None
 
 
 def _usable_cpus(wanted):
@@ -347,21 +1017,57 @@ def _usable_cpus(wanted):
     return sorted(c for c in wanted if c in allowed)
 
 
-def _prepare_child(cpus):
-    _restore_signals()
-    if cpus:
-        os.sched_setaffinity(0, cpus)
-
-
 def _restore_signals():
     for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(s, signal.SIG_DFL)
 
 
-def _handle(run_dir, child_pid):
+def _handle(run_dir, child_pid, child_ticks, cgroups, enforced, errors):
     me = os.getpid()
-    return {"run_dir": run_dir, "pid": me, "pgid": child_pid, "start_ticks": proc_start_ticks(me) or 0,
-            "boot_id": boot_id()}
+    info = {"run_dir": run_dir, "pid": me, "pgid": child_pid, "start_ticks": proc_start_ticks(me) or 0,
+            "boot_id": boot_id(), "child_start_ticks": child_ticks,
+            "containment": "cgroup" if cgroups else "pgroup", "cgroups": cgroups, "enforced": enforced}
+    if errors:
+        info["cgroup_errors"] = errors
+    return info
+
+
+_COMPUTE_APPS = "--query-compute-apps=gpu_uuid,pid,process_name,used_memory"
+
+
+def parse_compute_apps(text):
+    """[{uuid, pid, name, used_memory_mib}] from `nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,
+    used_memory --format=csv,noheader,nounits` (a process name may hold commas: it is what lies between)."""
+    out = []
+    for line in text.splitlines():
+        f = [x.strip() for x in line.split(",")]
+        if len(f) < 3 or not f[1].isdigit():
+            continue  # "No running processes found" and the like
+        name = ",".join(f[2:-1]).strip() if len(f) >= 4 else f[2]
+        try:
+            used = int(float(f[-1])) if len(f) >= 4 else None
+        except ValueError:
+            used = None  # "[N/A]"
+        out.append({"uuid": f[0], "pid": int(f[1]), "name": name, "used_memory_mib": used})
+    return out
+
+
+def gpu_holders(devices, timeout_s=GPU_CHECK_TIMEOUT_S):
+    """The processes that hold any of `devices` (GPU UUIDs) now, and why the check failed if it did."""
+    if not devices:
+        return [], None
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return [], None
+    r = run_bounded([exe, _COMPUTE_APPS, "--format=csv,noheader,nounits"], timeout_s, "nvidia-smi",
+                    new_session=False)
+    if r["error"] is not None:
+        return [], r["error"]
+    if r["rc"] != 0:
+        return [], "nvidia-smi failed (exit status %s): %s" % (r["rc"], r["err"] or "no output")
+    wanted = set(devices)
+    apps = parse_compute_apps(r["out"].decode("utf-8", "replace"))
+    return [{"uuid": a["uuid"], "pid": a["pid"], "name": a["name"]} for a in apps if a["uuid"] in wanted], None
 
 
 # ---------------------------------------------------------------------------------------------- status
@@ -374,6 +1080,31 @@ def _alive(handle):
     return ticks is not None and ticks == int(handle["start_ticks"])
 
 
+def _exited(exit_info, handle):
+    return {"status": "exited", "exit_code": exit_info.get("exit_code"), "signal": exit_info.get("signal"),
+            "end_time": exit_info.get("end_time"), "oom": bool(exit_info.get("oom")),
+            "gpu_left": exit_info.get("gpu_left") or [], "handle": handle}
+
+
+def _run_info(run_dir, handle):
+    """handle.json of the run (its containment), if it is the record of this very run."""
+    info = read_json(os.path.join(run_dir, "handle.json"))
+    if not isinstance(info, dict) or int(info.get("pid", -1)) != int(handle["pid"]):
+        info = dict(handle)
+    info["run_dir"] = run_dir
+    return info
+
+
+def end_remains(run_dir, handle, wait_s=2.0):
+    """Kill what is left of a run whose wrapper is gone (its cgroup, its marker) and wait up to wait_s for it
+    to go; returns the pids still alive. Once none is, its cgroups are removed."""
+    info = _run_info(run_dir, handle)
+    stuck, _killed = kill_run(info, None, None, limit_s=wait_s)
+    if not stuck:
+        _remove_cgroups(info.get("cgroups"))
+    return stuck
+
+
 def run_status(item):
     run_dir = item["run_dir"]
     handle = item.get("handle") or read_json(os.path.join(run_dir, "handle.json"))
@@ -384,15 +1115,19 @@ def run_status(item):
         return {"status": "lost" if spec_seen else "not_started", "detail": "no handle recorded"}
     exit_info = read_json(os.path.join(run_dir, "exit.json"))
     if exit_info is not None:
-        return {"status": "exited", "exit_code": exit_info.get("exit_code"), "signal": exit_info.get("signal"),
-                "end_time": exit_info.get("end_time"), "handle": handle}
+        return _exited(exit_info, handle)
     if _alive(handle):
         return {"status": "running", "handle": handle}
     # the wrapper may have written exit.json between the two looks
     exit_info = read_json(os.path.join(run_dir, "exit.json"))
     if exit_info is not None:
-        return {"status": "exited", "exit_code": exit_info.get("exit_code"), "signal": exit_info.get("signal"),
-                "end_time": exit_info.get("end_time"), "handle": handle}
+        return _exited(exit_info, handle)
+    # the wrapper is gone without an exit record: lost, but only once nothing of the run runs any more
+    if handle.get("boot_id") == boot_id():
+        left = end_remains(run_dir, handle)
+        if left:
+            return {"status": "running", "handle": handle,
+                    "detail": "the run's wrapper is gone; killing what is left of it: pids %s" % left}
     return {"status": "lost", "handle": handle, "detail": "process gone without an exit code"}
 
 
@@ -403,21 +1138,27 @@ def status(req):
 # ---------------------------------------------------------------------------------------------- signal
 
 
-def run_pids(run_dir):
-    """Every process whose environment carries this run's marker (finds setsid'd escapees too)."""
-    marker = ("%s=%s" % (RUN_MARKER, run_dir)).encode()
-    me = os.getpid()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
-            continue
-        try:
-            with open("/proc/%s/environ" % name, "rb") as f:
-                if marker in f.read().split(b"\0"):
-                    found.append(int(name))
-        except OSError:
-            continue
-    return found
+def _record_signal(run_dir, name, number, batch_only, all_processes):
+    """Append the signal to the run's signals.log before it is sent: the wrapper reads it to know that the
+    run's end was asked for (let the rest finish, honour a checkpoint exit), never the other way round."""
+    line = json.dumps({"t": time.time(), "signal": name, "number": number, "batch_only": batch_only,
+                       "all_processes": all_processes}) + "\n"
+    fd = _private_fd(os.path.join(run_dir, "signals.log"), os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def _main_alive(pid, info):
+    """Whether the run's main process (the batch shell, the wrapper's child) is still the same process."""
+    st = _proc_stat(pid)
+    if st is None or st[0] == "Z":
+        return False
+    ticks = info.get("child_start_ticks")
+    if ticks is None:  # a run started by an older helper: it leads its own session, which a stranger seldom does
+        return st[3] == pid
+    return st[4] == int(ticks)
 
 
 def send_signal(req):
@@ -425,23 +1166,49 @@ def send_signal(req):
     signame = str(req["signal"]).upper()
     signame = signame if signame.startswith("SIG") else "SIG" + signame
     sig = getattr(signal, signame, None)
-    if sig is None:
+    if not isinstance(sig, int) or signame.startswith("SIG_"):
         return {"error": "unknown signal %s" % req["signal"]}
     if not _alive(handle):
         # the wrapper is gone: the run ended (or the pid was reused); never signal a stranger
         return {"sent": False, "detail": "run not running"}
+    run_dir = handle["run_dir"]
+    info = _run_info(run_dir, handle)
+    batch_only = bool(req.get("batch_only"))
+    everyone = bool(req.get("all_processes")) and not batch_only
+    _record_signal(run_dir, signame[3:], int(sig), batch_only, everyone)
+    main, wrapper = int(handle["pgid"]), int(handle["pid"])
+    if batch_only:
+        if not _main_alive(main, info):
+            return {"sent": False, "detail": "the run's main process has ended"}
+        try:
+            os.kill(main, sig)
+        except ProcessLookupError:
+            return {"sent": False, "detail": "the run's main process has ended"}
+        except PermissionError as e:
+            return {"error": "cannot signal the run: %s" % e}
+        return {"sent": True}
+    # each process gets the signal once: the group's members by killpg, the others one by one
+    table = _proc_table()
+    members = run_members(info, wrapper) if everyone or not _main_alive(main, info) else []
+    in_group = set(pid for pid, st in table.items() if st[2] == main)
     sent = False
     try:
-        os.killpg(int(handle["pgid"]), sig)
-        sent = True
+        if _main_alive(main, info):
+            os.killpg(main, sig)
+            sent = True
+        else:
+            # the main process has ended and its group may live on: only the group's members that are the run's
+            for pid in members:
+                if pid in in_group:
+                    os.kill(pid, sig)
+                    sent = True
     except ProcessLookupError:
         pass
     except PermissionError as e:
         return {"error": "cannot signal the run: %s" % e}
-    if req.get("all_processes"):
-        wrapper = int(handle["pid"])
-        for pid in run_pids(handle["run_dir"]):
-            if pid == wrapper:
+    if everyone:
+        for pid in members:
+            if pid in in_group:
                 continue
             try:
                 os.kill(pid, sig)
@@ -459,6 +1226,10 @@ COMMANDS = {"probe": probe, "launch": launch, "status": status, "signal": send_s
 def main(argv):
     if len(argv) >= 3 and argv[1] == "_wrap":
         return wrap(argv[2])
+    if len(argv) >= 2 and argv[1] == "_probe_gpus":
+        sys.stdout.write(json.dumps(probe_gpus()) + "\n")
+        sys.stdout.flush()
+        return 0
     if len(argv) >= 2 and argv[1] == "serve":
         return serve()
     if len(argv) < 2 or argv[1] not in COMMANDS:
@@ -470,6 +1241,8 @@ def main(argv):
         reply = COMMANDS[argv[1]](req)
     except Exception as e:  # one JSON error line, never a traceback the controller must parse
         reply = {"error": "%s: %s" % (type(e).__name__, e)}
+    finally:
+        _kill_children()
     sys.stdout.write(json.dumps(reply) + "\n")
     sys.stdout.flush()
     return 1 if "error" in reply else 0
@@ -528,19 +1301,6 @@ def _memory():
     return {"total_mib": total, "available_mib": avail, "used_mib": used}
 
 
-def _proc_owner(pid):
-    """The hsched run folder a process belongs to (from its environment), or None if none or unreadable."""
-    prefix = (RUN_MARKER + "=").encode()
-    try:
-        with open("/proc/%d/environ" % pid, "rb") as f:
-            for item in f.read().split(b"\0"):
-                if item.startswith(prefix):
-                    return item[len(prefix):].decode("utf-8", "replace")
-    except OSError:
-        return None
-    return None
-
-
 def _proc_name(pid):
     return _read("/proc/%d/comm" % pid)
 
@@ -596,7 +1356,7 @@ class _NvmlSampler(object):
                     seen.add(p.pid)
                     used = getattr(p, "usedGpuMemory", None)
                     procs.append(_gpu_process(p.pid, uuid, used // (1 << 20) if isinstance(used, int) else None))
-        return devices, procs
+        return devices, procs, None
 
     def close(self):
         try:
@@ -605,31 +1365,100 @@ class _NvmlSampler(object):
             pass
 
 
+class _Bounded(object):
+    """A sampler that may block (NVML on a sick GPU) asked from a worker thread of its own: a sample that
+    does not come within timeout_s is the last one with an error, and no second one is asked for until the
+    first returns, so a hung driver costs one thread and a stream that goes on, never a pile of threads."""
+
+    def __init__(self, inner, timeout_s):
+        self.inner = inner
+        self.source = inner.source
+        self.timeout_s = timeout_s
+        self.cv = threading.Condition()
+        self.asked = self.answered = 0
+        self.since = 0.0
+        self.closed = False
+        self.result = ([], [], None)
+        t = threading.Thread(target=self._work)
+        t.daemon = True
+        t.start()
+
+    def _work(self):
+        while True:
+            with self.cv:
+                while self.asked == self.answered and not self.closed:
+                    self.cv.wait()
+                if self.closed:
+                    return
+            try:
+                result = self.inner.sample()
+            except Exception as e:
+                result = (self.result[0], self.result[1], "%s: %s" % (type(e).__name__, e))
+            with self.cv:
+                self.result = result
+                self.answered = self.asked
+                self.cv.notify_all()
+
+    def sample(self):
+        with self.cv:
+            if self.asked == self.answered:
+                self.asked += 1
+                self.since = time.monotonic()
+                self.cv.notify_all()
+            deadline = self.since + self.timeout_s
+            while self.asked != self.answered and time.monotonic() < deadline:
+                self.cv.wait(max(0.0, deadline - time.monotonic()))
+            if self.asked == self.answered:
+                return self.result
+            devices, procs, _ = self.result
+            return devices, procs, "%s has not answered for %.0f s" % (self.source, time.monotonic() - self.since)
+
+    def close(self):
+        with self.cv:
+            busy = self.asked != self.answered
+            self.closed = True
+            self.cv.notify_all()
+        if not busy:  # shutting down a driver that hangs would hang us too
+            self.inner.close()
+
+
 _SMI_GPU = "index,uuid,utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw"
 
 
 class _SmiSampler(object):
-    """Device metrics from one long-running `nvidia-smi -lms` (no process start per sample), and the
-    GPU processes from a one-shot query every few seconds (they change rarely; the query is costly)."""
+    """Device metrics from one long-running `nvidia-smi -lms` (no process start per sample), and the GPU
+    processes from a one-shot query every few seconds (they change rarely; the query is costly).
+
+    Nothing here can hang a sample: one manager thread starts every nvidia-smi (each dies with that thread)
+    and bounds each query in time; a stream that falls silent is killed and started again once it is gone;
+    a query is never started while an earlier one still runs (one that cannot be killed is abandoned and
+    blocks the next ones, never piles up). What went wrong is the sample's `error`."""
 
     source = "nvidia-smi"
 
-    def __init__(self, exe, interval_s):
+    def __init__(self, exe, interval_s, timeout_s):
         self.exe = exe
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.stale_s = max(timeout_s, 5 * interval_s)
+        self.apps_every = max(5.0, interval_s)
+        self.lock = threading.Lock()
         self.latest = {}
         self.procs = []
-        self.lock = threading.Lock()
+        self.stream = None
+        self.stream_since = self.last_line = 0.0
+        self.stream_error = None
+        self.stream_killed = False
+        self.killed_at = 0.0
+        self.restart_at = 0.0
+        self.apps_error = None
+        self.apps_stuck = None
         self.first = threading.Event()
         self.apps_seen = threading.Event()
-        self.proc = subprocess.Popen(
-            [exe, "--query-gpu=" + _SMI_GPU, "--format=csv,noheader,nounits",
-             "-lms", str(max(100, int(interval_s * 1000)))],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True)
-        self.apps_every = max(5.0, interval_s)
-        for target in (self._read_gpus, self._poll_apps):
-            t = threading.Thread(target=target)
-            t.daemon = True
-            t.start()
+        self.stopping = threading.Event()
+        self.manager = threading.Thread(target=self._manage)
+        self.manager.daemon = True
+        self.manager.start()
 
     @staticmethod
     def _num(v):
@@ -638,8 +1467,67 @@ class _SmiSampler(object):
         except ValueError:
             return None  # "[N/A]", "[Not Supported]"
 
-    def _read_gpus(self):
-        for raw in self.proc.stdout:
+    def _manage(self):
+        next_apps = time.monotonic()
+        while not self.stopping.is_set():
+            self._tend_stream()
+            if time.monotonic() >= next_apps:
+                self._query_apps()
+                next_apps = time.monotonic() + self.apps_every
+            self.stopping.wait(min(0.5, self.interval_s))
+        self._stop_stream()
+
+    def _tend_stream(self):
+        now = time.monotonic()
+        s = self.stream
+        if s is None:
+            if now >= self.restart_at and not _CLOSING.is_set():
+                self._start_stream()
+        elif s.poll() is not None:
+            with self.lock:
+                if not self.stream_killed:
+                    self.stream_error = "nvidia-smi (pid %d) ended with exit status %s" % (s.pid, s.returncode)
+            _unregister(s)
+            self.stream = None
+            self.restart_at = now + max(5.0, self.interval_s)
+            self.first.set()
+        elif self.stream_killed:
+            if now - self.killed_at > 2.0:
+                with self.lock:
+                    self.stream_error = "nvidia-smi (pid %d) sent nothing for %.0f s and does not die: abandoned" % (
+                        s.pid, now - max(self.last_line, self.stream_since))
+        elif now - max(self.last_line, self.stream_since) > self.stale_s:
+            with self.lock:
+                self.stream_error = "nvidia-smi (pid %d) sent nothing for %.0f s: killed" % (
+                    s.pid, now - max(self.last_line, self.stream_since))
+            self.stream_killed, self.killed_at = True, now
+            try:
+                os.killpg(s.pid, signal.SIGKILL)  # gone: started again; stuck (D state): nothing more is started
+            except OSError:
+                pass
+            self.first.set()
+
+    def _start_stream(self):
+        try:
+            proc = subprocess.Popen(
+                [self.exe, "--query-gpu=" + _SMI_GPU, "--format=csv,noheader,nounits",
+                 "-lms", str(max(100, int(self.interval_s * 1000)))],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True,
+                start_new_session=True, preexec_fn=_child_setup(False))
+        except (OSError, subprocess.SubprocessError) as e:
+            with self.lock:
+                self.stream_error = "nvidia-smi could not start: %s" % e
+            self.restart_at = time.monotonic() + max(5.0, self.interval_s)
+            self.first.set()
+            return
+        _register(proc)
+        self.stream, self.stream_since, self.stream_killed = proc, time.monotonic(), False
+        t = threading.Thread(target=self._read_gpus, args=(proc,))
+        t.daemon = True
+        t.start()
+
+    def _read_gpus(self, proc):
+        for raw in proc.stdout:
             f = [x.strip() for x in raw.decode("utf-8", "replace").split(",")]
             if len(f) < 7 or not f[0].isdigit():
                 continue
@@ -651,47 +1539,66 @@ class _SmiSampler(object):
                    "temperature_c": temp, "power_w": power}
             with self.lock:
                 self.latest[dev["index"]] = dev
+                self.last_line = time.monotonic()
+                if self.stream is proc:
+                    self.stream_error = None
             self.first.set()
         self.first.set()  # nvidia-smi ended: no sample waits for it any more
 
-    def _poll_apps(self):
-        try:
-            self._poll_apps_until_smi_ends()
-        finally:
-            self.apps_seen.set()  # never leave a sample waiting on a poll that will not come
+    def _query_apps(self):
+        stuck = self.apps_stuck
+        if stuck is not None and stuck.returncode is None:
+            return  # the last query is still there (D state): another would only join it
+        self.apps_stuck = None
+        r = run_bounded([self.exe, "--query-compute-apps=gpu_uuid,pid,used_memory", "--format=csv,noheader,nounits"],
+                        self.timeout_s, "nvidia-smi --query-compute-apps")
+        error = r["error"]
+        if error is None and r["rc"] != 0:
+            error = "nvidia-smi --query-compute-apps failed (exit status %s): %s" % (r["rc"], r["err"] or "no output")
+        procs = None
+        if error is None:
+            procs = []
+            for line in r["out"].decode("utf-8", "replace").splitlines():
+                f = [x.strip() for x in line.split(",")]
+                if len(f) >= 3 and f[1].isdigit():
+                    used = self._num(f[2])
+                    procs.append(_gpu_process(int(f[1]), f[0], int(used) if used is not None else None))
+        with self.lock:
+            self.apps_error = error
+            if procs is not None:
+                self.procs = procs
+        self.apps_stuck = r["abandoned"]
+        self.apps_seen.set()
 
-    def _poll_apps_until_smi_ends(self):
-        while self.proc.poll() is None:
+    def _stop_stream(self):
+        s = self.stream
+        if s is not None:
             try:
-                out = subprocess.run([self.exe, "--query-compute-apps=gpu_uuid,pid,used_memory",
-                                      "--format=csv,noheader,nounits"], stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=20)
-                procs = []
-                for line in out.stdout.decode("utf-8", "replace").splitlines():
-                    f = [x.strip() for x in line.split(",")]
-                    if len(f) >= 3 and f[1].isdigit():
-                        used = self._num(f[2])
-                        procs.append(_gpu_process(int(f[1]), f[0], int(used) if used is not None else None))
-                with self.lock:
-                    self.procs = procs
-            except (OSError, subprocess.TimeoutExpired):
+                os.killpg(s.pid, signal.SIGKILL)
+            except OSError:
                 pass
-            self.apps_seen.set()
-            time.sleep(self.apps_every)
+            deadline = time.monotonic() + 1.0
+            while s.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if s.poll() is None:
+                _abandon(s)
+            _unregister(s)
 
     def sample(self):
-        # the first sample waits for nvidia-smi's first answers (devices, then their processes: a sample
-        # without the processes would show a busy device as free), later ones never do
-        self.first.wait(3.0)
-        self.apps_seen.wait(3.0)
+        # the first sample waits a moment for nvidia-smi's first answers (devices, then their processes: a
+        # sample without the processes would show a busy device as free); later ones never wait
+        if not self.apps_seen.is_set():
+            deadline = time.monotonic() + 3.0
+            self.first.wait(3.0)
+            self.apps_seen.wait(max(0.0, deadline - time.monotonic()))
         with self.lock:
-            return [self.latest[i] for i in sorted(self.latest)], list(self.procs)
+            errors = [e for e in (self.stream_error, self.apps_error) if e]
+            return [self.latest[i] for i in sorted(self.latest)], list(self.procs), "; ".join(errors) or None
 
     def close(self):
-        try:
-            self.proc.kill()
-        except OSError:
-            pass
+        self.stopping.set()
+        _kill_children()  # a query in flight ends now, not at its time limit (this process is a watch: all ours)
+        self.manager.join(2.0)
 
 
 class _SimSampler(object):
@@ -705,49 +1612,87 @@ class _SimSampler(object):
                         for i, u in enumerate(sim.get("uuids") or [])]
 
     def sample(self):
-        return [dict(d) for d in self.devices], []
+        return [dict(d) for d in self.devices], [], None
 
     def close(self):
         pass
 
 
 class _NoGpuSampler(_SimSampler):
-    source = None
+    """No GPU numbers: none here, or (with `error`) a driver that did not even answer its initialisation."""
 
-    def __init__(self):
+    def __init__(self, source=None, error=None):
         self.devices = []
+        self.source = source
+        self.error = error
+
+    def sample(self):
+        return [], [], self.error
 
 
 def _gpu_sampler(req, interval_s):
     if req.get("simulate") is not None:
         return _SimSampler(req["simulate"])
+    timeout_s = max(0.1, float(req.get("gpu_timeout_s") or 10.0))
+    # a sample must come well before the reader calls the stream stale (3 intervals, at least 5 s)
+    sample_s = min(timeout_s, max(1.0, 2 * interval_s))
     try:
         import pynvml
+    except Exception:  # no pynvml: nvidia-smi
+        pynvml = None
+    if pynvml is not None:
+        made = {}
 
-        return _NvmlSampler(pynvml)
-    except Exception:  # no pynvml, no driver: fall back to nvidia-smi
-        pass
+        def init():
+            try:
+                made["sampler"] = _NvmlSampler(pynvml)
+            except Exception:  # no driver: nvidia-smi, as without pynvml
+                pass
+
+        t = threading.Thread(target=init)
+        t.daemon = True
+        t.start()
+        t.join(sample_s)
+        if "sampler" in made:
+            return _Bounded(made["sampler"], sample_s)
+        if t.is_alive():
+            return _NoGpuSampler("nvml", "NVML did not initialise within %g s" % sample_s)
     exe = shutil.which("nvidia-smi")
     if exe:
-        try:
-            return _SmiSampler(exe, interval_s)
-        except OSError:
-            pass
+        return _SmiSampler(exe, interval_s, timeout_s)
     return _NoGpuSampler()
+
+
+class _Stop(Exception):
+    """SIGTERM or SIGHUP: the watch is to end now (and take its nvidia-smi along)."""
+
+
+def _stop_watch(_signum, _frame):
+    raise _Stop()
 
 
 def watch(req):
     """Stream one JSON line per interval until the reader goes away (or `count` samples were sent).
 
-    Request: {"interval_s": 1.0, "count": null, "simulate": {"uuids": [...], "memory_mib": N} | null}.
-    A sample: {"seq", "t", "boot_id", "cpu": {"util", "count", "loadavg"}, "memory": {...},
-    "gpus": {"source", "devices": [...]}, "processes": [{"pid", "uuid", "used_memory_mib", "name", "run_dir"}]}.
+    Request: {"interval_s": 1.0, "count": null, "gpu_timeout_s": 10, "simulate": {"uuids": [...],
+    "memory_mib": N} | null}. A sample: {"seq", "t", "boot_id", "cpu": {"util", "count", "loadavg"},
+    "memory": {...}, "gpus": {"source", "devices": [...]}, "gpu_error": null or why the GPU numbers are
+    missing or old (a hung NVML or nvidia-smi), "processes": [{"pid", "uuid", "used_memory_mib", "name",
+    "run_dir"}]}. Every nvidia-smi it starts ends with it: on SIGTERM or SIGHUP, when the reader goes, when
+    its parent goes, and (PR_SET_PDEATHSIG) when it is killed.
     """
     interval = max(0.05, float(req.get("interval_s") or 1.0))
     count = req.get("count")
     stall_limit = max(30.0, 10 * interval)
-    state = {"writing_since": None}
+    state = {"writing_since": None, "gpus": None}
     parent = os.getppid()
+
+    def leave():
+        g = state["gpus"]
+        if g is not None:
+            g.close()
+        _kill_children()
+        os._exit(0)
 
     def watchdog():
         # a cut-off network leaves sshd's socket open and our write blocked forever: give up instead
@@ -755,21 +1700,23 @@ def watch(req):
             time.sleep(1.0)
             since = state["writing_since"]
             if since is not None and time.monotonic() - since > stall_limit:
-                os._exit(0)
+                leave()
             if os.getppid() != parent:  # the ssh session (or process) that started us is gone
-                os._exit(0)
+                leave()
 
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, _stop_watch)
     wd = threading.Thread(target=watchdog)
     wd.daemon = True
     wd.start()
-    gpus = _gpu_sampler(req, interval)
-    bid = boot_id()
-    ncpu = os.cpu_count()
-    prev = _cpu_times()
-    next_t = time.monotonic()
     seq = 0
-    out = sys.stdout
     try:
+        gpus = state["gpus"] = _gpu_sampler(req, interval)
+        bid = boot_id()
+        ncpu = os.cpu_count()
+        prev = _cpu_times()
+        next_t = time.monotonic()
+        out = sys.stdout
         while count is None or seq < int(count):
             now = time.monotonic()
             if next_t > now:
@@ -779,13 +1726,14 @@ def watch(req):
             if prev is not None and cur is not None and cur[1] > prev[1]:
                 util = round(100.0 * (cur[0] - prev[0]) / (cur[1] - prev[1]), 1)
             prev = cur
-            devices, procs = gpus.sample()
+            devices, procs, gpu_error = gpus.sample()
             sample = {
                 "seq": seq, "t": time.time(), "boot_id": bid,
                 "cpu": {"util": util, "count": ncpu,
                         "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
                 "memory": _memory(),
                 "gpus": {"source": gpus.source, "devices": devices},
+                "gpu_error": gpu_error,
                 "processes": procs,
             }
             state["writing_since"] = time.monotonic()
@@ -797,11 +1745,15 @@ def watch(req):
             now = time.monotonic()
             if next_t < now:  # a slow sample or a slow reader: skip the missed ticks rather than bunch up
                 next_t += ((now - next_t) // interval + 1) * interval
-    except OSError:
-        # the reader closed the channel: that is how a watch ends; nobody is left to read a reply
-        gpus.close()
-        os._exit(0)
-    gpus.close()
+    except (OSError, _Stop):
+        # the reader closed the channel (that is how a watch ends), or we were told to stop: nobody is left
+        # to read a reply
+        leave()
+    finally:
+        g = state["gpus"]
+        if g is not None:
+            g.close()
+        _kill_children()
     return {"samples": seq}
 
 
@@ -825,7 +1777,8 @@ def serve():
     The controller keeps one of these per node (a subprocess for this machine, an SSH channel for the
     others), so a status or probe costs a round trip, not a Python start. Requests run in threads (a
     launch may wait for its run to start) and replies may come out of order; the id matches them. The
-    loop ends when the channel closes (stdin EOF).
+    loop ends when the channel closes (stdin EOF): every probe child is killed and reaped at once (runs are
+    detached: they go on), what else was asked is answered, and the helper exits.
     """
     out_lock = threading.Lock()
 
@@ -846,6 +1799,7 @@ def serve():
                 sys.stdout.write(data)
                 sys.stdout.flush()
             except (OSError, ValueError):
+                _kill_children()
                 os._exit(0)  # the reader is gone
 
     workers = []
@@ -854,8 +1808,10 @@ def serve():
         t.start()
         workers.append(t)
         workers = [w for w in workers if w.is_alive()]
+    _kill_children()
+    deadline = time.monotonic() + 30.0
     for w in workers:  # answer what was asked before the channel closed
-        w.join(30)
+        w.join(max(0.0, deadline - time.monotonic()))
     return 0
 
 
