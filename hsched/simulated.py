@@ -44,6 +44,10 @@ def simulated_devices(node: str, sim: SimulatedDevices) -> tuple[tuple[Device, .
     else:
         per = max(1, -(-sim.count // max(1, sim.numa_nodes)))
         numa_of = {i: min(i // per, sim.numa_nodes - 1) for i in range(sim.count)}
+        if sim.cpus:
+            # the node's declared cores, split evenly between its NUMA nodes; a GPU is local to its node's share
+            share = max(1, sim.cpus // max(1, sim.numa_nodes))
+            affinity = {i: tuple(range(n * share, (n + 1) * share)) for i, n in numa_of.items() if n is not None}
     devices = tuple(
         Device(uuid=uuids[i], index=i, model=sim.model, memory_total_mib=sim.memory_mib, memory_used_mib=0,
                utilization_gpu=0.0, numa_node=numa_of.get(i), simulated=True, cpu_affinity=affinity.get(i, ()))
@@ -62,26 +66,38 @@ def _load_topology(sim: SimulatedDevices) -> Any:
     if "/" in sim.topology or sim.topology.endswith(".txt"):
         text = Path(sim.topology).read_text(errors="replace")
         return parse_topology(text, source=sim.topology)
+    # the node's declared cores, not a made-up count: a 112-core box's GPUs are local to all 112 of them
+    per_numa = sim.cpus // max(1, sim.numa_nodes) if sim.cpus else None
     return synthetic_topology(sim.topology, sim.count, model=sim.model, numa_nodes=sim.numa_nodes,
-                              memory_mib=sim.memory_mib)
+                              memory_mib=sim.memory_mib, cores_per_numa=per_numa or None)
 
 
 
 
 def simulated_telemetry(devices: Sequence[Device], busy: Collection[str], now: float) -> tuple[Device, ...]:
     """Plausible readings for simulated devices, so the lab demo and the dashboard look like a lab: busy
-    (held by a job: `busy` UUIDs) or idle. Real devices among them are returned untouched."""
+    (held by a job: `busy` UUIDs) or idle. Power follows the model's board power (a 72 W L4 never draws
+    490 W), temperature the power; real devices among them are returned untouched."""
+    from hsched.topo.models import lookup_model
+
     out = []
+    tdp_of: dict[str, float] = {}
     for d in devices:
         if not d.simulated:
             out.append(d)
             continue
+        if d.model not in tdp_of:
+            known = lookup_model(d.model)
+            tdp_of[d.model] = (known.tdp_w if known is not None and known.tdp_w else None) or 300.0
+        tdp = tdp_of[d.model]
         phase = now / 7.0 + d.index
+        idle_w = round(0.12 * tdp, 1)
         if d.uuid in busy:
             util = round(78 + 18 * math.sin(phase) * math.sin(phase / 3.1), 1)
             mem = int((d.memory_total_mib or 0) * (0.62 + 0.1 * math.sin(phase / 5.0)))
-            temp, power = round(52 + util / 4, 1), round(90 + util * 4.2, 1)
+            power = round(idle_w + (0.92 * tdp - idle_w) * util / 100.0, 1)
         else:
-            util, mem, temp, power = 0.0, 0, 33.0, 62.0
+            util, mem, power = 0.0, 0, idle_w
+        temp = round(31.0 + 45.0 * power / tdp, 1)
         out.append(replace(d, utilization_gpu=util, memory_used_mib=mem, temperature_c=temp, power_w=power))
     return tuple(out)

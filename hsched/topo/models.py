@@ -42,6 +42,8 @@ class AcceleratorModel:
     match: tuple[str, ...] = ()
     nvlink_links: int = 0
     """NVLink (or XGMI) links per device in the common SXM/OAM form; 0 for PCIe-only boards."""
+    tdp_w: float | None = None
+    """Board power limit in watts (the vendor's TDP/TBP); simulated devices draw up to it."""
 
     def cc_tuple(self) -> tuple[int, int] | None:
         return parse_cc(self.compute_capability)
@@ -142,6 +144,15 @@ KNOWN_MODELS: tuple[AcceleratorModel, ...] = (
     _m("MI250X", "amd", "cdna2", 131072, 2.3, 2.0, None, "mi250x", "mi250", gfx="gfx90a", links=8),
     _m("MI210", "amd", "cdna2", 65536, 1.6, 1.4, None, "mi210", gfx="gfx90a", links=3),
 )
+
+# Vendors' board power (TDP/TBP) in watts, from the data sheets of the form each entry describes.
+_TDP_W = {
+    "H200": 700, "H100 SXM": 700, "H100 PCIe": 350, "H100 NVL": 400, "A100 80GB SXM": 400, "A100 80GB PCIe": 300,
+    "A100 40GB SXM": 400, "A100 40GB PCIe": 250, "A40": 300, "A10": 150, "L40S": 350, "L4": 72, "V100": 300,
+    "V100 32GB": 300, "P100": 250, "K80": 300, "T4": 70, "RTX 4090": 450, "RTX 3090": 350, "MI300X": 750,
+    "MI250X": 560, "MI210": 300,
+}
+KNOWN_MODELS = tuple(replace(m, tdp_w=_TDP_W.get(m.key)) for m in KNOWN_MODELS)
 
 _FIELD_NAMES = {f.name for f in fields(AcceleratorModel)}
 
