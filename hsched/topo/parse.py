@@ -23,6 +23,7 @@ _PARSERS: dict[str, Callable[[str, str | None], Capture]] = {
     "nvidia-smi topo -p2p": parse_nvidia.parse_p2p,
     "nvidia-smi -q": parse_nvidia.parse_smi_q,
     "nvidia-smi": parse_nvidia.parse_smi_table,
+    "nvidia-smi -L": parse_nvidia.parse_smi_list,
     "nvidia-smi --query-gpu csv": parse_nvidia.parse_query_csv,
     "nvidia-smi nvlink": parse_nvidia.parse_nvlink_status,
     "rocm-smi --showtopo": parse_amd.parse_rocm_showtopo,
@@ -39,9 +40,19 @@ _PARSERS: dict[str, Callable[[str, str | None], Capture]] = {
 FORMATS = tuple(_PARSERS)
 
 
+def strip_header(text: str) -> str:
+    """Without the `# ...` lines a capture may begin with (where and how it was taken): no tool prints them
+    before its output, and a JSON document cannot start with them."""
+    lines = text.splitlines(keepends=True)
+    n = 0
+    while n < len(lines) and (lines[n].lstrip().startswith("#") or not lines[n].strip()):
+        n += 1
+    return "".join(lines[n:]) if n else text
+
+
 def detect_format(text: str) -> str | None:
     """Name of the tool output `text` looks like, or None."""
-    t = parse_nvidia.strip_ansi(text)
+    t = parse_nvidia.strip_ansi(strip_header(text))
     s = t.strip()
     if not s:
         return None
@@ -69,6 +80,9 @@ def detect_format(text: str) -> str | None:
         return "lscpu"
     if re.search(r"^GPU:\s*\d+\s*$", t, re.MULTILINE):
         return "amd-smi list/static"
+    if re.search(r"^GPU \d+: .+ \(UUID: GPU-[0-9A-Fa-f-]+\)\s*$", t, re.MULTILINE) and not re.search(
+            r"^\s+Link \d+:", t, re.MULTILINE):
+        return "nvidia-smi -L"
     if re.search(r"^GPU \d+: .+$", t, re.MULTILINE) and re.search(r"^\s+Link \d+:", t, re.MULTILINE):
         return "nvidia-smi nvlink"
     if re.search(r"^\s*GPU0\b", t, re.MULTILINE):
@@ -87,6 +101,8 @@ def detect_format(text: str) -> str | None:
 def parse_capture(text: str, source: str | None = None, fmt: str | None = None) -> Capture:
     """Parse any supported capture. Raises TopologyParseError (a UserError) with the source and line."""
     fmt = fmt or detect_format(text)
+    if fmt is not None and fmt.endswith("--json"):
+        text = strip_header(text)
     if fmt is None:
         raise TopologyParseError(
             "unrecognised input: expected nvidia-smi topo -m, rocm-smi --showtopo, amd-smi topology, "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+from dataclasses import replace
 
 from hsched.topo.inventory import GpuInfo, Inventory, NvlinkStatus, P2PMatrix
 from hsched.topo.links import is_valid_kind, normalize_kind
@@ -534,3 +535,37 @@ def parse_nvlink_status(text: str, source: str | None = None) -> NvlinkStatus:
     return NvlinkStatus(
         gpus=tuple((i, n, tuple(lk)) for i, n, lk in gpus), partial=bool(warnings), warnings=tuple(warnings)
     )
+
+
+_L_GPU_RE = re.compile(r"^GPU (\d+): (.+?) \(UUID: (GPU-[0-9A-Fa-f-]+)\)\s*$")
+_L_MIG_RE = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[0-9A-Za-z/-]+)\)\s*$")
+
+
+def parse_smi_list(text: str, source: str | None = None) -> Inventory:
+    """`nvidia-smi -L` -> Inventory: index, model and UUID of every GPU; a GPU with MIG devices listed under it
+    has MIG on (mig_current), and the MIG devices are named in the warnings (hsched schedules whole GPUs)."""
+    gpus: list[GpuInfo] = []
+    migs: dict[int, list[str]] = {}
+    warnings: list[str] = []
+    for n, line in enumerate(strip_ansi(text).splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        m = _L_GPU_RE.match(line)
+        if m:
+            gpus.append(GpuInfo(index=int(m.group(1)), name=m.group(2).strip(), uuid=m.group(3)))
+            continue
+        mm = _L_MIG_RE.match(line)
+        if mm and gpus:
+            migs.setdefault(gpus[-1].index, []).append(f"{mm.group(1)} {mm.group(3)}")
+            continue
+        raise TopologyParseError(f"not an `nvidia-smi -L` line: {line.strip()[:80]!r}", source=source, line=n)
+    if not gpus:
+        raise TopologyParseError("no GPU lines (GPU N: MODEL (UUID: GPU-...))", source=source)
+    out = []
+    for g in gpus:
+        if g.index in migs:
+            out.append(replace(g, mig_current=True))
+            warnings.append(f"GPU {g.index}: MIG devices {', '.join(migs[g.index])}")
+        else:
+            out.append(g)
+    return Inventory(gpus=tuple(out), warnings=tuple(warnings), source_format="nvidia-smi -L")
