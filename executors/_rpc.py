@@ -63,6 +63,8 @@ class HelperClient:
         self.ids = itertools.count(1)
         self.write_lock = asyncio.Lock()
         self.dead: str | None = None
+        self.closed = False
+        """Closed by its owner (the executor's close()): a request it failed must not be tried again elsewhere."""
         self.reader = asyncio.create_task(self._read())
 
     async def _read(self) -> None:
@@ -111,6 +113,7 @@ class HelperClient:
             self.waiting.pop(rid, None)
 
     def close(self) -> None:
+        self.closed = True
         self.dead = self.dead or "closed"
         self.reader.cancel()
         with contextlib.suppress(Exception):

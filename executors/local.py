@@ -182,6 +182,8 @@ class LocalExecutor:
                 if srv.dead is None:  # alive but silent: a second helper would only wait as long
                     raise NodeUnreachable(
                         f"node helper '{command}' did not answer within {self.timeout_s:g} s") from None
+                if srv.closed:  # close() while it waited: no helper may start after close
+                    raise NodeUnreachable(f"node helper '{command}': the executor was closed") from None
                 # the server died under this request: once more on a helper of its own (launch is
                 # idempotent per run folder; the rest only read, or signal a run that is still there)
                 log.warning("%s: the helper server died (%s); starting another", self.name, srv.dead)

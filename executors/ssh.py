@@ -421,8 +421,10 @@ class SSHExecutor:
             try:
                 reply = await srv.call(command, request, self.command_timeout_s if timeout_s is None else timeout_s)
             except NodeUnreachable:
-                if not srv.dead:
-                    raise  # no answer in time: the node is slow or gone; a second try would only wait again
+                if not srv.dead or srv.closed:
+                    # no answer in time: the node is slow or gone, a second try would only wait again; or
+                    # the executor was closed meanwhile: nothing may start on the node after close
+                    raise
                 # the server died (say, its cached helper was cleaned away): one channel instead, for a while
                 self._server_retry_at = time.monotonic() + 60.0
                 reply = None

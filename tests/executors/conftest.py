@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import inspect
 import os
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,7 +66,8 @@ class Node:
             await ex.close()
 
     def plays(self, ex: Executor, run_dir: str, *, output: bytes = b"", exit_code: int | None = None) -> None:
-        """What a real node does by running the command: for the fake, write its output and end it."""
+        """What a real node does by running the command: for the fake, write its output and end it (with the
+        exit record's end time, as a node's wrapper writes it)."""
         if self.real:
             return
         from hsched.executors.fake import FakeExecutor
@@ -74,7 +76,7 @@ class Node:
         if output:
             ex.write_log(run_dir, output)
         if exit_code is not None:
-            ex.finish(run_dir, exit_code)
+            ex.finish(run_dir, exit_code, end_time=time.time())
 
 
 def _fake(tmp_path: Path) -> Node:

@@ -7,17 +7,22 @@ command, the test plays the command's part for it (`node.plays`); everything els
 
 from __future__ import annotations
 
+import asyncio
 import os
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from hsched.executors.base import Executor, LaunchRequest, StatusQuery
+from hsched.executors.fake import FakeSignal
 
 from hsched.errors import HelperError, NodeRefused, NodeUnreachable, TransferError
 from hsched.model import RunStatus
+from tests.conftest import process_gone
 from tests.executors.conftest import Node
-from tests.executors.waits import wait_gone, wait_log, wait_status
+from tests.executors.waits import wait_exited, wait_gone, wait_log, wait_status
 
 PROBE_KEYS = {"helper_version", "hostname", "boot_id", "python", "cpus", "memory_total_mib", "numa", "gpus", "loadavg"}
 
@@ -31,6 +36,40 @@ def tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+async def until(cond: Callable[[], bool]) -> None:
+    """Until `cond()` holds; the test's own deadline is the only limit."""
+    while True:
+        if cond():
+            return
+        await asyncio.sleep(0.02)
+
+
+TRAINER = """
+import signal, sys, time
+def save(signum, frame):
+    print("saving", flush=True)
+    time.sleep(0.5)
+    sys.exit(85)
+signal.signal(signal.SIGUSR1, save)
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+RECORDER = """
+import signal, sys, time
+out = sys.argv[1]
+def note(signum, frame):
+    with open(out, "a") as f:
+        f.write(signal.Signals(signum).name + "\\n")
+for s in (signal.SIGUSR1, signal.SIGUSR2):
+    signal.signal(s, note)
+open(out + ".ready", "w").close()
+while True:
+    time.sleep(1)
+"""
+
+
 async def test_is_an_executor(node: Node) -> None:
     async with node.executor() as ex:
         assert isinstance(ex, Executor)
@@ -41,7 +80,7 @@ async def test_is_an_executor(node: Node) -> None:
 async def test_probe_shape_and_last_contact(node: Node) -> None:
     async with node.executor() as ex:
         before = time.time()
-        p = await ex.probe()
+        p = await ex.probe(gpu_timeout_s=5.0)
         assert PROBE_KEYS <= p.keys()
         assert isinstance(p["cpus"], int) and p["cpus"] > 0 and p["memory_total_mib"] > 0
         assert p["boot_id"] and isinstance(p["numa"], list)
@@ -114,6 +153,63 @@ async def test_kill_all_processes_reaches_children_that_left_the_group(node: Nod
         await wait_gone(child)
     else:
         assert ex.runs[h.run_dir].signalled_all == ["KILL"]  # type: ignore[attr-defined]
+
+
+async def test_the_exit_record_comes_once_nothing_of_the_run_is_left(node: Node) -> None:
+    async with node.executor() as ex:
+        before = time.time()
+        h = await ex.launch(LaunchRequest(run_dir=str(node.runs / "leaves"),
+                                          command=("sh", "-c", "sleep 77 & echo bg=$!; exit 3")))
+        node.plays(ex, h.run_dir, output=b"bg=0\n", exit_code=3)
+        rep = await wait_exited(ex, h)
+        after = time.time()
+        assert (rep.status, rep.exit_code, rep.signal, rep.oom, rep.gpu_left) == (RunStatus.EXITED, 3, None, False, ())
+        assert rep.end_time is not None and before <= rep.end_time <= after  # the node's record of the end
+        if node.real:  # what the run left was killed before its exit was reported
+            log = await ex.read_log(h.run_dir, 0)
+            assert process_gone(int(log.split(b"bg=")[1].split()[0]))
+
+
+async def test_a_checkpoint_exit_behind_a_shell_is_the_runs(node: Node, tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(TRAINER)
+    async with node.executor() as ex:
+        # bash runs the trainer as its child, so the checkpoint signal kills bash too: the trainer's 85 counts
+        h = await ex.launch(LaunchRequest(run_dir=str(node.runs / "ckpt"), checkpoint_exit_code=85, stop_grace_s=60,
+                                          command=("bash", "-c", f"{sys.executable} {tmp_path}/train.py; true")))
+        node.plays(ex, h.run_dir, output=b"ready\n")
+        await wait_log(ex, h.run_dir, b"ready")
+        assert await ex.signal(h, "USR1", all_processes=True)
+        node.plays(ex, h.run_dir, exit_code=85)
+        rep = await wait_exited(ex, h)
+        assert (rep.exit_code, rep.signal) == (85, None)
+    if not node.real:
+        assert ex.runs[h.run_dir].signal_calls == [FakeSignal("USR1", all_processes=True)]  # type: ignore[attr-defined]
+
+
+async def test_a_batch_only_signal_reaches_the_batch_shell_alone(node: Node, tmp_path: Path) -> None:
+    (tmp_path / "recorder.py").write_text(RECORDER)
+    got = tmp_path / "got"
+    shell = f"trap 'echo shell got USR1; exit 3' USR1; {sys.executable} {tmp_path}/recorder.py {got} & wait"
+    async with node.executor() as ex:
+        h = await ex.launch(LaunchRequest(run_dir=str(node.runs / "batch"), command=("bash", "-c", shell),
+                                          stop_grace_s=60))
+        if node.real:
+            await until(Path(f"{got}.ready").exists)
+        assert await ex.signal(h, "USR1", batch_only=True)
+        node.plays(ex, h.run_dir, output=b"shell got USR1\n")
+        await wait_log(ex, h.run_dir, b"shell got USR1")
+        # the shell's child lives on; USR2 to every process reaches it, and USR1 (sent first, lower-numbered)
+        # would have been noted before it had it reached the child
+        assert await ex.signal(h, "USR2", all_processes=True)
+        if node.real:
+            await until(lambda: got.exists() and "SIGUSR2" in got.read_text())
+            assert got.read_text() == "SIGUSR2\n"
+        else:
+            assert ex.runs[h.run_dir].signal_calls == [  # type: ignore[attr-defined]
+                FakeSignal("USR1", batch_only=True), FakeSignal("USR2", all_processes=True)]
+        assert await ex.signal(h, "KILL", all_processes=True)
+        node.plays(ex, h.run_dir, exit_code=3)
+        assert (await wait_exited(ex, h)).exit_code == 3  # the batch shell's own exit code
 
 
 async def test_read_log_offsets(node: Node) -> None:

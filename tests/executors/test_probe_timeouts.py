@@ -1,0 +1,159 @@
+"""Probes never hang (issue 12): with an nvidia-smi that never answers, a probe answers within its GPU timeout
+with the error, the monitoring stream goes on and says what is wrong, no second nvidia-smi piles up behind a
+hung one, and no nvidia-smi outlives the helper that started it (closed, stopped, or killed)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hsched.executors.base import StatusQuery
+from hsched.executors.local import LocalExecutor
+
+from hsched import nodehelper
+from hsched.errors import NodeUnreachable
+from tests.conftest import process_gone, wait_until
+from tests.procs import processes
+
+pytestmark = pytest.mark.slow  # real processes
+
+HELPER = str(Path(nodehelper.__file__).resolve())
+
+
+class HungSmi:
+    """An nvidia-smi on PATH that notes its pid and never answers (one process: its name is nvidia-smi)."""
+
+    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.pids_file = tmp_path / "smi-pids"
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        smi = bin_dir / "nvidia-smi"
+        smi.write_text(f"#!{sys.executable}\nimport os, time\n"
+                       f"with open({str(self.pids_file)!r}, 'a') as f:\n    f.write('%d\\n' % os.getpid())\n"
+                       "time.sleep(100000)\n")
+        smi.chmod(0o755)
+        # and no NVML, whatever this machine has: GPU discovery must come to nvidia-smi
+        (tmp_path / "nonvml").mkdir()
+        (tmp_path / "nonvml" / "pynvml.py").write_text("raise ImportError('no NVML here')\n")
+        monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+        monkeypatch.setenv("PYTHONPATH", str(tmp_path / "nonvml"))
+
+    def pids(self) -> list[int]:
+        try:
+            return [int(x) for x in self.pids_file.read_text().split()]
+        except FileNotFoundError:
+            return []
+
+    def alive(self) -> list[int]:
+        return [p for p in self.pids() if not process_gone(p)]
+
+    def all_gone(self) -> bool:
+        return bool(self.pids()) and not self.alive()
+
+
+async def until(cond: Callable[[], object]) -> None:
+    """Poll `cond()` on the event loop until true (the test's own deadline is the only limit)."""
+    while True:
+        if cond():
+            return
+        await asyncio.sleep(0.02)
+
+
+async def test_a_probe_answers_within_its_gpu_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    smi = HungSmi(tmp_path, monkeypatch)
+    ex = LocalExecutor()
+    try:
+        await ex.status([StatusQuery(str(tmp_path / "none"))])  # the server is up: the probe alone is timed
+        t0 = time.monotonic()
+        p = await ex.probe(gpu_timeout_s=2.0)
+        took = time.monotonic() - t0
+        [stub] = smi.pids()
+        assert p["gpus"] == {"source": None, "devices": [],
+                             "error": f"GPU probe did not answer within 2 s (nvidia-smi pid {stub} killed)"}
+        assert took < 2.0 + 3.0  # the timeout, killing and reaping, one round trip
+        assert p["cpus"] == os.cpu_count() and p["boot_id"] == nodehelper.boot_id()  # the rest is there
+        assert process_gone(stub)
+    finally:
+        await ex.close()
+
+
+async def test_closing_the_executor_ends_a_probe_in_flight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    smi = HungSmi(tmp_path, monkeypatch)
+    ex = LocalExecutor()
+    try:
+        probing = asyncio.create_task(ex.probe(gpu_timeout_s=600.0))
+        await until(smi.pids)
+        [stub] = smi.pids()
+        [probe_child] = [p.ppid for p in processes() if p.pid == stub]  # the helper's `_probe_gpus` child
+        server = ex._proc
+        assert server is not None
+    finally:
+        await ex.close()
+    with pytest.raises(NodeUnreachable):
+        await probing
+    assert server.returncode == 0  # the server ended by itself at once, it was not killed after 5 s
+    await until(lambda: process_gone(stub) and process_gone(probe_child))
+
+
+def test_a_oneshot_probe_answers_within_its_gpu_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    smi = HungSmi(tmp_path, monkeypatch)
+    out = subprocess.run([sys.executable, HELPER, "probe"], input=json.dumps({"gpu_timeout_s": 1}),
+                         capture_output=True, text=True, timeout=60)
+    gpus = json.loads(out.stdout)["gpus"]
+    [stub] = smi.pids()
+    assert gpus["error"] == f"GPU probe did not answer within 1 s (nvidia-smi pid {stub} killed)"
+    wait_until(smi.all_gone, "the hung nvidia-smi to be gone")
+
+
+@pytest.mark.parametrize("stop", ["TERM", "KILL"])
+def test_a_watch_reports_a_hung_nvidia_smi_and_takes_it_along(stop: str, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    smi = HungSmi(tmp_path, monkeypatch)
+    watch = subprocess.Popen([sys.executable, HELPER, "watch"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    assert watch.stdin is not None and watch.stdout is not None
+    try:
+        watch.stdin.write(json.dumps({"interval_s": 0.2, "gpu_timeout_s": 1}))
+        watch.stdin.close()
+        most = 0
+        while True:
+            sample = json.loads(watch.stdout.readline())
+            most = max(most, len(smi.alive()))
+            error = sample["gpu_error"] or ""
+            if "sent nothing for" in error and "did not answer within 1 s" in error:
+                break
+        # the stream and one query at most: a hung query or stream is not joined by another
+        assert most <= 2 and len(smi.pids()) == 2
+        assert sample["gpus"] == {"source": "nvidia-smi", "devices": []} and sample["processes"] == []
+        os.kill(watch.pid, getattr(signal, f"SIG{stop}"))
+        watch.wait(timeout=60)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.wait()
+    # SIGTERM: the watch kills them itself; SIGKILL: they die with it (PR_SET_PDEATHSIG)
+    wait_until(smi.all_gone, "every nvidia-smi the watch started to be gone")
+
+
+async def test_the_local_executors_watch_leaves_no_nvidia_smi(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    smi = HungSmi(tmp_path, monkeypatch)
+    ex = LocalExecutor()
+    try:
+        async with contextlib.aclosing(ex.watch(0.2)) as samples:
+            async for sample in samples:
+                if sample["gpu_error"]:
+                    break
+        assert smi.pids()
+        await until(smi.all_gone)
+    finally:
+        await ex.close()
