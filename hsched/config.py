@@ -231,7 +231,7 @@ def _converted(p: Problems, key: str, v: Any, fn: Callable[[Any], Any]) -> Any:
 
 _JOB_KEYS = frozenset(
     {"name", "command", "workdir", "env", "resources", "qos", "priority", "checkpoint_signal", "time",
-     "time_limit", "hold", "signal", "retries", "dependency", "kill_on_invalid_dep"}
+     "time_limit", "hold", "signal", "retries", "dependency", "kill_on_invalid_dep", "array"}
 )
 MAX_NAME_BYTES = 256
 MAX_RETRIES = 100
@@ -323,6 +323,11 @@ def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple
         parsed = _converted(p, "dependency", data["dependency"], lambda v: parse_dependency(str(v)))
         if parsed is not None:
             deps, any_of = parsed
+    array = None
+    if "array" in data:
+        from hsched.arrays import parse_array
+
+        array = _converted(p, "array", data["array"], parse_array)
     kill_invalid = data.get("kill_on_invalid_dep", False)
     if not isinstance(kill_invalid, bool):
         p.expected("kill_on_invalid_dep", "true or false", kill_invalid)
@@ -331,7 +336,7 @@ def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple
     return JobSpec(
         command=command, name=name, workdir=workdir, env=tuple(env), resources=resources, qos=qos,
         priority=priority, checkpoint_signal=ck, time_limit_s=time_limit, warn_signal=warn, hold=hold,
-        retries=retries, dependency=deps, dependency_any=any_of, kill_on_invalid_dep=kill_invalid,
+        retries=retries, dependency=deps, dependency_any=any_of, kill_on_invalid_dep=kill_invalid, array=array,
     )
 
 

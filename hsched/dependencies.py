@@ -61,40 +61,46 @@ class DepVerdict:
 _NOT_OK = (JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT, JobState.LOST)
 
 
-def _one(dep: Dependency, job: Job, others: Mapping[int, Job], running_names: set[tuple[str, str]]) -> DepVerdict:
+def _one(dep: Dependency, job: Job, others: Mapping[int, Job], running_names: set[tuple[str, str]],
+         tasks_of: Mapping[int, Sequence[Job]]) -> DepVerdict:
     if dep.kind is DepKind.SINGLETON:
         if (job.user, job.name) in running_names:
             return DepVerdict(DepState.WAITING)
         return DepVerdict(DepState.SATISFIED)
     waiting = False
     for jid in dep.job_ids:
-        other = others.get(jid)
-        if other is None:
+        first = others.get(jid)
+        if first is None:
             return DepVerdict(DepState.NEVER, f"{dep}: job {jid} does not exist")
-        done = other.state.is_terminal()
-        if dep.kind is DepKind.AFTER:
-            if not (done or other.start_time is not None):
-                waiting = True
-        elif dep.kind is DepKind.AFTERANY:
-            waiting |= not done
-        elif dep.kind is DepKind.AFTEROK:
-            if done and other.state is not JobState.COMPLETED:
-                return DepVerdict(DepState.NEVER, f"{dep}: job {jid} ended {other.state.value}")
-            waiting |= not done
-        elif dep.kind is DepKind.AFTERNOTOK:
-            if other.state is JobState.COMPLETED:
-                return DepVerdict(DepState.NEVER, f"{dep}: job {jid} completed")
-            waiting |= not (done and other.state in _NOT_OK)
+        # an array's id stands for every task of it, as in Slurm
+        for other in tasks_of.get(jid) or (first,):
+            done = other.state.is_terminal()
+            name = other.display_id
+            if dep.kind is DepKind.AFTER:
+                if not (done or other.start_time is not None):
+                    waiting = True
+            elif dep.kind is DepKind.AFTERANY:
+                waiting |= not done
+            elif dep.kind is DepKind.AFTEROK:
+                if done and other.state is not JobState.COMPLETED:
+                    return DepVerdict(DepState.NEVER, f"{dep}: job {name} ended {other.state.value}")
+                waiting |= not done
+            elif dep.kind is DepKind.AFTERNOTOK:
+                if other.state is JobState.COMPLETED:
+                    return DepVerdict(DepState.NEVER, f"{dep}: job {name} completed")
+                waiting |= not (done and other.state in _NOT_OK)
     return DepVerdict(DepState.WAITING if waiting else DepState.SATISFIED)
 
 
-def verdict(job: Job, others: Mapping[int, Job], running_names: set[tuple[str, str]]) -> DepVerdict:
+def verdict(job: Job, others: Mapping[int, Job], running_names: set[tuple[str, str]],
+            tasks_of: Mapping[int, Sequence[Job]] | None = None) -> DepVerdict:
     """Whether `job` may start as far as its dependencies go. `others`: the jobs its dependencies name, by id;
-    `running_names`: (user, name) of every job that is not pending and not ended (for singleton)."""
+    `running_names`: (user, name) of every job that is not pending and not ended (for singleton);
+    `tasks_of`: for a named id that is an array's, every task of the array."""
     deps = job.spec.dependency
     if not deps:
         return DepVerdict(DepState.SATISFIED)
-    verdicts = [_one(d, job, others, running_names) for d in deps]
+    verdicts = [_one(d, job, others, running_names, tasks_of or {}) for d in deps]
     if job.spec.dependency_any:
         if any(v.state is DepState.SATISFIED for v in verdicts):
             return DepVerdict(DepState.SATISFIED)
@@ -111,3 +117,4 @@ def verdict(job: Job, others: Mapping[int, Job], running_names: set[tuple[str, s
 
 def named_jobs(deps: Sequence[Dependency]) -> set[int]:
     return {j for d in deps for j in d.job_ids}
+

@@ -231,6 +231,31 @@ class Dependency:
 
 
 @dataclass(frozen=True, slots=True)
+class ArraySpec:
+    """sbatch's `--array 0-99%8`: one task per index, at most `max_running` running at once."""
+
+    indices: tuple[int, ...]
+    max_running: int | None = None
+
+    def __str__(self) -> str:
+        return compress_indices(self.indices) + (f"%{self.max_running}" if self.max_running else "")
+
+
+def compress_indices(indices: tuple[int, ...] | list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2,5,7-8' (squeue's way of listing array tasks)."""
+    out: list[str] = []
+    ordered = sorted(set(indices))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+@dataclass(frozen=True, slots=True)
 class JobSpec:
     command: tuple[str, ...]
     name: str = ""
@@ -251,6 +276,8 @@ class JobSpec:
     """Any one dependency suffices (sbatch's `?`); else all must be satisfied (`,`)."""
     kill_on_invalid_dep: bool = False
     """Cancel the job when a dependency can never be satisfied, rather than leave it waiting."""
+    array: ArraySpec | None = None
+    """`--array`: the submit makes one job per index (the tasks), sharing this spec."""
 
     @property
     def dependency_text(self) -> str:
@@ -288,6 +315,15 @@ class Job:
     """Times the job exited with the checkpoint code on its own (not asked to by a stop)."""
     begin_time: float | None = None
     """Not started before this time (a retry's backoff; squeue's BeginTime)."""
+    array_id: int | None = None
+    """For an array task: the array's id (its first task's job id, as Slurm's ArrayJobId)."""
+    array_task: int | None = None
+    """For an array task: its index (SLURM_ARRAY_TASK_ID)."""
+
+    @property
+    def display_id(self) -> str:
+        """'12' or, for an array task, '12_3' (as squeue shows it)."""
+        return f"{self.array_id}_{self.array_task}" if self.array_id is not None else str(self.id)
 
     @property
     def name(self) -> str:

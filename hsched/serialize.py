@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hsched.model import (
+    ArraySpec,
     CheckpointSignal,
     Device,
     Interconnect,
@@ -54,6 +55,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "retries": spec.retries,
         "dependency": spec.dependency_text,
         "kill_on_invalid_dep": spec.kill_on_invalid_dep,
+        "array": str(spec.array) if spec.array else None,
     }
 
 
@@ -88,7 +90,14 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
         hold=bool(d.get("hold", False)),
         retries=d.get("retries"),
         **_dependency_of(d),
+        array=_array_of(d.get("array")),
     )
+
+
+def _array_of(text: str | None) -> ArraySpec | None:
+    from hsched.arrays import parse_array
+
+    return parse_array(text) if text else None
 
 
 def _dependency_of(d: dict[str, Any]) -> dict[str, Any]:
@@ -137,6 +146,10 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "retries": s.retries,
         "retries_used": job.failures,
         "dependency": s.dependency_text or None,
+        "array_id": job.array_id,
+        "array_task": job.array_task,
+        "display_id": job.display_id,
+        "array_limit": s.array.max_running if s.array else None,
         "begin_time": iso(job.begin_time),
         "time_limit_s": s.time_limit_s,
         "checkpoint_signal": str(s.checkpoint_signal),

@@ -132,6 +132,12 @@ _MIGRATIONS: list[tuple[str, ...]] = [
         )
         """,
     ),
+    # 4: job arrays (issue 16): each task is a job; the array's id is its first task's
+    (
+        "ALTER TABLE jobs ADD COLUMN array_id INTEGER",
+        "ALTER TABLE jobs ADD COLUMN array_task INTEGER",
+        "CREATE INDEX jobs_array ON jobs(array_id)",
+    ),
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -228,6 +234,30 @@ class Store:
         job = self.get_job(job_id)
         assert job is not None
         return job
+
+    def submit_array(self, spec: JobSpec, user: str, now: float) -> list[Job]:
+        """One job per index of `spec.array`, all in one transaction (an array is all there or not at all); the
+        first task's id is the array's."""
+        assert spec.array is not None
+        state = JobState.PENDING
+        reason = (EndReason.HELD if spec.hold else EndReason.PRIORITY).value
+        body = json.dumps(spec_to_dict(spec))
+        ids: list[int] = []
+        with self.tx() as db:
+            for task in spec.array.indices:
+                cur = db.execute(
+                    "INSERT INTO jobs(user, state, reason, qos, priority, spec, submit_time, array_id, array_task) "
+                    "VALUES (?,?,?,?,?,?,?,?,?)",
+                    (user, state.value, reason, spec.qos, spec.priority, body, now, ids[0] if ids else None, task))
+                ids.append(int(cur.lastrowid or 0))
+            db.execute("UPDATE jobs SET array_id = ? WHERE id = ?", (ids[0], ids[0]))
+            self._event(db, now, "submitted",
+                        f"array of {len(ids)} tasks ({spec.array}) submitted by {user}", job_id=ids[0])
+        return [j for i in ids if (j := self.get_job(i)) is not None]
+
+    def array_tasks(self, array_id: int) -> list[Job]:
+        return [job_from_row(r) for r in self.db.execute(
+            "SELECT * FROM jobs WHERE array_id = ? ORDER BY array_task", (array_id,)).fetchall()]
 
     def get_job(self, job_id: int) -> Job | None:
         row = self.db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
@@ -435,6 +465,8 @@ def job_from_row(row: sqlite3.Row) -> Job:
         failures=row["failures"],
         checkpoints=row["checkpoints"],
         begin_time=row["begin_time"],
+        array_id=row["array_id"],
+        array_task=row["array_task"],
     )
 
 

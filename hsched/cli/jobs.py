@@ -55,8 +55,32 @@ def _where(job: dict[str, Any]) -> str:
     return f"({job['reason']})" if job.get("reason") else ""
 
 
+def queue_rows(jobs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """(JOBID text, job) per row, as squeue: an array's pending tasks in one row (`12_[3-99%8]`, at the place of
+    its first), its other tasks one row each (`12_0`)."""
+    from hsched.arrays import pending_label
+
+    pending: dict[int, list[dict[str, Any]]] = {}
+    for j in jobs:
+        if j.get("array_id") is not None and j["state"] == "PENDING":
+            pending.setdefault(j["array_id"], []).append(j)
+    rows: list[tuple[str, dict[str, Any]]] = []
+    shown: set[int] = set()
+    for j in jobs:
+        aid = j.get("array_id")
+        if aid is not None and j["state"] == "PENDING" and len(pending[aid]) > 1:
+            if aid not in shown:
+                shown.add(aid)
+                limit = j.get("array_limit")
+                rows.append((pending_label(aid, [t["array_task"] for t in pending[aid]], limit), j))
+            continue
+        rows.append((str(j.get("display_id") or j["id"]), j))
+    return rows
+
+
 def render_queue(jobs: list[dict[str, Any]]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from hsched.theme import state_code, state_color
@@ -64,10 +88,11 @@ def render_queue(jobs: list[dict[str, Any]]) -> None:
     table = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("JOBID", "NAME", "USER", "ST", "QOS", "PRIO", "GPUS", "TIME", "NODES(REASON)"):
         table.add_column(col, justify="right" if col in ("JOBID", "PRIO", "GPUS", "TIME") else "left")
-    for j in jobs:
+    for label, j in queue_rows(jobs):
         color = state_color(j["state"])
-        table.add_row(str(j["id"]), j["name"][:24], j["user"], f"[{color}]{state_code(j['state'])}[/]", j["qos"],
-                      str(j["priority"]), str(j["gpus"]), _elapsed(j), _where(j))
+        # names and users are the submitters' text: shown as written, never read as rich markup
+        table.add_row(label, escape(j["name"][:24]), escape(j["user"]), f"[{color}]{state_code(j['state'])}[/]",
+                      j["qos"], str(j["priority"]), str(j["gpus"]), _elapsed(j), escape(_where(j)))
     Console().print(table)
 
 
@@ -105,6 +130,10 @@ def register(app: typer.Typer) -> None:
             None, "--retries", min=0, max=100,
             help="Retry a failed run (nonzero exit, lost) this many times, after 10 s, 20 s, 40 s ... "
                  "(default: settings `retries`, 0). Preemption and node loss never use a retry."),
+        array: str | None = typer.Option(
+            None, "--array", "-a",
+            help="A job array as sbatch: 0-99, 1,3,5-7, 0-15:4, with %N for at most N tasks at once; each task "
+                 "sees HSCHED_ARRAY_TASK_ID (and SLURM_ARRAY_TASK_ID)."),
         dependency: str | None = typer.Option(
             None, "--dependency", "-d",
             help="Start after other jobs, as sbatch: afterok:12, afterany:13:14, afternotok:15, after:12, "
@@ -154,7 +183,8 @@ def register(app: typer.Typer) -> None:
             table["resources"] = res
         for key, opt in (("name", "name"), ("qos", "qos"), ("priority", "priority"),
                          ("checkpoint_signal", "checkpoint_signal"), ("time", "time_limit"), ("workdir", "workdir"),
-                         ("signal", "warn_signal"), ("retries", "retries"), ("dependency", "dependency")):
+                         ("signal", "warn_signal"), ("retries", "retries"), ("dependency", "dependency"),
+                         ("array", "array")):
             if o.get(opt) is not None:
                 table[key] = o[opt]
         if o.get("hold"):
@@ -185,6 +215,8 @@ def register(app: typer.Typer) -> None:
             print(job["id"])
         elif o.get("as_json"):
             print_json(job)
+        elif job.get("array_id") is not None:
+            print(f"Submitted array job {job['id']} ({job['state']})")
         else:
             print(f"Submitted job {job['id']} ({job['state']})")
 
@@ -209,12 +241,14 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @handle_errors
     def show(
-        job_id: int = typer.Argument(..., metavar="JOB"),
+        job_id: str = typer.Argument(..., metavar="JOB"),
         as_json: bool = typer.Option(False, "--json", help="The job object with runs and events."),
     ) -> None:
         """Everything about one job: spec, placement, runs and events."""
         with _client() as c:
-            job = c.call("show", id=job_id)
+            from hsched.cli.control import job_ids_of
+
+            job = c.call("show", id=job_ids_of(c, [job_id], whole_arrays=False)[0])
         if as_json:
             print_json(job)
             return
@@ -256,17 +290,20 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @handle_errors
     def wait(
-        job_ids: list[int] = typer.Argument(..., metavar="JOB..."),
+        job_ids: list[str] = typer.Argument(..., metavar="JOB..."),
         timeout: float | None = typer.Option(None, "--timeout", help="Give up after SECONDS (exit 1)."),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Return when every job has ended; exit 0 only if all completed successfully."""
+        from hsched.cli.control import job_ids_of
+
         deadline = time.monotonic() + timeout if timeout is not None else None
         with _client() as c:
+            ids = job_ids_of(c, job_ids)  # an array's id waits for every task of it
             while True:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 chunk = 60.0 if left is None else min(60.0, left)
-                reply = c.call("wait", ids=job_ids, timeout=chunk)
+                reply = c.call("wait", ids=ids, timeout=chunk)
                 if reply["done"] or (left is not None and left <= chunk):
                     break
         jobs = reply["jobs"]
@@ -274,7 +311,7 @@ def register(app: typer.Typer) -> None:
             print_json(jobs)
         else:
             for j in jobs:
-                print(f"job {j['id']}: {j['state']}" + (f" (exit code {j['exit_code']})"
+                print(f"job {j.get('display_id', j['id'])}: {j['state']}" + (f" (exit code {j['exit_code']})"
                                                          if j["exit_code"] is not None else ""), file=sys.stderr)
         if not reply["done"]:
             print(f"hsched: timed out after {timeout:g} s", file=sys.stderr)
@@ -285,7 +322,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @handle_errors
     def cancel(
-        job_ids: list[int] = typer.Argument(..., metavar="JOB..."),
+        job_ids: list[str] = typer.Argument(..., metavar="JOB..."),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Cancel jobs: pending ones at once, running ones with SIGTERM, then SIGKILL."""
@@ -296,7 +333,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @handle_errors
     def logs(
-        job_id: int = typer.Argument(..., metavar="JOB"),
+        job_id: str = typer.Argument(..., metavar="JOB"),
         follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing as the job writes."),
         run: int | None = typer.Option(None, "--run", help="Which run (default: the latest)."),
     ) -> None:
@@ -305,8 +342,11 @@ def register(app: typer.Typer) -> None:
         offset = 0
         current_run = run
         with _client() as c:
+            from hsched.cli.control import job_ids_of
+
+            [the_id] = job_ids_of(c, [job_id], whole_arrays=False)
             while True:
-                reply = c.call("logs", id=job_id, offset=offset, run=current_run)
+                reply = c.call("logs", id=the_id, offset=offset, run=current_run)
                 data = base64.b64decode(reply["data"])
                 if data:
                     out.write(data)

@@ -39,7 +39,10 @@ async def submit(ctl: Controller, spec: JobSpec, user: str, submit_env: dict[str
             if await ctl.db(ctl.store.get_job, jid) is None:
                 # as sbatch: "Job dependency problem", refused now rather than a job that waits for nothing
                 raise UserError(f"dependency: job {jid} does not exist; check the id (hsched queue --all)")
-        job = await ctl.db(ctl.store.submit, spec, user, ctl.clock.time())
+        if spec.array is not None:
+            job = (await ctl.db(ctl.store.submit_array, spec, user, ctl.clock.time()))[0]
+        else:
+            job = await ctl.db(ctl.store.submit, spec, user, ctl.clock.time())
         if submit_env is not None:
             await ctl.db(ctl.save_env, job.id, submit_env)
         if why is not None:

@@ -12,6 +12,7 @@ import zlib
 from dataclasses import replace
 from pathlib import Path
 
+from hsched.arrays import within_limits
 from hsched.controller.checkpoints import bring_along, is_shared, path_on
 from hsched.controller.core import Controller
 from hsched.controller.ending import run_ended
@@ -36,7 +37,7 @@ async def schedule_round(ctl: Controller) -> bool:
         if not pending:
             return False
         active = await ctl.db(ctl.store.jobs, states=[s for s in JobState if s.is_active()])
-        pending = await _dependencies_met(ctl, pending, active, now)
+        pending = within_limits(await _dependencies_met(ctl, pending, active, now), active)
         if not pending:
             return False
         view = fleet_view(ctl, active, await still_dirty(ctl))
@@ -118,10 +119,11 @@ async def _dependencies_met(ctl: Controller, pending: list[Job], active: list[Jo
         return pending
     named = {i for j in with_deps for i in named_jobs(j.spec.dependency)}
     others = {i: o for i in named if (o := await ctl.db(ctl.store.get_job, i)) is not None}
+    tasks_of = {i: await ctl.db(ctl.store.array_tasks, i) for i, o in others.items() if o.array_id == i}
     running = {(j.user, j.name) for j in active if j.state is not JobState.PENDING}
     ready = []
     for job in pending:
-        v = verdict(job, others, running)
+        v = verdict(job, others, running, tasks_of)
         if v.state is DepState.SATISFIED:
             ready.append(job)
         elif v.state is DepState.NEVER and job.spec.kill_on_invalid_dep:
@@ -178,7 +180,24 @@ def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ..
         "HSCHED_NODE": run.node,
         "HSCHED_CHECKPOINT_DIR": checkpoint_dir,
         "HSCHED_RESTART_COUNT": str(job.restarts),
+        # what a batch script written for Slurm reads (sbatch sets these); hsched's own names above
+        "SLURM_JOB_ID": str(job.id),
+        "SLURM_JOB_NAME": job.name,
+        "SLURM_RESTART_COUNT": str(job.restarts),
+        "SLURM_PROCID": str(run.rank),
+        "SLURM_NTASKS": str(run.world),
+        "SLURM_LOCALID": str(run.rank % job.spec.resources.tasks_per_node),
+        "SLURM_NODEID": str(run.rank // job.spec.resources.tasks_per_node),
+        "SLURM_JOB_NUM_NODES": str(len(placements) or 1),
     })
+    if job.array_id is not None and job.array_task is not None and job.spec.array is not None:
+        idx = job.spec.array.indices
+        env.update({
+            "HSCHED_ARRAY_JOB_ID": str(job.array_id), "HSCHED_ARRAY_TASK_ID": str(job.array_task),
+            "SLURM_ARRAY_JOB_ID": str(job.array_id), "SLURM_ARRAY_TASK_ID": str(job.array_task),
+            "SLURM_ARRAY_TASK_COUNT": str(len(idx)), "SLURM_ARRAY_TASK_MIN": str(min(idx)),
+            "SLURM_ARRAY_TASK_MAX": str(max(idx)),
+        })
     if job.restarts > 0:
         env["HSCHED_RESUME"] = "1"
     else:
@@ -227,7 +246,8 @@ async def launch(ctl: Controller, job: Job, run: Run) -> None:
     remote = rt.config.executor != "local"
     # file work off the event loop
     await asyncio.to_thread(ctl.checkpoint_dir(job.id).mkdir, parents=True, exist_ok=True)
-    submit_env = await asyncio.to_thread(ctl.load_env, job.id)
+    # an array's tasks share the environment saved once under the array's id
+    submit_env = await asyncio.to_thread(ctl.load_env, job.array_id or job.id)
     try:
         async with ctl.launch_slots, asyncio.timeout(600):
             await bring_along(ctl, current, run)

@@ -93,3 +93,49 @@ def test_dependency_options(monkeypatch: pytest.MonkeyPatch, submitted: list[dic
     assert submit(monkeypatch, "--dependency", "afterok:x", "--", "true") == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("hsched: error: <command line>: dependency: expected a dependency such as afterok:12")
+
+
+def test_array_option(monkeypatch: pytest.MonkeyPatch, submitted: list[dict[str, Any]]) -> None:
+    assert submit(monkeypatch, "--array", "0-9%2", "--", "true") == 0
+    assert submitted[0]["spec"]["array"] == "0-9%2"
+
+
+def test_the_queue_shows_an_arrays_pending_tasks_in_one_row() -> None:
+    from hsched.cli.jobs import queue_rows
+
+    def j(i: int, task: int | None, state: str) -> dict[str, Any]:
+        return {"id": i, "array_id": 10 if task is not None else None, "array_task": task, "state": state,
+                "display_id": f"10_{task}" if task is not None else str(i), "array_limit": 2}
+
+    jobs = [j(10, 0, "RUNNING"), j(11, 1, "PENDING"), j(12, 2, "PENDING"), j(13, 3, "PENDING"), j(14, None, "PENDING")]
+    assert [label for label, _ in queue_rows(jobs)] == ["10_0", "10_[1-3%2]", "14"]
+
+
+class FakeClient:
+    def __init__(self, jobs: list[dict[str, Any]]) -> None:
+        self.jobs = {j["id"]: j for j in jobs}
+
+    def call(self, op: str, **args: Any) -> Any:
+        from hsched.errors import UserError
+
+        if op == "show":
+            if args["id"] not in self.jobs:
+                raise UserError(f"no job {args['id']}")
+            return self.jobs[args["id"]]
+        assert op == "queue"
+        return list(self.jobs.values())
+
+
+def test_job_ids_of_arrays_and_tasks() -> None:
+    from hsched.cli.control import job_ids_of
+    from hsched.errors import UserError
+
+    c = FakeClient([{"id": 10, "array_id": 10, "array_task": 0}, {"id": 11, "array_id": 10, "array_task": 5},
+                    {"id": 12, "array_id": None, "array_task": None}])
+    assert job_ids_of(c, ["10"]) == [10, 11]
+    assert job_ids_of(c, ["10_5", "12"]) == [11, 12]
+    assert job_ids_of(c, ["10"], whole_arrays=False) == [10]
+    assert job_ids_of(c, ["99"]) == [99]  # the command itself reports a job that does not exist
+    for bad, words in (("10_7", "has no task 7"), ("12_1", "not an array"), ("x", "expected a job id")):
+        with pytest.raises(UserError, match=words):
+            job_ids_of(c, [bad])

@@ -79,3 +79,55 @@ async def test_a_dependency_on_a_job_that_does_not_exist_is_refused_at_submit(tm
     async with Lab.open(tmp_path) as lab:
         with pytest.raises(UserError, match="dependency: job 99 does not exist"):
             await lab.submit("x", dependency="afterok:99")
+
+
+async def test_an_array_is_one_job_per_index_with_at_most_n_running(tmp_path: Path) -> None:
+    from hsched.arrays import parse_array
+
+    async with Lab.open(tmp_path) as lab:
+        spec_job = await lab.submit("task")  # only for its spec's shape; the array is submitted below
+        from dataclasses import replace
+
+        from hsched.controller import commands
+
+        spec = replace(spec_job.spec, array=parse_array("0-5%2"))
+        first = await commands.submit(lab.ctl, spec, "alice", None)
+        tasks = await lab.ctl.db(lab.ctl.store.array_tasks, first.id)
+        assert [t.array_task for t in tasks] == [0, 1, 2, 3, 4, 5]
+        assert {t.array_id for t in tasks} == {first.id} and [t.display_id for t in tasks][:2] == [
+            f"{first.id}_0", f"{first.id}_1"]
+        for _ in range(3):
+            await lab.round()
+            running = [t for t in await lab.ctl.db(lab.ctl.store.array_tasks, first.id)
+                       if t.state is not JobState.PENDING and not t.state.is_terminal()]
+            assert len(running) <= 2
+        running = [t for t in await lab.ctl.db(lab.ctl.store.array_tasks, first.id) if t.state is JobState.RUNNING]
+        assert [t.array_task for t in running] == [0, 1]
+        [fake] = await lab.fake_runs(running[0].id)
+        env = dict(fake.request.env)
+        assert (env["HSCHED_ARRAY_TASK_ID"], env["SLURM_ARRAY_TASK_ID"], env["SLURM_ARRAY_JOB_ID"],
+                env["SLURM_ARRAY_TASK_COUNT"]) == ("0", "0", str(first.id), "6")
+        # a task ends: the next one takes its place, never a third at once
+        await lab.finish(running[0].id, 0)
+        await lab.round()
+        await lab.round()
+        now_running = sorted(t.array_task for t in await lab.ctl.db(lab.ctl.store.array_tasks, first.id)
+                             if t.state is JobState.RUNNING)
+        assert now_running == [1, 2]
+        # afterok on the array waits for every task
+        after = await lab.submit("report", dependency=f"afterok:{first.id}")
+        await lab.round()
+        assert (await lab.job(after.id)).reason == EndReason.DEPENDENCY
+
+
+def test_parse_array() -> None:
+    from hsched.arrays import parse_array, pending_label
+
+    assert parse_array("0-99%8").indices == tuple(range(100)) and parse_array("0-99%8").max_running == 8
+    assert parse_array("1,3,5-7").indices == (1, 3, 5, 6, 7)
+    assert parse_array("0-15:4").indices == (0, 4, 8, 12)
+    assert str(parse_array("1,3,5-7%2")) == "1,3,5-7%2"
+    for bad in ("", "a-b", "5-1", "0-3%0", "0-3:0", "0-20000"):
+        with pytest.raises(ValueError):
+            parse_array(bad)
+    assert pending_label(12, [3, 4, 5, 9], 8) == "12_[3-5,9%8]"
