@@ -30,6 +30,18 @@ def _client() -> Any:
     return Client()
 
 
+def _given(value: Any) -> bool:
+    """An option the user gave (not its default): 0 is given, None/False/empty are not."""
+    return value is not None and value is not False and not (isinstance(value, list | tuple) and not value)
+
+
+def batch_script(path: str) -> Any:
+    """The BatchScript at `path` if it is one (a text file with a #! line or #SBATCH/#HSCHED lines), else None."""
+    from hsched.batch import read_batch_script
+
+    return read_batch_script(Path(path))
+
+
 def _elapsed(job: dict[str, Any]) -> str:
     start = job.get("start_time")
     if not start:
@@ -102,7 +114,9 @@ def register(app: typer.Typer) -> None:
     def submit(
         ctx: typer.Context,
         args: list[str] = typer.Argument(None, help="[SPEC.toml] [-- COMMAND ARGS...]", show_default=False),
-        gpus: int | None = typer.Option(None, "--gpus", "-G", min=0, help="GPUs per node."),
+        gpus: int | None = typer.Option(None, "--gpus", "-G", min=0,
+                                        help="GPUs in all, as sbatch (split evenly over --nodes)."),
+        gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", min=0, help="GPUs on each node."),
         gpu_type: list[str] = typer.Option(None, "--gpu-type", help="GPU model substring (repeatable)."),
         gpu_memory: str | None = typer.Option(None, "--gpu-memory", help="Minimum memory per GPU, e.g. 40G."),
         nodes: int | None = typer.Option(None, "--nodes", "-N", min=1, help="Nodes (all-or-nothing)."),
@@ -165,14 +179,31 @@ def register(app: typer.Typer) -> None:
                 # `hsched submit job.toml --qos prod`: options after the spec file are options (the parser
                 # stopped at the file, so they came as arguments); they win over those before it
                 later = ctx.command.make_context(ctx.info_name or "submit", args, parent=ctx.parent)
-                o.update({k: v for k, v in later.params.items() if v not in (None, False, [], ())})
+                o.update({k: v for k, v in later.params.items() if _given(v)})
                 args = list(later.params.get("args") or [])
+        elif args and args[0] != "--" and (script := batch_script(args[0])) is not None:
+            # `hsched submit train.sh ARGS`: its #SBATCH/#HSCHED lines are options (the command line's win),
+            # the script itself the command, as sbatch
+            source = f"{args[0]} (#SBATCH lines)"
+            from_script = ctx.command.make_context(ctx.info_name or "submit", script.options, parent=ctx.parent)
+            o = {**{k: v for k, v in from_script.params.items() if _given(v)},
+                 **{k: v for k, v in o.items() if _given(v)}}
+            args = [*script.command, *args[1:]]
+            for line in script.warnings:
+                print(f"hsched: warning: {line}", file=sys.stderr)
         if args[:1] == ["--"]:
             args = args[1:]
         if args:
             table["command"] = args
         res = dict(table.get("resources", {})) if isinstance(table.get("resources"), dict) else {}
-        for key, opt in (("gpus", "gpus"), ("gpu_memory", "gpu_memory"), ("nodes", "nodes"), ("cpus", "cpus"),
+        if o.get("gpus") is not None:
+            # sbatch's -G/--gpus is the job's total; hsched's request is per node
+            n = o.get("nodes") or (res.get("nodes") if isinstance(res.get("nodes"), int) else None) or 1
+            if o["gpus"] % n:
+                raise UserError(f"--gpus {o['gpus']}: not a multiple of --nodes {n}; give --gpus-per-node instead")
+            o["gpus_per_node"] = o["gpus_per_node"] if o.get("gpus_per_node") is not None else o["gpus"] // n
+        for key, opt in (("gpus", "gpus_per_node"), ("gpu_memory", "gpu_memory"), ("nodes", "nodes"),
+                         ("cpus", "cpus"),
                          ("memory", "memory"), ("interconnect", "interconnect"),
                          ("tasks_per_node", "tasks_per_node")):
             if o.get(opt) is not None:

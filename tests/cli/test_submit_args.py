@@ -139,3 +139,43 @@ def test_job_ids_of_arrays_and_tasks() -> None:
     for bad, words in (("10_7", "has no task 7"), ("12_1", "not an array"), ("x", "expected a job id")):
         with pytest.raises(UserError, match=words):
             job_ids_of(c, [bad])
+
+
+def test_a_batch_script_reads_its_sbatch_lines(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                               submitted: list[dict[str, Any]],
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\n# a comment\n#SBATCH --gpus-per-node=2 -t 10 -J x\n"
+                      "#SBATCH --partition=gpu  # meaningless here\n#SBATCH --qos=scavenger\n"
+                      "echo $SLURM_JOB_ID \"$@\"\n#SBATCH --gpus-per-node=7\n")
+    # the command line wins over the script, as with sbatch
+    assert submit(monkeypatch, "--qos", "prod", str(script), "a1", "a2") == 0
+    spec = submitted[0]["spec"]
+    assert (spec["name"], spec["time"], spec["resources"]["gpus"], spec["qos"]) == ("x", "10", 2, "prod")
+    shell, flag, text, path, *rest = spec["command"]
+    assert (shell, flag, path, rest) == ("/bin/bash", "-c", str(script.resolve()), ["a1", "a2"])
+    assert text == script.read_text()  # a snapshot: editing the file later changes nothing
+    assert "#SBATCH --partition ignored" in capsys.readouterr().err
+
+
+def test_sbatch_gres_ntasks_and_total_gpus(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                          submitted: list[dict[str, Any]]) -> None:
+    script = tmp_path / "ddp.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -N 2 -n 8\n#SBATCH --gres=gpu:a100:4\ntorchrun train.py\n")
+    assert submit(monkeypatch, str(script)) == 0
+    res = submitted[0]["spec"]["resources"]
+    assert (res["nodes"], res["tasks_per_node"], res["gpus"], res["gpu_types"]) == (2, 4, 4, ["a100"])
+    # -G counts the job's GPUs, as sbatch: 4 over 2 nodes is 2 per node
+    assert submit(monkeypatch, "-N", "2", "-G", "4", "--", "true") == 0
+    assert submitted[1]["spec"]["resources"]["gpus"] == 2
+    assert submit(monkeypatch, "-N", "2", "-G", "3", "--", "true") == 2
+
+
+def test_a_python_script_with_a_shebang_runs_by_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                     submitted: list[dict[str, Any]]) -> None:
+    script = tmp_path / "job.py"
+    script.write_text("#!/usr/bin/env python3\n#SBATCH -J py\nprint(1)\n")
+    assert submit(monkeypatch, str(script), "--lr", "3") == 0
+    spec = submitted[0]["spec"]
+    assert spec["command"] == ["/usr/bin/env", "python3", str(script.resolve()), "--lr", "3"]
+    assert spec["name"] == "py"

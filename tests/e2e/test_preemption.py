@@ -170,7 +170,7 @@ def test_gang_two_nodes_two_ranks_consistent_env_and_one_death_ends_all(lab: Hs,
         "json.dump(env, open(os.path.join(d, os.environ['RANK'] + '.json'), 'w'))\n"
         "time.sleep(300)\n"
     )
-    jid = submit(lab, "--nodes", "2", "--gpus", "2", "--tasks-per-node", "2", "--", sys.executable, "-c", code)
+    jid = submit(lab, "--nodes", "2", "--gpus-per-node", "2", "--tasks-per-node", "2", "--", sys.executable, "-c", code)
     def all_ranks() -> dict[int, dict] | None:  # type: ignore[type-arg]
         try:  # a file may exist before its JSON is complete
             found = {int(p.stem): json.loads(p.read_text()) for p in out.glob("*.json")}
