@@ -93,7 +93,8 @@ class FakeExecutor:
     the exit code a run that gets it ends with; others leave it running), `checkpoint_mtimes` (path ->
     what newest_mtime says, before the files put there), `remote_root` (None: the node shares the
     controller's disk, as a local node does; else remote paths live under it), `processes` (GPU processes
-    the monitoring samples list), `utilization` (device UUID -> GPU utilization in samples), `probe_hangs`
+    the monitoring samples list), `utilization` (device UUID -> GPU utilization in samples), `gpu_error`
+    (the samples' gpu_error), `probe_hangs`
     (probe() waits until cancelled), `probe_gpu_error` (probe() reports no GPUs and this error, as a node
     whose GPU discovery timed out), `clock`, `sleep`.
     """
@@ -123,6 +124,8 @@ class FakeExecutor:
         """Remote path -> content, one entry per file (a folder is the files under it)."""
         self.processes: list[dict[str, Any]] = []
         self.utilization: dict[str, float] = {}
+        self.gpu_error: str | None = None
+        """What the monitoring samples say in `gpu_error` (a hung nvidia-smi on the node)."""
         self.probe_hangs = False
         self.probe_gpu_error: str | None = None
         self.probe_timeouts: list[float] = []
@@ -276,7 +279,7 @@ class FakeExecutor:
         return {"seq": seq, "t": self.clock(), "boot_id": self.boot_id, "node": self.name,
                 "cpu": {"util": 0.0, "count": self.cpus, "loadavg": [0.0, 0.0, 0.0]},
                 "memory": {"total_mib": self.memory_total_mib, "available_mib": self.memory_total_mib, "used_mib": 0},
-                "gpus": {"source": "fake", "devices": devices}, "processes": processes}
+                "gpus": {"source": "fake", "devices": devices}, "gpu_error": self.gpu_error, "processes": processes}
 
     async def close(self) -> None:
         self.closed += 1

@@ -260,7 +260,7 @@ async def test_watch_yields_samples(node: Node) -> None:
         assert [s["seq"] for s in samples] == [0, 1, 2]
         last = samples[-1]
         assert last["node"] == ex.name and last["boot_id"]
-        assert {"cpu", "memory", "gpus", "processes"} <= last.keys()
+        assert {"cpu", "memory", "gpus", "gpu_error", "processes"} <= last.keys()
         assert isinstance(last["gpus"]["devices"], list) and isinstance(last["processes"], list)
         assert ex.last_contact is not None and ex.last_contact >= before and ex.last_error is None
 

@@ -208,6 +208,23 @@ def test_a_checkpoint_exit_behind_a_shell_is_the_runs(containment: str, tmp_path
     assert (sent["signal"], sent["all_processes"], sent["batch_only"]) == ("USR1", True, False)
 
 
+def test_a_signalled_runs_rest_gets_the_stop_grace_then_is_killed(containment: str, tmp_path: Path) -> None:
+    # the main shell dies of SIGTERM; its child ignores SIGTERM and would run on for ever
+    run_dir = tmp_path / "run"
+    script = (f"sh -c 'trap \"\" TERM; echo $$ > {tmp_path}/c.t && mv {tmp_path}/c.t {tmp_path}/c; exec sleep 300' "
+              "& wait")
+    handle = launch(run_dir, ["sh", "-c", script], stop_grace_s=1)
+    assert_contained(handle, containment)
+    child = pid_in(tmp_path / "c")
+    assert signal_run(handle, "TERM")
+    record = exit_record(run_dir)
+    waited = (run_dir / "exit.json").stat().st_mtime - record["end_time"]
+    assert process_gone(child) and record["leftovers_killed"] == 1
+    assert (record["exit_code"], record["signal"]) == (128 + signal.SIGTERM, signal.SIGTERM)
+    # the rest had its grace and the margin (the controller's SIGKILL normally comes first), then no more
+    assert 1 + nodehelper.STOP_MARGIN_S <= waited < 1 + nodehelper.STOP_MARGIN_S + 10
+
+
 def test_without_a_signal_from_hsched_the_shell_code_stands(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(TRAINER)
     run_dir = tmp_path / "run"
