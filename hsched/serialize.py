@@ -153,6 +153,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "begin_time": iso(job.begin_time),
         "time_limit_s": s.time_limit_s,
         "checkpoint_signal": str(s.checkpoint_signal),
+        "warn_signal": str(s.warn_signal) if s.warn_signal else None,
         "placement": [{"node": p.node, "devices": list(p.devices)} for p in job.placement],
         "placement_explanation": "; ".join(p.explanation for p in job.placement if p.explanation) or None,
     }

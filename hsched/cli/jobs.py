@@ -90,6 +90,76 @@ def queue_rows(jobs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     return rows
 
 
+def _states(text: str) -> set[str]:
+    """squeue -t's list: state names or codes (PD, R, CG, CD, F, CA, TO...), any case."""
+    from hsched.model import JobState
+    from hsched.theme import state_code
+
+    by_code = {state_code(s.value): s.value for s in JobState}
+    out = set()
+    for raw in text.split(","):
+        word = raw.strip().upper()
+        if not word:
+            continue
+        if word in {s.value for s in JobState}:
+            out.add(word)
+        elif word in by_code:
+            out.add(by_code[word])
+        else:
+            known = ", ".join(f"{code} ({name.lower()})" for code, name in sorted(by_code.items()))
+            raise UserError(f"--states {raw.strip()!r}: not a state; known: {known}")
+    return out
+
+
+def format_queue(jobs: list[dict[str, Any]], fmt: str) -> list[str]:
+    """Lines as squeue -o FORMAT writes them (a header line first), one per queue row."""
+    import re
+
+    from hsched.theme import state_code
+
+    fields: dict[str, tuple[str, Any]] = {
+        "i": ("JOBID", lambda label, j: label), "j": ("NAME", lambda label, j: j["name"]),
+        "u": ("USER", lambda label, j: j["user"]), "t": ("ST", lambda label, j: state_code(j["state"])),
+        "T": ("STATE", lambda label, j: j["state"]), "q": ("QOS", lambda label, j: j["qos"]),
+        "p": ("PRIORITY", lambda label, j: j["priority"]), "b": ("GPUS", lambda label, j: j["gpus"]),
+        "D": ("NODES", lambda label, j: j["nodes"]), "M": ("TIME", lambda label, j: _elapsed(j)),
+        "l": ("TIME_LIMIT", lambda label, j: _limit(j.get("time_limit_s"))),
+        "R": ("NODELIST(REASON)", lambda label, j: _where(j)), "r": ("REASON", lambda label, j: j["reason"]),
+        "V": ("SUBMIT_TIME", lambda label, j: j["submit_time"]), "S": ("START_TIME", lambda label, j: j["start_time"]),
+    }
+    spec = re.compile(r"%(\.)?(\d+)?([A-Za-z%])")
+    for m in spec.finditer(fmt):
+        if m.group(3) not in fields and m.group(3) != "%":
+            raise UserError(f"--format {fmt!r}: unknown field %{m.group(3)}; known: "
+                            + " ".join(f"%{k}" for k in fields))
+
+    def line(row: tuple[str, dict[str, Any]] | None) -> str:
+        def one(m: re.Match[str]) -> str:
+            if m.group(3) == "%":
+                return "%"
+            title, get = fields[m.group(3)]
+            value = title if row is None else get(row[0], row[1])
+            text = "" if value is None else str(value)
+            if m.group(2):
+                width = int(m.group(2))
+                text = text[:width]
+                text = text.rjust(width) if m.group(1) else text.ljust(width)
+            return text
+        return spec.sub(one, fmt)
+
+    return [line(None), *(line(r) for r in queue_rows(jobs))]
+
+
+def _limit(seconds: float | None) -> str:
+    if not seconds:
+        return "UNLIMITED"
+    s = int(seconds)
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    return f"{d}-{h:02d}:{m:02d}:{s:02d}" if d else f"{h}:{m:02d}:{s:02d}"
+
+
 def render_queue(jobs: list[dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -256,16 +326,36 @@ def register(app: typer.Typer) -> None:
     def queue(
         all_jobs: bool = typer.Option(False, "--all", "-a", help="Include ended jobs."),
         me: bool = typer.Option(False, "--me", help="Only my jobs."),
+        users: str | None = typer.Option(None, "--user", "-u", help="Only these users' jobs (comma-separated)."),
+        states: str | None = typer.Option(
+            None, "--states", "-t",
+            help="Only jobs in these states, as squeue -t: names or codes, comma-separated (PD,R or "
+                 "pending,running; ended states imply --all)."),
+        fmt: str | None = typer.Option(
+            None, "--format", "-o",
+            help="squeue's -o: %i id, %j name, %u user, %t state code, %T state, %q qos, %p priority, "
+                 "%b GPUs, %D nodes, %M time, %l time limit, %R nodes or reason, %V submit time, %S start "
+                 "time, %r reason; widths as %.10i (right) or %10j (left)."),
         as_json: bool = typer.Option(False, "--json", help="A JSON list of job objects."),
     ) -> None:
         """List jobs (pending and active; --all for every job)."""
+        wanted = _states(states) if states else None
+        ended = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "LOST"}
         with _client() as c:
-            jobs = c.call("queue", all=all_jobs)
+            jobs = c.call("queue", all=all_jobs or bool(wanted and wanted & ended))
         if me:
             user = _user()
             jobs = [j for j in jobs if j["user"] == user]
+        if users:
+            allowed = {u.strip() for u in users.split(",") if u.strip()}
+            jobs = [j for j in jobs if j["user"] in allowed]
+        if wanted:
+            jobs = [j for j in jobs if j["state"] in wanted]
         if as_json:
             print_json(jobs)
+        elif fmt:
+            for line in format_queue(jobs, fmt):
+                print(line)
         else:
             render_queue(jobs)
 
@@ -284,19 +374,24 @@ def register(app: typer.Typer) -> None:
             print_json(job)
             return
         from rich.console import Console
+        from rich.markup import escape
 
         from hsched.theme import state_color
 
         con = Console(highlight=False, soft_wrap=True)  # long commands stay whole lines when piped
         color = state_color(job["state"])
-        con.print(f"[bold]Job {job['id']}[/] {job['name']}  [{color}]{job['state']}[/]"
-                  + (f" ({job['reason']})" if job["reason"] else ""))
+        # what users wrote (names, commands, messages quoting them) is printed as text, never as rich markup
+        con.print(f"[bold]Job {job.get('display_id', job['id'])}[/] {escape(job['name'])}  "
+                  f"[{color}]{job['state']}[/]" + (f" ({escape(job['reason'])})" if job["reason"] else ""))
         rows = [
             ("user", job["user"]), ("qos / priority", f"{job['qos']} / {job['priority']}"),
             ("command", " ".join(job["command"])),
             ("workdir", job.get("workdir") or "(the submit folder, where a node sees it)"),
             ("resources", _resources_line(job["resources"])),
             ("submitted", job["submit_time"]), ("started", job["start_time"]), ("ended", job["end_time"]),
+            ("time limit", _limit(job.get("time_limit_s"))),
+            ("signals", f"checkpoint {job.get('checkpoint_signal')}"
+                        + (f", warning {job['warn_signal']} before the limit" if job.get("warn_signal") else "")),
             ("exit code", job["exit_code"]), ("restarts", job["restarts"]),
             ("retries used", f"{job.get('retries_used', 0)} of "
                              f"{'the default' if job.get('retries') is None else job['retries']}"
@@ -308,15 +403,15 @@ def register(app: typer.Typer) -> None:
             ("checkpoint dir", job["checkpoint_dir"]),
         ]
         for k, v in rows:
-            con.print(f"  {k:>15}: {'' if v is None else v}")
+            con.print(f"  {k:>15}: {'' if v is None else escape(str(v))}")
         if job["runs"]:
             con.print("  [bold]runs[/]")
             for r in job["runs"]:
-                con.print(f"    #{r['attempt']} {r['state']:<10} {r['node']} pid={r['pid']} exit={r['exit_code']} "
-                          f"{r['start_time'] or ''} -> {r['end_time'] or ''}")
+                con.print(escape(f"    #{r['attempt']} {r['state']:<10} {r['node']} pid={r['pid']} "
+                                 f"exit={r['exit_code']} {r['start_time'] or ''} -> {r['end_time'] or ''}"))
         con.print("  [bold]events[/]")
         for e in job["events"]:
-            con.print(f"    {e['time']}  {e['kind']:<12} {e['message']}")
+            con.print(escape(f"    {e['time']}  {e['kind']:<12} {e['message']}"))
 
     @app.command()
     @handle_errors

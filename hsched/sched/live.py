@@ -142,6 +142,20 @@ def unsatisfiable(res: Resources, nodes: Sequence[Node]) -> str | None:
     """Why no node of the fleet could ever run this request (even empty), or None if some could."""
     if not nodes:
         return "the fleet has no nodes; add one to the fleet file"
+    # a request larger than every node in one resource says which, with the largest there is
+    mems = [n.memory_total_mib for n in nodes if n.memory_total_mib is not None]
+    if res.memory_mib is not None and mems and res.memory_mib > max(mems):
+        return (f"no node has {_size(res.memory_mib)} of memory (largest: {_size(max(mems))}); "
+                "lower --mem")
+    cpus = [n.cpus for n in nodes if n.cpus is not None]
+    if res.cpus is not None and cpus and res.cpus > max(cpus):
+        return f"no node has {res.cpus} CPUs (largest: {max(cpus)}); lower --cpus"
+    gpu_mem = [d.memory_total_mib for n in nodes for d in n.devices if d.memory_total_mib is not None]
+    if res.gpu_memory_mib is not None and gpu_mem and res.gpu_memory_mib > max(gpu_mem):
+        return (f"no GPU has {_size(res.gpu_memory_mib)} of memory (largest: {_size(max(gpu_mem))}); "
+                "lower --gpu-memory")
+    if res.nodes > len(nodes):
+        return f"needs {res.nodes} nodes but the fleet has {len(nodes)}; lower --nodes or add nodes"
     fitting = []
     best = 0
     for n in nodes:
@@ -173,6 +187,15 @@ def unsatisfiable(res: Resources, nodes: Sequence[Node]) -> str | None:
                 "lower --nodes/--gpus or add nodes")
     return (f"needs {what} on one node, but no node of the fleet has that (the most any node offers is {best}); "
             "lower --gpus, change --gpu-type or add a node")
+
+
+def _size(mib: int) -> str:
+    """MiB as people write sizes: 10T, 512G, 750M."""
+    for unit, mult in (("T", 1024 * 1024), ("G", 1024)):
+        if mib >= mult:
+            value = mib / mult
+            return f"{value:.0f}{unit}" if value == int(value) else f"{value:.1f}{unit}"
+    return f"{mib}M"
 
 
 def topology_chooser(node: Node, free: Sequence[str], res: Resources) -> Chosen | None:

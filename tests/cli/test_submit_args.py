@@ -179,3 +179,19 @@ def test_a_python_script_with_a_shebang_runs_by_path(monkeypatch: pytest.MonkeyP
     spec = submitted[0]["spec"]
     assert spec["command"] == ["/usr/bin/env", "python3", str(script.resolve()), "--lr", "3"]
     assert spec["name"] == "py"
+
+
+def test_queue_format_and_state_filters() -> None:
+    from hsched.cli.jobs import _states, format_queue
+    from hsched.errors import UserError
+
+    jobs = [{"id": 3, "name": "train", "user": "ann", "state": "RUNNING", "qos": "normal", "priority": 0, "gpus": 2,
+             "nodes": 1, "time_limit_s": 5400.0, "placement": [{"node": "a", "devices": ["x", "y"]}],
+             "reason": "", "start_time": None, "end_time": None, "submit_time": "t", "display_id": "3"}]
+    assert format_queue(jobs, "%.5i %10j %t %l %R") == ["JOBID NAME       ST TIME_LIMIT NODELIST(REASON)",
+                                                        "    3 train      R 1:30:00 a[2]"]
+    assert _states("PD,r") == {"PENDING", "RUNNING"} and _states("completed") == {"COMPLETED"}
+    with pytest.raises(UserError, match="not a state"):
+        _states("XX")
+    with pytest.raises(UserError, match="unknown field %Z"):
+        format_queue(jobs, "%Z")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from hsched.config import load_fleet
 from hsched.controller.fleet import build_fleet, node_from_probe
 from hsched.model import NodeState, Resources
@@ -105,3 +107,17 @@ def test_a_resumed_job_goes_back_to_the_node_holding_its_checkpoint(tmp_path: Pa
         assert isinstance(first, Launch) and first.placements[0].node == "a"
         back = schedule(replace(view, prefer={1: "b"}), [job], 0.0)[0]
         assert isinstance(back, Launch) and back.placements[0].node == "b"
+
+
+@pytest.mark.parametrize(("res", "words"), [
+    ({"gpus": 1, "memory_mib": 10 * 1024 * 1024}, "no node has 10T of memory (largest: "),
+    ({"gpus": 1, "cpus": 500}, "no node has 500 CPUs (largest: "),
+    ({"gpus": 1, "gpu_memory_mib": 1024 * 1024}, "no GPU has 1T of memory (largest: "),
+    ({"gpus": 1, "nodes": 40}, "needs 40 nodes but the fleet has"),
+])
+def test_a_request_too_large_names_the_resource_and_the_largest(res: dict[str, int], words: str) -> None:
+    from dataclasses import replace
+
+    nodes = [replace(rt.node, state=NodeState.UP) for rt in build_fleet(load_fleet(LAB)).values()]
+    why = unsatisfiable(Resources(**res), nodes)  # type: ignore[arg-type]
+    assert why is not None and words in why and "GPU" not in why.split("(")[0].replace("no GPU has", "")
