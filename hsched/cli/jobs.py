@@ -473,23 +473,38 @@ def register(app: typer.Typer) -> None:
             [the_id] = job_ids_of(c, [job_id], whole_arrays=False)
             while True:
                 reply = c.call("logs", id=the_id, offset=offset, run=current_run)
+                if current_run is None and reply.get("run") is not None:
+                    # pinned to the run we started on: the next run's log is followed from its first byte
+                    current_run = reply["run"]
                 data = base64.b64decode(reply["data"])
                 if data:
                     out.write(data)
                     out.flush()
                 offset = reply["offset"]
-                if data and len(data) >= (1 << 20):
-                    continue
+                if data:
+                    continue  # drain what is there before anything else
                 if not follow:
                     break
-                if reply["ended"] and reply.get("state") not in ("PENDING", "LAUNCHING"):
-                    if run is None and reply.get("runs") and reply["run"] != reply["runs"]:
-                        current_run, offset = reply["runs"], 0
+                if reply.get("run") is not None and reply["ended"] and run is None:
+                    # this run is over: on to the next one when there is one, as `tail -F` follows a new file
+                    if _has_run(c, the_id, current_run + 1):
+                        current_run, offset = current_run + 1, 0
+                        out.write(f"==> job {job_id}: run {current_run} <==\n".encode())
+                        out.flush()
                         continue
+                    if reply.get("state") not in ("PENDING", "LAUNCHING", "RUNNING", "PREEMPTING", "COMPLETING"):
+                        break  # ended for good
+                elif reply["ended"] and reply.get("state") not in ("PENDING", "LAUNCHING"):
                     break
-                if run is None and reply.get("runs") and reply["run"] is not None and reply["run"] < reply["runs"]:
-                    current_run, offset = reply["runs"], 0
                 time.sleep(0.25)
+
+
+def _has_run(c: Any, job_id: int, attempt: int) -> bool:
+    try:
+        c.call("logs", id=job_id, offset=0, run=attempt, max_bytes=1)
+    except UserError:
+        return False
+    return True
 
 
 def _preemptions_line(p: dict[str, Any]) -> str:

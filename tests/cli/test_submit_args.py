@@ -195,3 +195,59 @@ def test_queue_format_and_state_filters() -> None:
         _states("XX")
     with pytest.raises(UserError, match="unknown field %Z"):
         format_queue(jobs, "%Z")
+
+
+class LogsClient:
+    """A job whose run 1 writes, is preempted, and run 2 writes after: the controller's logs answers."""
+
+    def __init__(self) -> None:
+        self.logs = {1: b"one-a\n", 2: b""}
+        self.ended = {1: False, 2: False}
+        self.state = "RUNNING"
+        self.ticks = 0
+
+    def __enter__(self) -> LogsClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+    def tick(self, _s: float) -> None:  # what happens while the CLI sleeps
+        self.ticks += 1
+        if self.ticks == 1:
+            self.logs[1] += b"one-b\n"
+            self.ended[1] = True
+            self.state = "PENDING"
+        elif self.ticks == 2:
+            self.logs[2] = b"two-a\n"  # run 2 wrote before the CLI looked: not one byte may be lost
+            self.state = "RUNNING"
+        elif self.ticks == 3:
+            self.logs[2] += b"two-b\n"
+            self.ended[2] = True
+            self.state = "COMPLETED"
+
+    def call(self, op: str, **args: Any) -> Any:
+        import base64
+
+        from hsched.errors import UserError
+
+        assert op == "logs"
+        started = [r for r in (1, 2) if r == 1 or self.ticks >= 2]
+        run = args.get("run") or started[-1]
+        if run not in started:
+            raise UserError(f"no run {run}")
+        data = self.logs[run][args["offset"]:args["offset"] + args.get("max_bytes", 1 << 20)]
+        return {"data": base64.b64encode(data).decode(), "offset": args["offset"] + len(data), "run": run,
+                "ended": self.ended[run], "state": self.state, "runs": len(started)}
+
+
+def test_logs_follow_across_a_preemption_prints_both_runs_whole(monkeypatch: pytest.MonkeyPatch,
+                                                                capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    fake = LogsClient()
+    monkeypatch.setattr("hsched.cli.jobs._client", lambda: fake)
+    monkeypatch.setattr("hsched.cli.jobs.time.sleep", fake.tick)
+    monkeypatch.setattr("sys.argv", ["hsched", "logs", "-f", "7"])
+    with pytest.raises(SystemExit) as ex:
+        main()
+    assert ex.value.code in (0, None)
+    assert capsysbinary.readouterr().out == b"one-a\none-b\n==> job 7: run 2 <==\ntwo-a\ntwo-b\n"
