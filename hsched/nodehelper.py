@@ -562,11 +562,16 @@ def _unescape_mount(path):
     return "".join(out)
 
 
-def cgroup_places():
+def cgroup_places(mountinfo=None, proc_cgroup=None):
     """Where this process's own cgroups are, by hierarchy: {"v2": {...}, "memory": {...}, "cpu": {...}} with
-    `mount` (the hierarchy's mount point) and `own` (this process's cgroup folder); only those mounted here."""
+    `mount` (the hierarchy's mount point) and `own` (this process's cgroup folder); only those mounted here.
+    From /proc/self/mountinfo and /proc/self/cgroup, or the texts given instead."""
+    if mountinfo is None:
+        mountinfo = _read("/proc/self/mountinfo") or ""
+    if proc_cgroup is None:
+        proc_cgroup = _read("/proc/self/cgroup") or ""
     own = {}
-    for line in (_read("/proc/self/cgroup") or "").splitlines():
+    for line in proc_cgroup.splitlines():
         parts = line.split(":", 2)
         if len(parts) != 3:
             continue
@@ -576,7 +581,7 @@ def cgroup_places():
             for ctrl in parts[1].split(","):
                 own[ctrl] = parts[2]
     places = {}
-    for line in (_read("/proc/self/mountinfo") or "").splitlines():
+    for line in mountinfo.splitlines():
         left, sep, right = line.partition(" - ")
         a, b = left.split(), right.split()
         if not sep or len(a) < 5 or len(b) < 3:
@@ -990,7 +995,7 @@ def wrap(run_dir):
         # the main process (say `bash -c "python3 train.py; true"`) died of the signal hsched sent, and a
         # process of the run then saved its checkpoint and exited with the checkpoint code: the run did
         first = min(t for t, _n in sent)
-        if any(t >= first and not os.WIFSIGNALED(s) and os.WEXITSTATUS(s) == int(ckpt) for t, _p, s in reaped):
+        if any(t >= first and os.WIFEXITED(s) and os.WEXITSTATUS(s) == int(ckpt) for t, _p, s in reaped):
             record.update({"exit_code": int(ckpt), "signal": None, "main_exit": {"exit_code": code, "signal": sig}})
     record["oom"] = _oom_killed(cgroups)
     _remove_cgroups(cgroups)

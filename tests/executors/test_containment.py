@@ -141,6 +141,28 @@ def test_what_a_run_leaves_is_killed_within_2s_of_its_end(containment: str, tmp_
     assert [p for p in info["cgroups"].values() if os.path.exists(p)] == []  # its cgroups are removed
 
 
+def test_runs_go_under_a_delegated_cgroup_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    places = nodehelper.cgroup_places()
+    if "v2" not in places or os.geteuid() != 0:
+        pytest.skip("making a folder to delegate needs root and cgroup v2")
+    delegated = Path(places["v2"]["mount"]) / f"hsched-test-{os.getpid()}"
+    delegated.mkdir()
+    monkeypatch.setenv("HSCHED_CGROUP_ROOT", str(delegated))
+    monkeypatch.delenv("HSCHED_CONTAINMENT", raising=False)
+    try:
+        run_dir = tmp_path / "run"
+        handle = launch(run_dir, ["sh", "-c", f"sleep 77 & echo $! > {tmp_path}/bg.t && mv {tmp_path}/bg.t "
+                                              f"{tmp_path}/bg; exit 0"])
+        info = json.loads((run_dir / "handle.json").read_text())
+        assert Path(info["cgroups"]["v2"]).parent == delegated
+        assert exit_record(run_dir)["leftovers_killed"] == 1 and process_gone(pid_in(tmp_path / "bg"))
+        assert list(delegated.glob("run-*")) == [] and handle["pid"] == info["pid"]
+    finally:
+        for p in delegated.glob("run-*"):
+            p.rmdir()
+        delegated.rmdir()
+
+
 def test_a_run_whose_wrapper_was_killed_is_ended_before_it_is_lost(containment: str, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     handle = launch(run_dir, ["sh", "-c", f"sleep 77 & echo $! > {tmp_path}/bg.t && mv {tmp_path}/bg.t "
