@@ -14,7 +14,7 @@ app = typer.Typer(
     name="hsched",
     help="One intelligent queue for a small heterogeneous fleet of GPU machines.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion; job ids, nodes and QoS complete (hsched/cli/complete.py)
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -56,7 +56,7 @@ def main() -> None:
         from click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # type: ignore[no-redef]
 
     try:
-        code = app(standalone_mode=False)
+        code = app(standalone_mode=False, prog_name="hsched")  # also `python -m hsched`: one completion variable
     except NoArgsIsHelpError as e:
         sys.stdout.write((e.ctx.get_help() if e.ctx else "") + "\n")
         sys.exit(0 if e.ctx is None or e.ctx.parent is None else 2)

@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from hsched.cli import complete
 from hsched.cli._common import EXIT_FAILED, EXIT_USAGE, handle_errors, print_json
 from hsched.errors import ControllerError, UserError
 
@@ -93,35 +94,35 @@ def _together(job_ids: list[str], as_json: bool, hold: bool) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     @handle_errors
-    def hold(job_ids: list[str] = typer.Argument(..., metavar="JOB..."),
+    def hold(job_ids: list[str] = typer.Argument(..., metavar="JOB...", autocompletion=complete.job_ids),
              as_json: bool = typer.Option(False, "--json")) -> None:
         """Keep pending jobs from starting until released."""
         _together(job_ids, as_json, hold=True)
 
     @app.command()
     @handle_errors
-    def release(job_ids: list[str] = typer.Argument(..., metavar="JOB..."),
+    def release(job_ids: list[str] = typer.Argument(..., metavar="JOB...", autocompletion=complete.job_ids),
                 as_json: bool = typer.Option(False, "--json")) -> None:
         """Let held jobs start (all together, in one scheduling round)."""
         _together(job_ids, as_json, hold=False)
 
     @app.command()
     @handle_errors
-    def preempt(job_ids: list[str] = typer.Argument(..., metavar="JOB..."),
+    def preempt(job_ids: list[str] = typer.Argument(..., metavar="JOB...", autocompletion=complete.job_ids),
                 as_json: bool = typer.Option(False, "--json")) -> None:
         """Preempt running jobs now: checkpoint signal, grace, escalation, then back to the queue."""
         each("preempt", job_ids, as_json)
 
     @app.command()
     @handle_errors
-    def checkpoint(job_ids: list[str] = typer.Argument(..., metavar="JOB..."),
+    def checkpoint(job_ids: list[str] = typer.Argument(..., metavar="JOB...", autocompletion=complete.job_ids),
                    as_json: bool = typer.Option(False, "--json")) -> None:
         """Send running jobs their checkpoint signal without stopping them."""
         each("checkpoint", job_ids, as_json)
 
     @app.command()
     @handle_errors
-    def requeue(job_ids: list[str] = typer.Argument(..., metavar="JOB..."),
+    def requeue(job_ids: list[str] = typer.Argument(..., metavar="JOB...", autocompletion=complete.job_ids),
                 as_json: bool = typer.Option(False, "--json")) -> None:
         """Put ended jobs back in the queue under the same id."""
         each("requeue", job_ids, as_json)
@@ -129,7 +130,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @handle_errors
     def priority(
-        job_id: int = typer.Argument(..., metavar="JOB"),
+        job_id: int = typer.Argument(..., metavar="JOB", autocompletion=complete.job_ids),
         value: int = typer.Argument(..., metavar="PRIORITY"),
         qos: str | None = typer.Option(None, "--qos", help="Move the job to another QoS class too."),
         as_json: bool = typer.Option(False, "--json"),

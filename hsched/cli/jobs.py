@@ -13,6 +13,7 @@ from typing import Any
 
 import typer
 
+from hsched.cli import complete
 from hsched.cli._common import EXIT_FAILED, handle_errors, print_json
 from hsched.errors import UserError
 
@@ -191,7 +192,8 @@ def register(app: typer.Typer) -> None:
         gpu_memory: str | None = typer.Option(None, "--gpu-memory", help="Minimum memory per GPU, e.g. 40G."),
         nodes: int | None = typer.Option(None, "--nodes", "-N", min=1, help="Nodes (all-or-nothing)."),
         name: str | None = typer.Option(None, "--name", "-J", help="Job name."),
-        qos: str | None = typer.Option(None, "--qos", help="QoS class (built in: prod, normal, scavenger)."),
+        qos: str | None = typer.Option(None, "--qos", help="QoS class (built in: prod, normal, scavenger).",
+                                       autocompletion=complete.qos_names),
         tasks_per_node: int | None = typer.Option(None, "--tasks-per-node", min=1,
                                                   help="Ranks per node, each with torchrun's environment."),
         priority: int | None = typer.Option(None, "--priority", help="Priority inside the QoS class."),
@@ -362,7 +364,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @handle_errors
     def show(
-        job_id: str = typer.Argument(..., metavar="JOB"),
+        job_id: str = typer.Argument(..., metavar="JOB", autocompletion=complete.job_ids),
         as_json: bool = typer.Option(False, "--json", help="The job object with runs and events."),
     ) -> None:
         """Everything about one job: spec, placement, runs and events."""
@@ -416,7 +418,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @handle_errors
     def wait(
-        job_ids: list[str] = typer.Argument(..., metavar="JOB..."),
+        job_ids: list[str] = typer.Argument(..., metavar="JOB...", autocompletion=complete.job_ids),
         timeout: float | None = typer.Option(None, "--timeout", help="Give up after SECONDS (exit 1)."),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
@@ -448,7 +450,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @handle_errors
     def cancel(
-        job_ids: list[str] = typer.Argument(..., metavar="JOB..."),
+        job_ids: list[str] = typer.Argument(..., metavar="JOB...", autocompletion=complete.job_ids),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Cancel jobs: pending ones at once, running ones with SIGTERM, then SIGKILL."""
@@ -459,7 +461,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @handle_errors
     def logs(
-        job_id: str = typer.Argument(..., metavar="JOB"),
+        job_id: str = typer.Argument(..., metavar="JOB", autocompletion=complete.job_ids),
         follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing as the job writes."),
         run: int | None = typer.Option(None, "--run", help="Which run (default: the latest)."),
     ) -> None:
