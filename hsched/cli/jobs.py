@@ -487,7 +487,7 @@ def register(app: typer.Typer) -> None:
                     continue  # drain what is there before anything else
                 if not follow:
                     break
-                if reply.get("run") is not None and reply["ended"] and run is None:
+                if current_run is not None and reply["ended"] and run is None:
                     # this run is over: on to the next one when there is one, as `tail -F` follows a new file
                     if _has_run(c, the_id, current_run + 1):
                         current_run, offset = current_run + 1, 0
