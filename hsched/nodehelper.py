@@ -32,9 +32,20 @@ Whichever it is, when the run's main process ends every other process of the run
 after the stop grace when hsched had signalled the run) and the wrapper writes the exit record only once
 none is left, so a reported exit means the run's GPUs are free to hand out again.
 
-Run folder (0700, files 0600): spec.json (the launch request), handle.json (how to find the run again and
-how it is contained), output.log, wrapper.log, signals.log (one JSON line per signal hsched sent, written
-before sending), exit.json (the exit record).
+Run folder (0700, files 0600):
+
+    spec.json     the launch request (command, env, workdir, inherit_env, cpus, memory_mib, cpu_limit,
+                  devices, checkpoint_exit_code, stop_grace_s)
+    handle.json   run_dir, pid (the wrapper), pgid (= the main process's pid), start_ticks, boot_id,
+                  child_start_ticks, containment ("cgroup" | "pgroup"), cgroups ({"v2", "memory", "cpu"}:
+                  folders), enforced (["memory", "cpu"]: limits in force), subreaper, cgroup_errors
+    signals.log   one JSON line per signal hsched sent ({t, signal, number, batch_only, all_processes}),
+                  appended before it is sent
+    exit.json     exit_code, signal, end_time (when the main process ended), oom, gpu_left ([{uuid, pid,
+                  name}]), stuck_pids (killed but not gone after 10 s: D state), leftovers_killed,
+                  containment, main_exit (the main process's own {exit_code, signal} when a checkpoint exit
+                  replaced it), gpu_check_error (when nvidia-smi failed or hung)
+    output.log, wrapper.log
 """
 
 from __future__ import annotations

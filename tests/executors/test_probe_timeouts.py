@@ -157,3 +157,64 @@ async def test_the_local_executors_watch_leaves_no_nvidia_smi(tmp_path: Path,
         await until(smi.all_gone)
     finally:
         await ex.close()
+
+
+HANGING_PYNVML = """
+import os, time
+class NVMLError(Exception):
+    pass
+def nvmlInit():
+    if os.environ.get("NVML_HANGS_IN_INIT"):
+        time.sleep(100000)
+def nvmlShutdown(): pass
+def nvmlDeviceGetCount(): return 1
+def nvmlDeviceGetHandleByIndex(i): return i
+def nvmlDeviceGetUUID(h): return b"GPU-nvml-0"
+def nvmlDeviceGetUtilizationRates(h):
+    time.sleep(100000)  # a sick GPU: the driver never answers
+"""
+
+
+def hanging_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, in_init: bool) -> None:
+    (tmp_path / "nvml").mkdir()
+    (tmp_path / "nvml" / "pynvml.py").write_text(HANGING_PYNVML)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "nvml"))
+    if in_init:
+        monkeypatch.setenv("NVML_HANGS_IN_INIT", "1")
+
+
+def test_a_probe_answers_when_nvml_hangs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hanging_nvml(tmp_path, monkeypatch, in_init=True)
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, HELPER, "probe"], input=json.dumps({"gpu_timeout_s": 1}),
+                         capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - t0 < 1 + 5  # the timeout, killing, and two Python starts
+    error = json.loads(out.stdout)["gpus"]["error"]
+    assert error.startswith("GPU probe did not answer within 1 s (") and error.endswith(" killed)")
+
+
+@pytest.mark.parametrize("in_init", [False, True], ids=["in-sample", "in-init"])
+def test_a_watch_goes_on_when_nvml_hangs(in_init: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hanging_nvml(tmp_path, monkeypatch, in_init=in_init)
+    watch = subprocess.Popen([sys.executable, HELPER, "watch"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    assert watch.stdin is not None and watch.stdout is not None
+    try:
+        watch.stdin.write(json.dumps({"interval_s": 0.2, "count": 12}))
+        watch.stdin.close()
+        samples, threads = [], 0
+        for line in watch.stdout:
+            samples.append(json.loads(line))
+            if samples[-1].get("seq") == 8:  # more samples are to come: the watch still runs
+                threads = len(os.listdir(f"/proc/{watch.pid}/task"))
+        assert watch.wait(timeout=60) == 0
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.wait()
+    assert [s.get("seq") for s in samples] == [*range(12), None]  # every sample came, then the summary
+    errors = [s["gpu_error"] for s in samples[:-1]]
+    want = "NVML did not initialise within 1 s" if in_init else "nvml has not answered for"
+    assert all(e is not None and e.startswith(want) for e in errors), errors
+    assert samples[-2]["t"] - samples[0]["t"] < 12 * 0.2 + 5  # one wait at most, not one per sample
+    assert 1 <= threads <= 4  # main, watchdog, the one hung NVML call: never one more per sample
