@@ -1,0 +1,356 @@
+"""Fault runners: the kill loop, and the randomized fault history with its replayable reports.
+
+    python -m tests.faults.history --seeds 200               # 200 random histories against 3 sshd hosts
+    python -m tests.faults.history --replay FILE             # replay a failing seed's report
+    python -m tests.faults.history --kills 1000              # the kill loop
+
+Kill loop: a controller is started, a submitter sends submits as fast as it can while the controller is killed
+(SIGKILL) at a random instant: before it listens, while it probes, in the middle of a submit, while runs
+launch or end. Every submit names a unique token; an acknowledged submit must be in the store, once, and every
+job must run exactly once (its command notes its token's start; the count is read after the loop).
+
+Randomized history: a seeded generator draws a list of actions (submits, cancels, preemptions by a `prod` job
+arriving over `scavenger` ones, controller kills and restarts, partitions of a host shorter or longer than the
+lease, host reboots with a new boot id, pauses); the runner plays them against 3 sshd hosts, sampling the
+processes of every run after each action (two attempts of a job alive at once is a violation); then it brings
+the lab to rest and checks every invariant. A failing seed writes a report (seed, actions, violations, the
+events table) that `--replay` plays again: the same actions in the same order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import itertools
+import json
+import random
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.faults.cluster import TERMINAL, Cluster, FaultHosts, wait_for
+from tests.faults.invariants import check, sample_copies
+
+# ------------------------------------------------------------------------------------------------ kill loop
+
+KILL_LOOP_FLEET = """
+[[node]]
+name = "kl"
+[node.simulate]
+model = "NVIDIA A100-SXM4-80GB"
+count = 8
+"""
+
+
+@dataclasses.dataclass
+class KillLoopFigures:
+    kills: int
+    acknowledged: int
+    unacknowledged: int
+    """Submits whose reply never came (the controller died first); each may or may not be in the store."""
+    in_store_unacknowledged: int
+    lost: int
+    duplicates: int
+    ran_twice: int
+    never_ran: int
+    violations: list[str]
+    seconds: float
+
+    def line(self) -> str:
+        return (f"kill loop: {self.kills} SIGKILLs, {self.acknowledged} acknowledged submits "
+                f"({self.unacknowledged} unanswered, {self.in_store_unacknowledged} of them stored), "
+                f"{self.lost} lost, {self.duplicates} duplicated, {self.ran_twice} ran twice, "
+                f"{self.never_ran} never ran, {len(self.violations)} invariant violations, {self.seconds:.1f} s")
+
+
+def kill_loop(lab: Cluster, kills: int, seed: int = 0, *, max_delay_s: float = 0.3) -> KillLoopFigures:
+    """`kills` controller SIGKILLs interleaved with submits; `lab` has a fleet of simulated GPUs."""
+    from hsched.errors import ControllerError
+
+    rng = random.Random(seed)
+    tokens = itertools.count()
+    t0 = time.monotonic()
+    unanswered: list[str] = []
+    for k in range(kills):
+        stop = threading.Event()
+        sub_rng = random.Random(seed * 1_000_003 + k)
+
+        def submitter(stop: threading.Event = stop, sub_rng: random.Random = sub_rng) -> None:
+            sent = 0
+            while not stop.is_set() and sent < 3:
+                tok = f"t{seed}-{next(tokens)}"
+                command = ["sh", "-c", f"echo $HSCHED_JOB_ID >> {lab.marks}/{tok}"]
+                try:
+                    lab.submit(command, gpus=sub_rng.choice([0, 1, 1, 2]), name=tok)
+                    sent += 1
+                except ControllerError as e:
+                    if "no controller runs" in str(e):  # not listening yet: nothing was sent
+                        time.sleep(0.005)
+                        continue
+                    unanswered.append(tok)
+                    lab.record.add("submit", None, False, name=tok, error=str(e))
+                    return
+
+        lab.spawn()
+        thread = threading.Thread(target=submitter, daemon=True)
+        thread.start()
+        wait_for(lambda: lab.pid() is not None, "the controller to take its lock", every_s=0.002)
+        time.sleep(rng.uniform(0.0, max_delay_s))  # the instant of the fault
+        lab.kill()
+        stop.set()
+        thread.join(60)
+        assert not thread.is_alive(), "a submit hung after its controller was killed"
+    lab.quiesce()
+    st = lab.read()
+    names = {j["spec"]["name"]: j for j in st.jobs}
+    acked = [a for a in lab.record.submits() if a.ok]
+    lost = [a for a in acked if a.job not in {j["id"] for j in st.jobs}]
+    counts: dict[str, int] = {}
+    for j in st.jobs:
+        counts[j["spec"]["name"]] = counts.get(j["spec"]["name"], 0) + 1
+    runs_of = {tok: len((lab.marks / tok).read_text().splitlines()) if (lab.marks / tok).exists() else 0
+               for tok in names}
+    violations = check(lab)
+    return KillLoopFigures(
+        kills=kills, acknowledged=len(acked), unacknowledged=len(unanswered),
+        in_store_unacknowledged=sum(1 for t in unanswered if t in names), lost=len(lost),
+        duplicates=sum(c - 1 for c in counts.values() if c > 1),
+        ran_twice=sum(1 for n in runs_of.values() if n > 1),
+        never_ran=sum(1 for tok, n in runs_of.items() if n == 0 and names[tok]["state"] != "CANCELLED"),
+        violations=violations, seconds=time.monotonic() - t0)
+
+
+# ------------------------------------------------------------------------------------------ the history
+
+
+@dataclasses.dataclass
+class Action:
+    """One step of a history. `job` names a job by its index among the history's submits."""
+
+    kind: str
+    """submit, cancel, preempt (a prod job over the scavengers), kill, start, cut, restore, reboot, pause"""
+    job: int | None = None
+    host: int | None = None
+    seconds: float = 0.0
+    qos: str = "normal"
+    gpus: int = 1
+    duration: float = 2.0
+    """How long the job runs (its command: sleep)."""
+
+
+HISTORY_SETTINGS = {"lease_s": 5, "heartbeat_timeout_s": 2, "kill_after_s": 1, "poll_interval_s": 0.2}
+
+
+def generate(seed: int, length: int = 10, hosts: int = 3, can_reboot: bool = True) -> list[Action]:
+    """A history of `length` actions (more with the restores and restarts they imply), the same for a seed."""
+    rng = random.Random(seed)
+    acts: list[Action] = []
+    submitted = 0
+    cut: set[int] = set()
+    down = False
+    kinds = ["submit"] * 5 + ["cancel"] * 2 + ["preempt", "kill", "cut", "pause"] + (["reboot"] if can_reboot else [])
+    while len(acts) < length:
+        kind = rng.choice(kinds)
+        if kind == "submit":
+            acts.append(Action("submit", job=submitted, qos=rng.choice(["normal", "scavenger", "scavenger"]),
+                               gpus=rng.choice([1, 1, 2]), duration=round(rng.uniform(0.5, 4.0), 2)))
+            submitted += 1
+        elif kind == "cancel" and submitted:
+            acts.append(Action("cancel", job=rng.randrange(submitted)))
+        elif kind == "preempt":
+            # a prod job that needs a whole host: it preempts scavengers where it cannot just start
+            acts.append(Action("submit", job=submitted, qos="prod", gpus=2, duration=round(rng.uniform(0.5, 2.0), 2)))
+            submitted += 1
+        elif kind == "kill" and not down:
+            acts.append(Action("kill"))
+            down = True
+            if rng.random() < 0.7:
+                acts.append(Action("pause", seconds=round(rng.uniform(0.0, 2.0), 2)))
+                acts.append(Action("start"))
+                down = False
+        elif kind in ("cut", "reboot") and len(cut) < hosts - 1:
+            h = rng.choice([i for i in range(hosts) if i not in cut])
+            # shorter or longer than the lease (5 s): reattach, or requeue and fence
+            acts.append(Action(kind, host=h))
+            cut.add(h)
+            acts.append(Action("pause", seconds=round(rng.choice([rng.uniform(0.5, 3.0), rng.uniform(7.0, 9.0)]), 2)))
+            acts.append(Action("restore", host=h))
+            cut.discard(h)
+        elif kind == "pause":
+            acts.append(Action("pause", seconds=round(rng.uniform(0.1, 1.5), 2)))
+        if down and rng.random() < 0.5:
+            acts.append(Action("start"))
+            down = False
+    if down:
+        acts.append(Action("start"))
+    return acts
+
+
+def play(lab: Cluster, hosts: FaultHosts, actions: list[Action]) -> dict[int, int]:
+    """Play a history; returns the job id of each submit index. Requests that fail because the controller is
+    down are recorded unacknowledged (that is part of the history, not an error)."""
+    from hsched.errors import ControllerError
+
+    ids: dict[int, int] = {}
+    for i, a in enumerate(actions):
+        lab.record.add("action", None, None, index=i, action=dataclasses.asdict(a))
+        try:
+            if a.kind == "submit":
+                ids[a.job or 0] = lab.submit(["sleep", str(a.duration)], gpus=a.gpus, qos=a.qos,
+                                             name=f"h{id(lab) % 997}-{len(lab.record.acts)}-{a.job}",
+                                             checkpoint_signal="TERM@1")
+            elif a.kind == "cancel" and a.job in ids:
+                lab.cancel(ids[a.job])
+            elif a.kind == "kill":
+                lab.kill()
+            elif a.kind == "start":
+                lab.start()
+            elif a.kind in ("cut", "reboot"):
+                h = hosts[a.host or 0]
+                if a.kind == "cut":
+                    h.cut()
+                else:
+                    hosts.crash(h)
+                lab.record.add(a.kind, host=h.name)
+            elif a.kind == "restore":
+                h = hosts[a.host or 0]
+                if hosts.is_cut(h):
+                    h.restore()
+                lab.record.add("restore", host=h.name)
+            elif a.kind == "pause":
+                sample_for(lab, hosts, a.seconds)
+        except ControllerError as e:
+            lab.record.add(f"{a.kind}-failed", None, False, error=str(e))
+        sample(lab, hosts)
+    return ids
+
+
+def sample(lab: Cluster, hosts: FaultHosts) -> None:
+    away = frozenset(h.name for h in hosts if hosts.is_cut(h))
+    sample_copies(lab.read(), lab.processes(), lab.record, away)
+
+
+def sample_for(lab: Cluster, hosts: FaultHosts, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while True:
+        sample(lab, hosts)
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(0.25, left))
+
+
+@dataclasses.dataclass
+class SeedResult:
+    seed: int
+    actions: list[Action]
+    violations: list[str]
+    seconds: float
+    jobs: int
+    states: dict[str, int]
+    report: Path | None = None
+
+
+def run_history(lab: Cluster, hosts: FaultHosts, seed: int, actions: list[Action] | None = None,
+                report_dir: Path | None = None) -> SeedResult:
+    """Play one history (the seed's, or `actions`), bring the lab to rest, check every invariant; a failing
+    history writes its report to `report_dir`."""
+    t0 = time.monotonic()
+    actions = actions if actions is not None else generate(seed, can_reboot=hosts.can_reboot)
+    first_event = lab.read().events[-1]["id"] if lab.db.exists() and lab.read().events else 0
+    violations: list[str] = []
+    try:
+        ids = play(lab, hosts, actions)
+        lab.quiesce()
+        violations = check(lab)
+    except AssertionError as e:  # a wait that never came is a violation of its own (a hang)
+        ids = {}
+        violations = [f"hang: {e}"]
+    st = lab.read()
+    mine = [j for j in st.jobs if j["id"] in ids.values()]
+    states: dict[str, int] = {}
+    for j in mine:
+        states[j["state"]] = states.get(j["state"], 0) + 1
+    res = SeedResult(seed, actions, violations, time.monotonic() - t0, len(mine), states)
+    if violations and report_dir is not None:
+        res.report = write_report(report_dir, res, [e for e in st.events if e["id"] > first_event], lab)
+    return res
+
+
+def write_report(report_dir: Path, res: SeedResult, events: list[dict[str, Any]], lab: Cluster) -> Path:
+    report_dir.mkdir(parents=True, exist_ok=True)
+    path = report_dir / f"history-seed-{res.seed}.json"
+    path.write_text(json.dumps({
+        "seed": res.seed,
+        "actions": [dataclasses.asdict(a) for a in res.actions],
+        "violations": res.violations,
+        "settings": lab.settings,
+        "record": lab.record.to_json(),
+        "events": events,
+    }, indent=1, default=str))
+    return path
+
+
+def load_report(path: Path) -> tuple[int, list[Action]]:
+    data = json.loads(Path(path).read_text())
+    return int(data["seed"]), [Action(**a) for a in data["actions"]]
+
+
+@contextlib.contextmanager
+def history_lab(base: Path) -> Any:
+    """3 sshd hosts and one controller for many histories."""
+    with FaultHosts(base / "hosts", 3) as hosts:
+        lab = Cluster(base / "lab", hosts=hosts, gpus=2, settings=HISTORY_SETTINGS)
+        try:
+            lab.start()
+            yield lab, hosts
+        finally:
+            lab.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.faults.history", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=0, help="play this many random histories (seeds from --first)")
+    ap.add_argument("--first", type=int, default=0)
+    ap.add_argument("--replay", type=Path, help="play the history of a failing seed's report again")
+    ap.add_argument("--kills", type=int, default=0, help="run the kill loop with this many SIGKILLs")
+    ap.add_argument("--reports", type=Path, default=Path("fault-reports"), help="where failing seeds' reports go")
+    args = ap.parse_args(argv)
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="hsched-faults-") as tmp:
+        base = Path(tmp)
+        if args.kills:
+            with Cluster(base / "killloop", fleet_text=KILL_LOOP_FLEET) as lab:
+                figures = kill_loop(lab, args.kills)
+            print(figures.line())
+            for v in figures.violations:
+                print("  ", v)
+            failed += bool(figures.violations or figures.lost or figures.duplicates or figures.ran_twice)
+        if args.seeds or args.replay:
+            with history_lab(base) as (lab, hosts):
+                todo: list[tuple[int, list[Action] | None]]
+                if args.replay:
+                    seed, actions = load_report(args.replay)
+                    todo = [(seed, actions)]
+                else:
+                    todo = [(s, None) for s in range(args.first, args.first + args.seeds)]
+                for seed, actions in todo:
+                    res = run_history(lab, hosts, seed, actions, args.reports)
+                    print(f"seed {seed}: {len(res.actions)} actions, {res.jobs} jobs {res.states}, "
+                          f"{len(res.violations)} violations, {res.seconds:.1f} s"
+                          + (f", report {res.report}" if res.report else ""), flush=True)
+                    for v in res.violations:
+                        print("  ", v)
+                    failed += bool(res.violations)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["TERMINAL", "Action", "generate", "kill_loop", "run_history"]
