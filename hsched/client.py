@@ -1,4 +1,10 @@
-"""The CLI's side of the control socket: blocking, small, and quick to import (no asyncio)."""
+"""The CLI's side of the control socket: blocking, small, and quick to import (no asyncio).
+
+Version skew: every request carries this hsched's version and protocol, every reply the controller's. A
+controller that restarts itself on a reinstalled hsched answers "restarting" (having done nothing): the
+request is sent again, once, to the controller that comes back. A controller this CLI cannot talk to (another
+protocol, or one from before protocol numbers) makes the call fail with one line: `hsched daemon restart`.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +18,11 @@ from typing import Any
 
 from hsched.errors import ControllerError, UserError
 from hsched.paths import Home
-from hsched.protocol import encode
+from hsched.protocol import MAX_LINE, OPS_ANY_PROTOCOL, PACKAGE_VERSION, PROTOCOL, Kind, request, too_large
 
 START_TIMEOUT_S = 30.0
+RESTART_TIMEOUT_S = 60.0
+"""How long a request waits for a controller that restarts itself (it stops, then starts and probes)."""
 
 
 class Client:
@@ -60,8 +68,9 @@ class Client:
 
     def _start_and_connect(self) -> socket.socket:
         self.home.ensure()
-        err_path = self.home.root / "controller.stderr"
-        with open(err_path, "wb") as err:
+        err_path = self.home.stderr
+        fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(fd, "wb") as err:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "hsched.controller.server", str(self.home.root)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
@@ -83,6 +92,22 @@ class Client:
             time.sleep(0.02)
         raise ControllerError(f"the controller did not answer within {START_TIMEOUT_S:g} s; see {self.home.log}")
 
+    def _reconnect_after_restart(self) -> socket.socket:
+        """The controller said it restarts: wait for the one that comes back (or start one, as any request
+        would); without autostart, for as long as RESTART_TIMEOUT_S."""
+        self.close()
+        deadline = time.monotonic() + RESTART_TIMEOUT_S
+        while time.monotonic() < deadline:
+            s = self._connect_once()
+            if s is not None:
+                self._sock = s
+                return s
+            if self.autostart and controller_pid(self.home) is None:
+                return self.connect()
+            time.sleep(0.05)
+        raise ControllerError(f"the controller for {self.home.root} restarted and did not come back within "
+                              f"{RESTART_TIMEOUT_S:g} s; see {self.home.log} (`hsched daemon start` starts one)")
+
     def _readline(self, sock: socket.socket) -> bytes:
         while b"\n" not in self._buf:
             chunk = sock.recv(1 << 20)
@@ -94,23 +119,58 @@ class Client:
         return line
 
     def call(self, op: str, **args: Any) -> Any:
+        line = request(op, args)
+        if len(line) > MAX_LINE:
+            raise UserError(f"{op}: {too_large()} (the job's environment or spec is too big)")
+        reply = self._exchange(line)
+        if reply.get("kind") == Kind.RESTARTING:
+            # nothing was done: the same request, once, to the controller that comes back on the new hsched
+            self._reconnect_after_restart()
+            reply = self._exchange(line)
+        return self._result(op, reply)
+
+    def _exchange(self, line: bytes) -> dict[str, Any]:
         sock = self.connect()
         try:
-            sock.sendall(encode({"op": op, "args": args}))
+            sock.sendall(line)
             reply = json.loads(self._readline(sock))
         except OSError as e:
             self.close()
             raise ControllerError(f"lost the controller: {e}") from None
+        except ValueError:
+            self.close()
+            raise ControllerError("the controller sent a reply that is not JSON; `hsched daemon restart` "
+                                  "restarts it") from None
+        if not isinstance(reply, dict):
+            raise ControllerError("the controller sent a reply that is not an object; `hsched daemon restart` "
+                                  "restarts it")
+        return reply
+
+    def _result(self, op: str, reply: dict[str, Any]) -> Any:
+        kind = reply.get("kind")
+        if reply.get("protocol") is None and op not in OPS_ANY_PROTOCOL:
+            # a controller from before protocol numbers ignores ours: it may not read the request as we meant
+            raise ControllerError(f"the controller for {self.home.root} runs an older hsched than this one "
+                                  f"({PACKAGE_VERSION}): `hsched daemon restart` restarts it on this hsched")
         if reply.get("ok"):
+            if reply.get("protocol") not in (None, PROTOCOL) and op not in OPS_ANY_PROTOCOL:
+                raise ControllerError(self._skew(reply))
             return reply.get("result")
-        if reply.get("kind") == "user":
+        if kind == Kind.USER:
             raise UserError(reply.get("error", "bad request"), problems=reply.get("problems"))
+        if kind in (Kind.VERSION, Kind.RESTARTING):
+            raise ControllerError(reply.get("error") or self._skew(reply))
         raise ControllerError(reply.get("error", "request failed"))
+
+    def _skew(self, reply: dict[str, Any]) -> str:
+        return (f"this hsched ({PACKAGE_VERSION}, protocol {PROTOCOL}) and the controller for {self.home.root} "
+                f"(hsched {reply.get('hsched')}, protocol {reply.get('protocol')}) cannot talk: "
+                "`hsched daemon restart` restarts the controller on this hsched")
 
     def stream(self, interval: float = 1.0) -> Any:
         """Yield snapshots from the subscription stream until the controller goes away."""
         sock = self.connect()
-        sock.sendall(encode({"op": "subscribe", "args": {"interval": interval}}))
+        sock.sendall(request("subscribe", {"interval": interval}))
         while True:
             yield json.loads(self._readline(sock))
 

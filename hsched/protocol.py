@@ -1,24 +1,77 @@
 """The control socket's protocol: JSON lines over a Unix socket of mode 0600.
 
-    request   {"op": "submit", "args": {...}}
-    reply     {"ok": true, "result": ...}  |  {"ok": false, "error": "one line", "kind": "user" | "failed"}
+    request   {"op": "submit", "args": {...}, "hsched": "0.1.0", "protocol": 2}
+    reply     {"ok": true, "result": ..., "hsched": ..., "protocol": ...}
+              {"ok": false, "error": "one line", "kind": KIND, "hsched": ..., "protocol": ...}
     stream    after {"op": "subscribe"}: {"type": "snapshot", ...} lines until the client goes away
 
-A connection may carry many requests, answered in order. Peers of another uid are refused (SO_PEERCRED).
+Every request carries the client's package version and protocol number, every reply the controller's, so
+either side sees a skew on the next exchange. Reply kinds (`Kind`): `user` (bad input: the CLI exits 2),
+`failed` (a refused or failed operation: exit 1), `version` (the two sides cannot talk: `hsched daemon
+restart`), `restarting` (the controller restarts itself on a newly installed hsched; nothing was done, send
+the request again once it is back).
+
+A connection may carry many requests, answered in order. Peers of another uid are refused (SO_PEERCRED);
+the submitting user is the peer's uid, never a name in the request. Limits (the controller enforces them):
+one request line at most `MAX_LINE` bytes, `IDLE_TIMEOUT_S` without a whole request closes the connection,
+at most `MAX_CONNECTIONS` open at once.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import socket
 import struct
 from typing import Any
 
-MAX_LINE = 64 * 1024 * 1024
+from hsched import __version__
+
+PROTOCOL = 2
+"""Bumped whenever a request or reply changes shape. 1: the requests before this number existed (no
+`protocol` field); 2: version fields, validated arguments, the user from the kernel."""
+
+PACKAGE_VERSION = __version__
+
+MAX_LINE = 1 << 20
+"""The longest request line (1 MiB): a job spec and its environment are a few KiB; a bigger line is refused
+before it is buffered whole."""
+
+IDLE_TIMEOUT_S = 60.0
+"""A connection that sends no whole request for this long is closed (a subscription is never idle)."""
+
+MAX_CONNECTIONS = 256
+"""Connections served at once; the next is told so in one line and closed."""
+
+OPS_ANY_PROTOCOL = frozenset({"ping", "stop"})
+"""Answered whatever the client's protocol: `daemon status` and `daemon stop` must work across a skew."""
+
+
+class Kind(enum.StrEnum):
+    """Why a request was not carried out (the reply's `kind`)."""
+
+    USER = "user"
+    FAILED = "failed"
+    VERSION = "version"
+    RESTARTING = "restarting"
 
 
 def encode(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), default=str).encode() + b"\n"
+
+
+def request(op: str, args: dict[str, Any]) -> bytes:
+    """One request line, stamped with this side's version and protocol."""
+    return encode({"op": op, "args": args, "hsched": PACKAGE_VERSION, "protocol": PROTOCOL})
+
+
+def stamped(reply: dict[str, Any]) -> dict[str, Any]:
+    """A reply carrying this side's version and protocol."""
+    return {**reply, "hsched": PACKAGE_VERSION, "protocol": PROTOCOL}
+
+
+def too_large(limit: int = MAX_LINE) -> str:
+    return f"request too large: over {limit} bytes"
 
 
 def peer_uid(sock: socket.socket) -> int | None:

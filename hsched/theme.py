@@ -17,8 +17,11 @@ STATE_STYLE: dict[str, tuple[str, str]] = {
     "LOST": ("LO", "red"),
 }
 
+# the node's message says why it is not up (the CLI and the dashboard show it next to the state)
 NODE_STYLE: dict[str, tuple[str, str]] = {
+    "PROBING": ("probing", "cyan"),
     "UP": ("up", "green"),
+    "UNHEALTHY": ("unhealthy", "bright_red"),
     "DRAINED": ("drain", "yellow"),
     "UNREACHABLE": ("unreach*", "red"),
     "DOWN": ("down", "red"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hsched.tui.fmt import bar, gib, na, node_state_text, short_model, sparkline
+from hsched.tui.fmt import NODE_STYLE, bar, gib, na, node_state_text, short_model, sparkline
 from hsched.tui.history import History
 from hsched.tui.model import DeviceView, Frame, NodeView
 from hsched.tui.sync import RowSync
@@ -19,6 +19,10 @@ COLUMNS = [("node", "NODE", 10), ("state", "STATE", 8), ("gpu", "GPU", 3), ("mod
            ("util", "UTIL", 13), ("mem", "MEMORY", 16), ("hist", "UTIL 60×", 12), ("temp", "TEMP", 4),
            ("power", "POWER", 5), ("job", "JOB", 4), ("user", "USER", 8)]
 HISTORY_WIDTH = 12  # 60 samples, 5 per cell (the highest of the five)
+NOTED_STATES = ("PROBING", "UNHEALTHY")
+"""Node states whose reason gets a line of its own in the table, above the node's devices."""
+FLOW_WIDTHS = [w for key, _, w in COLUMNS[3:]]
+"""The widths of the columns after GPU, over which such a line's reason is written."""
 
 
 class FleetView(Vertical):
@@ -51,27 +55,70 @@ class FleetView(Vertical):
         users = {j.id: j.user for j in frame.jobs}
         sources: dict[str, tuple[Any, ...]] = {}
         for node in frame.nodes:
-            if not node.devices:  # a node whose devices are unknown (unreachable) still gets its line
+            # a node whose devices are unknown (unreachable, still probing) still gets its line; one that is
+            # probing or unhealthy gets a line saying why above its devices, since nothing is placed there
+            noted = not node.devices or (node.state in NOTED_STATES and bool(node.message))
+            if noted:
                 key = f"node:{node.name}"
                 sources[key] = (node.name, node.state, node.message, None, True, None, ())
                 self._node_of[key] = node.name
             for i, d in enumerate(node.devices):
-                sources[d.uuid] = (node.name, node.state, node.message, d, i == 0,
+                sources[d.uuid] = (node.name, node.state, node.message, d, i == 0 and not noted,
                                    users.get(d.job) if d.job is not None else None, self.history.get(d.uuid))
                 self._node_of[d.uuid] = node.name
         self.sync.apply(sources, self._row_cells)
+        if self.sync.keys() != list(sources):
+            # rows came in out of order (a node's state line appeared above devices already shown, or its
+            # devices replaced its line): draw the table again in fleet order, the cursor on the same row
+            selected = self._selected_key()
+            self.sync.clear()
+            self.sync.apply(sources, self._row_cells)
+            if selected in sources:
+                self.table.move_cursor(row=list(sources).index(selected))
+
+    def _selected_key(self) -> str | None:
+        if self.table.row_count == 0:
+            return None
+        return str(self.table.coordinate_to_cell_key(self.table.cursor_coordinate).row_key.value)
 
     @staticmethod
     def _row_cells(src: tuple[Any, ...]) -> tuple[Any, ...]:
         name, state, message, d, first, user, samples = src
+        state_color = NODE_STYLE.get(state, ("", "white"))[1]
         node_cell = Text(name[:10], style="bold") if first else Text("")
         state_cell = node_state_text(state) if first else Text("")
         if d is None:
+            if state in NOTED_STATES and message:
+                # why it takes no work, flowed word by word over the columns after GPU (a cell cannot span)
+                return (node_cell, state_cell, "", *(Text(part, style=state_color) for part in
+                                                    _flow(message, FLOW_WIDTHS)))
             return (node_cell, state_cell, "", Text(message or "no devices", style="bright_black"),
                     "", "", "", "", "", "", "")
         return (node_cell, state_cell, str(d.index), short_model(d.model)[:14], _util(d), _mem(d),
                 sparkline(samples, HISTORY_WIDTH), na(d.temperature_c, "C"), na(d.power_w, "W"),
                 "" if d.job is None else str(d.job), (user or "")[:8])
+
+
+def _flow(text: str, widths: list[int]) -> list[str]:
+    """`text` cut into one piece per width, at spaces where it can be (a word too long for any cell is cut);
+    what does not fit in the last cell is dropped with an ellipsis."""
+    words = text.split()
+    out: list[str] = []
+    for i, width in enumerate(widths):
+        piece = ""
+        while words:
+            candidate = f"{piece} {words[0]}" if piece else words[0]
+            if len(candidate) <= width:
+                piece = candidate
+                words.pop(0)
+            elif not piece:
+                piece, words[0] = words[0][:width], words[0][width:]
+            else:
+                break
+        if i == len(widths) - 1 and words:
+            piece = piece[:width - 1] + "…"
+        out.append(piece)
+    return out
 
 
 def _util(d: DeviceView) -> Text:

@@ -1,4 +1,4 @@
-"""Controller commands (daemon start|stop|status) and the demo on the simulated lab."""
+"""Controller commands (daemon start|stop|restart|status) and the demo on the simulated lab."""
 
 from __future__ import annotations
 
@@ -7,10 +7,55 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from hsched.cli._common import EXIT_FAILED, handle_errors, print_json
+
+READY_TIMEOUT_S = 120.0
+"""`daemon start` waits this long at most for every node's first probe (each ends within its timeout)."""
+
+
+def _wait_ready(c: Any, info: dict[str, Any]) -> dict[str, Any]:
+    """Ping until the controller has probed every node once and adopted what a previous one left (`ready`);
+    an older controller that does not say is taken as ready."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while info.get("ready") is False and time.monotonic() < deadline:
+        time.sleep(0.05)
+        info = c.call("ping")
+    return info
+
+
+def _started(as_json: bool, info: dict[str, Any]) -> None:
+    if as_json:
+        print_json({"running": True, **info})
+        return
+    print(f"controller running (pid {info['pid']}) for {info['home']}")
+    for name in info.get("unhealthy_nodes") or ():
+        print(f"hsched: warning: node {name} is unhealthy (`hsched nodes` says why)", file=sys.stderr)
+
+
+def _stop(timeout: float) -> int | None:
+    """Stop this HSCHED_HOME's controller and wait for it to exit; its pid, or None if none ran."""
+    from hsched.client import Client, controller_pid
+    from hsched.errors import ControllerError
+
+    client = Client(autostart=False)
+    pid = controller_pid(client.home)
+    try:
+        with client as c:
+            c.call("stop")
+    except ControllerError:
+        if pid is None:
+            return None
+    deadline = time.monotonic() + timeout
+    while controller_pid(client.home) is not None:
+        if time.monotonic() > deadline:
+            print(f"hsched: error: controller (pid {pid}) did not stop within {timeout:g} s", file=sys.stderr)
+            raise typer.Exit(EXIT_FAILED)
+        time.sleep(0.05)
+    return pid
 
 
 def register(app: typer.Typer) -> None:
@@ -20,15 +65,12 @@ def register(app: typer.Typer) -> None:
     @daemon_app.command("start")
     @handle_errors
     def start(as_json: bool = typer.Option(False, "--json")) -> None:
-        """Start the controller (no-op if it runs)."""
+        """Start the controller (no-op if it runs); return once every node was probed once."""
         from hsched.client import Client
 
         with Client() as c:
-            info = c.call("ping")
-        if as_json:
-            print_json({"running": True, **info})
-        else:
-            print(f"controller running (pid {info['pid']}) for {info['home']}")
+            info = _wait_ready(c, c.call("ping"))
+        _started(as_json, info)
 
     @daemon_app.command("stop")
     @handle_errors
@@ -37,30 +79,34 @@ def register(app: typer.Typer) -> None:
         timeout: float = typer.Option(30.0, "--timeout", help="Seconds to wait for it to exit."),
     ) -> None:
         """Stop the controller cleanly. Running jobs keep running; the next start adopts them."""
-        from hsched.client import Client, controller_pid
-        from hsched.errors import ControllerError
-
-        client = Client(autostart=False)
-        pid = controller_pid(client.home)
-        try:
-            with client as c:
-                c.call("stop")
-        except ControllerError:
-            if pid is None:
-                print_json({"running": False, "pid": None}) if as_json else print("controller not running")
-                return
-        deadline = time.monotonic() + timeout
-        while controller_pid(client.home) is not None:
-            if time.monotonic() > deadline:
-                print(f"hsched: error: controller (pid {pid}) did not stop within {timeout:g} s", file=sys.stderr)
-                raise typer.Exit(EXIT_FAILED)
-            time.sleep(0.05)
+        pid = _stop(timeout)
+        if pid is None:
+            print_json({"running": False, "pid": None}) if as_json else print("controller not running")
+            return
         print_json({"running": False, "pid": None, "stopped": pid}) if as_json else print(f"controller {pid} stopped")
+
+    @daemon_app.command("restart")
+    @handle_errors
+    def restart(
+        as_json: bool = typer.Option(False, "--json"),
+        timeout: float = typer.Option(30.0, "--timeout", help="Seconds to wait for the old one to exit."),
+    ) -> None:
+        """Stop the controller and start it again on this hsched (after an upgrade). Jobs keep running and are
+        adopted by the new controller."""
+        from hsched.client import Client
+
+        old = _stop(timeout)
+        with Client() as c:
+            info = _wait_ready(c, c.call("ping"))
+        if old is not None and not as_json:
+            print(f"controller {old} stopped", file=sys.stderr)
+        _started(as_json, info)
 
     @daemon_app.command("status")
     @handle_errors
     def status(as_json: bool = typer.Option(False, "--json")) -> None:
-        """Is a controller running for this HSCHED_HOME?"""
+        """Is a controller running for this HSCHED_HOME, and is it healthy? Exit 1 if it runs unhealthy or
+        does not answer."""
         from hsched.client import Client, controller_pid
         from hsched.errors import ControllerError
 
@@ -73,11 +119,21 @@ def register(app: typer.Typer) -> None:
                     info.update(c.call("ping"))
             except ControllerError as e:
                 info["error"] = str(e)
+                info["health"] = "unknown"
+                info["health_error"] = f"the controller does not answer: {e}"
+        # a controller that does not answer is as good as an unhealthy one; one from before health reports
+        # (no `health` field) is taken at its word that it runs
+        unhealthy = pid is not None and (info.get("health") == "unhealthy" or "error" in info)
         if as_json:
             print_json(info)
+        elif pid is None:
+            print(f"controller not running for {client.home.root}")
         else:
-            print(f"controller running (pid {pid}) for {client.home.root}" if pid else
-                  f"controller not running for {client.home.root}")
+            print(f"controller running (pid {pid}) for {client.home.root}: {info.get('health', 'unknown')}")
+            if unhealthy:
+                print(f"hsched: error: {info.get('health_error') or 'unhealthy'}", file=sys.stderr)
+        if unhealthy:
+            raise typer.Exit(EXIT_FAILED)
 
     @app.command()
     @handle_errors

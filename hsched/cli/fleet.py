@@ -27,9 +27,11 @@ def render_nodes(nodes: list[dict[str, Any]]) -> None:
     for n in nodes:
         label, color = NODE_STYLE.get(n["state"], (n["state"].lower(), "white"))
         models = sorted({d["model"] for d in n["devices"]})
-        free = sum(1 for d in n["devices"] if d["job"] is None)
+        # nothing is placed on a node that is probing, unhealthy or away: none of its GPUs is free to take
+        takes_work = n["state"] in ("UP", "DRAINED")
+        free = str(sum(1 for d in n["devices"] if d["job"] is None)) if takes_work else "-"
         table.add_row(n["name"], f"[{color}]{label}[/]", n["executor"], str(n["cpus"] or "N/A"),
-                      _mib(n["memory_total_mib"]), str(len(n["devices"])), str(free), ", ".join(models) or "-",
+                      _mib(n["memory_total_mib"]), str(len(n["devices"])), free, ", ".join(models) or "-",
                       (n.get("message") or "")[:60])
     Console(highlight=False).print(table)
 

@@ -1,57 +1,183 @@
-"""Request handlers: one JSON object in, one JSON object out (see hsched/protocol.py)."""
+"""Request handlers: one JSON object in, one JSON object out (see hsched/protocol.py).
+
+Nothing here waits on a node: a request is answered from what the controller knows (a node still probing is
+PROBING, one whose probe hung is UNHEALTHY), so a hung nvidia-smi never holds up `hsched queue`.
+
+Every argument is checked before it is used: a missing, mistyped or out-of-range one is a UserError naming
+the field (the CLI exits 2 with that one line), never an internal error. Ranges: job ids 1 to 2^63-1,
+priority PRIORITY_MIN to PRIORITY_MAX (as in a spec file), `wait` timeouts up to a week, log chunks up to
+16 MiB. The submitting user is the connecting process's uid (SO_PEERCRED) mapped to its name, never a name
+sent in the request.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
-from dataclasses import replace
+import pwd
 from typing import Any
 
+from hsched import __version__
 from hsched.config import job_spec_from_table
 from hsched.controller import commands
-from hsched.controller.core import ACTIVE_STATES, Controller
+from hsched.controller.core import ACTIVE_STATES, Controller, Stopping
 from hsched.controller.health import check_health
-from hsched.errors import UserError
+from hsched.errors import ExecutorError, UserError
 from hsched.model import NodeState
+from hsched.protocol import PROTOCOL
 from hsched.serialize import iso, job_to_dict, node_to_dict, run_to_dict
 from hsched.store import job_from_row
 
 API_VERSION = 1
+
+PRIORITY_MIN, PRIORITY_MAX = -1_000_000, 1_000_000
+"""A job's priority inside its QoS class (higher first); a bound keeps it an integer SQLite can store."""
+ID_MAX = 2**63 - 1
+WAIT_MAX_S = 7 * 86400.0
+LOG_CHUNK_MAX = 16 << 20
+LOG_READ_TIMEOUT_S = 30.0
+EVENTS_MAX = 10_000
+REASON_MAX = 1000
+
+
+def _shown(value: Any) -> str:
+    """A value as an error line shows it: repr'd (control characters escaped) and short."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number" if isinstance(value, int | float) else type(value).__name__)
 
 
 class Api:
     def __init__(self, ctl: Controller) -> None:
         self.ctl = ctl
         self._dicts: dict[int, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+        self._users: dict[int, str] = {}
 
     async def handle(self, op: str, args: dict[str, Any], peer_uid: int) -> Any:
         fn = getattr(self, f"op_{op}", None)
         if fn is None:
             raise UserError(f"unknown request {op!r}")
-        if op not in ("ping", "stop"):
-            await self.ctl.ready.wait()
+        if not isinstance(args, dict):
+            raise UserError(f"args: expected an object, found {_type_name(args)}")
         return await fn(args, peer_uid)
+
+    # ------------------------------------------------------------------------------------- arguments
+
+    @staticmethod
+    def integer(args: dict[str, Any], key: str, default: int | None = None, *, low: int | None = None,
+                high: int | None = None, required: bool = False) -> int | None:
+        """`args[key]` as an integer in [low, high]; `default` when absent or null (unless required)."""
+        v = args.get(key)
+        if v is None:
+            if required:
+                raise UserError(f"{key}: required")
+            return default
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise UserError(f"{key}: expected an integer, found {_type_name(v)} {_shown(v)}")
+        if (low is not None and v < low) or (high is not None and v > high):
+            raise UserError(f"{key}: expected an integer from {low} to {high}, found {v}")
+        return v
+
+    @staticmethod
+    def number(args: dict[str, Any], key: str, default: float, *, low: float, high: float) -> float:
+        v = args.get(key)
+        if v is None:
+            return default
+        if isinstance(v, bool) or not isinstance(v, int | float) or v != v:
+            raise UserError(f"{key}: expected a number, found {_type_name(v)} {_shown(v)}")
+        if not low <= v <= high:
+            raise UserError(f"{key}: expected a number from {low:g} to {high:g}, found {v:g}")
+        return float(v)
+
+    @staticmethod
+    def flag(args: dict[str, Any], key: str, default: bool) -> bool:
+        v = args.get(key)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise UserError(f"{key}: expected true or false, found {_type_name(v)} {_shown(v)}")
+        return v
+
+    @staticmethod
+    def text(args: dict[str, Any], key: str, default: str | None = None, *, limit: int = REASON_MAX,
+             choices: tuple[str, ...] = ()) -> str | None:
+        v = args.get(key)
+        if v is None:
+            return default
+        if not isinstance(v, str):
+            raise UserError(f"{key}: expected a string, found {_type_name(v)} {_shown(v)}")
+        if len(v) > limit:
+            raise UserError(f"{key}: at most {limit} characters, found {len(v)}")
+        if "\0" in v:
+            raise UserError(f"{key}: a NUL character is not allowed")
+        if choices and v not in choices:
+            raise UserError(f"{key}: expected one of {', '.join(choices)}, found {_shown(v)}")
+        return v
+
+    def job_id(self, args: dict[str, Any], key: str = "id") -> int:
+        v = args.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= ID_MAX:
+            raise UserError(f"{key}: not a job id: {_shown(v)}")
+        return v
+
+    def job_ids(self, args: dict[str, Any], key: str = "ids") -> list[int]:
+        v = args.get(key)
+        if not isinstance(v, list):
+            raise UserError(f"{key}: expected a list of job ids, found {_type_name(v)} {_shown(v)}")
+        return [self.job_id({key: i}, key) for i in v]
+
+    async def user_name(self, uid: int) -> str:
+        """The login name of `uid` (its number where it has none); looked up off the event loop, as the
+        user database may be remote (LDAP, sssd)."""
+        name = self._users.get(uid)
+        if name is None:
+            try:
+                name = (await asyncio.to_thread(pwd.getpwuid, uid)).pw_name
+            except KeyError:
+                name = str(uid)
+            self._users[uid] = name
+        return name
+
+    # ---------------------------------------------------------------------------------------- requests
 
     async def op_ping(self, args: dict[str, Any], uid: int) -> Any:
         ops = sorted(name.removeprefix("op_") for name in dir(self) if name.startswith("op_"))
-        return {"pid": os.getpid(), "api": API_VERSION, "home": str(self.ctl.home.root),
-                "started": iso(self.ctl.started_at), "fleet": self.ctl.fleet_cfg.source,
-                "policy": self.ctl.settings.policy, "ops": [*ops, "subscribe"]}
+        ctl = self.ctl
+        return {"pid": os.getpid(), "api": API_VERSION, "hsched": __version__, "protocol": PROTOCOL,
+                "install": ctl.fingerprint, "home": str(ctl.home.root),
+                "started": iso(ctl.started_at), "fleet": ctl.fleet_cfg.source,
+                "policy": ctl.settings.policy, "ops": [*ops, "subscribe"], "ready": ctl.ready.is_set(),
+                "probing": sorted(rt.name for rt in ctl.nodes.values() if rt.node.state is NodeState.PROBING),
+                "unhealthy_nodes": sorted(rt.name for rt in ctl.nodes.values()
+                                          if rt.node.state is NodeState.UNHEALTHY),
+                **ctl.health_report()}
 
     async def op_submit(self, args: dict[str, Any], uid: int) -> Any:
         table = args.get("spec")
         if not isinstance(table, dict):
-            raise UserError("submit: no job spec given")
-        settings = self.ctl.settings
-        spec = job_spec_from_table(table, args.get("source") or "<command line>", settings.qos_names,
-                                   settings.default_qos)
-        user = str(args.get("user") or uid)
+            raise UserError(f"spec: expected a job spec object, found {_type_name(table)}")
+        source = self.text(args, "source", "<command line>", limit=4096) or "<command line>"
         env = args.get("environ")
-        job = await commands.submit(self.ctl, spec, user, env if isinstance(env, dict) else None)
+        if env is not None and not (isinstance(env, dict)
+                                    and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+            raise UserError("environ: expected an object of strings")
+        settings = self.ctl.settings
+        spec = job_spec_from_table(table, source, settings.qos_names, settings.default_qos)
+        if not PRIORITY_MIN <= spec.priority <= PRIORITY_MAX:
+            raise UserError(f"{source}: priority: expected an integer from {PRIORITY_MIN} to {PRIORITY_MAX}, "
+                            f"found {spec.priority}")
+        # who asks is who the kernel says connected (SO_PEERCRED); a `user` in the request is ignored
+        user = await self.user_name(uid)
+        job = await commands.submit(self.ctl, spec, user, env)
         return job_to_dict(job)
 
     async def op_queue(self, args: dict[str, Any], uid: int) -> Any:
-        rows = await self.ctl.db(self.ctl.store.job_rows, active_only=not args.get("all"))
+        rows = await self.ctl.db(self.ctl.store.job_rows, active_only=not self.flag(args, "all", False))
         return [self.job_dict(r) for r in rows]
 
     def job_dict(self, row: Any) -> dict[str, Any]:
@@ -66,10 +192,7 @@ class Api:
         return d
 
     async def _job(self, args: dict[str, Any]) -> Any:
-        try:
-            job_id = int(args["id"])
-        except (KeyError, TypeError, ValueError):
-            raise UserError(f"not a job id: {args.get('id')!r}") from None
+        job_id = self.job_id(args)
         job = await self.ctl.db(self.ctl.store.get_job, job_id)
         if job is None:
             raise UserError(f"no job {job_id}; `hsched queue --all` lists the jobs")
@@ -112,29 +235,28 @@ class Api:
 
     async def op_hold(self, args: dict[str, Any], uid: int) -> Any:
         """One job (`id`), or several at once (`ids`: released together, in one scheduling round)."""
+        held = self.flag(args, "hold", True)
         if "ids" in args:
-            jobs = [await self._job({"id": i}) for i in args["ids"]]
-            return [job_to_dict(j) for j in await commands.hold(self.ctl, [j.id for j in jobs],
-                                                                 bool(args.get("hold", True)))]
+            jobs = [await self._job({"id": i}) for i in self.job_ids(args)]
+            return [job_to_dict(j) for j in await commands.hold(self.ctl, [j.id for j in jobs], held)]
         job = await self._job(args)
-        return job_to_dict((await commands.hold(self.ctl, [job.id], bool(args.get("hold", True))))[0])
+        return job_to_dict((await commands.hold(self.ctl, [job.id], held))[0])
 
     async def op_priority(self, args: dict[str, Any], uid: int) -> Any:
         job = await self._job(args)
-        try:
-            prio = int(args["priority"])
-        except (KeyError, TypeError, ValueError):
-            raise UserError(f"priority: expected an integer, found {args.get('priority')!r}") from None
-        return job_to_dict(await commands.set_priority(self.ctl, job.id, prio, args.get("qos")))
+        prio = self.integer(args, "priority", low=PRIORITY_MIN, high=PRIORITY_MAX, required=True)
+        assert prio is not None
+        qos = self.text(args, "qos", None, limit=100)
+        return job_to_dict(await commands.set_priority(self.ctl, job.id, prio, qos or None))
 
     async def op_requeue(self, args: dict[str, Any], uid: int) -> Any:
         job = await self._job(args)
         return job_to_dict(await commands.requeue(self.ctl, job.id))
 
     async def op_wait(self, args: dict[str, Any], uid: int) -> Any:
-        """Block until every listed job is terminal or `timeout` seconds pass."""
-        ids = [int(i) for i in args.get("ids", [])]
-        timeout = float(args.get("timeout") or 3600)
+        """Block until every listed job is terminal or `timeout` seconds pass (0: look once)."""
+        ids = self.job_ids(args) if args.get("ids") is not None else []
+        timeout = self.number(args, "timeout", 3600.0, low=0.0, high=WAIT_MAX_S)
         deadline = self.ctl.clock.monotonic() + timeout
         version = self.ctl.version
         while True:
@@ -149,25 +271,33 @@ class Api:
             left = deadline - self.ctl.clock.monotonic()
             if left <= 0:
                 return {"done": False, "jobs": [job_to_dict(j) for j in jobs]}
+            if self.ctl.stopping.is_set():
+                raise Stopping("the controller stopped before the jobs ended; `hsched wait` them again")
             version = await self.ctl.wait_changed(version, min(left, 5.0))
 
     async def op_logs(self, args: dict[str, Any], uid: int) -> Any:
         """A chunk of the latest run's log from `offset`, base64 (logs are bytes, not always UTF-8)."""
         job = await self._job(args)
+        run_no = self.integer(args, "run", None, low=1, high=ID_MAX)
+        offset = self.integer(args, "offset", 0, low=0, high=ID_MAX) or 0
+        max_bytes = self.integer(args, "max_bytes", 1 << 20, low=1, high=LOG_CHUNK_MAX) or 1
         runs = await self.ctl.db(self.ctl.store.runs, job.id)
-        run_no = args.get("run")
-        if run_no is not None and not any(r.attempt == int(run_no) for r in runs):
+        if run_no is not None and not any(r.attempt == run_no for r in runs):
             attempts = ", ".join(str(a) for a in sorted({r.attempt for r in runs})) or "none yet"
             raise UserError(f"--run: job {job.id} has no run {run_no} (its runs: {attempts}); "
                             f"`hsched show {job.id}` lists them")
         if not runs:
             return {"data": "", "offset": 0, "run": None, "ended": job.state.is_terminal(), "state": job.state.value}
-        run = runs[-1] if run_no is None else next(r for r in runs if r.attempt == int(run_no))
+        run = runs[-1] if run_no is None else next(r for r in runs if r.attempt == run_no)
         rt = self.ctl.nodes.get(run.node)
-        offset = int(args.get("offset", 0))
         data = b""
         if rt is not None:
-            data = await rt.executor.read_log(run.run_dir, offset, int(args.get("max_bytes", 1 << 20)))
+            try:
+                async with asyncio.timeout(LOG_READ_TIMEOUT_S):
+                    data = await rt.executor.read_log(run.run_dir, offset, max_bytes)
+            except (ExecutorError, TimeoutError) as e:
+                raise ExecutorError(f"cannot read the log of job {job.id} on {run.node}: "
+                                    f"{e or 'no answer within 30 s'}") from None
         return {"data": base64.b64encode(data).decode(), "offset": offset + len(data), "run": run.attempt,
                 "ended": not run.state.is_live(), "state": job.state.value,
                 "runs": len(runs)}
@@ -178,23 +308,30 @@ class Api:
         return [node_to_dict(n, owners) for n in self.ctl.node_list()]
 
     async def op_node_admin(self, args: dict[str, Any], uid: int) -> Any:
-        name = args.get("name")
-        rt = self.ctl.nodes.get(str(name))
+        name = self.text(args, "name", None, limit=256)
+        rt = self.ctl.nodes.get(name) if name is not None else None
         if rt is None:
             raise UserError(f"no node {name!r}; `hsched nodes` lists them")
-        state = NodeState.DRAINED if args.get("action") == "drain" else NodeState.UP
-        reason = str(args.get("reason") or "")
+        action = self.text(args, "action", None, choices=("drain", "resume"))
+        if action is None:
+            raise UserError("action: required (drain or resume)")
+        state = NodeState.DRAINED if action == "drain" else NodeState.UP
+        reason = self.text(args, "reason", "") or ""
         await self.ctl.db(self.ctl.store.set_node_admin, rt.name, state, reason, self.ctl.clock.time())
         self.ctl.admin[rt.name] = state
-        rt.node = replace(rt.node, message=reason if state is NodeState.DRAINED else "")
+        if state is NodeState.DRAINED:
+            self.ctl.drain_reasons[rt.name] = reason
+        else:
+            self.ctl.drain_reasons.pop(rt.name, None)
         await check_health(self.ctl)
         self.ctl.poke()
         await self.ctl.notify()
         return node_to_dict(rt.node)
 
     async def op_events(self, args: dict[str, Any], uid: int) -> Any:
-        events = await self.ctl.db(self.ctl.store.events, None, after_id=int(args.get("after", 0)),
-                                   limit=int(args.get("limit", 200)))
+        after = self.integer(args, "after", 0, low=0, high=ID_MAX) or 0
+        limit = self.integer(args, "limit", 200, low=1, high=EVENTS_MAX) or 200
+        events = await self.ctl.db(self.ctl.store.events, None, after_id=after, limit=limit)
         for e in events:
             e["time"] = iso(e["time"])
         return events
@@ -207,7 +344,7 @@ class Api:
     async def op_snapshot(self, args: dict[str, Any], uid: int) -> Any:
         """Everything a dashboard frame needs, in one answer: active jobs, plus those that ended in the last
         `recent_s` seconds (default 600, so a requeue or a last look at a log is still one key away)."""
-        recent_s = float(args.get("recent_s", 600.0))
+        recent_s = self.number(args, "recent_s", 600.0, low=0.0, high=365 * 86400.0)
         since = self.ctl.clock.time() - recent_s
         rows = await self.ctl.db(self.ctl.store.job_rows, active_only=True, ended_since=since)
         jobs = [job_from_row(r) for r in rows]

@@ -11,18 +11,21 @@ then writes it holds `self.lock`, so a cancel and the scheduling round cannot in
 from __future__ import annotations
 
 import asyncio
+import enum
 import functools
+import hashlib
 import logging
 import os
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from hsched.clock import SYSTEM_CLOCK, Clock
 from hsched.config import FleetConfig, Settings
 from hsched.controller.fleet import NodeRuntime, build_fleet
-from hsched.errors import ExecutorError, UserError
+from hsched.errors import ExecutorError, HschedError, UserError
 from hsched.lifecycle import StopPlan
 from hsched.model import Job, JobState, NodeState
 from hsched.nodehelper import read_json, write_json_atomic
@@ -33,6 +36,46 @@ log = logging.getLogger("hsched.controller")
 T = TypeVar("T")
 
 ACTIVE_STATES = tuple(s for s in JobState if s.is_active())
+
+UNHEALTHY_AFTER = 3
+"""A loop that fails this many times in a row makes the controller unhealthy (`hsched daemon status`)."""
+
+
+class Health(enum.StrEnum):
+    OK = "ok"
+    UNHEALTHY = "unhealthy"
+    """A loop keeps failing (UNHEALTHY_AFTER times in a row): the controller runs, but not as it should."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoopRecord:
+    """How one of the controller's loops has been doing."""
+
+    failing: int = 0
+    """Failures in a row (0 once it succeeds again)."""
+    failures: int = 0
+    """Failures since the controller started."""
+    last_error: str | None = None
+    last_error_at: float | None = None
+
+
+class Stopping(HschedError):
+    """The controller stops (or restarts) while a request waits: the request is not carried out."""
+
+
+def installed_fingerprint() -> str | None:
+    """What identifies the installed hsched: its version and its RECORD (the hash of every installed file), so
+    a reinstall of other code changes it and a reinstall of the same build does not. None where hsched runs
+    from a source tree it was never installed from. Blocking (reads files): call it from a thread."""
+    import importlib.metadata
+
+    try:
+        dist = importlib.metadata.distribution("hsched")
+        record = dist.read_text("RECORD") or ""
+        version = dist.version or ""
+    except (importlib.metadata.PackageNotFoundError, OSError, KeyError, ValueError):
+        return None
+    return hashlib.sha256(f"{version}\n{record}".encode()).hexdigest()[:16]
 
 
 class Controller:
@@ -50,7 +93,8 @@ class Controller:
         self.version = 0
         self.stopping = asyncio.Event()
         self.ready = asyncio.Event()
-        """Set once the first probe and the reconcile are done; requests that need the fleet wait for it."""
+        """Set once every node's first probe has ended and what a previous controller left was adopted: the
+        first scheduling round waits for it; requests never do (they answer from what is known)."""
         self.started_at = clock.time()
         self.stops: dict[int, StopPlan] = {}
         """job id -> the signals still to send to a job being cancelled, preempted or timed out."""
@@ -61,8 +105,18 @@ class Controller:
         self.launching: set[int] = set()
         """Run ids whose launch is in flight: the watcher leaves them alone, so nothing launches twice."""
         self._tasks: set[asyncio.Task[None]] = set()
-        self.probing: asyncio.Task[None] | None = None
-        """The background re-probe of the fleet, while one runs."""
+        self.probes: set[asyncio.Task[None]] = set()
+        """Probes in flight (at most one per node): apart from `_tasks`, since no request or round waits for
+        them, and cancelled when the controller stops."""
+        self.loops: dict[str, LoopRecord] = {}
+        """Loop name ("schedule", "health", "reconcile") -> how it has been doing."""
+        self.drain_reasons: dict[str, str] = {}
+        """Node name -> the reason given when it was drained."""
+        self.fingerprint: str | None = None
+        """installed_fingerprint() when the controller started; another one on disk means hsched was
+        reinstalled under it."""
+        self.restart_reason: str | None = None
+        """Set when the controller restarts itself (on a reinstalled hsched) rather than just stopping."""
         self.moved: set[tuple[int, int, str]] = set()
         """(job, attempt, node) whose checkpoint was already brought to the node."""
         self.lock_inode: int | None = None
@@ -91,6 +145,51 @@ class Controller:
     async def event(self, kind: str, message: str, **where: Any) -> None:
         """Record an event now (`job_id=`, `node=`, `data=` as the store takes them)."""
         await self.db(self.store.add_event, self.clock.time(), kind, message, **where)
+
+    def loop_ok(self, name: str) -> None:
+        rec = self.loops.get(name)
+        if rec is not None and rec.failing:
+            self.loops[name] = replace(rec, failing=0)
+            log.info("%s loop works again", name)
+
+    def loop_failed(self, name: str, error: BaseException) -> None:
+        rec = self.loops.get(name, LoopRecord())
+        self.loops[name] = LoopRecord(failing=rec.failing + 1, failures=rec.failures + 1,
+                                      last_error=f"{type(error).__name__}: {error}"[:500],
+                                      last_error_at=self.clock.time())
+
+    @property
+    def health(self) -> Health:
+        return Health.UNHEALTHY if any(r.failing >= UNHEALTHY_AFTER for r in self.loops.values()) else Health.OK
+
+    def health_report(self) -> dict[str, Any]:
+        """`health`, `health_error` (the failing loop's last error, or the last error of any loop) and per-loop
+        counts, as `hsched daemon status` shows them."""
+        failing = [(n, r) for n, r in self.loops.items() if r.failing >= UNHEALTHY_AFTER]
+        latest = sorted(((r.last_error_at or 0.0, n, r) for n, r in self.loops.items() if r.last_error),
+                        key=lambda t: t[0])
+        error = None
+        if failing:
+            name, rec = failing[0]
+            error = f"the {name} loop failed {rec.failing} times in a row; last: {rec.last_error}"
+        elif latest:
+            _, name, rec = latest[-1]
+            error = f"the {name} loop failed {rec.failures} time(s), the last: {rec.last_error}"
+        return {"health": self.health.value, "health_error": error,
+                "loops": {n: {"failing": r.failing, "failures": r.failures, "last_error": r.last_error}
+                          for n, r in sorted(self.loops.items())}}
+
+    def request_restart(self, reason: str) -> None:
+        """Stop, then start again on the hsched installed now (hsched.controller.server does the exec)."""
+        if self.restart_reason is None:
+            log.warning("restarting: %s", reason)
+            self.restart_reason = reason
+        self.stopping.set()
+        self.poke()
+
+    def cancel_probes(self) -> None:
+        for task in list(self.probes):
+            task.cancel()
 
     async def close_executors(self) -> None:
         for rt in self.nodes.values():

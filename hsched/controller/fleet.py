@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from hsched.clock import Clock
 from hsched.config import FleetConfig, NodeConfig
-from hsched.errors import ExecutorError, NodeUnreachable, UserError
+from hsched.errors import ExecutorError, HelperError, NodeUnreachable, UserError
 from hsched.executors.base import Executor
 from hsched.model import Device, Link, Node, NodeState
 from hsched.simulated import simulated_devices
@@ -20,6 +21,8 @@ log = logging.getLogger("hsched.fleet")
 HISTORY = 300
 """Samples kept per device (5 minutes at 1 Hz) for sparklines."""
 
+T = TypeVar("T")
+
 @dataclass
 class NodeRuntime:
     config: NodeConfig
@@ -28,6 +31,15 @@ class NodeRuntime:
     last_ok: float | None = None
     probe_error: ExecutorError | None = None
     """Why the last probe failed (typed: NodeRefused needs a person), None once one succeeded."""
+    probe_problem: str | None = None
+    """Why the node is unhealthy: its last probe timed out ("probe timed out after 15 s") or the node
+    answered it with an error (a helper error, a GPU tool that failed); None once a probe came back whole."""
+    probe_task: asyncio.Task[None] | None = None
+    """The probe in flight, if any: one at a time per node, never awaited by a request."""
+    probed_at: float | None = None
+    """When the last probe ended, whatever its outcome."""
+    back_since: float | None = None
+    """When a node that was away was first seen answering again (it gets work after a probe since then)."""
     boot_id: str | None = None
     raw_probe: dict[str, Any] = field(default_factory=dict)
     last_sample: float | None = None
@@ -79,10 +91,11 @@ def build_fleet(cfg: FleetConfig, transports: Mapping[str, Executor] | None = No
         links: tuple[Link, ...] = ()
         if nc.simulate is not None:
             devices, links = simulated_devices(nc.name, nc.simulate)
-        node = Node(name=nc.name, executor=nc.executor, state=NodeState.UNREACHABLE, devices=devices, links=links,
+        # PROBING until its first probe answers: known by name only, nothing is placed there
+        node = Node(name=nc.name, executor=nc.executor, state=NodeState.PROBING, devices=devices, links=links,
                     host=nc.host, cpus=nc.simulate.cpus if nc.simulate else None,
                     memory_total_mib=nc.simulate.memory_mib_host if nc.simulate else None,
-                    message="not probed yet")
+                    message="first probe under way")
         executor = given.get(nc.name) or make_executor(nc)
         out[nc.name] = NodeRuntime(config=nc, executor=executor, node=node)
     return out
@@ -150,21 +163,78 @@ def _real_devices(probe: dict[str, Any]) -> tuple[tuple[Device, ...], tuple[Link
     return tuple(devices), links
 
 
-async def probe_node(rt: NodeRuntime, clock: Clock, timeout_s: float) -> None:
-    """Probe one node; its failure becomes its state, never an exception for the caller."""
+async def within(clock: Clock, seconds: float, aw: Awaitable[T]) -> T:
+    """`aw`'s result, or TimeoutError once `seconds` pass on `clock` (then `aw` is cancelled). On the
+    controller's clock rather than asyncio's, so that a test's fake clock decides when a probe has hung."""
+    task = asyncio.ensure_future(aw)
+    timer = asyncio.ensure_future(clock.wait(asyncio.Event(), seconds))
     try:
-        async with asyncio.timeout(timeout_s):
-            probe = await rt.executor.probe()
-    except (ExecutorError, TimeoutError, OSError) as e:
-        rt.probe_error = e if isinstance(e, ExecutorError) else NodeUnreachable(
-            str(e) or f"no answer to the probe within {timeout_s:g} s")
+        await asyncio.wait((task, timer), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        timer.cancel()
+        if not task.done():
+            task.cancel()
+    if not task.done() or task.cancelled():
+        # give the cancelled call its chance to clean up, but never wait on it: it is what hung
+        task.add_done_callback(_consume)
+        raise TimeoutError
+    return task.result()
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: an abandoned call's late failure is not "never retrieved" noise
+
+
+def takes_gpu_timeout(executor: Executor) -> bool:
+    """Whether this executor's probe bounds its GPU tools itself (`probe(gpu_timeout_s=...)`)."""
+    try:
+        return "gpu_timeout_s" in inspect.signature(executor.probe).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+async def probe_node(rt: NodeRuntime, clock: Clock, timeout_s: float, *, gpu_timeout_s: float | None = None) -> None:
+    """Probe one node, for at most `timeout_s` on `clock`; its outcome becomes the node's facts and its
+    problem (see NodeRuntime.probe_problem), never an exception for the caller. `gpu_timeout_s`: how long the
+    node may give its GPU tools (nvidia-smi), where the executor takes it."""
+    probe_fn: Callable[..., Awaitable[dict[str, Any]]] = rt.executor.probe
+    kwargs = {"gpu_timeout_s": gpu_timeout_s} if gpu_timeout_s is not None and takes_gpu_timeout(rt.executor) else {}
+    try:
+        probe = await within(clock, timeout_s, probe_fn(**kwargs))
+    except TimeoutError:
+        # the node (or the way to it) hangs: unhealthy if it answers otherwise, unreachable if not (health.py)
+        rt.probe_problem = f"probe timed out after {timeout_s:g} s"
+        rt.node = replace(rt.node, message=rt.probe_problem)
+        return
+    except HelperError as e:
+        rt.probe_problem = f"probe failed: {e}"
+        rt.node = replace(rt.node, message=rt.probe_problem)
+        return
+    except (ExecutorError, OSError) as e:
+        rt.probe_error = e if isinstance(e, ExecutorError) else NodeUnreachable(str(e) or type(e).__name__)
+        rt.probe_problem = None
         rt.node = replace(rt.node, message=str(rt.probe_error) or type(e).__name__)
         return
+    finally:
+        rt.probed_at = clock.time()
     rt.raw_probe = probe
     if rt.boot_id is not None and probe.get("boot_id") not in (None, rt.boot_id):
         rt.rebooted = True
     rt.boot_id = probe.get("boot_id")
     rt.last_ok = clock.time()
     rt.probe_error = None
+    rt.probe_problem = gpu_problem(rt, probe)
     # the state is the health check's to decide (hsched.controller.health); a probe only brings facts
-    rt.node = replace(node_from_probe(rt, probe), state=rt.node.state)
+    node = node_from_probe(rt, probe)
+    rt.node = replace(node, state=rt.node.state, message=rt.probe_problem or "")
+
+
+def gpu_problem(rt: NodeRuntime, probe: dict[str, Any]) -> str | None:
+    """The GPU tools' failure on a node with real GPUs (a hung or broken nvidia-smi answers with an error and
+    no devices): such a node is unhealthy, not a node with 0 GPUs. Simulated nodes' devices are not probed."""
+    gpus = probe.get("gpus") or {}
+    error = gpus.get("error") if isinstance(gpus, dict) else None
+    if rt.config.simulate is not None or not error or gpus.get("devices"):
+        return None
+    return f"GPU probe failed: {str(error).splitlines()[0][:200]}"

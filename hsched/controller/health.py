@@ -1,5 +1,10 @@
-"""Node health: heartbeats, UP / UNREACHABLE / DOWN / DRAINED, leases and fencing.
+"""Node health: probes, heartbeats, PROBING / UP / UNHEALTHY / UNREACHABLE / DOWN / DRAINED, leases, fencing.
 
+* Every probe runs in the background, one at a time per node, bounded by the probe timeout (settings
+  `probe_timeout_s`, else 15 s); no request and no round ever waits for one. A node is PROBING until its
+  first probe ends; a node that answers but whose probe timed out or failed there (a hung nvidia-smi, a
+  helper error) is UNHEALTHY, with the reason as its message, until a probe comes back whole. Neither gets
+  new work; their runs are watched as on any node that answers.
 * A node's heartbeat is its last contact of any kind: a monitoring sample, a probe, a status reply. This
   machine's own nodes (the local executor) are alive while the controller is.
 * No heartbeat for `heartbeat_timeout_s`: UNREACHABLE. Its runs are left alone (they survive on the node);
@@ -29,6 +34,75 @@ from hsched.simulated import simulated_telemetry
 
 log = logging.getLogger("hsched.health")
 
+PROBE_TIMEOUT_S = 15.0
+"""How long a probe may take before the node is given up on for now (UNHEALTHY or UNREACHABLE)."""
+GPU_TIMEOUT_S = 10.0
+"""How long the node itself lets a GPU tool (nvidia-smi) run, where its executor takes the bound."""
+
+ANSWERING = (NodeState.UP, NodeState.DRAINED, NodeState.UNHEALTHY)
+AWAY = (NodeState.UNREACHABLE, NodeState.DOWN)
+
+
+def probe_timeout_s(ctl: Controller) -> float:
+    """settings.probe_timeout_s where the settings have it, else PROBE_TIMEOUT_S."""
+    value = getattr(ctl.settings, "probe_timeout_s", None)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return PROBE_TIMEOUT_S
+
+
+def probe_soon(ctl: Controller, rt: NodeRuntime) -> asyncio.Task[None]:
+    """Probe `rt` in the background unless a probe of it is in flight already (then that one). The task ends
+    within the probe timeout and never raises; the health check turns its outcome into the node's state."""
+    task = rt.probe_task
+    if task is not None and not task.done():
+        return task
+    task = asyncio.create_task(_probe(ctl, rt), name=f"probe {rt.name}")
+    rt.probe_task = task
+    ctl.probes.add(task)
+    task.add_done_callback(ctl.probes.discard)
+    return task
+
+
+async def _probe(ctl: Controller, rt: NodeRuntime) -> None:
+    timeout = probe_timeout_s(ctl)
+    # the node's own bound on its GPU tools leaves room for two of them (query and topology) in the probe
+    await probe_node(rt, ctl.clock, timeout, gpu_timeout_s=min(GPU_TIMEOUT_S, timeout / 2))
+    if rt.probe_problem is not None:
+        log.warning("%s: %s", rt.name, rt.probe_problem)
+    ctl.poke()
+
+
+def reprobe(ctl: Controller) -> None:
+    """Probe again, in the background, every node that answers (an unhealthy one may have recovered)."""
+    for rt in ctl.nodes.values():
+        if rt.node.state in ANSWERING:
+            probe_soon(ctl, rt)
+
+
+def node_state(rt: NodeRuntime, now: float, heartbeat_timeout_s: float, drained: bool) -> tuple[NodeState, str]:
+    """The node's state from what is known of it now, and the reason shown with it."""
+    beat = rt.heartbeat(now)
+    failure = rt.executor.last_error or rt.probe_error
+    if beat is not None and now - beat <= heartbeat_timeout_s:
+        if rt.probe_problem is not None:
+            return NodeState.UNHEALTHY, rt.probe_problem
+        if rt.last_ok is None:
+            if rt.probe_error is not None:  # it answers (this machine), but its probe cannot run at all
+                refused = isinstance(rt.probe_error, NodeRefused)
+                return (NodeState.DOWN if refused else NodeState.UNHEALTHY), str(rt.probe_error)
+            return NodeState.PROBING, "first probe under way"
+        return (NodeState.DRAINED, "") if drained else (NodeState.UP, "")
+    if isinstance(failure, NodeRefused):
+        return NodeState.DOWN, str(failure)  # a changed host key or a refused login: retrying will not fix it
+    if rt.last_ok is None and failure is None and rt.probe_problem is None:
+        return NodeState.PROBING, "first probe under way"
+    return NodeState.UNREACHABLE, rt.probe_problem or (str(failure) if failure is not None else "") or "no heartbeat"
+
+
+def needs_reprobe(rt: NodeRuntime) -> bool:
+    """A returning node is probed again before it gets work when we know none of its devices."""
+    return (not rt.node.devices and rt.config.simulate is None) or rt.last_ok is None
 
 
 async def monitor(ctl: Controller, rt: NodeRuntime) -> None:
@@ -80,39 +154,40 @@ async def check_health(ctl: Controller) -> bool:
     """Derive every node's state; expire leases; fence returning nodes. True if anything changed."""
     now = ctl.clock.time()
     changed = False
-    admin = ctl.admin
     for rt in ctl.nodes.values():
-        beat = rt.heartbeat(now)
-        failure = rt.executor.last_error or rt.probe_error
-        err = str(failure) if failure is not None else ""
-        if beat is not None and now - beat <= ctl.settings.heartbeat_timeout_s:
-            state = NodeState.UP
-        elif isinstance(failure, NodeRefused):
-            state = NodeState.DOWN  # a changed host key or a refused login: retrying will not fix it
-        else:
-            state = NodeState.UNREACHABLE
-        if state is NodeState.UP and admin.get(rt.name) is NodeState.DRAINED:
-            state = NodeState.DRAINED
+        drained = ctl.admin.get(rt.name) is NodeState.DRAINED
+        state, message = node_state(rt, now, ctl.settings.heartbeat_timeout_s, drained)
+        if state is NodeState.DRAINED:
+            message = ctl.drain_reasons.get(rt.name, "")
         old = rt.node.state
-        if state in (NodeState.UP, NodeState.DRAINED) and old in (NodeState.UNREACHABLE, NodeState.DOWN):
-            if (not rt.node.devices and rt.config.simulate is None) or rt.last_ok is None:
-                await probe_node(rt, ctl.clock, timeout_s=30)
-                if rt.last_ok is None:
+        if state in ANSWERING and old not in ANSWERING:
+            if old in AWAY and needs_reprobe(rt):
+                # back, but we know none of its devices: a probe first (in the background), then work
+                if rt.back_since is None:
+                    rt.back_since = now
+                if rt.probed_at is None or rt.probed_at < rt.back_since:
+                    probe_soon(ctl, rt)
                     continue
+            rt.back_since = None
+            # runs given up for lost while it was away (or before this controller started) die first
             await fence(ctl, rt)
-            rt.unreachable_since = None
-            await ctl.event("node", f"{rt.name} is back", node=rt.name)
-        if state in (NodeState.UNREACHABLE, NodeState.DOWN):
+            if old in AWAY:
+                rt.unreachable_since = None
+                await ctl.event("node", f"{rt.name} is back", node=rt.name)
+        if state in AWAY:
             if rt.unreachable_since is None:
+                beat = rt.heartbeat(now)
                 rt.unreachable_since = beat if beat is not None else now
-                if old in (NodeState.UP, NodeState.DRAINED):
-                    await ctl.db(ctl.store.add_event, now, "node",
-                                 f"{rt.name} is {state.value.lower()}: {err or 'no heartbeat'}", node=rt.name)
+                if old not in AWAY:
+                    await ctl.event("node", f"{rt.name} is {state.value.lower()}: {message}", node=rt.name)
             if now - rt.unreachable_since > ctl.settings.lease_s:
                 changed |= await expire_lease(ctl, rt, now)
-        if state is not old:
-            message = "" if state is NodeState.UP else (err[:200] if state is not NodeState.DRAINED
-                                                         else rt.node.message)
+        if state is NodeState.UNHEALTHY and old is not NodeState.UNHEALTHY:
+            await ctl.event("node", f"{rt.name} is unhealthy: {message}; no new work goes there", node=rt.name)
+        elif old is NodeState.UNHEALTHY and state in (NodeState.UP, NodeState.DRAINED):
+            await ctl.event("node", f"{rt.name} is healthy again", node=rt.name)
+        message = message[:200]
+        if state is not old or message != rt.node.message:
             rt.node = replace(rt.node, state=state, message=message)
             changed = True
     return changed
@@ -164,18 +239,20 @@ async def fence(ctl: Controller, rt: NodeRuntime) -> None:
                      f"stale copy of run {run.attempt} killed on {rt.name}", job_id=run.job_id, node=rt.name)
 
 
-async def probe_all(ctl: Controller, *, only_up: bool = False) -> None:
-    """Probe the fleet (all nodes, or those up or drained), read the drained marks, derive node states."""
-    async with asyncio.TaskGroup() as tg:
-        for rt in ctl.nodes.values():
-            if not only_up or rt.node.state in (NodeState.UP, NodeState.DRAINED):
-                tg.create_task(probe_node(rt, ctl.clock, timeout_s=15 if only_up else 30))
+async def load_admin(ctl: Controller) -> None:
+    """The drained marks (and their reasons) from the store."""
     admin = await ctl.db(ctl.store.node_admin)
     ctl.admin = {name: state for name, (state, _) in admin.items()}
-    for name, (state, reason) in admin.items():
-        drained = ctl.nodes.get(name)
-        if drained is not None and state is NodeState.DRAINED:
-            drained.node = replace(drained.node, message=reason)
+    ctl.drain_reasons = {name: reason for name, (state, reason) in admin.items() if state is NodeState.DRAINED}
+
+
+async def probe_all(ctl: Controller, *, only_up: bool = False) -> None:
+    """Probe the fleet (all nodes, or those that answer) and wait until every probe has ended (each within
+    the probe timeout); read the drained marks; derive node states. The daemon never waits on this while
+    serving (hsched.controller.loops starts the probes and goes on); tests and tools may."""
+    tasks = [probe_soon(ctl, rt) for rt in ctl.nodes.values() if not only_up or rt.node.state in ANSWERING]
+    await asyncio.gather(*tasks)
+    await load_admin(ctl)
     await check_health(ctl)
 
 

@@ -1,13 +1,18 @@
 """The controller's loops: the scheduling round on every poke or poll, node health on its own beat, and the
-reconcile that adopts what a previous controller left running."""
+reconcile that adopts what a previous controller left running.
+
+Each loop records how it does (Controller.loop_ok / loop_failed): one that keeps failing makes the
+controller unhealthy, which `hsched daemon status` reports (and exits non-zero for).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 
-from hsched.controller.core import Controller
-from hsched.controller.health import check_health, probe_all, simulate_telemetry
+from hsched.controller.core import Controller, installed_fingerprint
+from hsched.controller.health import check_health, load_admin, probe_soon, reprobe, simulate_telemetry
 from hsched.controller.launching import schedule_round
 from hsched.controller.stopping import check_time_limits, tick
 from hsched.controller.watching import watch_runs
@@ -28,7 +33,10 @@ async def one_round(ctl: Controller) -> bool:
 
 
 async def run_loop(ctl: Controller) -> None:
-    """Rounds on every poke and at least every poll interval, re-probing the fleet now and then."""
+    """Rounds on every poke and at least every poll interval, re-probing the fleet now and then. The first
+    round waits for the startup reconcile (requests do not: they answer from what is known)."""
+    while not ctl.ready.is_set() and not ctl.stopping.is_set():
+        await ctl.clock.wait(ctl.ready, 0.5)
     last_probe = ctl.clock.monotonic()
     while not ctl.stopping.is_set():
         await ctl.clock.wait(ctl.wake, ctl.settings.poll_interval_s)
@@ -36,20 +44,36 @@ async def run_loop(ctl: Controller) -> None:
         if ctl.stopping.is_set():
             break
         try:
-            if ctl.clock.monotonic() - last_probe > ctl.settings.probe_interval_s and ctl.probing is None:
+            if ctl.clock.monotonic() - last_probe > ctl.settings.probe_interval_s:
                 last_probe = ctl.clock.monotonic()
-                # in the background: a node that does not answer must not hold up the round
-                ctl.probing = ctl.spawn(probe_all(ctl, only_up=True))
-                ctl.probing.add_done_callback(lambda _t: setattr(ctl, "probing", None))
+                reprobe(ctl)  # in the background: a node that does not answer must not hold up the round
             if await one_round(ctl):
                 await ctl.notify()
-        except Exception:  # one bad round must not stop the controller; the next one retries
+            ctl.loop_ok("schedule")
+        except Exception as e:  # one bad round must not stop the controller; the next one retries
             log.exception("scheduling round failed")
+            ctl.loop_failed("schedule", e)
+
+
+INSTALL_CHECK_S = 2.0
+"""How often the controller looks whether hsched was reinstalled under it."""
+
+
+async def installed_now(ctl: Controller) -> str | None:
+    """The fingerprint of the hsched installed now, if it is not the one this controller started from."""
+    if ctl.fingerprint is None:
+        return None  # run from a source tree: nothing to compare with
+    now = await asyncio.to_thread(installed_fingerprint)
+    return now if now is not None and now != ctl.fingerprint else None
 
 
 async def health_loop(ctl: Controller) -> None:
-    """Node states on their own beat, so a round stuck on a slow node cannot hide that it is gone."""
+    """Node states on their own beat, so a round stuck on a slow node cannot hide that it is gone; and a look,
+    every INSTALL_CHECK_S, whether hsched was reinstalled under this controller (then it restarts itself: the
+    old code in memory and the new files on disk must never mix, e.g. a new node helper and an old executor)."""
     last_telemetry = float("-inf")
+    last_install_check = ctl.clock.monotonic()
+    seen: str | None = None
     while not ctl.stopping.is_set():
         if not ctl.home_intact():
             log.error("%s or its lock file was removed: this controller steps down", ctl.home.root)
@@ -63,14 +87,43 @@ async def health_loop(ctl: Controller) -> None:
                 last_telemetry = ctl.clock.monotonic()
                 active = await ctl.db(ctl.store.jobs, states=[JobState.RUNNING])
                 simulate_telemetry(ctl, ctl.owners(active), ctl.clock.time())
-        except Exception:
+            ctl.loop_ok("health")
+        except Exception as e:
             log.exception("health check failed")
+            ctl.loop_failed("health", e)
+        if ctl.clock.monotonic() - last_install_check >= INSTALL_CHECK_S:
+            last_install_check = ctl.clock.monotonic()
+            new = await installed_now(ctl)
+            # the same new install on two looks in a row: pip has finished writing it
+            if new is not None and new == seen:
+                ctl.request_restart(f"hsched was reinstalled under it ({ctl.fingerprint} -> {new})")
+                break
+            seen = new
         await ctl.clock.wait(ctl.stopping, 0.5)
 
 
 async def start(ctl: Controller) -> None:
-    """Before serving: probe every node, adopt or settle what a previous controller left, then ready."""
-    await probe_all(ctl)
-    await watch_runs(ctl)
+    """Before serving, nothing that can wait on a node: read the drained marks, start every node's first
+    probe in the background (each node is PROBING until it ends), record the start."""
+    await load_admin(ctl)
+    for rt in ctl.nodes.values():
+        probe_soon(ctl, rt)
+    await check_health(ctl)
     await ctl.event("controller", f"controller started (pid {os.getpid()})")
-    ctl.ready.set()
+
+
+async def reconcile(ctl: Controller) -> None:
+    """Adopt or settle what a previous controller left, once every node's first probe has ended (answered,
+    failed or timed out, so at most the probe timeout), then let the scheduling loop start (`ready`)."""
+    try:
+        await asyncio.gather(*(rt.probe_task for rt in ctl.nodes.values() if rt.probe_task is not None))
+        await check_health(ctl)
+        await watch_runs(ctl)
+        ctl.loop_ok("reconcile")
+    except Exception as e:  # the rounds watch runs too: a failed reconcile must not keep them from starting
+        log.exception("startup reconcile failed")
+        ctl.loop_failed("reconcile", e)
+    finally:
+        ctl.ready.set()
+        ctl.poke()
+        await ctl.notify()

@@ -1,7 +1,17 @@
-"""The controller process: single-instance lock, control socket, the main loop, a clean stop.
+"""The controller process: single-instance lock, control socket, the main loop, a clean stop or restart.
 
 Started on demand by the CLI (`python -m hsched.controller.server HOME`, detached) or by
 `hsched daemon start`. One per HSCHED_HOME: an flock on controller.lock decides who runs.
+
+The socket is the controller's one door, so it holds under abuse (hsched.protocol has the numbers): a peer of
+another uid is refused; a request line longer than MAX_LINE is answered with one clear error and the
+connection closed, never buffered whole; a connection that sends no whole request for IDLE_TIMEOUT_S is
+closed; past MAX_CONNECTIONS a newcomer is told so and closed. Every argument is checked in api.py.
+
+Restart: when hsched is reinstalled under a running controller (hsched.controller.loops notices, or a client
+of another version does), it stops as `daemon stop` stops it (runs go on; probes cancelled, executors closed,
+helper processes reaped) and then execs its own command line again; the new code reattaches the runs as after
+any restart, and the client that saw "restarting" sends its request again.
 """
 
 from __future__ import annotations
@@ -14,24 +24,53 @@ import logging
 import os
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hsched.config import load_fleet, load_settings
 from hsched.controller.api import Api
-from hsched.controller.core import Controller
+from hsched.controller.core import Controller, Stopping, installed_fingerprint
 from hsched.controller.health import monitor
-from hsched.controller.loops import health_loop, run_loop, start
+from hsched.controller.loops import health_loop, installed_now, reconcile, run_loop, start
 from hsched.errors import HschedError, UserError
 from hsched.paths import Home
-from hsched.protocol import MAX_LINE, encode, peer_uid
+from hsched.protocol import (
+    IDLE_TIMEOUT_S,
+    MAX_CONNECTIONS,
+    MAX_LINE,
+    OPS_ANY_PROTOCOL,
+    PACKAGE_VERSION,
+    PROTOCOL,
+    Kind,
+    encode,
+    peer_uid,
+    stamped,
+    too_large,
+)
 from hsched.store import Store
 
 log = logging.getLogger("hsched.controller")
 
+EXIT_RESTART = 75
+"""serve()'s answer when the controller should start again on the hsched installed now."""
+GRACE_S = 0.2
+"""At a stop, how long an idle connection may still deliver a request that was already on its way."""
+
 
 class AlreadyRunning(HschedError):
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The socket's limits (hsched.protocol's values; tests shrink them)."""
+
+    max_line: int = MAX_LINE
+    idle_timeout_s: float = IDLE_TIMEOUT_S
+    max_connections: int = MAX_CONNECTIONS
+    drain_s: float = 10.0
+    """At a stop, how long requests being answered get to finish."""
 
 
 def acquire_lock(home: Home) -> int:
@@ -47,116 +86,330 @@ def acquire_lock(home: Home) -> int:
     return fd
 
 
-async def _serve_client(api: Api, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    sock = writer.get_extra_info("socket")
-    uid = peer_uid(sock) if sock is not None else None
-    try:
-        if uid is not None and uid != os.getuid():
-            writer.write(encode({"ok": False, "kind": "failed",
-                                 "error": f"permission denied: this controller serves uid {os.getuid()} only"}))
-            await writer.drain()
-            return
+def _error(kind: Kind, message: str, **extra: Any) -> dict[str, Any]:
+    return {"ok": False, "kind": kind.value, "error": message, **extra}
+
+
+class Door:
+    """The socket's connections: who is connected, who is being answered, and the limits on both."""
+
+    def __init__(self, api: Api, limits: Limits) -> None:
+        self.api = api
+        self.ctl = api.ctl
+        self.limits = limits
+        self.connections: set[asyncio.Task[Any]] = set()
+        self.busy: set[asyncio.Task[Any]] = set()
+        """Connections in the middle of a request (a stop lets them finish; the idle ones are closed)."""
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        try:
+            if len(self.connections) >= self.limits.max_connections:
+                await self._send(writer, _error(Kind.FAILED, f"too many connections to the controller "
+                                                             f"({self.limits.max_connections} open); try again"))
+                return
+            self.connections.add(task)
+            sock = writer.get_extra_info("socket")
+            uid = peer_uid(sock) if sock is not None else None
+            if uid is not None and uid != os.getuid():
+                await self._send(writer, _error(Kind.FAILED, f"permission denied: this controller serves uid "
+                                                             f"{os.getuid()} only"))
+                return
+            await self._requests(reader, writer, uid if uid is not None else os.getuid(), task)
+        except (ConnectionError, TimeoutError, asyncio.IncompleteReadError):
+            return  # the client went away, or stopped reading its replies
+        finally:
+            self.connections.discard(task)
+            self.busy.discard(task)
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, uid: int,
+                        task: asyncio.Task[Any]) -> None:
+        # a request that reached a stopping controller is still answered (told "restarting" where it restarts);
+        # then the connection closes
         while True:
-            line = await reader.readline()
-            if not line:
-                return
             try:
-                req = json.loads(line)
-                op = str(req["op"])
-                args = req.get("args") or {}
-            except (ValueError, KeyError, TypeError):
-                writer.write(encode({"ok": False, "kind": "user", "error": "malformed request"}))
-                await writer.drain()
-                continue
-            if op == "subscribe":
-                await _stream(api, writer, float(args.get("interval", 1.0)))
+                async with asyncio.timeout(self.limits.idle_timeout_s):
+                    line = await reader.readuntil(b"\n")
+            except TimeoutError:
+                log.info("closing a connection idle for %g s", self.limits.idle_timeout_s)
                 return
+            except asyncio.IncompleteReadError:
+                return  # end of stream (what came without a newline is not a request)
+            except asyncio.LimitOverrunError:
+                # what is buffered goes with the connection: a huge line never sits in memory whole
+                await self._send(writer, _error(Kind.USER, too_large(self.limits.max_line)))
+                return
+            self.busy.add(task)
             try:
-                result = await api.handle(op, args, uid if uid is not None else os.getuid())
-                reply: dict[str, Any] = {"ok": True, "result": result}
+                reply = await self._answer(line, uid, writer)
+                if reply is None:
+                    return  # a subscription, over
+                await self._send(writer, reply)
+            finally:
+                self.busy.discard(task)
+            if self.ctl.stopping.is_set():
+                return
+
+    async def _send(self, writer: asyncio.StreamWriter, reply: dict[str, Any]) -> None:
+        writer.write(encode(stamped(reply)))
+        # a client that stops reading its replies must not hold the controller's memory forever
+        async with asyncio.timeout(self.limits.idle_timeout_s):
+            await writer.drain()
+
+    async def _answer(self, line: bytes, uid: int, writer: asyncio.StreamWriter) -> dict[str, Any] | None:
+        try:
+            req = json.loads(line)
+        except ValueError:
+            return _error(Kind.USER, "malformed request: not JSON")
+        if not isinstance(req, dict):
+            return _error(Kind.USER, "malformed request: expected a JSON object")
+        op = req.get("op")
+        if not isinstance(op, str) or not op:
+            return _error(Kind.USER, "malformed request: `op` must be a non-empty string")
+        args = req.get("args")
+        args = {} if args is None else args
+        if not isinstance(args, dict):
+            return _error(Kind.USER, f"args: expected a JSON object, found {type(args).__name__}")
+        if self.ctl.restart_reason is not None:
+            return self._restarting()
+        if op not in OPS_ANY_PROTOCOL:
+            skew = await self._skew(req.get("protocol", 1), req.get("hsched"))
+            if skew is not None:
+                return skew
+        if op == "subscribe":
+            try:
+                interval = self.api.number(args, "interval", 1.0, low=0.1, high=3600.0)
             except UserError as e:
-                reply = {"ok": False, "kind": "user", "error": str(e), "problems": e.problems}
-            except HschedError as e:
-                reply = {"ok": False, "kind": "failed", "error": str(e)}
-            except Exception as e:  # a bug in one handler must not take the controller down
-                log.exception("request %s failed", op)
-                reply = {"ok": False, "kind": "failed", "error": f"internal error: {type(e).__name__}: {e}"}
-            writer.write(encode(reply))
-            await writer.drain()
-    except (ConnectionError, asyncio.IncompleteReadError):
-        return
-    finally:
-        with contextlib.suppress(Exception):
-            writer.close()
+                return _error(Kind.USER, str(e), problems=e.problems)
+            await self._stream(writer, interval)
+            return None
+        try:
+            return {"ok": True, "result": await self.api.handle(op, args, uid)}
+        except UserError as e:
+            return _error(Kind.USER, str(e), problems=e.problems)
+        except Stopping as e:
+            return self._restarting() if self.ctl.restart_reason is not None else _error(Kind.FAILED, str(e))
+        except HschedError as e:
+            return _error(Kind.FAILED, str(e))
+        except Exception as e:  # a bug in one handler must not take the controller down
+            log.exception("request %s failed", op)
+            return _error(Kind.FAILED, f"internal error: {type(e).__name__}: {e}")
+
+    def _restarting(self) -> dict[str, Any]:
+        return _error(Kind.RESTARTING, f"the controller restarts ({self.ctl.restart_reason}); "
+                                       "nothing was done: send the request again")
+
+    async def _skew(self, protocol: Any, version: Any) -> dict[str, Any] | None:
+        """A client of another version or protocol: restart on the hsched installed now if it changed under
+        this controller; else refuse a client whose protocol differs, and serve one that only differs in
+        version (another installation of a compatible hsched)."""
+        if protocol == PROTOCOL and version == PACKAGE_VERSION:
+            return None
+        new = await installed_now(self.ctl)
+        if new is not None:
+            self.ctl.request_restart(f"hsched was reinstalled under it ({self.ctl.fingerprint} -> {new}); a client "
+                                     f"of hsched {version} asked")
+            return self._restarting()
+        if protocol != PROTOCOL:
+            return _error(Kind.VERSION, f"this hsched ({version or 'unknown version'}, protocol {protocol}) and "
+                                        f"the controller for {self.ctl.home.root} (hsched {PACKAGE_VERSION}, "
+                                        f"protocol {PROTOCOL}) cannot talk: `hsched daemon restart` restarts the "
+                                        "controller on this hsched")
+        return None
+
+    async def _stream(self, writer: asyncio.StreamWriter, interval: float) -> None:
+        """A snapshot now, then one every `interval` (device utilization moves without any job changing)."""
+        ctl = self.ctl
+        try:
+            while not ctl.stopping.is_set():
+                snap = await self.api.op_snapshot({}, os.getuid())
+                writer.write(encode({"type": "snapshot", **snap}))
+                async with asyncio.timeout(self.limits.idle_timeout_s):
+                    await writer.drain()
+                await ctl.clock.wait(ctl.stopping, max(0.1, interval))
+        except (ConnectionError, RuntimeError, TimeoutError):
+            return
+
+    async def close(self) -> None:
+        """At a stop: a moment for requests already on their way (answered, or told "restarting"), then idle
+        connections close; requests being answered get `drain_s` to finish."""
+        idle = list(self.connections - self.busy)
+        if idle:
+            await asyncio.wait(idle, timeout=GRACE_S)
+        for task in self.connections - self.busy:
+            task.cancel()
+        busy = list(self.busy)
+        if busy:
+            _, late = await asyncio.wait(busy, timeout=self.limits.drain_s)
+            for task in late:
+                task.cancel()
+        rest = list(self.connections)
+        for task in rest:
+            task.cancel()
+        if rest:
+            await asyncio.wait(rest, timeout=5)
 
 
-async def _stream(api: Api, writer: asyncio.StreamWriter, interval: float) -> None:
-    """A snapshot now, then one every `interval` (device utilization moves without any job changing)."""
-    ctl = api.ctl
+# ------------------------------------------------------------------------------ helper processes at a stop
+
+
+@dataclass(frozen=True, slots=True)
+class Proc:
+    pid: int
+    ppid: int
+    pgrp: int
+    session: int
+    start: int
+    """Start time in clock ticks since boot: with the pid, it names one process for good."""
+
+
+def read_procs() -> dict[int, Proc]:
+    """Every process in /proc (empty where there is none). Blocking: call it from a thread."""
+    out: dict[int, Proc] = {}
     try:
-        while not ctl.stopping.is_set():
-            snap = await api.op_snapshot({}, os.getuid())
-            writer.write(encode({"type": "snapshot", **snap}))
-            await writer.drain()
-            await ctl.clock.wait(ctl.stopping, max(0.1, interval))
-    except (ConnectionError, RuntimeError):
-        return
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # after the name: state ppid pgrp session ... starttime is the 22nd field of the whole line
+        out[int(name)] = Proc(int(name), int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]))
+    return out
 
 
-async def serve(home: Home) -> int:
-    home.ensure()
+def helper_groups(procs: dict[int, Proc], me: int) -> dict[int, int]:
+    """Process groups led by this controller's children in sessions of their own (the node helper servers the
+    local executor starts), as group -> its leader's start time. Job wrappers are never among them: the helper
+    starts each in a session of its own, which is not the helper's."""
+    return {p.pid: p.start for p in procs.values() if p.ppid == me and p.pgrp == p.pid and p.session == p.pid}
+
+
+def strays(procs: dict[int, Proc], me: int, groups: dict[int, int]) -> list[int]:
+    """What is left of the controller's helpers once its executors are closed: every process still in one of
+    `groups` (its leader gone, or the same leader still there), and the processes of the controller's own group
+    (when it leads one) that it started or that were orphaned (a sampler's hung nvidia-smi), never the others of
+    a shell pipeline it was started in."""
+    out = []
+    mine = procs.get(me)
+    for p in procs.values():
+        if p.pid == me:
+            continue
+        if p.pgrp in groups:
+            leader = procs.get(p.pgrp)
+            if leader is None or leader.start == groups[p.pgrp]:
+                out.append(p.pid)
+        elif mine is not None and mine.pgrp == me and p.pgrp == me:
+            parent = procs.get(p.ppid)
+            if p.ppid == me or parent is None or parent.pgrp == me or p.ppid != mine.ppid:
+                out.append(p.pid)
+    return sorted(out)
+
+
+async def reap_strays(groups: dict[int, int]) -> int:
+    """Kill what is left of the helpers (see strays); the number killed."""
+    procs = await asyncio.to_thread(read_procs)
+    killed = 0
+    for pid in strays(procs, os.getpid(), groups):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except ProcessLookupError:
+            pass
+    if killed:
+        log.warning("killed %d helper process(es) left behind at the stop (a hung GPU tool?)", killed)
+    return killed
+
+
+# ----------------------------------------------------------------------------------------------- serving
+
+
+async def serve(home: Home, limits: Limits | None = None) -> int:
+    """Run the controller until it is stopped: 0, or EXIT_RESTART when it should start again on a reinstalled
+    hsched (main() execs it)."""
+    limits = limits or Limits()
+    home.secure()
     lock_fd = acquire_lock(home)
-    settings = load_settings(home.settings)
-    fleet_cfg = load_fleet(home.fleet_file())
-    store = Store(home.db)
+    try:
+        settings = load_settings(home.settings)
+        fleet_cfg = load_fleet(home.fleet_file())
+        store = Store(home.db)
+    except BaseException:
+        os.close(lock_fd)
+        raise
+    home.secure()  # the database's -wal and -shm exist now: private, whatever they were before
     ctl = Controller(home, fleet_cfg, settings, store)
     ctl.lock_inode = os.fstat(lock_fd).st_ino
+    ctl.fingerprint = await asyncio.to_thread(installed_fingerprint)
     api = Api(ctl)
+    door = Door(api, limits)
     with contextlib.suppress(FileNotFoundError):
         home.socket.unlink()
     old_umask = os.umask(0o177)  # the socket is born 0600: no window where others could connect
     try:
-        server = await asyncio.start_unix_server(lambda r, w: _serve_client(api, r, w), path=str(home.socket),
-                                                 limit=MAX_LINE)
+        server = await asyncio.start_unix_server(door.serve, path=str(home.socket), limit=limits.max_line)
     finally:
         os.umask(old_umask)
     os.chmod(home.socket, 0o600)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, ctl.stopping.set)
-    log.info("controller %s serving %s with fleet %s", os.getpid(), home.root, fleet_cfg.source)
+    log.info("controller %s (hsched %s, protocol %s, install %s) serving %s with fleet %s", os.getpid(),
+             PACKAGE_VERSION, PROTOCOL, ctl.fingerprint, home.root, fleet_cfg.source)
     try:
         await start(ctl)
-        async with server, asyncio.TaskGroup() as tg:
+        async with asyncio.TaskGroup() as tg:
+            reconciling = tg.create_task(reconcile(ctl))
             loop_task = tg.create_task(run_loop(ctl))
-            monitors = [tg.create_task(monitor(ctl, rt)) for rt in ctl.nodes.values() if ctl.wants_monitor(rt)]
-            monitors.append(tg.create_task(health_loop(ctl)))
+            others = [tg.create_task(monitor(ctl, rt)) for rt in ctl.nodes.values() if ctl.wants_monitor(rt)]
+            others.append(tg.create_task(health_loop(ctl)))
+            others.append(reconciling)
             await ctl.stopping.wait()
+            server.close()  # no new connections; requests under way are answered (or told "restarting")
             ctl.poke()
+            await ctl.notify()  # requests waiting for a change (`wait`) see the stop
+            await door.close()
             await loop_task
-            for m in monitors:
-                m.cancel()
-            server.close()
+            for t in others:
+                t.cancel()
     finally:
         with contextlib.suppress(FileNotFoundError):
             home.socket.unlink()
+        ctl.cancel_probes()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(5):
+                await asyncio.gather(*ctl.probes, return_exceptions=True)
+        groups = helper_groups(await asyncio.to_thread(read_procs), os.getpid())
         await ctl.close_executors()
+        await reap_strays(groups)
         ctl.close()
         store.close()
-        log.info("controller %s stopped", os.getpid())
+        log.info("controller %s %s", os.getpid(), "restarts" if ctl.restart_reason else "stopped")
         os.close(lock_fd)
-    return 0
+    return EXIT_RESTART if ctl.restart_reason is not None else 0
 
 
 def main(argv: list[str]) -> int:
     home = Home(Path(argv[1])) if len(argv) > 1 else Home.from_env()
-    home.ensure()
+    try:
+        home.secure()
+    except UserError as e:
+        print(f"hsched: error: {e}", file=sys.stderr)
+        return 2
     logging.basicConfig(
         filename=str(home.log), level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        return asyncio.run(serve(home))
+        rc = asyncio.run(serve(home))
     except AlreadyRunning as e:
         print(f"hsched: {e}", file=sys.stderr)
         return 3
@@ -165,6 +418,13 @@ def main(argv: list[str]) -> int:
             print(f"hsched: error: {p}", file=sys.stderr)
         log.error("cannot start: %s", e)
         return 2
+    if rc == EXIT_RESTART:
+        # the same command line, now importing the hsched installed on disk; the lock was released above (and
+        # the lock file's descriptor is not inherited), so the new image takes it as any controller would
+        logging.shutdown()
+        argv0 = sys.orig_argv
+        os.execv(sys.executable, [sys.executable, *argv0[1:]])
+    return rc
 
 
 if __name__ == "__main__":

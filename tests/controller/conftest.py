@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,3 +17,11 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     args: dict[str, Any] = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
     asyncio.run(pyfuncitem.obj(**args))
     return True
+
+
+async def until(cond: Callable[[], object]) -> None:
+    """Until `cond()` holds, letting the event loop run in between (the test's timeout is the only limit)."""
+    while True:
+        if cond():
+            return
+        await asyncio.sleep(0)
