@@ -24,8 +24,9 @@ from hsched.controller import commands
 from hsched.controller.core import ACTIVE_STATES, Controller, Stopping
 from hsched.controller.health import check_health
 from hsched.errors import ExecutorError, UserError
-from hsched.model import NodeState
+from hsched.model import NodeState, Resources
 from hsched.protocol import PROTOCOL
+from hsched.sched.live import unsatisfiable
 from hsched.serialize import iso, job_to_dict, node_to_dict, run_to_dict
 from hsched.store import job_from_row
 
@@ -171,10 +172,24 @@ class Api:
         if not PRIORITY_MIN <= spec.priority <= PRIORITY_MAX:
             raise UserError(f"{source}: priority: expected an integer from {PRIORITY_MIN} to {PRIORITY_MAX}, "
                             f"found {spec.priority}")
+        await self._hear_first_probes(spec.resources)
         # who asks is who the kernel says connected (SO_PEERCRED); a `user` in the request is ignored
         user = await self.user_name(uid)
         job = await commands.submit(self.ctl, spec, user, env)
         return job_to_dict(job)
+
+    async def _hear_first_probes(self, res: Resources) -> None:
+        """When no node known so far could run the job but some are still on their first probe, wait for those
+        probes (each ends within its timeout): they decide whether the job is refused as impossible or queued.
+        A job that a known node can run is accepted at once, whatever the others' probes do."""
+        first = [rt.probe_task for rt in self.ctl.nodes.values()
+                 if rt.last_ok is None and rt.config.simulate is None
+                 and rt.probe_task is not None and not rt.probe_task.done()]
+        if not first:
+            return
+        known = [rt.node for rt in self.ctl.nodes.values() if rt.last_ok is not None or rt.config.simulate]
+        if unsatisfiable(res, known) is not None:
+            await asyncio.wait(first)  # not cancelled with this request: the probes are the controller's
 
     async def op_queue(self, args: dict[str, Any], uid: int) -> Any:
         rows = await self.ctl.db(self.ctl.store.job_rows, active_only=not self.flag(args, "all", False))

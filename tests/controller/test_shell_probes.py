@@ -280,3 +280,23 @@ async def test_within_times_out_on_the_given_clock_only() -> None:
     clock.advance(10)
     with pytest.raises(TimeoutError):
         await late
+
+
+async def test_a_submit_waits_for_first_probes_only_when_they_decide_whether_it_can_run(tmp_path: Path) -> None:
+    real = HangingProbe(name="real")  # real GPUs, not known until its probe answers
+    sim = FakeExecutor(name="sim")
+    async with rig(tmp_path, {"real": (real, NodeConfig(name="real", executor="fake")),
+                              "sim": (sim, fake_node("sim", gpus=2))}) as r:
+        await start(r.ctl)
+        await real.started.wait()
+        small = await r.api.handle("submit", {"spec": {"command": ["true"], "resources": {"gpus": 2}}}, 0)
+        assert small["state"] == "PENDING"  # a known node can run it: accepted while the probe hangs
+        big = asyncio.create_task(r.api.handle("submit", {"spec": {"command": ["true"],
+                                                                   "resources": {"gpus": 8}}}, 0))
+        await asyncio.sleep(0)  # one step: the request runs up to its first wait (nothing before it awaits)
+        assert not big.done()  # only the probing node can say whether 8 GPUs exist anywhere
+        r.clock.advance(PROBE_TIMEOUT_S)  # it never says: the job is queued to wait for that node
+        job = await big
+        events = [e["kind"] for e in await r.ctl.db(r.ctl.store.events, job["id"])]
+        assert job["state"] == "PENDING" and "waiting" in events
+        assert job["submit_time"] != small["submit_time"]  # recorded after the probe gave up, not before
