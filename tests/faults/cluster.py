@@ -232,9 +232,9 @@ class Record:
         """job -> (its first terminal state observed, when)."""
         self.first_terminal_events: dict[int, tuple[str, float, int]] = {}
         """job -> (its first terminal state observed, when, the newest event id of that read)."""
-        self.changed_after_terminal: list[str] = []
-        self.sampled: list[str] = []
-        """Two attempts of a job seen alive at once in a process sample (invariants.sample_copies)."""
+        self.changed_after_terminal: list[tuple[int, str]] = []
+        self.sampled: list[tuple[int, str]] = []
+        """(job, what): two attempts of a job seen alive at once in a process sample (invariants.sample_copies)."""
         self._lock = threading.Lock()
 
     def add(self, kind: str, job: int | None = None, ok: bool | None = None, **detail: Any) -> Act:
@@ -255,7 +255,7 @@ class Record:
                         self.first_terminal_events[jid] = (state, at, max_event)
                 elif state != seen[0]:
                     self.changed_after_terminal.append(
-                        f"job {jid}: {seen[0]} (seen at {seen[1]:.3f}) became {state} (seen at {at:.3f})")
+                        (jid, f"job {jid}: {seen[0]} (seen at {seen[1]:.3f}) became {state} (seen at {at:.3f})"))
 
     def submits(self) -> list[Act]:
         return [a for a in self.acts if a.kind == "submit"]
@@ -284,6 +284,11 @@ class Store:
 
     def job(self, jid: int) -> dict[str, Any]:
         return next(j for j in self.jobs if j["id"] == jid)
+
+    def only(self, jobs: set[int]) -> Store:
+        """The rows of these jobs alone (a history's own jobs, in a store that holds earlier histories too)."""
+        return Store([j for j in self.jobs if j["id"] in jobs], [r for r in self.runs if r["job_id"] in jobs],
+                     [e for e in self.events if e["job_id"] in jobs], self.integrity, self.read_at)
 
     def runs_of(self, jid: int) -> list[dict[str, Any]]:
         return [r for r in self.runs if r["job_id"] == jid]

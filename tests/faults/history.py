@@ -142,10 +142,12 @@ class Action:
     """How long the job runs (its command: sleep)."""
 
 
-HISTORY_SETTINGS = {"lease_s": 5, "heartbeat_timeout_s": 2, "kill_after_s": 1, "poll_interval_s": 0.2}
+HISTORY_SETTINGS = {"lease_s": 4, "heartbeat_timeout_s": 2, "kill_after_s": 1, "poll_interval_s": 0.2,
+                    "retry_backoff_s": 0.5, "retry_backoff_max_s": 2}
+LEASE_S = 4.0
 
 
-def generate(seed: int, length: int = 10, hosts: int = 3, can_reboot: bool = True) -> list[Action]:
+def generate(seed: int, length: int = 8, hosts: int = 3, can_reboot: bool = True) -> list[Action]:
     """A history of `length` actions (more with the restores and restarts they imply), the same for a seed."""
     rng = random.Random(seed)
     acts: list[Action] = []
@@ -157,31 +159,32 @@ def generate(seed: int, length: int = 10, hosts: int = 3, can_reboot: bool = Tru
         kind = rng.choice(kinds)
         if kind == "submit":
             acts.append(Action("submit", job=submitted, qos=rng.choice(["normal", "scavenger", "scavenger"]),
-                               gpus=rng.choice([1, 1, 2]), duration=round(rng.uniform(0.5, 4.0), 2)))
+                               gpus=rng.choice([1, 1, 2]), duration=round(rng.uniform(0.3, 2.5), 2)))
             submitted += 1
         elif kind == "cancel" and submitted:
             acts.append(Action("cancel", job=rng.randrange(submitted)))
         elif kind == "preempt":
             # a prod job that needs a whole host: it preempts scavengers where it cannot just start
-            acts.append(Action("submit", job=submitted, qos="prod", gpus=2, duration=round(rng.uniform(0.5, 2.0), 2)))
+            acts.append(Action("submit", job=submitted, qos="prod", gpus=2, duration=round(rng.uniform(0.3, 1.5), 2)))
             submitted += 1
         elif kind == "kill" and not down:
             acts.append(Action("kill"))
             down = True
             if rng.random() < 0.7:
-                acts.append(Action("pause", seconds=round(rng.uniform(0.0, 2.0), 2)))
+                acts.append(Action("pause", seconds=round(rng.uniform(0.0, 1.5), 2)))
                 acts.append(Action("start"))
                 down = False
         elif kind in ("cut", "reboot") and len(cut) < hosts - 1:
             h = rng.choice([i for i in range(hosts) if i not in cut])
-            # shorter or longer than the lease (5 s): reattach, or requeue and fence
+            # away shorter or longer than heartbeat timeout + lease (6 s): reattach, or requeue and fence
             acts.append(Action(kind, host=h))
             cut.add(h)
-            acts.append(Action("pause", seconds=round(rng.choice([rng.uniform(0.5, 3.0), rng.uniform(7.0, 9.0)]), 2)))
+            away = rng.uniform(0.3, 2.0) if rng.random() < 0.5 else rng.uniform(LEASE_S + 2.0, LEASE_S + 3.0)
+            acts.append(Action("pause", seconds=round(away, 2)))
             acts.append(Action("restore", host=h))
             cut.discard(h)
         elif kind == "pause":
-            acts.append(Action("pause", seconds=round(rng.uniform(0.1, 1.5), 2)))
+            acts.append(Action("pause", seconds=round(rng.uniform(0.1, 1.0), 2)))
         if down and rng.random() < 0.5:
             acts.append(Action("start"))
             down = False
@@ -190,15 +193,16 @@ def generate(seed: int, length: int = 10, hosts: int = 3, can_reboot: bool = Tru
     return acts
 
 
-def play(lab: Cluster, hosts: FaultHosts, actions: list[Action]) -> dict[int, int]:
-    """Play a history; returns the job id of each submit index. Requests that fail because the controller is
-    down are recorded unacknowledged (that is part of the history, not an error)."""
+def play(lab: Cluster, hosts: FaultHosts, actions: list[Action], ids: dict[int, int]) -> None:
+    """Play a history, noting the job id of each submit index in `ids`. A request the controller fails (it
+    was killed meanwhile) is recorded unacknowledged: part of the history, not an error."""
     from hsched.errors import ControllerError
 
-    ids: dict[int, int] = {}
     for i, a in enumerate(actions):
         lab.record.add("action", None, None, index=i, action=dataclasses.asdict(a))
         try:
+            if a.kind in ("submit", "cancel") and lab.pid() is None:
+                lab.start()  # as the CLI does: a request while no controller runs starts one
             if a.kind == "submit":
                 ids[a.job or 0] = lab.submit(["sleep", str(a.duration)], gpus=a.gpus, qos=a.qos,
                                              name=f"h{id(lab) % 997}-{len(lab.record.acts)}-{a.job}",
@@ -226,7 +230,6 @@ def play(lab: Cluster, hosts: FaultHosts, actions: list[Action]) -> dict[int, in
         except ControllerError as e:
             lab.record.add(f"{a.kind}-failed", None, False, error=str(e))
         sample(lab, hosts)
-    return ids
 
 
 def sample(lab: Cluster, hosts: FaultHosts) -> None:
@@ -244,6 +247,10 @@ def sample_for(lab: Cluster, hosts: FaultHosts, seconds: float) -> None:
         time.sleep(min(0.25, left))
 
 
+EFFECTS = ("preempted", "node_lost", "fenced", "lost", "retry", "requeued", "cancel", "cancelled")
+"""Event kinds that show a fault's effect, counted per history."""
+
+
 @dataclasses.dataclass
 class SeedResult:
     seed: int
@@ -252,6 +259,8 @@ class SeedResult:
     seconds: float
     jobs: int
     states: dict[str, int]
+    happened: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Actions by kind, and the events that show the faults' effects (preempted, node_lost, fenced, lost...)."""
     report: Path | None = None
 
 
@@ -263,19 +272,26 @@ def run_history(lab: Cluster, hosts: FaultHosts, seed: int, actions: list[Action
     actions = actions if actions is not None else generate(seed, can_reboot=hosts.can_reboot)
     first_event = lab.read().events[-1]["id"] if lab.db.exists() and lab.read().events else 0
     violations: list[str] = []
+    lab.record.sampled.clear()
+    ids: dict[int, int] = {}
     try:
-        ids = play(lab, hosts, actions)
+        play(lab, hosts, actions, ids)
         lab.quiesce()
-        violations = check(lab)
+        violations = check(lab, jobs=set(ids.values()))
     except AssertionError as e:  # a wait that never came is a violation of its own (a hang)
-        ids = {}
         violations = [f"hang: {e}"]
     st = lab.read()
     mine = [j for j in st.jobs if j["id"] in ids.values()]
     states: dict[str, int] = {}
     for j in mine:
         states[j["state"]] = states.get(j["state"], 0) + 1
-    res = SeedResult(seed, actions, violations, time.monotonic() - t0, len(mine), states)
+    happened: dict[str, int] = {}
+    for a in actions:
+        happened[a.kind] = happened.get(a.kind, 0) + 1
+    for e in st.events:
+        if e["id"] > first_event and e["kind"] in EFFECTS:
+            happened["ev:" + e["kind"]] = happened.get("ev:" + e["kind"], 0) + 1
+    res = SeedResult(seed, actions, violations, time.monotonic() - t0, len(mine), states, happened)
     if violations and report_dir is not None:
         res.report = write_report(report_dir, res, [e for e in st.events if e["id"] > first_event], lab)
     return res
@@ -340,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
                     todo = [(s, None) for s in range(args.first, args.first + args.seeds)]
                 for seed, actions in todo:
                     res = run_history(lab, hosts, seed, actions, args.reports)
-                    print(f"seed {seed}: {len(res.actions)} actions, {res.jobs} jobs {res.states}, "
+                    print(f"seed {seed}: {len(res.actions)} actions, {res.jobs} jobs {res.states}, {res.happened}, "
                           f"{len(res.violations)} violations, {res.seconds:.1f} s"
                           + (f", report {res.report}" if res.report else ""), flush=True)
                     for v in res.violations:

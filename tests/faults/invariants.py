@@ -132,6 +132,8 @@ def state_violations(st: Store, procs: list[MarkedProc], *, quiescent: bool, now
         if r["state"] == "EXITED" and r["exit_code"] in (None, 0):
             out.append(f"S3 run {r['id']} of job {r['job_id']} is EXITED with exit code {r['exit_code']}")
         if r["state"] in ("LOST", "FENCING", "FENCED") and r["exit_code"] is not None:
+            # a run given up for lost has no exit record by definition: one recorded afterwards came from a stale
+            # report (read before the run was given up), and settled its job a second time
             out.append(f"S3 run {r['id']} of job {r['job_id']} is {r['state']} with exit code {r['exit_code']}")
     # S4
     holder: dict[tuple[str, str], int] = {}
@@ -187,16 +189,22 @@ def process_violations(st: Store, procs: list[MarkedProc], *, now: float,
     return out
 
 
-def history_violations(st: Store, record: Record) -> list[str]:
-    """H1-H4 (H4's process samples are in `record.sampled`)."""
+def history_violations(st: Store, record: Record, only: set[int] | None = None) -> list[str]:
+    """H1-H4 (H4's process samples are in `record.sampled`); `only`: these jobs' (the store is cut down to them)."""
     out: list[str] = []
     jobs = {j["id"]: j for j in st.jobs}
+
+    def mine(jid: int | None) -> bool:
+        return only is None or jid in only
+
     # H1
     names: dict[str, list[int]] = defaultdict(list)
     for j in st.jobs:
         if j["spec"].get("name"):
             names[j["spec"]["name"]].append(j["id"])
     for a in record.submits():
+        if only is not None and a.job not in only and not (a.ok is False and a.detail.get("name") in names):
+            continue
         if a.ok and a.job not in jobs:
             out.append(f"H1 acknowledged submit of job {a.job} ({a.detail.get('name')}) is not in the store")
         name = a.detail.get("name")
@@ -206,7 +214,7 @@ def history_violations(st: Store, record: Record) -> list[str]:
             out.append(f"H1 submit {name!r} was acknowledged as job {a.job} but the store has it as {names[name]}")
     # H2
     for a in record.acts:
-        if a.kind != "cancel" or a.ok is None or a.job not in jobs:
+        if a.kind != "cancel" or a.ok is None or a.job not in jobs or not mine(a.job):
             continue
         job = jobs[a.job]
         if a.ok and job["state"] in TERMINAL and job["state"] != "CANCELLED":
@@ -219,8 +227,10 @@ def history_violations(st: Store, record: Record) -> list[str]:
             elif seen is not None and seen[0] != job["state"]:
                 out.append(f"H2 job {a.job}: had ended {seen[0]} when the cancel came, now {job['state']}")
     # H3
-    out.extend(f"H3 {m}" for m in record.changed_after_terminal)
+    out.extend(f"H3 {m}" for jid, m in record.changed_after_terminal if mine(jid))
     for jid, (state, at, max_event) in record.first_terminal_events.items():
+        if not mine(jid):
+            continue
         late = [e for e in st.events
                 if e["job_id"] == jid and e["id"] > max_event and e["kind"] in ("placed", "started")]
         if late:
@@ -245,7 +255,7 @@ def history_violations(st: Store, record: Record) -> list[str]:
             if s2 < e1:
                 out.append(f"H4 job {jid}: attempt {a2} on {n2} started {e1 - s2:.3f} s before attempt {a1} on "
                            f"{n1} ended")
-    out.extend(f"H4 {m}" for m in record.sampled)
+    out.extend(f"H4 {m}" for jid, m in record.sampled if mine(jid))
     return out
 
 
@@ -262,12 +272,13 @@ def sample_copies(st: Store, procs: list[MarkedProc], record: Record, away: froz
     for jid, seen in attempts.items():
         if len({a for a, _ in seen}) > 1:
             msg = f"job {jid}: processes of attempts {sorted(seen)} alive at once (at {time.time():.3f})"
-            if msg not in record.sampled:
-                record.sampled.append(msg)
+            if not any(j == jid for j, _ in record.sampled):
+                record.sampled.append((jid, msg))
 
 
-def check(cluster: Cluster, *, quiescent: bool = True) -> list[str]:
-    """Every invariant, now. Processes of a run that ended less than LEFTOVER_GRACE_S ago get the rest of it."""
+def check(cluster: Cluster, *, quiescent: bool = True, jobs: set[int] | None = None) -> list[str]:
+    """Every invariant, now (`jobs`: of these jobs only, and of the store as a whole: its integrity, its GPUs,
+    the processes of its runs). Processes of a run that ended less than LEFTOVER_GRACE_S ago get the rest of it."""
     away = frozenset(h.name for h in cluster.hosts if cluster.hosts.is_cut(h)) if cluster.hosts is not None \
         else frozenset()
     st = cluster.read(integrity=True)
@@ -278,7 +289,12 @@ def check(cluster: Cluster, *, quiescent: bool = True) -> list[str]:
         time.sleep(max(0.0, max(young) + LEFTOVER_GRACE_S - time.time()))
         st = cluster.read(integrity=True)
         procs = cluster.processes()
-    return state_violations(st, procs, quiescent=quiescent, away=away) + history_violations(st, cluster.record)
+    if jobs is not None:
+        mine = {r["run_dir"].rstrip("/").rsplit("/", 1)[-1] for r in st.runs if r["job_id"] in jobs}
+        procs = [p for p in procs if p.run_name in mine]
+        st = st.only(jobs)
+    return (state_violations(st, procs, quiescent=quiescent, away=away)
+            + history_violations(st, cluster.record, jobs))
 
 
 def assert_invariants(cluster: Cluster, *, quiescent: bool = True) -> None:
