@@ -3,8 +3,11 @@
 
     hsched submit --checkpoint-signal USR1@30 -- python3 trainer.py --steps 100 --step-seconds 0.5
 
-It counts steps; on SIGUSR1 or SIGTERM it writes its state and exits with 85 (hsched's checkpoint exit code:
-"checkpointed, requeue me"). When hsched starts it again (HSCHED_RESUME=1) it continues from the saved step.
+It counts steps. On SIGUSR1 it writes its state; then, if hsched sent the signal to stop it (a preemption,
+a time limit: the last line of $HSCHED_RUN_DIR/signals.log says why), it exits with 85 (hsched's checkpoint
+exit code: "checkpointed, requeue me"), else (`hsched checkpoint JOB`) it goes on. On SIGTERM or SIGINT it
+writes its state and exits with 85. When hsched starts it again (HSCHED_RESUME=1) it continues from the
+saved step.
 It also appends one line per run to `runs.log` in the checkpoint folder, so a test can see where each run
 began. Stdlib only.
 """
@@ -19,6 +22,20 @@ import sys
 import time
 
 CHECKPOINT_EXIT = 85
+
+
+def why_signalled() -> str:
+    """Why hsched sent the last signal (`purpose` in the run's signals.log: checkpoint, preempt, timeout,
+    cancel...), or "stop" when it cannot be told (run outside hsched)."""
+    run_dir = os.environ.get("HSCHED_RUN_DIR")
+    if not run_dir:
+        return "stop"
+    try:
+        with open(os.path.join(run_dir, "signals.log")) as f:
+            lines = f.read().splitlines()
+        return str(json.loads(lines[-1]).get("purpose") or "stop")
+    except (OSError, ValueError, IndexError):
+        return "stop"
 
 
 def main() -> int:
@@ -38,12 +55,15 @@ def main() -> int:
                 f"resume {os.environ.get('HSCHED_RESUME', '0')} from step {state['step']}\n")
     print(f"starting at step {state['step']} on GPUs {os.environ.get('CUDA_VISIBLE_DEVICES', '')}", flush=True)
 
-    stop = {"requested": False}
+    stop = {"requested": False, "checkpoint": False}
 
     def on_signal(signum: int, _frame: object) -> None:
-        stop["requested"] = True
+        if signum == signal.SIGUSR1 and why_signalled() == "checkpoint":
+            stop["checkpoint"] = True  # save and go on
+        else:
+            stop["requested"] = True
 
-    for sig in (signal.SIGUSR1, signal.SIGTERM):
+    for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
 
     def save() -> None:
@@ -55,6 +75,10 @@ def main() -> int:
         os.replace(tmp, path)
 
     while state["step"] < opts.steps:
+        if stop["checkpoint"]:
+            stop["checkpoint"] = False
+            save()
+            print(f"checkpointed at step {state['step']}, going on", flush=True)
         if stop["requested"]:
             save()
             print(f"checkpointed at step {state['step']}", flush=True)

@@ -17,7 +17,7 @@ What the node helper reports about containment (issue 12), played by the test:
     ex.probe_hangs = True                   # probe() never answers (until the caller cancels it)
     ex.probe_gpu_error = "GPU probe did not answer within 10 s (nvidia-smi pid 7 killed)"
                                             # probe() answers as a node whose GPU discovery timed out
-    ex.runs[run_dir].signal_calls           # [FakeSignal(name, all_processes, batch_only)] of every signal
+    ex.runs[run_dir].signal_calls           # [FakeSignal(name, all_processes, batch_only, purpose)] per signal
     ex.probe_timeouts                       # the gpu_timeout_s of every probe() call
 
 It implements the whole protocol (executors/base.py) and passes the same conformance suite as the local and
@@ -56,6 +56,7 @@ class FakeSignal:
     """'TERM', 'USR1'... (without SIG)."""
     all_processes: bool = False
     batch_only: bool = False
+    purpose: str = "stop"
 
 
 @dataclass
@@ -187,7 +188,7 @@ class FakeExecutor:
 
     @recorded
     async def signal(self, handle: RunHandle, signal: str, *, all_processes: bool = False,
-                     batch_only: bool = False) -> bool:
+                     batch_only: bool = False, purpose: str = "stop") -> bool:
         self._check("signal")
         name = signal.upper().removeprefix("SIG")
         if not hasattr(signals, f"SIG{name}"):
@@ -196,7 +197,7 @@ class FakeExecutor:
         if run is None or run.exit_code is not None or run.lost or run.handle != handle:
             return False
         run.signals.append(name)
-        run.signal_calls.append(FakeSignal(name, all_processes, batch_only))
+        run.signal_calls.append(FakeSignal(name, all_processes, batch_only, purpose))
         if all_processes:
             run.signalled_all.append(name)
         if batch_only:

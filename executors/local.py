@@ -243,9 +243,10 @@ class LocalExecutor:
 
     @recorded
     async def signal(self, handle: RunHandle, signal: str, *, all_processes: bool = False,
-                     batch_only: bool = False) -> bool:
+                     batch_only: bool = False, purpose: str = "stop") -> bool:
         reply = await self._call("signal", {"handle": handle_to_dict(handle), "signal": signal,
-                                            "all_processes": all_processes, "batch_only": batch_only})
+                                            "all_processes": all_processes, "batch_only": batch_only,
+                                            "purpose": purpose})
         return bool(reply.get("sent"))
 
     @recorded

@@ -518,12 +518,13 @@ class SSHExecutor:
 
     @recorded
     async def signal(self, handle: RunHandle, signal: str, *, all_processes: bool = False,
-                     batch_only: bool = False) -> bool:
+                     batch_only: bool = False, purpose: str = "stop") -> bool:
         _, remote = await self._connection()
         rhandle = replace(handle, run_dir=self._to_remote(remote, handle.run_dir))
         reply = await self._helper("signal", {"handle": handle_to_dict(rhandle), "signal": signal,
                                               "all_processes": all_processes,
-                                              "batch_only": batch_only})
+                                              "batch_only": batch_only,
+                                              "purpose": purpose})
         return bool(reply.get("sent"))
 
     @recorded

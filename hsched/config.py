@@ -587,6 +587,8 @@ class Settings:
     gpu_models: dict[str, Any] = field(default_factory=dict)
     qos: dict[str, QosClass] = field(default_factory=lambda: dict(DEFAULT_QOS_TABLE))
     default_qos: str = DEFAULT_QOS
+    metrics: str | None = None
+    """HOST:PORT where the controller serves Prometheus metrics (e.g. "127.0.0.1:9464"); None: off."""
     policy: str | None = "hsched"
     """The scheduling-core policy that orders the queue and picks GPU types; "none" for QoS/priority/FIFO."""
 
@@ -605,7 +607,7 @@ def load_settings(path: Path) -> Settings:
     data = read_toml(path)
     p = Problems(str(path))
     allowed = frozenset({*_SETTINGS_FLOATS, "checkpoint_exit_code", "max_restarts", "gpu_models", "qos",
-                         "default_qos", "policy", "retries", "fatal_exit_codes"})
+                         "default_qos", "policy", "retries", "fatal_exit_codes", "metrics"})
     check_keys(p, data, allowed, "")
     kwargs: dict[str, Any] = {}
     for k in _SETTINGS_FLOATS:
@@ -620,6 +622,13 @@ def load_settings(path: Path) -> Settings:
             v = _int(p, k, data[k], minimum=0)
             if v is not None:
                 kwargs[k] = v
+    if "metrics" in data:
+        m = data["metrics"]
+        _host, sep, port = str(m).rpartition(":")
+        if not isinstance(m, str) or not sep or not port.isdigit() or not 0 < int(port) < 65536:
+            p.expected("metrics", "HOST:PORT such as \"127.0.0.1:9464\"", m)
+        else:
+            kwargs["metrics"] = m
     if "fatal_exit_codes" in data:
         codes = data["fatal_exit_codes"]
         if not isinstance(codes, list) or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 255

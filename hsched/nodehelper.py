@@ -39,7 +39,7 @@ Run folder (0700, files 0600):
     handle.json   run_dir, pid (the wrapper), pgid (= the main process's pid), start_ticks, boot_id,
                   child_start_ticks, containment ("cgroup" | "pgroup"), cgroups ({"v2", "memory", "cpu"}:
                   folders), enforced (["memory", "cpu"]: limits in force), subreaper, cgroup_errors
-    signals.log   one JSON line per signal hsched sent ({t, signal, number, batch_only, all_processes}),
+    signals.log   one JSON line per signal hsched sent ({t, signal, number, batch_only, all_processes, purpose}),
                   appended before it is sent
     exit.json     exit_code, signal, end_time (when the main process ended), oom, gpu_left ([{uuid, pid,
                   name}]), stuck_pids (killed but not gone after 10 s: D state), leftovers_killed,
@@ -918,13 +918,16 @@ def _decode(status_):
 
 
 def sent_signals(run_dir):
-    """[(time, signal number)] of every signal hsched sent to the run (signals.log)."""
+    """[(time, signal number)] of every signal hsched sent to the run to end it (signals.log); a checkpoint
+    signal (`hsched checkpoint`: go on afterwards) is not one."""
     out = []
     try:
         with open(os.path.join(run_dir, "signals.log")) as f:
             for line in f:
                 try:
                     rec = json.loads(line)
+                    if rec.get("purpose") == "checkpoint":
+                        continue
                     out.append((float(rec["t"]), int(rec["number"])))
                 except (ValueError, KeyError, TypeError):
                     continue
@@ -1154,16 +1157,51 @@ def status(req):
 # ---------------------------------------------------------------------------------------------- signal
 
 
-def _record_signal(run_dir, name, number, batch_only, all_processes):
+def _record_signal(run_dir, name, number, batch_only, all_processes, purpose):
     """Append the signal to the run's signals.log before it is sent: the wrapper reads it to know that the
-    run's end was asked for (let the rest finish, honour a checkpoint exit), never the other way round."""
+    run's end was asked for (let the rest finish, honour a checkpoint exit), never the other way round; the
+    job itself may read its last line to learn why it got a signal (`purpose`: checkpoint, preempt, timeout,
+    cancel, rank_failed, warning)."""
     line = json.dumps({"t": time.time(), "signal": name, "number": number, "batch_only": batch_only,
-                       "all_processes": all_processes}) + "\n"
+                       "all_processes": all_processes, "purpose": purpose}) + "\n"
     fd = _private_fd(os.path.join(run_dir, "signals.log"), os.O_WRONLY | os.O_APPEND)
     try:
         os.write(fd, line.encode())
     finally:
         os.close(fd)
+
+
+def _catches(pid, sig):
+    """Whether process `pid` has a handler for signal `sig` (SigCgt in /proc/PID/status)."""
+    text = _read("/proc/%d/status" % pid) or ""
+    for line in text.splitlines():
+        if line.startswith("SigCgt:"):
+            try:
+                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+            except (IndexError, ValueError):
+                return False
+    return False
+
+
+def _signal_catchers(info, main, wrapper, sig, batch_only):
+    targets = [main] if batch_only else run_members(info, wrapper)
+    if not batch_only and _main_alive(main, info) and main not in targets:
+        targets.append(main)
+    sent = False
+    skipped = 0
+    for pid in targets:
+        if not _catches(pid, sig):
+            skipped += 1
+            continue
+        try:
+            os.kill(pid, sig)
+            sent = True
+        except OSError:
+            pass
+    reply = {"sent": sent}
+    if not sent:
+        reply["detail"] = "no process of the run handles the signal (%d left alone)" % skipped
+    return reply
 
 
 def _main_alive(pid, info):
@@ -1191,7 +1229,12 @@ def send_signal(req):
     info = _run_info(run_dir, handle)
     batch_only = bool(req.get("batch_only"))
     everyone = bool(req.get("all_processes")) and not batch_only
-    _record_signal(run_dir, signame[3:], int(sig), batch_only, everyone)
+    purpose = str(req.get("purpose") or "stop")
+    _record_signal(run_dir, signame[3:], int(sig), batch_only, everyone, purpose)
+    if purpose == "checkpoint":
+        # "checkpoint and go on": only to the processes that handle the signal; one that would die of it (a
+        # `bash -c` wrapper around the trainer) is left alone, or the run would end instead of checkpointing
+        return _signal_catchers(info, int(handle["pgid"]), int(handle["pid"]), int(sig), batch_only)
     main, wrapper = int(handle["pgid"]), int(handle["pid"])
     if batch_only:
         if not _main_alive(main, info):

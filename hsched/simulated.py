@@ -48,8 +48,15 @@ def simulated_devices(node: str, sim: SimulatedDevices) -> tuple[tuple[Device, .
             # the node's declared cores, split evenly between its NUMA nodes; a GPU is local to its node's share
             share = max(1, sim.cpus // max(1, sim.numa_nodes))
             affinity = {i: tuple(range(n * share, (n + 1) * share)) for i, n in numa_of.items() if n is not None}
+    memory = sim.memory_mib
+    if memory is None:
+        # the model's own size (an A100-SXM4-80GB has 80 GB) rather than an unknown
+        from hsched.topo.models import lookup_model
+
+        known = lookup_model(sim.model)
+        memory = known.memory_mib if known is not None else None
     devices = tuple(
-        Device(uuid=uuids[i], index=i, model=sim.model, memory_total_mib=sim.memory_mib, memory_used_mib=0,
+        Device(uuid=uuids[i], index=i, model=sim.model, memory_total_mib=memory, memory_used_mib=0,
                utilization_gpu=0.0, numa_node=numa_of.get(i), simulated=True, cpu_affinity=affinity.get(i, ()))
         for i in range(sim.count)
     )

@@ -98,8 +98,16 @@ async def checkpoint(ctl: Controller, job_id: int) -> Job:
     async with ctl.lock:
         job = await _running(ctl, job_id, "checkpoint")
         ck = job.spec.checkpoint_signal
-        await send(ctl, job_id, ck.signal, all_processes=not ck.batch_only, batch_only=ck.batch_only)
-        await ctl.event("checkpoint", f"SIG{ck.signal} sent (checkpoint, keep running)", job_id=job_id)
+        if ck.signal in ("TERM", "INT", "HUP", "QUIT"):
+            # the run would take it as "stop", not "checkpoint and go on"
+            raise UserError(f"job {job_id}'s checkpoint signal is SIG{ck.signal}, which stops it; to checkpoint "
+                            "without stopping, submit it with --checkpoint-signal USR1@60 (or `hsched preempt` it)")
+        sent = await send(ctl, job_id, ck.signal, all_processes=not ck.batch_only, batch_only=ck.batch_only,
+                          purpose="checkpoint")
+        if not sent:
+            raise HschedError(f"job {job_id}: no process handles SIG{ck.signal}; nothing was sent")
+        await ctl.event("checkpoint", f"SIG{ck.signal} sent to the processes that handle it (checkpoint, keep "
+                        "running)", job_id=job_id)
     await ctl.notify()
     return job
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import zlib
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +17,7 @@ from hsched.arrays import within_limits
 from hsched.controller.checkpoints import bring_along, is_shared, path_on
 from hsched.controller.core import Controller
 from hsched.controller.ending import run_ended
+from hsched.controller.metrics import note_round
 from hsched.controller.stopping import begin_stop, send
 from hsched.dependencies import DepState, named_jobs, verdict
 from hsched.errors import ExecutorError
@@ -29,17 +31,27 @@ log = logging.getLogger("hsched.launch")
 
 async def schedule_round(ctl: Controller) -> bool:
     """One round: decisions from the pure scheduler, recorded, then launches and preemptions started."""
+    started = time.perf_counter()
+    preemptions = 0
+    try:
+        changed, preemptions = await _schedule_round(ctl)
+    finally:
+        note_round(ctl, time.perf_counter() - started, preemptions)
+    return changed
+
+
+async def _schedule_round(ctl: Controller) -> tuple[bool, int]:
     async with ctl.lock:
         now = ctl.clock.time()
         # a retry waits out its backoff (its reason says BeginTime until then)
         pending = [j for j in await ctl.db(ctl.store.jobs, states=[JobState.PENDING])
                    if not j.spec.hold and (j.begin_time is None or j.begin_time <= now)]
         if not pending:
-            return False
+            return False, 0
         active = await ctl.db(ctl.store.jobs, states=[s for s in JobState if s.is_active()])
         pending = within_limits(await _dependencies_met(ctl, pending, active, now), active)
         if not pending:
-            return False
+            return False, 0
         view = fleet_view(ctl, active, await still_dirty(ctl))
         resumed = [j.id for j in pending if j.restarts > 0]
         if resumed:
@@ -85,7 +97,7 @@ async def schedule_round(ctl: Controller) -> bool:
         ctl.attempt_start[job.id] = ctl.clock.time()
         for run in runs:
             spawn_launch(ctl, job, run)
-    return bool(decisions)
+    return bool(decisions), sum(1 for d in decisions if isinstance(d, Preempt))
 
 
 def fleet_view(ctl: Controller, active: list[Job], dirty: frozenset[str] = frozenset()) -> FleetView:
@@ -281,7 +293,8 @@ async def launch(ctl: Controller, job: Job, run: Run) -> None:
         current = await ctl.db(ctl.store.get_job, job.id)
         if current is not None and current.state in (JobState.COMPLETING, JobState.PREEMPTING):
             # stopped while it was being launched
-            await send(ctl, job.id, "TERM", all_processes=True, batch_only=False)
+            await send(ctl, job.id, "TERM", all_processes=True, batch_only=False,
+                       purpose=current.reason or "cancel")
     await ctl.notify()
 
 

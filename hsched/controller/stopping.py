@@ -34,16 +34,19 @@ async def advance(ctl: Controller, job_id: int, now: float) -> None:
         return
     due, ctl.stops[job_id] = plan.due(now)
     for step in due:
-        sent = await send(ctl, job_id, step.signal, all_processes=step.all_processes, batch_only=step.batch_only)
+        sent = await send(ctl, job_id, step.signal, all_processes=step.all_processes, batch_only=step.batch_only,
+                          purpose=plan.reason.value)
         if sent:
             whom = (" to the batch shell only" if step.batch_only
                     else " to every process of the run" if step.all_processes else "")
             await ctl.db(ctl.store.add_event, now, "signal", f"SIG{step.signal} sent{whom}", job_id=job_id)
 
 
-async def send(ctl: Controller, job_id: int, sig: str, *, all_processes: bool, batch_only: bool) -> bool:
+async def send(ctl: Controller, job_id: int, sig: str, *, all_processes: bool, batch_only: bool,
+               purpose: str) -> bool:
     """Send a signal to every live run (rank) of the job; True if any run received it. A node that does not
-    answer is skipped (the plan's next step, or the lease, deals with it)."""
+    answer is skipped (the plan's next step, or the lease, deals with it). `purpose` (a StopReason's value,
+    "warning" or "checkpoint") is recorded on the node, where the job can read why it got the signal."""
     sent = False
     for run in await ctl.db(ctl.store.live_runs):
         if run.job_id != job_id or run.handle is None:
@@ -54,7 +57,7 @@ async def send(ctl: Controller, job_id: int, sig: str, *, all_processes: bool, b
         try:
             async with asyncio.timeout(30):
                 sent |= await rt.executor.signal(run.handle, sig, all_processes=all_processes and not batch_only,
-                                                 batch_only=batch_only)
+                                                 batch_only=batch_only, purpose=purpose)
         except (ExecutorError, TimeoutError) as e:
             log.warning("job %s: cannot send SIG%s on %s: %s", job_id, sig, run.node, e)
     return sent
@@ -82,7 +85,8 @@ async def check_time_limits(ctl: Controller, running: list[Job]) -> None:
         warn = job.spec.warn_signal
         if warn is not None and elapsed >= limit - warn.grace_s and job.id not in ctl.warned:
             ctl.warned.add(job.id)
-            await send(ctl, job.id, warn.signal, all_processes=not warn.batch_only, batch_only=warn.batch_only)
+            await send(ctl, job.id, warn.signal, all_processes=not warn.batch_only, batch_only=warn.batch_only,
+                       purpose="warning")
             whom = "the batch shell" if warn.batch_only else "every process of the run"
             await ctl.db(ctl.store.add_event, now, "warning",
                          f"SIG{warn.signal} sent to {whom} {warn.grace_s:g} s before the time limit", job_id=job.id)

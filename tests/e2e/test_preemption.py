@@ -236,3 +236,25 @@ def test_manual_checkpoint_signal_keeps_running(lab: Hs, tmp_path: Path) -> None
     wait_until(lambda: got.exists())
     assert state(lab, jid)["state"] == "RUNNING"
     lab.run("cancel", jid, check=True)
+
+
+def test_the_example_trainer_checkpoints_and_goes_on_then_stops_when_preempted(lab: Hs) -> None:
+    """`hsched checkpoint` keeps it running (it saves and goes on), even behind `bash -c`, whose shell would die
+    of the signal; a preemption makes it save and exit 85, and it resumes (issue 19)."""
+    jid = submit(lab, "--checkpoint-signal", "USR1@60", "--", "bash", "-c",
+                 f"{sys.executable} {TRAINER} --steps 100000 --step-seconds 0.05; true")
+    wait_until(lambda: "step 3\n" in lab.run("logs", jid).stdout)
+    lab.run("checkpoint", jid, check=True)
+    wait_until(lambda: "going on" in lab.run("logs", jid).stdout)
+    before = lab.run("logs", jid).stdout.count("step ")
+    wait_until(lambda: lab.run("logs", jid).stdout.count("step ") > before + 3)  # it went on
+    job = state(lab, jid)
+    assert job["state"] == "RUNNING" and job["restarts"] == 0
+    lab.run("preempt", jid, check=True)
+    # saved and exited 85 at once (not after the 60 s grace), behind bash: requeued, then resumed
+    wait_until(lambda: state(lab, jid)["restarts"] == 1)
+    events = [e["kind"] for e in state(lab, jid)["events"]]
+    assert "preempted" in events
+    preempted = next(e for e in state(lab, jid)["events"] if e["kind"] == "preempted")
+    assert "exit code 85" in preempted["message"]
+    lab.run("cancel", jid, check=True)

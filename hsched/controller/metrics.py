@@ -1,0 +1,231 @@
+"""Metrics for Prometheus (OpenMetrics text), with the standard client library (prometheus-client).
+
+    metrics = "127.0.0.1:9464"        # settings.toml; off by default
+
+What a scrape reads is a snapshot taken on the controller's event loop (nodes, GPUs, jobs from the store),
+at most every SNAPSHOT_TTL_S: the HTTP server runs in prometheus-client's own thread and never touches the
+store or the controller's state itself, so a scraper hammering the endpoint costs the scheduling loop one
+small snapshot per TTL and nothing else. Round latencies and preemptions are counted as they happen.
+
+Names follow the client library's conventions: `hsched_` prefix, base units in the name, `_total` counters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from hsched.controller.core import Controller
+from hsched.model import JobState, NodeState
+
+log = logging.getLogger("hsched.metrics")
+
+SNAPSHOT_TTL_S = 1.0
+ROUND_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    node: str
+    uuid: str
+    index: int
+    model: str
+    utilization: float | None
+    memory_used_mib: int | None
+    memory_total_mib: int | None
+    power_w: float | None
+    temperature_c: float | None
+    job: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    taken: float
+    gpus: tuple[GpuSample, ...]
+    nodes: tuple[tuple[str, str], ...]
+    """(node, state)."""
+    jobs: tuple[tuple[str, str, int], ...]
+    """(state, qos, count)."""
+    pending_wait_s: tuple[tuple[str, float], ...]
+    """(qos, oldest pending job's wait in seconds)."""
+
+
+@dataclass
+class Recorder:
+    """What happens between scrapes: round latencies (a histogram) and preemptions."""
+
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(ROUND_BUCKETS_S) + 1))
+    round_sum_s: float = 0.0
+    rounds: int = 0
+    preemptions: int = 0
+    snapshot: Snapshot | None = None
+
+    def observe_round(self, seconds: float) -> None:
+        for n, bound in enumerate(ROUND_BUCKETS_S):
+            if seconds <= bound:
+                self.buckets[n] += 1
+                break
+        else:
+            self.buckets[-1] += 1
+        self.round_sum_s += seconds
+        self.rounds += 1
+
+
+_RECORDERS: weakref.WeakKeyDictionary[Controller, Recorder] = weakref.WeakKeyDictionary()
+
+
+def recorder(ctl: Controller) -> Recorder:
+    """The controller's recorder (one per controller; tests run several in one process)."""
+    rec = _RECORDERS.get(ctl)
+    if rec is None:
+        rec = _RECORDERS[ctl] = Recorder()
+    return rec
+
+
+async def take_snapshot(ctl: Controller) -> Snapshot:
+    """Nodes, GPUs and jobs as they are now (on the event loop; the store through its thread)."""
+    active = await ctl.db(ctl.store.jobs, states=[s for s in JobState if not s.is_terminal()])
+    owners = ctl.owners([j for j in active if j.state.is_active()])
+    gpus = tuple(
+        GpuSample(node=rt.name, uuid=d.uuid, index=d.index, model=d.model, utilization=d.utilization_gpu,
+                  memory_used_mib=d.memory_used_mib, memory_total_mib=d.memory_total_mib, power_w=d.power_w,
+                  temperature_c=d.temperature_c, job=owners.get(d.uuid))
+        for rt in ctl.nodes.values() for d in rt.node.devices)
+    counts: dict[tuple[str, str], int] = {}
+    oldest: dict[str, float] = {}
+    now = ctl.clock.time()
+    for j in active:
+        key = (j.state.value, j.spec.qos)
+        counts[key] = counts.get(key, 0) + 1
+        if j.state is JobState.PENDING:
+            oldest[j.spec.qos] = max(oldest.get(j.spec.qos, 0.0), now - j.submit_time)
+    return Snapshot(taken=time.monotonic(), gpus=gpus,
+                    nodes=tuple((rt.name, rt.node.state.value) for rt in ctl.nodes.values()),
+                    jobs=tuple((s, q, n) for (s, q), n in sorted(counts.items())),
+                    pending_wait_s=tuple(sorted(oldest.items())))
+
+
+def families(snap: Snapshot | None, rec: Recorder) -> Iterator[Any]:
+    """The metric families of one scrape (prometheus-client's core types)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+    labels = ["node", "gpu", "uuid", "model", "job"]
+    util = GaugeMetricFamily("hsched_gpu_utilization_ratio", "GPU busy fraction (0-1)", labels=labels)
+    used = GaugeMetricFamily("hsched_gpu_memory_used_bytes", "GPU memory in use", labels=labels)
+    total = GaugeMetricFamily("hsched_gpu_memory_total_bytes", "GPU memory size", labels=labels)
+    power = GaugeMetricFamily("hsched_gpu_power_watts", "GPU power draw", labels=labels)
+    temp = GaugeMetricFamily("hsched_gpu_temperature_celsius", "GPU temperature", labels=labels)
+    node_up = GaugeMetricFamily("hsched_node_state", "1 for the node's current state", labels=["node", "state"])
+    jobs = GaugeMetricFamily("hsched_jobs", "Jobs not ended, by state and QoS class", labels=["state", "qos"])
+    wait = GaugeMetricFamily("hsched_pending_oldest_wait_seconds", "How long the oldest pending job has waited",
+                             labels=["qos"])
+    if snap is not None:
+        for g in snap.gpus:
+            lv = [g.node, str(g.index), g.uuid, g.model, "" if g.job is None else str(g.job)]
+            if g.utilization is not None:
+                util.add_metric(lv, g.utilization / 100.0)
+            if g.memory_used_mib is not None:
+                used.add_metric(lv, g.memory_used_mib * 1024 * 1024)
+            if g.memory_total_mib is not None:
+                total.add_metric(lv, g.memory_total_mib * 1024 * 1024)
+            if g.power_w is not None:
+                power.add_metric(lv, g.power_w)
+            if g.temperature_c is not None:
+                temp.add_metric(lv, g.temperature_c)
+        for name, state in snap.nodes:
+            for s in NodeState:
+                node_up.add_metric([name, s.value], 1.0 if s.value == state else 0.0)
+        for state, qos, n in snap.jobs:
+            jobs.add_metric([state, qos], n)
+        for qos, seconds in snap.pending_wait_s:
+            wait.add_metric([qos], seconds)
+    yield from (util, used, total, power, temp, node_up, jobs, wait)
+    cumulative, acc = [], 0
+    for bound, n in zip((*map(str, ROUND_BUCKETS_S), "+Inf"), rec.buckets, strict=True):
+        acc += n
+        cumulative.append((bound, acc))
+    hist = HistogramMetricFamily("hsched_round_duration_seconds", "Scheduling round latency",
+                                 buckets=cumulative, sum_value=rec.round_sum_s)
+    yield hist
+    pre = CounterMetricFamily("hsched_preemptions", "Preemptions decided by the scheduler")
+    pre.add_metric([], rec.preemptions)
+    yield pre
+
+
+class _Collector:
+    """Reads the controller's recorder and its latest snapshot, asking the event loop for a fresh one when
+    the last is older than SNAPSHOT_TTL_S (and waiting for it at most a second)."""
+
+    def __init__(self, ctl: Controller, loop: asyncio.AbstractEventLoop) -> None:
+        self.ctl = weakref.ref(ctl)
+        self.loop = loop
+
+    def collect(self) -> Iterator[Any]:
+        ctl = self.ctl()
+        if ctl is None:
+            return iter(())
+        rec = recorder(ctl)
+        snap = rec.snapshot
+        if snap is None or time.monotonic() - snap.taken > SNAPSHOT_TTL_S:
+            try:
+                snap = rec.snapshot = asyncio.run_coroutine_threadsafe(take_snapshot(ctl), self.loop).result(1.0)
+            except Exception as e:  # a busy or stopping controller: serve the last snapshot, not an error page
+                log.debug("metrics snapshot: %s", e)
+        return families(snap, rec)
+
+
+def render(ctl: Controller, snap: Snapshot | None) -> bytes:
+    """The exposition text of one scrape (what `hsched metrics` prints)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    reg = CollectorRegistry(auto_describe=False)
+
+    class Once:
+        def collect(self) -> Iterator[Any]:
+            return families(snap, recorder(ctl))
+
+    reg.register(Once())
+    return bytes(generate_latest(reg))
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """'127.0.0.1:9464', ':9464' (localhost), '[::1]:9464' -> (host, port); ValueError naming the form."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:  # 0: any free port (tests)
+        raise ValueError("HOST:PORT such as 127.0.0.1:9464")
+    return (host.strip("[]") or "127.0.0.1"), int(port)
+
+
+@dataclass
+class MetricsServer:
+    server: Any
+    thread: Any
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+def serve(ctl: Controller, address: str, loop: asyncio.AbstractEventLoop) -> MetricsServer:
+    """Start the endpoint in prometheus-client's own thread; `close()` it when the controller stops."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    host, port = parse_address(address)
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(_Collector(ctl, loop))
+    server, thread = start_http_server(port, addr=host, registry=reg)
+    log.info("metrics on http://%s:%d/metrics", host, port)
+    return MetricsServer(server, thread)
+
+
+def note_round(ctl: Controller, seconds: float, preemptions: int) -> None:
+    rec = recorder(ctl)
+    rec.observe_round(seconds)
+    rec.preemptions += preemptions
+
