@@ -25,8 +25,8 @@ CHECKPOINT_EXIT = 85
 
 
 def why_signalled() -> str:
-    """Why hsched sent the last signal (`purpose` in the run's signals.log: checkpoint, preempt, timeout,
-    cancel...), or "stop" when it cannot be told (run outside hsched)."""
+    """Why hsched sent the last signal (`purpose` in the run's signals.log: checkpoint, preempted, timeout,
+    cancelled...), or "stop" when it cannot be told (run outside hsched)."""
     run_dir = os.environ.get("HSCHED_RUN_DIR")
     if not run_dir:
         return "stop"

@@ -113,7 +113,7 @@ class Executor(Protocol):
         """Send `signal` ('TERM', 'KILL', 'USR1'...) to the run's process group; with `all_processes` also to
         every process of the run (its cgroup, and every process that carries the run's marker: children that
         left the group); with `batch_only` to the run's main process alone (sbatch's `B:`). `purpose` says why
-        (preempt, timeout, cancel, rank_failed, warning, or checkpoint: go on afterwards, so only the processes
+        (preempted, timeout, cancelled, rank_failed, warning, or checkpoint: go on afterwards, so only the processes
         that handle the signal get it, and the run's end is not taken as asked for); the node records it, where
         the job may read it (the last line of `$HSCHED_RUN_DIR/signals.log`). The node records
         each signal in the run's folder before sending it (its wrapper then lets the run's other processes

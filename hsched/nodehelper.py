@@ -1160,8 +1160,8 @@ def status(req):
 def _record_signal(run_dir, name, number, batch_only, all_processes, purpose):
     """Append the signal to the run's signals.log before it is sent: the wrapper reads it to know that the
     run's end was asked for (let the rest finish, honour a checkpoint exit), never the other way round; the
-    job itself may read its last line to learn why it got a signal (`purpose`: checkpoint, preempt, timeout,
-    cancel, rank_failed, warning)."""
+    job itself may read its last line to learn why it got a signal (`purpose`: checkpoint, preempted, timeout,
+    cancelled, rank_failed, warning)."""
     line = json.dumps({"t": time.time(), "signal": name, "number": number, "batch_only": batch_only,
                        "all_processes": all_processes, "purpose": purpose}) + "\n"
     fd = _private_fd(os.path.join(run_dir, "signals.log"), os.O_WRONLY | os.O_APPEND)

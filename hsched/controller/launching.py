@@ -294,7 +294,7 @@ async def launch(ctl: Controller, job: Job, run: Run) -> None:
         if current is not None and current.state in (JobState.COMPLETING, JobState.PREEMPTING):
             # stopped while it was being launched
             await send(ctl, job.id, "TERM", all_processes=True, batch_only=False,
-                       purpose=current.reason or "cancel")
+                       purpose=current.reason or "cancelled")
     await ctl.notify()
 
 
