@@ -47,9 +47,9 @@ class Client:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             s.connect(str(self.home.socket))
-        except (FileNotFoundError, ConnectionRefusedError):
+        except (FileNotFoundError, NotADirectoryError, ConnectionRefusedError):
             s.close()
-            return None
+            return None  # nothing listens there (or the folder cannot exist): starting one says what is wrong
         except PermissionError:
             s.close()
             raise ControllerError(f"permission denied on {self.home.socket}: it belongs to another user") from None

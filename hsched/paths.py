@@ -79,8 +79,12 @@ class Home:
 
     def ensure(self) -> None:
         """Create the folder, or make an existing one private (0700; run folders hold users' logs too)."""
-        self.root.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
-        st = self.root.stat()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
+            st = self.root.stat()
+        except OSError as e:
+            raise UserError(f"HSCHED_HOME {self.root}: cannot create or open it ({e.strerror}); set HSCHED_HOME "
+                            "to a folder you can write, e.g. ~/.local/state/hsched") from None
         if st.st_mode & stat.S_ISVTX:
             # /tmp and its like: making them 0700 would lock every other user out of them
             raise UserError(f"HSCHED_HOME {self.root} is a shared folder (sticky bit set); "
@@ -88,10 +92,14 @@ class Home:
         if st.st_uid != os.geteuid():
             raise UserError(f"HSCHED_HOME {self.root} belongs to uid {st.st_uid}, not to this user "
                             f"(uid {os.geteuid()}); choose a folder of your own")
-        if stat.S_IMODE(st.st_mode) != PRIVATE_DIR:
-            os.chmod(self.root, PRIVATE_DIR)
-        for sub in (self.runs, self.checkpoints):
-            sub.mkdir(exist_ok=True, mode=PRIVATE_DIR)
+        try:
+            if stat.S_IMODE(st.st_mode) != PRIVATE_DIR:
+                os.chmod(self.root, PRIVATE_DIR)
+            for sub in (self.runs, self.checkpoints):
+                sub.mkdir(exist_ok=True, mode=PRIVATE_DIR)
+        except OSError as e:
+            raise UserError(f"HSCHED_HOME {self.root}: not writable ({e.strerror}); set HSCHED_HOME to a folder "
+                            "you can write, e.g. ~/.local/state/hsched") from None
 
     def secure(self) -> None:
         """Make the folder 0700 and every controller file in it 0600; create the database and the log 0600

@@ -71,4 +71,9 @@ def main() -> None:
     except typer.Abort:
         sys.stderr.write("\n")
         sys.exit(130)
+    except PermissionError as e:
+        # a folder or file this user may not use (HSCHED_HOME elsewhere, a read-only mount): say which
+        where = f"{e.filename}: " if e.filename else ""
+        sys.stderr.write(f"hsched: error: {where}{e.strerror}; check its permissions or set HSCHED_HOME\n")
+        sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)

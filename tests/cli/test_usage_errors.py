@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hsched.cli import main
@@ -35,3 +37,17 @@ def test_version_and_help_still_work(monkeypatch: pytest.MonkeyPatch, capsys: py
     assert code == 0 and out.startswith("hsched ")
     code, out, _ = run(monkeypatch, capsys, "submit", "--help")
     assert code == 0 and "--retries" in out
+
+
+@pytest.mark.parametrize("argv", [["queue"], ["submit", "--", "true"], ["daemon", "start"], ["nodes"], ["dash"]])
+def test_an_unusable_hsched_home_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                        argv: list[str]) -> None:
+    # a folder that cannot be made (under a file here; a read-only mount or another user's folder alike)
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("HSCHED_HOME", str(tmp_path / "file" / "home"))
+    code, _out, err = run(monkeypatch, capsys, *argv)
+    assert code == 2
+    [line] = err.splitlines()
+    assert line.startswith(f"hsched: error: HSCHED_HOME {tmp_path / 'file' / 'home'}: cannot create or open it")
+    assert "set HSCHED_HOME to a folder you can write" in line
