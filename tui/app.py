@@ -256,9 +256,7 @@ class DashApp(App[None]):
         self.jobs.cycle_sort()
 
     def action_reverse(self) -> None:
-        self.jobs.reverse = not self.jobs.reverse
-        self.jobs.set_sort(self.jobs.sort)
-        self.jobs.reverse = not self.jobs.reverse  # set_sort flipped it once more for the same column
+        self.jobs.toggle_reverse()
 
     def action_me(self) -> None:
         self.jobs.toggle_me(self.user)
@@ -334,8 +332,9 @@ class DashApp(App[None]):
                 args = {"priority": value, "qos": qos.strip() or None}
                 self.send(f"priority of {noun}", [("priority", {"id": j.id, **args}) for j in jobs])
 
+            # empty, with the current value as the hint: what is typed first is the new value, whole
             self.push_screen(PromptScreen(f"New priority for {noun} (optionally a QoS: `10 prod`)",
-                                          value=str(first.priority)), set_priority)
+                                          placeholder=f"now {first.priority} ({first.qos})"), set_priority)
             return
         label, op, make = JOB_OPS[name]
 

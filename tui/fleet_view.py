@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hsched.tui.fmt import NODE_STYLE, bar, gib, na, node_state_text, short_model, sparkline
+from hsched.tui.fmt import NODE_STYLE, bar, gib, node_state_text, reading, short_model, sparkline
 from hsched.tui.history import History
 from hsched.tui.model import DeviceView, Frame, NodeView
 from hsched.tui.sync import RowSync
@@ -95,7 +95,7 @@ class FleetView(Vertical):
             return (node_cell, state_cell, "", Text(message or "no devices", style="bright_black"),
                     "", "", "", "", "", "", "")
         return (node_cell, state_cell, str(d.index), short_model(d.model)[:14], _util(d), _mem(d),
-                sparkline(samples, HISTORY_WIDTH), na(d.temperature_c, "C"), na(d.power_w, "W"),
+                sparkline(samples, HISTORY_WIDTH), reading(d.temperature_c, "C"), reading(d.power_w, "W"),
                 "" if d.job is None else str(d.job), (user or "")[:8])
 
 

@@ -19,6 +19,17 @@ def na(value: object, unit: str = "") -> str:
     return "N/A" if value is None else f"{value:g}{unit}" if isinstance(value, float) else f"{value}{unit}"
 
 
+def printable(text: str) -> str:
+    """Text as one screen line: a newline, a tab or an escape sequence in a name (from an older hsched, which
+    let them in) is shown as its escape, never acted on."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def reading(value: float | None, unit: str) -> str:
+    """A sensor reading in a narrow column: whole units, always with the unit (`68C`, `359W`), N/A if unread."""
+    return "N/A" if value is None else f"{round(value)}{unit}"
+
+
 def bar(fraction: float | None, width: int = 10, label: str = "") -> Text:
     """A coloured bar like nvitop's, with a label after it."""
     if fraction is None:

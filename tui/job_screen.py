@@ -9,7 +9,7 @@ import base64
 from typing import TYPE_CHECKING, Any
 
 from hsched.tui.events_view import kind_style
-from hsched.tui.fmt import bar, gib, na, short_model, state_text
+from hsched.tui.fmt import bar, gib, na, printable, reading, short_model, state_text
 from hsched.tui.model import Frame, JobView, job_from_dict
 from rich.table import Table
 from rich.text import Text
@@ -40,7 +40,7 @@ def detail_table(d: dict[str, Any]) -> Table:
     state.append(f" {d.get('state', '')}  {d.get('reason') or ''}")
     cmd = d.get("command") or []
     rows: list[tuple[str, Any]] = [
-        ("job", f"{d.get('id')}  {d.get('name', '')}"),
+        ("job", f"{d.get('id')}  {printable(str(d.get('name', '')))}"),
         ("state", state),
         ("user", str(d.get("user", ""))),
         ("qos / priority", f"{d.get('qos')} / {d.get('priority')}"),
@@ -164,7 +164,7 @@ class JobScreen(Screen[None]):
     def _title(self, job: JobView | None) -> None:
         t = Text(f"job {self.job_id}")
         if job is not None:
-            t.append(f"  {job.name}  {job.state}  {job.user}  {job.node}")
+            t.append(f"  {printable(job.name)}  {job.state}  {job.user}  {job.node}")
         if self.run_no is not None:
             t.append(f"  log of run {self.run_no}")
         self.title_bar.update(t)
@@ -185,7 +185,8 @@ class JobScreen(Screen[None]):
                            if d.memory_used_mib is not None and d.memory_total_mib else None)
                     t.add_row(n.name, str(d.index), short_model(d.model),
                               bar(None if u is None else u / 100, 8, "N/A" if u is None else f"{u:.0f}%"),
-                              bar(mem, 8, gib(d.memory_used_mib)), na(d.temperature_c, "C"), na(d.power_w, "W"))
+                              bar(mem, 8, gib(d.memory_used_mib)), reading(d.temperature_c, "C"),
+                              reading(d.power_w, "W"))
         self.devices.update(t)
 
     @work(thread=True, exit_on_error=False, group="job-show")

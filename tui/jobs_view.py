@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hsched.tui.fmt import duration, state_text
+from hsched.tui.fmt import duration, printable, state_text
 from hsched.tui.model import Frame, JobView
 from hsched.tui.sync import RowSync
 from rich.text import Text
@@ -152,6 +152,10 @@ class JobsView(Vertical):
         self.sort = names[(names.index(self.sort) + 1) % len(names)]
         self._refresh_rows(force_sort=True)
 
+    def toggle_reverse(self) -> None:
+        self.reverse = not self.reverse
+        self._refresh_rows(force_sort=True)
+
     def set_sort(self, name: str) -> None:
         if name == self.sort:
             self.reverse = not self.reverse
@@ -189,5 +193,5 @@ class JobsView(Vertical):
 
 def _render(src: tuple[JobView, bool, str]) -> tuple[Any, ...]:
     j, tagged, took = src
-    return (Text("*", style="bold yellow") if tagged else Text(" "), str(j.id), j.name[:18], j.user[:10],
+    return (Text("*", style="bold yellow") if tagged else Text(" "), str(j.id), printable(j.name)[:18], j.user[:10],
             state_text(j.state), j.qos, str(j.priority), str(j.gpus), j.node[:12], took, j.reason[:28])

@@ -17,6 +17,8 @@ class PromptScreen(ModalScreen[str | None]):
                               padding: 1 2; }
     """
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    AUTO_FOCUS = "#prompt-input"
+    """Focused as the screen is shown, before its first key is handled: no keystroke typed at once is lost."""
 
     def __init__(self, question: str, value: str = "", placeholder: str = "") -> None:
         super().__init__()
