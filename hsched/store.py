@@ -402,6 +402,28 @@ class Store:
     def runs(self, job_id: int) -> list[Run]:
         return [_run(r) for r in self.db.execute("SELECT * FROM runs WHERE job_id = ? ORDER BY id", (job_id,))]
 
+    def window_jobs(self, since: float | None, until: float | None) -> list[Job]:
+        """Jobs submitted before `until` that had not ended before `since` (accounting's window)."""
+        sql, args = "SELECT * FROM jobs WHERE 1=1", []
+        if until is not None:
+            sql += " AND submit_time <= ?"
+            args.append(until)
+        if since is not None:
+            sql += " AND (end_time IS NULL OR end_time >= ?)"
+            args.append(since)
+        return [job_from_row(r) for r in self.db.execute(sql + " ORDER BY id", args).fetchall()]
+
+    def runs_of(self, job_ids: Sequence[int]) -> dict[int, list[Run]]:
+        out: dict[int, list[Run]] = {}
+        ids = list(job_ids)
+        for i in range(0, len(ids), 500):  # SQLite's limit on parameters
+            chunk = ids[i:i + 500]
+            rows = self.db.execute(f"SELECT * FROM runs WHERE job_id IN ({','.join('?' * len(chunk))}) ORDER BY id",
+                                   chunk).fetchall()
+            for r in rows:
+                out.setdefault(r["job_id"], []).append(_run(r))
+        return out
+
     def live_runs(self) -> list[Run]:
         marks = ",".join("?" * len(_LIVE))
         return [_run(r) for r in self.db.execute(f"SELECT * FROM runs WHERE state IN ({marks}) ORDER BY id",

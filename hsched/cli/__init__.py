@@ -34,9 +34,9 @@ def _root(
 
 
 def _register() -> None:
-    from hsched.cli import control, daemon, fleet, jobs, sim, topo
+    from hsched.cli import acct, control, daemon, fleet, jobs, sim, topo
 
-    for mod in (jobs, control, fleet, daemon, topo, sim):
+    for mod in (jobs, control, acct, fleet, daemon, topo, sim):
         mod.register(app)
     from hsched.cli import dash; dash.register(app)  # noqa: E702, I001  (hsched dash, tui/)
     from hsched.cli import trust; trust.register(app)  # noqa: E702, I001  (hsched node trust; after fleet)

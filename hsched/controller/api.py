@@ -351,6 +351,28 @@ class Api:
             e["time"] = iso(e["time"])
         return events
 
+    async def op_acct(self, args: dict[str, Any], uid: int) -> Any:
+        """Accounting: the jobs of a time window with their runs, and GPU-hours by user and by GPU model."""
+        from hsched.accounting import usage
+
+        # -1: not given (the window is open on that side)
+        since_v = self.number(args, "since", -1.0, low=-1.0, high=1e12)
+        until_v = self.number(args, "until", -1.0, low=-1.0, high=1e12)
+        since = since_v if since_v >= 0 else None
+        until = until_v if until_v >= 0 else None
+        jobs = await self.ctl.db(self.ctl.store.window_jobs, since, until)
+        runs = await self.ctl.db(self.ctl.store.runs_of, [j.id for j in jobs])
+        model_of = {d.uuid: d.model for rt in self.ctl.nodes.values() for d in rt.node.devices}
+        use = usage(jobs, runs, model_of, since, until, self.ctl.clock.time())
+        out = []
+        for j in jobs:
+            d = job_to_dict(j)
+            d["runs"] = [{**run_to_dict(r), "models": sorted({model_of.get(u, "unknown") for u in r.devices})}
+                         for r in runs.get(j.id, [])]
+            out.append(d)
+        return {"jobs": out, "gpu_hours": {"by_user": dict(use.by_user), "by_model": dict(use.by_model),
+                                           "total": use.total_gpu_hours}}
+
     async def op_stop(self, args: dict[str, Any], uid: int) -> Any:
         self.ctl.stopping.set()
         self.ctl.poke()

@@ -1,0 +1,130 @@
+"""`hsched acct`: accounting, as sacct is (ended and running jobs of a time window, their runs, GPU-hours)."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime
+from typing import Any
+
+import typer
+
+from hsched.cli._common import handle_errors, print_json
+from hsched.errors import UserError
+
+FIELDS = {
+    "jobid": lambda j: j.get("display_id") or j["id"], "jobname": lambda j: j["name"], "user": lambda j: j["user"],
+    "state": lambda j: j["state"], "reason": lambda j: j["reason"], "qos": lambda j: j["qos"],
+    "exitcode": lambda j: "" if j["exit_code"] is None else j["exit_code"], "submit": lambda j: j["submit_time"],
+    "start": lambda j: j["start_time"] or "", "end": lambda j: j["end_time"] or "",
+    "elapsed": lambda j: _elapsed(j), "gpus": lambda j: j["gpus"], "nodes": lambda j: j["nodes"],
+    "restarts": lambda j: j["restarts"], "gpuhours": lambda j: f"{_gpu_hours(j):.2f}",
+    "nodelist": lambda j: ",".join(sorted({r["node"] for r in j.get("runs") or []})),
+}
+DEFAULT_FORMAT = "jobid,jobname,user,state,exitcode,elapsed,gpus,gpuhours,nodelist"
+
+
+def _ts(iso_text: str | None) -> float | None:
+    return datetime.fromisoformat(iso_text.replace("Z", "+00:00")).timestamp() if iso_text else None
+
+
+def _elapsed(j: dict[str, Any]) -> str:
+    start, end = _ts(j["start_time"]), _ts(j["end_time"])
+    if start is None:
+        return "0:00:00"
+    s = int((end or time.time()) - start)
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    return f"{d}-{h:02d}:{m:02d}:{s:02d}" if d else f"{h}:{m:02d}:{s:02d}"
+
+
+def _gpu_hours(j: dict[str, Any]) -> float:
+    total = 0.0
+    for r in j.get("runs") or []:
+        start, end = _ts(r["start_time"]), _ts(r["end_time"])
+        if start is not None:
+            total += ((end or time.time()) - start) * len(r["devices"]) / 3600
+    return total
+
+
+_RELATIVE = re.compile(r"^now(?:-(\d+)([smhdw]))?$")
+
+
+def parse_when(text: str, now: float, option: str) -> float:
+    """sacct's times: 2026-12-01, 2026-12-01T10:30[:00], now, now-2h, now-3d (s, m, h, d, w)."""
+    t = text.strip()
+    m = _RELATIVE.match(t.lower())
+    if m:
+        if not m.group(1):
+            return now
+        mult = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}[m.group(2)]
+        return now - int(m.group(1)) * mult
+    try:
+        return datetime.fromisoformat(t).timestamp()
+    except ValueError:
+        raise UserError(f"{option} {text!r}: expected a time such as 2026-12-01, 2026-12-01T10:30 or now-2d") from None
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    @handle_errors
+    def acct(
+        users: str | None = typer.Option(None, "--user", "-u", help="Only these users (comma-separated)."),
+        start: str | None = typer.Option(None, "--starttime", "-S",
+                                         help="Window start: 2026-12-01, 2026-12-01T10:30, now-2d (default: "
+                                              "midnight today, as sacct)."),
+        end: str | None = typer.Option(None, "--endtime", "-E", help="Window end (default: now)."),
+        states: str | None = typer.Option(None, "--state", "-s", help="Only these states (names or codes)."),
+        name: str | None = typer.Option(None, "--name", help="Only jobs with this name (comma-separated)."),
+        fmt: str = typer.Option(DEFAULT_FORMAT, "--format", "-o",
+                                help=f"Fields, comma-separated: {', '.join(FIELDS)}."),
+        parsable: bool = typer.Option(False, "--parsable2", "-P", help="Fields joined by |, no padding."),
+        summary: bool = typer.Option(False, "--gpu-hours", help="GPU-hours by user and by GPU model."),
+        as_json: bool = typer.Option(False, "--json", help="Jobs with their runs, and GPU-hours, as JSON."),
+    ) -> None:
+        """Accounting (sacct's role): the jobs of a time window, their runs and GPU-hours."""
+        from hsched.cli.jobs import _client, _states
+
+        now = time.time()
+        since = parse_when(start, now, "--starttime") if start else datetime.now().replace(
+            hour=0, minute=0, second=0, microsecond=0).timestamp()
+        until = parse_when(end, now, "--endtime") if end else None
+        fields = [f.strip().lower() for f in fmt.split(",") if f.strip()]
+        bad = [f for f in fields if f not in FIELDS]
+        if bad:
+            raise UserError(f"--format: unknown field {bad[0]!r}; known: {', '.join(FIELDS)}")
+        wanted = _states(states) if states else None
+        with _client() as c:
+            reply = c.call("acct", since=since, **({"until": until} if until is not None else {}))
+        jobs = reply["jobs"]
+        if users:
+            allowed = {u.strip() for u in users.split(",") if u.strip()}
+            jobs = [j for j in jobs if j["user"] in allowed]
+        if wanted:
+            jobs = [j for j in jobs if j["state"] in wanted]
+        if name:
+            names = {n.strip() for n in name.split(",")}
+            jobs = [j for j in jobs if j["name"] in names]
+        if as_json:
+            print_json({"jobs": jobs, "gpu_hours": reply["gpu_hours"]})
+            return
+        if summary:
+            hours = reply["gpu_hours"]
+            print(f"GPU-hours {hours['total']:.2f}")
+            for title, key in (("by user", "by_user"), ("by GPU model", "by_model")):
+                print(f"  {title}:")
+                for k, v in hours[key].items():
+                    print(f"    {k:<28} {v:10.2f}")
+            return
+        rows = [[str(FIELDS[f](j)) for f in fields] for j in jobs]
+        if parsable:
+            print("|".join(f.capitalize() for f in fields))
+            for r in rows:
+                print("|".join(r))
+            return
+        widths = [max([len(f)] + [len(r[i]) for r in rows]) for i, f in enumerate(fields)]
+        print("  ".join(f.capitalize().ljust(w) for f, w in zip(fields, widths, strict=True)).rstrip())
+        print("  ".join("-" * w for w in widths))
+        for r in rows:
+            print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
