@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hsched.accounting import in_window, run_gpu_seconds, usage
+from hsched.accounting import in_window, run_gpu_seconds
 from hsched.cli.acct import parse_when
 from hsched.controller.api import Api
 from hsched.errors import UserError
