@@ -1,4 +1,5 @@
-"""`hsched acct`: accounting, as sacct is (ended and running jobs of a time window, their runs, GPU-hours)."""
+"""`hsched acct`: accounting, as sacct is (ended and running jobs of a time window, their runs, GPU-hours);
+`hsched metrics`: one scrape of the controller's Prometheus metrics."""
 
 from __future__ import annotations
 
@@ -67,6 +68,15 @@ def parse_when(text: str, now: float, option: str) -> float:
 
 
 def register(app: typer.Typer) -> None:
+    @app.command()
+    @handle_errors
+    def metrics() -> None:
+        """Print one scrape of the controller's Prometheus metrics (what settings `metrics` serves)."""
+        from hsched.cli.jobs import _client
+
+        with _client() as c:
+            print(c.call("metrics")["text"], end="")
+
     @app.command()
     @handle_errors
     def acct(

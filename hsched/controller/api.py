@@ -373,6 +373,14 @@ class Api:
         return {"jobs": out, "gpu_hours": {"by_user": dict(use.by_user), "by_model": dict(use.by_model),
                                            "total": use.total_gpu_hours}}
 
+    async def op_metrics(self, args: dict[str, Any], uid: int) -> Any:
+        """One scrape's OpenMetrics text, as the endpoint (settings `metrics`) serves it."""
+        from hsched.controller.metrics import recorder, render, take_snapshot
+
+        snap = await take_snapshot(self.ctl)
+        recorder(self.ctl).snapshot = snap
+        return {"text": render(self.ctl, snap).decode()}
+
     async def op_stop(self, args: dict[str, Any], uid: int) -> Any:
         self.ctl.stopping.set()
         self.ctl.poke()

@@ -65,3 +65,15 @@ def test_addresses() -> None:
     assert parse_address("127.0.0.1:9464") == ("127.0.0.1", 9464)
     assert parse_address(":9464") == ("127.0.0.1", 9464)
     assert parse_address("[::1]:9464") == ("::1", 9464)
+
+
+async def test_the_metrics_op_is_one_scrape(tmp_path: Path) -> None:
+    import os
+
+    from hsched.controller.api import Api
+
+    async with Lab.open(tmp_path) as lab:
+        await lab.submit("train", gpus=1)
+        await lab.round()
+        text = (await Api(lab.ctl).handle("metrics", {}, os.getuid()))["text"]
+        assert ({"state": "RUNNING", "qos": "normal"}, 1.0) in parsed(text)["hsched_jobs"]
