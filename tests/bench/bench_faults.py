@@ -20,8 +20,25 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # `tests` as a package, run from anywhere
 
-from tests.faults.cluster import Cluster
+from tests.faults.cluster import Cluster, wait_for
 from tests.faults.history import KILL_LOOP_FLEET, history_lab, kill_loop, run_history
+
+
+def end_time_after_downtime(lab: Cluster, downtime: float) -> tuple[float, int | None]:
+    """A job ends while no controller runs; the controller comes back `downtime` s later. Returns how far the
+    recorded end time is from the job's real end, and the recorded exit code."""
+    gate, ended = lab.root / "gate", lab.root / "ended"
+    lab.start()
+    jid = lab.submit(["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done; date +%s.%N > {ended}; exit 7"])
+    lab.wait_state(jid, "RUNNING")
+    lab.kill()
+    gate.touch()
+    wait_for(lambda: ended.exists() and ended.read_text().strip(), "the job to end")
+    real = float(ended.read_text())
+    time.sleep(max(0.0, real + downtime - time.time()))  # the downtime itself: what is measured
+    lab.start()
+    job = lab.wait_state(jid, "FAILED", "COMPLETED", "LOST")
+    return abs(job["end_time"] - real), job["exit_code"]
 
 
 def main() -> int:
@@ -30,10 +47,18 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=200)
     ap.add_argument("--first", type=int, default=0, help="the first seed")
     ap.add_argument("--reports", type=Path, default=Path("fault-reports"))
+    ap.add_argument("--downtime", type=float, default=60.0,
+                    help="seconds of controller downtime while a job ends (its end time's error is printed; 0: skip)")
     args = ap.parse_args()
     bad = 0
     with tempfile.TemporaryDirectory(prefix="hsched-bench-faults-") as tmp:
         base = Path(tmp)
+        if args.downtime:
+            with Cluster(base / "downtime", fleet_text=KILL_LOOP_FLEET) as lab:
+                err, code = end_time_after_downtime(lab, args.downtime)
+            print(f"end time after {args.downtime:g} s of downtime: off by {err:.3f} s, exit code {code} (7 expected)",
+                  flush=True)
+            bad += err > 1.0 or code != 7
         if args.kills:
             with Cluster(base / "killloop", fleet_text=KILL_LOOP_FLEET) as lab:
                 figures = kill_loop(lab, args.kills, seed=1)

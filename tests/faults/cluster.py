@@ -74,8 +74,9 @@ def boot_override_available() -> bool:
 
 
 class FaultHosts(TestHosts):
-    """TestHosts that can be rebooted (a new boot id; every process of the host killed; its disk kept), and whose
-    sessions may get extra environment (`setenv={1: "PATH=/stub:/usr/bin:/bin"}`: host1's sshd sets it)."""
+    """TestHosts that can be rebooted (a new boot id; every process of the host killed; its disk kept), whose
+    sessions have a HOME of their own (HOST_DIR/home: no login script of this machine runs there), and may get
+    extra environment (`setenv={1: "PATH=/stub:/usr/bin:/bin"}`: host1's sshd sets it)."""
 
     __test__ = False
 
@@ -92,10 +93,13 @@ class FaultHosts(TestHosts):
             super().start()
             return
         self.base.mkdir(parents=True, exist_ok=True)
-        for i, text in self.setenv.items():
+        for i in range(self.count):
             d = self.base / f"{self.prefix}{i}"
-            d.mkdir(parents=True, exist_ok=True)
-            (d / "setenv").write_text(text)
+            (d / "home").mkdir(parents=True, exist_ok=True)
+            # a home of its own, as a real host has: no login script of this machine's runs in its sessions (this
+            # machine's ~/.bashrc may run `pyenv rehash`, whose lock a reboot or a teardown can leave behind, and
+            # then every login here waits a minute for it)
+            (d / "setenv").write_text(" ".join([f"HOME={d / 'home'}", *([self.setenv[i]] if i in self.setenv else [])]))
         wrapper = self.base / "sshd-wrapper"
         wrapper.write_text(_SSHD_WRAPPER.replace("{boot_id}", BOOT_ID).replace("{sshd}", _hostsmod.SSHD))
         wrapper.chmod(0o755)
@@ -405,7 +409,8 @@ class Cluster:
     """One HSCHED_HOME with its fleet (the SSH hosts', or a fleet file's text), its controller, and a Record."""
 
     def __init__(self, root: Path, *, hosts: FaultHosts | None = None, fleet_text: str | None = None,
-                 settings: dict[str, Any] | None = None, gpus: int = 2, limits: dict[str, Any] | None = None) -> None:
+                 settings: dict[str, Any] | None = None, gpus: int = 2, limits: dict[str, Any] | None = None,
+                 fail_fast: Sequence[str] = ("round failed", "health check failed")) -> None:
         from tests.conftest import Hs
 
         self.root = Path(root)
@@ -435,6 +440,8 @@ class Cluster:
         self.record = Record()
         self.run_roots = [self.home / "runs"] + ([h.root / "runs" for h in hosts] if hosts is not None else [])
         self._zygote: Zygote | None = None
+        self.fail_fast = tuple(fail_fast)
+        """Controller log lines that, repeated, mean the controller will never get where a wait waits for."""
         self.limits = limits
         """The control socket's limits for this cluster's controllers (hsched.controller.server.Limits fields)."""
         self.kills = 0
@@ -561,15 +568,16 @@ class Cluster:
         return self.read().job(jid)
 
     def loop_failures(self) -> list[str]:
-        """The controller log's reports of a failed scheduling round or health check (each a bug)."""
+        """The controller log's lines that say it fails (`fail_fast`: a failed round or health check, each a
+        bug)."""
         try:
             text = self.hs.home.joinpath("controller.log").read_text(errors="replace")
         except FileNotFoundError:
             return []
-        return [ln for ln in text.splitlines() if "round failed" in ln or "health check failed" in ln]
+        return [ln for ln in text.splitlines() if any(f in ln for f in self.fail_fast)]
 
     def wait(self, cond: Callable[[], T], what: str) -> T:
-        """wait_for, failing at once when the controller keeps failing its rounds (a poisoned controller never
+        """wait_for, failing at once when the controller keeps failing (a poisoned controller never
         gets there: no need to wait for the safety net)."""
         seen = len(self.loop_failures())
 
@@ -578,7 +586,7 @@ class Cluster:
             if len(failures) >= seen + 3:
                 log = self.home.joinpath("controller.log").read_text(errors="replace")
                 tail = log[log.find(failures[seen]):][:3000]
-                raise AssertionError(f"the controller keeps failing its rounds while waiting for {what}:\n{tail}")
+                raise AssertionError(f"the controller keeps failing (its log) while waiting for {what}:\n{tail}")
             return cond()
 
         return wait_for(got, what)

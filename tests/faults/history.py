@@ -67,7 +67,7 @@ class KillLoopFigures:
                 f"{self.never_ran} never ran, {len(self.violations)} invariant violations, {self.seconds:.1f} s")
 
 
-def kill_loop(lab: Cluster, kills: int, seed: int = 0, *, max_delay_s: float = 0.3) -> KillLoopFigures:
+def kill_loop(lab: Cluster, kills: int, seed: int = 0, *, max_delay_s: float = 0.25) -> KillLoopFigures:
     """`kills` controller SIGKILLs interleaved with submits; `lab` has a fleet of simulated GPUs."""
     from hsched.errors import ControllerError
 
@@ -135,9 +135,13 @@ class Action:
     """submit, cancel, preempt (a prod job over the scavengers), kill, start, cut, restore, reboot, pause"""
     job: int | None = None
     host: int | None = None
+    """The host's index; for cut and reboot None means the one with the most live runs when it is played (and
+    its restore: the host that was cut by the action before it that had None)."""
     seconds: float = 0.0
     qos: str = "normal"
     gpus: int = 1
+    nodes: int = 1
+    """> 1: a gang, one rank per node."""
     duration: float = 2.0
     """How long the job runs (its command: sleep)."""
 
@@ -147,19 +151,31 @@ HISTORY_SETTINGS = {"lease_s": 4, "heartbeat_timeout_s": 2, "kill_after_s": 1, "
 LEASE_S = 4.0
 
 
-def generate(seed: int, length: int = 8, hosts: int = 3, can_reboot: bool = True) -> list[Action]:
-    """A history of `length` actions (more with the restores and restarts they imply), the same for a seed."""
+def generate(seed: int, length: int = 6, hosts: int = 3, can_reboot: bool = True) -> list[Action]:
+    """A history: 2 or 3 submits, then `length` actions (more with the pauses, restores and restarts they imply),
+    the same for a seed."""
     rng = random.Random(seed)
     acts: list[Action] = []
     submitted = 0
     cut: set[int] = set()
     down = False
-    kinds = ["submit"] * 5 + ["cancel"] * 2 + ["preempt", "kill", "cut", "pause"] + (["reboot"] if can_reboot else [])
+    # a few jobs first, so that the faults find work running (scavengers, for a prod job to preempt)
+    for _ in range(3):
+        acts.append(Action("submit", job=submitted, qos="scavenger" if rng.random() < 0.6 else "normal",
+                           gpus=2 if rng.random() < 0.6 else 1, duration=round(rng.uniform(2.0, 5.0), 2)))
+        submitted += 1
+    length += len(acts)
+    kinds = ["submit"] * 4 + ["cancel"] * 2 + ["gang", "preempt", "kill", "kill", "cut", "cut", "pause"] \
+        + (["reboot"] if can_reboot else [])
     while len(acts) < length:
         kind = rng.choice(kinds)
         if kind == "submit":
             acts.append(Action("submit", job=submitted, qos=rng.choice(["normal", "scavenger", "scavenger"]),
                                gpus=rng.choice([1, 1, 2]), duration=round(rng.uniform(0.3, 2.5), 2)))
+            submitted += 1
+        elif kind == "gang":
+            acts.append(Action("submit", job=submitted, qos=rng.choice(["normal", "scavenger"]), gpus=1, nodes=2,
+                               duration=round(rng.uniform(0.5, 2.0), 2)))
             submitted += 1
         elif kind == "cancel" and submitted:
             acts.append(Action("cancel", job=rng.randrange(submitted)))
@@ -175,14 +191,15 @@ def generate(seed: int, length: int = 8, hosts: int = 3, can_reboot: bool = True
                 acts.append(Action("start"))
                 down = False
         elif kind in ("cut", "reboot") and len(cut) < hosts - 1:
-            h = rng.choice([i for i in range(hosts) if i not in cut])
+            # mostly the host with the most work at that moment (chosen when played: None), else a given one
+            h = None if rng.random() < 0.7 else rng.choice([i for i in range(hosts) if i not in cut])
             # away shorter or longer than heartbeat timeout + lease (6 s): reattach, or requeue and fence
             acts.append(Action(kind, host=h))
-            cut.add(h)
+            cut.add(-1 if h is None else h)
             away = rng.uniform(0.3, 2.0) if rng.random() < 0.5 else rng.uniform(LEASE_S + 2.0, LEASE_S + 3.0)
             acts.append(Action("pause", seconds=round(away, 2)))
             acts.append(Action("restore", host=h))
-            cut.discard(h)
+            cut.discard(-1 if h is None else h)
         elif kind == "pause":
             acts.append(Action("pause", seconds=round(rng.uniform(0.1, 1.0), 2)))
         if down and rng.random() < 0.5:
@@ -198,6 +215,7 @@ def play(lab: Cluster, hosts: FaultHosts, actions: list[Action], ids: dict[int, 
     was killed meanwhile) is recorded unacknowledged: part of the history, not an error."""
     from hsched.errors import ControllerError
 
+    chosen = hosts[0]
     for i, a in enumerate(actions):
         lab.record.add("action", None, None, index=i, action=dataclasses.asdict(a))
         try:
@@ -206,7 +224,7 @@ def play(lab: Cluster, hosts: FaultHosts, actions: list[Action], ids: dict[int, 
             if a.kind == "submit":
                 ids[a.job or 0] = lab.submit(["sleep", str(a.duration)], gpus=a.gpus, qos=a.qos,
                                              name=f"h{id(lab) % 997}-{len(lab.record.acts)}-{a.job}",
-                                             checkpoint_signal="TERM@1")
+                                             checkpoint_signal="TERM@1", resources={"nodes": a.nodes})
             elif a.kind == "cancel" and a.job in ids:
                 lab.cancel(ids[a.job])
             elif a.kind == "kill":
@@ -214,14 +232,16 @@ def play(lab: Cluster, hosts: FaultHosts, actions: list[Action], ids: dict[int, 
             elif a.kind == "start":
                 lab.start()
             elif a.kind in ("cut", "reboot"):
-                h = hosts[a.host or 0]
+                h = hosts[a.host] if a.host is not None else busiest(lab, hosts)
+                if a.host is None:
+                    chosen = h
                 if a.kind == "cut":
                     h.cut()
                 else:
                     hosts.crash(h)
                 lab.record.add(a.kind, host=h.name)
             elif a.kind == "restore":
-                h = hosts[a.host or 0]
+                h = hosts[a.host] if a.host is not None else chosen
                 if hosts.is_cut(h):
                     h.restore()
                 lab.record.add("restore", host=h.name)
@@ -230,6 +250,13 @@ def play(lab: Cluster, hosts: FaultHosts, actions: list[Action], ids: dict[int, 
         except ControllerError as e:
             lab.record.add(f"{a.kind}-failed", None, False, error=str(e))
         sample(lab, hosts)
+
+
+def busiest(lab: Cluster, hosts: FaultHosts) -> Any:
+    """The host (not cut off) with the most live runs now; the first one on a tie."""
+    live = [r["node"] for r in lab.read().runs if r["state"] in ("LAUNCHING", "RUNNING", "STOPPING")]
+    up = [h for h in hosts if not hosts.is_cut(h)]
+    return max(up, key=lambda h: (live.count(h.name), -up.index(h)))
 
 
 def sample(lab: Cluster, hosts: FaultHosts) -> None:

@@ -32,7 +32,7 @@ History (the store's events and runs, and what the test did, `Record`):
       `placed` or `started` event of it is committed after the read that saw it terminal.
 * H4  A job never runs twice at once: the runs of different attempts never overlap in time (the store's start
       and end of each attempt), and the processes sampled during the test never show two attempts of a job alive
-      at once, except a FENCING run's stale copy on a node that is away (it is killed when the node returns).
+      at once, except a FENCING run's stale copy (given up past the lease; killed when its node is reached again).
 """
 
 from __future__ import annotations
@@ -261,12 +261,14 @@ def history_violations(st: Store, record: Record, only: set[int] | None = None) 
 
 def sample_copies(st: Store, procs: list[MarkedProc], record: Record, away: frozenset[str]) -> None:
     """H4 at one instant: the processes alive now belong to at most one attempt per job, apart from a FENCING
-    run's stale copy on a node that is away."""
+    run's stale copy: one the store has given up (its node was away past the lease) and kills when it can reach
+    it again, whether that node is still away (`away`) or back and not fenced yet (the heartbeat that says it is
+    back comes first)."""
     by_name = {run_name(r): r for r in st.runs}
     attempts: dict[int, set[tuple[int, str]]] = defaultdict(set)
     for p in procs:
         run = by_name.get(p.run_name)
-        if run is None or (run["state"] == "FENCING" and run["node"] in away):
+        if run is None or run["state"] == "FENCING":
             continue
         attempts[run["job_id"]].add((run["attempt"], run["node"]))
     for jid, seen in attempts.items():

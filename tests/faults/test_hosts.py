@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -135,3 +136,37 @@ def test_a_rebooted_host_loses_its_runs_without_inventing_exit_codes(lab: Cluste
     assert job["state"] == "COMPLETED" and len(runs) == 2, (job["state"], job["reason"])
     lab.quiesce()
     lab.check()
+
+
+def test_a_status_reply_that_arrives_after_the_lease_is_not_taken(fault_hosts: FaultHosts,
+                                                                   tmp_path: Path) -> None:
+    """A status request in flight when the host is cut off is answered only when the host is back, after its
+    lease ran out: the run was given up meanwhile (FENCING) and its job requeued, so that late answer (the run
+    exited 0 while cut off) must not settle the job, nor give the given-up run an exit code."""
+    with Cluster(tmp_path / "late", hosts=fault_hosts, gpus=2,
+                 settings={"lease_s": 4, "heartbeat_timeout_s": 2}) as lab:
+        lab.start()
+        gate = lab.root / "gate"
+        jid = lab.submit(job_script(lab.marks, f'if [ "$HSCHED_RUN" = 1 ]; then while [ ! -e {gate} ]; do '
+                                               'sleep 0.05; done; fi; exit 0'))
+        node = lab.wait_state(jid, "RUNNING")["placement"][0]["node"]
+        host = fault_hosts.host(node)
+        host.cut()
+        lab.record.add("cut", host=node)
+        try:
+            gate.touch()  # run 1 ends while its host is cut off: its exit record waits there
+            wait_for(lambda: any(host.root.glob(f"runs/*/{jid}-1-*/exit.json")), "run 1's exit record")
+            lab.wait_event(jid, "node_lost")  # the lease ran out: run 1 given up, the job requeued
+        finally:
+            host.restore()
+            lab.record.add("restore", host=node)
+        lab.wait_node(node, "UP")
+        job = lab.wait_state(jid, "COMPLETED", "FAILED", "LOST", "CANCELLED")
+        st = lab.read()
+        runs = st.runs_of(jid)
+        assert runs[0]["state"] in ("FENCING", "FENCED") and runs[0]["exit_code"] is None, \
+            (runs[0]["state"], runs[0]["exit_code"], [e["message"] for e in st.events_of(jid)])
+        assert job["state"] == "COMPLETED" and len(runs) == 2, \
+            (job["state"], [(r["attempt"], r["state"]) for r in runs], [e["message"] for e in st.events_of(jid)])
+        lab.quiesce()
+        lab.check()
