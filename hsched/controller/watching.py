@@ -62,6 +62,11 @@ def answering(ctl: Controller, rt: NodeRuntime, now: float) -> bool:
 async def on_report(ctl: Controller, rt: NodeRuntime, run: Run, rep: RunReport) -> bool:
     now = ctl.clock.time()
     async with ctl.lock:
+        # the report answers a question asked before the lock: the run may have been settled meanwhile (given up
+        # past its node's lease and its job requeued, or ended by another report); a stale answer changes nothing
+        current = await ctl.db(ctl.store.get_run, run.id)
+        if current is None or not current.state.is_live() or current.state is not run.state:
+            return False
         job = await ctl.db(ctl.store.get_job, run.job_id)
         if job is None:
             return False
