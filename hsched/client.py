@@ -25,6 +25,11 @@ RESTART_TIMEOUT_S = 60.0
 """How long a request waits for a controller that restarts itself (it stops, then starts and probes)."""
 
 
+class NotDelivered(ControllerError):
+    """The controller closed the connection before it read the request (the kernel says so: a reset, a broken
+    pipe), so the request was not carried out."""
+
+
 class Client:
     def __init__(self, home: Home | None = None, *, autostart: bool = True) -> None:
         self.home = home or Home.from_env()
@@ -122,11 +127,17 @@ class Client:
         line = request(op, args)
         if len(line) > MAX_LINE:
             raise UserError(f"{op}: {too_large()} (the job's environment or spec is too big)")
-        reply = self._exchange(line)
-        if reply.get("kind") == Kind.RESTARTING:
-            # nothing was done: the same request, once, to the controller that comes back on the new hsched
+        try:
+            reply: dict[str, Any] | None = self._exchange(line)
+        except NotDelivered:
+            reply = None
+        if reply is None or reply.get("kind") == Kind.RESTARTING:
+            # nothing was done: the same request, once, to the controller that comes back (on the new hsched)
             self._reconnect_after_restart()
-            reply = self._exchange(line)
+            try:
+                reply = self._exchange(line)
+            except NotDelivered as e:
+                raise ControllerError(f"lost the controller: {e}") from None
         return self._result(op, reply)
 
     def _exchange(self, line: bytes) -> dict[str, Any]:
@@ -134,6 +145,11 @@ class Client:
         try:
             sock.sendall(line)
             reply = json.loads(self._readline(sock))
+        except (ConnectionResetError, BrokenPipeError) as e:
+            # the controller let go of the connection with our request still unread in the socket (a stop or
+            # restart closing its door, or a crash): it was never carried out, so it may be sent again
+            self.close()
+            raise NotDelivered(str(e)) from None
         except OSError as e:
             self.close()
             raise ControllerError(f"lost the controller: {e}") from None

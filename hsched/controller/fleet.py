@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -186,22 +185,13 @@ def _consume(task: asyncio.Future[Any]) -> None:
         task.exception()  # retrieved: an abandoned call's late failure is not "never retrieved" noise
 
 
-def takes_gpu_timeout(executor: Executor) -> bool:
-    """Whether this executor's probe bounds its GPU tools itself (`probe(gpu_timeout_s=...)`)."""
-    try:
-        return "gpu_timeout_s" in inspect.signature(executor.probe).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 async def probe_node(rt: NodeRuntime, clock: Clock, timeout_s: float, *, gpu_timeout_s: float | None = None) -> None:
     """Probe one node, for at most `timeout_s` on `clock`; its outcome becomes the node's facts and its
     problem (see NodeRuntime.probe_problem), never an exception for the caller. `gpu_timeout_s`: how long the
-    node may give its GPU tools (nvidia-smi), where the executor takes it."""
-    probe_fn: Callable[..., Awaitable[dict[str, Any]]] = rt.executor.probe
-    kwargs = {"gpu_timeout_s": gpu_timeout_s} if gpu_timeout_s is not None and takes_gpu_timeout(rt.executor) else {}
+    node gives its GPU tools (NVML, nvidia-smi) before it kills them and says so (executors/base.py)."""
+    ask = rt.executor.probe() if gpu_timeout_s is None else rt.executor.probe(gpu_timeout_s=gpu_timeout_s)
     try:
-        probe = await within(clock, timeout_s, probe_fn(**kwargs))
+        probe = await within(clock, timeout_s, ask)
     except TimeoutError:
         # the node (or the way to it) hangs: unhealthy if it answers otherwise, unreachable if not (health.py)
         rt.probe_problem = f"probe timed out after {timeout_s:g} s"
@@ -237,4 +227,5 @@ def gpu_problem(rt: NodeRuntime, probe: dict[str, Any]) -> str | None:
     error = gpus.get("error") if isinstance(gpus, dict) else None
     if rt.config.simulate is not None or not error or gpus.get("devices"):
         return None
-    return f"GPU probe failed: {str(error).splitlines()[0][:200]}"
+    line = str(error).splitlines()[0][:200]
+    return line if line.startswith("GPU probe") else f"GPU probe failed: {line}"

@@ -37,7 +37,7 @@ log = logging.getLogger("hsched.health")
 PROBE_TIMEOUT_S = 15.0
 """How long a probe may take before the node is given up on for now (UNHEALTHY or UNREACHABLE)."""
 GPU_TIMEOUT_S = 10.0
-"""How long the node itself lets a GPU tool (nvidia-smi) run, where its executor takes the bound."""
+"""How long the node itself lets its GPU tools (NVML, nvidia-smi) run before it kills them and says so."""
 
 ANSWERING = (NodeState.UP, NodeState.DRAINED, NodeState.UNHEALTHY)
 AWAY = (NodeState.UNREACHABLE, NodeState.DOWN)
@@ -66,7 +66,8 @@ def probe_soon(ctl: Controller, rt: NodeRuntime) -> asyncio.Task[None]:
 
 async def _probe(ctl: Controller, rt: NodeRuntime) -> None:
     timeout = probe_timeout_s(ctl)
-    # the node's own bound on its GPU tools leaves room for two of them (query and topology) in the probe
+    # the node's own bound on its GPU tools ends well inside the probe's: a hung nvidia-smi is then a reason
+    # the node gives (UNHEALTHY, "GPU probe did not answer within ..."), not a probe that never answers
     await probe_node(rt, ctl.clock, timeout, gpu_timeout_s=min(GPU_TIMEOUT_S, timeout / 2))
     if rt.probe_problem is not None:
         log.warning("%s: %s", rt.name, rt.probe_problem)

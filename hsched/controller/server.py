@@ -332,18 +332,40 @@ async def reap_strays(groups: dict[int, int]) -> int:
 # ----------------------------------------------------------------------------------------------- serving
 
 
-async def serve(home: Home, limits: Limits | None = None) -> int:
+ACCEPT_BACKLOG = 32
+"""Connections the kernel queues for the socket (asyncio also accepts at most this many per turn)."""
+NOFILE_WANTED = 8192
+
+
+def room_for_files() -> None:
+    """Raise the soft limit on open files toward the hard one: connections at the cap, the store, node helpers
+    and their pipes must never run the controller out of descriptors (1,024 is the usual soft limit)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = NOFILE_WANTED if hard == resource.RLIM_INFINITY else min(NOFILE_WANTED, hard)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ImportError, ValueError, OSError) as e:
+        log.info("cannot raise the open files limit: %s", e)
+
+
+async def serve(home: Home, limits: Limits | None = None, *, lock_fd: int | None = None) -> int:
     """Run the controller until it is stopped: 0, or EXIT_RESTART when it should start again on a reinstalled
-    hsched (main() execs it)."""
+    hsched (main() execs it). `lock_fd`: the single-instance lock, already held (main() holds it across a
+    restart); without it, taken here and let go at the end."""
     limits = limits or Limits()
     home.secure()
-    lock_fd = acquire_lock(home)
+    own_lock = lock_fd is None
+    lock_fd = acquire_lock(home) if lock_fd is None else lock_fd
     try:
         settings = load_settings(home.settings)
         fleet_cfg = load_fleet(home.fleet_file())
         store = Store(home.db)
     except BaseException:
-        os.close(lock_fd)
+        if own_lock:
+            os.close(lock_fd)
         raise
     home.secure()  # the database's -wal and -shm exist now: private, whatever they were before
     ctl = Controller(home, fleet_cfg, settings, store)
@@ -353,9 +375,12 @@ async def serve(home: Home, limits: Limits | None = None) -> int:
     door = Door(api, limits)
     with contextlib.suppress(FileNotFoundError):
         home.socket.unlink()
+    room_for_files()
     old_umask = os.umask(0o177)  # the socket is born 0600: no window where others could connect
     try:
-        server = await asyncio.start_unix_server(door.serve, path=str(home.socket), limit=limits.max_line)
+        # a short backlog: a flood of connections waits in the kernel rather than as open files here
+        server = await asyncio.start_unix_server(door.serve, path=str(home.socket), limit=limits.max_line,
+                                                 backlog=ACCEPT_BACKLOG)
     finally:
         os.umask(old_umask)
     os.chmod(home.socket, 0o600)
@@ -393,8 +418,32 @@ async def serve(home: Home, limits: Limits | None = None) -> int:
         ctl.close()
         store.close()
         log.info("controller %s %s", os.getpid(), "restarts" if ctl.restart_reason else "stopped")
-        os.close(lock_fd)
+        if own_lock:
+            os.close(lock_fd)
     return EXIT_RESTART if ctl.restart_reason is not None else 0
+
+
+LOCK_FD_ENV = "HSCHED_CONTROLLER_LOCK_FD"
+"""Set across a restart's exec: the lock's descriptor, still held, that the new image takes over."""
+
+
+def inherited_lock(home: Home) -> int | None:
+    """The lock descriptor the image before this one handed over (same process, after exec), if it is this
+    home's lock file; so that no other controller can start while this one restarts."""
+    raw = os.environ.pop(LOCK_FD_ENV, None)
+    if raw is None or not raw.isdigit():
+        return None
+    fd = int(raw)
+    try:
+        same = os.fstat(fd).st_ino == os.stat(home.lock).st_ino
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # ours already: a no-op that proves it
+    except OSError:
+        return None
+    if not same:
+        os.close(fd)
+        return None
+    os.set_inheritable(fd, False)
+    return fd
 
 
 def main(argv: list[str]) -> int:
@@ -409,21 +458,29 @@ def main(argv: list[str]) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        rc = asyncio.run(serve(home))
+        lock_fd = inherited_lock(home)
+        if lock_fd is None:
+            lock_fd = acquire_lock(home)
     except AlreadyRunning as e:
         print(f"hsched: {e}", file=sys.stderr)
         return 3
+    try:
+        rc = asyncio.run(serve(home, lock_fd=lock_fd))
     except UserError as e:
         for p in e.problems:
             print(f"hsched: error: {p}", file=sys.stderr)
         log.error("cannot start: %s", e)
+        os.close(lock_fd)
         return 2
     if rc == EXIT_RESTART:
-        # the same command line, now importing the hsched installed on disk; the lock was released above (and
-        # the lock file's descriptor is not inherited), so the new image takes it as any controller would
+        # the same command line, now importing the hsched installed on disk, in the same process: the lock is
+        # handed over held (no other controller can slip in meanwhile) and the runs are adopted as after any
+        # restart
         logging.shutdown()
-        argv0 = sys.orig_argv
-        os.execv(sys.executable, [sys.executable, *argv0[1:]])
+        os.set_inheritable(lock_fd, True)
+        os.environ[LOCK_FD_ENV] = str(lock_fd)
+        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+    os.close(lock_fd)
     return rc
 
 

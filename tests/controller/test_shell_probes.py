@@ -39,14 +39,14 @@ class HangingProbe(FakeExecutor):
         self.cancelled = 0
         self.gpus: dict[str, Any] | None = None
 
-    async def probe(self) -> dict[str, Any]:
+    async def probe(self, *, gpu_timeout_s: float = 10.0) -> dict[str, Any]:
         self.started.set()
         try:
             await self.release.wait()
         except asyncio.CancelledError:
             self.cancelled += 1
             raise
-        reply = await super().probe()
+        reply = await super().probe(gpu_timeout_s=gpu_timeout_s)
         if self.gpus is not None:
             reply["gpus"] = self.gpus
         return reply
@@ -185,7 +185,8 @@ async def test_helper_errors_are_unhealthy_and_unreachable_nodes_stay_unreachabl
 
 async def test_a_gpu_tool_that_fails_on_a_real_node_is_unhealthy_not_zero_gpus(tmp_path: Path) -> None:
     real = HangingProbe(name="real")
-    real.gpus = {"source": "nvidia-smi", "devices": [], "error": "Command timed out after 10 s"}
+    real.gpus = {"source": None, "devices": [], "error": "GPU probe did not answer within 7.5 s (nvidia-smi pid 9 "
+                                                          "killed)"}
     real.release.set()
     cpu_only = FakeExecutor(name="cpu")  # no GPU tool at all: a node with no GPUs, and healthy
     async with rig(tmp_path, {"real": (real, NodeConfig(name="real", executor="local")),
@@ -194,7 +195,8 @@ async def test_a_gpu_tool_that_fails_on_a_real_node_is_unhealthy_not_zero_gpus(t
         await asyncio.gather(*(rt.probe_task for rt in r.ctl.nodes.values()))  # type: ignore[misc]
         await check_health(r.ctl)
         assert r.state("real") is NodeState.UNHEALTHY
-        assert r.ctl.nodes["real"].node.message == "GPU probe failed: Command timed out after 10 s"
+        assert r.ctl.nodes["real"].node.message == "GPU probe did not answer within 7.5 s (nvidia-smi pid 9 killed)"
+        assert real.probe_timeouts == [7.5]  # the node's own bound on its GPU tools, inside the probe's 15 s
         assert r.state("cpu") is NodeState.UP
 
 
