@@ -183,7 +183,7 @@ class Api:
         probes (each ends within its timeout): they decide whether the job is refused as impossible or queued.
         A job that a known node can run is accepted at once, whatever the others' probes do."""
         first = [rt.probe_task for rt in self.ctl.nodes.values()
-                 if rt.last_ok is None and rt.config.simulate is None
+                 if rt.node.state is NodeState.PROBING and rt.config.simulate is None
                  and rt.probe_task is not None and not rt.probe_task.done()]
         if not first:
             return

@@ -28,6 +28,7 @@ class NodeRuntime:
     executor: Executor
     node: Node
     last_ok: float | None = None
+    """When a probe last came back whole (GPUs included); None before the first."""
     probe_error: ExecutorError | None = None
     """Why the last probe failed (typed: NodeRefused needs a person), None once one succeeded."""
     probe_problem: str | None = None
@@ -212,11 +213,16 @@ async def probe_node(rt: NodeRuntime, clock: Clock, timeout_s: float, *, gpu_tim
     if rt.boot_id is not None and probe.get("boot_id") not in (None, rt.boot_id):
         rt.rebooted = True
     rt.boot_id = probe.get("boot_id")
-    rt.last_ok = clock.time()
     rt.probe_error = None
     rt.probe_problem = gpu_problem(rt, probe)
-    # the state is the health check's to decide (hsched.controller.health); a probe only brings facts
     node = node_from_probe(rt, probe)
+    if rt.probe_problem is None:
+        rt.last_ok = clock.time()
+    else:
+        # its GPUs are unknown now, not gone (runs may hold them): what was known of them stays, and the node
+        # is not "probed" for what a submit can count on until its GPU tools answer again
+        node = replace(node, devices=rt.node.devices, links=rt.node.links)
+    # the state is the health check's to decide (hsched.controller.health); a probe only brings facts
     rt.node = replace(node, state=rt.node.state, message=rt.probe_problem or "")
 
 

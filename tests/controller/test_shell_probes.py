@@ -198,6 +198,24 @@ async def test_a_gpu_tool_that_fails_on_a_real_node_is_unhealthy_not_zero_gpus(t
         assert r.ctl.nodes["real"].node.message == "GPU probe did not answer within 7.5 s (nvidia-smi pid 9 killed)"
         assert real.probe_timeouts == [7.5]  # the node's own bound on its GPU tools, inside the probe's 15 s
         assert r.state("cpu") is NodeState.UP
+        # its GPUs are unknown, not absent: a GPU job waits for it instead of being refused as impossible
+        job = await r.api.handle("submit", {"spec": {"command": ["true"], "resources": {"gpus": 1}}}, 0)
+        waiting = [e["message"] for e in await r.ctl.db(r.ctl.store.events, job["id"]) if e["kind"] == "waiting"]
+        assert job["state"] == "PENDING" and waiting and waiting[0].endswith("waiting for real")
+        # the GPU tools answer again: up, with its GPUs; when they fail once more, what was known of them stays
+        gpu = {"uuid": "GPU-real-0", "index": 0, "name": "NVIDIA A100-SXM4-80GB", "memory_total_mib": 81920}
+        real.gpus = {"source": "nvidia-smi", "devices": [gpu]}
+        reprobe(r.ctl)
+        await r.ctl.nodes["real"].probe_task  # type: ignore[misc]
+        await check_health(r.ctl)
+        assert r.state("real") is NodeState.UP and [d.uuid for d in r.ctl.nodes["real"].node.devices] == ["GPU-real-0"]
+        real.gpus = {"source": None, "devices": [], "error": "GPU probe failed (exit status 255): no driver"}
+        reprobe(r.ctl)
+        await r.ctl.nodes["real"].probe_task  # type: ignore[misc]
+        await check_health(r.ctl)
+        node = r.ctl.nodes["real"].node
+        assert node.state is NodeState.UNHEALTHY and node.message == "GPU probe failed (exit status 255): no driver"
+        assert [d.uuid for d in node.devices] == ["GPU-real-0"]
 
 
 async def test_the_first_round_waits_for_the_reconcile_and_requests_do_not(
