@@ -68,7 +68,12 @@ async def _probe(ctl: Controller, rt: NodeRuntime) -> None:
     timeout = probe_timeout_s(ctl)
     # the node's own bound on its GPU tools ends well inside the probe's: a hung nvidia-smi is then a reason
     # the node gives (UNHEALTHY, "GPU probe did not answer within ..."), not a probe that never answers
-    await probe_node(rt, ctl.clock, timeout, gpu_timeout_s=min(GPU_TIMEOUT_S, timeout / 2))
+    try:
+        await probe_node(rt, ctl.clock, timeout, gpu_timeout_s=min(GPU_TIMEOUT_S, timeout / 2))
+    except Exception as e:  # a reply we cannot read (a bug, a helper of another version): the node's problem
+        log.exception("%s: probe failed", rt.name)
+        rt.probe_problem = f"probe failed: {type(e).__name__}: {e}"[:200]
+        rt.node = replace(rt.node, message=rt.probe_problem)
     if rt.probe_problem is not None:
         log.warning("%s: %s", rt.name, rt.probe_problem)
     ctl.poke()

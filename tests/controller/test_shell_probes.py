@@ -183,6 +183,18 @@ async def test_helper_errors_are_unhealthy_and_unreachable_nodes_stay_unreachabl
         assert isinstance(r.ctl.nodes["away"].probe_error, NodeUnreachable)
 
 
+async def test_a_probe_reply_that_cannot_be_read_is_the_nodes_problem_not_a_stuck_probe(tmp_path: Path) -> None:
+    odd = HangingProbe(name="odd")
+    odd.gpus = {"source": "nvidia-smi", "devices": ["GPU-1"]}  # a device that is not an object
+    odd.release.set()
+    async with rig(tmp_path, {"odd": (odd, NodeConfig(name="odd", executor="local"))}) as r:
+        await start(r.ctl)
+        await r.ctl.nodes["odd"].probe_task  # type: ignore[misc]
+        await check_health(r.ctl)
+        assert r.state("odd") is NodeState.UNHEALTHY
+        assert r.ctl.nodes["odd"].node.message.startswith("probe failed: ")
+
+
 async def test_a_gpu_tool_that_fails_on_a_real_node_is_unhealthy_not_zero_gpus(tmp_path: Path) -> None:
     real = HangingProbe(name="real")
     real.gpus = {"source": None, "devices": [], "error": "GPU probe did not answer within 7.5 s (nvidia-smi pid 9 "
