@@ -356,6 +356,10 @@ for line in sys.stdin:
             os.dup2(null, 1)
             os.dup2(err, 2)
             os.chdir("/")
+            # the command line `hsched daemon start` gives a controller, which a self-restart (on a reinstalled
+            # hsched) executes again
+            sys.orig_argv = [sys.executable, "-m", "hsched.controller.server", home]
+            sys.argv = ["hsched-controller", home]
             code = server.main(["hsched-controller", home])
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else 1
@@ -468,7 +472,9 @@ class Cluster:
         return Client(Home(self.home), autostart=False)
 
     def call(self, op: str, **args: Any) -> Any:
+        """One request; a controller that does not answer within the safety net is a failure, not a hang."""
         with self.client() as c:
+            c.connect().settimeout(SAFETY_S)
             return c.call(op, **args)
 
     def spawn(self) -> int:

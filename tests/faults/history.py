@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import SAFETY_S
 from tests.faults.cluster import TERMINAL, Cluster, FaultHosts, wait_for
 from tests.faults.invariants import check, sample_copies
 
@@ -68,42 +69,48 @@ class KillLoopFigures:
 
 
 def kill_loop(lab: Cluster, kills: int, seed: int = 0, *, max_delay_s: float = 0.25) -> KillLoopFigures:
-    """`kills` controller SIGKILLs interleaved with submits; `lab` has a fleet of simulated GPUs."""
+    """`kills` controller SIGKILLs interleaved with submits; `lab` has a fleet of simulated GPUs.
+
+    A submitter sends submits one after the other for the whole loop, as a user's scripts would, while the
+    controller is started and killed at a random instant, again and again; a submit caught by a kill either
+    fails (not acknowledged) or is sent again by the client to the next controller (when the kernel says the
+    dead one never read it)."""
     from hsched.errors import ControllerError
 
     rng = random.Random(seed)
+    sub_rng = random.Random(seed + 1)
     tokens = itertools.count()
     t0 = time.monotonic()
     unanswered: list[str] = []
-    for k in range(kills):
-        stop = threading.Event()
-        sub_rng = random.Random(seed * 1_000_003 + k)
+    stop = threading.Event()
 
-        def submitter(stop: threading.Event = stop, sub_rng: random.Random = sub_rng) -> None:
-            sent = 0
-            while not stop.is_set() and sent < 3:
-                tok = f"t{seed}-{next(tokens)}"
-                command = ["sh", "-c", f"echo $HSCHED_JOB_ID >> {lab.marks}/{tok}"]
-                try:
-                    lab.submit(command, gpus=sub_rng.choice([0, 1, 1, 2]), name=tok)
-                    sent += 1
-                except ControllerError as e:
-                    if "no controller runs" in str(e):  # not listening yet: nothing was sent
-                        time.sleep(0.005)
-                        continue
-                    unanswered.append(tok)
-                    lab.record.add("submit", None, False, name=tok, error=str(e))
-                    return
+    def submitter() -> None:
+        while not stop.is_set():
+            tok = f"t{seed}-{next(tokens)}"
+            command = ["sh", "-c", f"echo $HSCHED_JOB_ID >> {lab.marks}/{tok}"]
+            try:
+                lab.submit(command, gpus=sub_rng.choice([0, 1, 1, 2]), name=tok)
+            except ControllerError as e:
+                if "no controller runs" in str(e):  # nobody listens: nothing was sent
+                    time.sleep(0.005)
+                    continue
+                unanswered.append(tok)
+                lab.record.add("submit", None, False, name=tok, error=str(e))
+            time.sleep(sub_rng.uniform(0.0, 0.08))
 
-        lab.spawn()
-        thread = threading.Thread(target=submitter, daemon=True)
-        thread.start()
-        wait_for(lambda: lab.pid() is not None, "the controller to take its lock", every_s=0.002)
-        time.sleep(rng.uniform(0.0, max_delay_s))  # the instant of the fault
-        lab.kill()
+    thread = threading.Thread(target=submitter, daemon=True)
+    thread.start()
+    try:
+        for _ in range(kills):
+            lab.spawn()
+            wait_for(lambda: lab.pid() is not None, "the controller to take its lock", every_s=0.002)
+            time.sleep(rng.uniform(0.0, max_delay_s))  # the instant of the fault
+            lab.kill()
+    finally:
         stop.set()
-        thread.join(60)
-        assert not thread.is_alive(), "a submit hung after its controller was killed"
+        lab.start()  # a submit waiting for a controller to come back gets one
+        thread.join(SAFETY_S)
+    assert not thread.is_alive(), "a submit hung"
     lab.quiesce()
     st = lab.read()
     names = {j["spec"]["name"]: j for j in st.jobs}
