@@ -144,7 +144,13 @@ class Door:
                 return
             self.busy.add(task)
             try:
-                reply = await self._answer(line, uid, writer)
+                try:
+                    reply = await self._answer(line, uid, writer)
+                except (ConnectionError, TimeoutError):
+                    raise
+                except Exception as e:  # never an uncaught error for one request: it is answered, and logged
+                    log.exception("a request failed")
+                    reply = _error(Kind.FAILED, f"internal error: {type(e).__name__}: {e}")
                 if reply is None:
                     return  # a subscription, over
                 await self._send(writer, reply)
@@ -162,7 +168,7 @@ class Door:
     async def _answer(self, line: bytes, uid: int, writer: asyncio.StreamWriter) -> dict[str, Any] | None:
         try:
             req = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
             return _error(Kind.USER, "malformed request: not JSON")
         if not isinstance(req, dict):
             return _error(Kind.USER, "malformed request: expected a JSON object")

@@ -85,17 +85,18 @@ async def test_malformed_requests_are_user_errors_and_the_connection_goes_on(tmp
     async with door(tmp_path) as (_, d):
         reader, writer, task = connect(d, 1 << 20)
         stamp = {"hsched": PACKAGE_VERSION, "protocol": PROTOCOL}
-        for line in (b"not json\n", b"[1, 2]\n", encode({"args": {}, **stamp}), encode({"op": 3, **stamp}),
-                     encode({"op": "queue", "args": [1], **stamp}), encode({"op": "show", "args": {"id": "x"},
-                                                                          **stamp})):
+        lines = [b"not json\n", b"[" * 200_000 + b"\n",  # the second nests deeper than any parser goes
+                 b"[1, 2]\n", encode({"args": {}, **stamp}), encode({"op": 3, **stamp}),
+                 encode({"op": "queue", "args": [1], **stamp}), encode({"op": "show", "args": {"id": "x"}, **stamp})]
+        for line in lines:
             reader.feed_data(line)
         reader.feed_data(request("ping", {}))
         reader.feed_eof()
         await task
         replies = writer.replies()
-        assert [r["kind"] for r in replies[:-1]] == ["user"] * 6
+        assert [r["kind"] for r in replies[:-1]] == ["user"] * 7
         assert [r["error"] for r in replies[:-1]] == [
-            "malformed request: not JSON", "malformed request: expected a JSON object",
+            "malformed request: not JSON", "malformed request: not JSON", "malformed request: expected a JSON object",
             "malformed request: `op` must be a non-empty string", "malformed request: `op` must be a non-empty string",
             "args: expected a JSON object, found list", "id: not a job id: 'x'"]
         assert replies[-1]["ok"] is True
