@@ -32,6 +32,22 @@ FLEET = ('[[node]]\nname = "here"\n\n'  # this machine, its GPUs probed for real
          '[[node]]\nname = "sim"\n[node.simulate]\nmodel = "NVIDIA A100-SXM4-80GB"\ncount = 2\n')
 
 
+def helpers_of(home: Path) -> list[int]:
+    """Node helper processes (server, sampler, one-shot) started by the controller of `home` (they inherit its
+    HSCHED_HOME); job wrappers are the jobs' own."""
+    mark = f"HSCHED_HOME={home}".encode()
+    out = []
+    for p in processes():
+        if p.state == "Z" or not any(a.endswith(b"nodehelper.py") for a in p.argv) or b"_wrap" in p.argv:
+            continue
+        try:
+            if mark in Path(f"/proc/{p.pid}/environ").read_bytes().split(b"\0"):
+                out.append(p.pid)
+        except OSError:
+            continue
+    return out
+
+
 def stubs() -> list[int]:
     return [p.pid for p in processes() if p.state != "Z" and any(HUNG.encode() in a for a in p.argv)]
 
@@ -112,8 +128,11 @@ def test_a_hung_gpu_probe_never_holds_up_the_controller(hung: Hs) -> None:
     assert status["health"] == "ok" and status["unhealthy_nodes"] == ["here"]  # type: ignore[index]
     pid = hung.controller_pid()
     hanging = len(stubs())  # the helper kills its hung GPU tools itself; any still hanging must go with the stop
+    assert helpers_of(hung.home)  # the proof below looks for the right processes
     assert hung.run("daemon", "stop").returncode == 0
     assert hung.controller_pid() is None
     # killed at the stop with the helpers that ran them: gone once the kernel has delivered the SIGKILLs
     wait_until(lambda: not stubs(), f"no hung probe of controller {pid} alive after daemon stop ({hanging} were "
                                     "before it)", every_s=0.05)
+    wait_until(lambda: not helpers_of(hung.home), "no node helper of the controller alive after daemon stop",
+               every_s=0.05)
