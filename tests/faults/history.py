@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import SAFETY_S
-from tests.faults.cluster import TERMINAL, Cluster, FaultHosts, wait_for
+from tests.faults.cluster import Cluster, FaultHosts, wait_for
 from tests.faults.invariants import check, sample_copies
 
 # ------------------------------------------------------------------------------------------------ kill loop
@@ -230,7 +230,7 @@ def play(lab: Cluster, hosts: FaultHosts, actions: list[Action], ids: dict[int, 
                 lab.start()  # as the CLI does: a request while no controller runs starts one
             if a.kind == "submit":
                 ids[a.job or 0] = lab.submit(["sleep", str(a.duration)], gpus=a.gpus, qos=a.qos,
-                                             name=f"h{id(lab) % 997}-{len(lab.record.acts)}-{a.job}",
+                                             name=f"h{len(lab.record.acts)}-{a.job}",
                                              checkpoint_signal="TERM@1", resources={"nodes": a.nodes})
             elif a.kind == "cancel" and a.job in ids:
                 lab.cancel(ids[a.job])
@@ -401,6 +401,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-__all__ = ["TERMINAL", "Action", "generate", "kill_loop", "run_history"]
