@@ -145,16 +145,31 @@ def parse_oneshot(out: bytes, err: bytes, rc: int | None, *, label: str, what: s
 
 
 def report_from_dict(r: dict[str, Any]) -> RunReport:
-    """One run's report as the helper's `status` gives it (the handle as the node names it)."""
+    """One run's report as the helper's `status` gives it (the handle as the node names it). Checked again here,
+    whatever helper answered: an exit code that is not an integer 0-255 is no exit code (the run is lost), an
+    end time that is not a number is none, and a report the node could not make ("unknown") changes nothing."""
+    status = r.get("status")
+    if status == "unknown" or status not in {s.value for s in RunStatus}:
+        return RunReport(RunStatus.RUNNING)  # no handle: the watcher leaves the run as it is and asks again
+    code = r.get("exit_code")
+    valid_code = isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255
+    if status == RunStatus.EXITED and not valid_code:
+        status = RunStatus.LOST.value
+    raw_end = r.get("end_time")
+    end = float(raw_end) if isinstance(raw_end, int | float) and not isinstance(raw_end, bool) else None
+    end_ok = end is not None and end == end
+    sig = r.get("signal")
+    raw_left = r.get("gpu_left")
+    holders: list[Any] = raw_left if isinstance(raw_left, list) else []
     return RunReport(
-        status=RunStatus(r["status"]),
-        exit_code=r.get("exit_code"),
-        signal=r.get("signal"),
+        status=RunStatus(status),
+        exit_code=code if valid_code else None,
+        signal=sig if isinstance(sig, int) and not isinstance(sig, bool) else None,
         handle=handle_from_dict(r.get("handle")),
-        end_time=float(r["end_time"]) if r.get("end_time") is not None else None,
-        oom=bool(r.get("oom")),
+        end_time=end if end_ok else None,
+        oom=r.get("oom") is True,
         gpu_left=tuple(GpuHolder(uuid=str(g["uuid"]), pid=int(g["pid"]), name=str(g.get("name") or ""))
-                       for g in r.get("gpu_left") or ()),
+                       for g in holders if isinstance(g, dict) and "uuid" in g and isinstance(g.get("pid"), int)),
     )
 
 

@@ -1099,10 +1099,32 @@ def _alive(handle):
     return ticks is not None and ticks == int(handle["start_ticks"])
 
 
+def valid_exit_record(rec):
+    """The exit record if it is one this helper could have written, else None: a dict whose exit code is an
+    integer from 0 to 255 (not a boolean). A torn or hand-made file must never become an exit code (or crash
+    the reply about every other run of the node)."""
+    if not isinstance(rec, dict):
+        return None
+    code = rec.get("exit_code")
+    if isinstance(code, bool) or not isinstance(code, int) or not 0 <= code <= 255:
+        return None
+    return rec
+
+
+def _number(v):
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v else None
+
+
 def _exited(exit_info, handle):
-    return {"status": "exited", "exit_code": exit_info.get("exit_code"), "signal": exit_info.get("signal"),
-            "end_time": exit_info.get("end_time"), "oom": bool(exit_info.get("oom")),
-            "gpu_left": exit_info.get("gpu_left") or [], "handle": handle}
+    """The report of a run with a sound exit code; what else the record says is passed on only if it is
+    well formed (a garbage end time is no end time: the controller uses the moment it learnt of the end)."""
+    left = exit_info.get("gpu_left")
+    holders = [h for h in left if isinstance(h, dict)] if isinstance(left, list) else []
+    sig = exit_info.get("signal")
+    return {"status": "exited", "exit_code": exit_info["exit_code"],
+            "signal": sig if isinstance(sig, int) and not isinstance(sig, bool) else None,
+            "end_time": _number(exit_info.get("end_time")), "oom": exit_info.get("oom") is True,
+            "gpu_left": holders, "handle": handle}
 
 
 def _run_info(run_dir, handle):
@@ -1132,13 +1154,13 @@ def run_status(item):
             return {"status": "not_started"}
         spec_seen = os.path.exists(os.path.join(run_dir, "spec.json"))
         return {"status": "lost" if spec_seen else "not_started", "detail": "no handle recorded"}
-    exit_info = read_json(os.path.join(run_dir, "exit.json"))
+    exit_info = valid_exit_record(read_json(os.path.join(run_dir, "exit.json")))
     if exit_info is not None:
         return _exited(exit_info, handle)
     if _alive(handle):
         return {"status": "running", "handle": handle}
     # the wrapper may have written exit.json between the two looks
-    exit_info = read_json(os.path.join(run_dir, "exit.json"))
+    exit_info = valid_exit_record(read_json(os.path.join(run_dir, "exit.json")))
     if exit_info is not None:
         return _exited(exit_info, handle)
     # the wrapper is gone without an exit record: lost, but only once nothing of the run runs any more
@@ -1151,7 +1173,16 @@ def run_status(item):
 
 
 def status(req):
-    return {"runs": [run_status(item) for item in req.get("runs", [])]}
+    return {"runs": [_one_status(item) for item in req.get("runs", [])]}
+
+
+def _one_status(item):
+    """One run's report; a failure reading it is that run's, never the whole reply's (every other run of the
+    node would stay unreported)."""
+    try:
+        return run_status(item)
+    except Exception as e:
+        return {"status": "unknown", "detail": "%s: %s" % (type(e).__name__, e)}
 
 
 # ---------------------------------------------------------------------------------------------- signal
