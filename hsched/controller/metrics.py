@@ -3,9 +3,9 @@
     metrics = "127.0.0.1:9464"        # settings.toml; off by default
 
 What a scrape reads is a snapshot taken on the controller's event loop (nodes, GPUs, jobs from the store),
-at most every SNAPSHOT_TTL_S: the HTTP server runs in prometheus-client's own thread and never touches the
+rendered at most every SNAPSHOT_TTL_S: the HTTP server runs in a thread of its own and never touches the
 store or the controller's state itself, so a scraper hammering the endpoint costs the scheduling loop one
-small snapshot per TTL and nothing else. Round latencies and preemptions are counted as they happen.
+small snapshot and one render per TTL. Round latencies and preemptions are counted as they happen.
 
 Names follow the client library's conventions: `hsched_` prefix, base units in the name, `_total` counters.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 import weakref
 from collections.abc import Iterator
@@ -201,6 +202,27 @@ def parse_address(text: str) -> tuple[str, int]:
     return (host.strip("[]") or "127.0.0.1"), int(port)
 
 
+class _Cache:
+    """The exposition text of the last scrape, rendered again at most every SNAPSHOT_TTL_S: a scraper asking a
+    hundred times a second costs one render a second, not a hundred (each is ~2 ms of Python, under the GIL
+    the event loop needs)."""
+
+    def __init__(self, registry: Any) -> None:
+        self.registry = registry
+        self.lock = threading.Lock()
+        self.body = b""
+        self.at = float("-inf")
+
+    def get(self) -> bytes:
+        from prometheus_client import generate_latest
+
+        with self.lock:
+            if time.monotonic() - self.at > SNAPSHOT_TTL_S:
+                self.body = bytes(generate_latest(self.registry))
+                self.at = time.monotonic()
+            return self.body
+
+
 @dataclass
 class MetricsServer:
     server: Any
@@ -213,14 +235,36 @@ class MetricsServer:
 
 
 def serve(ctl: Controller, address: str, loop: asyncio.AbstractEventLoop) -> MetricsServer:
-    """Start the endpoint in prometheus-client's own thread; `close()` it when the controller stops."""
-    from prometheus_client import CollectorRegistry, start_http_server
+    """Start the endpoint in a thread of its own; `close()` it when the controller stops."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
     host, port = parse_address(address)
     reg = CollectorRegistry(auto_describe=False)
     reg.register(_Collector(ctl, loop))
-    server, thread = start_http_server(port, addr=host, registry=reg)
-    log.info("metrics on http://%s:%d/metrics", host, port)
+    cache = _Cache(reg)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.split("?", 1)[0] not in ("/", "/metrics"):
+                self.send_error(404, "try /metrics")
+                return
+            body = cache.get()
+            self.send_response(200)
+            self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return  # a scrape a second is not news for the controller's log
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="hsched-metrics", daemon=True)
+    thread.start()
+    log.info("metrics on http://%s:%d/metrics", host, server.server_address[1])
     return MetricsServer(server, thread)
 
 

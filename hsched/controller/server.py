@@ -33,6 +33,7 @@ from hsched.controller.api import Api
 from hsched.controller.core import Controller, Stopping, installed_fingerprint
 from hsched.controller.health import monitor
 from hsched.controller.loops import health_loop, installed_now, reconcile, run_loop, start
+from hsched.controller.metrics import serve as serve_metrics
 from hsched.errors import HschedError, UserError
 from hsched.paths import Home
 from hsched.protocol import (
@@ -395,8 +396,14 @@ async def serve(home: Home, limits: Limits | None = None, *, lock_fd: int | None
         loop.add_signal_handler(sig, ctl.stopping.set)
     log.info("controller %s (hsched %s, protocol %s, install %s) serving %s with fleet %s", os.getpid(),
              PACKAGE_VERSION, PROTOCOL, ctl.fingerprint, home.root, fleet_cfg.source)
+    metrics_server = None
     try:
         await start(ctl)
+        if settings.metrics:
+            try:
+                metrics_server = await asyncio.to_thread(serve_metrics, ctl, settings.metrics, loop)
+            except OSError as e:  # a port in use must not keep the queue from running: said, and served without
+                log.error("metrics: cannot serve on %s: %s", settings.metrics, e)
         async with asyncio.TaskGroup() as tg:
             reconciling = tg.create_task(reconcile(ctl))
             loop_task = tg.create_task(run_loop(ctl))
@@ -412,6 +419,8 @@ async def serve(home: Home, limits: Limits | None = None, *, lock_fd: int | None
             for t in others:
                 t.cancel()
     finally:
+        if metrics_server is not None:
+            await asyncio.to_thread(metrics_server.close)
         with contextlib.suppress(FileNotFoundError):
             home.socket.unlink()
         ctl.cancel_probes()
