@@ -234,6 +234,8 @@ _JOB_KEYS = frozenset(
      "time_limit", "hold", "signal", "retries", "dependency", "kill_on_invalid_dep", "array"}
 )
 MAX_NAME_BYTES = 256
+PRIORITY_MIN, PRIORITY_MAX = -1_000_000, 1_000_000
+"""Priorities a job may have (a spec file, the CLI, the API alike)."""
 MAX_RETRIES = 100
 _RES_KEYS = frozenset({"gpus", "gpu_types", "gpu_memory", "cpus", "memory", "nodes", "interconnect",
                        "tasks_per_node"})
@@ -293,6 +295,9 @@ def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple
         p.expected("qos", f"one of {', '.join(qos_classes)}", qos)
         qos = default_qos
     priority = _int(p, "priority", data.get("priority", 0)) or 0
+    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        p.expected("priority", f"an integer from {PRIORITY_MIN} to {PRIORITY_MAX}", priority)
+        priority = 0
     ck = CheckpointSignal()
     if "checkpoint_signal" in data:
         ck = _converted(p, "checkpoint_signal", data["checkpoint_signal"], parse_checkpoint_signal) or ck
@@ -568,6 +573,9 @@ class Settings:
 
     poll_interval_s: float = 0.5
     probe_interval_s: float = 30.0
+    probe_timeout_s: float = 15.0
+    """A probe that has not answered by then makes its node UNHEALTHY (a hung nvidia-smi); GPU discovery on
+    the node is bounded by half of it."""
     checkpoint_exit_code: int = 85
     lease_s: float = 300.0
     heartbeat_timeout_s: float = 15.0
@@ -597,8 +605,8 @@ class Settings:
         return tuple(self.qos)
 
 
-_SETTINGS_FLOATS = ("poll_interval_s", "probe_interval_s", "lease_s", "heartbeat_timeout_s", "kill_after_s",
-                    "monitor_interval_s", "retry_backoff_s", "retry_backoff_max_s")
+_SETTINGS_FLOATS = ("poll_interval_s", "probe_interval_s", "probe_timeout_s", "lease_s", "heartbeat_timeout_s",
+                    "kill_after_s", "monitor_interval_s", "retry_backoff_s", "retry_backoff_max_s")
 
 
 def load_settings(path: Path) -> Settings:

@@ -19,7 +19,7 @@ import pwd
 from typing import Any
 
 from hsched import __version__
-from hsched.config import job_spec_from_table
+from hsched.config import PRIORITY_MAX, PRIORITY_MIN, job_spec_from_table
 from hsched.controller import commands
 from hsched.controller.core import ACTIVE_STATES, Controller, Stopping
 from hsched.controller.health import check_health
@@ -32,7 +32,6 @@ from hsched.store import job_from_row
 
 API_VERSION = 1
 
-PRIORITY_MIN, PRIORITY_MAX = -1_000_000, 1_000_000
 """A job's priority inside its QoS class (higher first); a bound keeps it an integer SQLite can store."""
 ID_MAX = 2**63 - 1
 WAIT_MAX_S = 7 * 86400.0
@@ -168,10 +167,7 @@ class Api:
                                     and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
             raise UserError("environ: expected an object of strings")
         settings = self.ctl.settings
-        spec = job_spec_from_table(table, source, settings.qos_names, settings.default_qos)
-        if not PRIORITY_MIN <= spec.priority <= PRIORITY_MAX:
-            raise UserError(f"{source}: priority: expected an integer from {PRIORITY_MIN} to {PRIORITY_MAX}, "
-                            f"found {spec.priority}")
+        spec = job_spec_from_table(table, source, settings.qos_names, settings.default_qos)  # priority range too
         await self._hear_first_probes(spec.resources)
         # who asks is who the kernel says connected (SO_PEERCRED); a `user` in the request is ignored
         user = await self.user_name(uid)

@@ -44,11 +44,8 @@ AWAY = (NodeState.UNREACHABLE, NodeState.DOWN)
 
 
 def probe_timeout_s(ctl: Controller) -> float:
-    """settings.probe_timeout_s where the settings have it, else PROBE_TIMEOUT_S."""
-    value = getattr(ctl.settings, "probe_timeout_s", None)
-    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-        return float(value)
-    return PROBE_TIMEOUT_S
+    """settings.probe_timeout_s (15 s unless set)."""
+    return ctl.settings.probe_timeout_s
 
 
 def probe_soon(ctl: Controller, rt: NodeRuntime) -> asyncio.Task[None]:

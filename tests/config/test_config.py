@@ -187,3 +187,11 @@ def test_retry_settings(tmp_path: Path) -> None:
     p.write_text("fatal_exit_codes = 3\n")
     with pytest.raises(ConfigError, match="fatal_exit_codes: expected a list of exit codes"):
         load_settings(p)
+
+
+def test_priority_range_and_probe_timeout(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="priority: expected an integer from -1000000 to 1000000"):
+        job_spec_from_table({"command": ["true"], "priority": 10**7}, "<command line>")
+    p = tmp_path / "settings.toml"
+    p.write_text("probe_timeout_s = 4\n")
+    assert load_settings(p).probe_timeout_s == 4.0
