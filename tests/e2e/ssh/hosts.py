@@ -239,6 +239,7 @@ class TestHosts:
             address = f"127.0.0.{10 + i}"
             port = _free_port(address)
             host = TestHost(name=name, address=address, port=port, dir=d, root=root, host_key_line=host_pub)
+        (d / "home").mkdir(exist_ok=True)
         conf = d / "sshd_config"
         conf.write_text("\n".join([
             f"Port {port}",
@@ -253,7 +254,9 @@ class TestHosts:
             "UsePAM no",
             "StrictModes no",  # the keys live under /tmp, which sshd's ownership checks reject
             "Subsystem sftp internal-sftp",
-            f"SetEnv HSCHED_NODE_ROOT={root}",
+            # a HOME of its own: no login script of this machine (pyenv's rehash, with its lock) runs in a host's
+            # sessions, so killing a session at teardown cannot leave a lock that stalls every later login
+            f"SetEnv HSCHED_NODE_ROOT={root} HOME={d / 'home'}",
             "ClientAliveInterval 5",
             "ClientAliveCountMax 3",
             "MaxStartups 100",
