@@ -309,9 +309,14 @@ class SSHExecutor:
     async def _connection(self) -> tuple[asyncssh.SSHClientConnection, Remote]:
         """The node's one connection, opened (and the helper shipped) if needed; backs off after failures."""
         conn, remote = self._conn, self._remote
-        if conn is not None and remote is not None:
+        if conn is not None and remote is not None and not conn.is_closed():
             return conn, remote
         async with self._lock:
+            if self._conn is not None and self._conn.is_closed():
+                # lost without our hearing of it (it closed while it was being set up, before it was ours to
+                # forget): never keep a dead connection, or every call after fails the same way for ever
+                log.info("%s: connection found closed: opening a new one", self.name)
+                self._conn = None
             if self._conn is not None and self._remote is not None:
                 return self._conn, self._remote
             wait = self._retry_at - time.monotonic()
@@ -330,6 +335,12 @@ class SSHExecutor:
                 self._retry_at = time.monotonic() + delay * random.uniform(0.8, 1.0)
                 self._connect_error = e
                 raise
+            if conn.is_closed():
+                # it went during the first contact (the node rebooting, say): a failure like any other
+                self._failures += 1
+                self._retry_at = time.monotonic() + self.backoff_initial_s
+                self._connect_error = NodeUnreachable(f"{self.name}: the connection closed during first contact")
+                raise self._connect_error
             self._failures, self._retry_at, self._connect_error = 0, 0.0, None
             self._conn, self._remote = conn, remote
             self.last_contact = time.time()
