@@ -91,3 +91,25 @@ def test_watch_notices_a_silent_cut(ssh_hosts: TestHosts) -> None:
 
     seen, took, msg = run(main())
     assert seen >= 2 and took < 10 and msg.startswith(h.name)  # staleness (1.5 s), not TCP's minutes
+
+
+def test_a_connection_that_closed_unheard_is_replaced(ssh_hosts: TestHosts) -> None:
+    """The connection closes in a way the executor never heard of (as when it closes while still being set up,
+    found by the randomized fault history: a host rebooting during first contact): the next call opens a new
+    one instead of failing for ever on the dead one."""
+    async def main() -> tuple[dict, dict]:  # type: ignore[type-arg]
+        ex = ssh_hosts.executor(ssh_hosts[0])
+        try:
+            first = await ex.probe()
+            conn = ex._conn
+            assert conn is not None
+            ex._conn_id += 1  # its lost-callback now names a connection the executor does not hold: unheard
+            conn.close()
+            await conn.wait_closed()
+            assert ex._conn is conn and conn.is_closed()
+            return first, await ex.probe()
+        finally:
+            await ex.close()
+
+    first, again = run(main())
+    assert again["boot_id"] == first["boot_id"] and again["hostname"] == first["hostname"]
