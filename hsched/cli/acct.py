@@ -33,11 +33,9 @@ def _elapsed(j: dict[str, Any]) -> str:
     start, end = _ts(j["start_time"]), _ts(j["end_time"])
     if start is None:
         return "0:00:00"
-    s = int((end or time.time()) - start)
-    d, s = divmod(s, 86400)
-    h, s = divmod(s, 3600)
-    m, s = divmod(s, 60)
-    return f"{d}-{h:02d}:{m:02d}:{s:02d}" if d else f"{h}:{m:02d}:{s:02d}"
+    from hsched.cli.jobs import _clock
+
+    return _clock(int((end or time.time()) - start))
 
 
 def _gpu_hours(j: dict[str, Any]) -> float:

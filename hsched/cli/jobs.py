@@ -50,13 +50,17 @@ def _elapsed(job: dict[str, Any]) -> str:
     t0 = datetime.fromisoformat(start.replace("Z", "+00:00")).timestamp()
     end = job.get("end_time")
     t1 = datetime.fromisoformat(end.replace("Z", "+00:00")).timestamp() if end else time.time()
-    s = max(0, int(t1 - t0))
+    return _clock(max(0, int(t1 - t0)), short=True)
+
+
+def _clock(s: int, *, short: bool = False) -> str:
+    """Seconds as squeue writes times: D-HH:MM:SS, H:MM:SS, or (short) M:SS under an hour."""
     d, s = divmod(s, 86400)
     h, s = divmod(s, 3600)
     m, s = divmod(s, 60)
     if d:
         return f"{d}-{h:02d}:{m:02d}:{s:02d}"
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+    return f"{h}:{m:02d}:{s:02d}" if h or not short else f"{m}:{s:02d}"
 
 
 def _where(job: dict[str, Any]) -> str:
@@ -152,13 +156,7 @@ def format_queue(jobs: list[dict[str, Any]], fmt: str) -> list[str]:
 
 
 def _limit(seconds: float | None) -> str:
-    if not seconds:
-        return "UNLIMITED"
-    s = int(seconds)
-    d, s = divmod(s, 86400)
-    h, s = divmod(s, 3600)
-    m, s = divmod(s, 60)
-    return f"{d}-{h:02d}:{m:02d}:{s:02d}" if d else f"{h}:{m:02d}:{s:02d}"
+    return _clock(int(seconds)) if seconds else "UNLIMITED"
 
 
 def render_queue(jobs: list[dict[str, Any]]) -> None:

@@ -232,23 +232,6 @@ class Controller:
             raise UserError(f"no job {job_id}; `hsched queue --all` lists the jobs")
         return job
 
-    async def signal_job(self, job_id: int, sig: str, *, all_processes: bool = False) -> bool:
-        """Send a signal to every live run (rank) of the job; True if any run received it."""
-        runs = await self.db(self.store.live_runs)
-        sent = False
-        for run in runs:
-            if run.job_id != job_id or run.handle is None:
-                continue
-            rt = self.nodes.get(run.node)
-            if rt is None:
-                continue
-            try:
-                async with asyncio.timeout(30):
-                    sent |= await rt.executor.signal(run.handle, sig, all_processes=all_processes)
-            except (ExecutorError, TimeoutError) as e:
-                log.warning("job %s: cannot send SIG%s on %s: %s", job_id, sig, run.node, e)
-        return sent
-
     def home_intact(self) -> bool:
         """Still the owner of this HSCHED_HOME: a deleted (or replaced) lock file means another controller
         may start there, and two must never run."""
