@@ -22,6 +22,7 @@ from hsched.errors import HelperError, NodeRefused, NodeUnreachable, TransferErr
 from hsched.model import RunStatus
 from tests.conftest import process_gone
 from tests.executors.conftest import Node
+from tests.executors.jobs import RECORDER, TRAINER
 from tests.executors.waits import wait_exited, wait_gone, wait_log, wait_status
 
 PROBE_KEYS = {"helper_version", "hostname", "boot_id", "python", "cpus", "memory_total_mib", "numa", "gpus", "loadavg"}
@@ -42,32 +43,6 @@ async def until(cond: Callable[[], bool]) -> None:
         if cond():
             return
         await asyncio.sleep(0.02)
-
-
-TRAINER = """
-import signal, sys, time
-def save(signum, frame):
-    print("saving", flush=True)
-    time.sleep(0.5)
-    sys.exit(85)
-signal.signal(signal.SIGUSR1, save)
-print("ready", flush=True)
-while True:
-    time.sleep(1)
-"""
-
-RECORDER = """
-import signal, sys, time
-out = sys.argv[1]
-def note(signum, frame):
-    with open(out, "a") as f:
-        f.write(signal.Signals(signum).name + "\\n")
-for s in (signal.SIGUSR1, signal.SIGUSR2):
-    signal.signal(s, note)
-open(out + ".ready", "w").close()
-while True:
-    time.sleep(1)
-"""
 
 
 async def test_is_an_executor(node: Node) -> None:

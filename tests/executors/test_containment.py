@@ -26,36 +26,12 @@ from hsched.executors.local import LocalExecutor
 from hsched import nodehelper
 from hsched.model import GpuHolder, RunStatus
 from tests.conftest import process_gone, wait_until
+from tests.executors.jobs import RECORDER, TRAINER
 from tests.executors.waits import wait_exited
 
 pytestmark = pytest.mark.slow  # real processes
 
 HELPER = str(Path(nodehelper.__file__).resolve())
-
-TRAINER = """
-import signal, sys, time
-def save(signum, frame):
-    print("saving", flush=True)
-    time.sleep(0.5)  # the shell in front of us is long dead by now
-    sys.exit(85)
-signal.signal(signal.SIGUSR1, save)
-print("ready", flush=True)
-while True:
-    time.sleep(1)
-"""
-
-RECORDER = """
-import os, signal, sys, time
-out = sys.argv[1]
-def note(signum, frame):
-    with open(out, "a") as f:
-        f.write(signal.Signals(signum).name + "\\n")
-for s in (signal.SIGUSR1, signal.SIGUSR2):
-    signal.signal(s, note)
-open(out + ".ready", "w").close()
-while True:
-    time.sleep(1)
-"""
 
 
 def call(cmd: str, req: dict[str, Any]) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import tests.e2e.ssh.hosts as _hostsmod
-from tests.conftest import SAFETY_S, process_gone
+from tests.conftest import SAFETY_S, process_gone, wait_until
 from tests.e2e.ssh.hosts import TestHost, TestHosts
 
 T = TypeVar("T")
@@ -155,15 +155,8 @@ class FaultHosts(TestHosts):
 
 
 def wait_for(cond: Callable[[], T], what: str, limit_s: float = SAFETY_S, every_s: float = 0.05) -> T:
-    """Poll `cond()` until true; fail only after the safety net (never a deadline standing in for an event)."""
-    deadline = time.monotonic() + limit_s
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {limit_s:g} s waiting for {what}")
-        time.sleep(every_s)
+    """tests.conftest.wait_until, polling a little faster (fault scenarios watch short-lived states)."""
+    return wait_until(cond, what, limit_s, every_s)
 
 
 # ---------------------------------------------------------------------------------------------- processes
