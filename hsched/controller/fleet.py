@@ -54,6 +54,14 @@ class NodeRuntime:
     node's GPU processes (a node without NVML or nvidia-smi never does). Dirty GPUs are cleared from it."""
     host_load: dict[str, Any] = field(default_factory=dict)
     rebooted: bool = False
+    users: dict[str, bool] = field(default_factory=dict)
+    """Lab mode: user name -> whether that account exists on the node (asked once per node and user; a job
+    of a user the node lacks never lands there). Empty in personal mode, where every job is the owner's."""
+
+    @property
+    def absent_users(self) -> frozenset[str]:
+        """The users not known to exist here (absent, or not yet asked): the node is not eligible for them."""
+        return frozenset(u for u, present in self.users.items() if not present)
 
     @property
     def name(self) -> str:
