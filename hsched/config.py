@@ -599,6 +599,11 @@ class Settings:
     """HOST:PORT where the controller serves Prometheus metrics (e.g. "127.0.0.1:9464"); None: off."""
     policy: str | None = "hsched"
     """The scheduling-core policy that orders the queue and picks GPU types; "none" for QoS/priority/FIFO."""
+    admins: tuple[str, ...] = ()
+    """Lab mode: who may act on any job, drain nodes and stop the controller besides root and the controller's
+    own account: user names, and groups as "@group" (["@hsched-admin", "labadmin"])."""
+    lab_group: str | None = None
+    """Lab mode: only this group's members may use the socket (0660); None lets every local user (0666)."""
 
     @property
     def qos_names(self) -> tuple[str, ...]:
@@ -615,7 +620,7 @@ def load_settings(path: Path) -> Settings:
     data = read_toml(path)
     p = Problems(str(path))
     allowed = frozenset({*_SETTINGS_FLOATS, "checkpoint_exit_code", "max_restarts", "gpu_models", "qos",
-                         "default_qos", "policy", "retries", "fatal_exit_codes", "metrics"})
+                         "default_qos", "policy", "retries", "fatal_exit_codes", "metrics", "admins", "lab_group"})
     check_keys(p, data, allowed, "")
     kwargs: dict[str, Any] = {}
     for k in _SETTINGS_FLOATS:
@@ -637,6 +642,18 @@ def load_settings(path: Path) -> Settings:
             p.expected("metrics", "HOST:PORT such as \"127.0.0.1:9464\"", m)
         else:
             kwargs["metrics"] = m
+    if "admins" in data:
+        a = data["admins"]
+        if not isinstance(a, list) or not all(isinstance(x, str) and x.strip("@") and " " not in x for x in a):
+            p.expected("admins", 'a list of user names and "@group" names such as ["@hsched-admin", "labadmin"]', a)
+        else:
+            kwargs["admins"] = tuple(a)
+    if "lab_group" in data:
+        g = data["lab_group"]
+        if not isinstance(g, str) or not g or " " in g:
+            p.expected("lab_group", 'a group name such as "lab"', g)
+        else:
+            kwargs["lab_group"] = g
     if "fatal_exit_codes" in data:
         codes = data["fatal_exit_codes"]
         if not isinstance(codes, list) or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 255
