@@ -51,6 +51,12 @@ class LaunchRequest:
     stop_grace_s: float = 30.0
     """After a stop signal, how long the run's remaining processes may take to finish on their own (plus a
     margin) once its main process ended; the node then kills them itself."""
+    user: str | None = None
+    """Lab mode: the account (by name, as it is named on the node) the run's processes run as; the helper, run
+    as root, drops to it. None: as the helper's own user (personal mode)."""
+    base_dir: str | None = None
+    """Lab mode: the controller folder under which the run folder and checkpoint folder are made passable
+    (0711) for the user; an executor that maps paths gives the node's own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +125,10 @@ class Executor(Protocol):
         each signal in the run's folder before sending it (its wrapper then lets the run's other processes
         finish within `stop_grace_s`). False if the run is not running; HelperError for a signal name the node
         does not know."""
+        ...
+
+    async def users(self, names: Sequence[str]) -> dict[str, bool]:
+        """Which of these accounts exist on the node (lab mode: a user's jobs go only where the user exists)."""
         ...
 
     async def read_log(self, run_dir: str, offset: int, max_bytes: int = 1 << 20) -> bytes:

@@ -134,6 +134,8 @@ class FakeExecutor:
         self.last_contact: float | None = None
         self.last_error: ExecutorError | None = None
         self.closed = 0
+        self.accounts: set[str] | None = None
+        """The user names that exist on this fake node (lab mode); None: every name does."""
         self._pids = itertools.count(1000)
 
     def _check(self, call: str) -> None:
@@ -160,6 +162,8 @@ class FakeExecutor:
     @recorded
     async def launch(self, req: LaunchRequest) -> RunHandle:
         self._check("launch")
+        if req.user is not None and self.accounts is not None and req.user not in self.accounts:
+            raise HelperError(f"{self.name}: user {req.user} does not exist on this node", "launch")
         if req.run_dir in self.runs:
             return self.runs[req.run_dir].handle
         pid = next(self._pids)
@@ -167,6 +171,11 @@ class FakeExecutor:
         self.runs[req.run_dir] = FakeRun(request=req, handle=handle)
         self.launches += 1
         return handle
+
+    @recorded
+    async def users(self, names: Sequence[str]) -> dict[str, bool]:
+        self._check("users")
+        return {n: self.accounts is None or n in self.accounts for n in names}
 
     @recorded
     async def status(self, queries: Sequence[StatusQuery]) -> list[RunReport]:

@@ -233,6 +233,11 @@ class LocalExecutor:
         return handle
 
     @recorded
+    async def users(self, names: Sequence[str]) -> dict[str, bool]:
+        reply = await self._call("users", {"names": list(names)})
+        return {str(k): bool(v) for k, v in (reply.get("present") or {}).items()}
+
+    @recorded
     async def status(self, queries: Sequence[StatusQuery]) -> list[RunReport]:
         if not queries:
             return []

@@ -84,7 +84,8 @@ def _one_line(script: str) -> str:
 
 _BOOTSTRAP = _one_line("""
 import json, os, sys
-root = os.environ.get("HSCHED_NODE_ROOT") or os.path.join(os.path.expanduser("~"), ".cache", "hsched")
+root = ((sys.argv[2] if len(sys.argv) > 2 else "") or os.environ.get("HSCHED_NODE_ROOT")
+        or os.path.join(os.path.expanduser("~"), ".cache", "hsched"))
 d = os.path.join(root, sys.argv[1])
 print(json.dumps({"root": os.path.abspath(root), "python": list(sys.version_info[:3]),
                   "present": os.path.isfile(os.path.join(d, "nodehelper.py"))}))
@@ -96,7 +97,7 @@ import base64, json, os, sys
 req = json.loads(sys.stdin.read())
 root, d = req["root"], os.path.join(req["root"], req["dir"])
 if not os.path.isdir(root):
-    os.makedirs(root, 0o700)
+    os.makedirs(root, req.get("root_mode", 0o700))
 if not os.path.isdir(d):
     os.makedirs(d, 0o755)
 for name, data in req["files"]:
@@ -180,6 +181,9 @@ class SSHExecutor:
         max_channels: channels open at once (watch and SFTP hold one each); below sshd's MaxSessions.
         backoff_initial_s, backoff_max_s: waits between failed connects, doubling from the first to the cap.
         python: the interpreter to run on the node.
+        node_root: hsched's folder on the node; None: $HSCHED_NODE_ROOT there, else ~/.cache/hsched. A lab
+            controller gives LAB_NODE_ROOT: its users' jobs must reach their folders under it, and root's home
+            is closed to them.
     """
 
     kind = "ssh"
@@ -187,7 +191,7 @@ class SSHExecutor:
     def __init__(self, cfg: NodeConfig, *, ssh_config: str | Path | None = None, connect_timeout_s: float = 10.0,
                  command_timeout_s: float = 60.0, keepalive_interval_s: float = 5.0, keepalive_count_max: int = 3,
                  max_channels: int = 8, backoff_initial_s: float = 0.5, backoff_max_s: float = 10.0,
-                 python: str = "python3") -> None:
+                 python: str = "python3", node_root: str | None = None) -> None:
         if not cfg.host:
             raise NodeRefused(f"{cfg.name}: an ssh node needs a host", Refusal.CONFIG)
         if not 1 <= max_channels < MAX_SESSIONS:
@@ -202,6 +206,7 @@ class SSHExecutor:
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self.python = python
+        self.node_root = node_root
         self.last_contact: float | None = None
         """time.time() of the last exchange the node answered; the controller's heartbeat reads it."""
         self.last_error: ExecutorError | None = None
@@ -352,7 +357,8 @@ class SSHExecutor:
 
     async def _bootstrap(self, conn: asyncssh.SSHClientConnection) -> Remote:
         bundle = await asyncio.to_thread(helper_bundle)
-        rc, out, err = await self._run(conn, shell_command(self.python, "-c", _BOOTSTRAP, bundle.dirname), b"")
+        rc, out, err = await self._run(conn, shell_command(self.python, "-c", _BOOTSTRAP, bundle.dirname,
+                                                           self.node_root or ""), b"")
         info = self._parse(out, err, rc, "first contact")
         version = tuple(int(v) for v in info["python"])
         if version < (3, 8):
@@ -360,7 +366,9 @@ class SSHExecutor:
                               "hsched's node helper needs Python 3.8 or newer", Refusal.PYTHON)
         root = str(info["root"])
         if not info["present"]:
-            payload = json.dumps({"root": root, "dir": bundle.dirname, "files": [
+            # a lab's node root is passable (0711): its users reach their run and checkpoint folders under it
+            payload = json.dumps({"root": root, "dir": bundle.dirname, "root_mode": 0o711 if self.node_root else 0o700,
+                                  "files": [
                 [name, base64.b64encode(data).decode()] for name, data in bundle.files]}).encode()
             rc, out, err = await self._run(conn, shell_command(self.python, "-c", _UPLOAD), payload)
             self._parse(out, err, rc, "helper upload")
@@ -504,11 +512,18 @@ class SSHExecutor:
     async def launch(self, req: LaunchRequest) -> RunHandle:
         _, remote = await self._connection()
         rdir = self._to_remote(remote, req.run_dir)
-        reply = await self._helper("launch", launch_request(req, rdir))
+        # a lab's run and checkpoint folders are made passable from the node's hsched root, its own base
+        mapped = replace(req, base_dir=remote.root) if req.user else req
+        reply = await self._helper("launch", launch_request(mapped, rdir))
         handle = self._handle_out(reply.get("handle"), req.run_dir)
         if handle is None:
             raise HelperError(f"{self.name}: launch of {req.run_dir} returned no handle", "launch")
         return handle
+
+    @recorded
+    async def users(self, names: Sequence[str]) -> dict[str, bool]:
+        reply = await self._helper("users", {"names": list(names)})
+        return {str(k): bool(v) for k, v in (reply.get("present") or {}).items()}
 
     @recorded
     async def status(self, queries: Sequence[StatusQuery]) -> list[RunReport]:

@@ -4,6 +4,7 @@
     ├── UserError          bad input: names the file, the key, what was expected and what was found
     │   └── ConfigError    one or more problems in a TOML file (one line each)
     ├── ControllerError    the controller could not be reached or refused a request
+    ├── PermissionDenied   lab mode: the job is another user's, or the action is for admins (exit 1)
     └── ExecutorError      a node could not do what was asked (launch, signal, probe)
         ├── NodeUnreachable    cannot reach it now (refused, reset, timed out, no route, DNS): try again later
         ├── NodeRefused        it turns us away in a way only a person can fix (host key, login, python3)
@@ -42,6 +43,10 @@ class ConfigError(UserError):
 
 class ControllerError(HschedError):
     """The controller is unreachable, or answered with an error that is not the user's."""
+
+
+class PermissionDenied(HschedError):
+    """Lab mode: the peer may not do this (another user's job, an admin's action); nothing was changed."""
 
 
 class ExecutorError(HschedError):

@@ -840,18 +840,129 @@ def wait_for_rest(info, wrapper_pid, reaped, deadline):
 # ---------------------------------------------------------------------------------------------- launch
 
 
+# ------------------------------------------------------------------------------------- lab mode: owners
+# A lab's controller runs as root (or as a service account through sudo) and starts each run as the user who
+# submitted it, looked up here BY NAME: uids may differ between machines, names are what a lab shares. The
+# run's control files (spec, handle, exit record, signals) stay root's in a root-owned folder the user may
+# pass through (0711) but not write, so nothing the user controls decides whom the wrapper runs as; the
+# output log and the checkpoint folder are the user's (0600 / 0700).
+
+
+def account(name):
+    """The node's account `name` as a dict (uid, gid, groups, home, shell), or None if it has none."""
+    import pwd
+
+    try:
+        pw = pwd.getpwnam(name)
+    except KeyError:
+        return None
+    try:
+        groups = sorted(set(os.getgrouplist(name, pw.pw_gid)))
+    except OSError:
+        groups = [pw.pw_gid]
+    return {"name": name, "uid": pw.pw_uid, "gid": pw.pw_gid, "groups": groups, "home": pw.pw_dir,
+            "shell": pw.pw_shell or "/bin/sh"}
+
+
+def users(req):
+    """Which of req['names'] exist on this node: {"present": {name: bool}}."""
+    names = req.get("names") or []
+    return {"present": dict((str(n), account(str(n)) is not None) for n in names)}
+
+
+def _passable_dirs(base, leaf_parent):
+    """Make every folder from `base` down to `leaf_parent` (creating the missing ones) 0711 and ours: a user
+    passes through to their own run or checkpoint folder and lists nothing. Only folders under `base`."""
+    base = os.path.abspath(base)
+    target = os.path.abspath(leaf_parent)
+    if target != base and not target.startswith(base.rstrip("/") + "/"):
+        raise ValueError("%s is not under %s" % (target, base))
+    parts = [base]
+    rest = os.path.relpath(target, base)
+    if rest != ".":
+        for part in rest.split("/"):
+            parts.append(os.path.join(parts[-1], part))
+    for d in parts:
+        try:
+            os.mkdir(d, 0o711)
+        except FileExistsError:
+            pass
+        st = os.lstat(d)
+        if not os.path.isdir(d) or os.path.islink(d) or st.st_uid != os.geteuid():
+            raise ValueError("%s: not a folder of this account's" % d)
+        if st.st_mode & 0o777 != 0o711:
+            os.chmod(d, 0o711)
+
+
+def _give(path, acct, mode):
+    """Create `path` (a file if mode has no x bits, else a folder) owned by the account, with `mode`; an
+    existing one is taken over, never followed if it is a link."""
+    if mode & 0o111:
+        try:
+            os.mkdir(path, mode)
+        except FileExistsError:
+            pass
+        if os.path.islink(path) or not os.path.isdir(path):
+            raise ValueError("%s: not a folder" % path)
+        # what a checkpoint copy brought in as root becomes the user's. fwalk works on folder descriptors and
+        # never follows a link, so a user who swaps a subfolder for a link to /etc meanwhile gains nothing
+        for _top, dirs, files, top_fd in os.fwalk(path, follow_symlinks=False):
+            for n in dirs + files:
+                try:
+                    if os.stat(n, dir_fd=top_fd, follow_symlinks=False).st_uid == os.geteuid():
+                        os.chown(n, acct["uid"], acct["gid"], dir_fd=top_fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+    else:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), mode))
+    os.chown(path, acct["uid"], acct["gid"], follow_symlinks=False)
+    os.chmod(path, mode)
+
+
+def _owner_of(req):
+    """The account the run is for: None to run as this helper's own user; a dict to drop to; or an error."""
+    name = req.get("user")
+    if not name:
+        return None, None
+    acct = account(name)
+    if acct is None:
+        return None, {"error": "user %s does not exist on this node" % name, "no_such_user": name}
+    if acct["uid"] == os.geteuid():
+        return None, None
+    if os.geteuid() != 0:
+        return None, {"error": "this node's helper runs as uid %d and cannot start a job as %s: connect as root "
+                               "(or through the service account's sudo rule)" % (os.geteuid(), name)}
+    return acct, None
+
+
 def launch(req):
     """Start the run in req['run_dir'] detached. The folder is the launch lock: created once, never reused."""
     run_dir = req["run_dir"]
     parent = os.path.dirname(run_dir.rstrip("/"))
-    os.makedirs(parent, 0o700, exist_ok=True)
+    acct, refused = _owner_of(req)
+    if refused is not None:
+        return refused
+    if acct is not None:
+        _passable_dirs(req.get("base_dir") or parent, parent)
+    else:
+        os.makedirs(parent, 0o700, exist_ok=True)
     try:
         os.mkdir(run_dir, 0o700)
     except FileExistsError:
         # launched before (a retried request after a lost reply): report that run, never start another
         return _existing(run_dir, wait_s=5.0)
-    os.chmod(run_dir, 0o700)  # whatever the umask: a run's output and environment are its owner's only
+    # whatever the umask: a run's output and environment are its owner's only (a user's run: its control files
+    # root's, the folder passable so that its owner reaches the log in it)
+    os.chmod(run_dir, 0o711 if acct is not None else 0o700)
+    if acct is not None:
+        _give(os.path.join(run_dir, "output.log"), acct, 0o600)
+        _give(os.path.join(run_dir, "signals.log"), acct, 0o600)
+        ckpt = (req.get("env") or {}).get("HSCHED_CHECKPOINT_DIR")
+        if ckpt:
+            _passable_dirs(req.get("base_dir") or os.path.dirname(ckpt), os.path.dirname(ckpt))
+            _give(ckpt, acct, 0o700)
     write_json_atomic(os.path.join(run_dir, "spec.json"), {
+        "account": acct,
         "command": req["command"], "env": req.get("env") or {}, "workdir": req.get("workdir"),
         "inherit_env": bool(req.get("inherit_env", False)), "cpus": req.get("cpus") or [],
         "memory_mib": req.get("memory_mib"), "cpu_limit": req.get("cpu_limit"),
@@ -891,7 +1002,7 @@ def _set_subreaper():
     return prctl is not None and prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
-def _start_job(spec, env, workdir, log_fd, cpus, cgroups):
+def _start_job(spec, env, workdir, log_fd, cpus, cgroups, acct=None):
     procs_files = [os.path.join(cgroups[k], "cgroup.procs") for k in ("v2", "memory", "cpu") if cgroups.get(k)]
 
     def prepare():
@@ -904,9 +1015,20 @@ def _start_job(spec, env, workdir, log_fd, cpus, cgroups):
         _restore_signals()
         if cpus:
             os.sched_setaffinity(0, cpus)
+        if acct:
+            # the user's identity last (joining the cgroups needed root's); then their working folder, entered
+            # as them: a folder they may not enter fails the run as "cannot execute", never runs it elsewhere
+            os.setgroups(acct["groups"])
+            os.setresgid(acct["gid"], acct["gid"], acct["gid"])
+            os.setresuid(acct["uid"], acct["uid"], acct["uid"])
+            try:
+                os.chdir(workdir)
+            except OSError as e:
+                os.write(1, ("hsched: cannot enter %s as %s: %s\n" % (workdir, acct["name"], e.strerror)).encode())
+                os._exit(126)
 
-    return subprocess.Popen(spec["command"], cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log_fd,
-                            stderr=log_fd, start_new_session=True, close_fds=True, preexec_fn=prepare)
+    return subprocess.Popen(spec["command"], cwd=None if acct else workdir, env=env, stdin=subprocess.DEVNULL,
+                            stdout=log_fd, stderr=log_fd, start_new_session=True, close_fds=True, preexec_fn=prepare)
 
 
 def _decode(status_):
@@ -947,12 +1069,19 @@ def wrap(run_dir):
         for k in ("HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TZ", "TMPDIR"):
             if k in os.environ:
                 env[k] = os.environ[k]
+    acct = spec.get("account")
+    if acct:
+        # the user's own login basics, never root's
+        env.update({"HOME": acct["home"], "USER": acct["name"], "LOGNAME": acct["name"], "SHELL": acct["shell"]})
     env.update(spec.get("env") or {})
     env[RUN_MARKER] = run_dir
     for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(s, signal.SIG_IGN)  # signals are for the job; the wrapper must live to write the code
     subreaper = _set_subreaper()
-    workdir = spec.get("workdir") or run_dir
+    # a user's run starts in their home (its folder is root's); hsched's own runs in the run folder
+    workdir = spec.get("workdir") or (acct["home"] if acct and os.path.isdir(acct["home"]) else None) or run_dir
+    if acct and workdir == run_dir:
+        workdir = "/"
     cpus = _usable_cpus(spec.get("cpus") or [])
     if cpus:
         env["HSCHED_CPUS"] = ",".join(str(c) for c in cpus)
@@ -960,12 +1089,12 @@ def wrap(run_dir):
     log_fd = _private_fd(os.path.join(run_dir, "output.log"), os.O_WRONLY | os.O_APPEND)
     try:
         try:
-            child = _start_job(spec, env, workdir, log_fd, cpus, cgroups)
+            child = _start_job(spec, env, workdir, log_fd, cpus, cgroups, acct)
         except subprocess.SubprocessError as e:  # the child could not join its cgroups: contain it without them
             errors.append("joining the run's cgroups failed (%s): process group only" % e)
             _remove_cgroups(cgroups)
             cgroups, enforced = {}, []
-            child = _start_job(spec, env, workdir, log_fd, cpus, cgroups)
+            child = _start_job(spec, env, workdir, log_fd, cpus, cgroups, acct)
     except OSError as e:
         os.write(log_fd, ("hsched: cannot start %r: %s\n" % (spec["command"][0], e.strerror)).encode())
         os.close(log_fd)
@@ -1310,7 +1439,7 @@ def send_signal(req):
 
 # ------------------------------------------------------------------------------------------------ main
 
-COMMANDS = {"probe": probe, "launch": launch, "status": status, "signal": send_signal}
+COMMANDS = {"probe": probe, "launch": launch, "status": status, "signal": send_signal, "users": users}
 
 
 def main(argv):

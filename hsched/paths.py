@@ -1,11 +1,23 @@
 """Where an installation keeps its state: one HSCHED_HOME per independent installation (CONTRACT.md).
 
-The folder is private (0700) and so is every file of the controller's in it (0600): the database holds every
-job's environment, which may hold secrets. Both are tightened at every controller start, whatever existed.
+Two modes, one layout:
+
+* **personal** (the default for a user): `~/.local/state/hsched` (or HSCHED_HOME), the folder private (0700)
+  and every file of the controller's in it 0600: the database holds every job's environment, which may hold
+  secrets. Only the owner's processes may talk to its socket.
+* **lab** (`hsched daemon start --lab`, as root or a service account): `/var/lib/hsched` (or HSCHED_HOME),
+  marked by `lab.json` in it, which names the socket every local user talks to (`/run/hsched/hsched.sock`, or
+  HSCHED_LAB_SOCKET when it was started). The folder is 0711: users may pass through it to their own run and
+  checkpoint folders (each theirs, 0700) but list nothing; the database and log stay 0600.
+
+Both are tightened at every controller start, whatever existed. A CLI finds its controller in this order:
+HSCHED_HOME (its mode from its marker), then the lab's socket if a lab controller made one, then the user's own
+personal home.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from dataclasses import dataclass
@@ -15,19 +27,86 @@ from hsched.errors import UserError
 
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
+LAB_DIR = 0o711
+"""A lab home and its runs/checkpoints folders: users pass through to their own folders, and list nothing."""
+LAB_HOME = Path("/var/lib/hsched")
+LAB_SOCKET = Path("/run/hsched/hsched.sock")
+LAB_MARKER = "lab.json"
+
+
+def lab_socket() -> Path:
+    """The lab controller's socket: HSCHED_LAB_SOCKET (tests, a second lab on one machine), else the
+    well-known /run/hsched/hsched.sock."""
+    env = os.environ.get("HSCHED_LAB_SOCKET")
+    return Path(env).expanduser().absolute() if env else LAB_SOCKET
+
+
+def _is_socket(path: Path) -> bool:
+    try:
+        return stat.S_ISSOCK(path.stat().st_mode)
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True, slots=True)
 class Home:
     root: Path
+    lab: bool = False
+    """A lab controller's home: every local user's jobs, run as their owners."""
+    lab_socket: Path | None = None
+    """Where a lab controller listens (None: the home's own controller.sock)."""
+
+    @classmethod
+    def at(cls, root: Path) -> Home:
+        """The home in `root`, in the mode its marker says (no marker: personal)."""
+        root = root.expanduser().absolute()
+        try:
+            marker = json.loads((root / LAB_MARKER).read_text())
+        except (OSError, ValueError):
+            return cls(root)
+        sock = marker.get("socket") if isinstance(marker, dict) else None
+        return cls(root, lab=True, lab_socket=Path(sock) if isinstance(sock, str) and sock else LAB_SOCKET)
 
     @classmethod
     def from_env(cls) -> Home:
         env = os.environ.get("HSCHED_HOME")
         if env:
-            return cls(Path(env).expanduser().absolute())
+            return cls.at(Path(env))
+        sock = lab_socket()
+        if _is_socket(sock):
+            # a lab controller serves this machine: its queue is everyone's (its home is its own business;
+            # `daemon status` asks it where it is)
+            return cls(LAB_HOME, lab=True, lab_socket=sock)
+        return cls.personal()
+
+    @classmethod
+    def personal(cls) -> Home:
         state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
         return cls(Path(state).expanduser().absolute() / "hsched")
+
+    @classmethod
+    def for_lab(cls) -> Home:
+        """The home `daemon start --lab` makes: HSCHED_HOME or /var/lib/hsched, listening on lab_socket()."""
+        env = os.environ.get("HSCHED_HOME")
+        root = Path(env).expanduser().absolute() if env else LAB_HOME
+        return cls(root, lab=True, lab_socket=lab_socket())
+
+    @property
+    def mode(self) -> str:
+        return "lab" if self.lab else "personal"
+
+    @property
+    def marker(self) -> Path:
+        return self.root / LAB_MARKER
+
+    def mark_lab(self) -> None:
+        """Record that this home is a lab's (and where its socket is), so that every later start, restart or
+        systemd start of its controller serves the lab again. Readable by all: clients with HSCHED_HOME read it."""
+        self.ensure()
+        tmp = self.marker.with_name(LAB_MARKER + ".tmp")
+        tmp.write_text(json.dumps({"socket": str(self.lab_socket or lab_socket())}) + "\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, self.marker)
 
     @property
     def db(self) -> Path:
@@ -35,6 +114,8 @@ class Home:
 
     @property
     def socket(self) -> Path:
+        if self.lab and self.lab_socket is not None:
+            return self.lab_socket
         return self.root / "controller.sock"
 
     @property
@@ -74,13 +155,19 @@ class Home:
         """The controller's files that must be 0600: the database with its WAL and shared-memory files (SQLite
         gives those the database's mode when it creates them, but not when they already exist), the log, the
         socket, the lock and the captured stderr."""
+        own_socket = () if self.lab else (self.socket,)  # a lab's socket is everyone's door (0666 or a group's)
         return (self.db, self.db.with_name(self.db.name + "-wal"), self.db.with_name(self.db.name + "-shm"),
-                self.log, self.socket, self.lock, self.stderr)
+                self.log, *own_socket, self.lock, self.stderr)
+
+    @property
+    def dir_mode(self) -> int:
+        return LAB_DIR if self.lab else PRIVATE_DIR
 
     def ensure(self) -> None:
-        """Create the folder, or make an existing one private (0700; run folders hold users' logs too)."""
+        """Create the folder, or make an existing one private (0700; run folders hold users' logs too; a lab's
+        0711, see the module's docstring)."""
         try:
-            self.root.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
+            self.root.mkdir(parents=True, exist_ok=True, mode=self.dir_mode)
             st = self.root.stat()
         except OSError as e:
             raise UserError(f"HSCHED_HOME {self.root}: cannot create or open it ({e.strerror}); set HSCHED_HOME "
@@ -93,10 +180,12 @@ class Home:
             raise UserError(f"HSCHED_HOME {self.root} belongs to uid {st.st_uid}, not to this user "
                             f"(uid {os.geteuid()}); choose a folder of your own")
         try:
-            if stat.S_IMODE(st.st_mode) != PRIVATE_DIR:
-                os.chmod(self.root, PRIVATE_DIR)
+            if stat.S_IMODE(st.st_mode) != self.dir_mode:
+                os.chmod(self.root, self.dir_mode)
             for sub in (self.runs, self.checkpoints):
-                sub.mkdir(exist_ok=True, mode=PRIVATE_DIR)
+                sub.mkdir(exist_ok=True, mode=self.dir_mode)
+                if stat.S_IMODE(sub.stat().st_mode) != self.dir_mode:
+                    os.chmod(sub, self.dir_mode)
         except OSError as e:
             raise UserError(f"HSCHED_HOME {self.root}: not writable ({e.strerror}); set HSCHED_HOME to a folder "
                             "you can write, e.g. ~/.local/state/hsched") from None

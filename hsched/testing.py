@@ -110,10 +110,12 @@ class Lab:
     @classmethod
     @asynccontextmanager
     async def open(cls, root: Path, *, nodes: Sequence[CannedNode] = CANNED_FLEET,
-                   settings: Settings | None = None, clock: FakeClock | None = None) -> AsyncIterator[Lab]:
+                   settings: Settings | None = None, clock: FakeClock | None = None,
+                   lab_mode: bool = False) -> AsyncIterator[Lab]:
         """A controller over `root`'s store: open it again on the same `root` (and `clock`, so time goes on)
-        for what a restarted controller finds."""
-        home = Home(root / "home")
+        for what a restarted controller finds. `lab_mode`: a lab controller's (every user's jobs, as their owners;
+        its FakeExecutors' `accounts` say which users exist on each node)."""
+        home = Home(root / "home", lab=lab_mode, lab_socket=root / "lab.sock" if lab_mode else None)
         home.ensure()
         cfg = canned_fleet(nodes)
         clock = clock or FakeClock()

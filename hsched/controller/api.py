@@ -8,12 +8,18 @@ the field (the CLI exits 2 with that one line), never an internal error. Ranges:
 priority PRIORITY_MIN to PRIORITY_MAX (as in a spec file), `wait` timeouts up to a week, log chunks up to
 16 MiB. The submitting user is the connecting process's uid (SO_PEERCRED) mapped to its name, never a name
 sent in the request.
+
+Lab mode (one controller for every local user): anyone may look (queue, show, nodes, events, as squeue shows
+all), but a job is acted on (cancel, hold, release, requeue, priority, preempt, checkpoint, logs) by its owner,
+root, the controller's own account and the admins of settings `admins` only; draining nodes and stopping the
+controller are admins' only. A refusal changes nothing and says whose the job is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import grp
 import os
 import pwd
 from typing import Any
@@ -23,7 +29,7 @@ from hsched.config import PRIORITY_MAX, PRIORITY_MIN, job_spec_from_table
 from hsched.controller import commands
 from hsched.controller.core import ACTIVE_STATES, Controller, Stopping
 from hsched.controller.health import check_health
-from hsched.errors import ExecutorError, UserError
+from hsched.errors import ExecutorError, PermissionDenied, UserError
 from hsched.model import NodeState, Resources
 from hsched.protocol import PROTOCOL
 from hsched.sched.live import unsatisfiable
@@ -143,13 +149,47 @@ class Api:
             self._users[uid] = name
         return name
 
+    # ---------------------------------------------------------------------------------------- who may
+
+    async def is_admin(self, uid: int) -> bool:
+        """Root, the controller's own account, and (lab mode) the users and groups of settings `admins`;
+        in personal mode the one peer there can be is the owner."""
+        if not self.ctl.home.lab or uid in (0, os.getuid()):
+            return True
+        name = await self.user_name(uid)
+        admins = self.ctl.settings.admins
+        if name in admins:
+            return True
+        groups = tuple(a[1:] for a in admins if a.startswith("@"))
+        # membership is looked up each time (off the loop: the group database may be LDAP): a user removed
+        # from the admin group loses the right at once
+        return bool(groups) and await asyncio.to_thread(_member_of_any, name, groups)
+
+    async def may_act(self, uid: int, job: Any) -> None:
+        """Raise PermissionDenied unless `uid` owns `job` or is an admin (always allowed in personal mode)."""
+        if await self.is_admin(uid) or await self.user_name(uid) == job.user:
+            return
+        raise PermissionDenied(f"permission denied: job {job.id} belongs to {job.user}")
+
+    async def admin_only(self, uid: int, what: str) -> None:
+        if not await self.is_admin(uid):
+            raise PermissionDenied(f"permission denied: {what} is for root and the lab's admins "
+                                   "(settings `admins`)")
+
+    async def _own_job(self, args: dict[str, Any], uid: int) -> Any:
+        job = await self._job(args)
+        await self.may_act(uid, job)
+        return job
+
     # ---------------------------------------------------------------------------------------- requests
 
     async def op_ping(self, args: dict[str, Any], uid: int) -> Any:
         ops = sorted(name.removeprefix("op_") for name in dir(self) if name.startswith("op_"))
         ctl = self.ctl
         return {"pid": os.getpid(), "api": API_VERSION, "hsched": __version__, "protocol": PROTOCOL,
-                "install": ctl.fingerprint, "home": str(ctl.home.root),
+                "install": ctl.fingerprint, "home": str(ctl.home.root), "mode": ctl.home.mode,
+                "socket": str(ctl.home.socket), "you": await self.user_name(uid),
+                "admin": await self.is_admin(uid),
                 "started": iso(ctl.started_at), "fleet": ctl.fleet_cfg.source,
                 "policy": ctl.settings.policy, "ops": [*ops, "subscribe"], "ready": ctl.ready.is_set(),
                 "probing": sorted(rt.name for rt in ctl.nodes.values() if rt.node.state is NodeState.PROBING),
@@ -224,44 +264,48 @@ class Api:
             "lost_gpu_s": round(sum(lost), 1) if lost else (0.0 if not pre else None),
             "time_to_free_s": [p.get("time_to_free_s") for p in pre],
         }
-        d["env"] = dict(job.spec.env)
+        # a job's environment may hold its owner's secrets: in a lab, only they (and admins) see it
+        d["env"] = dict(job.spec.env) if await self._sees_all(uid, job) else {}
         d["resources"] = {"gpus": job.spec.resources.gpus, "gpu_types": list(job.spec.resources.gpu_types),
                           "gpu_memory_mib": job.spec.resources.gpu_memory_mib, "cpus": job.spec.resources.cpus,
                           "memory_mib": job.spec.resources.memory_mib, "nodes": job.spec.resources.nodes,
                           "interconnect": job.spec.resources.interconnect.value}
-        d["checkpoint_dir"] = str(self.ctl.home.checkpoints / str(job.id))
+        d["checkpoint_dir"] = str(self.ctl.checkpoint_dir(job.id))
         return d
 
+    async def _sees_all(self, uid: int, job: Any) -> bool:
+        return await self.is_admin(uid) or await self.user_name(uid) == job.user
+
     async def op_cancel(self, args: dict[str, Any], uid: int) -> Any:
-        job = await self._job(args)
+        job = await self._own_job(args, uid)
         return job_to_dict(await commands.cancel(self.ctl, job.id))
 
     async def op_preempt(self, args: dict[str, Any], uid: int) -> Any:
-        job = await self._job(args)
+        job = await self._own_job(args, uid)
         return job_to_dict(await commands.preempt(self.ctl, job.id))
 
     async def op_checkpoint(self, args: dict[str, Any], uid: int) -> Any:
-        job = await self._job(args)
+        job = await self._own_job(args, uid)
         return job_to_dict(await commands.checkpoint(self.ctl, job.id))
 
     async def op_hold(self, args: dict[str, Any], uid: int) -> Any:
         """One job (`id`), or several at once (`ids`: released together, in one scheduling round)."""
         held = self.flag(args, "hold", True)
         if "ids" in args:
-            jobs = [await self._job({"id": i}) for i in self.job_ids(args)]
+            jobs = [await self._own_job({"id": i}, uid) for i in self.job_ids(args)]  # all checked, then done
             return [job_to_dict(j) for j in await commands.hold(self.ctl, [j.id for j in jobs], held)]
-        job = await self._job(args)
+        job = await self._own_job(args, uid)
         return job_to_dict((await commands.hold(self.ctl, [job.id], held))[0])
 
     async def op_priority(self, args: dict[str, Any], uid: int) -> Any:
-        job = await self._job(args)
+        job = await self._own_job(args, uid)
         prio = self.integer(args, "priority", low=PRIORITY_MIN, high=PRIORITY_MAX, required=True)
         assert prio is not None
         qos = self.text(args, "qos", None, limit=100)
         return job_to_dict(await commands.set_priority(self.ctl, job.id, prio, qos or None))
 
     async def op_requeue(self, args: dict[str, Any], uid: int) -> Any:
-        job = await self._job(args)
+        job = await self._own_job(args, uid)
         return job_to_dict(await commands.requeue(self.ctl, job.id))
 
     async def op_wait(self, args: dict[str, Any], uid: int) -> Any:
@@ -288,7 +332,7 @@ class Api:
 
     async def op_logs(self, args: dict[str, Any], uid: int) -> Any:
         """A chunk of the latest run's log from `offset`, base64 (logs are bytes, not always UTF-8)."""
-        job = await self._job(args)
+        job = await self._own_job(args, uid)
         run_no = self.integer(args, "run", None, low=1, high=ID_MAX)
         offset = self.integer(args, "offset", 0, low=0, high=ID_MAX) or 0
         max_bytes = self.integer(args, "max_bytes", 1 << 20, low=1, high=LOG_CHUNK_MAX) or 1
@@ -319,6 +363,7 @@ class Api:
         return [node_to_dict(n, owners) for n in self.ctl.node_list()]
 
     async def op_node_admin(self, args: dict[str, Any], uid: int) -> Any:
+        await self.admin_only(uid, "draining and resuming nodes")
         name = self.text(args, "name", None, limit=256)
         rt = self.ctl.nodes.get(name) if name is not None else None
         if rt is None:
@@ -378,6 +423,7 @@ class Api:
         return {"text": render(self.ctl, snap).decode()}
 
     async def op_stop(self, args: dict[str, Any], uid: int) -> Any:
+        await self.admin_only(uid, "stopping the controller")
         self.ctl.stopping.set()
         self.ctl.poke()
         return {"stopping": True, "pid": os.getpid()}
@@ -393,3 +439,19 @@ class Api:
         return {"version": self.ctl.version, "time": iso(self.ctl.clock.time()),
                 "jobs": [job_to_dict(j) for j in jobs],
                 "nodes": [node_to_dict(n, owners) for n in self.ctl.node_list()]}
+
+
+def _member_of_any(user: str, groups: tuple[str, ...]) -> bool:
+    """Whether `user` belongs to one of `groups` (as primary or supplementary group). Blocking."""
+    try:
+        pw = pwd.getpwnam(user)
+        mine = set(os.getgrouplist(user, pw.pw_gid))
+    except (KeyError, OSError):
+        return False
+    for g in groups:
+        try:
+            if grp.getgrnam(g).gr_gid in mine:
+                return True
+        except KeyError:
+            continue
+    return False

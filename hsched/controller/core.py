@@ -86,7 +86,7 @@ class Controller:
         self.fleet_cfg = fleet_cfg
         self.settings = settings
         self.store = store
-        self.nodes = nodes if nodes is not None else build_fleet(fleet_cfg)
+        self.nodes = nodes if nodes is not None else build_fleet(fleet_cfg, lab=home.lab)
         self.lock = asyncio.Lock()
         self.wake = asyncio.Event()
         self.changed = asyncio.Condition()
@@ -214,6 +214,14 @@ class Controller:
         # the folder is private (0700): environments may hold secrets
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_json_atomic(str(path), env)
+
+    def run_folder(self, job: Job, node: str) -> Path:
+        """Where a job's runs on `node` keep their folders: `runs/NODE`, and in a lab `runs/users/USER/NODE`
+        (each user's runs together; the folders above are passable, each run's log the user's own)."""
+        if not self.home.lab:
+            return self.home.runs / node
+        user = job.user.replace("/", "_") if job.user not in ("", ".", "..") else f"_{job.user}_"
+        return self.home.runs / "users" / user / node
 
     def checkpoint_dir(self, job_id: int) -> Path:
         return self.home.checkpoints / str(job_id)

@@ -54,9 +54,12 @@ class NodeRuntime:
     node's GPU processes (a node without NVML or nvidia-smi never does). Dirty GPUs are cleared from it."""
     host_load: dict[str, Any] = field(default_factory=dict)
     rebooted: bool = False
-    users: dict[str, bool] = field(default_factory=dict)
-    """Lab mode: user name -> whether that account exists on the node (asked once per node and user; a job
-    of a user the node lacks never lands there). Empty in personal mode, where every job is the owner's."""
+    users: dict[str, bool | None] = field(default_factory=dict)
+    """Lab mode: user name -> whether that account exists on the node (None: being asked); a job of a user the
+    node lacks never lands there. Empty in personal mode, where every job is the owner's."""
+    users_asked: dict[str, float] = field(default_factory=dict)
+    """When each user's presence was last asked (an absent user is asked again later: accounts get created)."""
+    users_task: asyncio.Task[None] | None = None
 
     @property
     def absent_users(self) -> frozenset[str]:
@@ -76,7 +79,11 @@ class NodeRuntime:
         return max(seen) if seen else None
 
 
-def make_executor(cfg: NodeConfig) -> Executor:
+LAB_NODE_ROOT = "/var/lib/hsched-node"
+"""A lab controller's folder on its SSH nodes (not root's ~/.cache: users' jobs reach their folders under it)."""
+
+
+def make_executor(cfg: NodeConfig, *, lab: bool = False) -> Executor:
     if cfg.executor == "local":
         from hsched.executors.local import LocalExecutor
 
@@ -85,11 +92,12 @@ def make_executor(cfg: NodeConfig) -> Executor:
         # imported here: asyncssh costs a fleet of local nodes (and the CLI) nothing
         from hsched.executors.ssh import SSHExecutor
 
-        return SSHExecutor(cfg)
+        return SSHExecutor(cfg, node_root=LAB_NODE_ROOT if lab else None)
     raise UserError(f"node {cfg.name}: unknown executor {cfg.executor!r}")
 
 
-def build_fleet(cfg: FleetConfig, transports: Mapping[str, Executor] | None = None) -> dict[str, NodeRuntime]:
+def build_fleet(cfg: FleetConfig, transports: Mapping[str, Executor] | None = None, *,
+                lab: bool = False) -> dict[str, NodeRuntime]:
     """The fleet's runtime records, each with its executor (`transports` by node name, for tests; else the one
     its config names)."""
     given = transports or {}
@@ -104,7 +112,7 @@ def build_fleet(cfg: FleetConfig, transports: Mapping[str, Executor] | None = No
                     host=nc.host, cpus=nc.simulate.cpus if nc.simulate else None,
                     memory_total_mib=nc.simulate.memory_mib_host if nc.simulate else None,
                     message="first probe under way")
-        executor = given.get(nc.name) or make_executor(nc)
+        executor = given.get(nc.name) or make_executor(nc, lab=lab)
         out[nc.name] = NodeRuntime(config=nc, executor=executor, node=node)
     return out
 

@@ -17,6 +17,7 @@ from hsched.arrays import within_limits
 from hsched.controller.checkpoints import bring_along, is_shared, path_on
 from hsched.controller.core import Controller
 from hsched.controller.ending import run_ended
+from hsched.controller.fleet import NodeRuntime
 from hsched.controller.metrics import note_round
 from hsched.controller.stopping import begin_stop, send
 from hsched.dependencies import DepState, named_jobs, verdict
@@ -52,6 +53,7 @@ async def _schedule_round(ctl: Controller) -> tuple[bool, int]:
         pending = within_limits(await _dependencies_met(ctl, pending, active, now), active)
         if not pending:
             return False, 0
+        note_users(ctl, pending)
         view = fleet_view(ctl, active, await still_dirty(ctl))
         resumed = [j.id for j in pending if j.restarts > 0]
         if resumed:
@@ -89,7 +91,7 @@ async def _schedule_round(ctl: Controller) -> tuple[bool, int]:
             for node_rank, p in enumerate(d.placements):
                 for local in range(tpn):
                     rank = node_rank * tpn + local
-                    run_dir = str(ctl.home.runs / p.node / f"{job.id}-{attempt}-r{rank}-{int(now * 1000)}")
+                    run_dir = str(ctl.run_folder(job, p.node) / f"{job.id}-{attempt}-r{rank}-{int(now * 1000)}")
                     ranks.append((p, run_dir))
             runs = await ctl.db(ctl.store.start_runs, job, ranks, now, d.placements)
             launches.append((job, runs))
@@ -283,7 +285,10 @@ async def launch(ctl: Controller, job: Job, run: Run) -> None:
                                 cpus=cpus, memory_mib=mem, cpu_limit=float(res.cpus) if res.cpus else None,
                                 devices=() if simulated else run.devices,
                                 checkpoint_exit_code=ctl.settings.checkpoint_exit_code,
-                                stop_grace_s=job.spec.checkpoint_signal.grace_s)
+                                stop_grace_s=job.spec.checkpoint_signal.grace_s,
+                                # lab mode: the node's helper (root) runs it as its owner, by name
+                                user=job.user if ctl.home.lab else None,
+                                base_dir=str(ctl.home.root) if ctl.home.lab else None)
             handle = await rt.executor.launch(req)
     except (ExecutorError, TimeoutError) as e:
         await launch_failed(ctl, job, run, str(e) or "launch timed out")
@@ -296,6 +301,48 @@ async def launch(ctl: Controller, job: Job, run: Run) -> None:
             await send(ctl, job.id, "TERM", all_processes=True, batch_only=False,
                        purpose=current.reason or "cancelled")
     await ctl.notify()
+
+
+USERS_RECHECK_S = 60.0
+"""An account found absent on a node is asked about again after this long (accounts get created)."""
+USERS_TIMEOUT_S = 15.0
+
+
+def note_users(ctl: Controller, pending: list[Job]) -> None:
+    """Lab mode: make sure every node is asked whether the pending jobs' users exist there. Until a node has
+    answered for a user, it counts as lacking them (never a launch that would fail on a missing account); the
+    asking runs in the background, never in the round, and the next round sees the answers."""
+    if not ctl.home.lab:
+        return
+    wanted = {j.user for j in pending}
+    now = ctl.clock.monotonic()
+    for rt in ctl.nodes.values():
+        ask = sorted(u for u in wanted if u not in rt.users or (
+            rt.users[u] is False and now - rt.users_asked.get(u, now) >= USERS_RECHECK_S))
+        if not ask or (rt.users_task is not None and not rt.users_task.done()):
+            continue
+        for u in ask:
+            rt.users.setdefault(u, None)
+        rt.users_task = ctl.spawn(_ask_users(ctl, rt, ask))
+
+
+async def _ask_users(ctl: Controller, rt: NodeRuntime, names: list[str]) -> None:
+    try:
+        async with asyncio.timeout(USERS_TIMEOUT_S):
+            present = await rt.executor.users(names)
+    except (ExecutorError, TimeoutError) as e:
+        log.info("%s: cannot ask which users exist there (%s); asking again next round", rt.name, e)
+        for u in names:
+            if rt.users.get(u) is None:
+                rt.users.pop(u, None)
+        return
+    now = ctl.clock.monotonic()
+    for u in names:
+        rt.users[u] = bool(present.get(u))
+        rt.users_asked[u] = now
+        if not rt.users[u]:
+            log.info("%s: user %s does not exist there; their jobs go elsewhere", rt.name, u)
+    ctl.poke()
 
 
 async def launch_failed(ctl: Controller, job: Job, run: Run, why: str) -> None:

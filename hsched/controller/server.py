@@ -3,9 +3,11 @@
 Started on demand by the CLI (`python -m hsched.controller.server HOME`, detached) or by
 `hsched daemon start`. One per HSCHED_HOME: an flock on controller.lock decides who runs.
 
-The socket is the controller's one door, so it holds under abuse (hsched.protocol has the numbers): a peer of
-another uid is refused; a request line longer than MAX_LINE is answered with one clear error and the
-connection closed, never buffered whole; a connection that sends no whole request for IDLE_TIMEOUT_S is
+The socket is the controller's one door, so it holds under abuse (hsched.protocol has the numbers): in
+personal mode a peer of another uid is refused (in lab mode every local user may connect, or the members of
+settings `lab_group`, and each request acts as the peer's uid, which the kernel attests: SO_PEERCRED); a
+request line longer than MAX_LINE is answered with one clear error and the connection closed, never buffered
+whole; a connection that sends no whole request for IDLE_TIMEOUT_S is
 closed; past MAX_CONNECTIONS a newcomer is told so and closed. Every argument is checked in api.py.
 
 Restart: when hsched is reinstalled under a running controller (hsched.controller.loops notices, or a client
@@ -23,6 +25,7 @@ import json
 import logging
 import os
 import signal
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,7 +116,7 @@ class Door:
             self.connections.add(task)
             sock = writer.get_extra_info("socket")
             uid = peer_uid(sock) if sock is not None else None
-            if uid is not None and uid != os.getuid():
+            if uid is not None and uid != os.getuid() and not self.ctl.home.lab:
                 await self._send(writer, _error(Kind.FAILED, f"permission denied: this controller serves uid "
                                                              f"{os.getuid()} only"))
                 return
@@ -339,6 +342,35 @@ async def reap_strays(groups: dict[int, int]) -> int:
 # ----------------------------------------------------------------------------------------------- serving
 
 
+def lab_socket_dir(sock: Path) -> None:
+    """The lab socket's folder (/run/hsched, systemd's RuntimeDirectory): made 0755 if missing, so that every
+    user reaches the socket in it; one that another user could write to is refused (they could swap the socket
+    for their own and read every request)."""
+    folder = sock.parent
+    folder.mkdir(mode=0o755, parents=True, exist_ok=True)
+    st = folder.stat()
+    if st.st_uid not in (0, os.geteuid()) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
+        raise UserError(f"lab socket folder {folder}: writable by others or owned by uid {st.st_uid}; make it "
+                        f"root's (or this account's) and 0755, or set HSCHED_LAB_SOCKET elsewhere")
+
+
+def open_to_lab(sock: Path, group: str | None) -> None:
+    """Every local user may connect (0666), or only the members of `group` (0660, that group's); who each
+    peer is, the kernel says per connection."""
+    if group is None:
+        os.chmod(sock, 0o666)
+        return
+    import grp
+
+    try:
+        gid = grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise UserError(f"settings lab_group: no group {group!r} on this machine; create it (`groupadd {group}`) "
+                        "or remove the key to let every local user in") from None
+    os.chown(sock, -1, gid)
+    os.chmod(sock, 0o660)
+
+
 ACCEPT_BACKLOG = 32
 """Connections the kernel queues for the socket (asyncio also accepts at most this many per turn)."""
 NOFILE_WANTED = 8192
@@ -380,6 +412,8 @@ async def serve(home: Home, limits: Limits | None = None, *, lock_fd: int | None
     ctl.fingerprint = await asyncio.to_thread(installed_fingerprint)
     api = Api(ctl)
     door = Door(api, limits)
+    if home.lab:
+        lab_socket_dir(home.socket)
     with contextlib.suppress(FileNotFoundError):
         home.socket.unlink()
     room_for_files()
@@ -390,7 +424,10 @@ async def serve(home: Home, limits: Limits | None = None, *, lock_fd: int | None
                                                  backlog=ACCEPT_BACKLOG)
     finally:
         os.umask(old_umask)
-    os.chmod(home.socket, 0o600)
+    if home.lab:
+        open_to_lab(home.socket, settings.lab_group)
+    else:
+        os.chmod(home.socket, 0o600)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, ctl.stopping.set)
@@ -461,17 +498,36 @@ def inherited_lock(home: Home) -> int | None:
     return fd
 
 
+LOG_MAX_BYTES = 10 << 20
+LOG_BACKUPS = 5
+
+
+def setup_logging(home: Home) -> None:
+    """Under systemd (its journal is on our stderr: JOURNAL_STREAM) log to stderr, where journald stamps each
+    line; otherwise to controller.log, rotated by size (10 MiB, 5 kept) so a long-lived lab controller never
+    fills its disk."""
+    from logging.handlers import RotatingFileHandler
+
+    handler: logging.Handler
+    if os.environ.get("JOURNAL_STREAM"):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    else:
+        handler = RotatingFileHandler(home.log, maxBytes=LOG_MAX_BYTES, backupCount=LOG_BACKUPS)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
 def main(argv: list[str]) -> int:
-    home = Home(Path(argv[1])) if len(argv) > 1 else Home.from_env()
+    home = Home.at(Path(argv[1])) if len(argv) > 1 else Home.from_env()
     try:
         home.secure()
     except UserError as e:
         print(f"hsched: error: {e}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        filename=str(home.log), level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    setup_logging(home)
     try:
         lock_fd = inherited_lock(home)
         if lock_fd is None:
