@@ -65,11 +65,22 @@ class Client:
             return self._sock
         s = self._connect_once()
         if s is None:
+            if self.home.lab and not self._may_start_lab():
+                raise ControllerError(f"the lab's controller does not answer on {self.home.socket}: an admin starts "
+                                      "it (`sudo systemctl start hsched`, or `sudo hsched daemon start --lab`)")
             if not self.autostart:
                 raise ControllerError(f"no controller runs for {self.home.root} (`hsched daemon start` starts one)")
             s = self._start_and_connect()
         self._sock = s
         return s
+
+    def _may_start_lab(self) -> bool:
+        """Only the lab home's owner (root, or the service account) starts its controller; a user who finds the
+        lab's socket dead is told to ask an admin, never given a controller of their own in its place."""
+        try:
+            return self.home.root.stat().st_uid == os.geteuid()
+        except OSError:
+            return False
 
     def _start_and_connect(self) -> socket.socket:
         self.home.ensure()
@@ -197,8 +208,10 @@ def controller_pid(home: Home) -> int | None:
 
     try:
         fd = os.open(home.lock, os.O_RDONLY)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    except PermissionError:
+        return None  # a lab's lock is its owner's: a user asks the controller itself (ping) instead
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)

@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from hsched.cli._common import EXIT_FAILED, handle_errors, print_json
+from hsched.cli._common import EXIT_FAILED, die, handle_errors, print_json
 
 READY_TIMEOUT_S = 120.0
 """`daemon start` waits this long at most for every node's first probe (each ends within its timeout)."""
@@ -58,19 +58,73 @@ def _stop(timeout: float) -> int | None:
     return pid
 
 
+def _lab_home() -> Any:
+    """The lab's home, marked as a lab's, once this hsched is one every user can run (else exit 2, one line)."""
+    from hsched.errors import UserError
+    from hsched.labsetup import install_problem
+    from hsched.paths import Home
+
+    problem = install_problem()
+    if problem is not None:
+        raise UserError(problem)
+    home = Home.for_lab()
+    home.mark_lab()
+    if os.geteuid() != 0:
+        print("hsched: warning: the lab controller does not run as root: it can start jobs only as "
+              f"{_me()} unless each node's helper runs through the service account's sudo rule "
+              "(README: Set up a lab)", file=sys.stderr)
+    return home
+
+
+def _me() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
 def register(app: typer.Typer) -> None:
     daemon_app = typer.Typer(help="The controller process for this HSCHED_HOME.", no_args_is_help=True)
     app.add_typer(daemon_app, name="daemon")
 
     @daemon_app.command("start")
     @handle_errors
-    def start(as_json: bool = typer.Option(False, "--json")) -> None:
+    def start(
+        as_json: bool = typer.Option(False, "--json"),
+        lab: bool = typer.Option(False, "--lab", help="One controller for every user of this machine (run as "
+                                 "root): state in /var/lib/hsched (or HSCHED_HOME), socket /run/hsched/hsched.sock."),
+    ) -> None:
         """Start the controller (no-op if it runs); return once every node was probed once."""
         from hsched.client import Client
 
-        with Client() as c:
+        home = _lab_home() if lab else None
+        with Client(home) as c:
             info = _wait_ready(c, c.call("ping"))
         _started(as_json, info)
+
+    @daemon_app.command("install")
+    @handle_errors
+    def install(
+        print_only: bool = typer.Option(False, "--print", help="Print the unit instead of writing it."),
+        user: str = typer.Option("root", "--user", help="The account the controller runs as (a service account "
+                                 "needs the sudo rule of README: Set up a lab on every node)."),
+    ) -> None:
+        """Install the lab controller as a systemd service (hsched.service): restarted on failure, jobs kept
+        running across its restarts (KillMode=process), its socket in /run/hsched."""
+        from hsched.labsetup import UNIT_PATH, systemd_unit
+
+        home = _lab_home()
+        unit = systemd_unit(home, user=user)
+        if print_only:
+            sys.stdout.write(unit)
+            return
+        if os.geteuid() != 0:
+            die(f"daemon install writes {UNIT_PATH}: run it as root (or --print the unit)")
+        UNIT_PATH.write_text(unit)
+        os.chmod(UNIT_PATH, 0o644)
+        print(f"wrote {UNIT_PATH}\nnext: systemctl daemon-reload && systemctl enable --now hsched")
 
     @daemon_app.command("stop")
     @handle_errors
@@ -112,8 +166,18 @@ def register(app: typer.Typer) -> None:
 
         client = Client(autostart=False)
         pid = controller_pid(client.home)
-        info: dict[str, object] = {"running": pid is not None, "pid": pid, "home": str(client.home.root)}
-        if pid is not None:
+        info: dict[str, object] = {"running": pid is not None, "pid": pid, "home": str(client.home.root),
+                                   "mode": client.home.mode, "socket": str(client.home.socket)}
+        if pid is None and client.home.lab:
+            # a user cannot read the lab's lock file: the controller answering is what says it runs
+            try:
+                with client as c:
+                    info.update(c.call("ping"))
+                pid = info.get("pid")  # type: ignore[assignment]
+                info["running"] = True
+            except ControllerError as e:
+                info["error"] = str(e)
+        if pid is not None and "api" not in info:
             try:
                 with client as c:
                     info.update(c.call("ping"))
@@ -127,9 +191,10 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(info)
         elif pid is None:
-            print(f"controller not running for {client.home.root}")
+            print(f"{'lab ' if client.home.lab else ''}controller not running for {client.home.root}")
         else:
-            print(f"controller running (pid {pid}) for {client.home.root}: {info.get('health', 'unknown')}")
+            print(f"{'lab ' if info.get('mode') == 'lab' else ''}controller running (pid {pid}) for "
+                  f"{info.get('home', client.home.root)}: {info.get('health', 'unknown')}")
             if unhealthy:
                 print(f"hsched: error: {info.get('health_error') or 'unhealthy'}", file=sys.stderr)
         if unhealthy:

@@ -136,4 +136,6 @@ def test_daemon_status_shows_health_and_fails_when_unhealthy(monkeypatch: pytest
     code, _, err = status(monkeypatch, 42, None)  # holds the lock but does not answer
     assert code == 1 and "does not answer" in err
     code, out, _ = status(monkeypatch, None, None, as_json=True)
-    assert code == 0 and json.loads(out) == {"running": False, "pid": None, "home": "/nonexistent/hsched-home"}
+    assert code == 0 and json.loads(out) == {"running": False, "pid": None, "home": "/nonexistent/hsched-home",
+                                            "mode": "personal",
+                                            "socket": "/nonexistent/hsched-home/controller.sock"}
