@@ -3,6 +3,7 @@
     #!/bin/bash
     #SBATCH -J train -t 10 --gpus-per-node=2
     #SBATCH --gres=gpu:a100:2          # translated: --gpus-per-node 2 --gpu-type a100
+    #SBATCH --constraint="nvme&ib"     # node labels (the fleet file's [[node]] labels), as sbatch's features
     #SBATCH --partition=gpu            # known to sbatch, meaningless here: ignored with a warning
     python train.py
 
@@ -30,7 +31,7 @@ _IGNORED = {
     "-e": "error files (hsched logs JOB)", "--error": "error files (hsched logs JOB)",
     "--open-mode": "output files", "--requeue": "--requeue (hsched requeues on preemption)",
     "--no-requeue": "--no-requeue", "--mem-per-cpu": "--mem-per-cpu (give --mem)",
-    "--constraint": "constraints", "-C": "constraints", "--nice": "--nice (give --priority)",
+    "--nice": "--nice (give --priority)",
 }
 # sbatch options that take a value when written as separate words
 _TAKES_VALUE = frozenset({"-p", "-A", "-o", "-e", "-C", "--partition", "--account", "--mail-type", "--mail-user",

@@ -11,11 +11,13 @@ import re
 import signal as _signal
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from hsched.constraints import label_problem, parse_constraint
 from hsched.errors import ConfigError, UserError
+from hsched.fairshare import DEFAULT_HALF_LIFE_S, Account
 from hsched.model import (
     DEFAULT_QOS,
     QOS_CLASSES,
@@ -231,14 +233,14 @@ def _converted(p: Problems, key: str, v: Any, fn: Callable[[Any], Any]) -> Any:
 
 _JOB_KEYS = frozenset(
     {"name", "command", "workdir", "env", "resources", "qos", "priority", "checkpoint_signal", "time",
-     "time_limit", "hold", "signal", "retries", "dependency", "kill_on_invalid_dep", "array"}
+     "time_limit", "hold", "signal", "retries", "dependency", "kill_on_invalid_dep", "array", "constraint"}
 )
 MAX_NAME_BYTES = 256
 PRIORITY_MIN, PRIORITY_MAX = -1_000_000, 1_000_000
 """Priorities a job may have (a spec file, the CLI, the API alike)."""
 MAX_RETRIES = 100
 _RES_KEYS = frozenset({"gpus", "gpu_types", "gpu_memory", "cpus", "memory", "nodes", "interconnect",
-                       "tasks_per_node"})
+                       "tasks_per_node", "constraint"})
 
 
 def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple[str, ...] = QOS_CLASSES,
@@ -290,6 +292,13 @@ def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple
             else:
                 env.append((k, str(v)))
     resources = _resources(p, data.get("resources", {}))
+    if "constraint" in data:
+        # sbatch's --constraint is a job option; the spec takes it at the top or in [resources]
+        raw_res = data.get("resources")
+        if isinstance(raw_res, dict) and "constraint" in raw_res:
+            p.add("constraint", "given twice (also as resources.constraint); keep one")
+        else:
+            resources = replace(resources, constraint=_constraint(p, "constraint", data["constraint"]))
     qos = data.get("qos", default_qos)
     if not isinstance(qos, str) or qos not in qos_classes:
         p.expected("qos", f"one of {', '.join(qos_classes)}", qos)
@@ -389,10 +398,25 @@ def _resources(p: Problems, raw: Any) -> Resources:
         interconnect = Interconnect.ANY
     if interconnect is Interconnect.NVLINK and gpus < 2:
         p.add("resources.interconnect", "\"nvlink\" needs gpus >= 2 (there is no link within one GPU)")
+    constraint = _constraint(p, "resources.constraint", raw["constraint"]) if "constraint" in raw else ""
     return Resources(
         gpus=gpus, gpu_types=gpu_types, gpu_memory_mib=gpu_mem, cpus=cpus, memory_mib=mem, nodes=nodes,
-        interconnect=interconnect, tasks_per_node=tasks,
+        interconnect=interconnect, tasks_per_node=tasks, constraint=constraint,
     )
+
+
+def _constraint(p: Problems, key: str, raw: Any) -> str:
+    """sbatch's --constraint text, normalised ("nvme & ib" -> "nvme&ib"); "" when absent or bad (reported)."""
+    if not isinstance(raw, str):
+        p.expected(key, 'node labels such as "nvme&ib" or "a100|h100"', raw)
+        return ""
+    if not raw.strip():
+        return ""
+    try:
+        return parse_constraint(raw).text
+    except ValueError as e:
+        p.add(key, f"{raw!r} is not a constraint: expected {e}")
+        return ""
 
 
 def load_job_spec(path: Path, overrides: Mapping[str, Any] | None = None) -> JobSpec:
@@ -442,6 +466,8 @@ class NodeConfig:
     known_hosts: str | None = None
     simulate: SimulatedDevices | None = None
     shared_paths: tuple[str, ...] = ()
+    labels: tuple[str, ...] = ()
+    """What `--constraint` matches (sbatch's node features): ["nvme", "ib"]."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -498,11 +524,21 @@ def fleet_from_table(data: Mapping[str, Any], source: str, base_dir: Path) -> Fl
         if not isinstance(shared, list) or not all(isinstance(s, str) for s in shared):
             p.expected(f"{key}.shared_paths", "a list of paths", shared)
             shared = []
+        labels = raw.get("labels", [])
+        if not isinstance(labels, list):
+            p.expected(f"{key}.labels", 'a list of labels such as ["nvme", "ib"]', labels)
+            labels = []
+        for lb in labels:
+            why = label_problem(lb)
+            if why is not None:
+                p.expected(f"{key}.labels", why, lb)
+        labels = [lb for lb in labels if label_problem(lb) is None]
         nodes.append(
             NodeConfig(
                 name=name or f"node{i}", executor=str(executor), host=host if isinstance(host, str) else None,
                 port=port, user=raw.get("user"), identity_file=raw.get("identity_file"),
                 known_hosts=raw.get("known_hosts"), simulate=sim, shared_paths=tuple(shared),
+                labels=tuple(dict.fromkeys(labels)),
             )
         )
     p.raise_if_any()
@@ -558,6 +594,9 @@ class QosClass:
     max_gpus: int | None = None
     """GPUs all jobs of this class may hold at once."""
     max_gpus_per_user: int | None = None
+    """GPUs one user's jobs of this class may hold at once."""
+    max_jobs_per_user: int | None = None
+    """Jobs of this class one user may have holding devices at once (hsched.sched.limits enforces the caps)."""
 
 
 DEFAULT_QOS_TABLE: dict[str, QosClass] = {
@@ -593,6 +632,14 @@ class Settings:
     monitor_interval_s: float = 1.0
     """How often each node sends a monitoring sample (utilization, memory, processes)."""
     gpu_models: dict[str, Any] = field(default_factory=dict)
+    """The `[gpu_models]` table as written (its `aliases` are read into `gpu_aliases`)."""
+    gpu_aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """`[gpu_models.aliases]`: a `--gpu-type` name -> the device models it stands for (each matched as a
+    case-insensitive substring, as --gpu-type is): a100 = ["A100-SXM4-80GB", "A100-PCIE-40GB"]."""
+    fairshare_half_life_s: float = DEFAULT_HALF_LIFE_S
+    """Fair share's usage decay (Slurm's PriorityDecayHalfLife): usage this old counts half; 0: no decay."""
+    accounts: dict[str, Account] = field(default_factory=dict)
+    """`[accounts]`: groups of users sharing a part of the lab (fair share); a user in none is their own."""
     qos: dict[str, QosClass] = field(default_factory=lambda: dict(DEFAULT_QOS_TABLE))
     default_qos: str = DEFAULT_QOS
     metrics: str | None = None
@@ -620,7 +667,8 @@ def load_settings(path: Path) -> Settings:
     data = read_toml(path)
     p = Problems(str(path))
     allowed = frozenset({*_SETTINGS_FLOATS, "checkpoint_exit_code", "max_restarts", "gpu_models", "qos",
-                         "default_qos", "policy", "retries", "fatal_exit_codes", "metrics", "admins", "lab_group"})
+                         "default_qos", "policy", "retries", "fatal_exit_codes", "metrics", "admins", "lab_group",
+                         "fairshare_half_life_s", "accounts"})
     check_keys(p, data, allowed, "")
     kwargs: dict[str, Any] = {}
     for k in _SETTINGS_FLOATS:
@@ -666,8 +714,17 @@ def load_settings(path: Path) -> Settings:
     if "gpu_models" in data:
         if isinstance(data["gpu_models"], dict):
             kwargs["gpu_models"] = data["gpu_models"]
+            kwargs["gpu_aliases"] = _gpu_aliases(p, data["gpu_models"])
         else:
-            p.expected("gpu_models", "a table of model overrides", data["gpu_models"])
+            p.expected("gpu_models", "a table such as [gpu_models.aliases]", data["gpu_models"])
+    if "fairshare_half_life_s" in data:
+        v = data["fairshare_half_life_s"]
+        if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+            p.expected("fairshare_half_life_s", "a number of seconds >= 0 (604800 = 7 days; 0: no decay)", v)
+        else:
+            kwargs["fairshare_half_life_s"] = float(v)
+    if "accounts" in data:
+        kwargs["accounts"] = _accounts(p, data["accounts"])
     if "qos" in data:
         kwargs["qos"] = _qos_table(p, data["qos"])
     if "default_qos" in data:
@@ -692,7 +749,60 @@ def load_settings(path: Path) -> Settings:
     return Settings(**kwargs)
 
 
-_QOS_KEYS = frozenset({"preempts", "max_gpus", "max_gpus_per_user"})
+_QOS_KEYS = frozenset({"preempts", "max_gpus", "max_gpus_per_user", "max_jobs_per_user"})
+
+
+def _gpu_aliases(p: Problems, table: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """[gpu_models.aliases]: NAME = ["MODEL", ...] (or one "MODEL"). Other [gpu_models] keys were never read:
+    they are refused rather than silently ignored."""
+    check_keys(p, table, frozenset({"aliases"}), "gpu_models.")
+    raw = table.get("aliases", {})
+    if not isinstance(raw, dict):
+        p.expected("gpu_models.aliases", 'a table such as a100 = ["A100-SXM4-80GB", "A100-PCIE-40GB"]', raw)
+        return {}
+    out: dict[str, tuple[str, ...]] = {}
+    seen: dict[str, str] = {}
+    for name, models in raw.items():
+        key = f"gpu_models.aliases.{name}"
+        if isinstance(models, str):
+            models = [models]
+        if not name.strip() or not isinstance(models, list) or not models or not all(
+                isinstance(m, str) and m.strip() for m in models):
+            p.expected(key, 'a list of GPU model names such as ["A100-SXM4-80GB", "A100-PCIE-40GB"]', models)
+            continue
+        if name.lower() in seen:
+            p.add(key, f"the same alias as {seen[name.lower()]!r} (aliases are case-insensitive); keep one")
+            continue
+        seen[name.lower()] = name
+        out[name] = tuple(m.strip() for m in models)
+    return out
+
+
+def _accounts(p: Problems, raw: Any) -> dict[str, Account]:
+    """[accounts]: NAME = ["user", ...], or NAME = { users = [...], shares = N } for an account worth N shares."""
+    if not isinstance(raw, dict):
+        p.expected("accounts", 'a table such as physics = ["lab1", "lab2"]', raw)
+        return {}
+    out: dict[str, Account] = {}
+    member_of: dict[str, str] = {}
+    for name, value in raw.items():
+        key = f"accounts.{name}"
+        shares: int | None = 1
+        users = value
+        if isinstance(value, dict):
+            check_keys(p, value, frozenset({"users", "shares"}), f"{key}.")
+            users = value.get("users", [])
+            shares = _int(p, f"{key}.shares", value.get("shares", 1), minimum=1)
+        if not isinstance(users, list) or not users or not all(isinstance(u, str) and u.strip() for u in users):
+            p.expected(f"{key}" + (".users" if isinstance(value, dict) else ""),
+                       'a list of user names such as ["lab1", "lab2"]', users)
+            continue
+        for u in users:
+            if u in member_of:
+                p.add(key, f"user {u!r} is already in account {member_of[u]!r}; a user belongs to one account")
+            member_of.setdefault(u, name)
+        out[name] = Account(name, tuple(dict.fromkeys(users)), shares or 1)
+    return out
 
 
 def _qos_table(p: Problems, raw: Any) -> dict[str, QosClass]:
@@ -711,7 +821,8 @@ def _qos_table(p: Problems, raw: Any) -> dict[str, QosClass]:
         if not isinstance(pre, list) or not all(isinstance(x, str) for x in pre):
             p.expected(f"{key}.preempts", "a list of QoS class names", pre)
             pre = []
-        limits = {k: _int(p, f"{key}.{k}", t[k], minimum=0) for k in ("max_gpus", "max_gpus_per_user") if k in t}
+        limits = {k: _int(p, f"{key}.{k}", t[k], minimum=0)
+                  for k in ("max_gpus", "max_gpus_per_user", "max_jobs_per_user") if k in t}
         out[name] = QosClass(name, preempts=tuple(pre), **limits)
     for q in out.values():
         for target in q.preempts:

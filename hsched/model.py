@@ -81,6 +81,13 @@ class EndReason(enum.StrEnum):
     UNSATISFIABLE = "Unsatisfiable"
     PREEMPTING = "Preempting"
     """Waits for devices that running jobs are giving up for it."""
+    # QoS caps (settings [qos.NAME]), named as squeue names the limits a Slurm user knows
+    QOS_MAX_JOBS_PER_USER = "QOSMaxJobsPerUserLimit"
+    """The user already runs `max_jobs_per_user` jobs of this QoS class."""
+    QOS_MAX_GPU_PER_USER = "QOSMaxGpuPerUserLimit"
+    """Starting it would take the user over `max_gpus_per_user` GPUs of this QoS class."""
+    QOS_GRP_GPU = "QOSGrpGpuLimit"
+    """Starting it would take the whole class over `max_gpus` GPUs."""
 
 
 class RunState(enum.StrEnum):
@@ -189,6 +196,9 @@ class Resources:
     interconnect: Interconnect = Interconnect.ANY
     tasks_per_node: int = 1
     """Processes started per node, each with torchrun's RANK/LOCAL_RANK/WORLD_SIZE... (Slurm's ntasks-per-node)."""
+    constraint: str = ""
+    """Node labels the job needs, in sbatch's --constraint syntax ("nvme&ib", "a100|h100"; hsched.constraints),
+    normalised; empty: any node."""
 
     def matches_model(self, model: str) -> bool:
         """`--gpu-type a100` matches "NVIDIA A100-SXM4-80GB": case-insensitive substring."""

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from hsched.fairshare import Ledger, RunUsage, Usage
 from hsched.model import (
     LIVE_RUN_STATES,
     EndReason,
@@ -159,6 +160,8 @@ class Store:
         self.db.execute("PRAGMA foreign_keys=ON")
         self.db.execute("PRAGMA busy_timeout=5000")
         self._migrate()
+        self._ledger: Ledger | None = None
+        """Fair share's folded usage (`user_usage`): the history is read once, then only new and running runs."""
 
     def close(self) -> None:
         self.db.close()
@@ -428,6 +431,37 @@ class Store:
         marks = ",".join("?" * len(_LIVE))
         return [_run(r) for r in self.db.execute(f"SELECT * FROM runs WHERE state IN ({marks}) ORDER BY id",
                                                  _LIVE)]
+
+    # -------------------------------------------------------------------------------------- fair share
+
+    def user_usage(self, now: float, half_life_s: float) -> dict[str, Usage]:
+        """GPU-seconds per user over every run, raw and decayed by age as of `now` (hsched.fairshare), running
+        runs up to `now`. The first call reads the whole history; later ones only runs started since and runs
+        that were still going (`Ledger`), so a round pays for what changed, not for the history."""
+        led = self._ledger
+        if led is None or led.half_life_s != half_life_s:
+            led = Ledger(half_life_s)
+        self._ledger, usage = led.advance(self._usage_rows(led.upto, led.open), now)
+        return usage
+
+    def _usage_rows(self, after_id: int, also: frozenset[int]) -> list[RunUsage]:
+        # ranks of one attempt on one node (--tasks-per-node) share that node's devices: each holds its part
+        sql = ("SELECT r.id, r.devices, r.start_time, r.end_time, j.user, "
+               "(SELECT COUNT(*) FROM runs p WHERE p.job_id = r.job_id AND p.attempt = r.attempt "
+               "AND p.node = r.node) AS peers FROM runs r JOIN jobs j ON j.id = r.job_id WHERE ")
+        rows = list(self.db.execute(sql + "r.id > ? ORDER BY r.id", (after_id,)))
+        ids = sorted(i for i in also if i <= after_id)
+        for k in range(0, len(ids), 500):  # SQLite's limit on parameters
+            chunk = ids[k:k + 500]
+            rows += self.db.execute(sql + f"r.id IN ({','.join('?' * len(chunk))})", chunk).fetchall()
+        return [RunUsage(r["id"], r["user"], len(json.loads(r["devices"])) / max(1, r["peers"]), r["start_time"],
+                         r["end_time"]) for r in rows]
+
+    def job_users(self) -> list[str]:
+        """Users with a job that has not ended (pending or holding devices)."""
+        states = [s.value for s in JobState if not s.is_terminal()]
+        return [r[0] for r in self.db.execute(
+            f"SELECT DISTINCT user FROM jobs WHERE state IN ({','.join('?' * len(states))}) ORDER BY user", states)]
 
     # ------------------------------------------------------------------------------------------- nodes
 

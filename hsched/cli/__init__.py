@@ -40,6 +40,7 @@ def _register() -> None:
         mod.register(app)
     from hsched.cli import dash; dash.register(app)  # noqa: E702, I001  (hsched dash, tui/)
     from hsched.cli import trust; trust.register(app)  # noqa: E702, I001  (hsched node trust; after fleet)
+    from hsched.cli import share; share.register(app)  # noqa: E702, I001  (hsched share: fair share by user)
 
 
 _register()

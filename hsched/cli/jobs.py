@@ -186,7 +186,11 @@ def register(app: typer.Typer) -> None:
         gpus: int | None = typer.Option(None, "--gpus", "-G", min=0,
                                         help="GPUs in all, as sbatch (split evenly over --nodes)."),
         gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", min=0, help="GPUs on each node."),
-        gpu_type: list[str] = typer.Option(None, "--gpu-type", help="GPU model substring (repeatable)."),
+        gpu_type: list[str] = typer.Option(None, "--gpu-type",
+                                           help="GPU model substring, or a settings alias (repeatable)."),
+        constraint: str | None = typer.Option(
+            None, "--constraint", "-C",
+            help="Node labels the job needs, as sbatch: nvme, \"nvme&ib\" (and), \"a100|h100\" (or), parentheses."),
         gpu_memory: str | None = typer.Option(None, "--gpu-memory", help="Minimum memory per GPU, e.g. 40G."),
         nodes: int | None = typer.Option(None, "--nodes", "-N", min=1, help="Nodes (all-or-nothing)."),
         name: str | None = typer.Option(None, "--name", "-J", help="Job name."),
@@ -275,11 +279,13 @@ def register(app: typer.Typer) -> None:
         for key, opt in (("gpus", "gpus_per_node"), ("gpu_memory", "gpu_memory"), ("nodes", "nodes"),
                          ("cpus", "cpus"),
                          ("memory", "memory"), ("interconnect", "interconnect"),
-                         ("tasks_per_node", "tasks_per_node")):
+                         ("tasks_per_node", "tasks_per_node"), ("constraint", "constraint")):
             if o.get(opt) is not None:
                 res[key] = o[opt]
         if o.get("gpu_type"):
             res["gpu_types"] = list(o["gpu_type"])
+        if o.get("constraint") is not None:
+            table.pop("constraint", None)  # the command line's wins over a spec file's, wherever that put it
         if res or "resources" in table:
             table["resources"] = res
         for key, opt in (("name", "name"), ("qos", "qos"), ("priority", "priority"),
@@ -388,6 +394,7 @@ def register(app: typer.Typer) -> None:
             ("command", " ".join(job["command"])),
             ("workdir", job.get("workdir") or "(the submit folder, where a node sees it)"),
             ("resources", _resources_line(job["resources"])),
+            ("constraint", job.get("constraint") or "-"),
             ("submitted", job["submit_time"]), ("started", job["start_time"]), ("ended", job["end_time"]),
             ("time limit", _limit(job.get("time_limit_s"))),
             ("signals", f"checkpoint {job.get('checkpoint_signal')}"

@@ -440,6 +440,13 @@ class Api:
                 "jobs": [job_to_dict(j) for j in jobs],
                 "nodes": [node_to_dict(n, owners) for n in self.ctl.node_list()]}
 
+    async def op_share(self, args: dict[str, Any], uid: int) -> Any:
+        """Fair share by user, as sshare shows it: account, shares, raw and decayed GPU-hours, the fair-share
+        factor. Everyone may read it (as squeue shows every job)."""
+        from hsched.controller.shares import share_report
+
+        return await share_report(self.ctl)
+
 
 def _member_of_any(user: str, groups: tuple[str, ...]) -> bool:
     """Whether `user` belongs to one of `groups` (as primary or supplementary group). Blocking."""

@@ -15,6 +15,7 @@ from hsched.dependencies import named_jobs
 from hsched.errors import HschedError, UserError
 from hsched.lifecycle import StopReason
 from hsched.model import EndReason, Job, JobSpec, JobState
+from hsched.sched.limits import QosLimits, never_within
 from hsched.sched.live import unsatisfiable
 from hsched.serialize import spec_to_dict
 
@@ -31,7 +32,12 @@ async def submit(ctl: Controller, spec: JobSpec, user: str, submit_env: dict[str
     # some node was never reached, it may be the one that can, so the job waits instead of being refused
     known = [rt.node for rt in ctl.nodes.values() if rt.last_ok is not None or rt.config.simulate]
     unknown = sorted(rt.name for rt in ctl.nodes.values() if rt.last_ok is None and not rt.config.simulate)
-    why = unsatisfiable(spec.resources, known)
+    limit = never_within(spec.resources, spec.qos, QosLimits.from_qos(ctl.settings.qos))
+    if limit is not None:
+        raise UserError(f"job request exceeds its QoS class's limits: {limit}")
+    # labels are the fleet file's, known before any probe: a constraint no node has is refused here
+    labels = {rt.name: frozenset(rt.config.labels) for rt in ctl.nodes.values()}
+    why = unsatisfiable(spec.resources, known, labels=labels, aliases=ctl.settings.gpu_aliases)
     if why is not None and not unknown:
         raise UserError(f"job request cannot be satisfied by this fleet ({ctl.fleet_cfg.source}): {why}")
     async with ctl.lock:

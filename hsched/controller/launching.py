@@ -19,12 +19,14 @@ from hsched.controller.core import Controller
 from hsched.controller.ending import run_ended
 from hsched.controller.fleet import NodeRuntime
 from hsched.controller.metrics import note_round
+from hsched.controller.shares import round_usage
 from hsched.controller.stopping import begin_stop, send
 from hsched.dependencies import DepState, named_jobs, verdict
 from hsched.errors import ExecutorError
 from hsched.executors.base import LaunchRequest
 from hsched.lifecycle import StopReason
 from hsched.model import EndReason, Job, JobState, Placement, Run
+from hsched.sched.limits import QosLimits
 from hsched.sched.live import FleetView, Launch, Preempt, PreemptRule, Running, Wait, schedule
 
 log = logging.getLogger("hsched.launch")
@@ -55,6 +57,9 @@ async def _schedule_round(ctl: Controller) -> tuple[bool, int]:
             return False, 0
         note_users(ctl, pending)
         view = fleet_view(ctl, active, await still_dirty(ctl))
+        if ctl.settings.policy:
+            # fair share over the store's history (decayed GPU-seconds per share), for this round's users
+            view = replace(view, user_usage=await round_usage(ctl, now, {j.user for j in [*pending, *active]}))
         resumed = [j.id for j in pending if j.restarts > 0]
         if resumed:
             # a resumed job whose checkpoint sits on a node of its own goes back there when it can: no copy
@@ -120,9 +125,14 @@ def fleet_view(ctl: Controller, active: list[Job], dirty: frozenset[str] = froze
     for rt in ctl.nodes.values():
         busy.update(rt.foreign)  # a GPU someone else is using is not free, whatever our records say
     busy.update(dirty)  # a GPU an ended run's leftover still uses waits until it is clean
+    # a node's labels (for --constraint) and the lab users that do not exist there (never placed there)
+    labels = {rt.name: frozenset(rt.config.labels) for rt in ctl.nodes.values() if rt.config.labels}
+    absent = {rt.name: users for rt in ctl.nodes.values() if (users := rt.absent_users)}
     return FleetView(nodes=tuple(ctl.node_list()), busy=frozenset(busy), cpus_used=cpus_used,
                      running=tuple(running), releasing=frozenset(releasing),
-                     rule=PreemptRule.from_qos(ctl.settings.qos), policy=ctl.settings.policy)
+                     rule=PreemptRule.from_qos(ctl.settings.qos), policy=ctl.settings.policy,
+                     labels=labels, absent_users=absent, gpu_aliases=ctl.settings.gpu_aliases,
+                     limits=QosLimits.from_qos(ctl.settings.qos), holders=tuple(active))
 
 
 async def _dependencies_met(ctl: Controller, pending: list[Job], active: list[Job], now: float) -> list[Job]:

@@ -16,15 +16,23 @@ One round, in this order:
    `hsched.sched.preempt.Victims` exactly as the simulator chooses them. Gangs (nodes > 1) are all or nothing
    and never preempt.
 
+Throughout, a job sees only the nodes it may use: their labels satisfy its `--constraint`
+(hsched.constraints), and its user exists there (`FleetView.absent_users`, lab mode). A job whose start would
+go over a QoS cap (hsched.sched.limits) neither starts nor preempts; it waits with the cap's name. Fair share
+reads `FleetView.user_usage` (decayed GPU-seconds per share, from the store: hsched.fairshare); `--gpu-type`
+names that settings alias (`[gpu_models.aliases]`) are read as the models they stand for.
+
 Pure: no I/O.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from hsched.constraints import Constraint, parse_constraint
 from hsched.model import EndReason, Interconnect, Job, Node, NodeState, Placement, Resources
+from hsched.sched.limits import QosLimits, Tally
 from hsched.sched.placement import best_fit_key
 from hsched.sched.preempt import PreemptRule, Victims
 from hsched.sched.registry import make_policy
@@ -51,6 +59,7 @@ __all__ = [
     "eligible_devices",
     "gpu_type_of",
     "order",
+    "resolve_gpu_types",
     "schedule",
     "topology_chooser",
     "unsatisfiable",
@@ -93,6 +102,19 @@ class FleetView:
     """A scheduling-core policy (hsched.sched) deciding order and GPU types; None: QoS/priority/FIFO."""
     prefer: Mapping[int, str] = field(default_factory=dict)
     """Job id -> the node holding its checkpoint: tried first, so a resumed job avoids the copy when it can."""
+    user_usage: Mapping[str, float] | None = None
+    """Fair share's usage per user: decayed GPU-seconds of the store's runs, running ones up to now, per equal
+    share (hsched.fairshare.policy_usage). None (a view built by hand): the running jobs' GPU-seconds."""
+    labels: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Node name -> its labels (the fleet file's `[[node]] labels`), what `--constraint` is matched against."""
+    absent_users: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Node name -> users that do not exist on that node (lab mode): their jobs are never placed there."""
+    gpu_aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Settings' `[gpu_models.aliases]`: a `--gpu-type` name -> the model names it stands for."""
+    limits: Mapping[str, QosLimits] = field(default_factory=dict)
+    """QoS class -> its caps (`QosLimits.from_qos(settings.qos)`); a class not here has none."""
+    holders: tuple[Job, ...] | None = None
+    """Every job holding devices (launching, running, being stopped): what the caps count. None: `running`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +147,38 @@ DeviceChooser = Callable[[Node, Sequence[str], Resources], Chosen | None]
 """Pick devices for a request among a node's free ones, or None."""
 
 
+def resolve_gpu_types(types: Sequence[str], aliases: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
+    """`--gpu-type` names with settings aliases replaced by the models they stand for (case-insensitive);
+    other names stay, matched as substrings of the model as always."""
+    if not aliases or not types:
+        return tuple(types)
+    low = {k.lower(): v for k, v in aliases.items()}
+    out: list[str] = []
+    for t in types:
+        out.extend(low.get(t.lower(), (t,)))
+    return tuple(dict.fromkeys(out))
+
+
+def _resolved(job: Job, aliases: Mapping[str, Sequence[str]]) -> Job:
+    """The job with its GPU types resolved: the placement engine matches models by the names it is given."""
+    res = job.spec.resources
+    types = resolve_gpu_types(res.gpu_types, aliases)
+    if types == res.gpu_types:
+        return job
+    return replace(job, spec=replace(job.spec, resources=replace(res, gpu_types=types)))
+
+
+def constraint_of(res: Resources) -> Constraint | None:
+    """The request's parsed constraint, None without one; one that does not parse (a spec stored before it was
+    checked) matches no label set."""
+    if not res.constraint:
+        return None
+    try:
+        return parse_constraint(res.constraint)
+    except ValueError:
+        return Constraint((), res.constraint)
+
+
 def eligible_devices(node: Node, res: Resources) -> list[str]:
     """Devices of the node the request could use at all, ignoring whether they are busy."""
     out = []
@@ -138,10 +192,26 @@ def eligible_devices(node: Node, res: Resources) -> list[str]:
     return out
 
 
-def unsatisfiable(res: Resources, nodes: Sequence[Node]) -> str | None:
-    """Why no node of the fleet could ever run this request (even empty), or None if some could."""
+def unsatisfiable(res: Resources, nodes: Sequence[Node], *, labels: Mapping[str, frozenset[str]] | None = None,
+                  aliases: Mapping[str, Sequence[str]] | None = None) -> str | None:
+    """Why no node of the fleet could ever run this request (even empty), or None if some could. `labels`: each
+    node's labels, for `--constraint` (none without); `aliases`: settings' GPU model aliases."""
     if not nodes:
         return "the fleet has no nodes; add one to the fleet file"
+    if aliases:
+        res = replace(res, gpu_types=resolve_gpu_types(res.gpu_types, aliases))
+    fleet = "the fleet"
+    constraint = constraint_of(res)
+    if constraint is not None:
+        lab = labels or {}
+        matching = [n for n in nodes if constraint.satisfied_by(lab.get(n.name, frozenset()))]
+        if not matching:
+            known = sorted(set().union(*lab.values())) if lab else []
+            have = f"labels in this fleet: {', '.join(known)}" if known else "no node of this fleet has labels"
+            return (f"no node has the labels of --constraint {res.constraint!r} ({have}); change --constraint "
+                    "or add labels to the nodes in the fleet file")
+        nodes = matching
+        fleet = f"the nodes matching --constraint {res.constraint!r}"
     # a request larger than every node in one resource says which, with the largest there is
     mems = [n.memory_total_mib for n in nodes if n.memory_total_mib is not None]
     if res.memory_mib is not None and mems and res.memory_mib > max(mems):
@@ -155,7 +225,7 @@ def unsatisfiable(res: Resources, nodes: Sequence[Node]) -> str | None:
         return (f"no GPU has {_size(res.gpu_memory_mib)} of memory (largest: {_size(max(gpu_mem))}); "
                 "lower --gpu-memory")
     if res.nodes > len(nodes):
-        return f"needs {res.nodes} nodes but the fleet has {len(nodes)}; lower --nodes or add nodes"
+        return f"needs {res.nodes} nodes but {fleet} has {len(nodes)}; lower --nodes or add nodes"
     fitting = []
     best = 0
     for n in nodes:
@@ -183,9 +253,9 @@ def unsatisfiable(res: Resources, nodes: Sequence[Node]) -> str | None:
     if res.cpus:
         what += f", {res.cpus} CPUs"
     if res.nodes > 1:
-        return (f"needs {res.nodes} nodes each with {what}, but only {len(fitting)} node(s) of the fleet qualify; "
+        return (f"needs {res.nodes} nodes each with {what}, but only {len(fitting)} node(s) of {fleet} qualify; "
                 "lower --nodes/--gpus or add nodes")
-    return (f"needs {what} on one node, but no node of the fleet has that (the most any node offers is {best}); "
+    return (f"needs {what} on one node, but no node of {fleet} has that (the most any node offers is {best}); "
             "lower --gpus, change --gpu-type or add a node")
 
 
@@ -231,19 +301,30 @@ def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
              chooser: DeviceChooser | None = None) -> list[Decision]:
     """One live round (see the module docstring): a decision for every job of `queue`, in the order the round
     served them."""
+    if fleet.gpu_aliases:
+        queue = [_resolved(j, fleet.gpu_aliases) for j in queue]
     st = _RoundState(fleet, chooser or default_chooser(), now)
     decisions: list[Decision] = []
-    core_waiting: Mapping[int, str] = {}
+    core_waiting: dict[int, str] = {}
     by_id = {j.id: j for j in queue}
     if fleet.policy:
-        gpu_jobs = [j for j in queue if j.spec.resources.gpus > 0]
+        # a job over a QoS cap, or with no node it may use, is not the policy's to plan: it would hold capacity
+        # in the plan that it cannot use; it waits (with its reason) below
+        capped = {j.id for j in queue if st.tally.blocked(j) is not None}
+        nowhere = {j.id for j in queue if j.id not in capped and not st.nodes_for(j)}
+        gpu_jobs = [j for j in queue if j.spec.resources.gpus > 0 and j.id not in capped and j.id not in nowhere]
         starts, core_waiting, served = _core_round(fleet.policy, gpu_jobs, st, now)
         for job_id, placements in starts:
-            if st.take(by_id[job_id], placements):
+            job = by_id[job_id]
+            # the plan's starts are counted one by one: two jobs of one user may each fit a cap, not both
+            if st.tally.blocked(job) is None and st.take(job, placements):
+                st.tally.add(job)
                 decisions.append(Launch(job_id, placements))
         started = {d.job_id for d in decisions}
+        core_waiting.update({i: _RESOURCES for i in nowhere})
+        left_out = [j for j in order(queue) if j.spec.resources.gpus > 0 and (j.id in capped or j.id in nowhere)]
         cpu_jobs = [j for j in order(queue) if j.spec.resources.gpus == 0]
-        rest = [by_id[i] for i in served if i not in started] + cpu_jobs
+        rest = [by_id[i] for i in served if i not in started] + left_out + cpu_jobs
     else:
         rest = order(queue)
     for job in rest:
@@ -320,13 +401,23 @@ def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: 
     servers = [s for n in st.up if (s := server_of(n, gpu_type_of, unavailable)) is not None]
     types_of = {s.name: s.gpu_type for s in servers}
     typed = [n for n in st.up if n.name in types_of]
-    usage: dict[str, float] = {}
-    for r in fleet.running:
-        usage[r.job.user] = usage.get(r.job.user, 0.0) + r.job.spec.resources.gpus * max(0.0, now - r.started)
+    base = fleet.user_usage
+    if base is None:
+        # no history handed in (a view built by hand): the running jobs' GPU-seconds so far
+        running_use: dict[str, float] = {}
+        for r in fleet.running:
+            running_use[r.job.user] = (running_use.get(r.job.user, 0.0)
+                                       + r.job.spec.resources.gpus * max(0.0, now - r.started))
+        base = running_use
+    # fair share among the people in this round: a user who waits with nothing running counts (at their
+    # usage, maybe none), or the first user would have no one to be compared with
+    users = {r.job.user for r in fleet.running} | {j.user for j in pending}
+    usage = {u: base.get(u, 0.0) for u in users}
 
     def allowed(job: Job) -> tuple[str, ...]:
         res = job.spec.resources
-        return tuple(sorted({types_of[n.name] for n in typed if any(
+        mine = {n.name for n in st.nodes_for(job)}
+        return tuple(sorted({types_of[n.name] for n in typed if n.name in mine and any(
             res.matches_model(d.model) and (res.gpu_memory_mib is None or d.memory_total_mib is None
                                             or d.memory_total_mib >= res.gpu_memory_mib)
             for d in n.devices)}))
@@ -382,9 +473,31 @@ class _RoundState:
         self.by_name = {n.name: n for n in self.up}
         self.blocked_ahead = False
         self._victims: Victims | None = None
+        holders = fleet.holders if fleet.holders is not None else tuple(r.job for r in fleet.running)
+        self.tally = Tally(fleet.limits, holders)
+        self._nodes_for: dict[int, list[Node]] = {}
+
+    def labelled(self, node: str, job: Job) -> bool:
+        """The node's labels satisfy the job's --constraint (any node does without one)."""
+        c = constraint_of(job.spec.resources)
+        return c is None or c.satisfied_by(self.fleet.labels.get(node, frozenset()))
+
+    def absent(self, node: str, job: Job) -> bool:
+        """The job's user does not exist on the node (lab mode)."""
+        return job.user in self.fleet.absent_users.get(node, frozenset())
+
+    def nodes_for(self, job: Job) -> list[Node]:
+        """The up nodes the job may use: labelled as its constraint asks, its user present there."""
+        got = self._nodes_for.get(job.id)
+        if got is None:
+            got = self._nodes_for[job.id] = [n for n in self.up
+                                             if self.labelled(n.name, job) and not self.absent(n.name, job)]
+        return got
 
     def fit_free(self, node: Node, job: Job, free: Sequence[str]) -> Placement | None:
         """`job` on `node`, using only the given free devices (the core's placer asks this)."""
+        if not self.labelled(node.name, job) or self.absent(node.name, job):
+            return None
         others = {d.uuid for d in node.devices} - set(free)
         return _fit(node, job.spec.resources, self.busy | others, self.cpus_used, self.choose)
 
@@ -411,24 +524,31 @@ class _RoundState:
     def settle(self, job: Job, reason: str | None) -> Decision:
         res = job.spec.resources
         fleet, choose = self.fleet, self.choose
+        capped = self.tally.blocked(job)
+        if capped is not None:
+            # over a QoS cap: it neither starts nor preempts, and holds up no one behind it
+            return Wait(job.id, capped)
+        nodes = self.nodes_for(job)
         placements: list[Placement] = []
         home = fleet.prefer.get(job.id)
-        for node in sorted(self.up, key=lambda n: n.name != home):
+        for node in sorted(nodes, key=lambda n: n.name != home):
             if len(placements) == res.nodes:
                 break
             p = _fit(node, res, self.busy, self.cpus_used, choose)
             if p is not None:
                 placements.append(p)
         if len(placements) == res.nodes and self.take(job, placements):
+            self.tally.add(job)
             return Launch(job.id, tuple(placements))
         if res.nodes == 1 and self.releasing:
             # devices being released (preemption or cancel under way) may be this job's soon
-            for n in self.up:
+            for n in nodes:
                 claim = _fit(n, res, self.busy - self.releasing, self.cpus_used, choose)
                 if claim is not None:
                     self.busy.update(claim.devices)
                     self.releasing.difference_update(claim.devices)
                     self.blocked_ahead = True
+                    self.tally.add(job)
                     return Wait(job.id, _PREEMPTING)
         if res.nodes == 1 and fleet.rule.qos_preempts.get(job.spec.qos):
             busy, cpus_used = self.busy, self.cpus_used
@@ -436,14 +556,48 @@ class _RoundState:
             def fits(name: str, freed: frozenset[str]) -> bool:
                 return _fit(self.by_name[name], res, busy - freed, cpus_used, choose) is not None
 
-            chosen = self.victims().choose(_pending_view(job), [n.name for n in self.up], fits)
+            chosen = self.victims().choose(_pending_view(job), [n.name for n in nodes], fits)
             if chosen is not None:
                 freed = frozenset(u for r in fleet.running if r.id in chosen.victims for u in r.devices)
                 claim = _fit(self.by_name[chosen.node], res, busy - freed, cpus_used, choose)
                 if claim is not None:
                     busy.update(claim.devices)
                 self.blocked_ahead = True
+                self.tally.add(job)  # its start is decided: the next job of its user counts it
                 return chosen
+        missing = self.missing_user(job)
+        if missing is not None:
+            return Wait(job.id, missing)
         why = reason or (_PRIORITY if self.blocked_ahead else _RESOURCES)
         self.blocked_ahead = True
         return Wait(job.id, why)
+
+    def missing_user(self, job: Job) -> str | None:
+        """"user X does not exist on node N" when that is why the job cannot start: it would start now on nodes
+        where only its user is missing, or only such nodes could ever hold it. Else None (the usual reason)."""
+        res = job.spec.resources
+        lacking = [n for n in self.up if self.absent(n.name, job) and self.labelled(n.name, job)]
+        if not lacking:
+            return None
+        mine = self.nodes_for(job)
+        now_mine = sum(1 for n in mine if _fit(n, res, self.busy, self.cpus_used, self.choose) is not None)
+        now_lacking = [n.name for n in lacking if _fit(n, res, self.busy, self.cpus_used, self.choose) is not None]
+        if now_lacking and now_mine + len(now_lacking) >= res.nodes:
+            names = now_lacking
+        else:
+            ever_mine = sum(1 for n in mine if _could_hold(n, res))
+            ever_lacking = [n.name for n in lacking if _could_hold(n, res)]
+            if not ever_lacking or ever_mine >= res.nodes or ever_mine + len(ever_lacking) < res.nodes:
+                return None
+            names = ever_lacking
+        where = f"node {names[0]}" if len(names) == 1 else f"nodes {', '.join(names)}"
+        return f"user {job.user} does not exist on {where}"
+
+
+def _could_hold(node: Node, res: Resources) -> bool:
+    """The node could run the request when empty (its GPUs, CPUs and memory; links are not asked)."""
+    if len(eligible_devices(node, res)) < res.gpus:
+        return False
+    if res.cpus is not None and node.cpus is not None and res.cpus > node.cpus:
+        return False
+    return res.memory_mib is None or node.memory_total_mib is None or res.memory_mib <= node.memory_total_mib

@@ -1,0 +1,142 @@
+"""Node labels in requests: sbatch's `--constraint` (`-C`) syntax, as pure functions.
+
+    --constraint nvme            a node labelled nvme
+    --constraint "nvme&ib"       labelled nvme and ib
+    --constraint "a100|h100"     labelled a100 or h100
+    --constraint "(nvme|ssd)&ib" parentheses group; `&` binds tighter than `|` without them
+
+Labels are the fleet file's `[[node]] labels = ["nvme", "ib"]`. Every node of a gang must satisfy the
+constraint (sbatch's meaning of `&` and `|` is per node too). sbatch's matching OR (`[a|b]`: all nodes the same
+one) and counts (`a*2`) mean something only for gangs over mixed nodes; they are refused with one line rather
+than read differently from what a Slurm user expects.
+
+A constraint is kept as its normalised text in the job spec (what the user asked) and parsed where it is
+matched; parsing is cached, so a round parses each distinct constraint once.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+LABEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+-]*")
+"""A label: what sbatch accepts as a feature name, without its operators."""
+
+_TOKEN_RE = re.compile(r"\s*(?:(?P<label>[A-Za-z0-9][A-Za-z0-9_.:+-]*)|(?P<op>[&|()])|(?P<bad>\S))")
+
+HELP = "labels joined by & (and) and | (or), with parentheses, such as \"nvme&ib\" or \"a100|h100\""
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """A constraint in disjunctive normal form: a node satisfies it when its labels hold every label of at
+    least one clause. Small by nature (a few labels), so the normal form is never large."""
+
+    clauses: tuple[frozenset[str], ...]
+    text: str
+    """The normalised expression (no spaces), as stored in the job spec."""
+
+    def satisfied_by(self, labels: Iterable[str]) -> bool:
+        have = labels if isinstance(labels, frozenset | set) else frozenset(labels)
+        return any(c <= have for c in self.clauses)
+
+    @property
+    def labels(self) -> frozenset[str]:
+        """Every label the constraint names."""
+        return frozenset().union(*self.clauses)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def parse_constraint(text: str) -> Constraint:
+    """The constraint of sbatch's `--constraint` text; ValueError (saying what is accepted) when it is not one."""
+    return _parse(str(text).strip())
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse(text: str) -> Constraint:
+    if not text:
+        raise ValueError(HELP)
+    if "[" in text or "]" in text:
+        raise ValueError(f"{HELP}; sbatch's matching OR [a|b] is not supported (write a|b)")
+    if "*" in text:
+        raise ValueError(f"{HELP}; sbatch's counts (a*2) are not supported")
+    if "!" in text:
+        raise ValueError(f"{HELP}; negation (!) is not supported")
+    tokens: list[str] = []
+    pos = 0
+    while pos < len(text):
+        m = _TOKEN_RE.match(text, pos)
+        if m is None:  # only trailing space is left
+            break
+        if m.group("bad"):
+            raise ValueError(f"{HELP}; {m.group('bad')!r} is not allowed in a label")
+        tokens.append(m.group("label") or m.group("op"))
+        pos = m.end()
+    parser = _Parser(tokens)
+    clauses = parser.expr()
+    if parser.i != len(tokens):
+        raise ValueError(f"{HELP}; unexpected {tokens[parser.i]!r}")
+    return Constraint(_minimal(clauses), "".join(tokens))
+
+
+class _Parser:
+    """Recursive descent: expr := term ('|' term)*; term := atom ('&' atom)*; atom := LABEL | '(' expr ')'.
+    Each rule returns its DNF clauses."""
+
+    def __init__(self, tokens: list[str]) -> None:
+        self.tokens = tokens
+        self.i = 0
+
+    def peek(self) -> str | None:
+        return self.tokens[self.i] if self.i < len(self.tokens) else None
+
+    def expr(self) -> list[frozenset[str]]:
+        out = self.term()
+        while self.peek() == "|":
+            self.i += 1
+            out = out + self.term()
+        return out
+
+    def term(self) -> list[frozenset[str]]:
+        out = self.atom()
+        while self.peek() == "&":
+            self.i += 1
+            right = self.atom()
+            out = [a | b for a in out for b in right]
+        return out
+
+    def atom(self) -> list[frozenset[str]]:
+        tok = self.peek()
+        if tok is None:
+            raise ValueError(f"{HELP}; it ends where a label was expected")
+        if tok == "(":
+            self.i += 1
+            inner = self.expr()
+            if self.peek() != ")":
+                raise ValueError(f"{HELP}; a '(' is not closed")
+            self.i += 1
+            return inner
+        if tok in "&|)":
+            raise ValueError(f"{HELP}; {tok!r} where a label was expected")
+        self.i += 1
+        return [frozenset({tok})]
+
+
+def _minimal(clauses: list[frozenset[str]]) -> tuple[frozenset[str], ...]:
+    """Drop clauses that a smaller one already implies (a | a&b is a), keeping the first-seen order."""
+    out: list[frozenset[str]] = []
+    for c in sorted(set(clauses), key=lambda c: (len(c), sorted(c))):
+        if not any(o <= c for o in out):
+            out.append(c)
+    return tuple(out)
+
+
+def label_problem(label: object) -> str | None:
+    """Why a fleet file's label cannot be used, or None."""
+    if not isinstance(label, str) or not LABEL_RE.fullmatch(label):
+        return "a label of letters, digits, '_', '.', ':', '+' or '-' (starting with a letter or digit)"
+    return None
