@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any
 
-from hsched.errors import ControllerError, UserError
+from hsched.errors import ControllerError, PermissionDenied, UserError
 from hsched.paths import Home
 from hsched.protocol import MAX_LINE, OPS_ANY_PROTOCOL, PACKAGE_VERSION, PROTOCOL, Kind, request, too_large
 
@@ -185,6 +185,8 @@ class Client:
             return reply.get("result")
         if kind == Kind.USER:
             raise UserError(reply.get("error", "bad request"), problems=reply.get("problems"))
+        if kind == Kind.DENIED:
+            raise PermissionDenied(reply.get("error", "permission denied"))
         if kind in (Kind.VERSION, Kind.RESTARTING):
             raise ControllerError(reply.get("error") or self._skew(reply))
         raise ControllerError(reply.get("error", "request failed"))

@@ -52,6 +52,8 @@ class Kind(enum.StrEnum):
 
     USER = "user"
     FAILED = "failed"
+    DENIED = "denied"
+    """Lab mode: not this peer's to do (another user's job, an admin's action); nothing was changed."""
     VERSION = "version"
     RESTARTING = "restarting"
 

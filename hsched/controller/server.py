@@ -37,7 +37,7 @@ from hsched.controller.core import Controller, Stopping, installed_fingerprint
 from hsched.controller.health import monitor
 from hsched.controller.loops import health_loop, installed_now, reconcile, run_loop, start
 from hsched.controller.metrics import serve as serve_metrics
-from hsched.errors import HschedError, UserError
+from hsched.errors import HschedError, PermissionDenied, UserError
 from hsched.paths import Home
 from hsched.protocol import (
     IDLE_TIMEOUT_S,
@@ -202,6 +202,8 @@ class Door:
             return _error(Kind.USER, str(e), problems=e.problems)
         except Stopping as e:
             return self._restarting() if self.ctl.restart_reason is not None else _error(Kind.FAILED, str(e))
+        except PermissionDenied as e:
+            return _error(Kind.DENIED, str(e))
         except HschedError as e:
             return _error(Kind.FAILED, str(e))
         except Exception as e:  # a bug in one handler must not take the controller down
