@@ -19,8 +19,8 @@ def render_share(reply: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("ACCOUNT", "USER", "SHARES", "NORM_SHARES", "RAW_GPU_H", "DECAYED_GPU_H", "EFFECTV_USAGE",
-                "FAIRSHARE"):
+    # sshare's columns, short enough for 80 columns: NORM = normalised shares, EFFECTV = effective usage
+    for col in ("ACCOUNT", "USER", "SHARES", "NORM", "RAW_GPU_H", "DECAYED_GPU_H", "EFFECTV", "FAIRSHARE"):
         table.add_column(col, justify="left" if col in ("ACCOUNT", "USER") else "right")
     for r in reply["users"]:
         # user and account names are the lab's text: shown as written, never read as rich markup

@@ -342,11 +342,12 @@ class LivePlacer:
     """The simulator's server choice (best fit, NVLink first) with real constraints and topology inside."""
 
     def __init__(self, nodes: Mapping[str, Node], jobs: Mapping[int, Job], fit: Fit,
-                 prefer: Mapping[int, str] | None = None) -> None:
+                 prefer: Mapping[int, str] | None = None, labels: Mapping[str, frozenset[str]] | None = None) -> None:
         self.nodes = nodes
         self.jobs = jobs
         self.fit = fit
         self.prefer = prefer or {}
+        self.labels = labels or {}
 
     def place(self, gpus: int, servers: Sequence[ServerView], free: Mapping[str, Sequence[str]],
               max_servers: int | None, job: JobView | None = None) -> tuple[Placement, ...] | None:
@@ -354,8 +355,14 @@ class LivePlacer:
             return None  # a running job: live jobs are never moved
         j = self.jobs[job.id]
         home = self.prefer.get(j.id)
-        # the node holding the job's checkpoint first (no copy), then the simulator's best fit
-        ranked = sorted(servers, key=lambda s: (s.name != home, best_fit_key(s, len(free.get(s.name, ())))))
+        # the node holding the job's checkpoint first (no copy), then the simulator's best fit; among equals the
+        # node with the fewest labels (before the name), so a job that needs no special node leaves those to jobs
+        # that do
+        def key(s: ServerView) -> tuple[bool, int, int, int, str]:
+            link, free_count, name = best_fit_key(s, len(free.get(s.name, ())))
+            return (s.name != home, link, free_count, len(self.labels.get(s.name, ())), name)
+
+        ranked = sorted(servers, key=key)
         need = j.spec.resources.nodes
         out: list[Placement] = []
         for s in ranked:
@@ -427,7 +434,8 @@ def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: 
     inp = build_input(now, sorted(views, key=lambda v: (v.arrival_s, v.id)), servers,
                       throughput or catalog_throughput(), user_usage=usage if len(usage) > 1 else {})
     plan = make_plan(policy, inp)
-    placer = LivePlacer({n.name: n for n in typed}, {j.id: j for j in pending}, st.fit_free, fleet.prefer)
+    placer = LivePlacer({n.name: n for n in typed}, {j.id: j for j in pending}, st.fit_free, fleet.prefer,
+                        fleet.labels)
     # live jobs do not checkpoint: the rule keeps every running job in place, so nothing here is stopped
     decision = apply_rule(plan, inp, servers, placer, fleet.rule)
     pending_ids = {j.id for j in pending}
@@ -531,7 +539,8 @@ class _RoundState:
         nodes = self.nodes_for(job)
         placements: list[Placement] = []
         home = fleet.prefer.get(job.id)
-        for node in sorted(nodes, key=lambda n: n.name != home):
+        # the checkpoint's node first, then the plainest nodes (fewest labels: special ones stay for who needs them)
+        for node in sorted(nodes, key=lambda n: (n.name != home, len(fleet.labels.get(n.name, ())))):
             if len(placements) == res.nodes:
                 break
             p = _fit(node, res, self.busy, self.cpus_used, choose)
