@@ -7,6 +7,7 @@ removed by hand (`ssh-keygen -R`), so that a changed key is always a deliberate 
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -30,7 +31,14 @@ def _find_node(name: str) -> Any:
     from hsched.errors import UserError
     from hsched.paths import Home
 
-    fleet = load_fleet(Home.from_env().fleet_file())
+    home = Home.from_env()
+    if home.lab and os.geteuid() != 0:
+        from hsched.errors import PermissionDenied
+
+        # the lab's known_hosts is the controller account's: trusting a key for everyone is an admin's call
+        raise PermissionDenied("permission denied: `hsched node trust` is for the lab's admins (as root: "
+                               "sudo hsched node trust NAME)")
+    fleet = load_fleet(home.fleet_file())
     for n in fleet.nodes:
         if n.name == name:
             if n.executor != "ssh":

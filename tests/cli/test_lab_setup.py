@@ -41,3 +41,11 @@ def test_the_unit_keeps_jobs_across_restarts_and_names_a_lab_socket_elsewhere(tm
             f"Environment=HSCHED_LAB_SOCKET={tmp_path / 's.sock'}", "WantedBy=multi-user.target"} <= set(lines)
     default = systemd_unit(Home(Path("/var/lib/hsched"), lab=True), user="root").splitlines()
     assert not any(x.startswith(("User=", "Environment=")) for x in default)
+
+
+def test_the_readmes_lab_fleet_parses() -> None:
+    from hsched.config import load_fleet
+
+    fleet = load_fleet(Path(__file__).resolve().parents[2] / "examples" / "lab" / "workstations.toml")
+    assert [(n.name, n.executor) for n in fleet.nodes] == [("ws1", "local"), ("ws2", "ssh"), ("ws3", "ssh"),
+                                                           ("ws4", "ssh")]
