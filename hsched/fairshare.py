@@ -99,22 +99,32 @@ class Ledger:
     def advance(self, rows: Iterable[RunUsage], now: float) -> tuple[Ledger, dict[str, Usage]]:
         now = max(now, self.as_of)  # a clock stepped back does not make old usage grow
         f = decay_factor(now - self.as_of, self.half_life_s)
-        folded = {u: Usage(v.raw_s, v.decayed_s * f) for u, v in self.folded.items()}
-        live: dict[str, Usage] = {}
+        h = self.half_life_s
+        # plain floats per user while summing: the first call after a start folds the whole history
+        raw = {u: v.raw_s for u, v in self.folded.items()}
+        dec = {u: v.decayed_s * f for u, v in self.folded.items()}
+        live_raw: dict[str, float] = {}
+        live_dec: dict[str, float] = {}
         still: set[int] = set()
         upto = self.upto
         for r in rows:
             upto = max(upto, r.id)
-            use = run_usage(r, now, self.half_life_s)
+            start = r.start
             if r.end is None:
                 still.add(r.id)
-                live[r.user] = live.get(r.user, Usage()) + use
+                to_raw, to_dec = live_raw, live_dec
             else:
-                folded[r.user] = folded.get(r.user, Usage()) + use
+                to_raw, to_dec = raw, dec
+            if start is None:
+                continue
+            end = now if r.end is None else min(r.end, now)
+            to_raw[r.user] = to_raw.get(r.user, 0.0) + max(0.0, end - start) * r.gpus
+            to_dec[r.user] = to_dec.get(r.user, 0.0) + decayed_gpu_seconds(r.gpus, start, end, now, h)
+        folded = {u: Usage(raw.get(u, 0.0), dec.get(u, 0.0)) for u in raw.keys() | dec.keys()}
         total = dict(folded)
-        for u, v in live.items():
-            total[u] = total.get(u, Usage()) + v
-        return Ledger(self.half_life_s, now, upto, frozenset(still), folded), total
+        for u in live_raw.keys() | live_dec.keys():
+            total[u] = total.get(u, Usage()) + Usage(live_raw.get(u, 0.0), live_dec.get(u, 0.0))
+        return Ledger(h, now, upto, frozenset(still), folded), total
 
 
 # ------------------------------------------------------------------------------------------------ shares
