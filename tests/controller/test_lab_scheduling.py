@@ -245,3 +245,27 @@ async def test_a_user_absent_on_a_node_never_lands_there_and_the_reason_says_so(
         assert [(await lab.job(j.id)).placement[0].node for j in mine] == ["a", "a"]
         await lab.round()  # (in the round before, lab2's job was looked at while a was still free)
         assert (await lab.job(jobs[2].id)).reason in ("Resources", "Priority")  # the usual reasons
+
+
+async def test_usage_counts_each_gpu_once_and_survives_a_restart(tmp_path: Path) -> None:
+    """Two ranks on one node share its devices (--tasks-per-node): the job's GPUs count once. A new controller
+    over the same store reads the history again and finds the same usage."""
+    async with Lab.open(tmp_path, nodes=FOUR) as lab:
+        gang = await submit(lab, "lab1", resources={"gpus": 2, "tasks_per_node": 2})
+        await lab.round()
+        assert len(await lab.runs(gang.id)) == 2
+        await lab.advance(1800.0)
+        half_life = lab.ctl.settings.fairshare_half_life_s
+        running = await lab.ctl.db(lab.ctl.store.user_usage, lab.clock.time(), half_life)
+        assert running["lab1"].raw_s == pytest.approx(2 * 1800.0)
+        await lab.finish(gang.id)
+        await lab.round()
+        assert (await lab.job(gang.id)).state is JobState.COMPLETED
+        await lab.advance(1800.0)
+        ended = await lab.ctl.db(lab.ctl.store.user_usage, lab.clock.time(), half_life)
+        assert ended["lab1"].raw_s == pytest.approx(2 * 1800.0)
+        assert ended["lab1"].decayed_s < running["lab1"].decayed_s  # older now
+    async with Lab.open(tmp_path, nodes=FOUR, clock=lab.clock) as again:
+        fresh = await again.ctl.db(again.ctl.store.user_usage, lab.clock.time(), half_life)
+        assert fresh["lab1"].raw_s == pytest.approx(ended["lab1"].raw_s)
+        assert fresh["lab1"].decayed_s == pytest.approx(ended["lab1"].decayed_s)
