@@ -18,21 +18,25 @@ def _mib(v: int | None) -> str:
 def render_nodes(nodes: list[dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from hsched.theme import NODE_STYLE
 
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("NODE", "STATE", "EXEC", "CPUS", "MEMORY", "GPUS", "FREE", "MODEL", "NOTE"):
+    for col in ("NODE", "STATE", "EXEC", "CPUS", "MEMORY", "GPUS", "FREE", "MODEL"):
         table.add_column(col)
+    # the note is folded, never cut: it may hold a host key fingerprint to compare with `ssh-keygen -l`
+    table.add_column("NOTE", overflow="fold", min_width=20)
     for n in nodes:
         label, color = NODE_STYLE.get(n["state"], (n["state"].lower(), "white"))
         models = sorted({d["model"] for d in n["devices"]})
         # nothing is placed on a node that is probing, unhealthy or away: none of its GPUs is free to take
         takes_work = n["state"] in ("UP", "DRAINED")
         free = str(sum(1 for d in n["devices"] if d["job"] is None)) if takes_work else "-"
-        table.add_row(n["name"], f"[{color}]{label}[/]", n["executor"], str(n["cpus"] or "N/A"),
-                      _mib(n["memory_total_mib"]), str(len(n["devices"])), free, ", ".join(models) or "-",
-                      (n.get("message") or "")[:60])
+        # what nodes and users wrote is shown as text, never read as rich markup ("[10.0.0.2]:22", "[/]")
+        table.add_row(Text(n["name"]), Text(label, style=color), n["executor"], str(n["cpus"] or "N/A"),
+                      _mib(n["memory_total_mib"]), str(len(n["devices"])), free, Text(", ".join(models) or "-"),
+                      Text(n.get("message") or ""))
     Console(highlight=False).print(table)
 
 
