@@ -117,12 +117,30 @@ class HelperBundle:
     files: tuple[tuple[str, bytes], ...]
 
 
+def _pynvml_path() -> Path | None:
+    """nvidia-ml-py's pynvml.py as installed here (a dependency of hsched), if it is one file."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("pynvml")
+    except (ImportError, ValueError):
+        return None
+    origin = Path(spec.origin) if spec is not None and spec.origin else None
+    return origin if origin is not None and origin.name == "pynvml.py" and origin.is_file() else None
+
+
 @functools.cache
 def helper_bundle() -> HelperBundle:
     """The files shipped to nodes and the folder named by their hash (read once per process)."""
     files: list[tuple[str, bytes]] = []
     if NVML_PROBE_PATH.is_file():
         files.append(("nvml_probe.py", NVML_PROBE_PATH.read_bytes()))
+    pynvml = _pynvml_path()
+    if pynvml is not None:
+        # nvidia-ml-py's single ctypes-only file (BSD-3, its licence in its header): a node gets the same NVML
+        # readings as this machine without installing anything; nvidia-smi stays the fallback. It is the
+        # helper folder's own, so it comes first on the helper's sys.path.
+        files.append(("pynvml.py", pynvml.read_bytes()))
     files.append(("nodehelper.py", HELPER_PATH.read_bytes()))
     h = hashlib.sha256()
     for name, data in files:
