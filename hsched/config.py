@@ -67,6 +67,31 @@ def parse_size_mib(value: str | int) -> int:
     return int(float(m.group(1)) * _SIZE_MULT_MIB[m.group(2).lower()])
 
 
+_GPU_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)(b?)\s*$", re.IGNORECASE)
+_DECIMAL = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+
+def parse_gpu_memory_mib(value: str | int) -> int:
+    """GPU memory as GPU vendors write it: `80G` or `80GB` is 80 * 10^9 bytes, what an "80GB" card holds
+    (an H100 80GB reports 81,559 MiB: 80G fits, as its owner expects); `80GiB` is 80 * 2^30. A plain number
+    is MiB, as nvidia-smi reports. The result is MiB, rounded down."""
+    if isinstance(value, bool):
+        raise ValueError("a GPU memory size such as 40G (GB, as vendors count) or 40GiB")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("a size >= 0")
+        return value
+    m = _GPU_SIZE_RE.match(str(value))
+    if not m:
+        raise ValueError("a GPU memory size such as 40G (GB, as vendors count) or 40GiB")
+    number, unit, binary = float(m.group(1)), m.group(2).lower(), bool(m.group(3))
+    if not unit:
+        return int(number)  # MiB
+    if binary:
+        return int(number * _SIZE_MULT_MIB[unit])
+    return int(number * _DECIMAL[unit] / 2**20)
+
+
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms]?)")
 _DURATION_UNIT = {"d": 86400, "h": 3600, "m": 60, "s": 1, "": 1}
 
@@ -383,7 +408,7 @@ def _resources(p: Problems, raw: Any) -> Resources:
         gpu_types = tuple(t.strip() for t in types_raw)
     gpu_mem = None
     if "gpu_memory" in raw:
-        gpu_mem = _converted(p, "resources.gpu_memory", raw["gpu_memory"], parse_size_mib)
+        gpu_mem = _converted(p, "resources.gpu_memory", raw["gpu_memory"], parse_gpu_memory_mib)
     cpus = None
     if "cpus" in raw:
         cpus = _int(p, "resources.cpus", raw["cpus"], minimum=1)
