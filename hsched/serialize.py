@@ -258,3 +258,77 @@ def node_from_dict(d: dict[str, Any]) -> Node:
         links=tuple(Link(a=x["a"], b=x["b"], kind=x["kind"]) for x in d.get("links", [])),
         host=d.get("host"), message=d.get("message", ""),
     )
+
+
+# ---------------------------------------------------------------------------------- the dashboard's extras
+
+
+def host_load_to_dict(load: dict[str, Any], sampled: float | None) -> dict[str, Any] | None:
+    """A node's host CPU and memory from its last monitoring sample (nodehelper.watch's `cpu` and `memory`);
+    None before the first sample, or from a node whose samples carry neither."""
+    cpu = load.get("cpu") or {}
+    mem = load.get("memory") or {}
+    if not cpu and not mem:
+        return None
+    loadavg = cpu.get("loadavg")
+    return {"cpu_percent": cpu.get("util"), "cpu_count": cpu.get("count"),
+            "loadavg": list(loadavg) if isinstance(loadavg, list | tuple) else None,
+            "memory_used_mib": mem.get("used_mib"), "memory_total_mib": mem.get("total_mib"),
+            "memory_available_mib": mem.get("available_mib"), "time": iso(sampled)}
+
+
+def job_of_run_dir(run_dir: str | None) -> int | None:
+    """The job id in a run folder's name: hsched.controller.launching names them `JOB-ATTEMPT-rRANK-MS`."""
+    if not run_dir:
+        return None
+    head = run_dir.rstrip("/").rpartition("/")[2].partition("-")[0]
+    return int(head) if head.isdigit() else None
+
+
+def _job_of_process(p: dict[str, Any], uuid: str, owners: dict[str, int], runs_root: str) -> int | None:
+    # the run folder says which run a process belongs to; only this controller's run folders name its jobs
+    # (another hsched on the same machine numbers its jobs too), or one whose job holds the very device
+    local = p.get("job_run_dir") or p.get("run_dir")
+    job = job_of_run_dir(local)
+    if job is None:
+        return None
+    if str(local).startswith(runs_root.rstrip("/") + "/") or owners.get(uuid) == job:
+        return job
+    return None
+
+
+def gpu_processes_to_list(by_uuid: dict[str, list[dict[str, Any]]] | None, owners: dict[str, int],
+                          runs_root: str) -> list[dict[str, Any]] | None:
+    """A node's GPU processes as the dashboard lists them (nvitop's process list): one object per process and
+    device, with the hsched job it belongs to (null for one that is not a run of this controller's). None
+    while the node's processes are unknown (no sample listed them: no NVML or nvidia-smi there)."""
+    if by_uuid is None:
+        return None
+    out = []
+    for uuid, procs in by_uuid.items():
+        for p in procs:
+            out.append({"uuid": uuid, "pid": p.get("pid"), "user": p.get("user"),
+                        "job": _job_of_process(p, uuid, owners, runs_root),
+                        "gpu_memory_mib": p.get("used_memory_mib"), "cpu_percent": p.get("cpu_percent"),
+                        "host_memory_mib": p.get("rss_mib"), "command": p.get("command") or p.get("name")})
+    return out
+
+
+def node_live_to_dict(n: Node, owners: dict[str, int], *, host_load: dict[str, Any] | None,
+                      processes: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The snapshot's node object: the contract's node object, plus `host_load` (host_load_to_dict) and
+    `processes` (gpu_processes_to_list), each null where unknown."""
+    return {**node_to_dict(n, owners), "host_load": host_load, "processes": processes}
+
+
+def history_to_dict(series: Any, since: float, names: tuple[str, str]) -> dict[str, list[Any]]:
+    """One device's (or host's) samples at or after `since`, oldest first, as columns: `t` (epoch seconds)
+    and the two readings under `names`. `series` is a deque of (time, reading, reading), oldest first."""
+    newer = []
+    for point in reversed(series):  # from the newest: a frame's catch-up costs what is new, not the window
+        if point[0] < since:
+            break
+        newer.append(point)
+    newer.reverse()
+    return {"t": [round(p[0], 3) for p in newer], names[0]: [p[1] for p in newer],
+            names[1]: [p[2] for p in newer]}

@@ -33,7 +33,16 @@ from hsched.errors import ExecutorError, PermissionDenied, UserError
 from hsched.model import NodeState, Resources
 from hsched.protocol import PROTOCOL
 from hsched.sched.live import unsatisfiable
-from hsched.serialize import iso, job_to_dict, node_to_dict, run_to_dict
+from hsched.serialize import (
+    gpu_processes_to_list,
+    history_to_dict,
+    host_load_to_dict,
+    iso,
+    job_to_dict,
+    node_live_to_dict,
+    node_to_dict,
+    run_to_dict,
+)
 from hsched.store import job_from_row
 
 API_VERSION = 1
@@ -436,9 +445,13 @@ class Api:
         rows = await self.ctl.db(self.ctl.store.job_rows, active_only=True, ended_since=since)
         jobs = [job_from_row(r) for r in rows]
         owners = self.ctl.owners([j for j in jobs if j.state in ACTIVE_STATES])
+        # each node also carries its host CPU and memory and its GPU processes (the dashboard's process list)
+        runs_root = str(self.ctl.home.runs)
         return {"version": self.ctl.version, "time": iso(self.ctl.clock.time()),
                 "jobs": [job_to_dict(j) for j in jobs],
-                "nodes": [node_to_dict(n, owners) for n in self.ctl.node_list()]}
+                "nodes": [node_live_to_dict(rt.node, owners, host_load=host_load_to_dict(rt.host_load, rt.last_sample),
+                                            processes=gpu_processes_to_list(rt.gpu_processes, owners, runs_root))
+                          for rt in self.ctl.nodes.values()]}
 
     async def op_share(self, args: dict[str, Any], uid: int) -> Any:
         """Fair share by user, as sshare shows it: account, shares, raw and decayed GPU-hours, the fair-share
@@ -446,6 +459,25 @@ class Api:
         from hsched.controller.shares import share_report
 
         return await share_report(self.ctl)
+
+    async def op_history(self, args: dict[str, Any], uid: int) -> Any:
+        """Each device's utilization and memory history, and each node's host CPU and memory history, as the
+        controller keeps them (hsched.controller.fleet.HISTORY samples, one per monitoring sample): the
+        samples at or after `since` (epoch seconds; 0, the default, for all), so that a dashboard seeds its
+        charts once and then asks for what is new. Everyone may read it (as the snapshot)."""
+        since = self.number(args, "since", 0.0, low=0.0, high=1e12)
+        devices = {}
+        hosts = {}
+        for rt in self.ctl.nodes.values():
+            for d in rt.node.devices:
+                series = rt.history.get(d.uuid)
+                if series:
+                    devices[d.uuid] = {"node": rt.name, **history_to_dict(series, since,
+                                                                          ("utilization_gpu", "memory_used_mib"))}
+            if rt.host_history:
+                hosts[rt.name] = history_to_dict(rt.host_history, since, ("cpu_percent", "memory_used_mib"))
+        return {"time": iso(self.ctl.clock.time()), "now": self.ctl.clock.time(),
+                "interval_s": self.ctl.settings.monitor_interval_s, "devices": devices, "hosts": hosts}
 
 
 def _member_of_any(user: str, groups: tuple[str, ...]) -> bool:

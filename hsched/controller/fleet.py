@@ -53,6 +53,10 @@ class NodeRuntime:
     """Device UUID -> every process on it, from the last monitoring sample; None until a sample listed the
     node's GPU processes (a node without NVML or nvidia-smi never does). Dirty GPUs are cleared from it."""
     host_load: dict[str, Any] = field(default_factory=dict)
+    """The last monitoring sample's {"cpu": {"util", "count", "loadavg"}, "memory": {"total_mib", ...}}."""
+    host_history: Any = None
+    """A deque of (time, host CPU %, host memory used MiB), as `history` keeps the devices'; None before the
+    first sample."""
     rebooted: bool = False
     users: dict[str, bool | None] = field(default_factory=dict)
     """Lab mode: user name -> whether that account exists on the node (None: being asked); a job of a user the

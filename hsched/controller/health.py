@@ -129,7 +129,9 @@ def record_sample(rt: NodeRuntime, sample: dict[str, Any], now: float) -> None:
     devices = []
     for d in rt.node.devices:
         s = live.get(d.uuid)
-        if s is None:
+        if s is None or d.simulated:
+            # a simulated device's readings (and history) are simulate_telemetry's: the node's sample says
+            # 0 % for it, and taking that too made its history (and the dashboard) jump between the two
             devices.append(d)
             continue
         d = replace(d, utilization_gpu=s.get("utilization_gpu"), memory_used_mib=s.get("memory_used_mib"),
@@ -148,6 +150,11 @@ def record_sample(rt: NodeRuntime, sample: dict[str, Any], now: float) -> None:
                 by_uuid.setdefault(p["uuid"], []).append(p)
         rt.gpu_processes = by_uuid
     rt.host_load = {"cpu": sample.get("cpu"), "memory": sample.get("memory")}
+    cpu, memory = sample.get("cpu") or {}, sample.get("memory") or {}
+    if cpu or memory:  # a sample without host figures (a fake node's) adds nothing to the host's history
+        if rt.host_history is None:
+            rt.host_history = collections.deque(maxlen=HISTORY)
+        rt.host_history.append((now, cpu.get("util"), memory.get("used_mib")))
     if rt.boot_id and sample.get("boot_id") and sample["boot_id"] != rt.boot_id:
         rt.rebooted = True
         rt.boot_id = sample["boot_id"]
