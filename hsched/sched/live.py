@@ -27,7 +27,8 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import functools
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from hsched.constraints import Constraint, parse_constraint
@@ -286,8 +287,10 @@ def order(queue: Sequence[Job]) -> list[Job]:
     return sorted(queue, key=lambda j: (qos_rank(j.spec.qos), -j.spec.priority, j.submit_time, j.id))
 
 
+@functools.lru_cache(maxsize=256)
 def gpu_type_of(model: str) -> str:
-    """The core's GPU type for a device model: the accelerator table's key ("h100", "a100"...) or the model."""
+    """The core's GPU type for a device model: the accelerator table's key ("h100", "a100"...) or the model.
+    Cached: a round names every node's type, and the table's pattern search costs ~80 us a model."""
     known = lookup_model(model)
     return known.key if known is not None else model.lower()
 
@@ -322,8 +325,9 @@ def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
                 decisions.append(Launch(job_id, placements))
         started = {d.job_id for d in decisions}
         core_waiting.update({i: _RESOURCES for i in nowhere})
-        left_out = [j for j in order(queue) if j.spec.resources.gpus > 0 and (j.id in capped or j.id in nowhere)]
-        cpu_jobs = [j for j in order(queue) if j.spec.resources.gpus == 0]
+        ordered = order(queue)
+        left_out = [j for j in ordered if j.spec.resources.gpus > 0 and (j.id in capped or j.id in nowhere)]
+        cpu_jobs = [j for j in ordered if j.spec.resources.gpus == 0]
         rest = [by_id[i] for i in served if i not in started] + left_out + cpu_jobs
     else:
         rest = order(queue)
@@ -387,10 +391,33 @@ def _running_view(r: Running, types_of: Mapping[str, str], now: float) -> JobVie
 
 def _pending_view(job: Job, allowed: tuple[str, ...] = ()) -> JobView:
     res = job.spec.resources
-    return JobView(job.id, "", max(1, res.gpus * res.nodes), job.submit_time, qos=job.spec.qos,
-                   priority=job.spec.priority, user=job.user, restarts=job.restarts,
-                   time_limit_s=job.spec.time_limit_s, max_servers=res.nodes, gpu_types=allowed,
-                   checkpointable=False)
+    spec = job.spec
+    # positional: a round builds one per waiting job, and keywords cost a NamedTuple three times as much
+    return JobView(job.id, "", max(1, res.gpus * res.nodes), job.submit_time, JobPhase.PENDING, spec.qos,
+                   spec.priority, job.user, None, (), None, 0.0, 0.0, job.restarts, spec.time_limit_s, res.nodes,
+                   allowed, False)
+
+
+_VIEWS: dict[int, tuple[Job, tuple[str, ...], JobView]] = {}
+"""Job id -> (the Job, its allowed GPU types, its view) of the last round: a waiting job's view is the same from
+round to round as long as the job (the very object: the controller keeps unchanged jobs) and its types are."""
+
+
+def _pending_views(pending: Sequence[Job], allowed: Callable[[Job], tuple[str, ...]]) -> list[JobView]:
+    global _VIEWS
+    last = _VIEWS
+    kept: dict[int, tuple[Job, tuple[str, ...], JobView]] = {}
+    out = []
+    for j in pending:
+        types = allowed(j)
+        hit = last.get(j.id)
+        if hit is None or hit[0] is not j or hit[1] != types:
+            hit = (j, types, _pending_view(j, types))
+        kept[j.id] = hit
+        out.append(hit[2])
+    # only this round's jobs are kept: ended jobs do not pile up (a round in another thread swaps in its own)
+    _VIEWS = kept
+    return out
 
 
 def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: float,
@@ -421,16 +448,21 @@ def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: 
     users = {r.job.user for r in fleet.running} | {j.user for j in pending}
     usage = {u: base.get(u, 0.0) for u in users}
 
+    # a job's allowed GPU types depend on its nodes and its request's models and memory: once per such shape
+    allowed_of: dict[tuple[NodesKey, tuple[str, ...], int | None], tuple[str, ...]] = {}
+
     def allowed(job: Job) -> tuple[str, ...]:
         res = job.spec.resources
-        mine = {n.name for n in st.nodes_for(job)}
-        return tuple(sorted({types_of[n.name] for n in typed if n.name in mine and any(
-            res.matches_model(d.model) and (res.gpu_memory_mib is None or d.memory_total_mib is None
-                                            or d.memory_total_mib >= res.gpu_memory_mib)
-            for d in n.devices)}))
+        key = (st.nodes_key(job), res.gpu_types, res.gpu_memory_mib)
+        got = allowed_of.get(key)
+        if got is None:
+            mine = {n.name for n in st.nodes_for(job)}
+            got = allowed_of[key] = tuple(sorted({types_of[n.name] for n in typed
+                                                  if n.name in mine and st.eligible(n, res)}))
+        return got
 
     views = [_running_view(r, types_of, now) for r in fleet.running if r.job.placement]
-    views += [_pending_view(j, allowed(j)) for j in pending]
+    views += _pending_views(pending, allowed)
     inp = build_input(now, sorted(views, key=lambda v: (v.arrival_s, v.id)), servers,
                       throughput or catalog_throughput(), user_usage=usage if len(usage) > 1 else {})
     plan = make_plan(policy, inp)
@@ -451,24 +483,21 @@ def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: 
 
 _PREEMPTING, _PRIORITY, _RESOURCES = EndReason.PREEMPTING.value, EndReason.PRIORITY.value, EndReason.RESOURCES.value
 
-
-def _fit(node: Node, res: Resources, busy: set[str] | frozenset[str], cpus_used: Mapping[str, int],
-         choose: DeviceChooser) -> Placement | None:
-    if res.cpus is not None and node.cpus is not None and cpus_used.get(node.name, 0) + res.cpus > node.cpus:
-        return None
-    free = [u for u in eligible_devices(node, res) if u not in busy]
-    if len(free) < res.gpus:
-        return None
-    if res.gpus == 0:
-        return Placement(node=node.name, devices=(), explanation="CPU only")
-    chosen = choose(node, free, res)
-    if chosen is None:
-        return None
-    return Placement(node=node.name, devices=chosen.devices, explanation=chosen.explanation, cpus=chosen.cpus)
+NodesKey = tuple[str, str]
+"""What decides which nodes a job may use: its constraint's text, and its user where that user is absent from
+some node ("" otherwise: every such user sees the same nodes)."""
 
 
 class _RoundState:
-    """Devices and CPUs handed out so far in this round, and the fallbacks for a job that did not start."""
+    """Devices and CPUs handed out so far in this round, and the fallbacks for a job that did not start.
+
+    Indexed once per round, so that a round costs about the queue plus the fleet, not their product: the nodes
+    each (constraint, user) may use, the devices each request shape may use on each node, free devices per node,
+    the running jobs QoS may preempt. A search that found nothing for one request finds nothing for the next
+    job asking the same (equal `Resources`, same nodes) until devices, CPUs or victims change hands: `version`
+    counts those changes and `_missed` remembers the version each search last failed at. A full fleet with 2,000
+    waiting jobs thus costs a few searches per request shape.
+    """
 
     def __init__(self, fleet: FleetView, choose: DeviceChooser, now: float) -> None:
         self.fleet = fleet
@@ -483,31 +512,117 @@ class _RoundState:
         self._victims: Victims | None = None
         holders = fleet.holders if fleet.holders is not None else tuple(r.job for r in fleet.running)
         self.tally = Tally(fleet.limits, holders)
-        self._nodes_for: dict[int, list[Node]] = {}
+        self.version = 0
+        """Bumped whenever devices, CPUs or victims are handed out: a failed search stays failed until then."""
+        self._node_of = {d.uuid: n.name for n in self.up for d in n.devices}
+        self._free = {n.name: sum(1 for d in n.devices if d.uuid not in self.busy) for n in self.up}
+        self._max_free = (-1, 0)
+        self._absent_anywhere = frozenset().union(*fleet.absent_users.values()) if fleet.absent_users else frozenset()
+        self._constraints: dict[str, Constraint | None] = {}
+        self._nodes: dict[NodesKey, list[Node]] = {}
+        self._ranked: dict[NodesKey, list[Node]] = {}
+        self._eligible: dict[tuple[str, tuple[str, ...], int | None], tuple[str, ...]] = {}
+        self._missed: dict[tuple[object, ...], int] = {}
+        # the classes QoS could preempt at all this round: a waiting job whose class preempts none of them
+        # never searches for victims
+        self._victim_classes = frozenset(r.job.spec.qos for r in fleet.running if len(r.job.placement) == 1)
+        self._choosable = (-1, frozenset[str]())
+
+    # ------------------------------------------------------------------ indexes
+
+    def constraint(self, res: Resources) -> Constraint | None:
+        text = res.constraint
+        if text not in self._constraints:
+            self._constraints[text] = constraint_of(res)
+        return self._constraints[text]
 
     def labelled(self, node: str, job: Job) -> bool:
         """The node's labels satisfy the job's --constraint (any node does without one)."""
-        c = constraint_of(job.spec.resources)
+        c = self.constraint(job.spec.resources)
         return c is None or c.satisfied_by(self.fleet.labels.get(node, frozenset()))
 
     def absent(self, node: str, job: Job) -> bool:
         """The job's user does not exist on the node (lab mode)."""
         return job.user in self.fleet.absent_users.get(node, frozenset())
 
+    def nodes_key(self, job: Job) -> NodesKey:
+        user = job.user if job.user in self._absent_anywhere else ""
+        return (job.spec.resources.constraint, user)
+
     def nodes_for(self, job: Job) -> list[Node]:
         """The up nodes the job may use: labelled as its constraint asks, its user present there."""
-        got = self._nodes_for.get(job.id)
+        key = self.nodes_key(job)
+        got = self._nodes.get(key)
         if got is None:
-            got = self._nodes_for[job.id] = [n for n in self.up
-                                             if self.labelled(n.name, job) and not self.absent(n.name, job)]
+            got = self._nodes[key] = [n for n in self.up
+                                      if self.labelled(n.name, job) and not self.absent(n.name, job)]
         return got
+
+    def ranked(self, job: Job) -> list[Node]:
+        """`nodes_for`, the node holding the job's checkpoint first, then the plainest nodes (fewest labels:
+        special ones stay for who needs them), in fleet order among equals."""
+        key = self.nodes_key(job)
+        got = self._ranked.get(key)
+        if got is None:
+            labels = self.fleet.labels
+            got = self._ranked[key] = sorted(self.nodes_for(job), key=lambda n: len(labels.get(n.name, ())))
+        home = self.fleet.prefer.get(job.id)
+        if home is not None and any(n.name == home for n in got):
+            return [n for n in got if n.name == home] + [n for n in got if n.name != home]
+        return got
+
+    def eligible(self, node: Node, res: Resources) -> tuple[str, ...]:
+        """`eligible_devices`, once per node and request shape (GPU types, GPU memory) in a round."""
+        key = (node.name, res.gpu_types, res.gpu_memory_mib)
+        got = self._eligible.get(key)
+        if got is None:
+            got = self._eligible[key] = tuple(eligible_devices(node, res))
+        return got
+
+    def max_free(self) -> int:
+        """The most devices free on one up node now."""
+        version, value = self._max_free
+        if version != self.version:
+            value = max(self._free.values(), default=0)
+            self._max_free = (self.version, value)
+        return value
+
+    # ------------------------------------------------------------------ handing out
+
+    def hold(self, devices: Iterable[str]) -> None:
+        """These devices are taken (by a start or a claim) from now on in this round."""
+        for u in devices:
+            if u not in self.busy:
+                self.busy.add(u)
+                node = self._node_of.get(u)
+                if node is not None:
+                    self._free[node] -= 1
+        self.version += 1
+
+    def fit(self, node: Node, res: Resources, busy: Collection[str],
+            among: Collection[str] | None = None) -> Placement | None:
+        """The request on `node`, on devices not in `busy` (and in `among`, when given), or None."""
+        if res.cpus is not None and node.cpus is not None and self.cpus_used.get(node.name, 0) + res.cpus > node.cpus:
+            return None
+        elig = self.eligible(node, res)
+        if among is None:
+            free = [u for u in elig if u not in busy]
+        else:
+            free = [u for u in elig if u in among and u not in busy]
+        if len(free) < res.gpus:
+            return None
+        if res.gpus == 0:
+            return Placement(node=node.name, devices=(), explanation="CPU only")
+        chosen = self.choose(node, free, res)
+        if chosen is None:
+            return None
+        return Placement(node=node.name, devices=chosen.devices, explanation=chosen.explanation, cpus=chosen.cpus)
 
     def fit_free(self, node: Node, job: Job, free: Sequence[str]) -> Placement | None:
         """`job` on `node`, using only the given free devices (the core's placer asks this)."""
         if not self.labelled(node.name, job) or self.absent(node.name, job):
             return None
-        others = {d.uuid for d in node.devices} - set(free)
-        return _fit(node, job.spec.resources, self.busy | others, self.cpus_used, self.choose)
+        return self.fit(node, job.spec.resources, self.busy, frozenset(free))
 
     def take(self, job: Job, placements: Sequence[Placement]) -> bool:
         res = job.spec.resources
@@ -518,10 +633,14 @@ class _RoundState:
             if res.cpus and node.cpus is not None and self.cpus_used.get(p.node, 0) + res.cpus > node.cpus:
                 return False
         for p in placements:
-            self.busy.update(p.devices)
+            self.hold(p.devices)
             if res.cpus:
                 self.cpus_used[p.node] = self.cpus_used.get(p.node, 0) + res.cpus
         return True
+
+    def missed(self, key: tuple[object, ...]) -> bool:
+        """This search failed already, and nothing changed hands since."""
+        return self._missed.get(key) == self.version
 
     def victims(self) -> Victims:
         """The round's QoS victims, indexed once, on first need."""
@@ -529,51 +648,84 @@ class _RoundState:
             self._victims = Victims(self.fleet.rule, [_running_view(r, {}, self.now) for r in self.fleet.running])
         return self._victims
 
+    def choosable(self) -> frozenset[str]:
+        """The QoS classes of the running jobs still free to be chosen as victims."""
+        if not self._victim_classes:
+            return self._victim_classes
+        version, classes = self._choosable
+        if version != self.version:
+            classes = self.victims().classes()
+            self._choosable = (self.version, classes)
+        return classes
+
+    # ------------------------------------------------------------------ one job
+
+    def start_now(self, job: Job) -> tuple[Placement, ...] | None:
+        """Placements for the job on free devices now (one per node of a gang), or None."""
+        res = job.spec.resources
+        if res.nodes >= 1 and res.gpus > self.max_free():
+            return None  # no node has that many devices free: nothing to search
+        # whether enough nodes fit does not depend on the order they are tried in, only which ones are chosen
+        key = ("now", res, self.nodes_key(job))
+        if self.missed(key):
+            return None
+        placements: list[Placement] = []
+        free = self._free
+        for node in self.ranked(job):
+            if len(placements) == res.nodes:
+                break
+            if res.gpus and free[node.name] < res.gpus:
+                continue
+            p = self.fit(node, res, self.busy)
+            if p is not None:
+                placements.append(p)
+        if len(placements) == res.nodes:
+            return tuple(placements)
+        self._missed[key] = self.version
+        return None
+
     def settle(self, job: Job, reason: str | None) -> Decision:
         res = job.spec.resources
-        fleet, choose = self.fleet, self.choose
+        fleet = self.fleet
         capped = self.tally.blocked(job)
         if capped is not None:
             # over a QoS cap: it neither starts nor preempts, and holds up no one behind it
             return Wait(job.id, capped)
-        nodes = self.nodes_for(job)
-        placements: list[Placement] = []
-        home = fleet.prefer.get(job.id)
-        # the checkpoint's node first, then the plainest nodes (fewest labels: special ones stay for who needs them)
-        for node in sorted(nodes, key=lambda n: (n.name != home, len(fleet.labels.get(n.name, ())))):
-            if len(placements) == res.nodes:
-                break
-            p = _fit(node, res, self.busy, self.cpus_used, choose)
-            if p is not None:
-                placements.append(p)
-        if len(placements) == res.nodes and self.take(job, placements):
+        placements = self.start_now(job)
+        if placements is not None and self.take(job, placements):
             self.tally.add(job)
-            return Launch(job.id, tuple(placements))
-        if res.nodes == 1 and self.releasing:
+            return Launch(job.id, placements)
+        nodes = self.nodes_for(job)
+        if res.nodes == 1 and self.releasing and not self.missed(key := ("releasing", res, self.nodes_key(job))):
             # devices being released (preemption or cancel under way) may be this job's soon
+            soon = self.busy - self.releasing
             for n in nodes:
-                claim = _fit(n, res, self.busy - self.releasing, self.cpus_used, choose)
+                claim = self.fit(n, res, soon)
                 if claim is not None:
-                    self.busy.update(claim.devices)
+                    self.hold(claim.devices)
                     self.releasing.difference_update(claim.devices)
                     self.blocked_ahead = True
                     self.tally.add(job)
                     return Wait(job.id, _PREEMPTING)
-        if res.nodes == 1 and fleet.rule.qos_preempts.get(job.spec.qos):
-            busy, cpus_used = self.busy, self.cpus_used
+            self._missed[key] = self.version
+        allowed = fleet.rule.qos_preempts.get(job.spec.qos)
+        if (res.nodes == 1 and allowed and not allowed.isdisjoint(self._victim_classes)
+                and not allowed.isdisjoint(self.choosable())
+                and not self.missed(qkey := ("qos", res, self.nodes_key(job), job.spec.qos))):
+            busy = self.busy
 
             def fits(name: str, freed: frozenset[str]) -> bool:
-                return _fit(self.by_name[name], res, busy - freed, cpus_used, choose) is not None
+                return self.fit(self.by_name[name], res, busy - freed) is not None
 
             chosen = self.victims().choose(_pending_view(job), [n.name for n in nodes], fits)
             if chosen is not None:
                 freed = frozenset(u for r in fleet.running if r.id in chosen.victims for u in r.devices)
-                claim = _fit(self.by_name[chosen.node], res, busy - freed, cpus_used, choose)
-                if claim is not None:
-                    busy.update(claim.devices)
+                claim = self.fit(self.by_name[chosen.node], res, busy - freed)
+                self.hold(claim.devices if claim is not None else ())  # the victims are taken, in any case
                 self.blocked_ahead = True
                 self.tally.add(job)  # its start is decided: the next job of its user counts it
                 return chosen
+            self._missed[qkey] = self.version
         missing = self.missing_user(job)
         if missing is not None:
             return Wait(job.id, missing)
@@ -584,13 +736,15 @@ class _RoundState:
     def missing_user(self, job: Job) -> str | None:
         """"user X does not exist on node N" when that is why the job cannot start: it would start now on nodes
         where only its user is missing, or only such nodes could ever hold it. Else None (the usual reason)."""
+        if job.user not in self._absent_anywhere:
+            return None
         res = job.spec.resources
         lacking = [n for n in self.up if self.absent(n.name, job) and self.labelled(n.name, job)]
         if not lacking:
             return None
         mine = self.nodes_for(job)
-        now_mine = sum(1 for n in mine if _fit(n, res, self.busy, self.cpus_used, self.choose) is not None)
-        now_lacking = [n.name for n in lacking if _fit(n, res, self.busy, self.cpus_used, self.choose) is not None]
+        now_mine = sum(1 for n in mine if self.fit(n, res, self.busy) is not None)
+        now_lacking = [n.name for n in lacking if self.fit(n, res, self.busy) is not None]
         if now_lacking and now_mine + len(now_lacking) >= res.nodes:
             names = now_lacking
         else:
