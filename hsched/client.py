@@ -11,14 +11,16 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
-from typing import Any
 
 from hsched.errors import ControllerError, PermissionDenied, UserError
 from hsched.paths import Home
 from hsched.protocol import MAX_LINE, OPS_ANY_PROTOCOL, PACKAGE_VERSION, PROTOCOL, Kind, request, too_large
+
+TYPE_CHECKING = False  # typing's own costs a CLI start a few ms, and only the type checker needs it here
+if TYPE_CHECKING:
+    from typing import Any
 
 START_TIMEOUT_S = 30.0
 RESTART_TIMEOUT_S = 60.0
@@ -60,6 +62,16 @@ class Client:
             raise ControllerError(f"permission denied on {self.home.socket}: it belongs to another user") from None
         return s
 
+    def reachable(self) -> bool:
+        """Whether a controller answers the socket now (connected, and the connection kept for the next call);
+        never starts one. A socket this user may not use is not reachable (the next call says why)."""
+        if self._sock is None:
+            try:
+                self._sock = self._connect_once()
+            except ControllerError:
+                return False
+        return self._sock is not None
+
     def connect(self) -> socket.socket:
         if self._sock is not None:
             return self._sock
@@ -83,6 +95,8 @@ class Client:
             return False
 
     def _start_and_connect(self) -> socket.socket:
+        import subprocess  # only here: most calls find a controller running
+
         self.home.ensure()
         err_path = self.home.stderr
         fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

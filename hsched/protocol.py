@@ -22,10 +22,12 @@ from __future__ import annotations
 import enum
 import json
 import socket
-import struct
-from typing import Any
 
 from hsched import __version__
+
+TYPE_CHECKING = False  # the CLI imports this module: typing's import is left to the type checker
+if TYPE_CHECKING:
+    from typing import Any
 
 PROTOCOL = 2
 """Bumped whenever a request or reply changes shape. 1: the requests before this number existed (no
@@ -78,6 +80,8 @@ def too_large(limit: int = MAX_LINE) -> str:
 
 def peer_uid(sock: socket.socket) -> int | None:
     """The connecting process's uid from SO_PEERCRED (Linux), or None where the platform lacks it."""
+    import struct
+
     so_peercred = getattr(socket, "SO_PEERCRED", None)
     if so_peercred is None:
         return None

@@ -1,80 +1,48 @@
-"""The `hsched` command line (Typer). Each submodule registers its commands on the one app.
+"""The `hsched` command line: a Typer app (hsched/cli/_app.py), each submodule registering its commands on it.
 
-Heavy imports (textual, networkx, asyncio machinery) happen inside the commands that need them, so that
-`hsched queue --json` stays fast.
+`main()`, the console script, answers two things without importing Typer, whose import (with the click it
+carries, and rich) costs about three times a bare Python start: `hsched --version`, and a plain
+`hsched submit [OPTIONS] -- COMMAND` (hsched/cli/submitting.py parses it; whatever it is not sure of, such as a
+spec file, a batch script, --help or a value it would have to check, goes to Typer, which answers exactly as it
+always did). `from hsched.cli import app` still gives the Typer app (built on first use).
 """
 
 from __future__ import annotations
 
-import typer
+import os
+import sys
 
 from hsched import __version__
 
-app = typer.Typer(
-    name="hsched",
-    help="One intelligent queue for a small heterogeneous fleet of GPU machines.",
-    no_args_is_help=True,
-    add_completion=True,  # --install-completion; job ids, nodes and QoS complete (hsched/cli/complete.py)
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+TYPE_CHECKING = False  # typing is left to the type checker: `hsched --version` does without its import
+if TYPE_CHECKING:
+    from typing import Any
 
-
-def _version(value: bool) -> None:
-    if value:
-        print(f"hsched {__version__}")
-        raise typer.Exit(0)
-
-
-@app.callback()
-def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
-) -> None:
-    """hsched: submit, watch and place GPU jobs across a small fleet."""
-
-
-def _register() -> None:
-    from hsched.cli import acct, control, daemon, fleet, jobs, sim, topo
-
-    for mod in (jobs, control, acct, fleet, daemon, topo, sim):
-        mod.register(app)
-    from hsched.cli import dash; dash.register(app)  # noqa: E702, I001  (hsched dash, tui/)
-    from hsched.cli import trust; trust.register(app)  # noqa: E702, I001  (hsched node trust; after fleet)
-    from hsched.cli import share; share.register(app)  # noqa: E702, I001  (hsched share: fair share by user)
-
-
-_register()
+    from hsched.cli._app import app as app
 
 
 def main() -> None:
-    """The console script. Usage mistakes (an unknown option, a bad value, a missing argument) are one line
-    naming the option and the command's --help, exit 2, rather than the multi-line box Typer draws."""
-    import sys
+    """The console script (also `python -m hsched`)."""
+    argv = sys.argv[1:]
+    if "_HSCHED_COMPLETE" not in os.environ:  # shell completion is Typer's
+        if argv == ["--version"]:
+            sys.stdout.write(f"hsched {__version__}\n")
+            sys.stdout.flush()
+            sys.exit(0)
+        if argv[:1] == ["submit"]:
+            from hsched.cli.submitting import quick_submit
 
-    try:  # typer >= 0.2x carries its own click; older ones use click's
-        from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
-    except ImportError:  # pragma: no cover - depends on the installed typer
-        from click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # type: ignore[no-redef]
+            code = quick_submit(argv[1:])
+            if code is not None:
+                sys.exit(code)
+    from hsched.cli._app import run
 
-    try:
-        code = app(standalone_mode=False, prog_name="hsched")  # also `python -m hsched`: one completion variable
-    except NoArgsIsHelpError as e:
-        sys.stdout.write((e.ctx.get_help() if e.ctx else "") + "\n")
-        sys.exit(0 if e.ctx is None or e.ctx.parent is None else 2)
-    except UsageError as e:
-        where = e.ctx.command_path if e.ctx else "hsched"
-        message = " ".join(e.format_message().split())
-        sys.stderr.write(f"hsched: error: {where}: {message} (see {where} --help)\n")
-        sys.exit(2)
-    except ClickException as e:
-        sys.stderr.write(f"hsched: error: {' '.join(e.format_message().split())}\n")
-        sys.exit(e.exit_code)
-    except typer.Abort:
-        sys.stderr.write("\n")
-        sys.exit(130)
-    except PermissionError as e:
-        # a folder or file this user may not use (HSCHED_HOME elsewhere, a read-only mount): say which
-        where = f"{e.filename}: " if e.filename else ""
-        sys.stderr.write(f"hsched: error: {where}{e.strerror}; check its permissions or set HSCHED_HOME\n")
-        sys.exit(2)
-    sys.exit(code if isinstance(code, int) else 0)
+    run()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":  # the Typer app, for tests and tools that drive it (typer.testing.CliRunner)
+        from hsched.cli._app import app
+
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import base64
-import getpass
-import os
 import sys
 import time
 from datetime import datetime
@@ -19,10 +17,9 @@ from hsched.errors import UserError
 
 
 def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return str(os.getuid())
+    from hsched.cli.submitting import _user
+
+    return _user()
 
 
 def _client() -> Any:
@@ -236,13 +233,15 @@ def register(app: typer.Typer) -> None:
         parsable: bool = typer.Option(False, "--parsable", help="Print the job id alone."),
     ) -> None:
         """Queue a job: a spec file, a command after --, or both (options override the file)."""
-        from hsched.config import job_spec_from_table, read_toml
+        from hsched.cli import submitting
 
         args = list(args or [])
         o = dict(ctx.params)
         table: dict[str, Any] = {}
         source = "<command line>"
         if args and args[0].lower().endswith(".toml"):
+            from hsched.config import read_toml
+
             spec_path = Path(args.pop(0)).expanduser().absolute()
             table = read_toml(spec_path)
             source = str(spec_path)
@@ -265,67 +264,8 @@ def register(app: typer.Typer) -> None:
             args = [*script.command, *args[1:]]
             for line in script.warnings:
                 print(f"hsched: warning: {line}", file=sys.stderr)
-        if args[:1] == ["--"]:
-            args = args[1:]
-        if args:
-            table["command"] = args
-        res = dict(table.get("resources", {})) if isinstance(table.get("resources"), dict) else {}
-        if o.get("gpus") is not None:
-            # sbatch's -G/--gpus is the job's total; hsched's request is per node
-            n = o.get("nodes") or (res.get("nodes") if isinstance(res.get("nodes"), int) else None) or 1
-            if o["gpus"] % n:
-                raise UserError(f"--gpus {o['gpus']}: not a multiple of --nodes {n}; give --gpus-per-node instead")
-            o["gpus_per_node"] = o["gpus_per_node"] if o.get("gpus_per_node") is not None else o["gpus"] // n
-        for key, opt in (("gpus", "gpus_per_node"), ("gpu_memory", "gpu_memory"), ("nodes", "nodes"),
-                         ("cpus", "cpus"),
-                         ("memory", "memory"), ("interconnect", "interconnect"),
-                         ("tasks_per_node", "tasks_per_node"), ("constraint", "constraint")):
-            if o.get(opt) is not None:
-                res[key] = o[opt]
-        if o.get("gpu_type"):
-            res["gpu_types"] = list(o["gpu_type"])
-        if o.get("constraint") is not None:
-            table.pop("constraint", None)  # the command line's wins over a spec file's, wherever that put it
-        if res or "resources" in table:
-            table["resources"] = res
-        for key, opt in (("name", "name"), ("qos", "qos"), ("priority", "priority"),
-                         ("checkpoint_signal", "checkpoint_signal"), ("time", "time_limit"), ("workdir", "workdir"),
-                         ("signal", "warn_signal"), ("retries", "retries"), ("dependency", "dependency"),
-                         ("array", "array")):
-            if o.get(opt) is not None:
-                table[key] = o[opt]
-        if o.get("hold"):
-            table["hold"] = True
-        if o.get("kill_on_invalid_dep"):
-            table["kill_on_invalid_dep"] = True
-        if o.get("env"):
-            merged = dict(table.get("env", {})) if isinstance(table.get("env"), dict) else {}
-            for item in o["env"]:
-                k, sep, v = item.partition("=")
-                if not sep:
-                    raise UserError(f"--env {item!r}: expected NAME=VALUE")
-                merged[k] = v
-            table["env"] = merged
-        if "command" not in table:
-            raise UserError("nothing to run: give a command after -- (hsched submit -- python train.py) "
-                            "or a spec file with command = [...]")
-        from hsched.config import load_settings
-        from hsched.paths import Home
-
-        settings = load_settings(Home.from_env().settings)
-        job_spec_from_table(table, source, settings.qos_names, settings.default_qos)  # fail fast, before the controller
-        environ = dict(os.environ)
-        environ["PWD"] = os.getcwd()
-        with _client() as c:
-            job = c.call("submit", spec=table, source=source, user=_user(), environ=environ)
-        if o.get("parsable"):
-            print(job["id"])
-        elif o.get("as_json"):
-            print_json(job)
-        elif job.get("array_id") is not None:
-            print(f"Submitted array job {job['id']} ({job['state']})")
-        else:
-            print(f"Submitted job {job['id']} ({job['state']})")
+        # the rest is the quick path's too (hsched/cli/submitting.py): one way to make and send the job
+        submitting.submit(o, args, table, source)
 
     @app.command()
     @handle_errors

@@ -28,6 +28,9 @@ class Recorder:
     def __exit__(self, *_: object) -> None:
         return None
 
+    def reachable(self) -> bool:
+        return False  # as with no controller yet: the CLI checks the spec itself first
+
     def call(self, op: str, **args: Any) -> dict[str, Any]:
         Recorder.calls.append({"op": op, **args})
         if op == "share":
@@ -39,6 +42,7 @@ class Recorder:
 def calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[dict[str, Any]]:
     monkeypatch.setenv("HSCHED_HOME", str(tmp_path / "home"))
     monkeypatch.setattr("hsched.cli.jobs._client", Recorder)
+    monkeypatch.setattr("hsched.cli.submitting._client", Recorder)
     Recorder.calls = []
     return Recorder.calls
 

@@ -1,0 +1,235 @@
+"""`hsched submit` without Typer: the job table from the options, one request to the controller, the answer.
+
+Both ways in end here: the Typer command (hsched/cli/jobs.py, which first reads a spec file or a batch script's
+#SBATCH lines) and `quick_submit`, which hsched/cli/__init__.py tries first. `quick_submit` parses the plain
+case, `[OPTIONS] -- COMMAND ARGS` (or a COMMAND that is not a file), with the options as Typer declares them
+(`OPTIONS` below; a test holds the two to the same names and meanings) and declines, returning None, whatever
+it is not sure of: a spec file or a script, --help, an unknown or repeated option, a value Typer would check or
+convert (a number out of range, `-G4`, a value that starts with `-`). Typer then answers exactly as it always
+did, its usage errors included. So the quick path changes how fast, never what.
+
+The spec is checked here only when no controller runs yet (so that bad input fails before one is started);
+a running controller checks it anyway, with the same function and settings file, and its UserError comes
+back as the same lines and exit code 2. Saves importing hsched.config and reading settings on every submit.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hsched.cli._common import EXIT_OK, exit_code_of, permission_problem, print_json
+from hsched.errors import UserError
+
+TYPE_CHECKING = False  # typing is left to the type checker (a few ms of every quick submit)
+if TYPE_CHECKING:
+    from typing import Any
+
+INT, TEXT, MANY, FLAG = "int", "text", "many", "flag"
+
+OPTIONS: dict[str, tuple[tuple[str, ...], str, int | None, int | None]] = {
+    # parameter name: (option names, kind, min, max), as hsched/cli/jobs.py's submit declares them
+    "gpus": (("--gpus", "-G"), INT, 0, None),
+    "gpus_per_node": (("--gpus-per-node",), INT, 0, None),
+    "gpu_type": (("--gpu-type",), MANY, None, None),
+    "constraint": (("--constraint", "-C"), TEXT, None, None),
+    "gpu_memory": (("--gpu-memory",), TEXT, None, None),
+    "nodes": (("--nodes", "-N"), INT, 1, None),
+    "name": (("--name", "-J"), TEXT, None, None),
+    "qos": (("--qos",), TEXT, None, None),
+    "tasks_per_node": (("--tasks-per-node",), INT, 1, None),
+    "priority": (("--priority",), INT, None, None),
+    "interconnect": (("--interconnect",), TEXT, None, None),
+    "cpus": (("--cpus", "-c"), INT, 1, None),
+    "memory": (("--memory", "--mem"), TEXT, None, None),
+    "checkpoint_signal": (("--checkpoint-signal",), TEXT, None, None),
+    "time_limit": (("--time", "-t"), TEXT, None, None),
+    "warn_signal": (("--signal",), TEXT, None, None),
+    "retries": (("--retries",), INT, 0, 100),
+    "array": (("--array", "-a"), TEXT, None, None),
+    "dependency": (("--dependency", "-d"), TEXT, None, None),
+    "kill_on_invalid_dep": (("--kill-on-invalid-dep",), FLAG, None, None),
+    "workdir": (("--workdir", "-D"), TEXT, None, None),
+    "env": (("--env", "-e"), MANY, None, None),
+    "hold": (("--hold",), FLAG, None, None),
+    "as_json": (("--json",), FLAG, None, None),
+    "parsable": (("--parsable",), FLAG, None, None),
+}
+
+_BY_OPTION = {opt: name for name, (opts, *_rest) in OPTIONS.items() for opt in opts}
+
+
+def _client() -> Any:
+    from hsched.client import Client
+
+    return Client()
+
+
+def _user() -> str:
+    """getpass.getuser() without importing getpass (termios and more, for a name the controller only logs: it
+    takes the user from the kernel)."""
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        user = os.environ.get(name)
+        if user:
+            return user
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
+def _integer(text: str, low: int | None, high: int | None) -> int | None:
+    """`text` as Typer would read it, when it is plainly a number in range; None when Typer must decide."""
+    if not (text.isascii() and text.isdigit()):
+        return None  # signs, spaces, underscores, words: Typer converts them or says what is wrong
+    value = int(text)
+    if (low is not None and value < low) or (high is not None and value > high):
+        return None
+    return value
+
+
+def parse(argv: list[str]) -> tuple[dict[str, Any], list[str]] | None:
+    """(parameters as Typer would pass them, the command) for a plain `submit` argv; None when in doubt."""
+    params: dict[str, Any] = {}
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            i += 1
+            break
+        if not word.startswith("-") or word == "-":
+            break  # the command (Typer's parser stops at the first argument too)
+        opt, eq, attached = word.partition("=") if word.startswith("--") else (word, "", "")
+        name = _BY_OPTION.get(opt)
+        if name is None or (name in params and OPTIONS[name][1] != MANY):
+            return None  # unknown (or -h, -G4, -abc), or given twice: Typer's to read or refuse
+        _opts, kind, low, high = OPTIONS[name]
+        if kind == FLAG:
+            if eq:
+                return None
+            params[name] = True
+            i += 1
+            continue
+        if eq:
+            value = attached
+            i += 1
+        else:
+            if i + 1 >= len(argv):
+                return None  # "requires an argument": Typer says it
+            value = argv[i + 1]
+            i += 2
+        if value.startswith("-"):
+            return None  # a negative number or a word like an option: Typer's rules
+        if kind == INT:
+            number = _integer(value, low, high)
+            if number is None:
+                return None
+            params[name] = number
+        elif kind == MANY:
+            params.setdefault(name, []).append(value)
+        else:
+            params[name] = value
+    args = argv[i:]
+    if args and (args[0].lower().endswith(".toml") or os.path.isfile(args[0])):
+        return None  # a spec file or a batch script (after `--` too, as jobs.py reads it): Typer's
+    for name, (_opts, kind, _low, _high) in OPTIONS.items():
+        params.setdefault(name, False if kind == FLAG else [] if kind == MANY else None)
+    return params, args
+
+
+def quick_submit(argv: list[str]) -> int | None:
+    """Submit a plain `hsched submit ...` (argv after `submit`) and return the exit code; None: not handled,
+    Typer's turn (nothing was done)."""
+    parsed = parse(argv)
+    if parsed is None:
+        return None
+    params, args = parsed
+    try:
+        submit(params, args, {}, "<command line>")
+    except BaseException as e:
+        if isinstance(e, PermissionError):
+            return permission_problem(e)
+        code = exit_code_of(e)
+        if code is None:
+            raise
+        return code
+    return EXIT_OK
+
+
+def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict[str, Any]:
+    """The job table the controller gets: `table` (a spec file's, or empty) with the command `args` and the
+    options `o` over it."""
+    if args[:1] == ["--"]:
+        args = args[1:]
+    if args:
+        table["command"] = args
+    res = dict(table.get("resources", {})) if isinstance(table.get("resources"), dict) else {}
+    if o.get("gpus") is not None:
+        # sbatch's -G/--gpus is the job's total; hsched's request is per node
+        n = o.get("nodes") or (res.get("nodes") if isinstance(res.get("nodes"), int) else None) or 1
+        if o["gpus"] % n:
+            raise UserError(f"--gpus {o['gpus']}: not a multiple of --nodes {n}; give --gpus-per-node instead")
+        o["gpus_per_node"] = o["gpus_per_node"] if o.get("gpus_per_node") is not None else o["gpus"] // n
+    for key, opt in (("gpus", "gpus_per_node"), ("gpu_memory", "gpu_memory"), ("nodes", "nodes"),
+                     ("cpus", "cpus"),
+                     ("memory", "memory"), ("interconnect", "interconnect"),
+                     ("tasks_per_node", "tasks_per_node"), ("constraint", "constraint")):
+        if o.get(opt) is not None:
+            res[key] = o[opt]
+    if o.get("gpu_type"):
+        res["gpu_types"] = list(o["gpu_type"])
+    if o.get("constraint") is not None:
+        table.pop("constraint", None)  # the command line's wins over a spec file's, wherever that put it
+    if res or "resources" in table:
+        table["resources"] = res
+    for key, opt in (("name", "name"), ("qos", "qos"), ("priority", "priority"),
+                     ("checkpoint_signal", "checkpoint_signal"), ("time", "time_limit"), ("workdir", "workdir"),
+                     ("signal", "warn_signal"), ("retries", "retries"), ("dependency", "dependency"),
+                     ("array", "array")):
+        if o.get(opt) is not None:
+            table[key] = o[opt]
+    if o.get("hold"):
+        table["hold"] = True
+    if o.get("kill_on_invalid_dep"):
+        table["kill_on_invalid_dep"] = True
+    if o.get("env"):
+        merged = dict(table.get("env", {})) if isinstance(table.get("env"), dict) else {}
+        for item in o["env"]:
+            k, sep, v = item.partition("=")
+            if not sep:
+                raise UserError(f"--env {item!r}: expected NAME=VALUE")
+            merged[k] = v
+        table["env"] = merged
+    if "command" not in table:
+        raise UserError("nothing to run: give a command after -- (hsched submit -- python train.py) "
+                        "or a spec file with command = [...]")
+    return table
+
+
+def check(table: dict[str, Any], source: str) -> None:
+    """What the controller would refuse, said here: for bad input while no controller runs yet."""
+    from hsched.config import job_spec_from_table, load_settings
+    from hsched.paths import Home
+
+    settings = load_settings(Home.from_env().settings)
+    job_spec_from_table(table, source, settings.qos_names, settings.default_qos)
+
+
+def submit(o: dict[str, Any], args: list[str], table: dict[str, Any], source: str) -> None:
+    """Queue the job `o` and `args` make of `table` (see job_table) and print what the options ask for."""
+    table = job_table(o, args, table)
+    environ = dict(os.environ)
+    environ["PWD"] = os.getcwd()
+    with _client() as c:
+        if not c.reachable():
+            check(table, source)  # fail fast, before a controller is started for it
+        job = c.call("submit", spec=table, source=source, user=_user(), environ=environ)
+    if o.get("parsable"):
+        print(job["id"])
+    elif o.get("as_json"):
+        print_json(job)
+    elif job.get("array_id") is not None:
+        print(f"Submitted array job {job['id']} ({job['state']})")
+    else:
+        print(f"Submitted job {job['id']} ({job['state']})")
