@@ -23,7 +23,8 @@ from hsched.tui.job_screen import JobScreen
 from hsched.tui.jobs_view import SORTS, JobsView
 from hsched.tui.keys import CHANGING_ACTIONS, bindings
 from hsched.tui.messages import FeedLost, FeedRestored, FrameArrived
-from hsched.tui.model import EventView, Frame, JobView
+from hsched.tui.model import EventView, Frame, HistoryDelta, JobView
+from hsched.tui.processes_view import ProcessesView
 from hsched.tui.prompt import PromptScreen
 from hsched.tui.topology_view import TopologyView
 from textual import on, work
@@ -35,7 +36,7 @@ from hsched.client import Client
 from hsched.errors import HschedError
 from hsched.paths import Home
 
-VIEWS = ("fleet", "topology", "jobs", "events")
+VIEWS = ("fleet", "topology", "jobs", "events", "processes")
 JOB_KEYS = {"details", "logs", "tag", "sort", "reverse", "me", "topology_of_job", "cancel", "hold", "release",
             "requeue", "priority", "preempt"}
 NODE_KEYS = {"drain", "resume"}
@@ -79,11 +80,14 @@ class DashApp(App[None]):
         self.topology = TopologyView(id="topology-view")
         self.jobs = JobsView(me=me, clock=clock, id="jobs-view")
         self.events_view = EventsView(id="events-view")
+        self.processes = ProcessesView(id="processes-view")
         self.feed: Feed | None = None
-        # frames are coalesced: when the UI is behind, only the newest frame is drawn (events are kept)
+        # frames are coalesced: when the UI is behind, only the newest frame is drawn (events and history
+        # samples are kept: each frame brings only what is new)
         self._inbox_lock = threading.Lock()
         self._inbox: Frame | None = None
         self._inbox_events: list[EventView] = []
+        self._inbox_history: list[HistoryDelta] = []
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="▣")
@@ -97,6 +101,8 @@ class DashApp(App[None]):
                 yield self.jobs
             with TabPane("4 Events", id="events"):
                 yield self.events_view
+            with TabPane("5 Procs", id="processes"):
+                yield self.processes
         yield Footer()
 
     def on_mount(self) -> None:
@@ -134,30 +140,36 @@ class DashApp(App[None]):
             waiting = self._inbox is not None
             self._inbox = frame
             self._inbox_events.extend(frame.events)
+            if frame.history is not None:
+                self._inbox_history.append(frame.history)
         if not waiting:
             self.post_message(FrameArrived(frame))
 
     def on_frame_arrived(self, message: FrameArrived) -> None:
         with self._inbox_lock:
-            frame, events = self._inbox, self._inbox_events
-            self._inbox, self._inbox_events = None, []
+            frame, events, history = self._inbox, self._inbox_events, self._inbox_history
+            self._inbox, self._inbox_events, self._inbox_history = None, [], []
         if frame is None:
             frame = message.frame  # posted directly (tests)
             events = list(frame.events)
-        self.apply_frame(frame, tuple(events))
+            history = [frame.history] if frame.history is not None else []
+        self.apply_frame(frame, tuple(events), tuple(history))
 
-    def apply_frame(self, frame: Frame, events: tuple[EventView, ...] | None = None) -> None:
-        """Draw one frame: every view applies it in place, inside one batch (one repaint)."""
+    def apply_frame(self, frame: Frame, events: tuple[EventView, ...] | None = None,
+                    history: tuple[HistoryDelta, ...] | None = None) -> None:
+        """Draw one frame: every view applies it in place, inside one batch (one repaint). `events` and
+        `history`: those of the frames coalesced into this one (else the frame's own)."""
         first = self.frame is None
         if frame.can_preempt != self.can_preempt:
             self.can_preempt = frame.can_preempt
             self.refresh_bindings()
         self.frame = frame
-        self.history.add(frame)
+        self.history.add(frame, history if history is not None else ())
         with self.batch_update():
             self.fleet.apply(frame)
             self.topology.apply(frame)
             self.jobs.apply(frame)
+            self.processes.apply(frame)
             self.events_view.add(frame.events if events is None else events)
             for screen in self.screen_stack:
                 if isinstance(screen, JobScreen):
@@ -191,7 +203,7 @@ class DashApp(App[None]):
 
     def _focus_view(self, view: str) -> None:
         target = {"fleet": self.fleet.table, "jobs": self.jobs.table, "topology": self.topology.node_tree,
-                  "events": self.events_view}.get(view)
+                  "events": self.events_view, "processes": self.processes.table}.get(view)
         if target is not None:
             target.focus()
 
@@ -220,12 +232,26 @@ class DashApp(App[None]):
             return False
         if action == "node" and self.active_view != "topology":
             return False
+        if action == "toggle_history" and self.active_view != "fleet":
+            return False
         return True
 
     def action_allowed(self, action: str) -> bool:
         if action in CHANGING_ACTIONS and self.readonly:
             return False
         return not (action == "preempt" and not self.can_preempt)
+
+    def action_vim(self, direction: str) -> None:
+        """`j`/`k`: what the arrow keys do in the focused table, tree or log (k9s's keys)."""
+        widget = self.focused
+        for name in (f"action_cursor_{direction}", f"action_scroll_{direction}"):
+            step = getattr(widget, name, None)
+            if callable(step):
+                step()
+                return
+
+    def action_toggle_history(self) -> None:
+        self.fleet.toggle_panel()
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.readonly, self.can_preempt))
@@ -283,6 +309,12 @@ class DashApp(App[None]):
             job = next((d.job for n in self.frame.nodes for d in n.devices if d.uuid == uuid), None)
         if job is not None:
             self.push_screen(JobScreen(job))
+
+    @on(DataTable.RowSelected, "#procs-table")
+    def _process_selected(self, event: DataTable.RowSelected) -> None:
+        p = self.processes.cursor_process()
+        if p is not None and p.job is not None:
+            self.push_screen(JobScreen(p.job))
 
     @on(DataTable.RowHighlighted, "#jobs-table")
     def _job_highlighted(self, event: DataTable.RowHighlighted) -> None:

@@ -22,12 +22,17 @@ RETRY_S = 1.0
 EVENTS_LIMIT = 200
 
 
+def controller_ops(client: Client) -> frozenset[str]:
+    """The requests the controller answers (ping's `ops`); none known if it cannot say."""
+    try:
+        return frozenset(client.call("ping").get("ops") or ())
+    except HschedError:
+        return frozenset()
+
+
 def controller_can_preempt(client: Client) -> bool:
     """True when the controller lists op `preempt` among the requests it answers (ping's `ops`)."""
-    try:
-        return "preempt" in (client.call("ping").get("ops") or ())
-    except HschedError:
-        return False
+    return "preempt" in controller_ops(client)
 
 
 class Feed:
@@ -77,14 +82,22 @@ class Feed:
             self._sock = stream.connect()
             if self._stop.is_set():
                 return
-            can_preempt = controller_can_preempt(calls)
+            ops = controller_ops(calls)
+            can_preempt = "preempt" in ops
+            # a controller that keeps history (op `history`): its whole window once per connection, then what
+            # is new with each frame; an older one: the dashboard samples the frames itself (tui/history.py)
+            since: float | None = 0.0 if "history" in ops else None
             if restored:
                 self.on_restored()
             for snap in stream.stream(self.interval):
                 if self._stop.is_set():
                     return
                 events = self._new_events(calls)
-                self.on_frame(parse_snapshot(snap, events, can_preempt))
+                history = None
+                if since is not None:
+                    history = calls.call("history", since=since)
+                    since = float(history.get("now") or since)
+                self.on_frame(parse_snapshot(snap, events, can_preempt, history))
         finally:
             self._sock = None
             stream.close()

@@ -6,9 +6,11 @@ from typing import Any
 
 from hsched.tui.fmt import NODE_STYLE, bar, gib, node_state_text, reading, short_model, sparkline
 from hsched.tui.history import History
-from hsched.tui.model import DeviceView, Frame, NodeView
+from hsched.tui.history_panel import HistoryPanel
+from hsched.tui.model import DeviceView, Frame, NodeView, ts
 from hsched.tui.sync import RowSync
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable
@@ -35,13 +37,38 @@ class FleetView(Vertical):
         super().__init__(**kwargs)
         self.history = history
         self.table: DataTable[Any] = DataTable(id="fleet-table", cursor_type="row", zebra_stripes=False)
+        self.panel = HistoryPanel(history, id="history-panel")
         self.sync = RowSync(self.table, [c[0] for c in COLUMNS])
         self._node_of: dict[str, str] = {}
+        self.frame: Frame | None = None
 
     def compose(self) -> ComposeResult:
         for key, label, width in COLUMNS:
             self.table.add_column(label, key=key, width=width)
         yield self.table
+        yield self.panel
+
+    def toggle_panel(self) -> None:
+        self.panel.toggle_class("hidden")
+        self.show_history()
+
+    @on(DataTable.RowHighlighted, "#fleet-table")
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.show_history()
+
+    def show_history(self) -> None:
+        """The history panel follows the row under the cursor (a node's line: that node's host only)."""
+        frame = self.frame
+        if frame is None or self.panel.has_class("hidden"):
+            return
+        key = self._selected_key()
+        node = frame.node(self._node_of.get(key, "")) if key is not None else None
+        device = next((d for d in node.devices if d.uuid == key), None) if node is not None else None
+        job = ""
+        if device is not None and device.job is not None:
+            j = frame.job(device.job)
+            job = f"job {device.job}" + (f" {j.name} ({j.user})" if j is not None else "")
+        self.panel.show(node, device, ts(frame.time), job)
 
     def selected_node(self) -> str | None:
         """The node of the row under the cursor (node actions act on it)."""
@@ -52,6 +79,7 @@ class FleetView(Vertical):
         return self._node_of.get(str(row_key))
 
     def apply(self, frame: Frame) -> None:
+        self.frame = frame
         users = {j.id: j.user for j in frame.jobs}
         sources: dict[str, tuple[Any, ...]] = {}
         for node in frame.nodes:
@@ -75,6 +103,7 @@ class FleetView(Vertical):
             self.sync.apply(sources, self._row_cells)
             if selected in sources:
                 self.table.move_cursor(row=list(sources).index(selected))
+        self.show_history()
 
     def _selected_key(self) -> str | None:
         if self.table.row_count == 0:

@@ -33,6 +33,33 @@ class LinkView:
 
 
 @dataclass(frozen=True, slots=True)
+class ProcessView:
+    """One process on one GPU, as nvitop lists them (a process on two GPUs is two of these)."""
+
+    node: str
+    uuid: str
+    gpu: int | None  # the device's index on its node; None for a device the node no longer lists
+    pid: int
+    user: str
+    job: int | None  # the hsched job it belongs to; None for anything else on the GPU
+    gpu_memory_mib: int | None
+    cpu_percent: float | None  # of one core, as top shows it (a busy data loader reads 400 %)
+    host_memory_mib: int | None  # resident
+    command: str
+
+
+@dataclass(frozen=True, slots=True)
+class HostLoadView:
+    """A node's host CPU and memory from its last monitoring sample."""
+
+    cpu_percent: float | None  # of all its cores
+    cpu_count: int | None
+    loadavg: tuple[float, ...] | None
+    memory_used_mib: int | None
+    memory_total_mib: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class NodeView:
     name: str
     state: str
@@ -43,6 +70,8 @@ class NodeView:
     message: str
     devices: tuple[DeviceView, ...]
     links: tuple[LinkView, ...]
+    processes: tuple[ProcessView, ...] | None = None  # None: unknown (a controller or node that does not say)
+    load: HostLoadView | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +102,19 @@ class EventView:
     message: str
 
 
+Point = tuple[float, float | None, float | None]
+"""One history sample: (epoch seconds, utilization % or host CPU %, memory used MiB)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryDelta:
+    """Samples from the controller's `history` answer, oldest first: its per-device and per-host series."""
+
+    devices: tuple[tuple[str, tuple[Point, ...]], ...] = ()
+    hosts: tuple[tuple[str, tuple[Point, ...]], ...] = ()
+    interval_s: float | None = None  # the controller's monitoring interval: one sample per interval
+
+
 @dataclass(frozen=True, slots=True)
 class Frame:
     """One snapshot as the dashboard sees it."""
@@ -83,6 +125,7 @@ class Frame:
     nodes: tuple[NodeView, ...]
     events: tuple[EventView, ...] = ()  # only the events new since the previous frame
     can_preempt: bool = False
+    history: HistoryDelta | None = None  # the controller's samples new since the previous frame, if it serves them
 
     def job(self, job_id: int) -> JobView | None:
         return next((j for j in self.jobs if j.id == job_id), None)
@@ -110,13 +153,51 @@ def _device(d: dict[str, Any]) -> DeviceView:
     )
 
 
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _whole(v: Any) -> int | None:
+    return int(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _process(node: str, index_of: dict[str, int], p: dict[str, Any]) -> ProcessView:
+    uuid = str(p.get("uuid") or "")
+    return ProcessView(
+        node=node, uuid=uuid, gpu=index_of.get(uuid), pid=_whole(p.get("pid")) or 0, user=str(p.get("user") or ""),
+        job=_whole(p.get("job")), gpu_memory_mib=_whole(p.get("gpu_memory_mib")),
+        cpu_percent=_number(p.get("cpu_percent")), host_memory_mib=_whole(p.get("host_memory_mib")),
+        command=str(p.get("command") or ""),
+    )
+
+
+def _load(h: Any) -> HostLoadView | None:
+    if not isinstance(h, dict):
+        return None
+    avg = h.get("loadavg")
+    return HostLoadView(
+        cpu_percent=_number(h.get("cpu_percent")), cpu_count=_whole(h.get("cpu_count")),
+        loadavg=tuple(x for x in map(_number, avg) if x is not None) if isinstance(avg, list) else None,
+        memory_used_mib=_whole(h.get("memory_used_mib")), memory_total_mib=_whole(h.get("memory_total_mib")),
+    )
+
+
 def _node(n: dict[str, Any]) -> NodeView:
+    name = str(n["name"])
+    devices = tuple(sorted((_device(d) for d in n.get("devices", [])), key=lambda d: d.index))
+    procs = n.get("processes")
+    processes = None
+    if isinstance(procs, list):
+        index_of = {d.uuid: d.index for d in devices}
+        # nvitop's order: by GPU, then by pid
+        processes = tuple(sorted((_process(name, index_of, p) for p in procs if isinstance(p, dict)),
+                                 key=lambda p: (p.gpu if p.gpu is not None else 1 << 30, p.uuid, p.pid)))
     return NodeView(
-        name=str(n["name"]), state=str(n.get("state", "UP")), executor=str(n.get("executor", "")),
+        name=name, state=str(n.get("state", "UP")), executor=str(n.get("executor", "")),
         cpus=n.get("cpus"), memory_total_mib=n.get("memory_total_mib"), numa_nodes=n.get("numa_nodes"),
-        message=str(n.get("message") or ""),
-        devices=tuple(sorted((_device(d) for d in n.get("devices", [])), key=lambda d: d.index)),
+        message=str(n.get("message") or ""), devices=devices,
         links=tuple(LinkView(str(lk["a"]), str(lk["b"]), str(lk["kind"])) for lk in n.get("links", [])),
+        processes=processes, load=_load(n.get("host_load")),
     )
 
 
@@ -138,13 +219,40 @@ def event_from_dict(e: dict[str, Any]) -> EventView:
                      job_id=e.get("job_id"), node=e.get("node"), message=str(e.get("message", "")))
 
 
+def _series(s: Any, a: str, b: str) -> tuple[Point, ...]:
+    if not isinstance(s, dict):
+        return ()
+    t, x, y = s.get("t") or [], s.get(a) or [], s.get(b) or []
+    if not (len(t) == len(x) == len(y)):
+        return ()  # columns that do not line up are not a series
+    out = []
+    for ti, xi, yi in zip(t, x, y, strict=True):
+        when = _number(ti)
+        if when is not None:
+            out.append((when, _number(xi), _number(yi)))
+    return tuple(out)
+
+
+def parse_history(reply: dict[str, Any]) -> HistoryDelta:
+    """The controller's `history` answer (columns per device and per host) as one immutable delta."""
+    devices = reply.get("devices") or {}
+    hosts = reply.get("hosts") or {}
+    return HistoryDelta(
+        devices=tuple((str(uuid), _series(s, "utilization_gpu", "memory_used_mib")) for uuid, s in devices.items()),
+        hosts=tuple((str(node), _series(s, "cpu_percent", "memory_used_mib")) for node, s in hosts.items()),
+        interval_s=_number(reply.get("interval_s")),
+    )
+
+
 def parse_snapshot(snap: dict[str, Any], events: list[dict[str, Any]] | None = None,
-                   can_preempt: bool = False) -> Frame:
-    """The controller's `snapshot` answer (and new `events` rows) as one immutable frame."""
+                   can_preempt: bool = False, history: dict[str, Any] | None = None) -> Frame:
+    """The controller's `snapshot` answer (and new `events` rows, and its `history` answer) as one immutable
+    frame."""
     return Frame(
         version=int(snap.get("version", 0)), time=str(snap.get("time") or ""),
         jobs=tuple(job_from_dict(j) for j in snap.get("jobs", [])),
         nodes=tuple(_node(n) for n in snap.get("nodes", [])),
         events=tuple(event_from_dict(e) for e in events or []),
         can_preempt=can_preempt,
+        history=parse_history(history) if history is not None else None,
     )

@@ -13,15 +13,16 @@ from hsched.tui.app import DashApp
 from .canned import NOW, frame
 
 
-def make(view: str = "fleet", **kwargs: Any) -> DashApp:
-    return DashApp(None, frame=frame(), clock=lambda: NOW, view=view, user="alice", **kwargs)
+def make(view: str = "fleet", *, served: bool = False, **kwargs: Any) -> DashApp:
+    return DashApp(None, frame=frame(served=served), clock=lambda: NOW, view=view, user="alice", **kwargs)
 
 
 async def with_history(pilot: Any) -> None:
-    """Thirty more frames, so that the sparklines have something to draw."""
+    """Thirty more frames a second apart, so that the sparklines have something to draw (a controller that
+    serves no history: the dashboard samples the frames)."""
     app: DashApp = pilot.app
     for i in range(1, 31):
-        app.apply_frame(frame(util_shift=i * 7.0))
+        app.apply_frame(frame(util_shift=i * 7.0, at=float(i)))
     await pilot.pause()
 
 
@@ -55,3 +56,22 @@ def test_help_readonly_100x40(snap_compare: Any) -> None:
 
 def test_confirm_cancel_100x24(snap_compare: Any) -> None:
     assert snap_compare(make("jobs"), terminal_size=(100, 24), press=["c"])
+
+
+def test_history_panel_from_the_controllers_history_120x36(snap_compare: Any) -> None:
+    # five minutes the controller kept before the dashboard opened; `j` twice: GPU 2, one of job 1's
+    assert snap_compare(make("fleet", served=True), terminal_size=(120, 36), press=["j", "j"])
+
+
+def test_history_panel_gap_and_host_100x30(snap_compare: Any) -> None:
+    # `j` eight times (a100-box's GPU 0), then `k` back up one row: GPU 7 of dgx-h100, with a gap where its
+    # node did not answer, next to its host's CPU
+    assert snap_compare(make("fleet", served=True), terminal_size=(100, 30), press=["j"] * 8 + ["k"])
+
+
+def test_processes_120x36(snap_compare: Any) -> None:
+    assert snap_compare(make("processes"), terminal_size=(120, 36))
+
+
+def test_processes_cursor_with_vim_keys_100x24(snap_compare: Any) -> None:
+    assert snap_compare(make("processes"), terminal_size=(100, 24), press=["j", "j", "j", "k"])
