@@ -1,5 +1,14 @@
 """Scheduling and launching: ask the pure scheduler for decisions, record them, then act on them.
 
+A round has three steps, and holds the controller's lock only for the first and the last:
+
+1. under the lock, a snapshot (`RoundInput`): the jobs it may start, the fleet as a frozen `FleetView`;
+2. without the lock, the pure round (hsched.sched.live.schedule) in a worker thread, so that requests (`ping`,
+   `queue`, `submit`, `cancel`) are answered while it computes;
+3. under the lock again, each decision checked against what happened meanwhile (`still_valid`): one about a job
+   that changed (cancelled, held, requeued), a node that went away or was drained, devices taken, or a victim
+   that is no longer running as it was, is dropped and left to the next round; the rest are recorded.
+
 Order matters for "never launch twice": the runs (one per rank, each with its run folder) are committed
 as LAUNCHING before the executor is asked to start anything; the run folder is the node's launch lock.
 """
@@ -9,8 +18,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 import zlib
-from dataclasses import replace
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hsched.arrays import within_limits
@@ -25,9 +37,10 @@ from hsched.dependencies import DepState, named_jobs, verdict
 from hsched.errors import ExecutorError
 from hsched.executors.base import LaunchRequest
 from hsched.lifecycle import StopReason
-from hsched.model import EndReason, Job, JobState, Placement, Run
+from hsched.model import EndReason, Job, JobState, NodeState, Placement, Run
 from hsched.sched.limits import QosLimits
-from hsched.sched.live import FleetView, Launch, Preempt, PreemptRule, Running, Wait, schedule
+from hsched.sched.live import Decision, FleetView, Launch, Preempt, PreemptRule, Running, Wait, schedule
+from hsched.store import Store, job_from_row
 
 log = logging.getLogger("hsched.launch")
 
@@ -43,47 +56,51 @@ async def schedule_round(ctl: Controller) -> bool:
     return changed
 
 
+@dataclass(frozen=True, slots=True)
+class RoundInput:
+    """What one round decides over, read under the controller's lock: an immutable snapshot, so the pure round can
+    run in a worker thread while requests are answered and the state moves on."""
+
+    now: float
+    view: FleetView
+    pending: tuple[Job, ...]
+    """The jobs the round may start, as the store had them (the very objects `JobCache` keeps for unchanged rows)."""
+    active: Mapping[int, Job]
+    """Every job holding devices, by id."""
+
+
+_ROUNDS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hsched-round")
+"""The thread the pure round runs in: off the event loop (a request is answered while a round computes), one
+round at a time, and apart from the store's thread and asyncio's default pool (launches' file work)."""
+
+
 async def _schedule_round(ctl: Controller) -> tuple[bool, int]:
     async with ctl.lock:
-        now = ctl.clock.time()
-        # a retry waits out its backoff (its reason says BeginTime until then)
-        pending = [j for j in await ctl.db(ctl.store.jobs, states=[JobState.PENDING])
-                   if not j.spec.hold and (j.begin_time is None or j.begin_time <= now)]
-        if not pending:
-            return False, 0
-        active = await ctl.db(ctl.store.jobs, states=[s for s in JobState if s.is_active()])
-        pending = within_limits(await _dependencies_met(ctl, pending, active, now), active)
-        if not pending:
-            return False, 0
-        note_users(ctl, pending)
-        view = fleet_view(ctl, active, await still_dirty(ctl))
-        if ctl.settings.policy:
-            # fair share over the store's history (decayed GPU-seconds per share), for this round's users
-            view = replace(view, user_usage=await round_usage(ctl, now, {j.user for j in [*pending, *active]}))
-        resumed = [j.id for j in pending if j.restarts > 0]
-        if resumed:
-            # a resumed job whose checkpoint sits on a node of its own goes back there when it can: no copy
-            last = await ctl.db(ctl.store.last_nodes, resumed)
-            prefer = {jid: node for jid, node in last.items()
-                      if node in ctl.nodes and not is_shared(ctl.nodes[node], ctl.checkpoint_dir(jid))}
-            view = replace(view, prefer=prefer)
-        decisions = schedule(view, pending, now)
-        by_id = {j.id: j for j in pending}
-        active_by_id = {j.id: j for j in active}
-        launches: list[tuple[Job, list[Run]]] = []
+        inp = await round_input(ctl)
+    if inp is None:
+        return False, 0
+    # the pure part, without the lock: submits, cancels and drains go on meanwhile; what they change is checked
+    # below before anything is applied
+    decisions = await asyncio.get_running_loop().run_in_executor(_ROUNDS, schedule, inp.view, inp.pending, inp.now)
+    by_id = {j.id: j for j in inp.pending}
+    launches: list[tuple[Job, list[Run]]] = []
+    async with ctl.lock:
+        valid = await still_valid(ctl, inp, decisions)
         for d in decisions:
             job = by_id[d.job_id]
+            if d.job_id not in valid:
+                continue
             if isinstance(d, Wait):
                 # a requeued job keeps saying why it was requeued until it waits for something else
                 kept = d.reason == EndReason.RESOURCES and job.reason in (EndReason.PREEMPTED, EndReason.CHECKPOINTED)
                 if job.reason != d.reason and not kept:
-                    await ctl.db(ctl.store.set_job, job.id, now, reason=d.reason)
+                    await ctl.db(ctl.store.set_job, job.id, inp.now, reason=d.reason)
                 continue
             if isinstance(d, Preempt):
-                await ctl.db(ctl.store.set_job, job.id, now, reason=EndReason.PREEMPTING.value,
+                await ctl.db(ctl.store.set_job, job.id, inp.now, reason=EndReason.PREEMPTING.value,
                              event=("preempts", d.why))
                 for victim_id in d.victims:
-                    victim = active_by_id[victim_id]
+                    victim = inp.active[victim_id]
                     await begin_stop(ctl, victim, StopReason.PREEMPTED,
                                      f"preempted by job {job.id} ({job.spec.qos}): "
                                      f"SIG{victim.spec.checkpoint_signal.signal}, "
@@ -96,15 +113,132 @@ async def _schedule_round(ctl: Controller) -> tuple[bool, int]:
             for node_rank, p in enumerate(d.placements):
                 for local in range(tpn):
                     rank = node_rank * tpn + local
-                    run_dir = str(ctl.run_folder(job, p.node) / f"{job.id}-{attempt}-r{rank}-{int(now * 1000)}")
+                    run_dir = str(ctl.run_folder(job, p.node) / f"{job.id}-{attempt}-r{rank}-{int(inp.now * 1000)}")
                     ranks.append((p, run_dir))
-            runs = await ctl.db(ctl.store.start_runs, job, ranks, now, d.placements)
+            runs = await ctl.db(ctl.store.start_runs, job, ranks, inp.now, d.placements)
             launches.append((job, runs))
     for job, runs in launches:
         ctl.attempt_start[job.id] = ctl.clock.time()
         for run in runs:
             spawn_launch(ctl, job, run)
-    return bool(decisions), sum(1 for d in decisions if isinstance(d, Preempt))
+    return bool(decisions), sum(1 for d in decisions if isinstance(d, Preempt) and d.job_id in valid)
+
+
+async def round_input(ctl: Controller) -> RoundInput | None:
+    """The round's snapshot: the jobs it may start (retries past their backoff, dependencies met, within their
+    array's limit), the fleet as it stands, fair share usage, checkpoint homes. None when nothing waits. Call with
+    ctl.lock held; it records the reasons of jobs whose dependencies hold them."""
+    now = ctl.clock.time()
+    jobs = await ctl.db(job_cache(ctl).read, ctl.store)
+    # a retry waits out its backoff (its reason says BeginTime until then)
+    pending = [j for j in jobs if j.state is JobState.PENDING and not j.spec.hold
+               and (j.begin_time is None or j.begin_time <= now)]
+    if not pending:
+        return None
+    active = [j for j in jobs if j.state.is_active()]
+    pending = within_limits(await _dependencies_met(ctl, pending, active, now), active)
+    if not pending:
+        return None
+    note_users(ctl, pending)
+    view = fleet_view(ctl, active, await still_dirty(ctl))
+    if ctl.settings.policy:
+        # fair share over the store's history (decayed GPU-seconds per share), for this round's users
+        view = replace(view, user_usage=await round_usage(ctl, now, {j.user for j in [*pending, *active]}))
+    resumed = [j.id for j in pending if j.restarts > 0]
+    if resumed:
+        # a resumed job whose checkpoint sits on a node of its own goes back there when it can: no copy
+        last = await ctl.db(ctl.store.last_nodes, resumed)
+        prefer = {jid: node for jid, node in last.items()
+                  if node in ctl.nodes and not is_shared(ctl.nodes[node], ctl.checkpoint_dir(jid))}
+        view = replace(view, prefer=prefer)
+    return RoundInput(now, view, tuple(pending), {j.id: j for j in active})
+
+
+async def still_valid(ctl: Controller, inp: RoundInput, decisions: list[Decision]) -> set[int]:
+    """The jobs whose decisions still hold now, after the round computed without the lock (call with it held).
+
+    A decision is about a job exactly as the round saw it: one whose row changed meanwhile (cancelled, held,
+    re-prioritised, requeued, its reason set by someone else) is left to the next round, which sees it as it is.
+    A launch also needs its nodes up and not drained, and its devices still free (not held by a job, not used by
+    a process outside hsched); a preemption needs every victim still running as it was."""
+    jobs = await ctl.db(job_cache(ctl).read, ctl.store)
+    now_by_id = {j.id: j for j in jobs}
+    seen = {j.id: j for j in inp.pending}
+    held: set[str] | None = None
+    valid: set[int] = set()
+    for d in decisions:
+        if now_by_id.get(d.job_id) is not seen[d.job_id]:
+            continue
+        if isinstance(d, Wait):
+            valid.add(d.job_id)
+            continue
+        nodes = [p.node for p in d.placements] if isinstance(d, Launch) else [d.node]
+        if not all(_usable(ctl, n) for n in nodes):
+            continue
+        if isinstance(d, Preempt):
+            if all(now_by_id.get(v) is inp.active.get(v) is not None for v in d.victims):
+                valid.add(d.job_id)
+            continue
+        if held is None:
+            held = {u for j in jobs if j.state.is_active() for p in j.placement for u in p.devices}
+            held.update(u for rt in ctl.nodes.values() for u in rt.foreign)
+        devices = [u for p in d.placements for u in p.devices]
+        if held.isdisjoint(devices):
+            valid.add(d.job_id)
+            held.update(devices)
+    dropped = len(decisions) - len(valid)
+    if dropped:
+        log.info("round: %d decision(s) no longer held when applied; the next round decides again", dropped)
+    return valid
+
+
+class JobCache:
+    """The store's jobs that have not ended, as Job objects, kept from one round to the next.
+
+    Decoding 2,000 pending jobs afresh costs ~150 ms of CPU (each spec is JSON), fetching them as rows ~17 ms. So
+    the cache reads nothing while the store's connection has made no change since the last read (sqlite's
+    `total_changes`: every write of the controller goes through that one connection, on its one thread), and
+    otherwise decodes only rows it has not seen: an unchanged row gives the very Job object it gave before, so
+    `is` tells the round's checks that a job is as the round saw it.
+    """
+
+    __slots__ = ("changes", "jobs", "rows")
+
+    def __init__(self) -> None:
+        self.changes = -1
+        self.jobs: tuple[Job, ...] = ()
+        self.rows: dict[tuple[object, ...], Job] = {}
+
+    def read(self, store: Store) -> tuple[Job, ...]:
+        """Every job not ended, by id. Blocking: call it on the store's thread (`ctl.db`)."""
+        changes = store.db.total_changes
+        if changes == self.changes:
+            return self.jobs
+        seen = self.rows
+        rows: dict[tuple[object, ...], Job] = {}
+        for r in store.job_rows(active_only=True):
+            key = tuple(r)
+            job = seen.get(key)
+            rows[key] = job if job is not None else job_from_row(r)
+        self.rows, self.jobs, self.changes = rows, tuple(rows.values()), changes
+        return self.jobs
+
+
+_CACHES: weakref.WeakKeyDictionary[Controller, JobCache] = weakref.WeakKeyDictionary()
+
+
+def job_cache(ctl: Controller) -> JobCache:
+    """The controller's job cache (one per controller: a test process may hold several)."""
+    cache = _CACHES.get(ctl)
+    if cache is None:
+        cache = _CACHES[ctl] = JobCache()
+    return cache
+
+
+def _usable(ctl: Controller, node: str) -> bool:
+    """The node is up and not being drained: work may go there."""
+    rt = ctl.nodes.get(node)
+    return rt is not None and rt.node.state is NodeState.UP and ctl.admin.get(node) is not NodeState.DRAINED
 
 
 def fleet_view(ctl: Controller, active: list[Job], dirty: frozenset[str] = frozenset()) -> FleetView:
