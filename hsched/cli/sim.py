@@ -29,7 +29,7 @@ _SPAN = typer.Option(1.0, "--span-factor", help="Throughput multiplier for a gan
 _PCIE = typer.Option(1.0, "--pcie-factor", help="Throughput multiplier for a gang on a server without NVLink.")
 _MAX_JOBS = typer.Option(None, "--max-jobs", help="Replay only the first N jobs of the trace.")
 _SYN = typer.Option(None, "--synthetic", help="Instead of --trace: N seeded synthetic jobs (Poisson, Philly-like).")
-_SEED = typer.Option(0, "--seed", help="Seed for --synthetic.")
+_SEED = typer.Option(0, "--seed", help="Seed for --synthetic, and for Gavel's shuffles with --round-mode gavel.")
 _RATE = typer.Option(4.0, "--jobs-per-hour", help="Arrival rate for --synthetic.")
 _JSON = typer.Option(False, "--json", help="Print one JSON document.")
 _PLOT = typer.Option(None, "--plot", metavar="FILE.png",
@@ -37,6 +37,11 @@ _PLOT = typer.Option(None, "--plot", metavar="FILE.png",
 _SETTINGS = typer.Option(None, "--settings", metavar="FILE",
                          help="hsched's settings.toml: its QoS table decides who may preempt whom "
                               "(default: the controller's default table).")
+_ROUND_MODE = typer.Option(
+    "event", "--round-mode", metavar="event|gavel",
+    help="event: rounds on arrivals and completions (the controller's timing). gavel: Gavel's simulator "
+         "reproduced: 360 s rounds only, and for fifo, las, las-hetero, ftf Gavel's own allocation over time "
+         "fractions and per-type priorities (needs numpy for the LP policies: pip install 'hsched[gavel]').")
 _TIME_SHARING = typer.Option(True, "--time-sharing/--no-time-sharing",
                              help="Let preemptive policies stop and move jobs that checkpoint (as Gavel does); "
                                   "off, only QoS preemption stops a job, as in the live controller.")
@@ -106,15 +111,54 @@ def _rule(settings: Path | None, time_sharing: bool) -> Any:
     return default_rule(load_settings(settings) if settings is not None else None, time_sharing=time_sharing)
 
 
+def _check_round_mode(round_mode: str) -> str:
+    mode = round_mode.strip().lower()
+    if mode not in ("event", "gavel"):
+        raise UserError(f"--round-mode {round_mode!r}: expected event or gavel")
+    return mode
+
+
 def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, round_s: float, span: float,
-             pcie: float, rule: Any) -> Any:
+             pcie: float, rule: Any, round_mode: str = "event", seed: int = 0) -> Any:
     from hsched.sim.engine import SimConfig, SimCosts, Simulator
+    from hsched.sim.gavel import GAVEL_POLICIES
 
     if checkpoint_cost < 0 or round_s <= 0 or span <= 0 or pcie <= 0:
         raise UserError("hsched sim: --checkpoint-cost must be >= 0; --round-s, --span-factor, --pcie-factor > 0")
-    cfg = SimConfig(round_s=round_s, costs=SimCosts(checkpoint_cost, span, pcie), preempt=rule)
-    sim = Simulator(tr, servers, _policy(policy_name), cfg)
-    return _progress_run(sim, policy_name)
+    name = policy_name.strip()
+    if round_mode == "gavel" and name in GAVEL_POLICIES:
+        return _run_gavel(tr, servers, name, checkpoint_cost, round_s, span, pcie, seed)
+    cfg = SimConfig(round_s=round_s, costs=SimCosts(checkpoint_cost, span, pcie), preempt=rule,
+                    round_mode=round_mode)
+    sim = Simulator(tr, servers, _policy(name), cfg)
+    result = _progress_run(sim, name)
+    result.summary["round_mode"] = round_mode
+    result.summary["gavel_allocation"] = False
+    return result
+
+
+def _run_gavel(tr: Any, servers: Any, name: str, checkpoint_cost: float, round_s: float, span: float, pcie: float,
+               seed: int) -> Any:
+    """Gavel's own mechanism (hsched.sim.gavel) for the policies it has."""
+    from hsched.sim.gavel import GavelConfig, GavelSimulator
+
+    if checkpoint_cost or span != 1.0 or pcie != 1.0:
+        raise UserError(f"--round-mode gavel replays Gavel's simulator for {name}, which has no checkpoint, span or "
+                        f"PCIe cost; leave --checkpoint-cost, --span-factor and --pcie-factor at their defaults")
+    if name != "fifo":
+        try:
+            import numpy  # noqa: F401 - only to say what is missing before minutes of simulating
+        except ImportError:
+            raise UserError(f"--round-mode gavel --policy {name} solves Gavel's allocation with numpy; "
+                            f"install it: pip install 'hsched[gavel]'") from None
+    capacity: dict[str, int] = {}
+    for sv in servers:
+        capacity[sv.gpu_type] = capacity.get(sv.gpu_type, 0) + len(sv.devices)
+    sim = GavelSimulator(tr, capacity, name, GavelConfig(round_s=round_s, seed=seed))
+    result = _progress_run(sim, name)
+    result.summary["round_mode"] = "gavel"
+    result.summary["gavel_allocation"] = True
+    return result
 
 
 _SHOWN = (
@@ -187,6 +231,7 @@ def sim(
     plot: Path | None = _PLOT,
     settings: Path | None = _SETTINGS,
     time_sharing: bool = _TIME_SHARING,
+    round_mode: str = _ROUND_MODE,
 ) -> None:
     """Replay a trace under one policy (or run `hsched sim compare` for several)."""
     if ctx.invoked_subcommand is not None:
@@ -195,10 +240,11 @@ def sim(
         _list_policies(as_json)
         return
     _check_plot(plot)
+    mode = _check_round_mode(round_mode)
     rule = _rule(settings, time_sharing)
     tr = _load(trace, throughputs, columns, synthetic, seed, jobs_per_hour, max_jobs)
     servers = _servers(fleet, cluster, gpus_per_node, tr.throughput.gpu_types)
-    result = _run_one(tr, servers, policy, checkpoint_cost, round_s, span_factor, pcie_factor, rule)
+    result = _run_one(tr, servers, policy, checkpoint_cost, round_s, span_factor, pcie_factor, rule, mode, seed)
     if jobs_csv is not None:
         result.write_jobs_csv(jobs_csv)
     summary = dict(result.summary)
@@ -236,6 +282,7 @@ def compare(
     plot: Path | None = _PLOT,
     settings: Path | None = _SETTINGS,
     time_sharing: bool = _TIME_SHARING,
+    round_mode: str = _ROUND_MODE,
 ) -> None:
     """Run several policies on the same trace and fleet; print them side by side with the bounds."""
     names = [p.strip() for p in policy.split(",") if p.strip()]
@@ -244,10 +291,12 @@ def compare(
     for n in names:
         _policy(n)  # fail on a typo before spending minutes on the others
     _check_plot(plot)
+    mode = _check_round_mode(round_mode)
     rule = _rule(settings, time_sharing)
     tr = _load(trace, throughputs, columns, synthetic, seed, jobs_per_hour, max_jobs)
     servers = _servers(fleet, cluster, gpus_per_node, tr.throughput.gpu_types)
-    results = [_run_one(tr, servers, n, checkpoint_cost, round_s, span_factor, pcie_factor, rule) for n in names]
+    results = [_run_one(tr, servers, n, checkpoint_cost, round_s, span_factor, pcie_factor, rule, mode, seed)
+               for n in names]
     summaries = [dict(r.summary) for r in results]
     if plot is not None:
         _plot(results, plot)

@@ -60,6 +60,12 @@ class SimConfig:
     """Stop the clock here (jobs still active are reported unfinished)."""
     preempt: PreemptRule = field(default_factory=default_rule)
     """Who may stop whom: the live controller's rule and, by default, its default QoS table."""
+    round_mode: str = "event"
+    """"event": a round on arrivals and completions (and every round_s for time-sharing), as the controller
+    does. "gavel": rounds only every round_s (and when an idle cluster sees an arrival), as Gavel's simulator:
+    a job waits for the next boundary and GPUs freed mid-round stay idle until it. The policies that have a
+    Gavel counterpart are replayed by `hsched.sim.gavel` instead; this mode gives every other policy Gavel's
+    timing, so a gap can be split into timing and allocation."""
 
 
 class _Job:
@@ -283,6 +289,9 @@ class Simulator:
             return tuple(sv for sv in free_view.values() if sv.devices)
 
         new_view = tuple.__new__  # JobView is a NamedTuple: a running job's view is three tuples joined
+        if cfg.round_mode not in ("event", "gavel"):
+            raise ValueError(f"round_mode {cfg.round_mode!r}: expected 'event' or 'gavel'")
+        boundaries = cfg.round_mode == "gavel"
 
         while ai < len(arrivals) or active:
             t_arr = arrivals[ai].tj.arrival_s if ai < len(arrivals) else math.inf
@@ -290,7 +299,7 @@ class Simulator:
                 heapq.heappop(heap)
             t_done = heap[0][0] if heap else math.inf
             t_q = math.inf
-            if moves_due or (time_sharing and len(running) < len(active)):
+            if moves_due or (time_sharing and len(running) < len(active)) or (boundaries and active):
                 t_q = last_round + cfg.round_s
             t = min(t_arr, t_done, t_q)
             if math.isinf(t):
@@ -317,6 +326,7 @@ class Simulator:
                 if self.progress and len(done) % tick == 0:
                     self.progress(len(done), total)
             queue_before = len(active) - len(running)  # jobs waiting before this instant's arrivals
+            idle_before = not running
             newcomers: list[_Job] = []
             while ai < len(arrivals) and arrivals[ai].tj.arrival_s <= now:
                 j = arrivals[ai]
@@ -326,7 +336,12 @@ class Simulator:
                 ai += 1
                 event = arrived = True
             note_busy(now)
-            if not event and now < t_q:
+            if boundaries:
+                if not active:
+                    continue
+                if now < t_q and not idle_before and running:
+                    continue  # mid-round: arrivals wait for the boundary, freed GPUs stay idle until then
+            elif not event and now < t_q:
                 continue
             if event and not arrived and len(running) == len(active) and active and now < t_q:
                 # Nobody waits for the GPUs this completion freed; the only use of a round now would be to
@@ -337,7 +352,8 @@ class Simulator:
             if not active:
                 moves_due = False
                 continue
-            if (arrived and not queue_before and time_sharing and not oracle and now < last_round + cfg.round_s
+            if (not boundaries and arrived and not queue_before and time_sharing and not oracle
+                    and now < last_round + cfg.round_s
                     and not (preempting and any(j.tj.qos in preempting for j in newcomers))):
                 # Nobody was waiting: the newcomers only need free GPUs. A start-only round, over them and the
                 # free devices alone, starts them now; moves they might allow wait for the quantum's full round
