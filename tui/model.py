@@ -23,6 +23,7 @@ class DeviceView:
     temperature_c: float | None
     power_w: float | None
     job: int | None
+    simulated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +151,7 @@ def _device(d: dict[str, Any]) -> DeviceView:
         memory_total_mib=d.get("memory_total_mib"), memory_used_mib=d.get("memory_used_mib"),
         utilization_gpu=d.get("utilization_gpu"), numa_node=d.get("numa_node"),
         temperature_c=d.get("temperature_c"), power_w=d.get("power_w"), job=d.get("job"),
+        simulated=bool(d.get("simulated", False)),
     )
 
 

@@ -63,7 +63,7 @@ class ProcessesView(Vertical):
         for node in frame.nodes:
             if node.processes is None:
                 if node.devices:  # a node that has GPUs but does not say what runs there
-                    sources[f"node:{node.name}"] = (node.name, None, True)
+                    sources[f"node:{node.name}"] = (node.name, None, _simulated(node))
                 continue
             for i, p in enumerate(node.processes):
                 key = f"{node.name}/{p.uuid}/{p.pid}"
@@ -86,7 +86,10 @@ class ProcessesView(Vertical):
         parts = [f"{len(procs)} GPU processes on {len(gpus)} GPUs" if procs else "no GPU processes"]
         if others:
             parts.append(f"{others} of no hsched job")
-        unknown = [n.name for n in frame.nodes if n.processes is None and n.devices]
+        unknown = [n.name for n in frame.nodes if n.processes is None and n.devices and not _simulated(n)]
+        simulated = sum(1 for n in frame.nodes if n.processes is None and _simulated(n))
+        if simulated:
+            parts.append(f"{simulated} node{'s' if simulated > 1 else ''} of simulated GPUs")
         if unknown:
             parts.append(f"not listed by {', '.join(unknown[:4])}{' …' if len(unknown) > 4 else ''}")
         self.status.update("  ·  ".join(parts))
@@ -99,6 +102,11 @@ class ProcessesView(Vertical):
     def cursor_process(self) -> ProcessView | None:
         key = self._selected_key()
         return self.processes.get(key) if key is not None else None
+
+
+def _simulated(node: NodeView) -> bool:
+    """Only simulated GPUs: nothing runs on them, and this machine's simulated nodes are not monitored."""
+    return bool(node.devices) and all(d.simulated for d in node.devices)
 
 
 def _count(node: NodeView) -> int | None:
@@ -125,11 +133,11 @@ def _host_cells(src: tuple[str, str, HostLoadView | None, int, int | None]) -> t
 
 
 def _proc_cells(src: tuple[str, ProcessView | None, bool]) -> tuple[Any, ...]:
-    node, p, first = src
-    node_cell = Text(node[:10], style="bold") if first else Text("")
-    if p is None:
-        return (node_cell, "", "", "", "", "", "", "",
-                Text("processes not known: no NVML or nvidia-smi sample", style="bright_black"))
+    node, p, flag = src
+    if p is None:  # the node's own line: `flag` says its GPUs are simulated
+        why = "simulated GPUs: no GPU processes" if flag else "processes not known: no NVML or nvidia-smi sample"
+        return (Text(node[:10], style="bold"), "", "", "", "", "", "", "", Text(why, style="bright_black"))
+    node_cell = Text(node[:10], style="bold") if flag else Text("")
     if p.job is None:
         # not an hsched job's: shown so, since it is what keeps a GPU busy behind the scheduler's back
         job = Text("-", style="yellow")

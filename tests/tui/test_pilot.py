@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ from hsched.tui.job_screen import JobScreen
 from hsched.tui.jobs_view import COLUMNS
 from hsched.tui.prompt import PromptScreen
 from rich.console import Console
+
+from tests.conftest import SAFETY_S
 
 from .conftest import Lab, make_lab, run, until
 
@@ -194,6 +197,36 @@ def test_drain_and_resume_node(lab: Lab) -> None:
             await until(pilot, lambda: app.frame.node("ws-l40s").state == "UP", "the resume")  # type: ignore
 
     run(go())
+
+
+def test_history_comes_from_the_controller(lab: Lab) -> None:
+    """The history panel shows what the controller kept before the dashboard opened (issue 16, item 8)."""
+    def kept() -> int:
+        return max((len(d["t"]) for d in lab.call("history")["devices"].values()), default=0)
+
+    jid = lab.submit(["sleep", "300"], gpus=1, name="history-job")
+    deadline = time.monotonic() + SAFETY_S
+    while kept() < 4:  # the controller's own samples, from before the dashboard opens
+        assert time.monotonic() < deadline, "the controller kept no history"
+        time.sleep(0.2)
+
+    async def go() -> None:
+        app = app_for(lab)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await until(pilot, lambda: app.frame is not None and app.frame.job(jid) is not None, "a frame")
+            assert app.history.served
+            # one frame seen, and already several samples of every device: they came from the controller
+            assert min(len(app.history.device(d.uuid)) for n in app.frame.nodes for d in n.devices) >= 4
+            await pilot.press("5")
+            assert app.active_view == "processes"
+            assert app.processes.hosts.row_count == len(app.frame.nodes)
+            # this machine's simulated nodes are not monitored (nothing runs on their GPUs): each says so
+            assert all(n.processes is None for n in app.frame.nodes)
+            assert app.processes.table.row_count == len(app.frame.nodes)
+            assert "simulated GPUs" in str(app.processes.status.render())
+
+    run(go())
+    lab.call("cancel", id=jid)
 
 
 def test_readonly_hides_actions(lab: Lab) -> None:

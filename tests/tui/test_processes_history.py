@@ -144,3 +144,20 @@ def test_coalesced_frames_keep_every_history_delta() -> None:
             assert app.history.device(uuid)[-2:] == ((NOW + 1, 11.0, 1.0), (NOW + 2, 22.0, 2.0))
 
     run(go())
+
+
+def test_nodes_that_list_no_processes_say_why() -> None:
+    async def go() -> None:
+        snap = snapshot()
+        for n in snap["nodes"]:
+            del n["processes"], n["host_load"]
+        snap["nodes"][1]["devices"][0]["simulated"] = False  # a100-box: a real GPU among them
+        app = DashApp(None, frame=parse_snapshot(snap), clock=lambda: NOW, view="processes", user="alice")
+        async with app.run_test(size=(120, 36)) as pilot:
+            await pilot.pause()
+            rows = [str(app.processes.sync.cells(k)[-1]) for k in app.processes.sync.keys()]  # type: ignore[index]
+            assert rows == ["simulated GPUs: no GPU processes", "processes not known: no NVML or nvidia-smi sample"]
+            status = str(app.processes.status.render())
+            assert "1 node of simulated GPUs" in status and "not listed by a100-box" in status
+
+    run(go())
