@@ -460,12 +460,13 @@ def load_job_spec(path: Path, overrides: Mapping[str, Any] | None = None) -> Job
 
 # ------------------------------------------------------------------------------------------------ fleet
 
+_SLURM_KEYS = ("partition", "account", "qos", "cluster")
 _NODE_KEYS = frozenset(
     {"name", "executor", "host", "port", "user", "identity_file", "known_hosts", "simulate", "labels",
-     "shared_paths"}
+     "shared_paths", *_SLURM_KEYS}
 )
 _SIM_KEYS = frozenset({"model", "count", "memory_mib", "topology", "numa_nodes", "cpus", "memory"})
-EXECUTORS = ("local", "ssh")
+EXECUTORS = ("local", "ssh", "slurm")
 
 
 @dataclass(frozen=True, slots=True)
@@ -493,6 +494,14 @@ class NodeConfig:
     shared_paths: tuple[str, ...] = ()
     labels: tuple[str, ...] = ()
     """What `--constraint` matches (sbatch's node features): ["nvme", "ib"]."""
+    partition: str | None = None
+    """executor "slurm": the Slurm partition this node group stands for (executors/slurm.py)."""
+    account: str | None = None
+    """executor "slurm": sbatch's --account."""
+    slurm_qos: str | None = None
+    """executor "slurm": sbatch's --qos (the fleet file's `qos`: Slurm's QoS, not hsched's class)."""
+    cluster: str | None = None
+    """executor "slurm": sbatch's --clusters (a multi-cluster Slurm)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -558,16 +567,40 @@ def fleet_from_table(data: Mapping[str, Any], source: str, base_dir: Path) -> Fl
             if why is not None:
                 p.expected(f"{key}.labels", why, lb)
         labels = [lb for lb in labels if label_problem(lb) is None]
+        slurm = _slurm_keys(p, raw, key, executor)
         nodes.append(
             NodeConfig(
                 name=name or f"node{i}", executor=str(executor), host=host if isinstance(host, str) else None,
                 port=port, user=raw.get("user"), identity_file=raw.get("identity_file"),
                 known_hosts=raw.get("known_hosts"), simulate=sim, shared_paths=tuple(shared),
-                labels=tuple(dict.fromkeys(labels)),
+                labels=tuple(dict.fromkeys(labels)), partition=slurm.get("partition"), account=slurm.get("account"),
+                slurm_qos=slurm.get("qos"), cluster=slurm.get("cluster"),
             )
         )
     p.raise_if_any()
     return FleetConfig(nodes=tuple(nodes), source=source)
+
+
+def _slurm_keys(p: Problems, raw: Mapping[str, Any], key: str, executor: Any) -> dict[str, str]:
+    """A slurm node group's keys: `partition` (required), `account`, `qos`, `cluster`; only for that executor."""
+    out: dict[str, str] = {}
+    if executor != "slurm":
+        for k in _SLURM_KEYS:
+            if k in raw:
+                p.add(f"{key}.{k}", 'only for executor = "slurm" (a Slurm partition as a node group)')
+        return out
+    if "partition" not in raw:
+        p.add(f"{key}.partition", 'missing: a slurm node needs partition = "the Slurm partition its jobs go to"')
+    for k in _SLURM_KEYS:
+        if k in raw:
+            value = _str(p, f"{key}.{k}", raw[k], nonempty=True)
+            if value is not None:
+                out[k] = value
+    for k in ("host", "simulate"):
+        if k in raw:
+            p.add(f"{key}.{k}", "not for a slurm node: it is reached through this machine's Slurm commands "
+                  "(sbatch, squeue) and its GPUs are Slurm's")
+    return out
 
 
 def _simulate(p: Problems, raw: Any, key: str, base_dir: Path) -> SimulatedDevices | None:

@@ -97,6 +97,11 @@ def make_executor(cfg: NodeConfig, *, lab: bool = False) -> Executor:
         from hsched.executors.ssh import SSHExecutor
 
         return SSHExecutor(cfg, node_root=LAB_NODE_ROOT if lab else None)
+    if cfg.executor == "slurm" and cfg.partition:
+        from hsched.executors.slurm import SlurmExecutor
+
+        return SlurmExecutor(name=cfg.name, partition=cfg.partition, account=cfg.account, qos=cfg.slurm_qos,
+                             cluster=cfg.cluster)
     raise UserError(f"node {cfg.name}: unknown executor {cfg.executor!r}")
 
 

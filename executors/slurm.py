@@ -1,0 +1,740 @@
+"""The Slurm executor: a Slurm partition as one hsched node, jobs submitted with sbatch and followed in Slurm.
+
+    [[node]]
+    name = "cluster-a100"
+    executor = "slurm"
+    partition = "gpu"          # required
+    account = "lab-ml"         # optional: sbatch --account
+    qos = "normal"             # optional: sbatch --qos (Slurm's QoS, not hsched's class)
+    cluster = "dept"           # optional: --clusters, for a multi-cluster Slurm (needs slurmdbd)
+
+Slurm is reached through the client commands installed on this machine (sbatch, squeue, scontrol, scancel;
+`SLURM_CONF` as for any user of them). Each command is an asyncio subprocess with its own timeout, never a
+shell: every value is one argv word.
+
+**Who decides what (two levels of scheduling).** The partition is one node of hsched's fleet, a *node group*:
+its devices are every GPU of the partition's usable nodes (`gres`, one device per GPU, named
+`slurm-<fleet name>-<slurm node>-gpu<index>`, model = the gres type). hsched's scheduler decides whether a job
+goes to this group or to another node (its QoS classes, fair share, preemption, the GPU model it picked), and
+how many GPUs of which model it gets; Slurm decides the exact nodes and GPU indices inside the partition (no
+`--nodelist`: Slurm's own scheduler, limits, cgroups and accounting stay in charge). The GPU model hsched
+picked travels as `--gres=gpu:TYPE:N` when the chosen devices share one type, else `--gpus-per-node=N`.
+One hsched node per Slurm node (hsched passing `--nodelist`) was the other choice; it was not taken because
+it makes hsched a second cluster manager over nodes Slurm already schedules (other users' jobs, reservations,
+drains would race with hsched's placements), and because the fleet file then has to list every Slurm node by
+hand (one `[[node]]` per partition is what scales). Counting stays honest: the GPUs Slurm gave other users'
+jobs are reported busy in the monitoring samples (`GresUsed`), and the GPUs of hsched's own Slurm jobs as
+theirs, so hsched hands the group no more GPUs than Slurm has free.
+
+**A run is one Slurm batch job.** launch writes the run folder:
+
+    slurm.sh      the batch script: `export NAME='value'` per environment variable, then `exec` of the argv,
+                  each word single-quoted (executors/_slurm_text.batch_script): no shell reinterprets anything
+    slurm.json    {job_id, comment, cluster, partition, submitted}, written (fsync, rename) as soon as sbatch
+                  answered; then `final` once the job has ended: {state, exit_code, signal, end_time, nodes,
+                  reason}, so its end is known even after Slurm forgot the job (MinJobAge, no accounting)
+    output.log    stdout and stderr of the job (sbatch --output/--error), what `hsched logs` reads
+    signals.log   one JSON line per signal hsched sent, as the node helper writes it ($HSCHED_RUN_DIR)
+
+and submits `sbatch --parsable --export=NONE --no-requeue --comment=hsched:<job>:<token> ...`. The run's handle
+carries Slurm's job id as its `pid` (`pgid` 0, `start_ticks` the submit time, `boot_id`
+`slurm:<cluster>:<partition>`); the controller stores it like any handle. The token (a hash of the run folder)
+in the job's comment proves that a Slurm job id still names this run (a cluster whose state was wiped reuses
+ids). A controller restarted at any moment finds every run again: by the handle, else by slurm.json, else (it
+died between sbatch and slurm.json) by the comment in `squeue -u`; launch is idempotent per run folder (the
+folder is the lock, as on other nodes).
+
+**Status** comes from one `squeue -h -t all -j ID,... -o FORMAT` per poll (cached for `poll_s`), and `scontrol
+-d -o show job ID` once per run when it starts (which GPU indices where) and once when it ends (ExitCode=N:S;
+a run killed by signal S exits 128 + S, as elsewhere in hsched). A job pending in Slurm's queue is a RUNNING run
+for hsched (it has been handed to the group; Slurm decides when it starts). Slurm states: COMPLETED, FAILED,
+CANCELLED, TIMEOUT, DEADLINE -> EXITED with Slurm's exit code (a job cancelled before it started: signal 15);
+OUT_OF_MEMORY -> EXITED with `oom`; NODE_FAIL, BOOT_FAIL, PREEMPTED -> LOST (its node or Slurm took it away:
+hsched requeues it by its rules). A job Slurm no longer knows, with no end recorded in slurm.json, is LOST.
+`sacct` is asked about jobs squeue no longer knows, where accounting exists.
+
+**Signals**: `scancel --signal=SIG --full` (the batch step's main process, which is the run's command itself,
+its children, and every srun step), `--batch` for sbatch's `B:` and for a checkpoint request (only the main
+process: a child without a handler, e.g. a spawned data loader worker, would die of USR1). A job still pending
+in Slurm cannot get a signal: a stop (cancel, preemption, time limit) then cancels it outright (`scancel ID`),
+a checkpoint or warning is not sent. Every signal is recorded in signals.log first.
+
+**Files**: run folders and checkpoint folders are used where they are: the controller's folder (HSCHED_HOME)
+must be on a filesystem the Slurm nodes share, as any sbatch user's home is (`remote_path` is the identity,
+`put`/`get` copy locally).
+
+Not yet (issue 17): multi-rank jobs (`--nodes` > 1 or `--tasks-per-node` > 1 need one sbatch per attempt, not
+one per rank: the controller launches ranks one by one, so such a launch is refused with one line); sbatch's
+`--time`, `--signal` and `--constraint` from the job spec (the LaunchRequest does not carry them; hsched
+enforces the time limit and its warning signal itself, by scancel); lab mode (jobs as their owners: a launch
+for another user is refused rather than run as the controller's user); reaching Slurm over SSH to a login node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import hashlib
+import json
+import os
+import pwd
+import signal as signals
+import threading
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hsched import nodehelper
+from hsched.errors import ExecutorError, HelperError, NodeRefused, NodeUnreachable, Refusal, TransferError
+from hsched.model import RunHandle, RunReport, RunStatus
+
+from . import _slurm_text as text
+from ._contact import recorded
+from ._files import copy_replacing
+from .base import Executor, LaunchRequest, StatusQuery
+
+SCRIPT = "slurm.sh"
+RECORD = "slurm.json"
+LOG = "output.log"
+SIGNALS = "signals.log"
+BATCH = 200
+"""Job ids per squeue call (its command line stays short)."""
+DETAIL_CALLS = 8
+"""`scontrol show job` calls at once."""
+DROPPED_ENV = ("CUDA_VISIBLE_DEVICES",)
+"""Slurm sets these in the job from what it allocated; hsched's values name its own view of the group."""
+
+
+class SlurmError(HelperError):
+    """One Slurm command failed while slurmctld answers (`scontrol ping` says it is up): a refused submission
+    (no such partition, a request the partition cannot ever satisfy), an unknown job. The message is one line:
+    the node, the command and Slurm's first line of error."""
+
+
+class SlurmUnreachable(NodeUnreachable):
+    """slurmctld does not answer (down, unreachable, munge failing): the group is away; its jobs are not lost
+    (they run on in Slurm), and the next call tries again."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Result:
+    rc: int
+    out: str
+    err: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Ref:
+    """Which Slurm job a run is, as far as the run folder and the handle tell."""
+
+    run_dir: str
+    job_id: int | None
+    comment: str
+    final: dict[str, Any] | None = None
+
+
+class SlurmExecutor:
+    """The executor protocol over one Slurm partition (see this module's docstring and executors/base.py).
+
+    Args:
+        name: the node's name in the fleet.
+        partition: the Slurm partition the jobs go to and whose nodes make the group.
+        account, qos, cluster: sbatch's --account, --qos, --clusters (None: Slurm's defaults).
+        env: the environment of the Slurm commands (None: this process's; tests pass SLURM_CONF).
+        timeout_s: one Slurm command.
+        poll_s: how long squeue's answer serves status calls, and how often monitoring asks Slurm.
+    """
+
+    kind = "slurm"
+
+    def __init__(self, *, name: str, partition: str, account: str | None = None, qos: str | None = None,
+                 cluster: str | None = None, env: Mapping[str, str] | None = None, timeout_s: float = 30.0,
+                 poll_s: float = 2.0) -> None:
+        self.name = name
+        self.partition = partition
+        self.account = account
+        self.qos = qos
+        self.cluster = cluster
+        self.env = dict(os.environ if env is None else env)
+        self.env["SLURM_TIME_FORMAT"] = "%s"  # every time Slurm prints is an epoch
+        self.timeout_s = timeout_s
+        self.poll_s = poll_s
+        self.last_contact: float | None = None
+        self.last_error: ExecutorError | None = None
+        self._queue: dict[int, text.QueueEntry] = {}
+        self._queue_at = float("-inf")
+        self._queue_lock = asyncio.Lock()
+        self._gpus: dict[int, Mapping[str, tuple[int, ...]]] = {}
+        """Slurm job id -> the GPU indices it holds per Slurm node (our running jobs)."""
+        self._run_of: dict[int, str] = {}
+        """Slurm job id -> the run folder of our job."""
+        self._nodes_expr: str | None = None
+        self._slurm_nodes: list[text.SlurmNode] = []
+
+    @property
+    def boot_id(self) -> str:
+        """Stable for the partition: Slurm's jobs survive a restart of any of its daemons."""
+        return f"slurm:{self.cluster or ''}:{self.partition}"
+
+    # ------------------------------------------------------------------------------------------ commands
+
+    def _scoped(self, argv: Sequence[str]) -> list[str]:
+        return [argv[0], f"--clusters={self.cluster}", *argv[1:]] if self.cluster else list(argv)
+
+    async def _run(self, *argv: str, check: bool = True) -> _Result:
+        """Run one Slurm command (never through a shell). A failure is a SlurmError when slurmctld answers
+        `scontrol ping`, else SlurmUnreachable: chosen by exit statuses, not by Slurm's wording."""
+        res = await self._exec(self._scoped(argv))
+        if res.rc == 0:
+            self.last_contact = time.time()
+            return res
+        if not check:
+            return res
+        line = _first_line(res.err or res.out) or f"exit status {res.rc}"
+        ping = await self._exec(self._scoped(["scontrol", "ping"]))
+        if ping.rc != 0:
+            raise SlurmUnreachable(f"{self.name}: slurmctld does not answer ({argv[0]}: {line})")
+        self.last_contact = time.time()
+        raise SlurmError(f"{self.name}: {argv[0]} failed: {line}", argv[0])
+
+    async def _exec(self, argv: list[str]) -> _Result:
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                proc = await asyncio.create_subprocess_exec(
+                    *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE, env=self.env)
+                try:
+                    out, err = await proc.communicate()
+                finally:
+                    if proc.returncode is None:  # timed out or cancelled: the command must not outlive the call
+                        with contextlib.suppress(ProcessLookupError):
+                            proc.kill()
+                        await proc.wait()
+        except TimeoutError:
+            raise SlurmUnreachable(f"{self.name}: {argv[0]} did not answer within {self.timeout_s:g} s") from None
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as e:
+            raise NodeRefused(f"{self.name}: cannot run {argv[0]} ({e.strerror or e}): install Slurm's client "
+                              "commands (Debian: slurm-client) on the controller's machine", Refusal.CONFIG) from None
+        except OSError as e:  # out of processes or memory here: may recover
+            raise NodeUnreachable(f"{self.name}: cannot run {argv[0]}: {e.strerror or e}") from None
+        return _Result(proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace"))
+
+    # ------------------------------------------------------------------------------------------ discovery
+
+    async def _discover(self) -> tuple[dict[str, str], list[text.SlurmNode]]:
+        part = text.oneliner((await self._run("scontrol", "-o", "show", "partition", self.partition)).out.strip())
+        expr = text.null(part.get("Nodes"))
+        nodes: list[text.SlurmNode] = []
+        if expr:
+            out = (await self._run("scontrol", "-d", "-o", "show", "node", expr)).out
+            nodes = [text.parse_node(line) for line in out.splitlines() if line.startswith("NodeName=")]
+        self._nodes_expr = expr
+        self._slurm_nodes = nodes
+        return part, nodes
+
+    def device_uuid(self, slurm_node: str, index: int) -> str:
+        return f"slurm-{self.name}-{slurm_node}-gpu{index}"
+
+    def _devices(self, nodes: Sequence[text.SlurmNode]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for n in nodes:
+            if not n.usable:
+                continue
+            for idx, gtype in n.gpus():
+                out.append({"index": len(out), "uuid": self.device_uuid(n.name, idx), "name": gtype or "gpu",
+                            "memory_total_mib": None, "slurm_node": n.name, "gres_index": idx})
+        return out
+
+    @recorded
+    async def probe(self, *, gpu_timeout_s: float = 10.0) -> dict[str, Any]:
+        """The partition's usable nodes as one machine: their CPUs and memory summed, their GPUs (gres) as
+        devices; `slurm` holds every node of the partition as Slurm describes it (state, features, gres).
+        A partition that is not UP is a HelperError (the group is then unhealthy: nothing new goes there); one
+        without a usable node reports its GPU discovery as failed, naming each node's state."""
+        part, nodes = await self._discover()
+        state = part.get("State", "UNKNOWN")
+        if state != "UP":
+            raise SlurmError(f"{self.name}: partition {self.partition} is {state}: Slurm starts no job there",
+                             "scontrol")
+        usable = [n for n in nodes if n.usable]
+        gpus: dict[str, Any] = {"source": "slurm", "devices": self._devices(nodes)}
+        if not usable:
+            gpus["error"] = (f"no node of partition {self.partition} takes jobs: "
+                             + (", ".join(f"{n.name} {n.state}" for n in nodes) or "it has no nodes"))
+        return {
+            "helper_version": None, "hostname": f"{self.cluster or 'slurm'}/{self.partition}",
+            "boot_id": self.boot_id, "python": None,
+            "cpus": sum(n.cpus or 0 for n in usable) or None,
+            "memory_total_mib": sum(n.memory_mib or 0 for n in usable) or None,
+            "numa": [], "gpus": gpus, "loadavg": None,
+            "slurm": {"partition": self.partition, "cluster": self.cluster, "state": state,
+                      "nodes": [_node_dict(n) for n in nodes]},
+        }
+
+    # ------------------------------------------------------------------------------------------- launch
+
+    def _comment(self, run_dir: str, env: Mapping[str, str]) -> str:
+        return f"hsched:{env.get('HSCHED_JOB_ID', '')}:{_token(run_dir)}"
+
+    @recorded
+    async def launch(self, req: LaunchRequest) -> RunHandle:
+        world = _int(req.env.get("WORLD_SIZE")) or 1
+        if world > 1:
+            raise SlurmError(f"{self.name}: a job of {world} ranks cannot go to a Slurm node group yet (one sbatch "
+                             "per job of several nodes or tasks per node is issue 17's next step)", "launch")
+        if req.user is not None and req.user != _me():
+            raise SlurmError(f"{self.name}: lab mode (a run as {req.user}) is not supported on a Slurm node group "
+                             "yet: it would run as the controller's user", "launch")
+        comment = self._comment(req.run_dir, req.env)
+        created = await asyncio.to_thread(_make_run_dir, req.run_dir)
+        if not created:
+            # launched before (a retried launch, a restarted controller): that run, never a second sbatch
+            ref = await asyncio.to_thread(_read_ref, req.run_dir)
+            if ref.job_id is None:
+                ref = await self._find(req.run_dir)
+            if ref.job_id is not None:
+                return self._handle(req.run_dir, ref.job_id, await asyncio.to_thread(_submitted, req.run_dir))
+        gpu_types = {self._gpu_type(d) for d in req.devices}
+        gpu_type = next(iter(gpu_types)) if len(gpu_types) == 1 else None
+        env = {k: v for k, v in req.env.items() if k not in DROPPED_ENV and not k.startswith("SLURM_")}
+        workdir = req.workdir or req.run_dir
+        script, skipped = text.batch_script(req.command, env, workdir, req.run_dir)
+        if skipped:
+            raise SlurmError(f"{self.name}: environment names a shell cannot export: {', '.join(skipped)}", "launch")
+        path = os.path.join(req.run_dir, SCRIPT)
+        await asyncio.to_thread(_write_file, path, script, 0o700)
+        sb = text.SbatchRequest(
+            script=path, output=os.path.join(req.run_dir, LOG), workdir=workdir,
+            job_name=text.job_name(req.env.get("HSCHED_JOB_NAME") or "hsched"), comment=comment,
+            partition=self.partition, account=self.account, qos=self.qos, cluster=self.cluster,
+            gpus_per_node=len(req.devices), gpu_type=gpu_type,
+            cpus_per_task=-(-int(req.cpu_limit * 1000) // 1000) if req.cpu_limit else None,
+            memory_mib=req.memory_mib)
+        submitted = time.time()
+        res = await self._run(*text.sbatch_argv(sb))
+        job_id = _int(res.out.strip().split(";", 1)[0])
+        if job_id is None:
+            raise SlurmError(f"{self.name}: sbatch answered {_first_line(res.out)!r}, not a job id", "sbatch")
+        await asyncio.to_thread(nodehelper.write_json_atomic, os.path.join(req.run_dir, RECORD), {
+            "job_id": job_id, "comment": comment, "cluster": self.cluster, "partition": self.partition,
+            "submitted": submitted, "argv": text.sbatch_argv(sb)})
+        self._run_of[job_id] = req.run_dir
+        self._queue_at = float("-inf")  # the next status asks Slurm: this job is not in the last answer
+        return self._handle(req.run_dir, job_id, submitted)
+
+    def _gpu_type(self, uuid: str) -> str | None:
+        for n in self._slurm_nodes:
+            for idx, gtype in n.gpus():
+                if self.device_uuid(n.name, idx) == uuid:
+                    return gtype
+        return None
+
+    def _handle(self, run_dir: str, job_id: int, submitted: float | None) -> RunHandle:
+        return RunHandle(run_dir=run_dir, pid=job_id, pgid=0, start_ticks=int(submitted or 0), boot_id=self.boot_id)
+
+    async def _find(self, run_dir: str) -> _Ref:
+        """A run whose sbatch may have gone through with no slurm.json written (the controller died while
+        sbatch answered): the token in its comment, among the jobs of ours that squeue still knows."""
+        res = await self._run("squeue", "-h", "-t", "all", "-u", _me(), "-o", text.SQUEUE_FORMAT)
+        for entry in text.parse_squeue(res.out).values():
+            if _same_job(entry.comment, run_dir):
+                await asyncio.to_thread(_merge_record, run_dir, {
+                    "job_id": entry.job_id, "comment": entry.comment, "cluster": self.cluster,
+                    "partition": self.partition, "submitted": None})
+                return _Ref(run_dir, entry.job_id, entry.comment or "")
+        return _Ref(run_dir, None, "")
+
+    # ------------------------------------------------------------------------------------------- status
+
+    async def _queue_view(self, ids: Sequence[int], *, fresh: bool = False) -> dict[int, text.QueueEntry]:
+        """squeue's line for each of `ids` it knows, from one call per BATCH ids; a view younger than poll_s
+        serves again when it holds every id asked for."""
+        async with self._queue_lock:
+            now = time.monotonic()
+            wanted = sorted(set(ids))
+            if not fresh and now - self._queue_at < self.poll_s and all(i in self._queue for i in wanted):
+                return {i: self._queue[i] for i in wanted}
+            view: dict[int, text.QueueEntry] = {}
+            for k in range(0, len(wanted), BATCH):
+                chunk = wanted[k:k + BATCH]
+                res = await self._run("squeue", "-h", "-t", "all", "-j", ",".join(map(str, chunk)),
+                                      "-o", text.SQUEUE_FORMAT, check=False)
+                if res.rc != 0:
+                    # squeue fails when it knows none of the ids (all forgotten), or when slurmctld is away
+                    ping = await self._run("scontrol", "ping", check=False)
+                    if ping.rc != 0:
+                        raise SlurmUnreachable(f"{self.name}: slurmctld does not answer "
+                                               f"(squeue: {_first_line(res.err) or res.rc})")
+                    continue
+                view.update(text.parse_squeue(res.out))
+            self._queue = view
+            self._queue_at = now
+            return {i: view[i] for i in wanted if i in view}
+
+    async def _detail(self, job_id: int) -> text.JobDetail | None:
+        res = await self._run("scontrol", "-d", "-o", "show", "job", str(job_id), check=False)
+        lines = [ln for ln in res.out.splitlines() if ln.startswith("JobId=")]
+        return text.parse_job(lines[0]) if res.rc == 0 and lines else None
+
+    async def _accounting(self, job_id: int) -> dict[str, Any] | None:
+        """What sacct says of an ended job Slurm's controller forgot; None without accounting."""
+        res = await self._run("sacct", "-n", "-P", "-X", "-j", str(job_id), "-o", "JobID,State,ExitCode,End,NodeList",
+                              check=False)
+        for line in res.out.splitlines() if res.rc == 0 else []:
+            f = line.split("|")
+            if len(f) >= 5 and f[0] == str(job_id):
+                state = f[1].split()[0] if f[1] else "UNKNOWN"
+                status, sig = (int(x) for x in f[2].split(":")) if ":" in f[2] else (None, None)
+                return {"state": state, "exit_status": status, "exit_signal": sig,
+                        "end_time": float(f[3]) if f[3].isdigit() else None, "nodes": text.null(f[4]),
+                        "reason": None}
+        return None
+
+    @recorded
+    async def status(self, queries: Sequence[StatusQuery]) -> list[RunReport]:
+        if not queries:
+            return []
+        refs = await asyncio.gather(*(self._ref(q) for q in queries))
+        ids = [r.job_id for r in refs if r.job_id is not None and r.final is None]
+        view = await self._queue_view(ids) if ids else {}
+        sem = asyncio.Semaphore(DETAIL_CALLS)
+
+        async def one(ref: _Ref) -> RunReport:
+            async with sem:
+                return await self._report(ref, view)
+
+        return list(await asyncio.gather(*(one(r) for r in refs)))
+
+    async def _ref(self, q: StatusQuery) -> _Ref:
+        ref = await asyncio.to_thread(_read_ref, q.run_dir)
+        if ref.job_id is None and q.handle is not None and q.handle.boot_id == self.boot_id:
+            ref = _Ref(q.run_dir, q.handle.pid, ref.comment, ref.final)
+        if ref.job_id is None and await asyncio.to_thread(os.path.isdir, q.run_dir):
+            # the folder exists but no job id was written: sbatch may have answered a controller that died
+            ref = await self._find(q.run_dir)
+        return ref
+
+    async def _report(self, ref: _Ref, view: Mapping[int, text.QueueEntry]) -> RunReport:
+        if ref.job_id is None:
+            return RunReport(RunStatus.NOT_STARTED)
+        handle = self._handle(ref.run_dir, ref.job_id, await asyncio.to_thread(_submitted, ref.run_dir))
+        if ref.final is not None:
+            return _final_report(ref.final, handle)
+        entry = view.get(ref.job_id)
+        if entry is not None and not _same_job(entry.comment, ref.run_dir):
+            entry = None  # that id names another job now: Slurm's state was reset and the id reused
+        if entry is not None and entry.live:
+            self._run_of[ref.job_id] = ref.run_dir
+            if entry.started and ref.job_id not in self._gpus:
+                detail = await self._detail(ref.job_id)
+                if detail is not None:
+                    self._gpus[ref.job_id] = detail.gpus
+            return RunReport(RunStatus.RUNNING, handle=handle)
+        self._gpus.pop(ref.job_id, None)
+        self._run_of.pop(ref.job_id, None)
+        final: dict[str, Any] | None = None
+        if entry is not None:
+            detail = await self._detail(ref.job_id)
+            if detail is not None and detail.state == entry.state:
+                final = {"state": detail.state, "exit_status": detail.exit_status, "exit_signal": detail.exit_signal,
+                         "end_time": detail.end_time, "nodes": detail.nodes, "reason": detail.reason,
+                         "started": detail.nodes is not None}
+            else:  # gone between the two looks, or changed: ask again next time
+                return RunReport(RunStatus.RUNNING, handle=handle)
+        else:
+            final = await self._accounting(ref.job_id)
+        if final is None:
+            return RunReport(RunStatus.LOST, handle=handle)
+        await asyncio.to_thread(_merge_record, ref.run_dir, {"final": final})
+        return _final_report(final, handle)
+
+    # ------------------------------------------------------------------------------------------- signal
+
+    @recorded
+    async def signal(self, handle: RunHandle, signal: str, *, all_processes: bool = False,
+                     batch_only: bool = False, purpose: str = "stop") -> bool:
+        name = signal.upper().removeprefix("SIG")
+        number = getattr(signals, f"SIG{name}", None)
+        if not isinstance(number, int) or name.startswith("_"):
+            raise SlurmError(f"{self.name}: unknown signal {signal}", "signal")
+        if handle.boot_id != self.boot_id:
+            return False  # not a run of this partition
+        job_id = handle.pid
+        entry = (await self._queue_view([job_id], fresh=True)).get(job_id)
+        if entry is None or not entry.live or not _same_job(entry.comment, handle.run_dir):
+            return False
+        goes_on = purpose in ("checkpoint", "warning")
+        if not entry.started:
+            if goes_on:
+                return False  # nothing runs yet that could checkpoint
+            await asyncio.to_thread(_record_signal, handle.run_dir, name, int(number), batch_only, all_processes,
+                                    purpose)
+            res = await self._run("scancel", str(job_id), check=False)  # pending in Slurm: cancelled outright
+        else:
+            await asyncio.to_thread(_record_signal, handle.run_dir, name, int(number), batch_only, all_processes,
+                                    purpose)
+            whom = "--batch" if batch_only or purpose == "checkpoint" else "--full"
+            res = await self._run("scancel", f"--signal={name}", whom, str(job_id), check=False)
+        self._queue_at = float("-inf")
+        if res.rc == 0:
+            return True
+        # it may have ended in between (then nothing was sent); anything else is an error worth a line
+        entry = (await self._queue_view([job_id], fresh=True)).get(job_id)
+        if entry is None or not entry.live:
+            return False
+        raise SlurmError(f"{self.name}: scancel {job_id} failed: {_first_line(res.err) or res.rc}", "scancel")
+
+    # --------------------------------------------------------------------------------------------- files
+
+    @recorded
+    async def users(self, names: Sequence[str]) -> dict[str, bool]:
+        def look() -> dict[str, bool]:
+            out = {}
+            for n in names:
+                try:
+                    pwd.getpwnam(n)
+                    out[n] = True
+                except KeyError:
+                    out[n] = False
+            return out
+
+        return await asyncio.to_thread(look)
+
+    @recorded
+    async def read_log(self, run_dir: str, offset: int, max_bytes: int = 1 << 20) -> bytes:
+        try:
+            return await asyncio.to_thread(_read_at, os.path.join(run_dir, LOG), offset, max_bytes)
+        except OSError as e:
+            raise HelperError(f"{self.name}: cannot read the log of {run_dir}: {e.strerror or e}", "read") from None
+
+    @recorded
+    async def newest_mtime(self, path: str) -> float | None:
+        newest = (await asyncio.to_thread(nodehelper.newest, {"path": path})).get("newest")
+        return float(newest) if newest is not None else None
+
+    @recorded
+    async def remote_path(self, local_path: str) -> str:
+        return local_path  # the Slurm nodes share the controller's folder (module docstring)
+
+    @recorded
+    async def put(self, local: str | Path, remote: str, *, timeout_s: float = 3600.0) -> None:
+        await self._copy("put", str(local), remote, timeout_s)
+
+    @recorded
+    async def get(self, remote: str, local: str | Path, *, timeout_s: float = 3600.0) -> None:
+        await self._copy("get", remote, str(local), timeout_s)
+
+    async def _copy(self, what: str, src: str, dst: str, timeout_s: float) -> None:
+        given_up = threading.Event()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await asyncio.to_thread(copy_replacing, src, dst, given_up)
+        except TimeoutError:
+            given_up.set()
+            raise NodeUnreachable(f"{self.name}: {what} did not finish within {timeout_s:g} s") from None
+        except OSError as e:
+            raise TransferError(f"{self.name}: {what} {src} {dst}: {e.strerror or e}") from None
+
+    # -------------------------------------------------------------------------------------------- watch
+
+    async def watch(self, interval_s: float = 1.0, *, count: int | None = None,
+                    stale_after_s: float | None = None) -> AsyncIterator[dict[str, Any]]:
+        """A sample every `interval_s` from what Slurm said at most `poll_s` ago (`scontrol -d show node` of
+        the partition): per GPU, which job holds it (`GresUsed`); our own jobs' GPUs carry their run folder,
+        other jobs' are foreign (busy for hsched). Host figures are Slurm's allocation (CPUs, memory), not
+        utilization. Raises SlurmUnreachable when Slurm has not answered for `stale_after_s`."""
+        stale = stale_after_s if stale_after_s is not None else max(5.0, 3 * interval_s)
+        seq = 0
+        answered = float("-inf")
+        asked = float("-inf")
+        sample: dict[str, Any] | None = None
+        while count is None or seq < count:
+            now = time.monotonic()
+            if now - asked >= max(self.poll_s, interval_s) or sample is None:
+                asked = now
+                try:
+                    async with asyncio.timeout(stale):
+                        nodes = await self._watch_nodes()
+                except TimeoutError:
+                    nodes = None
+                except ExecutorError as e:
+                    self.last_error = e
+                    raise
+                if nodes is not None:
+                    answered = time.monotonic()
+                    sample = self._sample(nodes)
+                    self.last_error = None
+            if sample is None or time.monotonic() - answered > stale:
+                e2 = SlurmUnreachable(f"{self.name}: no answer from Slurm for {stale:g} s")
+                self.last_error = e2
+                raise e2
+            yield dict(sample, seq=seq, t=time.time())
+            seq += 1
+            if count is None or seq < count:
+                await asyncio.sleep(interval_s)
+
+    async def _watch_nodes(self) -> list[text.SlurmNode]:
+        if self._nodes_expr is None:
+            _part, nodes = await self._discover()
+            return nodes
+        out = (await self._run("scontrol", "-d", "-o", "show", "node", self._nodes_expr)).out
+        return [text.parse_node(line) for line in out.splitlines() if line.startswith("NodeName=")]
+
+    def _sample(self, nodes: Sequence[text.SlurmNode]) -> dict[str, Any]:
+        ours = {(node, idx): job for job, per_node in self._gpus.items() for node, idxs in per_node.items()
+                for idx in idxs}
+        processes = []
+        for n in nodes:
+            for idx in n.gpus_used:
+                uuid = self.device_uuid(n.name, idx)
+                job = ours.get((n.name, idx))
+                run_dir = self._run_of.get(job) if job is not None else None
+                processes.append({"uuid": uuid, "pid": job or 0, "name": f"slurm job {job}" if job else "slurm job",
+                                  "run_dir": run_dir, "job_run_dir": run_dir})
+        usable = [n for n in nodes if n.usable]
+        cpus = sum(n.cpus or 0 for n in usable)
+        mem = sum(n.memory_mib or 0 for n in usable)
+        used_mem = sum(n.memory_allocated_mib or 0 for n in usable)
+        alloc = sum(n.cpus_allocated or 0 for n in usable)
+        devices = [{"index": d["index"], "uuid": d["uuid"], "utilization_gpu": None, "memory_used_mib": None,
+                    "memory_total_mib": None, "temperature_c": None, "power_w": None} for d in self._devices(nodes)]
+        return {"boot_id": self.boot_id, "node": self.name,
+                "cpu": {"util": 100.0 * alloc / cpus if cpus else None, "count": cpus or None, "loadavg": None},
+                "memory": {"total_mib": mem or None, "used_mib": used_mem, "available_mib": max(0, mem - used_mem)},
+                "gpus": {"source": "slurm", "devices": devices}, "gpu_error": None, "processes": processes}
+
+    async def close(self) -> None:
+        """Nothing to let go of: every call is a command of its own."""
+
+
+# ------------------------------------------------------------------------------------ the run folder
+# (blocking file work: called through asyncio.to_thread)
+
+
+def _token(run_dir: str) -> str:
+    return hashlib.sha256(os.path.abspath(run_dir).encode(errors="surrogateescape")).hexdigest()[:16]
+
+
+def _same_job(comment: str | None, run_dir: str) -> bool:
+    """Whether a Slurm job's comment names this run (ends with its token)."""
+    return comment is not None and comment.endswith(":" + _token(run_dir))
+
+
+def _make_run_dir(run_dir: str) -> bool:
+    """Make the run folder (0700: a run's output and environment are its owner's); False if it was there (the
+    folder is the launch lock, as on the node helper's nodes)."""
+    os.makedirs(os.path.dirname(run_dir.rstrip("/")), 0o700, exist_ok=True)
+    try:
+        os.mkdir(run_dir, 0o700)
+    except FileExistsError:
+        return False
+    os.chmod(run_dir, 0o700)  # whatever the umask
+    for name in (LOG, SIGNALS):
+        os.close(os.open(os.path.join(run_dir, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    return True
+
+
+def _write_file(path: str, data: str, mode: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _read_ref(run_dir: str) -> _Ref:
+    rec = nodehelper.read_json(os.path.join(run_dir, RECORD))
+    if not isinstance(rec, dict):
+        return _Ref(run_dir, None, "")
+    final = rec.get("final") if isinstance(rec.get("final"), dict) else None
+    return _Ref(run_dir, _int(rec.get("job_id")), str(rec.get("comment") or ""), final)
+
+
+def _submitted(run_dir: str) -> float | None:
+    rec = nodehelper.read_json(os.path.join(run_dir, RECORD))
+    value = rec.get("submitted") if isinstance(rec, dict) else None
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _merge_record(run_dir: str, fields: Mapping[str, Any]) -> None:
+    path = os.path.join(run_dir, RECORD)
+    rec = nodehelper.read_json(path)
+    rec = dict(rec) if isinstance(rec, dict) else {}
+    rec.update(fields)
+    nodehelper.write_json_atomic(path, rec)
+
+
+def _record_signal(run_dir: str, name: str, number: int, batch_only: bool, all_processes: bool,
+                   purpose: str) -> None:
+    """signals.log's line, as the node helper writes it: the job reads why it got a signal from the last one."""
+    line = json.dumps({"t": time.time(), "signal": name, "number": number, "batch_only": batch_only,
+                       "all_processes": all_processes, "purpose": purpose}) + "\n"
+    with contextlib.suppress(FileNotFoundError):
+        fd = os.open(os.path.join(run_dir, SIGNALS), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+
+def _read_at(path: str, offset: int, max_bytes: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(max_bytes)
+    except FileNotFoundError:
+        return b""
+
+
+# ----------------------------------------------------------------------------------------------- values
+
+
+def _final_report(final: Mapping[str, Any], handle: RunHandle) -> RunReport:
+    state = str(final.get("state") or "UNKNOWN")
+    end = final.get("end_time")
+    end_time = float(end) if isinstance(end, int | float) else None
+    if state in text.GONE_STATES:
+        return RunReport(RunStatus.LOST, handle=handle, end_time=end_time)
+    status, sig = final.get("exit_status"), final.get("exit_signal")
+    if state == "CANCELLED" and not final.get("started", True) and not sig:
+        sig = int(signals.SIGTERM)  # cancelled before it started: as killed by the stop signal
+    code, signal = text.exit_code(status if isinstance(status, int) else None, sig if isinstance(sig, int) else None)
+    if code is None:
+        return RunReport(RunStatus.LOST, handle=handle, end_time=end_time)
+    return RunReport(RunStatus.EXITED, exit_code=code, signal=signal, handle=handle, end_time=end_time,
+                     oom=state == "OUT_OF_MEMORY")
+
+
+def _node_dict(n: text.SlurmNode) -> dict[str, Any]:
+    return {"name": n.name, "state": n.state, "usable": n.usable, "cpus": n.cpus, "memory_mib": n.memory_mib,
+            "gres": [{"name": g.name, "type": g.type, "count": g.count} for g in n.gres],
+            "gpus_used": list(n.gpus_used), "features": list(n.features), "active_features": list(n.active_features),
+            "reason": n.reason}
+
+
+def _first_line(s: str) -> str:
+    for line in s.splitlines():
+        if line.strip():
+            return line.strip()[:300]
+    return ""
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None and str(value).strip() != "" else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _me() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return getpass.getuser()
+
+
+def _conforms(ex: SlurmExecutor) -> Executor:
+    return ex  # mypy checks SlurmExecutor against the protocol here
