@@ -579,9 +579,19 @@ class SlurmExecutor:
     async def _watch_nodes(self) -> list[text.SlurmNode]:
         if self._nodes_expr is None:
             _part, nodes = await self._discover()
-            return nodes
-        out = (await self._run("scontrol", "-d", "-o", "show", "node", self._nodes_expr)).out
-        return [text.parse_node(line) for line in out.splitlines() if line.startswith("NodeName=")]
+        else:
+            out = (await self._run("scontrol", "-d", "-o", "show", "node", self._nodes_expr)).out
+            nodes = [text.parse_node(line) for line in out.splitlines() if line.startswith("NodeName=")]
+        if any(n.gpus_used for n in nodes):
+            # our live jobs whose GPUs are not known yet (they started since status last looked): ask where
+            # Slurm put them, or their GPUs would count as someone else's
+            for job_id in [j for j in self._run_of if j not in self._gpus]:
+                detail = await self._detail(job_id)
+                if detail is None or detail.state not in text.LIVE_STATES:
+                    continue
+                if detail.state in text.STARTED_STATES:
+                    self._gpus[job_id] = detail.gpus
+        return nodes
 
     def _sample(self, nodes: Sequence[text.SlurmNode]) -> dict[str, Any]:
         ours = {(node, idx): job for job, per_node in self._gpus.items() for node, idxs in per_node.items()

@@ -7,10 +7,11 @@ the machine and leaves nothing behind.
         cluster.env                              # SLURM_CONF for the client commands
         cluster.run("squeue")
 
-Each node has `cpus` CPUs (2: two one-CPU jobs at once), 2000 MiB and `gpus` GPUs of type `gpu_type` (device files `dev/nvidia<i>`, character
-devices of NVIDIA's major number, which is what slurmd's gres plugin checks), in partition `debug`. Slurm
-sets CUDA_VISIBLE_DEVICES in each job from them. There is no accounting (no slurmdbd): `sacct` fails and
-jobs stay in slurmctld's memory for MinJobAge after they end, as on a small cluster without a database.
+Each node has `cpus` CPUs (2: two one-CPU jobs at once), 2000 MiB and `gpus` GPUs of type `gpu_type` (device
+files `dev/nvidia<i>`, character devices of NVIDIA's major number, which is what slurmd's gres plugin checks),
+in partition `debug`. Slurm sets CUDA_VISIBLE_DEVICES in each job from them. There is no accounting (no
+slurmdbd): `sacct` fails and jobs stay in slurmctld's memory for MinJobAge after they end, as on a small
+cluster without a database.
 
 Needs root (slurmd runs jobs as their users, mknod) and Debian's slurmctld, slurmd, slurm-client and munge
 (`.ci/run` installs them); `available()` says why not otherwise.
