@@ -20,7 +20,7 @@ import logging
 import time
 import weakref
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -67,6 +67,10 @@ class RoundInput:
     """The jobs the round may start, as the store had them (the very objects `JobCache` keeps for unchanged rows)."""
     active: Mapping[int, Job]
     """Every job holding devices, by id."""
+    by_id: Mapping[int, Job]
+    """The pending jobs by id."""
+    mark: int
+    """The store's change count when the snapshot was complete (`_changes`): still the same, nothing changed."""
 
 
 _ROUNDS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hsched-round")
@@ -82,19 +86,15 @@ async def _schedule_round(ctl: Controller) -> tuple[bool, int]:
     # the pure part, without the lock: submits, cancels and drains go on meanwhile; what they change is checked
     # below before anything is applied
     decisions = await asyncio.get_running_loop().run_in_executor(_ROUNDS, schedule, inp.view, inp.pending, inp.now)
-    by_id = {j.id: j for j in inp.pending}
     launches: list[tuple[Job, list[Run]]] = []
     async with ctl.lock:
         valid = await still_valid(ctl, inp, decisions)
         for d in decisions:
-            job = by_id[d.job_id]
             if d.job_id not in valid:
-                continue
+                continue  # a wait with nothing new to say, or a decision that no longer holds
+            job = inp.by_id[d.job_id]
             if isinstance(d, Wait):
-                # a requeued job keeps saying why it was requeued until it waits for something else
-                kept = d.reason == EndReason.RESOURCES and job.reason in (EndReason.PREEMPTED, EndReason.CHECKPOINTED)
-                if job.reason != d.reason and not kept:
-                    await ctl.db(ctl.store.set_job, job.id, inp.now, reason=d.reason)
+                await ctl.db(ctl.store.set_job, job.id, inp.now, reason=d.reason)
                 continue
             if isinstance(d, Preempt):
                 await ctl.db(ctl.store.set_job, job.id, inp.now, reason=EndReason.PREEMPTING.value,
@@ -136,7 +136,9 @@ async def round_input(ctl: Controller) -> RoundInput | None:
     if not pending:
         return None
     active = [j for j in jobs if j.state.is_active()]
-    pending = within_limits(await _dependencies_met(ctl, pending, active, now), active)
+    pending = await _dependencies_met(ctl, pending, active, now)
+    if any(j.spec.array is not None and j.spec.array.max_running for j in pending):
+        pending = within_limits(pending, active)  # (two sorts of the whole queue: only when an array has a %N)
     if not pending:
         return None
     note_users(ctl, pending)
@@ -151,23 +153,37 @@ async def round_input(ctl: Controller) -> RoundInput | None:
         prefer = {jid: node for jid, node in last.items()
                   if node in ctl.nodes and not is_shared(ctl.nodes[node], ctl.checkpoint_dir(jid))}
         view = replace(view, prefer=prefer)
-    return RoundInput(now, view, tuple(pending), {j.id: j for j in active})
+    return RoundInput(now, view, tuple(pending), {j.id: j for j in active}, {j.id: j for j in pending},
+                      await ctl.db(_changes, ctl.store))
 
 
-async def still_valid(ctl: Controller, inp: RoundInput, decisions: list[Decision]) -> set[int]:
-    """The jobs whose decisions still hold now, after the round computed without the lock (call with it held).
+def rewrites(job: Job, d: Wait) -> bool:
+    """The wait's reason is news for the job (a requeued job keeps saying why it was requeued until it waits
+    for something else)."""
+    kept = d.reason == EndReason.RESOURCES and job.reason in (EndReason.PREEMPTED, EndReason.CHECKPOINTED)
+    return job.reason != d.reason and not kept
+
+
+async def still_valid(ctl: Controller, inp: RoundInput, decisions: Sequence[Decision]) -> set[int]:
+    """The jobs whose decisions act (launches, preemptions, waits with a new reason) and still hold now, after the
+    round computed without the lock (call with it held).
 
     A decision is about a job exactly as the round saw it: one whose row changed meanwhile (cancelled, held,
     re-prioritised, requeued, its reason set by someone else) is left to the next round, which sees it as it is.
     A launch also needs its nodes up and not drained, and its devices still free (not held by a job, not used by
-    a process outside hsched); a preemption needs every victim still running as it was."""
-    jobs = await ctl.db(job_cache(ctl).read, ctl.store)
-    now_by_id = {j.id: j for j in jobs}
-    seen = {j.id: j for j in inp.pending}
+    a process outside hsched); a preemption needs every victim still running as it was. While the store made no
+    change since the snapshot (the usual case), no job can have changed and nothing is read again."""
+    acting = [d for d in decisions if not isinstance(d, Wait) or rewrites(inp.by_id[d.job_id], d)]
+    if not acting:
+        return set()
+    current: dict[int, Job | None] | None = None
+    if await ctl.db(_changes, ctl.store) != inp.mark:
+        ids = {d.job_id for d in acting} | {v for d in acting if isinstance(d, Preempt) for v in d.victims}
+        current = await ctl.db(_jobs_now, ctl.store, ids)
     held: set[str] | None = None
     valid: set[int] = set()
-    for d in decisions:
-        if now_by_id.get(d.job_id) is not seen[d.job_id]:
+    for d in acting:
+        if current is not None and current[d.job_id] != inp.by_id[d.job_id]:
             continue
         if isinstance(d, Wait):
             valid.add(d.job_id)
@@ -176,20 +192,34 @@ async def still_valid(ctl: Controller, inp: RoundInput, decisions: list[Decision
         if not all(_usable(ctl, n) for n in nodes):
             continue
         if isinstance(d, Preempt):
-            if all(now_by_id.get(v) is inp.active.get(v) is not None for v in d.victims):
+            if current is None or all(current[v] == inp.active.get(v) for v in d.victims):
                 valid.add(d.job_id)
             continue
         if held is None:
-            held = {u for j in jobs if j.state.is_active() for p in j.placement for u in p.devices}
-            held.update(u for rt in ctl.nodes.values() for u in rt.foreign)
+            # only a round makes a job hold devices, and rounds run one at a time; but what the store says is
+            # checked rather than assumed when it changed, and a process outside hsched may have appeared
+            held = {u for rt in ctl.nodes.values() for u in rt.foreign}
+            if current is not None:
+                active = await ctl.db(ctl.store.jobs, states=[s for s in JobState if s.is_active()])
+                held.update(u for j in active for p in j.placement for u in p.devices)
         devices = [u for p in d.placements for u in p.devices]
         if held.isdisjoint(devices):
             valid.add(d.job_id)
             held.update(devices)
-    dropped = len(decisions) - len(valid)
+    dropped = len(acting) - len(valid)
     if dropped:
         log.info("round: %d decision(s) no longer held when applied; the next round decides again", dropped)
     return valid
+
+
+def _changes(store: Store) -> int:
+    """Rows the store's connection has changed since it opened (sqlite's total_changes): equal twice, nothing was
+    written in between. On the store's thread."""
+    return store.db.total_changes
+
+
+def _jobs_now(store: Store, ids: Iterable[int]) -> dict[int, Job | None]:
+    return {i: store.get_job(i) for i in ids}
 
 
 class JobCache:
