@@ -7,8 +7,10 @@ run in order on open.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -139,6 +141,13 @@ _MIGRATIONS: list[tuple[str, ...]] = [
         "ALTER TABLE jobs ADD COLUMN array_task INTEGER",
         "CREATE INDEX jobs_array ON jobs(array_id)",
     ),
+    # 5: the submitter's environment in the job's own transaction (issue 18; it was a file written after the
+    # job's commit, two more fsyncs a submit), kept once per distinct environment: a user's jobs share theirs
+    (
+        "CREATE TABLE envs (sha TEXT PRIMARY KEY, body TEXT NOT NULL) WITHOUT ROWID",
+        "CREATE TABLE job_envs (job_id INTEGER PRIMARY KEY REFERENCES jobs(id), "
+        "sha TEXT NOT NULL REFERENCES envs(sha))",
+    ),
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -162,9 +171,15 @@ class Store:
         self._migrate()
         self._ledger: Ledger | None = None
         """Fair share's folded usage (`user_usage`): the history is read once, then only new and running runs."""
+        self._reader: sqlite3.Connection | None = None
+        self._reader_lock = threading.Lock()
 
     def close(self) -> None:
         self.db.close()
+        with self._reader_lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
@@ -224,39 +239,93 @@ class Store:
 
     # -------------------------------------------------------------------------------------------- jobs
 
-    def submit(self, spec: JobSpec, user: str, now: float) -> Job:
-        state = JobState.PENDING
-        reason = (EndReason.HELD if spec.hold else EndReason.PRIORITY).value
-        with self.tx() as db:
-            cur = db.execute(
-                "INSERT INTO jobs(user, state, reason, qos, priority, spec, submit_time) VALUES (?,?,?,?,?,?,?)",
-                (user, state.value, reason, spec.qos, spec.priority, json.dumps(spec_to_dict(spec)), now),
-            )
-            job_id = int(cur.lastrowid or 0)
-            self._event(db, now, "submitted", f"submitted by {user}", job_id=job_id)
-        job = self.get_job(job_id)
-        assert job is not None
-        return job
+    def submit(self, spec: JobSpec, user: str, now: float, env: dict[str, str] | None = None) -> Job:
+        """Queue one job (with `env`, the submitter's environment, in the same transaction)."""
+        return self.submit_many([spec], user, now, env)[0]
 
-    def submit_array(self, spec: JobSpec, user: str, now: float) -> list[Job]:
+    def submit_array(self, spec: JobSpec, user: str, now: float, env: dict[str, str] | None = None) -> list[Job]:
         """One job per index of `spec.array`, all in one transaction (an array is all there or not at all); the
         first task's id is the array's."""
         assert spec.array is not None
-        state = JobState.PENDING
+        with self.tx() as db:
+            ids = self._insert(db, spec, user, now, self._put_env(db, env))
+        return self._jobs_by_id(ids)
+
+    def submit_many(self, specs: Sequence[JobSpec], user: str, now: float, env: dict[str, str] | None = None,
+                    events: Sequence[tuple[int, str, str]] = ()) -> list[Job]:
+        """Queue every spec in one transaction: all of them or, on any error, none. Each is one job, or an array
+        (its tasks, the first task's id the array's); returned: one job per spec, an array's first task for an
+        array. `env` (the submitter's environment) is kept once for all of them; `events`: (index in `specs`,
+        kind, message) recorded on that spec's job in the same transaction."""
+        with self.tx() as db:
+            sha = self._put_env(db, env)
+            firsts = [self._insert(db, spec, user, now, sha)[0] for spec in specs]
+            for i, kind, message in events:
+                self._event(db, now, kind, message, job_id=firsts[i])
+        return self._jobs_by_id(firsts)
+
+    def _insert(self, db: sqlite3.Connection, spec: JobSpec, user: str, now: float, env_sha: str | None) -> list[int]:
+        """Insert one spec's job (or its array's tasks) with its "submitted" event; the ids, first task first."""
         reason = (EndReason.HELD if spec.hold else EndReason.PRIORITY).value
         body = json.dumps(spec_to_dict(spec))
-        ids: list[int] = []
-        with self.tx() as db:
+        row = (user, JobState.PENDING.value, reason, spec.qos, spec.priority, body, now)
+        if spec.array is None:
+            cur = db.execute(
+                "INSERT INTO jobs(user, state, reason, qos, priority, spec, submit_time) VALUES (?,?,?,?,?,?,?)", row)
+            ids = [int(cur.lastrowid or 0)]
+            self._event(db, now, "submitted", f"submitted by {user}", job_id=ids[0])
+        else:
+            ids = []
             for task in spec.array.indices:
                 cur = db.execute(
                     "INSERT INTO jobs(user, state, reason, qos, priority, spec, submit_time, array_id, array_task) "
-                    "VALUES (?,?,?,?,?,?,?,?,?)",
-                    (user, state.value, reason, spec.qos, spec.priority, body, now, ids[0] if ids else None, task))
+                    "VALUES (?,?,?,?,?,?,?,?,?)", (*row, ids[0] if ids else None, task))
                 ids.append(int(cur.lastrowid or 0))
             db.execute("UPDATE jobs SET array_id = ? WHERE id = ?", (ids[0], ids[0]))
             self._event(db, now, "submitted",
                         f"array of {len(ids)} tasks ({spec.array}) submitted by {user}", job_id=ids[0])
-        return [j for i in ids if (j := self.get_job(i)) is not None]
+        if env_sha is not None:  # an array's tasks share the environment kept under the array's id
+            db.execute("INSERT INTO job_envs(job_id, sha) VALUES (?,?)", (ids[0], env_sha))
+        return ids
+
+    @staticmethod
+    def _put_env(db: sqlite3.Connection, env: dict[str, str] | None) -> str | None:
+        """Keep `env` once (by its content's hash) and return that hash; None for no environment."""
+        if env is None:
+            return None
+        body = json.dumps(env, sort_keys=True, separators=(",", ":"))
+        sha = hashlib.sha256(body.encode()).hexdigest()
+        db.execute("INSERT OR IGNORE INTO envs(sha, body) VALUES (?,?)", (sha, body))
+        return sha
+
+    def _jobs_by_id(self, ids: Sequence[int]) -> list[Job]:
+        by_id: dict[int, Job] = {}
+        for i in range(0, len(ids), 500):  # SQLite's limit on parameters is 999 in old builds
+            chunk = ids[i:i + 500]
+            rows = self.db.execute(f"SELECT * FROM jobs WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+            by_id.update((r["id"], job_from_row(r)) for r in rows)
+        return [by_id[i] for i in ids]
+
+    def set_job_env(self, job_id: int, env: dict[str, str]) -> None:
+        """Keep (or replace) the submitter's environment of an existing job."""
+        with self.tx() as db:
+            sha = self._put_env(db, env)
+            db.execute("INSERT OR REPLACE INTO job_envs(job_id, sha) VALUES (?,?)", (job_id, sha))
+
+    def job_env(self, job_id: int) -> dict[str, str] | None:
+        """The submitter's environment kept with job `job_id` (an array's: under the array's id), or None. Safe
+        from any thread: it reads through a connection of its own (the launcher asks from a worker thread while
+        the store's thread writes), which sees only committed jobs."""
+        with self._reader_lock:
+            if self._reader is None:
+                self._reader = sqlite3.connect(str(self.path), check_same_thread=False)
+                self._reader.execute("PRAGMA busy_timeout=5000")
+            row = self._reader.execute(
+                "SELECT body FROM envs JOIN job_envs ON envs.sha = job_envs.sha WHERE job_id = ?", (job_id,)).fetchone()
+        if row is None:
+            return None
+        env = json.loads(row[0])
+        return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else None
 
     def array_tasks(self, array_id: int) -> list[Job]:
         return [job_from_row(r) for r in self.db.execute(

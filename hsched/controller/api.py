@@ -54,6 +54,8 @@ LOG_CHUNK_MAX = 16 << 20
 LOG_READ_TIMEOUT_S = 30.0
 EVENTS_MAX = 10_000
 REASON_MAX = 1000
+SUBMIT_MANY_MAX = 10_000
+"""Jobs in one submit_many request (the request line's limit, 1 MiB, bounds it too)."""
 
 
 def _shown(value: Any) -> str:
@@ -207,21 +209,56 @@ class Api:
                 **ctl.health_report()}
 
     async def op_submit(self, args: dict[str, Any], uid: int) -> Any:
-        table = args.get("spec")
-        if not isinstance(table, dict):
-            raise UserError(f"spec: expected a job spec object, found {_type_name(table)}")
-        source = self.text(args, "source", "<command line>", limit=4096) or "<command line>"
-        env = args.get("environ")
-        if env is not None and not (isinstance(env, dict)
-                                    and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
-            raise UserError("environ: expected an object of strings")
-        settings = self.ctl.settings
-        spec = job_spec_from_table(table, source, settings.qos_names, settings.default_qos)  # priority range too
+        env = self._environ(args)
+        spec = self._spec(args)
         await self._hear_first_probes(spec.resources)
         # who asks is who the kernel says connected (SO_PEERCRED); a `user` in the request is ignored
         user = await self.user_name(uid)
         job = await commands.submit(self.ctl, spec, user, env)
         return job_to_dict(job)
+
+    async def op_submit_many(self, args: dict[str, Any], uid: int) -> Any:
+        """Several jobs in one request and one transaction: `jobs`, a list of {"spec", "source"} as `submit`
+        takes them (at most SUBMIT_MANY_MAX), and one `environ` for all. All are queued, or none when one is
+        refused (its lines start `jobs[i]: `). The reply: their job objects, in order (an array's first task)."""
+        items = args.get("jobs")
+        if not isinstance(items, list):
+            raise UserError(f"jobs: expected a list of {{spec, source}} objects, found {_type_name(items)}")
+        if not items:
+            raise UserError("jobs: expected at least one job")
+        if len(items) > SUBMIT_MANY_MAX:
+            raise UserError(f"jobs: at most {SUBMIT_MANY_MAX} in one request, found {len(items)}")
+        env = self._environ(args)
+        specs = []
+        for i, item in enumerate(items):
+            try:
+                if not isinstance(item, dict):
+                    raise UserError(f"expected an object with spec and source, found {_type_name(item)}")
+                specs.append(self._spec(item))
+            except UserError as e:
+                raise UserError(f"jobs[{i}]: {e}", problems=[f"jobs[{i}]: {p}" for p in e.problems]) from None
+        for spec in specs:
+            await self._hear_first_probes(spec.resources)
+        user = await self.user_name(uid)  # the kernel's word, as for `submit`
+        jobs = await commands.submit_many(self.ctl, specs, user, env, numbered=True)
+        return [job_to_dict(j) for j in jobs]
+
+    def _spec(self, args: dict[str, Any]) -> Any:
+        """The job spec of a request's `spec` (a table as in a spec file) and `source` (what to name in errors)."""
+        table = args.get("spec")
+        if not isinstance(table, dict):
+            raise UserError(f"spec: expected a job spec object, found {_type_name(table)}")
+        source = self.text(args, "source", "<command line>", limit=4096) or "<command line>"
+        settings = self.ctl.settings
+        return job_spec_from_table(table, source, settings.qos_names, settings.default_qos)  # priority range too
+
+    @staticmethod
+    def _environ(args: dict[str, Any]) -> dict[str, str] | None:
+        env = args.get("environ")
+        if env is not None and not (isinstance(env, dict)
+                                    and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+            raise UserError("environ: expected an object of strings")
+        return env
 
     async def _hear_first_probes(self, res: Resources) -> None:
         """When no node known so far could run the job but some are still on their first probe, wait for those

@@ -26,6 +26,40 @@ async def _changed(ctl: Controller) -> None:
 
 
 async def submit(ctl: Controller, spec: JobSpec, user: str, submit_env: dict[str, str] | None) -> Job:
+    return (await submit_many(ctl, [spec], user, submit_env))[0]
+
+
+async def submit_many(ctl: Controller, specs: list[JobSpec], user: str, submit_env: dict[str, str] | None,
+                      *, numbered: bool = False) -> list[Job]:
+    """Queue `specs` (each a job or an array) in one transaction, the submitter's environment kept with them:
+    all of them, or none when one is refused (a UserError; `numbered`: its lines say `jobs[i]: ` first)."""
+    notes: list[tuple[int, str, str]] = []
+    for i, spec in enumerate(specs):
+        try:
+            waiting = _admissible(ctl, spec)
+        except UserError as e:
+            raise _numbered(e, i) if numbered else e from None
+        if waiting is not None:
+            notes.append((i, "waiting", waiting))
+    async with ctl.lock:
+        for i, spec in enumerate(specs):
+            for jid in sorted(named_jobs(spec.dependency)):
+                if await ctl.db(ctl.store.get_job, jid) is None:
+                    # as sbatch: "Job dependency problem", refused now rather than a job that waits for nothing
+                    missing = UserError(f"dependency: job {jid} does not exist; check the id (hsched queue --all)")
+                    raise _numbered(missing, i) if numbered else missing
+        jobs = await ctl.db(ctl.store.submit_many, specs, user, ctl.clock.time(), submit_env, notes)
+    await _changed(ctl)
+    return jobs
+
+
+def _numbered(e: UserError, i: int) -> UserError:
+    return UserError(f"jobs[{i}]: {e}", problems=[f"jobs[{i}]: {p}" for p in e.problems])
+
+
+def _admissible(ctl: Controller, spec: JobSpec) -> str | None:
+    """Raise a UserError for a job this fleet can never run; else None, or (while the nodes that could run it
+    are still unknown) the "waiting" event's message."""
     if spec.qos not in ctl.settings.qos:
         raise UserError(f"qos: expected one of {', '.join(ctl.settings.qos)}, found {spec.qos!r}")
     # whatever their state now, nodes whose devices we know decide whether a request can ever run; while
@@ -40,22 +74,9 @@ async def submit(ctl: Controller, spec: JobSpec, user: str, submit_env: dict[str
     why = unsatisfiable(spec.resources, known, labels=labels, aliases=ctl.settings.gpu_aliases)
     if why is not None and not unknown:
         raise UserError(f"job request cannot be satisfied by this fleet ({ctl.fleet_cfg.source}): {why}")
-    async with ctl.lock:
-        for jid in sorted(named_jobs(spec.dependency)):
-            if await ctl.db(ctl.store.get_job, jid) is None:
-                # as sbatch: "Job dependency problem", refused now rather than a job that waits for nothing
-                raise UserError(f"dependency: job {jid} does not exist; check the id (hsched queue --all)")
-        if spec.array is not None:
-            job = (await ctl.db(ctl.store.submit_array, spec, user, ctl.clock.time()))[0]
-        else:
-            job = await ctl.db(ctl.store.submit, spec, user, ctl.clock.time())
-        if submit_env is not None:
-            await ctl.db(ctl.save_env, job.id, submit_env)
-        if why is not None:
-            await ctl.event("waiting", f"no node reached so far can run it ({why}); waiting for {', '.join(unknown)}",
-                            job_id=job.id)
-    await _changed(ctl)
-    return job
+    if why is not None:
+        return f"no node reached so far can run it ({why}); waiting for {', '.join(unknown)}"
+    return None
 
 
 async def cancel(ctl: Controller, job_id: int) -> Job:
