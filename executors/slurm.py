@@ -152,7 +152,7 @@ class SlurmExecutor:
 
     def __init__(self, *, name: str, partition: str, account: str | None = None, qos: str | None = None,
                  cluster: str | None = None, env: Mapping[str, str] | None = None, timeout_s: float = 30.0,
-                 poll_s: float = 2.0) -> None:
+                 poll_s: float = 1.0) -> None:
         self.name = name
         self.partition = partition
         self.account = account

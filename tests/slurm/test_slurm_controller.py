@@ -1,0 +1,131 @@
+"""hsched over a real Slurm partition, end to end: the CLI, a controller whose fleet file has one slurm node
+group, and the two-node test cluster. A job submitted with `hsched submit` runs as a Slurm batch job, its
+exit code and log come back, `hsched cancel` ends it in Slurm, and a controller killed while Slurm runs its
+job tracks it to the end after a restart without submitting it again."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, Hs, process_gone, wait_until
+from tests.slurm.cluster import SlurmCluster
+
+pytestmark = pytest.mark.slow  # a Slurm cluster, the CLI and a controller as real processes
+
+FLEET = """
+[[node]]
+name = "cluster"
+executor = "slurm"
+partition = "{partition}"
+"""
+
+
+@pytest.fixture
+def hs_slurm(slurm: SlurmCluster, tmp_path: Path) -> Iterator[Hs]:
+    """A controller whose fleet is the test cluster's partition, as one node group."""
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(FLEET.format(partition=slurm.partition))
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "settings.toml").write_text("poll_interval_s = 0.2\nkill_after_s = 2\n")
+    h = Hs(home, fleet)
+    h.env["SLURM_CONF"] = str(slurm.conf)
+    yield h
+    h.stop()
+
+
+def slurm_jobs(slurm: SlurmCluster, h: Hs, hsched_job: str) -> list[dict[str, str]]:
+    """Slurm's jobs for one hsched job of this controller (their comment names the job; they run in its run
+    folders, under its home)."""
+    out = slurm.run("squeue", "-h", "-t", "all", "-o", "%i\t%T\t%k\t%Z").stdout
+    return [{"id": i, "state": s, "comment": c} for i, s, c, wd in (ln.split("\t", 3) for ln in out.splitlines())
+            if c.startswith(f"hsched:{hsched_job}:") and wd.startswith(str(h.home) + "/")]
+
+
+def job(h: Hs, jid: str) -> dict:  # type: ignore[type-arg]
+    shown = h.json("show", jid)
+    assert isinstance(shown, dict)
+    return shown
+
+
+def test_a_job_goes_through_slurm_its_exit_code_and_log_come_back_and_cancel_ends_one(slurm: SlurmCluster,
+                                                                                    hs_slurm: Hs) -> None:
+    h = hs_slurm
+    nodes = wait_until(lambda: [n for n in h.json("nodes") if n["state"] == "UP"],  # type: ignore[union-attr]
+                       "the slurm group UP")
+    [group] = nodes
+    assert group["executor"] == "slurm" and len(group["devices"]) == 4 and group["cpus"] == 4
+    assert {d["model"] for d in group["devices"]} == {"a100"}
+    show_env = 'echo "cvd=$CUDA_VISIBLE_DEVICES job=$HSCHED_JOB_ID node=$HSCHED_NODE"; exit 3'
+    jid = h.run("submit", "--parsable", "--gpus", "1", "--", "sh", "-c", show_env, check=True).stdout.strip()
+    assert h.run("wait", jid, "--timeout", "120").returncode != 0
+    shown = job(h, jid)
+    assert shown["state"] == "FAILED" and shown["exit_code"] == 3
+    [sj] = slurm_jobs(slurm, h, jid)
+    assert sj["state"] == "FAILED"
+    detail = slurm.job(sj["id"])
+    assert detail["TresPerNode"] == "gres:gpu:a100:1" and detail["Requeue"] == "0"
+    assert h.run("logs", jid, check=True).stdout == f"cvd=0 job={jid} node=cluster\n"
+    assert shown["runs"][0]["pid"] == int(sj["id"])  # the run's handle holds Slurm's job id
+
+    # hsched cancel of a running job: gone from Slurm within 5 s
+    jid = h.run("submit", "--parsable", "--gpus", "2", "--", "sleep", "300", check=True).stdout.strip()
+    wait_until(lambda: [j for j in slurm_jobs(slurm, h, jid) if j["state"] == "RUNNING"], "the Slurm job running")
+    wait_until(lambda: job(h, jid)["state"] == "RUNNING", "hsched's job running")
+    t0 = time.monotonic()
+    h.run("cancel", jid, check=True)
+    wait_until(lambda: all(j["state"] not in ("RUNNING", "COMPLETING") for j in slurm_jobs(slurm, h, jid)),
+               "the Slurm job gone", every_s=0.05)
+    assert time.monotonic() - t0 < 5.0
+    assert h.run("wait", jid, "--timeout", "60").returncode != 0
+    assert job(h, jid)["state"] == "CANCELLED"
+
+
+def test_a_controller_killed_while_slurm_runs_its_job_follows_it_to_the_end(slurm: SlurmCluster, hs_slurm: Hs,
+                                                                           tmp_path: Path) -> None:
+    h = hs_slurm
+    go = tmp_path / "go"
+    jid = h.run("submit", "--parsable", "--gpus", "1", "--", "sh", "-c",
+                f'while [ ! -e "{go}" ]; do sleep 0.1; done; echo finished', check=True).stdout.strip()
+    wait_until(lambda: [j for j in slurm_jobs(slurm, h, jid) if j["state"] == "RUNNING"], "the Slurm job running")
+    wait_until(lambda: job(h, jid)["state"] == "RUNNING", "hsched's job running")
+    pid = h.controller_pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: process_gone(pid), "the controller gone")
+    go.touch()  # the job ends while no controller watches
+    wait_until(lambda: [j for j in slurm_jobs(slurm, h, jid) if j["state"] == "COMPLETED"], "the Slurm job done")
+    assert h.run("wait", jid, "--timeout", "120").returncode == 0  # a new controller, started on demand
+    shown = job(h, jid)
+    assert shown["state"] == "COMPLETED" and shown["restarts"] == 0 and len(shown["runs"]) == 1
+    assert len(slurm_jobs(slurm, h, jid)) == 1  # never submitted again
+    assert h.run("logs", jid, check=True).stdout == "finished\n"
+    assert json.loads(Path(shown["runs"][0]["run_dir"], "slurm.json").read_text())["final"]["state"] == "COMPLETED"
+
+
+def test_preempting_the_example_trainer_checkpoints_requeues_and_resumes_under_slurm(slurm: SlurmCluster,
+                                                                                      hs_slurm: Hs) -> None:
+    """`hsched preempt`: the trainer gets its checkpoint signal through scancel, saves and exits 85; hsched
+    requeues it and a second Slurm job resumes it from its checkpoint folder (HSCHED_RESUME=1)."""
+    h = hs_slurm
+    trainer = str(REPO / "examples" / "trainer.py")
+    jid = h.run("submit", "--parsable", "--gpus", "1", "--", "python3", trainer, "--steps", "30",
+                "--step-seconds", "0.1", check=True).stdout.strip()
+    wait_until(lambda: "step 3\n" in h.run("logs", jid).stdout, "the trainer at step 3")
+    h.run("preempt", jid, check=True)
+    assert h.run("wait", jid, "--timeout", "120").returncode == 0
+    shown = job(h, jid)
+    assert shown["state"] == "COMPLETED" and shown["restarts"] == 1
+    preempted = next(e for e in shown["events"] if e["kind"] == "preempted")
+    assert "exit code 85" in preempted["message"]
+    runs_log = (Path(h.home) / "checkpoints" / jid / "runs.log").read_text().splitlines()
+    assert runs_log[0].endswith("resume 0 from step 0")
+    assert " resume 1 from step " in runs_log[1] and not runs_log[1].endswith("from step 0")
+    assert sorted(j["state"] for j in slurm_jobs(slurm, h, jid)) == ["COMPLETED", "FAILED"]  # exit 85, then done
