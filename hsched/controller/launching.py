@@ -129,23 +129,25 @@ async def round_input(ctl: Controller) -> RoundInput | None:
     array's limit), the fleet as it stands, fair share usage, checkpoint homes. None when nothing waits. Call with
     ctl.lock held; it records the reasons of jobs whose dependencies hold them."""
     now = ctl.clock.time()
-    jobs = await ctl.db(job_cache(ctl).read, ctl.store)
-    # a retry waits out its backoff (its reason says BeginTime until then)
-    pending = [j for j in jobs if j.state is JobState.PENDING and not j.spec.hold
-               and (j.begin_time is None or j.begin_time <= now)]
-    if not pending:
-        return None
-    active = [j for j in jobs if j.state.is_active()]
-    pending = await _dependencies_met(ctl, pending, active, now)
-    if any(j.spec.array is not None and j.spec.array.max_running for j in pending):
-        pending = within_limits(pending, active)  # (two sorts of the whole queue: only when an array has a %N)
+    cache = job_cache(ctl)
+    await ctl.db(cache.read, ctl.store)
+    pending, active, users = cache.queued, cache.active, cache.users
+    pending_by_id = cache.queued_by_id
+    if cache.special:
+        # a retry waits out its backoff (its reason says BeginTime until then)
+        pending = [j for j in pending if j.begin_time is None or j.begin_time <= now]
+        pending = await _dependencies_met(ctl, pending, active, now)
+        if any(j.spec.array is not None and j.spec.array.max_running for j in pending):
+            pending = within_limits(pending, active)
+        users = frozenset(j.user for j in (*pending, *active))
+        pending_by_id = {j.id: j for j in pending}
     if not pending:
         return None
     note_users(ctl, pending)
     view = fleet_view(ctl, active, await still_dirty(ctl))
     if ctl.settings.policy:
         # fair share over the store's history (decayed GPU-seconds per share), for this round's users
-        view = replace(view, user_usage=await round_usage(ctl, now, {j.user for j in [*pending, *active]}))
+        view = replace(view, user_usage=await _usage(ctl, now, users, cache.changes))
     resumed = [j.id for j in pending if j.restarts > 0]
     if resumed:
         # a resumed job whose checkpoint sits on a node of its own goes back there when it can: no copy
@@ -153,8 +155,7 @@ async def round_input(ctl: Controller) -> RoundInput | None:
         prefer = {jid: node for jid, node in last.items()
                   if node in ctl.nodes and not is_shared(ctl.nodes[node], ctl.checkpoint_dir(jid))}
         view = replace(view, prefer=prefer)
-    return RoundInput(now, view, tuple(pending), {j.id: j for j in active}, {j.id: j for j in pending},
-                      await ctl.db(_changes, ctl.store))
+    return RoundInput(now, view, tuple(pending), cache.active_by_id, pending_by_id, await ctl.db(_changes, ctl.store))
 
 
 def rewrites(job: Job, d: Wait) -> bool:
@@ -173,7 +174,10 @@ async def still_valid(ctl: Controller, inp: RoundInput, decisions: Sequence[Deci
     A launch also needs its nodes up and not drained, and its devices still free (not held by a job, not used by
     a process outside hsched); a preemption needs every victim still running as it was. While the store made no
     change since the snapshot (the usual case), no job can have changed and nothing is read again."""
-    acting = [d for d in decisions if not isinstance(d, Wait) or rewrites(inp.by_id[d.job_id], d)]
+    by_id = inp.by_id
+    # (the reasons compared first: most waits repeat what the job already says)
+    acting = [d for d in decisions if not isinstance(d, Wait)
+              or (d.reason != by_id[d.job_id].reason and rewrites(by_id[d.job_id], d))]
     if not acting:
         return set()
     current: dict[int, Job | None] | None = None
@@ -232,12 +236,23 @@ class JobCache:
     `is` tells the round's checks that a job is as the round saw it.
     """
 
-    __slots__ = ("changes", "jobs", "rows")
+    __slots__ = ("active", "active_by_id", "changes", "jobs", "queued", "queued_by_id", "rows", "special", "users")
 
     def __init__(self) -> None:
         self.changes = -1
         self.jobs: tuple[Job, ...] = ()
         self.rows: dict[tuple[object, ...], Job] = {}
+        self.queued: list[Job] = []
+        """The pending jobs not held."""
+        self.active: list[Job] = []
+        """The jobs holding devices."""
+        self.special = False
+        """Some queued job has a begin time (a retry's backoff), a dependency or an array's %N: the round must
+        look at each; else every queued job may start."""
+        self.queued_by_id: dict[int, Job] = {}
+        self.active_by_id: dict[int, Job] = {}
+        self.users: frozenset[str] = frozenset()
+        """The users of the queued and active jobs."""
 
     def read(self, store: Store) -> tuple[Job, ...]:
         """Every job not ended, by id. Blocking: call it on the store's thread (`ctl.db`)."""
@@ -251,6 +266,14 @@ class JobCache:
             job = seen.get(key)
             rows[key] = job if job is not None else job_from_row(r)
         self.rows, self.jobs, self.changes = rows, tuple(rows.values()), changes
+        pending, active = JobState.PENDING, frozenset(s for s in JobState if s.is_active())
+        self.queued = [j for j in self.jobs if j.state is pending and not j.spec.hold]
+        self.active = [j for j in self.jobs if j.state in active]
+        self.special = any(j.begin_time is not None or j.spec.dependency
+                           or (j.spec.array is not None and j.spec.array.max_running) for j in self.queued)
+        self.queued_by_id = {j.id: j for j in self.queued}
+        self.active_by_id = {j.id: j for j in self.active}
+        self.users = frozenset(j.user for j in (*self.queued, *self.active))
         return self.jobs
 
 
@@ -265,10 +288,34 @@ def job_cache(ctl: Controller) -> JobCache:
     return cache
 
 
+USAGE_REFRESH_S = 5.0
+"""Fair share's usage is read again after this long on the controller's clock, and at once when a new user takes
+part or the store changed (a run started or ended). Reading it costs ~10 ms with 512 runs going (each running run
+is read again, to count it up to now); in between, running jobs' usage grows by at most this many seconds'
+worth, with a half-life of days (Slurm recomputes its fair share every PriorityCalcPeriod, 5 minutes)."""
+
+_USAGE: weakref.WeakKeyDictionary[Controller, tuple[float, int, frozenset[str], dict[str, float]]] = \
+    weakref.WeakKeyDictionary()
+
+
+async def _usage(ctl: Controller, now: float, users: frozenset[str], mark: int) -> dict[str, float]:
+    """`round_usage`, read again only when it may have moved (USAGE_REFRESH_S); `mark`: the store's change count."""
+    last = _USAGE.get(ctl)
+    if last is not None and last[1] == mark and last[2] == users and 0.0 <= now - last[0] < USAGE_REFRESH_S:
+        return last[3]
+    usage = await round_usage(ctl, now, users)
+    _USAGE[ctl] = (now, mark, users, usage)
+    return usage
+
+
 def _usable(ctl: Controller, node: str) -> bool:
     """The node is up and not being drained: work may go there."""
     rt = ctl.nodes.get(node)
     return rt is not None and rt.node.state is NodeState.UP and ctl.admin.get(node) is not NodeState.DRAINED
+
+
+_RUNNING: dict[int, Running] = {}
+"""The last view's running jobs, by id: the same Running while its job (the very object) and start are."""
 
 
 def fleet_view(ctl: Controller, active: list[Job], dirty: frozenset[str] = frozenset()) -> FleetView:
@@ -276,16 +323,23 @@ def fleet_view(ctl: Controller, active: list[Job], dirty: frozenset[str] = froze
     releasing: set[str] = set()
     cpus_used: dict[str, int] = {}
     running: list[Running] = []
+    global _RUNNING
+    last, kept = _RUNNING, {}
     for j in active:
-        devices = {u for p in j.placement for u in p.devices}
-        busy.update(devices)
-        if j.state in (JobState.PREEMPTING, JobState.COMPLETING):
-            releasing.update(devices)
-        if j.spec.resources.cpus:
-            for p in j.placement:
+        for p in j.placement:
+            busy.update(p.devices)
+            if j.state in (JobState.PREEMPTING, JobState.COMPLETING):
+                releasing.update(p.devices)
+            if j.spec.resources.cpus:
                 cpus_used[p.node] = cpus_used.get(p.node, 0) + j.spec.resources.cpus
         if j.state is JobState.RUNNING:
-            running.append(Running(j, ctl.attempt_start.get(j.id) or j.start_time or 0.0))
+            started = ctl.attempt_start.get(j.id) or j.start_time or 0.0
+            r = last.get(j.id)
+            if r is None or r.job is not j or r.started != started:
+                r = Running(j, started)
+            running.append(r)
+            kept[j.id] = r
+    _RUNNING = kept
     for rt in ctl.nodes.values():
         busy.update(rt.foreign)  # a GPU someone else is using is not free, whatever our records say
     busy.update(dirty)  # a GPU an ended run's leftover still uses waits until it is clean

@@ -318,9 +318,9 @@ def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
         capped: set[int] = set()
         nowhere: set[int] = set()
         gpu_jobs: list[Job] = []
-        blocked, nodes_for = st.tally.blocked, st.nodes_for
+        blocked, nodes_for, limited = st.tally.blocked, st.nodes_for, bool(fleet.limits)
         for j in queue:
-            if blocked(j) is not None:
+            if limited and blocked(j) is not None:
                 capped.add(j.id)
             elif not nodes_for(j):
                 nowhere.add(j.id)
@@ -335,15 +335,21 @@ def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
                 decisions.append(Launch(job_id, placements))
         started = {d.job_id for d in decisions}
         core_waiting.update({i: _RESOURCES for i in nowhere})
-        ordered = order(queue)
-        left_out = [j for j in ordered if j.spec.resources.gpus > 0 and (j.id in capped or j.id in nowhere)]
-        cpu_jobs = [j for j in ordered if j.spec.resources.gpus == 0]
-        rest = [by_id[i] for i in served if i not in started] + left_out + cpu_jobs
+        rest = [by_id[i] for i in served if i not in started]
+        if capped or nowhere or len(gpu_jobs) + len(capped) + len(nowhere) < len(queue):
+            # those the policy did not plan: capped, with no node, CPU only (sorted only when there are some)
+            ordered = order(queue)
+            rest += [j for j in ordered if j.spec.resources.gpus > 0 and (j.id in capped or j.id in nowhere)]
+            rest += [j for j in ordered if j.spec.resources.gpus == 0]
     else:
         rest = order(queue)
-    settle, reason = st.settle, core_waiting.get
-    decisions.extend(settle(job, reason(job.id)) for job in rest)
+    decisions.extend(st.settle_all(rest, core_waiting))
+    _WAITS[0] = st.waits
     return decisions
+
+
+_WAITS: list[dict[int, Wait]] = [{}]
+"""The last round's waits by job id (`_RoundState.wait`); only the last round's, so ended jobs do not pile up."""
 
 
 # ---------------------------------------------------------------- the core's round over the live fleet
@@ -393,10 +399,12 @@ def _running_view(r: Running, types_of: Mapping[str, str], now: float) -> JobVie
     res = job.spec.resources
     node = job.placement[0].node if job.placement else ""
     run_s = max(0.0, now - r.started)
-    gpus = sum(len(p.devices) for p in job.placement) or max(1, res.gpus * res.nodes)
+    placement = job.placement
+    gpus = (len(placement[0].devices) if len(placement) == 1 else sum(len(p.devices) for p in placement)) or max(
+        1, res.gpus * res.nodes)
     return JobView(job.id, "", gpus, job.submit_time, JobPhase.RUNNING, job.spec.qos, job.spec.priority, job.user,
-                   types_of.get(node), job.placement, r.started, run_s, run_s, job.restarts, job.spec.time_limit_s,
-                   res.nodes, (), checkpointable=False)
+                   types_of.get(node), placement, r.started, run_s, run_s, job.restarts, job.spec.time_limit_s,
+                   res.nodes, (), False)
 
 
 def _pending_view(job: Job, allowed: tuple[str, ...] = ()) -> JobView:
@@ -411,25 +419,33 @@ def _pending_view(job: Job, allowed: tuple[str, ...] = ()) -> JobView:
 _ARRIVAL = operator.itemgetter(3, 0)
 """A JobView's (arrival_s, id), as a C-level sort key (a round sorts every active job by it)."""
 
-_VIEWS: dict[int, tuple[Job, tuple[str, ...], JobView]] = {}
-"""Job id -> (the Job, its allowed GPU types, its view) of the last round: a waiting job's view is the same from
-round to round as long as the job (the very object: the controller keeps unchanged jobs) and its types are."""
+ViewCache = dict[int, tuple[Job, tuple[str, ...], JobView]]
+"""Job id -> (the Job, its allowed GPU types, its view)."""
+
+_VIEWS: tuple[tuple[object, ...], ViewCache] = ((), {})
+"""The last round's fleet (what a job's allowed GPU types depend on: each typed node's name, type, labels, absent
+users and device models and memory) and its waiting jobs' views. A waiting job's view is the same from round to
+round while the job is (the very object: the controller keeps unchanged jobs) and the fleet is; one global, swapped
+whole, so two controllers in one process (tests) at worst miss."""
 
 
-def _pending_views(pending: Sequence[Job], allowed: Callable[[Job], tuple[str, ...]]) -> list[JobView]:
+def _pending_views(pending: Sequence[Job], allowed: Callable[[Job], tuple[str, ...]],
+                   fleet: tuple[object, ...]) -> list[JobView]:
     global _VIEWS
-    last = _VIEWS
-    kept: dict[int, tuple[Job, tuple[str, ...], JobView]] = {}
+    last_fleet, last = _VIEWS
+    same_fleet = fleet == last_fleet
+    kept: ViewCache = {}
     out = []
     for j in pending:
-        types = allowed(j)
         hit = last.get(j.id)
-        if hit is None or hit[0] is not j or hit[1] != types:
-            hit = (j, types, _pending_view(j, types))
+        if hit is None or hit[0] is not j or not same_fleet:
+            types = allowed(j)
+            if hit is None or hit[0] is not j or hit[1] != types:
+                hit = (j, types, _pending_view(j, types))
         kept[j.id] = hit
         out.append(hit[2])
-    # only this round's jobs are kept: ended jobs do not pile up (a round in another thread swaps in its own)
-    _VIEWS = kept
+    # only this round's jobs are kept: ended jobs do not pile up
+    _VIEWS = (fleet, kept)
     return out
 
 
@@ -443,7 +459,7 @@ def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: 
     if policy.clairvoyant:
         raise ValueError(f"policy {policy_name!r} needs job durations, which a live fleet does not know")
     # devices held by jobs that are not running (launching, stopping): no one may be given them this round
-    held_by_running = {u for r in fleet.running for u in r.devices}
+    held_by_running = {u for r in fleet.running for p in r.job.placement for u in p.devices}
     unavailable = frozenset(st.busy - held_by_running)
     servers = [s for n in st.up if (s := server_of(n, gpu_type_of, unavailable)) is not None]
     types_of = {s.name: s.gpu_type for s in servers}
@@ -475,7 +491,10 @@ def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: 
         return got
 
     views = [_running_view(r, types_of, now) for r in fleet.running if r.job.placement]
-    views += _pending_views(pending, allowed)
+    labels, absent = fleet.labels, fleet.absent_users
+    signature = tuple((n.name, types_of[n.name], labels.get(n.name), absent.get(n.name),
+                       tuple((d.model, d.memory_total_mib) for d in n.devices)) for n in typed)
+    views += _pending_views(pending, allowed, signature)
     inp = build_input(now, sorted(views, key=_ARRIVAL), servers,
                       throughput or catalog_throughput(), user_usage=usage if len(usage) > 1 else {})
     plan = make_plan(policy, inp)
@@ -543,6 +562,9 @@ class _RoundState:
         self._choosable = (-1, frozenset[str]())
         # no QoS caps and no absent users: a job's only ways to go are free devices, released ones and victims
         self._plain = not fleet.limits and not self._absent_anywhere
+        self._last_waits = _WAITS[0]
+        self.waits: dict[int, Wait] = {}
+        """This round's waits, by job: the next round's `_last_waits`."""
         self._quiet = (-1, False)
 
     # ------------------------------------------------------------------ indexes
@@ -710,17 +732,31 @@ class _RoundState:
         self._missed[key] = self.version
         return None
 
+    def settle_all(self, jobs: Iterable[Job], reasons: Mapping[int, str]) -> list[Decision]:
+        """`settle` each job in turn. While nothing is free or being released (`quiet`), a job that needs GPUs and
+        may preempt no class that runs just waits: `settle` would reach the same Wait through every search, and a
+        busy fleet's queue is mostly such jobs."""
+        out: list[Decision] = []
+        plain, preempts, classes = self._plain, self.fleet.rule.qos_preempts, self._victim_classes
+        version, quiet = -1, False
+        for job in jobs:
+            res = job.spec.resources
+            if plain and res.gpus and res.nodes >= 1:
+                if version != self.version:
+                    version, quiet = self.version, self.quiet()
+                if quiet:
+                    allowed = preempts.get(job.spec.qos)
+                    if not allowed or allowed.isdisjoint(classes):
+                        why = reasons.get(job.id) or (_PRIORITY if self.blocked_ahead else _RESOURCES)
+                        self.blocked_ahead = True
+                        out.append(self.wait(job.id, why))
+                        continue
+            out.append(self.settle(job, reasons.get(job.id)))
+        return out
+
     def settle(self, job: Job, reason: str | None) -> Decision:
         res = job.spec.resources
         fleet = self.fleet
-        if self._plain and res.gpus and res.nodes >= 1 and self.quiet():
-            allowed = fleet.rule.qos_preempts.get(job.spec.qos)
-            if not allowed or allowed.isdisjoint(self._victim_classes):
-                # nothing free, nothing released, no victim of a class it may preempt: it waits (below, the same
-                # outcome, reached through every search)
-                why = reason or (_PRIORITY if self.blocked_ahead else _RESOURCES)
-                self.blocked_ahead = True
-                return Wait(job.id, why)
         capped = self.tally.blocked(job)
         if capped is not None:
             # over a QoS cap: it neither starts nor preempts, and holds up no one behind it
@@ -765,7 +801,16 @@ class _RoundState:
             return Wait(job.id, missing)
         why = reason or (_PRIORITY if self.blocked_ahead else _RESOURCES)
         self.blocked_ahead = True
-        return Wait(job.id, why)
+        return self.wait(job.id, why)
+
+    def wait(self, job_id: int, reason: str) -> Wait:
+        """Wait(job_id, reason): last round's when it said the same (most waiting jobs wait for the same reason
+        round after round, and a frozen dataclass costs a microsecond to make)."""
+        w = self._last_waits.get(job_id)
+        if w is None or w.reason != reason:
+            w = Wait(job_id, reason)
+        self.waits[job_id] = w
+        return w
 
     def missing_user(self, job: Job) -> str | None:
         """"user X does not exist on node N" when that is why the job cannot start: it would start now on nodes
