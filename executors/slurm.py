@@ -134,6 +134,16 @@ class _Ref:
     job_id: int | None
     comment: str
     final: dict[str, Any] | None = None
+    devices: tuple[str, ...] = ()
+    """The group's devices hsched placed the run on (its view; Slurm picks the real ones)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Ours:
+    """One of our live Slurm jobs: its run folder and the devices hsched counts it on."""
+
+    run_dir: str
+    devices: tuple[str, ...]
 
 
 class SlurmExecutor:
@@ -169,8 +179,8 @@ class SlurmExecutor:
         self._queue_lock = asyncio.Lock()
         self._gpus: dict[int, Mapping[str, tuple[int, ...]]] = {}
         """Slurm job id -> the GPU indices it holds per Slurm node (our running jobs)."""
-        self._run_of: dict[int, str] = {}
-        """Slurm job id -> the run folder of our job."""
+        self._ours: dict[int, _Ours] = {}
+        """Slurm job id -> our live job's run folder and hsched devices (launched, or seen live by status)."""
         self._nodes_expr: str | None = None
         self._slurm_nodes: list[text.SlurmNode] = []
 
@@ -306,6 +316,10 @@ class SlurmExecutor:
             raise SlurmError(f"{self.name}: environment names a shell cannot export: {', '.join(skipped)}", "launch")
         path = os.path.join(req.run_dir, SCRIPT)
         await asyncio.to_thread(_write_file, path, script, 0o700)
+        # what is known before sbatch: a restarted controller finds the job by this comment, and counts it on these
+        record = {"job_id": None, "comment": comment, "cluster": self.cluster, "partition": self.partition,
+                  "devices": list(req.devices), "submitted": None}
+        await asyncio.to_thread(_merge_record, req.run_dir, record)
         sb = text.SbatchRequest(
             script=path, output=os.path.join(req.run_dir, LOG), workdir=workdir,
             job_name=text.job_name(req.env.get("HSCHED_JOB_NAME") or "hsched"), comment=comment,
@@ -314,14 +328,22 @@ class SlurmExecutor:
             cpus_per_task=-(-int(req.cpu_limit * 1000) // 1000) if req.cpu_limit else None,
             memory_mib=req.memory_mib)
         submitted = time.time()
-        res = await self._run(*text.sbatch_argv(sb))
+        try:
+            res = await self._run(*text.sbatch_argv(sb))
+        except SlurmUnreachable:
+            # no answer: the job may have been queued all the same (its answer lost); if Slurm has it, it is this run
+            with contextlib.suppress(ExecutorError):
+                ref = await self._find(req.run_dir)
+                if ref.job_id is not None:
+                    self._ours[ref.job_id] = _Ours(req.run_dir, tuple(req.devices))
+                    return self._handle(req.run_dir, ref.job_id, submitted)
+            raise
         job_id = _int(res.out.strip().split(";", 1)[0])
         if job_id is None:
             raise SlurmError(f"{self.name}: sbatch answered {_first_line(res.out)!r}, not a job id", "sbatch")
-        await asyncio.to_thread(nodehelper.write_json_atomic, os.path.join(req.run_dir, RECORD), {
-            "job_id": job_id, "comment": comment, "cluster": self.cluster, "partition": self.partition,
-            "submitted": submitted, "argv": text.sbatch_argv(sb)})
-        self._run_of[job_id] = req.run_dir
+        await asyncio.to_thread(_merge_record, req.run_dir, {"job_id": job_id, "submitted": submitted,
+                                                             "argv": text.sbatch_argv(sb)})
+        self._ours[job_id] = _Ours(req.run_dir, tuple(req.devices))
         self._queue_at = float("-inf")  # the next status asks Slurm: this job is not in the last answer
         return self._handle(req.run_dir, job_id, submitted)
 
@@ -343,8 +365,8 @@ class SlurmExecutor:
             if _same_job(entry.comment, run_dir):
                 await asyncio.to_thread(_merge_record, run_dir, {
                     "job_id": entry.job_id, "comment": entry.comment, "cluster": self.cluster,
-                    "partition": self.partition, "submitted": None})
-                return _Ref(run_dir, entry.job_id, entry.comment or "")
+                    "partition": self.partition})
+                return await asyncio.to_thread(_read_ref, run_dir)
         return _Ref(run_dir, None, "")
 
     # ------------------------------------------------------------------------------------------- status
@@ -411,7 +433,7 @@ class SlurmExecutor:
     async def _ref(self, q: StatusQuery) -> _Ref:
         ref = await asyncio.to_thread(_read_ref, q.run_dir)
         if ref.job_id is None and q.handle is not None and q.handle.boot_id == self.boot_id:
-            ref = _Ref(q.run_dir, q.handle.pid, ref.comment, ref.final)
+            ref = _Ref(q.run_dir, q.handle.pid, ref.comment, ref.final, ref.devices)
         if ref.job_id is None and await asyncio.to_thread(os.path.isdir, q.run_dir):
             # the folder exists but no job id was written: sbatch may have answered a controller that died
             ref = await self._find(q.run_dir)
@@ -427,14 +449,14 @@ class SlurmExecutor:
         if entry is not None and not _same_job(entry.comment, ref.run_dir):
             entry = None  # that id names another job now: Slurm's state was reset and the id reused
         if entry is not None and entry.live:
-            self._run_of[ref.job_id] = ref.run_dir
+            self._ours[ref.job_id] = _Ours(ref.run_dir, ref.devices)
             if entry.started and ref.job_id not in self._gpus:
                 detail = await self._detail(ref.job_id)
                 if detail is not None:
                     self._gpus[ref.job_id] = detail.gpus
             return RunReport(RunStatus.RUNNING, handle=handle)
         self._gpus.pop(ref.job_id, None)
-        self._run_of.pop(ref.job_id, None)
+        self._ours.pop(ref.job_id, None)
         final: dict[str, Any] | None = None
         if entry is not None:
             detail = await self._detail(ref.job_id)
@@ -585,7 +607,7 @@ class SlurmExecutor:
         if any(n.gpus_used for n in nodes):
             # our live jobs whose GPUs are not known yet (they started since status last looked): ask where
             # Slurm put them, or their GPUs would count as someone else's
-            for job_id in [j for j in self._run_of if j not in self._gpus]:
+            for job_id in [j for j in self._ours if j not in self._gpus]:
                 detail = await self._detail(job_id)
                 if detail is None or detail.state not in text.LIVE_STATES:
                     continue
@@ -594,27 +616,32 @@ class SlurmExecutor:
         return nodes
 
     def _sample(self, nodes: Sequence[text.SlurmNode]) -> dict[str, Any]:
-        ours = {(node, idx): job for job, per_node in self._gpus.items() for node, idxs in per_node.items()
-                for idx in idxs}
-        processes = []
-        for n in nodes:
-            for idx in n.gpus_used:
-                uuid = self.device_uuid(n.name, idx)
-                job = ours.get((n.name, idx))
-                run_dir = self._run_of.get(job) if job is not None else None
-                processes.append({"uuid": uuid, "pid": job or 0, "name": f"slurm job {job}" if job else "slurm job",
-                                  "run_dir": run_dir, "job_run_dir": run_dir})
+        """A monitoring sample in hsched's terms. hsched counts each of our jobs on the devices it placed it on,
+        while Slurm put it where it chose; so the GPUs other jobs hold are reported as foreign on devices no job
+        of ours is counted on (the very GPU where that is free, else one of that node, else one of that type):
+        the group's busy devices then number exactly the GPUs Slurm has given out, never fewer."""
+        devices = self._devices(nodes)
+        ours_real = {(node, idx) for per_node in self._gpus.values() for node, idxs in per_node.items() for idx in idxs}
+        placed = {u for o in self._ours.values() for u in o.devices}
+        # other jobs' GPUs on the group's usable nodes (a drained node's are not in the group at all)
+        others = [(n.name, self.device_uuid(n.name, idx), gtype or "gpu") for n in nodes if n.usable
+                  for idx, gtype in n.gpus() if idx in n.gpus_used and (n.name, idx) not in ours_real]
+        foreign = _spread(others, [d for d in devices if d["uuid"] not in placed])
+        processes = [{"uuid": u, "pid": 0, "name": "slurm job", "run_dir": None, "job_run_dir": None} for u in foreign]
+        for job, o in self._ours.items():
+            processes.extend({"uuid": u, "pid": job, "name": f"slurm job {job}", "run_dir": o.run_dir,
+                              "job_run_dir": o.run_dir} for u in o.devices)
         usable = [n for n in nodes if n.usable]
         cpus = sum(n.cpus or 0 for n in usable)
         mem = sum(n.memory_mib or 0 for n in usable)
         used_mem = sum(n.memory_allocated_mib or 0 for n in usable)
         alloc = sum(n.cpus_allocated or 0 for n in usable)
-        devices = [{"index": d["index"], "uuid": d["uuid"], "utilization_gpu": None, "memory_used_mib": None,
-                    "memory_total_mib": None, "temperature_c": None, "power_w": None} for d in self._devices(nodes)]
+        readings = [{"index": d["index"], "uuid": d["uuid"], "utilization_gpu": None, "memory_used_mib": None,
+                     "memory_total_mib": None, "temperature_c": None, "power_w": None} for d in devices]
         return {"boot_id": self.boot_id, "node": self.name,
                 "cpu": {"util": 100.0 * alloc / cpus if cpus else None, "count": cpus or None, "loadavg": None},
                 "memory": {"total_mib": mem or None, "used_mib": used_mem, "available_mib": max(0, mem - used_mem)},
-                "gpus": {"source": "slurm", "devices": devices}, "gpu_error": None, "processes": processes}
+                "gpus": {"source": "slurm", "devices": readings}, "gpu_error": None, "processes": processes}
 
     async def close(self) -> None:
         """Nothing to let go of: every call is a command of its own."""
@@ -660,7 +687,9 @@ def _read_ref(run_dir: str) -> _Ref:
     if not isinstance(rec, dict):
         return _Ref(run_dir, None, "")
     final = rec.get("final") if isinstance(rec.get("final"), dict) else None
-    return _Ref(run_dir, _int(rec.get("job_id")), str(rec.get("comment") or ""), final)
+    devices = rec.get("devices")
+    return _Ref(run_dir, _int(rec.get("job_id")), str(rec.get("comment") or ""), final,
+                tuple(str(d) for d in devices) if isinstance(devices, list) else ())
 
 
 def _submitted(run_dir: str) -> float | None:
@@ -716,6 +745,29 @@ def _final_report(final: Mapping[str, Any], handle: RunHandle) -> RunReport:
         return RunReport(RunStatus.LOST, handle=handle, end_time=end_time)
     return RunReport(RunStatus.EXITED, exit_code=code, signal=signal, handle=handle, end_time=end_time,
                      oom=state == "OUT_OF_MEMORY")
+
+
+def _spread(others: Sequence[tuple[str, str, str]], free: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Devices to mark as held by other jobs: for each GPU another job holds (slurm node, device, type), that
+    device if no job of ours is counted on it, else one of the same node and type, else one of the same type;
+    each device once. `free`: the group's devices no job of ours is counted on."""
+    left = list(free)
+    chosen: list[str] = []
+    pending = list(others)
+    stages = (lambda o, d: d["uuid"] == o[1],
+              lambda o, d: d["slurm_node"] == o[0] and d["name"] == o[2],
+              lambda o, d: d["name"] == o[2])
+    for matches in stages:
+        unplaced = []
+        for o in pending:
+            got = next((d for d in left if matches(o, d)), None)
+            if got is None:
+                unplaced.append(o)
+            else:
+                left.remove(got)
+                chosen.append(str(got["uuid"]))
+        pending = unplaced
+    return chosen
 
 
 def _node_dict(n: text.SlurmNode) -> dict[str, Any]:

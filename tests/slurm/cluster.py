@@ -162,7 +162,8 @@ class SlurmCluster:
             time.sleep(0.02)
 
     def _daemon(self, argv: list[str], pidfile: Path) -> None:
-        self._pidfiles.append(pidfile)
+        if pidfile not in self._pidfiles:
+            self._pidfiles.append(pidfile)
         p = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=60)
         if p.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)}: exit {p.returncode}: {(p.stderr or p.stdout).strip()[-2000:]}")
@@ -203,6 +204,28 @@ class SlurmCluster:
             if p.returncode == 0 and not p.stdout.strip():
                 return
             time.sleep(0.1)
+
+    def stop_controller(self) -> None:
+        """slurmctld goes away (an outage): its jobs run on under their slurmd, its state is on disk."""
+        pid = _pid(self.root / "slurmctld.pid")
+        if pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while _alive(pid):
+            if time.monotonic() > deadline:
+                raise RuntimeError("slurmctld did not stop")
+            time.sleep(0.02)
+
+    def start_controller(self) -> None:
+        """slurmctld back, recovering its jobs from its state folder."""
+        self._daemon([SLURMCTLD, "-f", str(self.conf)], self.root / "slurmctld.pid")
+        deadline = time.monotonic() + START_S
+        while self.run("scontrol", "ping", check=False).returncode != 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"slurmctld did not come back: {self.log()}")
+            time.sleep(0.05)
 
     def log(self, daemon: str = "slurmctld") -> str:
         return _tail(self.root / "log" / f"{daemon}.log", 4000)

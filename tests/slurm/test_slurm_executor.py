@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hsched.executors import _slurm_text as text
 from hsched.executors.base import LaunchRequest, StatusQuery
 from hsched.executors.slurm import SlurmError, SlurmExecutor, SlurmUnreachable
 
@@ -207,21 +208,31 @@ def test_a_job_pending_in_slurm_is_running_for_hsched_and_a_stop_cancels_it(slur
     run(main())
 
 
-def test_our_jobs_gpus_are_ours_in_monitoring(slurm: SlurmCluster, runs: Path) -> None:
+def test_monitoring_counts_exactly_the_gpus_slurm_gave_out(slurm: SlurmCluster, runs: Path) -> None:
+    """Ours are reported on the devices hsched placed them on (Slurm put them elsewhere); another job's GPU is
+    reported on a device none of ours is counted on: busy devices = GPUs Slurm gave out."""
+    other = slurm.run("sbatch", "--parsable", "-o", "/dev/null", "-w", "n1", "--gres=gpu:a100:1", "--wrap",
+                      "sleep 120").stdout.strip()
+
     async def main() -> None:
         ex = executor(slurm)
         await ex.probe()
+        await job_state(slurm, other, "RUNNING")
+        assert slurm.job(other)["GRES"] == "gpu:a100:1(IDX:0)"
         rd = runs / "8-1-r0"
+        # hsched counts our job on n1's GPU 0, which is really the other job's
         h = await ex.launch(request(rd, ("sleep", "60"), devices=("slurm-grp-n1-gpu0",), job="8"))
-        await until(ex, str(rd), h, RunStatus.RUNNING)
         await job_state(slurm, h.pid, "RUNNING")
-        await ex.status([StatusQuery(str(rd), h)])  # learns where Slurm put it
         sample = await anext(aiter(ex.watch(0.1, count=1)))
-        [proc] = sample["processes"]
-        node = slurm.job(h.pid)["NodeList"]
-        assert proc["uuid"].startswith(f"slurm-grp-{node}-gpu") and proc["job_run_dir"] == str(rd)
-        assert proc["pid"] == h.pid and sample["node"] == "grp" and sample["gpus"]["source"] == "slurm"
-        assert sample["cpu"]["count"] == 4 and sample["cpu"]["util"] == 25.0
+        ours = [p for p in sample["processes"] if p["job_run_dir"] is not None]
+        foreign = [p for p in sample["processes"] if p["job_run_dir"] is None]
+        assert [(p["uuid"], p["pid"], p["job_run_dir"]) for p in ours] == [("slurm-grp-n1-gpu0", h.pid, str(rd))]
+        assert [p["uuid"] for p in foreign] == ["slurm-grp-n1-gpu1"]  # n1's other GPU: busy, whoever has it
+        used = sum(len(text.gres_indices(n.split("GresUsed=")[1].split()[0]))
+                   for n in slurm.run("scontrol", "-d", "-o", "show", "node").stdout.splitlines())
+        assert used == len(sample["processes"]) == 2
+        assert sample["node"] == "grp" and sample["gpus"]["source"] == "slurm"
+        assert sample["cpu"]["count"] == 4 and sample["cpu"]["util"] == 50.0
 
     run(main())
 
@@ -262,6 +273,35 @@ def test_a_restarted_controller_finds_its_runs_again(slurm: SlurmCluster, runs: 
         assert rep.status is RunStatus.LOST
         [rep] = await executor(slurm).status([StatusQuery(str(runs / "never"), None)])
         assert rep.status is RunStatus.NOT_STARTED
+
+    run(main())
+
+
+def test_a_slurm_outage_makes_the_group_unreachable_and_loses_no_job(slurm: SlurmCluster, runs: Path,
+                                                                    tmp_path: Path) -> None:
+    go = tmp_path / "go"
+
+    # the client commands give up on an absent slurmctld after 2 s rather than Slurm's default 10
+    conf = tmp_path / "client.conf"
+    conf.write_text(slurm.conf.read_text() + "MessageTimeout=2\n")
+
+    async def main() -> None:
+        ex = SlurmExecutor(name="grp", partition=slurm.partition, env={**slurm.env, "SLURM_CONF": str(conf)})
+        rd = runs / "11-1-r0"
+        h = await ex.launch(request(rd, ("sh", "-c", f'while [ ! -e "{go}" ]; do sleep 0.1; done; exit 5'), job="11"))
+        await until(ex, str(rd), h, RunStatus.RUNNING)
+        await job_state(slurm, h.pid, "RUNNING")
+        await asyncio.to_thread(slurm.stop_controller)
+        await asyncio.sleep(ex.poll_s)  # squeue's last answer no longer serves
+        try:
+            with pytest.raises(SlurmUnreachable, match=r"^grp: slurmctld does not answer"):
+                await ex.status([StatusQuery(str(rd), h)])
+            assert isinstance(ex.last_error, SlurmUnreachable)
+            go.touch()  # the job ends while Slurm's controller is away
+        finally:
+            await asyncio.to_thread(slurm.start_controller)
+        rep = await until(ex, str(rd), h, RunStatus.EXITED)
+        assert rep.exit_code == 5 and ex.last_error is None
 
     run(main())
 

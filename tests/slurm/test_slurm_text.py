@@ -139,3 +139,18 @@ def test_batch_script_quotes_every_word() -> None:
     assert shlex.split(script.rsplit("exec ", 1)[1]) == argv
     dash = text.batch_script(["-n", "x"], {}, "/", "/r")[0]
     assert dash.rstrip().endswith("exec env -- -n x")
+
+
+def test_other_jobs_gpus_are_spread_over_devices_none_of_ours_is_counted_on() -> None:
+    from hsched.executors.slurm import _spread
+
+    def dev(node: str, i: int, t: str = "a100") -> dict[str, object]:
+        return {"uuid": f"{node}-{i}", "slurm_node": node, "name": t}
+
+    free = [dev("n1", 1), dev("n2", 0), dev("n2", 1), dev("n3", 0, "v100")]  # n1-0 is counted as ours
+    # that very GPU when it is free; else one of its node; else one of its type; never one of another type
+    assert _spread([("n2", "n2-1", "a100")], free) == ["n2-1"]
+    assert _spread([("n1", "n1-0", "a100")], free) == ["n1-1"]
+    assert _spread([("n1", "n1-0", "a100"), ("n1", "n1-1", "a100")], free) == ["n1-1", "n2-0"]
+    assert _spread([("n9", "n9-0", "v100"), ("n9", "n9-1", "v100")], free) == ["n3-0"]
+    assert _spread([], free) == []
