@@ -553,6 +553,7 @@ class _RoundState:
         self._absent_anywhere = frozenset().union(*fleet.absent_users.values()) if fleet.absent_users else frozenset()
         self._constraints: dict[str, Constraint | None] = {}
         self._nodes: dict[NodesKey, list[Node]] = {}
+        self._by_constraint: dict[str, list[Node]] = {}
         self._ranked: dict[NodesKey, list[Node]] = {}
         self._eligible: dict[tuple[str, tuple[str, ...], int | None], tuple[str, ...]] = {}
         self._missed: dict[tuple[object, ...], int] = {}
@@ -590,11 +591,17 @@ class _RoundState:
 
     def nodes_for(self, job: Job) -> list[Node]:
         """The up nodes the job may use: labelled as its constraint asks, its user present there."""
+        if not self._absent_anywhere:  # (the usual case, once per waiting job: no key to build)
+            got = self._by_constraint.get(job.spec.resources.constraint)
+            if got is not None:
+                return got
         key = self.nodes_key(job)
         got = self._nodes.get(key)
         if got is None:
             got = self._nodes[key] = [n for n in self.up
                                       if self.labelled(n.name, job) and not self.absent(n.name, job)]
+            if not self._absent_anywhere:
+                self._by_constraint[key[0]] = got
         return got
 
     def ranked(self, job: Job) -> list[Node]:

@@ -1,0 +1,72 @@
+"""What a round reads (issue 18): the store's unended jobs are read again only after the store changed, and then
+unchanged rows keep their Job objects; fair share usage is read again when it may have moved (a store change, a
+new user, USAGE_REFRESH_S on the controller's clock)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hsched.controller import commands, launching
+from hsched.model import JobState
+from hsched.testing import Lab
+
+
+async def test_a_round_reads_the_jobs_again_only_after_the_store_changed(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    async with Lab.open(tmp_path) as lab:
+        reads: list[int] = []
+        real = lab.ctl.store.job_rows
+
+        def counted(**kw: Any) -> Any:
+            reads.append(1)
+            return real(**kw)
+
+        monkeypatch.setattr(lab.ctl.store, "job_rows", counted)
+        jobs = [await lab.submit("x", gpus=4) for _ in range(3)]  # two start, one waits
+        await lab.round()
+        cache = launching.job_cache(lab.ctl)
+        first = {j.id: j for j in cache.jobs}
+        await lab.round()  # reads it again: the first round wrote (launches, reasons)
+        await lab.round()
+        before = len(reads)
+        await lab.round()
+        await lab.round()
+        assert len(reads) == before  # nothing was written: nothing read
+        waiting = next(j for j in cache.jobs if j.state is JobState.PENDING)
+        await commands.set_priority(lab.ctl, jobs[0].id, 5)  # a running job's row changes, the waiting one's not
+        await lab.round()
+        assert len(reads) == before + 1
+        again = {j.id: j for j in cache.jobs}
+        assert again[waiting.id] is waiting
+        assert again[jobs[0].id] is not first[jobs[0].id] and again[jobs[0].id].spec.priority == 5
+
+
+async def test_fair_share_usage_is_read_again_when_it_may_have_moved(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    async with Lab.open(tmp_path) as lab:
+        asked: list[float] = []
+        real = launching.round_usage
+
+        async def counted(ctl: Any, now: float, users: Any) -> dict[str, float]:
+            asked.append(now)
+            return await real(ctl, now, users)
+
+        monkeypatch.setattr(launching, "round_usage", counted)
+        for _ in range(3):
+            await lab.submit("x", gpus=4, user="ann")
+        await lab.round()
+        await lab.round()  # the first round's writes: read again
+        n = len(asked)
+        await lab.advance(1.0)
+        await lab.advance(1.0)
+        assert len(asked) == n  # nothing changed, well within USAGE_REFRESH_S
+        await lab.advance(launching.USAGE_REFRESH_S)
+        assert len(asked) == n + 1  # time enough for usage to have grown
+        await lab.advance(1.0)
+        assert len(asked) == n + 1
+        await lab.submit("y", gpus=1, user="bob")  # a store change and a new user
+        await lab.round()
+        assert len(asked) == n + 2
