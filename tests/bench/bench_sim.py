@@ -106,7 +106,8 @@ def round_latency(pending: int = 2000, gpus: int = 512, repeats: int = 15) -> No
             schedule_round(policy, inp, servers)
             times.append(time.perf_counter() - t0)
         med = statistics.median(times) * 1000
-        print(f"round with {pending} pending on {gpus} GPUs, {name:10s}: median {med:.1f} ms")
+        print(f"core only (schedule_round, no controller; the live round: bench_live.py): round with {pending} "
+              f"pending on {gpus} GPUs, {name:10s}: median {med:.1f} ms")
 
 
 def scale_run(n_jobs: int = 100_000, gpus: int = 1024, policies: tuple[str, ...] = ("las-hetero", "hsched")) -> None:
