@@ -22,16 +22,19 @@ picked travels as `--gres=gpu:TYPE:N` when the chosen devices share one type, el
 One hsched node per Slurm node (hsched passing `--nodelist`) was the other choice; it was not taken because
 it makes hsched a second cluster manager over nodes Slurm already schedules (other users' jobs, reservations,
 drains would race with hsched's placements), and because the fleet file then has to list every Slurm node by
-hand (one `[[node]]` per partition is what scales). Counting stays honest: the GPUs Slurm gave other users'
-jobs are reported busy in the monitoring samples (`GresUsed`), and the GPUs of hsched's own Slurm jobs as
-theirs, so hsched hands the group no more GPUs than Slurm has free.
+hand (one `[[node]]` per partition is what scales). Counting stays honest: a device name says which Slurm
+node the GPU is on, but hsched counts each of its jobs on the devices it placed it on, wherever Slurm put it;
+the monitoring samples then report the GPUs other jobs hold (`GresUsed`) on devices none of hsched's jobs is
+counted on, so the group's busy devices number exactly the GPUs Slurm has given out, and hsched hands the
+group no more GPUs than Slurm has free (a job that still does not fit waits in Slurm's queue).
 
 **A run is one Slurm batch job.** launch writes the run folder:
 
     slurm.sh      the batch script: `export NAME='value'` per environment variable, then `exec` of the argv,
                   each word single-quoted (executors/_slurm_text.batch_script): no shell reinterprets anything
-    slurm.json    {job_id, comment, cluster, partition, submitted}, written (fsync, rename) as soon as sbatch
-                  answered; then `final` once the job has ended: {state, exit_code, signal, end_time, nodes,
+    slurm.json    {comment, cluster, partition, devices} before sbatch (devices: what hsched counts the run
+                  on), {job_id, submitted, argv} added as soon as sbatch answered (each write fsync, rename);
+                  then `final` once the job has ended: {state, exit_status, exit_signal, end_time, nodes,
                   reason}, so its end is known even after Slurm forgot the job (MinJobAge, no accounting)
     output.log    stdout and stderr of the job (sbatch --output/--error), what `hsched logs` reads
     signals.log   one JSON line per signal hsched sent, as the node helper writes it ($HSCHED_RUN_DIR)
@@ -41,10 +44,11 @@ carries Slurm's job id as its `pid` (`pgid` 0, `start_ticks` the submit time, `b
 `slurm:<cluster>:<partition>`); the controller stores it like any handle. The token (a hash of the run folder)
 in the job's comment proves that a Slurm job id still names this run (a cluster whose state was wiped reuses
 ids). A controller restarted at any moment finds every run again: by the handle, else by slurm.json, else (it
-died between sbatch and slurm.json) by the comment in `squeue -u`; launch is idempotent per run folder (the
-folder is the lock, as on other nodes).
+died between sbatch and slurm.json, or sbatch's answer was lost) by the comment in `squeue -u`; launch is
+idempotent per run folder (the folder is the lock, as on other nodes).
 
-**Status** comes from one `squeue -h -t all -j ID,... -o FORMAT` per poll (cached for `poll_s`), and `scontrol
+**Status** comes from one `squeue -h -t all -j ID,... -o FORMAT` per poll (cached for `poll_s`, 1 s: the
+controller asks twice a second, Slurm asks its users not to poll that often), and `scontrol
 -d -o show job ID` once per run when it starts (which GPU indices where) and once when it ends (ExitCode=N:S;
 a run killed by signal S exits 128 + S, as elsewhere in hsched). A job pending in Slurm's queue is a RUNNING run
 for hsched (it has been handed to the group; Slurm decides when it starts). Slurm states: COMPLETED, FAILED,
@@ -52,6 +56,10 @@ CANCELLED, TIMEOUT, DEADLINE -> EXITED with Slurm's exit code (a job cancelled b
 OUT_OF_MEMORY -> EXITED with `oom`; NODE_FAIL, BOOT_FAIL, PREEMPTED -> LOST (its node or Slurm took it away:
 hsched requeues it by its rules). A job Slurm no longer knows, with no end recorded in slurm.json, is LOST.
 `sacct` is asked about jobs squeue no longer knows, where accounting exists.
+
+**Slurm away**: a failed command is followed by `scontrol ping`; when slurmctld does not answer, the call raises
+SlurmUnreachable (a NodeUnreachable) and monitoring stops, so the group turns UNREACHABLE on the controller's
+heartbeat; its jobs run on in Slurm and are reported again when it is back.
 
 **Signals**: `scancel --signal=SIG --full` (the batch step's main process, which is the run's command itself,
 its children, and every srun step), `--batch` for sbatch's `B:` and for a checkpoint request (only the main
@@ -442,32 +450,41 @@ class SlurmExecutor:
     async def _report(self, ref: _Ref, view: Mapping[int, text.QueueEntry]) -> RunReport:
         if ref.job_id is None:
             return RunReport(RunStatus.NOT_STARTED)
-        handle = self._handle(ref.run_dir, ref.job_id, await asyncio.to_thread(_submitted, ref.run_dir))
+        job_id = ref.job_id
+        handle = self._handle(ref.run_dir, job_id, await asyncio.to_thread(_submitted, ref.run_dir))
         if ref.final is not None:
             return _final_report(ref.final, handle)
-        entry = view.get(ref.job_id)
-        if entry is not None and not _same_job(entry.comment, ref.run_dir):
-            entry = None  # that id names another job now: Slurm's state was reset and the id reused
-        if entry is not None and entry.live:
-            self._ours[ref.job_id] = _Ours(ref.run_dir, ref.devices)
-            if entry.started and ref.job_id not in self._gpus:
-                detail = await self._detail(ref.job_id)
+        entry = view.get(job_id)
+        # that id names another job now (Slurm's state was wiped and ids start again): ours is gone
+        reused = entry is not None and not _same_job(entry.comment, ref.run_dir)
+        state = entry.state if entry is not None and not reused else None
+        detail: text.JobDetail | None = None
+        if entry is None:
+            # squeue did not list it: Slurm forgot it, or squeue failed for this batch; scontrol has the last word
+            detail = await self._detail(job_id)
+            if detail is not None and _same_job(detail.comment, ref.run_dir):
+                state = detail.state
+            else:
+                detail = None
+        if state in text.LIVE_STATES:
+            self._ours[job_id] = _Ours(ref.run_dir, ref.devices)
+            if state in text.STARTED_STATES and job_id not in self._gpus:
+                detail = detail or await self._detail(job_id)
                 if detail is not None:
-                    self._gpus[ref.job_id] = detail.gpus
+                    self._gpus[job_id] = detail.gpus
             return RunReport(RunStatus.RUNNING, handle=handle)
-        self._gpus.pop(ref.job_id, None)
-        self._ours.pop(ref.job_id, None)
         final: dict[str, Any] | None = None
-        if entry is not None:
-            detail = await self._detail(ref.job_id)
-            if detail is not None and detail.state == entry.state:
-                final = {"state": detail.state, "exit_status": detail.exit_status, "exit_signal": detail.exit_signal,
-                         "end_time": detail.end_time, "nodes": detail.nodes, "reason": detail.reason,
-                         "started": detail.nodes is not None}
-            else:  # gone between the two looks, or changed: ask again next time
-                return RunReport(RunStatus.RUNNING, handle=handle)
-        else:
-            final = await self._accounting(ref.job_id)
+        if state is not None:
+            detail = detail or await self._detail(job_id)
+            if detail is None or detail.state != state:
+                return RunReport(RunStatus.RUNNING, handle=handle)  # changed between two looks: ask again
+            final = {"state": detail.state, "exit_status": detail.exit_status, "exit_signal": detail.exit_signal,
+                     "end_time": detail.end_time, "nodes": detail.nodes, "reason": detail.reason,
+                     "started": detail.nodes is not None}
+        elif not reused:
+            final = await self._accounting(job_id)
+        self._gpus.pop(job_id, None)
+        self._ours.pop(job_id, None)
         if final is None:
             return RunReport(RunStatus.LOST, handle=handle)
         await asyncio.to_thread(_merge_record, ref.run_dir, {"final": final})

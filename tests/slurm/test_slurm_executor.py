@@ -273,6 +273,16 @@ def test_a_restarted_controller_finds_its_runs_again(slurm: SlurmCluster, runs: 
         assert rep.status is RunStatus.LOST
         [rep] = await executor(slurm).status([StatusQuery(str(runs / "never"), None)])
         assert rep.status is RunStatus.NOT_STARTED
+        # a Slurm job id that now names someone else's job (a cluster whose state was wiped starts ids again)
+        stranger = slurm.run("sbatch", "--parsable", "-o", "/dev/null", "--comment=hsched:1:ffffffffffffffff",
+                             "--wrap", "sleep 30").stdout.strip()
+        (runs / "reused").mkdir()
+        (runs / "reused" / "slurm.json").write_text(json.dumps({"job_id": int(stranger), "comment": "hsched:1:x"}))
+        [rep] = await executor(slurm).status([StatusQuery(str(runs / "reused"), None)])
+        assert rep.status is RunStatus.LOST
+        fake = RunHandle(str(runs / "reused"), int(stranger), 0, 0, executor(slurm).boot_id)
+        assert await executor(slurm).signal(fake, "KILL") is False  # never a signal to a stranger
+        assert slurm.job(stranger)["JobState"] in ("PENDING", "RUNNING")
 
     run(main())
 
