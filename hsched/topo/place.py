@@ -261,39 +261,65 @@ def _exact(p: _Problem) -> tuple[int, ...]:
     R, C = p.R, p.C
     cand = [u for u in p.cand if sum(1 for v in p.cand if v != u and R[u][v] >= best_t) >= k - 1]
     cls = _classes(p)
-    top_links = {u: sorted((C[u][v] for v in cand if v != u and R[u][v] >= best_t), reverse=True) for u in cand}
+    # who may be chosen with whom (every pair at least best_t); and prefix sums of each candidate's strongest
+    # links (NVLink counts, ranks) to those: what it can add to a set at most, for the bounds below
+    ok = {u: frozenset(v for v in cand if v != u and R[u][v] >= best_t) for u in cand}
+    top_links = {u: _prefix(sorted((C[u][v] for v in ok[u]), reverse=True), k) for u in cand}
+    top_ranks = {u: _prefix(sorted((R[u][v] for v in ok[u]), reverse=True), k) for u in cand}
+    row_r, total_r, numa_of = p.row_r, p.total_r, p.numa
     best: list[Any] = [None, ()]  # objective, set
 
-    def bound_links(chosen: list[int], cursum: int, rest: list[int]) -> int:
-        need = k - len(chosen)
-        gains = sorted((sum(C[u][v] for u in chosen) + sum(top_links[v][: need - 1]) / 2 for v in rest), reverse=True)
-        return cursum + int(sum(gains[:need]))
-
-    def dfs(pos: int, chosen: list[int], cursum: int, numa: frozenset[Any], skipped: frozenset[int]) -> None:
+    def dfs(pool: list[int], chosen: list[int], links: int, inner: int, rows: int, numa: frozenset[Any],
+            skipped: frozenset[int], to_c: list[int], to_r: list[int]) -> None:
+        """`pool`: the candidates after the last chosen one (in `cand` order) that may join every chosen one;
+        `links`/`inner`/`rows`: the chosen pairs' NVLinks and ranks, their rows' ranks; `to_c`/`to_r`: each
+        device's NVLinks and ranks to the chosen."""
         if len(chosen) == k:
             obj = _objective(p, chosen)
             if best[0] is None or obj > best[0]:
                 best[0], best[1] = obj, tuple(chosen)
             return
-        rest = [v for v in cand[pos:] if cls[v] not in skipped and all(R[u][v] >= best_t for u in chosen)]
-        if len(chosen) + len(rest) < k:
+        rest = [v for v in pool if cls[v] not in skipped]
+        need = k - len(chosen)
+        if need > len(rest):
             return
         if best[0] is not None:
-            ub = (bound_links(chosen, cursum, rest), -len(numa))
+            # every set here has the best weakest link (best_t), so (b, c, d) decide; a bound below the best so
+            # far cannot beat it, nor can one equal to it (ties keep the first found: the lowest indices)
+            gains = sorted([to_c[v] + top_links[v][need - 1] / 2 for v in rest], reverse=True)
+            ub = (links + int(sum(gains[:need])), -len(numa))
             if ub < (best[0][1], best[0][2]):
                 return
-        for i in range(pos, len(cand)):
-            v = cand[i]
-            if cls[v] in skipped or any(R[u][v] < best_t for u in chosen):
+            if ub == (best[0][1], best[0][2]):
+                # (d) at most: what the chosen leave, less each added device's row, plus its ranks to the chosen
+                # and half its strongest ranks to the others (each pair of added devices counted once)
+                gains = sorted([to_r[v] - row_r[v] + top_ranks[v][need - 1] / 2 for v in rest], reverse=True)
+                if total_r - rows + inner + sum(gains[:need]) <= best[0][3]:
+                    return
+        for i, v in enumerate(pool):
+            if cls[v] in skipped:
                 continue
-            if len(chosen) + (len(cand) - i) < k:
+            if len(chosen) + (len(pool) - i) < k:
                 return
-            dfs(i + 1, [*chosen, v], cursum + sum(C[u][v] for u in chosen), numa | {p.numa[v]}, skipped)
+            mates = ok[v]
+            dfs([w for w in pool[i + 1:] if w in mates], [*chosen, v], links + to_c[v], inner + to_r[v],
+                rows + row_r[v], numa | {numa_of[v]}, skipped,
+                [a + b for a, b in zip(to_c, C[v], strict=True)], [a + b for a, b in zip(to_r, R[v], strict=True)])
             # not taking v: later members of v's class are interchangeable with it, so skip them too
             skipped = skipped | {cls[v]}
 
-    dfs(0, [], 0, frozenset(), frozenset())
+    n = len(p.free)
+    dfs(cand, [], 0, 0, 0, frozenset(), frozenset(), [0] * n, [0] * n)
     return best[1]
+
+
+def _prefix(values: Sequence[int], length: int) -> list[int]:
+    """[0, v0, v0+v1, ...], at least `length` long (the whole sum repeated): the sum of the first m is out[m]."""
+    out = [0]
+    for v in values:
+        out.append(out[-1] + v)
+    out += [out[-1]] * (length - len(out))
+    return out
 
 
 # ---- heuristic ------------------------------------------------------------------------------------------
