@@ -24,12 +24,19 @@ FLEET = """
 name = "cluster"
 executor = "slurm"
 partition = "{partition}"
+
+[[node]]
+name = "ws1"
+[node.simulate]
+model = "RTX 4090"
+count = 2
 """
 
 
 @pytest.fixture
 def hs_slurm(slurm: SlurmCluster, tmp_path: Path) -> Iterator[Hs]:
-    """A controller whose fleet is the test cluster's partition, as one node group."""
+    """A controller whose fleet is the test cluster's partition, as one node group, and a workstation (this
+    machine, with two simulated RTX 4090): one queue over both."""
     fleet = tmp_path / "fleet.toml"
     fleet.write_text(FLEET.format(partition=slurm.partition))
     home = tmp_path / "home"
@@ -58,13 +65,21 @@ def job(h: Hs, jid: str) -> dict:  # type: ignore[type-arg]
 def test_a_job_goes_through_slurm_its_exit_code_and_log_come_back_and_cancel_ends_one(slurm: SlurmCluster,
                                                                                     hs_slurm: Hs) -> None:
     h = hs_slurm
-    nodes = wait_until(lambda: [n for n in h.json("nodes") if n["state"] == "UP"],  # type: ignore[union-attr]
-                       "the slurm group UP")
+    nodes = wait_until(lambda: [n for n in h.json("nodes") if n["state"] == "UP"  # type: ignore[union-attr]
+                                and n["executor"] == "slurm"], "the slurm group UP")
     [group] = nodes
     assert group["executor"] == "slurm" and len(group["devices"]) == 4 and group["cpus"] == 4
     assert {d["model"] for d in group["devices"]} == {"a100"}
     show_env = 'echo "cvd=$CUDA_VISIBLE_DEVICES job=$HSCHED_JOB_ID node=$HSCHED_NODE"; exit 3'
-    jid = h.run("submit", "--parsable", "--gpus", "1", "--", "sh", "-c", show_env, check=True).stdout.strip()
+    # one queue: the a100 job goes to the Slurm group, the 4090 job to the workstation
+    local = h.run("submit", "--parsable", "--gpus", "1", "--gpu-type", "4090", "--", "sleep", "2",
+                  check=True).stdout.strip()
+    jid = h.run("submit", "--parsable", "--gpus", "1", "--gpu-type", "a100", "--", "sh", "-c", show_env,
+                check=True).stdout.strip()
+    queue = {str(j["id"]): j for j in h.json("queue", "--all")}  # type: ignore[union-attr]
+    assert {local, jid} <= set(queue)
+    assert h.run("wait", local, "--timeout", "120").returncode == 0
+    assert job(h, local)["runs"][0]["node"] == "ws1" and not slurm_jobs(slurm, h, local)
     assert h.run("wait", jid, "--timeout", "120").returncode != 0
     shown = job(h, jid)
     assert shown["state"] == "FAILED" and shown["exit_code"] == 3
@@ -76,7 +91,8 @@ def test_a_job_goes_through_slurm_its_exit_code_and_log_come_back_and_cancel_end
     assert shown["runs"][0]["pid"] == int(sj["id"])  # the run's handle holds Slurm's job id
 
     # hsched cancel of a running job: gone from Slurm within 5 s
-    jid = h.run("submit", "--parsable", "--gpus", "2", "--", "sleep", "300", check=True).stdout.strip()
+    jid = h.run("submit", "--parsable", "--gpus", "2", "--gpu-type", "a100", "--", "sleep", "300",
+                check=True).stdout.strip()
     wait_until(lambda: [j for j in slurm_jobs(slurm, h, jid) if j["state"] == "RUNNING"], "the Slurm job running")
     wait_until(lambda: job(h, jid)["state"] == "RUNNING", "hsched's job running")
     t0 = time.monotonic()
@@ -92,7 +108,7 @@ def test_a_controller_killed_while_slurm_runs_its_job_follows_it_to_the_end(slur
                                                                            tmp_path: Path) -> None:
     h = hs_slurm
     go = tmp_path / "go"
-    jid = h.run("submit", "--parsable", "--gpus", "1", "--", "sh", "-c",
+    jid = h.run("submit", "--parsable", "--gpus", "1", "--gpu-type", "a100", "--", "sh", "-c",
                 f'while [ ! -e "{go}" ]; do sleep 0.1; done; echo finished', check=True).stdout.strip()
     wait_until(lambda: [j for j in slurm_jobs(slurm, h, jid) if j["state"] == "RUNNING"], "the Slurm job running")
     wait_until(lambda: job(h, jid)["state"] == "RUNNING", "hsched's job running")
@@ -116,7 +132,7 @@ def test_preempting_the_example_trainer_checkpoints_requeues_and_resumes_under_s
     requeues it and a second Slurm job resumes it from its checkpoint folder (HSCHED_RESUME=1)."""
     h = hs_slurm
     trainer = str(REPO / "examples" / "trainer.py")
-    jid = h.run("submit", "--parsable", "--gpus", "1", "--", "python3", trainer, "--steps", "30",
+    jid = h.run("submit", "--parsable", "--gpus", "1", "--gpu-type", "a100", "--", "python3", trainer, "--steps", "30",
                 "--step-seconds", "0.1", check=True).stdout.strip()
     wait_until(lambda: "step 3\n" in h.run("logs", jid).stdout, "the trainer at step 3")
     h.run("preempt", jid, check=True)
