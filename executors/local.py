@@ -7,6 +7,12 @@ server dies it is started again on the next call; while none can be started, eac
 `nodehelper.py CMD` once, as every call did before. Monitoring (`watch`) is a stream of its own, one more
 helper process for as long as it runs.
 
+Every local node of a fleet is this one machine, so they share that helper server (one per interpreter and
+event loop, `_Shared`): a fleet of 64 simulated local nodes runs one helper, not 64 (which cost 9 s of CPU to
+start and probe, and 64 Pythons' memory). What the nodes ask at the same moment is asked once: the status of
+every node's runs in one request (the watch loop asks all nodes together), and one probe of the machine for
+all the nodes probing it (a probe's answer is the machine's, whichever node asks).
+
 This machine shares the controller's disk: `remote_path` is the path itself and `put`/`get` are local
 copies (nothing to do when both sides are the same path).
 """
@@ -15,11 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import logging
 import sys
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +52,10 @@ SERVER_BACKOFF_MAX_S = 60.0
 """After helper servers died one after another: the longest wait before trying another (one-shot meanwhile)."""
 WATCH_STOP_S = 3.0
 """How long a watch helper has to end its nvidia-smi and exit after SIGTERM before it is killed."""
+STATUS_BATCH_MAX = 1024
+"""Runs in one status request to the shared helper (more go as several requests, answered in parallel)."""
+PIPE_LIMIT = 1 << 26
+"""The longest reply line read from the helper: the status of every local run at once is one line."""
 
 
 class _PipeChannel:
@@ -65,6 +77,196 @@ class _PipeChannel:
         self.stdin.close()
 
 
+class _Shared:
+    """One helper server for every LocalExecutor of one interpreter on one event loop (see the module's
+    docstring): started on the first call, started again when it dies (after doubling waits when servers die
+    one after another; meanwhile None: each call runs a helper of its own), ended when its last executor
+    closes. Status requests made at the same moment are sent as one; a probe in flight is shared."""
+
+    def __init__(self, python: str) -> None:
+        self.python = python
+        self.users: set[LocalExecutor] = set()
+        self.server: HelperClient | None = None
+        self.proc: asyncio.subprocess.Process | None = None
+        self.lock = asyncio.Lock()  # many first calls at once must start one server, not one each
+        self.failures = 0
+        self.retry_at = 0.0
+        self.statuses: list[tuple[list[dict[str, Any]], asyncio.Future[dict[str, Any]]]] = []
+        """Status requests waiting for this loop iteration's batch."""
+        self.statuses_timeout_s = 0.0
+        """The batch's time limit: the longest of its callers' (each caller's own is its executor's)."""
+        self.probing: dict[float, asyncio.Task[dict[str, Any]]] = {}
+        """Probes in flight by GPU timeout: a node that probes meanwhile gets the same answer."""
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.dropped: weakref.WeakSet[HelperClient] = weakref.WeakSet()
+        """Servers let go of because they died (closed, yet not by an executor's close())."""
+
+    @property
+    def pid(self) -> int | None:
+        if self.server is None or self.server.dead is not None or self.proc is None:
+            return None
+        return self.proc.pid
+
+    async def get(self, name: str) -> HelperClient | None:
+        srv = self.server
+        if srv is not None and srv.dead is None:
+            return srv
+        async with self.lock:
+            srv = self.server
+            if srv is not None and srv.dead is None:
+                return srv
+            if srv is not None:  # it died between calls
+                log.warning("%s: the helper server died (%s); starting another", name, srv.dead)
+                self.drop(srv)
+            if time.monotonic() < self.retry_at:
+                return None  # servers died one after another: a helper per call for a while
+            return await self._start(name)
+
+    async def _start(self, name: str) -> HelperClient | None:
+        try:
+            # its own session: a Ctrl-C meant for a controller in a terminal must not kill the helper mid-request
+            proc = await asyncio.create_subprocess_exec(
+                self.python, str(HELPER_PATH), "serve", stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
+                limit=PIPE_LIMIT)
+        except OSError as e:
+            log.info("%s: no helper server (%s); one helper per call", name, e)
+            self.failed()
+            return None
+        self.proc = proc
+        self.server = HelperClient("", _PipeChannel(proc))
+        return self.server
+
+    def failed(self) -> None:
+        """A server could not start or died: the next one at once the first time, then after doubling waits."""
+        self.failures += 1
+        n = self.failures
+        delay = 0.0 if n == 1 else min(SERVER_BACKOFF_MAX_S, 2.0 ** (n - 2))
+        self.retry_at = time.monotonic() + delay
+
+    def drop(self, srv: HelperClient) -> None:
+        """Let go of a dead server (unless another call did already) and count the failure."""
+        if self.server is not srv:
+            return
+        proc = self.proc
+        self.server = self.proc = None
+        self.dropped.add(srv)
+        srv.close()
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()  # its stdout closed but it lives on: nothing more will come from it
+        self.failed()
+
+    # ---------------------------------------------------------------------------- asked together
+
+    async def status(self, srv: HelperClient, runs: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+        """`srv`'s status reply for `runs`, asked together with every other status request of this moment (the
+        watch loop asks each node's at once): one request, one thread in the helper, one reply line."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[dict[str, Any]] = loop.create_future()
+        if not self.statuses:
+            # sent once the other callers of this moment, already scheduled on the loop, have added theirs
+            loop.call_soon(self._send_statuses, srv)
+            self.statuses_timeout_s = 0.0
+        self.statuses.append((runs, fut))
+        self.statuses_timeout_s = max(self.statuses_timeout_s, timeout_s)
+        return await fut
+
+    def _send_statuses(self, srv: HelperClient) -> None:
+        batch, self.statuses = self.statuses, []
+        task = asyncio.get_running_loop().create_task(self._statuses(srv, batch, self.statuses_timeout_s))
+        self.tasks.add(task)  # kept until done: a task nobody holds may be collected midway
+        task.add_done_callback(self.tasks.discard)
+
+    @staticmethod
+    async def _statuses(srv: HelperClient, batch: list[tuple[list[dict[str, Any]], asyncio.Future[dict[str, Any]]]],
+                        timeout_s: float) -> None:
+        everything = [r for runs, _fut in batch for r in runs]
+        chunks = [everything[i:i + STATUS_BATCH_MAX] for i in range(0, len(everything), STATUS_BATCH_MAX)]
+        try:
+            replies = await asyncio.gather(*(srv.call("status", {"runs": c}, timeout_s) for c in chunks))
+        except asyncio.CancelledError:
+            for _runs, fut in batch:
+                fut.cancel()
+            raise
+        except Exception as e:  # every caller gets what the one request got (NodeUnreachable: each decides)
+            for _runs, fut in batch:
+                if not fut.done():
+                    fut.set_exception(e)
+            return
+        error = next((r for r in replies if "error" in r), None)
+        reports = [rep for r in replies for rep in (r.get("runs") or [])]
+        if error is None and len(reports) != len(everything):
+            error = {"error": f"status: {len(reports)} reports for {len(everything)} runs"}
+        at = 0
+        for runs, fut in batch:
+            part = error if error is not None else {"runs": reports[at:at + len(runs)]}
+            at += len(runs)
+            if not fut.done():  # a caller that gave up (its own timeout) is not answered
+                fut.set_result(part)
+
+    async def probe(self, srv: HelperClient, gpu_timeout_s: float, timeout_s: float) -> dict[str, Any]:
+        """The machine's probe: one in flight at a time per GPU timeout, its answer every asking node's."""
+        task = self.probing.get(gpu_timeout_s)
+        if task is None or task.done():
+            task = asyncio.get_running_loop().create_task(
+                srv.call("probe", {"gpu_timeout_s": gpu_timeout_s}, timeout_s))
+            self.probing[gpu_timeout_s] = task
+
+            def done(t: asyncio.Task[dict[str, Any]]) -> None:
+                if self.probing.get(gpu_timeout_s) is t:
+                    del self.probing[gpu_timeout_s]
+                if not t.cancelled():
+                    t.exception()  # retrieved here too: all its callers may have given up on it
+
+            task.add_done_callback(done)
+        # shielded: one node's caller giving up must not cancel the others' probe; a copy each, as each node
+        # keeps its own
+        return copy.deepcopy(await asyncio.shield(task))
+
+    # ------------------------------------------------------------------------------------ ending
+
+    async def close(self) -> None:
+        """The last executor let go: close the server's stdin (it kills its probe children at once, answers the
+        rest, then exits), killed if it has not gone after 5 s."""
+        srv, proc = self.server, self.proc
+        self.server = self.proc = None
+        if srv is not None:
+            srv.close()
+        if proc is not None and proc.returncode is None:
+            try:
+                async with asyncio.timeout(5):
+                    await proc.wait()
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+
+    def abandon(self) -> None:
+        """Its loop is gone (a script with one asyncio.run per call): its pipes cannot be used from another
+        loop, so close the server's stdin by hand; it then exits by itself."""
+        proc = self.proc
+        self.server = self.proc = None
+        if proc is not None and proc.stdin is not None:
+            pipe = proc.stdin.transport.get_extra_info("pipe")
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
+
+_SHARED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Shared]] = weakref.WeakKeyDictionary()
+
+
+def _shared(python: str) -> _Shared:
+    """This loop's helper server for `python` (made on first use)."""
+    loop = asyncio.get_running_loop()
+    by_python = _SHARED.setdefault(loop, {})
+    shared = by_python.get(python)
+    if shared is None:
+        shared = by_python[python] = _Shared(python)
+    return shared
+
+
 class LocalExecutor:
     """The executor protocol on this machine (see executors/base.py).
 
@@ -73,7 +275,8 @@ class LocalExecutor:
         simulate: simulated devices this node reports in its monitoring samples.
         timeout_s: one helper request.
         python: the interpreter that runs the helper (and so the runs' wrappers).
-        serve: keep one helper server; False runs a helper per call (slower; for comparisons).
+        serve: use the helper server (shared by the local nodes); False runs a helper per call (slower; for
+            comparisons).
     """
 
     kind = "local"
@@ -88,108 +291,63 @@ class LocalExecutor:
         self.serve = serve
         self.last_contact: float | None = None
         self.last_error: ExecutorError | None = None
-        self._server: HelperClient | None = None
-        self._proc: asyncio.subprocess.Process | None = None
-        self._server_lock = asyncio.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        """The event loop the server's pipes belong to."""
-        self._server_failures = 0
-        self._server_retry_at = 0.0
+        self._shared: _Shared | None = None
+        """The helper server this executor uses, on the loop it was last called from."""
 
     # ----------------------------------------------------------------------------------- the helper
 
     @property
     def server_pid(self) -> int | None:
         """The helper server's pid while one is up (None: none yet, or calls are one-shot for now)."""
-        if self._server is None or self._server.dead is not None or self._proc is None:
-            return None
-        return self._proc.pid
+        return self._shared.pid if self._shared is not None else None
 
-    def _on_this_loop(self) -> None:
-        """Calls from another event loop than the server's (a script with one asyncio.run per call): the old
-        loop's pipes cannot be used here, so close the old server's stdin by hand (it then exits by itself)
-        and start afresh on this loop."""
-        loop = asyncio.get_running_loop()
-        if self._loop is loop:
-            return
-        proc = self._proc
-        self._server = self._proc = None
-        if proc is not None and proc.stdin is not None:
-            pipe = proc.stdin.transport.get_extra_info("pipe")
-            if pipe is not None:
-                with contextlib.suppress(OSError):
-                    pipe.close()
-        self._loop = loop
-        self._server_lock = asyncio.Lock()
+    @property
+    def _proc(self) -> asyncio.subprocess.Process | None:
+        return self._shared.proc if self._shared is not None else None
 
-    async def _server_or_none(self) -> HelperClient | None:
-        self._on_this_loop()
-        srv = self._server
-        if srv is not None and srv.dead is None:
-            return srv
+    def _attach(self) -> _Shared:
+        """This loop's shared server, let go of another loop's (a script with one asyncio.run per call)."""
+        shared = _shared(self.python)
+        old = self._shared
+        if old is not shared:
+            if old is not None:
+                old.users.discard(self)
+                if not old.users:
+                    old.abandon()
+            shared.users.add(self)
+            self._shared = shared
+        return shared
+
+    async def _server_or_none(self) -> tuple[_Shared, HelperClient] | None:
+        shared = self._attach()
         if not self.serve:
             return None
-        async with self._server_lock:  # many first calls at once must start one server, not one each
-            srv = self._server
-            if srv is not None and srv.dead is None:
-                return srv
-            if srv is not None:  # it died between calls
-                log.warning("%s: the helper server died (%s); starting another", self.name, srv.dead)
-                self._drop(srv)
-            if time.monotonic() < self._server_retry_at:
-                return None  # servers died one after another: a helper per call for a while
-            return await self._start_server()
-
-    async def _start_server(self) -> HelperClient | None:
-        try:
-            # its own session: a Ctrl-C meant for a controller in a terminal must not kill the helper mid-request
-            proc = await asyncio.create_subprocess_exec(
-                self.python, str(HELPER_PATH), "serve", stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
-        except OSError as e:
-            log.info("%s: no helper server (%s); one helper per call", self.name, e)
-            self._server_failed()
-            return None
-        self._proc = proc
-        self._server = HelperClient(self.name, _PipeChannel(proc))
-        return self._server
-
-    def _server_failed(self) -> None:
-        """A server could not start or died: the next one at once the first time, then after doubling waits."""
-        self._server_failures += 1
-        n = self._server_failures
-        delay = 0.0 if n == 1 else min(SERVER_BACKOFF_MAX_S, 2.0 ** (n - 2))
-        self._server_retry_at = time.monotonic() + delay
-
-    def _drop(self, srv: HelperClient) -> None:
-        """Let go of a dead server (unless another call did already) and count the failure."""
-        if self._server is not srv:
-            return
-        proc = self._proc
-        self._server = self._proc = None
-        srv.close()
-        if proc is not None and proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()  # its stdout closed but it lives on: nothing more will come from it
-        self._server_failed()
+        srv = await shared.get(self.name)
+        return None if srv is None else (shared, srv)
 
     async def _call(self, command: str, request: dict[str, Any]) -> dict[str, Any]:
-        srv = await self._server_or_none()
-        if srv is not None:
+        got = await self._server_or_none()
+        if got is not None:
+            shared, srv = got
             try:
-                reply = await srv.call(command, request, self.timeout_s)
+                if command == "status":
+                    reply = await shared.status(srv, request["runs"], self.timeout_s)
+                elif command == "probe":
+                    reply = await shared.probe(srv, request["gpu_timeout_s"], self.timeout_s)
+                else:
+                    reply = await srv.call(command, request, self.timeout_s)
             except NodeUnreachable:
                 if srv.dead is None:  # alive but silent: a second helper would only wait as long
                     raise NodeUnreachable(
                         f"node helper '{command}' did not answer within {self.timeout_s:g} s") from None
-                if srv.closed:  # close() while it waited: no helper may start after close
+                if srv.closed and srv not in shared.dropped:  # close() while it waited: no helper after close
                     raise NodeUnreachable(f"node helper '{command}': the executor was closed") from None
                 # the server died under this request: once more on a helper of its own (launch is
                 # idempotent per run folder; the rest only read, or signal a run that is still there)
                 log.warning("%s: the helper server died (%s); starting another", self.name, srv.dead)
-                self._drop(srv)
+                shared.drop(srv)
             else:
-                self._server_failures = 0
+                shared.failures = 0
                 self.last_contact = time.time()
                 return check_reply(reply, "", command)
         return await self._oneshot(command, request)
@@ -355,21 +513,12 @@ class LocalExecutor:
         return e
 
     async def close(self) -> None:
-        self._on_this_loop()
-        srv, proc = self._server, self._proc
-        self._server = self._proc = None
-        if srv is not None:
-            # closes its stdin: the server kills its probe children at once, answers the rest, then exits
-            # (killed after 5 s; probe children die with it)
-            srv.close()
-        if proc is not None and proc.returncode is None:
-            try:
-                async with asyncio.timeout(5):
-                    await proc.wait()
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                await proc.wait()
+        """Let go of the helper server; the last local node to close it ends it (see _Shared.close)."""
+        shared = self._attach()
+        self._shared = None
+        shared.users.discard(self)
+        if not shared.users:
+            await shared.close()
 
 
 async def _end_watch(proc: asyncio.subprocess.Process) -> None:
