@@ -112,6 +112,8 @@ BATCH = 200
 """Job ids per squeue call (its command line stays short)."""
 DETAIL_CALLS = 8
 """`scontrol show job` calls at once."""
+ENDING_STATES = frozenset({"COMPLETING", "STAGE_OUT"})
+"""The job's script has ended; Slurm is cleaning up: nothing left to signal."""
 DROPPED_ENV = ("CUDA_VISIBLE_DEVICES",)
 """Slurm sets these in the job from what it allocated; hsched's values name its own view of the group."""
 
@@ -505,6 +507,8 @@ class SlurmExecutor:
         entry = (await self._queue_view([job_id], fresh=True)).get(job_id)
         if entry is None or not entry.live or not _same_job(entry.comment, handle.run_dir):
             return False
+        if entry.state in ENDING_STATES:
+            return False  # its processes are already being ended and cleaned up
         goes_on = purpose in ("checkpoint", "warning")
         if not entry.started:
             if goes_on:
@@ -522,7 +526,7 @@ class SlurmExecutor:
             return True
         # it may have ended in between (then nothing was sent); anything else is an error worth a line
         entry = (await self._queue_view([job_id], fresh=True)).get(job_id)
-        if entry is None or not entry.live:
+        if entry is None or not entry.live or entry.state in ENDING_STATES:
             return False
         raise SlurmError(f"{self.name}: scancel {job_id} failed: {_first_line(res.err) or res.rc}", "scancel")
 
