@@ -27,7 +27,7 @@ def test_spec_file_round_trip(tmp_path: Path) -> None:
     spec = load_job_spec(p)
     assert spec.command == ("python", "train.py", "--epochs", "3")
     assert spec.resources.gpus == 4 and spec.resources.interconnect is Interconnect.NVLINK
-    assert spec.resources.gpu_memory_mib == 40960
+    assert spec.resources.gpu_memory_mib == 38146  # 40 GB, as vendors count (issue 15)
     assert spec.checkpoint_signal.signal == "USR1" and spec.checkpoint_signal.grace_s == 60
     assert spec.time_limit_s == 5400
     assert spec.env == (("WANDB_MODE", "offline"),)
