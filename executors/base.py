@@ -57,6 +57,9 @@ class LaunchRequest:
     base_dir: str | None = None
     """Lab mode: the controller folder under which the run folder and checkpoint folder are made passable
     (0711) for the user; an executor that maps paths gives the node's own."""
+    time_limit_s: float | None = None
+    """A hard limit a backend with its own (Slurm's `--time`) may enforce as a safety net: the job's limit plus
+    its grace and the kill delay, so that hsched's own stop (signal, grace, kill) always comes first."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,8 +73,9 @@ must be on a filesystem the Slurm nodes share, as any sbatch user's home is (`re
 
 Not yet (issue 17): multi-rank jobs (`--nodes` > 1 or `--tasks-per-node` > 1 need one sbatch per attempt, not
 one per rank: the controller launches ranks one by one, so such a launch is refused with one line); sbatch's
-`--time`, `--signal` and `--constraint` from the job spec (the LaunchRequest does not carry them; hsched
-enforces the time limit and its warning signal itself, by scancel); lab mode (jobs as their owners: a launch
+`--signal` and `--constraint` from the job spec (hsched sends the warning signal itself, by scancel, and its
+constraints name the fleet file's labels, not Slurm's features; the time limit goes to sbatch's `--time` only
+as a safety net past hsched's own stop); lab mode (jobs as their owners: a launch
 for another user is refused rather than run as the controller's user); reaching Slurm over SSH to a login node.
 """
 
@@ -336,7 +337,7 @@ class SlurmExecutor:
             partition=self.partition, account=self.account, qos=self.qos, cluster=self.cluster,
             gpus_per_node=len(req.devices), gpu_type=gpu_type,
             cpus_per_task=-(-int(req.cpu_limit * 1000) // 1000) if req.cpu_limit else None,
-            memory_mib=req.memory_mib)
+            memory_mib=req.memory_mib, time_limit_s=req.time_limit_s)
         submitted = time.time()
         try:
             res = await self._run(*text.sbatch_argv(sb))

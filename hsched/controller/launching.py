@@ -516,7 +516,8 @@ async def launch(ctl: Controller, job: Job, run: Run) -> None:
                                 stop_grace_s=job.spec.checkpoint_signal.grace_s,
                                 # lab mode: the node's helper (root) runs it as its owner, by name
                                 user=job.user if ctl.home.lab else None,
-                                base_dir=str(ctl.home.root) if ctl.home.lab else None)
+                                base_dir=str(ctl.home.root) if ctl.home.lab else None,
+                                time_limit_s=backend_limit(ctl, job))
             handle = await rt.executor.launch(req)
     except (ExecutorError, TimeoutError) as e:
         await launch_failed(ctl, job, run, str(e) or "launch timed out")
@@ -529,6 +530,19 @@ async def launch(ctl: Controller, job: Job, run: Run) -> None:
             await send(ctl, job.id, "TERM", all_processes=True, batch_only=False,
                        purpose=current.reason or "cancelled")
     await ctl.notify()
+
+
+BACKEND_LIMIT_MARGIN_S = 60.0
+
+
+def backend_limit(ctl: Controller, job: Job) -> float | None:
+    """The job's time limit for a backend that enforces one itself (Slurm): past hsched's whole stop (the
+    limit, the signal's grace, the kill delay) and a margin, so hsched's stop always comes first and the
+    backend's only catches a job hsched lost sight of."""
+    if job.spec.time_limit_s is None:
+        return None
+    return (job.spec.time_limit_s + job.spec.checkpoint_signal.grace_s + ctl.settings.kill_after_s
+            + BACKEND_LIMIT_MARGIN_S)
 
 
 USERS_RECHECK_S = 60.0
