@@ -190,7 +190,7 @@ async def check_health(ctl: Controller) -> bool:
                 rt.unreachable_since = beat if beat is not None else now
                 if old not in AWAY:
                     await ctl.event("node", f"{rt.name} is {state.value.lower()}: {message}", node=rt.name)
-            if now - rt.unreachable_since > ctl.settings.lease_s:
+            if now - rt.unreachable_since > ctl.settings.lease_s and holds_leases(rt):
                 changed |= await expire_lease(ctl, rt, now)
         if state is NodeState.UNHEALTHY and old is not NodeState.UNHEALTHY:
             await ctl.event("node", f"{rt.name} is unhealthy: {message}; no new work goes there", node=rt.name)
@@ -201,6 +201,13 @@ async def check_health(ctl: Controller) -> bool:
             rt.node = replace(rt.node, state=state, message=message)
             changed = True
     return changed
+
+
+def holds_leases(rt: NodeRuntime) -> bool:
+    """Whether the node's runs are given up after the lease. Not a Slurm group's: slurmctld away does not stop
+    its jobs (slurmd runs them), and Slurm says how each ended once it answers again (a node that failed is
+    NODE_FAIL there); requeueing them here would run them twice."""
+    return rt.config.executor != "slurm"
 
 
 async def expire_lease(ctl: Controller, rt: NodeRuntime, now: float) -> bool:
