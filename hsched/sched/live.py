@@ -22,6 +22,13 @@ go over a QoS cap (hsched.sched.limits) neither starts nor preempts; it waits wi
 reads `FleetView.user_usage` (decayed GPU-seconds per share, from the store: hsched.fairshare); `--gpu-type`
 names that settings alias (`[gpu_models.aliases]`) are read as the models they stand for.
 
+Cost (issue 18): a round is linear in the queue plus the fleet, not their product. `_RoundState` indexes the
+round once (nodes per constraint and user, eligible devices per request shape and node, free devices per node,
+the running jobs QoS may preempt); a search that failed is not repeated for an equal request until devices, CPUs or
+victims change hands; while no device is free or being released, a waiting job that may preempt no class that runs
+costs a lookup. Between rounds, the views of waiting jobs and their waits are kept (module globals, swapped whole
+each round) for as long as the very same Job objects come back (the controller keeps unchanged jobs).
+
 Pure: no I/O.
 """
 
@@ -344,11 +351,12 @@ def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
     else:
         rest = order(queue)
     decisions.extend(st.settle_all(rest, core_waiting))
-    _WAITS[0] = st.waits
+    global _WAITS
+    _WAITS = st.waits
     return decisions
 
 
-_WAITS: list[dict[int, Wait]] = [{}]
+_WAITS: dict[int, Wait] = {}
 """The last round's waits by job id (`_RoundState.wait`); only the last round's, so ended jobs do not pile up."""
 
 
@@ -563,7 +571,7 @@ class _RoundState:
         self._choosable = (-1, frozenset[str]())
         # no QoS caps and no absent users: a job's only ways to go are free devices, released ones and victims
         self._plain = not fleet.limits and not self._absent_anywhere
-        self._last_waits = _WAITS[0]
+        self._last_waits = _WAITS
         self.waits: dict[int, Wait] = {}
         """This round's waits, by job: the next round's `_last_waits`."""
         self._quiet = (-1, False)
