@@ -1,10 +1,11 @@
 """The `hsched` command line: a Typer app (hsched/cli/_app.py), each submodule registering its commands on it.
 
-`main()`, the console script, answers two things without importing Typer, whose import (with the click it
-carries, and rich) costs about three times a bare Python start: `hsched --version`, and a plain
-`hsched submit [OPTIONS] -- COMMAND` (hsched/cli/submitting.py parses it; whatever it is not sure of, such as a
-spec file, a batch script, --help or a value it would have to check, goes to Typer, which answers exactly as it
-always did). `from hsched.cli import app` still gives the Typer app (built on first use).
+`main()`, the console script, answers the hottest commands without importing Typer, whose import (with the
+click it carries, and the pydantic it loads to parse) costs several times a bare Python start: `hsched
+--version`, a plain `hsched submit [OPTIONS] -- COMMAND` (hsched/cli/submitting.py) and `hsched queue [OPTIONS]`
+(hsched/cli/listing.py). Whatever a quick path is not sure of (a spec file, a batch script, --help, a value it
+would have to check: hsched/cli/quick.py) goes to Typer, which answers exactly as it always did. `from
+hsched.cli import app` still gives the Typer app (built on first use).
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ def main() -> None:
             from hsched.cli.submitting import quick_submit
 
             code = quick_submit(argv[1:])
+            if code is not None:
+                sys.exit(code)
+        elif argv[:1] == ["queue"]:
+            from hsched.cli.listing import quick_queue
+
+            code = quick_queue(argv[1:])
             if code is not None:
                 sys.exit(code)
     from hsched.cli._app import run

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,16 @@ import typer
 
 from hsched.cli import complete
 from hsched.cli._common import EXIT_FAILED, handle_errors, print_json
+from hsched.cli.listing import (  # noqa: F401  (the queue's pieces, typer-free there; imported from here too)
+    _clock,
+    _elapsed,
+    _limit,
+    _states,
+    _where,
+    format_queue,
+    queue_rows,
+    render_queue,
+)
 from hsched.errors import UserError
 
 
@@ -38,140 +47,6 @@ def batch_script(path: str) -> Any:
     from hsched.batch import read_batch_script
 
     return read_batch_script(Path(path))
-
-
-def _elapsed(job: dict[str, Any]) -> str:
-    start = job.get("start_time")
-    if not start:
-        return "0:00"
-    t0 = datetime.fromisoformat(start.replace("Z", "+00:00")).timestamp()
-    end = job.get("end_time")
-    t1 = datetime.fromisoformat(end.replace("Z", "+00:00")).timestamp() if end else time.time()
-    return _clock(max(0, int(t1 - t0)), short=True)
-
-
-def _clock(s: int, *, short: bool = False) -> str:
-    """Seconds as squeue writes times: D-HH:MM:SS, H:MM:SS, or (short) M:SS under an hour."""
-    d, s = divmod(s, 86400)
-    h, s = divmod(s, 3600)
-    m, s = divmod(s, 60)
-    if d:
-        return f"{d}-{h:02d}:{m:02d}:{s:02d}"
-    return f"{h}:{m:02d}:{s:02d}" if h or not short else f"{m}:{s:02d}"
-
-
-def _where(job: dict[str, Any]) -> str:
-    if job["placement"]:
-        parts = []
-        for p in job["placement"]:
-            parts.append(f"{p['node']}[{len(p['devices'])}]" if p["devices"] else p["node"])
-        return ",".join(parts)
-    return f"({job['reason']})" if job.get("reason") else ""
-
-
-def queue_rows(jobs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    """(JOBID text, job) per row, as squeue: an array's pending tasks in one row (`12_[3-99%8]`, at the place of
-    its first), its other tasks one row each (`12_0`)."""
-    from hsched.arrays import pending_label
-
-    pending: dict[int, list[dict[str, Any]]] = {}
-    for j in jobs:
-        if j.get("array_id") is not None and j["state"] == "PENDING":
-            pending.setdefault(j["array_id"], []).append(j)
-    rows: list[tuple[str, dict[str, Any]]] = []
-    shown: set[int] = set()
-    for j in jobs:
-        aid = j.get("array_id")
-        if aid is not None and j["state"] == "PENDING" and len(pending[aid]) > 1:
-            if aid not in shown:
-                shown.add(aid)
-                limit = j.get("array_limit")
-                rows.append((pending_label(aid, [t["array_task"] for t in pending[aid]], limit), j))
-            continue
-        rows.append((str(j.get("display_id") or j["id"]), j))
-    return rows
-
-
-def _states(text: str) -> set[str]:
-    """squeue -t's list: state names or codes (PD, R, CG, CD, F, CA, TO...), any case."""
-    from hsched.model import JobState
-    from hsched.theme import state_code
-
-    by_code = {state_code(s.value): s.value for s in JobState}
-    out = set()
-    for raw in text.split(","):
-        word = raw.strip().upper()
-        if not word:
-            continue
-        if word in {s.value for s in JobState}:
-            out.add(word)
-        elif word in by_code:
-            out.add(by_code[word])
-        else:
-            known = ", ".join(f"{code} ({name.lower()})" for code, name in sorted(by_code.items()))
-            raise UserError(f"--states {raw.strip()!r}: not a state; known: {known}")
-    return out
-
-
-def format_queue(jobs: list[dict[str, Any]], fmt: str) -> list[str]:
-    """Lines as squeue -o FORMAT writes them (a header line first), one per queue row."""
-    import re
-
-    from hsched.theme import state_code
-
-    fields: dict[str, tuple[str, Any]] = {
-        "i": ("JOBID", lambda label, j: label), "j": ("NAME", lambda label, j: j["name"]),
-        "u": ("USER", lambda label, j: j["user"]), "t": ("ST", lambda label, j: state_code(j["state"])),
-        "T": ("STATE", lambda label, j: j["state"]), "q": ("QOS", lambda label, j: j["qos"]),
-        "p": ("PRIORITY", lambda label, j: j["priority"]), "b": ("GPUS", lambda label, j: j["gpus"]),
-        "D": ("NODES", lambda label, j: j["nodes"]), "M": ("TIME", lambda label, j: _elapsed(j)),
-        "l": ("TIME_LIMIT", lambda label, j: _limit(j.get("time_limit_s"))),
-        "R": ("NODELIST(REASON)", lambda label, j: _where(j)), "r": ("REASON", lambda label, j: j["reason"]),
-        "V": ("SUBMIT_TIME", lambda label, j: j["submit_time"]), "S": ("START_TIME", lambda label, j: j["start_time"]),
-    }
-    spec = re.compile(r"%(\.)?(\d+)?([A-Za-z%])")
-    for m in spec.finditer(fmt):
-        if m.group(3) not in fields and m.group(3) != "%":
-            raise UserError(f"--format {fmt!r}: unknown field %{m.group(3)}; known: "
-                            + " ".join(f"%{k}" for k in fields))
-
-    def line(row: tuple[str, dict[str, Any]] | None) -> str:
-        def one(m: re.Match[str]) -> str:
-            if m.group(3) == "%":
-                return "%"
-            title, get = fields[m.group(3)]
-            value = title if row is None else get(row[0], row[1])
-            text = "" if value is None else str(value)
-            if m.group(2):
-                width = int(m.group(2))
-                text = text[:width]
-                text = text.rjust(width) if m.group(1) else text.ljust(width)
-            return text
-        return spec.sub(one, fmt)
-
-    return [line(None), *(line(r) for r in queue_rows(jobs))]
-
-
-def _limit(seconds: float | None) -> str:
-    return _clock(int(seconds)) if seconds else "UNLIMITED"
-
-
-def render_queue(jobs: list[dict[str, Any]]) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    from hsched.theme import state_code, state_color
-
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("JOBID", "NAME", "USER", "ST", "QOS", "PRIO", "GPUS", "TIME", "NODES(REASON)"):
-        table.add_column(col, justify="right" if col in ("JOBID", "PRIO", "GPUS", "TIME") else "left")
-    for label, j in queue_rows(jobs):
-        color = state_color(j["state"])
-        # names and users are the submitters' text: shown as written, never read as rich markup
-        table.add_row(label, escape(j["name"][:24]), escape(j["user"]), f"[{color}]{state_code(j['state'])}[/]",
-                      j["qos"], str(j["priority"]), str(j["gpus"]), _elapsed(j), escape(_where(j)))
-    Console().print(table)
 
 
 def register(app: typer.Typer) -> None:
@@ -285,25 +160,9 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="A JSON list of job objects."),
     ) -> None:
         """List jobs (pending and active; --all for every job)."""
-        wanted = _states(states) if states else None
-        ended = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "LOST"}
-        with _client() as c:
-            jobs = c.call("queue", all=all_jobs or bool(wanted and wanted & ended))
-        if me:
-            user = _user()
-            jobs = [j for j in jobs if j["user"] == user]
-        if users:
-            allowed = {u.strip() for u in users.split(",") if u.strip()}
-            jobs = [j for j in jobs if j["user"] in allowed]
-        if wanted:
-            jobs = [j for j in jobs if j["state"] in wanted]
-        if as_json:
-            print_json(jobs)
-        elif fmt:
-            for line in format_queue(jobs, fmt):
-                print(line)
-        else:
-            render_queue(jobs)
+        from hsched.cli import listing
+
+        listing.queue(all_jobs=all_jobs, me=me, users=users, states=states, fmt=fmt, as_json=as_json)
 
     @app.command()
     @handle_errors

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import os
 
-from hsched.cli._common import EXIT_OK, exit_code_of, permission_problem, print_json
+from hsched.cli import quick
+from hsched.cli._common import print_json
+from hsched.cli.quick import FLAG, INT, MANY, TEXT
 from hsched.errors import UserError
 
 TYPE_CHECKING = False  # typing is left to the type checker (a few ms of every quick submit)
 if TYPE_CHECKING:
     from typing import Any
-
-INT, TEXT, MANY, FLAG = "int", "text", "many", "flag"
 
 OPTIONS: dict[str, tuple[tuple[str, ...], str, int | None, int | None]] = {
     # parameter name: (option names, kind, min, max), as hsched/cli/jobs.py's submit declares them
@@ -55,8 +55,6 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str, int | None, int | None]] = {
     "parsable": (("--parsable",), FLAG, None, None),
 }
 
-_BY_OPTION = {opt: name for name, (opts, *_rest) in OPTIONS.items() for opt in opts}
-
 
 def _client() -> Any:
     from hsched.client import Client
@@ -79,62 +77,14 @@ def _user() -> str:
         return str(os.getuid())
 
 
-def _integer(text: str, low: int | None, high: int | None) -> int | None:
-    """`text` as Typer would read it, when it is plainly a number in range; None when Typer must decide."""
-    if not (text.isascii() and text.isdigit()):
-        return None  # signs, spaces, underscores, words: Typer converts them or says what is wrong
-    value = int(text)
-    if (low is not None and value < low) or (high is not None and value > high):
-        return None
-    return value
-
-
 def parse(argv: list[str]) -> tuple[dict[str, Any], list[str]] | None:
     """(parameters as Typer would pass them, the command) for a plain `submit` argv; None when in doubt."""
-    params: dict[str, Any] = {}
-    i = 0
-    while i < len(argv):
-        word = argv[i]
-        if word == "--":
-            i += 1
-            break
-        if not word.startswith("-") or word == "-":
-            break  # the command (Typer's parser stops at the first argument too)
-        opt, eq, attached = word.partition("=") if word.startswith("--") else (word, "", "")
-        name = _BY_OPTION.get(opt)
-        if name is None or (name in params and OPTIONS[name][1] != MANY):
-            return None  # unknown (or -h, -G4, -abc), or given twice: Typer's to read or refuse
-        _opts, kind, low, high = OPTIONS[name]
-        if kind == FLAG:
-            if eq:
-                return None
-            params[name] = True
-            i += 1
-            continue
-        if eq:
-            value = attached
-            i += 1
-        else:
-            if i + 1 >= len(argv):
-                return None  # "requires an argument": Typer says it
-            value = argv[i + 1]
-            i += 2
-        if value.startswith("-"):
-            return None  # a negative number or a word like an option: Typer's rules
-        if kind == INT:
-            number = _integer(value, low, high)
-            if number is None:
-                return None
-            params[name] = number
-        elif kind == MANY:
-            params.setdefault(name, []).append(value)
-        else:
-            params[name] = value
-    args = argv[i:]
+    parsed = quick.parse(argv, OPTIONS)
+    if parsed is None:
+        return None
+    params, args = parsed
     if args and (args[0].lower().endswith(".toml") or os.path.isfile(args[0])):
         return None  # a spec file or a batch script (after `--` too, as jobs.py reads it): Typer's
-    for name, (_opts, kind, _low, _high) in OPTIONS.items():
-        params.setdefault(name, False if kind == FLAG else [] if kind == MANY else None)
     return params, args
 
 
@@ -145,16 +95,7 @@ def quick_submit(argv: list[str]) -> int | None:
     if parsed is None:
         return None
     params, args = parsed
-    try:
-        submit(params, args, {}, "<command line>")
-    except BaseException as e:
-        if isinstance(e, PermissionError):
-            return permission_problem(e)
-        code = exit_code_of(e)
-        if code is None:
-            raise
-        return code
-    return EXIT_OK
+    return quick.run(submit, params, args, {}, "<command line>")
 
 
 def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict[str, Any]:

@@ -79,7 +79,13 @@ def live(nodes: int, runs: int, seconds: float) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         home = Home(Path(tmp) / "home")
         env = dict(os.environ, HSCHED_HOME=str(home.root), HSCHED_FLEET=str(fleet_file(Path(tmp) / "fleet.toml",
-                                                                                         nodes)))
+                                                                                         nodes)),
+                   PYTHONPYCACHEPREFIX=str(Path(tmp) / "pyc"))
+        # byte-compiled modules, as an installed hsched runs (a checkout with PYTHONDONTWRITEBYTECODE compiles every
+        # module at every start): compiled once here, into a folder of the bench's own
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        subprocess.run([sys.executable, "-c", "import hsched.controller.server, hsched.cli._app, "
+                        "hsched.executors.local"], env=env, check=True)
         hsched = [sys.executable, "-m", "hsched"]
         before = set(helpers_and_wrappers()[0])
         proc = subprocess.Popen([*hsched, "daemon", "start"], env=env, stdout=subprocess.DEVNULL)

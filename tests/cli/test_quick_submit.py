@@ -1,6 +1,7 @@
 """The quick `hsched submit` (issue 18): parsed without Typer when the argv is plain, with the very meaning
-Typer gives it; anything else declined to Typer, which answers as it always did. Also: `--version` and a
-quick submit never import Typer, rich, textual or asyncssh (a fresh interpreter says so)."""
+Typer gives it; anything else declined to Typer, which answers as it always did. Also: `--version`, a quick
+submit and a quick `queue --json` never import Typer, pydantic, rich, textual or asyncssh (a fresh interpreter
+says so)."""
 
 from __future__ import annotations
 
@@ -192,13 +193,14 @@ def test_with_a_controller_up_the_spec_is_checked_there_only(
 
 # ------------------------------------------------------------------------------- a fresh interpreter
 
-HEAVY = ("typer", "click", "rich", "textual", "asyncssh", "networkx", "matplotlib", "prometheus_client", "sqlite3")
+HEAVY = ("typer", "click", "rich", "textual", "asyncssh", "networkx", "matplotlib", "prometheus_client", "sqlite3",
+         "pydantic")
 
 CHILD = textwrap.dedent("""
     import json, os, socket, sys, threading
     home = sys.argv[1]
     os.environ["HSCHED_HOME"] = home
-    if sys.argv[2] == "submit":
+    if sys.argv[2] in ("submit", "queue"):
         # a stand-in controller: one reply, as a real one would give it
         srv = socket.socket(socket.AF_UNIX)
         srv.bind(os.path.join(home, "controller.sock"))
@@ -209,11 +211,13 @@ CHILD = textwrap.dedent("""
             while not buf.endswith(b"\\n"):
                 buf += conn.recv(1 << 16)
             req = json.loads(buf)
-            reply = {"ok": True, "result": {"id": 1, "state": "PENDING", "op": req["op"]},
+            result = {"id": 1, "state": "PENDING", "op": req["op"]}
+            reply = {"ok": True, "result": [result] if req["op"] == "queue" else result,
                      "hsched": req["hsched"], "protocol": req["protocol"]}
             conn.sendall(json.dumps(reply).encode() + b"\\n")
         threading.Thread(target=answer, daemon=True).start()
-        sys.argv = ["hsched", "submit", "--json", "--gpus", "1", "--", "true"]
+        sys.argv = (["hsched", "submit", "--json", "--gpus", "1", "--", "true"] if sys.argv[2] == "submit"
+                    else ["hsched", "queue", "--json", "--all"])
     else:
         sys.argv = ["hsched", "--version"]
     before = set(sys.modules)
@@ -228,8 +232,8 @@ CHILD = textwrap.dedent("""
 
 
 @pytest.mark.slow  # a fresh interpreter: what a command imports is only seen from an empty sys.modules
-@pytest.mark.parametrize("what", ["--version", "submit"])
-def test_version_and_a_quick_submit_import_nothing_heavy(what: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("what", ["--version", "submit", "queue"])
+def test_version_and_a_quick_submit_or_queue_import_nothing_heavy(what: str, tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir(mode=0o700)
     code = f"HEAVY = {HEAVY!r}\n" + CHILD
@@ -240,5 +244,7 @@ def test_version_and_a_quick_submit_import_nothing_heavy(what: str, tmp_path: Pa
     assert report == {"code": 0, "heavy": []}
     if what == "submit":
         assert json.loads(out[0]) == {"id": 1, "state": "PENDING", "op": "submit"}
+    elif what == "queue":
+        assert json.loads(out[0]) == [{"id": 1, "state": "PENDING", "op": "queue"}]
     else:
         assert out[0].startswith("hsched ")

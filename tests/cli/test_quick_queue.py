@@ -1,0 +1,103 @@
+"""The quick `hsched queue` (issue 18): a plain argv is read without Typer, with the meaning Typer gives it,
+and lists the same lines; anything else (an argument, --help, an option given twice) is Typer's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hsched.cli import listing, main, quick
+from hsched.cli.listing import OPTIONS
+
+
+def queue_command() -> Any:
+    import typer.main
+
+    from hsched.cli import app
+
+    return typer.main.get_command(app).commands["queue"]
+
+
+def typer_params(argv: list[str]) -> dict[str, Any]:
+    import typer.main
+
+    from hsched.cli import app
+
+    group = typer.main.get_command(app)
+    ctx = queue_command().make_context("queue", list(argv), parent=group.make_context("hsched", ["queue"]))
+    return dict(ctx.params)
+
+
+def test_the_quick_parser_knows_every_option_as_typer_declares_it() -> None:
+    declared = {p.name: p for p in queue_command().params}
+    assert set(declared) == set(OPTIONS)
+    for name, (opts, kind, _low, _high) in OPTIONS.items():
+        p = declared[name]
+        assert sorted(p.opts) == sorted(opts) and not p.secondary_opts and not p.multiple, name
+        assert bool(p.is_flag) == (kind == quick.FLAG), name
+
+
+PLAIN = [[], ["--json"], ["-a", "--json"], ["--all", "--me"], ["-u", "ann,bob", "-t", "PD,R"],
+         ["--states=pending", "--format", "%.6i %t"], ["-o", "%i %j %R", "--user", "ann"]]
+
+
+@pytest.mark.parametrize("argv", PLAIN)
+def test_a_plain_argv_means_what_typer_makes_of_it(argv: list[str]) -> None:
+    parsed = quick.parse(list(argv), OPTIONS)
+    assert parsed is not None and parsed[1] == []
+    assert parsed[0] == typer_params(argv)
+
+
+@pytest.mark.parametrize("argv", [["extra"], ["--help"], ["-h"], ["--json", "--json"], ["-at", "PD"],
+                                  ["--user"], ["-t", "-x"], ["--json=1"], ["--nosuch"]])
+def test_anything_else_is_typers(argv: list[str]) -> None:
+    assert listing.quick_queue(list(argv)) is None
+
+
+JOBS = [
+    {"id": 3, "name": "train", "user": "ann", "state": "RUNNING", "reason": "", "qos": "normal", "priority": 0,
+     "gpus": 2, "nodes": 1, "placement": [{"node": "gpu-a", "devices": ["u0", "u1"]}], "submit_time": None,
+     "start_time": None, "end_time": None, "time_limit_s": 5400, "array_id": None},
+    {"id": 4, "name": "[bold]x", "user": "bob", "state": "PENDING", "reason": "Resources", "qos": "prod",
+     "priority": 5, "gpus": 1, "nodes": 1, "placement": [], "submit_time": None, "start_time": None,
+     "end_time": None, "time_limit_s": None, "array_id": None},
+    {"id": 5, "name": "old", "user": "ann", "state": "COMPLETED", "reason": "completed", "qos": "normal",
+     "priority": 0, "gpus": 1, "nodes": 1, "placement": [], "submit_time": None, "start_time": None,
+     "end_time": None, "time_limit_s": None, "array_id": None},
+]
+
+
+class Controller:
+    asked: list[dict[str, Any]] = []
+
+    def __enter__(self) -> Controller:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+    def call(self, op: str, **args: Any) -> Any:
+        assert op == "queue"
+        Controller.asked.append(args)
+        return [j for j in JOBS if args.get("all") or j["state"] != "COMPLETED"]
+
+
+@pytest.mark.parametrize("argv", [*PLAIN, ["-t", "nosuch"], ["-o", "%i %Q"], ["--all", "-t", "CD"]])
+def test_quick_and_typer_list_the_same(argv: list[str], monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("USER", "ann")
+    monkeypatch.setattr("hsched.cli.listing._client", Controller)
+    from hsched.cli._app import run as typer_run
+
+    said = []
+    for entry in (main, typer_run):
+        Controller.asked = []
+        monkeypatch.setattr("sys.argv", ["hsched", "queue", *argv])
+        with pytest.raises(SystemExit) as ex:
+            entry()
+        out, err = capsys.readouterr()
+        said.append((int(ex.value.code or 0), out, err, Controller.asked))
+    assert said[0] == said[1]
+    if argv == ["-t", "nosuch"]:
+        assert said[0][0] == 2 and said[0][2].startswith("hsched: error: --states 'nosuch': not a state")
