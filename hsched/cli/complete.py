@@ -6,7 +6,6 @@ read-only (SQLite's `mode=ro`), the fleet file and the settings, and on any trou
 
 from __future__ import annotations
 
-import sqlite3
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -21,6 +20,8 @@ def _home() -> Home:
 
 def job_ids(incomplete: str) -> list[str]:
     """Ids of the jobs that are not over (with `12_3` for array tasks), newest first."""
+    import sqlite3  # here: every command's registration imports this module, only a TAB needs the store
+
     home = _home()
     try:
         db = sqlite3.connect(f"file:{home.db}?mode=ro", uri=True, timeout=0.5)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +226,8 @@ def register(app: typer.Typer) -> None:
 
         home = Home.from_env()
         home.ensure()
+        from importlib import resources  # the demo's files: only the demo needs importlib.resources
+
         lab = resources.files("hsched.examples") / "lab"
         fleet = home.root / "fleet.toml"
         if not fleet.exists() and not os.environ.get("HSCHED_FLEET"):
