@@ -320,11 +320,12 @@ class Store:
             if self._reader is None:
                 self._reader = sqlite3.connect(str(self.path), check_same_thread=False)
                 self._reader.execute("PRAGMA busy_timeout=5000")
-            row = self._reader.execute(
-                "SELECT body FROM envs JOIN job_envs ON envs.sha = job_envs.sha WHERE job_id = ?", (job_id,)).fetchone()
-        if row is None:
+            # fetchall: the statement is done (no read snapshot left open to hold back the WAL's checkpoints)
+            rows = self._reader.execute(
+                "SELECT body FROM envs JOIN job_envs ON envs.sha = job_envs.sha WHERE job_id = ?", (job_id,)).fetchall()
+        if not rows:
             return None
-        env = json.loads(row[0])
+        env = json.loads(rows[0][0])
         return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else None
 
     def array_tasks(self, array_id: int) -> list[Job]:

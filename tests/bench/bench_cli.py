@@ -46,6 +46,26 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def commit_ms(folder: Path, n: int = 200) -> float:
+    """Wall ms of one durable commit on this disk (SQLite in WAL mode with synchronous=FULL, as the store), over
+    `n` after a warm-up: a submit acknowledged only once it is durable waits at least this long."""
+    import sqlite3
+
+    db = sqlite3.connect(str(folder / "commit.db"), isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute("CREATE TABLE t (a INTEGER, b TEXT)")
+    times = []
+    for i in range(n + 20):
+        t0 = time.perf_counter()
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT INTO t VALUES (?, ?)", (i, "x" * 1000))
+        db.execute("COMMIT")
+        times.append(time.perf_counter() - t0)
+    db.close()
+    return 1000 * statistics.median(times[20:])
+
+
 def client_rate(n: int, batch: int) -> tuple[float, float, float] | None:
     """(jobs/s, controller CPU ms per job, client CPU ms per job) for `n` held jobs submitted one call each
     (`batch` 0) or `batch` jobs per submit_many call; None where the controller has no submit_many."""
@@ -123,6 +143,9 @@ def main() -> int:
                     print(f"{label:<48} {'n/a (the controller has no submit_many)':>30}")
                 else:
                     print(f"{label:<48} {rate[0]:>7.0f} {rate[1]:>22.2f} {rate[2]:>18.2f}")
+            ms = commit_ms(Path(tmp))
+            print(f"one durable commit on this disk (SQLite WAL, synchronous=FULL): {ms:.2f} ms, so at most "
+                  f"{1000 / ms:.0f} one-at-a-time submits/s before any CPU")
         finally:
             subprocess.run([hsched, "daemon", "stop"], env=env, stdout=subprocess.DEVNULL)
     return 0
