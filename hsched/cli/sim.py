@@ -199,6 +199,9 @@ def _table(summaries: list[dict[str, Any]]) -> None:
         table.add_row(s["policy"], *[fmt.format(s[k]) if s[k] is not None else "N/A" for k, _, fmt in _SHOWN])
     # wide enough for every column even when piped (rich assumes 80 columns off a terminal)
     Console(width=max(Console().width, 170)).print(table)
+    if first.get("prior_rate_jobs"):
+        sys.stderr.write(f"hsched: {first['prior_rate_jobs']} job(s) have no throughput of their own in the table; "
+                         f"they run at the table's scaling prior for their GPU count (or the GPU-type prior)\n")
     if first["unschedulable_jobs"]:
         ids = ", ".join(str(u["id"]) for u in first["unschedulable"][:20])
         more = " ..." if first["unschedulable_jobs"] > 20 else ""

@@ -4,6 +4,12 @@ The table is Gavel's `simulation_throughputs.json` shape (steps per second, per 
 scale)); live mode can build the same table from the model list and measured history. Jobs the table does
 not know fall back to a prior: one relative speed per GPU type (measured from the table itself where it has
 that type, else a rough built-in figure for common models), so an unknown job still prefers faster GPUs.
+
+A job type the table knows at one GPU but not at the job's GPU count (Gavel's table measures 19 of its 26
+types at 2, 4 and 8 GPUs; A3C, CycleGAN and the recommendation models only alone) gets its one-GPU rate times
+the table's own scaling prior for that count and GPU type: the geometric mean, over the job types measured at
+both, of rate(s GPUs) / rate(1 GPU). Counts the table never measured scale from the largest measured count,
+linearly. `measured(job_type, gpus)` says which jobs run on such an estimate, so a simulation reports them.
 """
 
 from __future__ import annotations
@@ -58,6 +64,8 @@ class ThroughputModel:
         self._table = {t.lower(): dict(v) for t, v in (table or {}).items()}
         self._spanned = {t.lower(): dict(v) for t, v in (spanned or {}).items()}
         self._known_types: set[str] = {k[0] for v in self._table.values() for k in v}
+        self._keys: set[Key] = {k for v in self._table.values() for k in v}
+        self._scaling = self._measured_scaling()
         measured = self._measured_prior()
         self._prior = {**BUILTIN_SPEED_PRIOR, **measured, **{k.lower(): v for k, v in (prior or {}).items()}}
         self.reference_type = reference_type.lower() if reference_type else None
@@ -97,6 +105,40 @@ class ThroughputModel:
                 out[t] = base_speed * math.exp(sum(logs) / len(logs))
         return out
 
+    def _measured_scaling(self) -> dict[str, dict[int, float]]:
+        """Per GPU type and GPU count s > 1: geometric mean of rate(T, s) / rate(T, 1) over the job types T the
+        table measured at both (the "prior by GPU count")."""
+        out: dict[str, dict[int, float]] = {}
+        for t, rates in self._table.items():
+            logs: dict[int, list[float]] = {}
+            for (jt, scale), r in rates.items():
+                one = rates.get((jt, 1))
+                if scale > 1 and one:
+                    logs.setdefault(scale, []).append(math.log(r / one))
+            out[t] = {s: math.exp(sum(v) / len(v)) for s, v in logs.items()}
+        return out
+
+    def _scaled(self, job_type: str, gpus: int, gpu_type: str) -> float | None:
+        """The one-GPU rate of a known job type times the scaling prior for `gpus` on `gpu_type`, or None."""
+        one = self._table.get(gpu_type, {}).get((job_type, 1))
+        if one is None or gpus < 1:
+            return None
+        if gpus == 1:
+            return one
+        factors = self._scaling.get(gpu_type, {})
+        if gpus in factors:
+            return one * factors[gpus]
+        below = [s for s in factors if s < gpus]
+        if not below:
+            return one * gpus  # nothing measured to go by: linear
+        s0 = max(below)
+        return one * factors[s0] * gpus / s0
+
+    def measured(self, job_type: str, gpus: int) -> bool:
+        """True when the table has this (job type, GPU count) itself; False when its rate is an estimate (the
+        scaling prior, or the per-type prior for a job type the table does not know)."""
+        return (job_type, gpus) in self._keys
+
     @property
     def gpu_types(self) -> tuple[str, ...]:
         return tuple(self._table)
@@ -126,6 +168,9 @@ class ThroughputModel:
         out: float | None
         if job_type in self._known_types:
             out = self._table.get(t, {}).get((job_type, gpus))
+            if out is None and (job_type, gpus) not in self._keys:
+                # a count the table never measured for this job type (on any GPU type): the scaling prior
+                out = self._scaled(job_type, gpus, t)
             if spans and out is not None:
                 out = self._spanned.get(t, {}).get((job_type, gpus), out)
         elif self.reference_type is not None:

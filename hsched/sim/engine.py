@@ -439,6 +439,7 @@ class Simulator:
             lower_bound_makespan_s=lb_makespan,
             wall_s=time.perf_counter() - wall0,
             busy=busy,
+            prior_rate_jobs=sum(not self.model.measured(j.tj.job_type, j.tj.gpus) for j in jobs),
         )
 
     def _record(self, j: _Job) -> JobRecord:

@@ -357,6 +357,7 @@ class GavelSimulator:
             unfinished=sorted(j.tj.id for j in jobs if j.end is None), rounds=rounds, preemptions=preemptions,
             busy_gpu_s=busy_gpu_s, lost_gpu_s=0.0, end_s=now, lower_bound_avg_jct_s=lb_avg,
             lower_bound_makespan_s=lb_mk, wall_s=time.perf_counter() - wall0, busy=busy,
+            prior_rate_jobs=sum(not model.measured(j.tj.job_type, j.tj.gpus) for j in jobs),
         )
 
     def _record(self, j: _GJob) -> JobRecord:

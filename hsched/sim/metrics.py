@@ -129,6 +129,7 @@ def summarize(
     lower_bound_makespan_s: float,
     wall_s: float,
     busy: Sequence[tuple[float, int]] = (),
+    prior_rate_jobs: int = 0,
 ) -> SimResult:
     """The summary `hsched sim --json` prints (field names are part of the CLI contract)."""
     jcts = sorted(r.jct_s for r in records)
@@ -145,6 +146,7 @@ def summarize(
         "unschedulable_jobs": len(unschedulable),
         "unschedulable": [{"id": i, "name": name, "reason": why} for i, name, why in unschedulable],
         "unfinished_jobs": len(unfinished),
+        "prior_rate_jobs": prior_rate_jobs,
         "avg_jct_s": avg,
         "p50_jct_s": _pct(jcts, 50),
         "p95_jct_s": _pct(jcts, 95),

@@ -36,16 +36,38 @@ def test_gavel_ed69ec():
     assert sum(fastest) / len(fastest) == pytest.approx(111_916, abs=1)
 
 
-def test_gavel_gang_trace_reports_scales_without_throughput():
+def test_gavel_gang_trace_runs_scales_without_throughput_on_the_prior_and_reports_them():
     tr = load_trace(GAVEL / "ee9e8c.trace")
     assert len(tr.jobs) == 2000
     sliced = Trace(tr.jobs[:120], tr.throughput, tr.source)
     s = simulate(sliced, parse_cluster("v100:16,p100:16,k80:16", 4), make_policy("hsched")).summary
-    big = [j.id for j in sliced.jobs if j.gpus in (12, 16, 20, 24, 32)]
-    assert big, "slice should contain scales with no throughput entry"
-    reported = {u["id"] for u in s["unschedulable"]}
-    assert set(big) <= reported
-    assert s["jobs"] + s["unschedulable_jobs"] == 120
+    model = tr.throughput
+    unmeasured = [j for j in sliced.jobs if not model.measured(j.job_type, j.gpus)]
+    assert unmeasured, "slice should contain (job type, scale) pairs the table lacks"
+    # they run on the table's scaling prior, and the summary counts them ...
+    assert s["prior_rate_jobs"] == len(unmeasured)
+    # ... except those no GPU type is big enough for, which are reported with that reason
+    too_big = {j.id for j in sliced.jobs if j.gpus > 16}
+    reported = {u["id"]: u["reason"] for u in s["unschedulable"]}
+    assert set(reported) == too_big and all("GPUs of one type" in r for r in reported.values())
+    assert s["jobs"] + s["unschedulable_jobs"] + s["unfinished_jobs"] == 120
+
+
+def test_scaling_prior_by_gpu_count():
+    model = load_trace(GAVEL / "ed69ec.trace").throughput
+    # a type measured at 1 and 4 GPUs: its own figure, no estimate
+    jt = "ResNet-18 (batch size 64)"
+    assert model.measured(jt, 4) and model.rate(jt, 4, "v100") == model._table["v100"][(jt, 4)]
+    # A3C is measured alone only: 4 GPUs run at its 1-GPU rate times the table's geometric-mean 4-GPU speedup
+    assert model.measured("A3C", 1) and not model.measured("A3C", 4)
+    ratios = [model._table["v100"][(t, 4)] / model._table["v100"][(t, 1)] for t, s in model.known_keys()
+              if s == 4 and (t, 1) in model._table["v100"]]
+    gm = __import__("math").prod(ratios) ** (1 / len(ratios))
+    assert model.rate("A3C", 4, "v100") == pytest.approx(model.rate("A3C", 1, "v100") * gm)
+    # a count the table never measured (16) scales linearly from the largest measured one (8)
+    assert model.rate("A3C", 16, "k80") == pytest.approx(model.rate("A3C", 8, "k80") * 2)
+    # a job type the table does not know at all still has no rate (no reference type for Gavel traces)
+    assert model.rate("no such model", 1, "v100") is None
 
 
 def test_gavel_10_column_variant(tmp_path):
