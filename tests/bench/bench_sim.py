@@ -1,6 +1,7 @@
 """Replay the published traces under hsched's policies and print them next to the published results.
 
     python tests/bench/bench_sim.py                 # ed69ec on 16:16:16 and 8:8:8, the round-latency bench
+    python tests/bench/bench_sim.py --gavel         # --round-mode gavel against Gavel's published figures
     python tests/bench/bench_sim.py --gang          # also the multi-GPU trace 0e4a51 on 16:16:16
     python tests/bench/bench_sim.py --scale         # also 100,000 synthetic jobs on 1,024 GPUs (minutes)
 
@@ -20,7 +21,7 @@ from pathlib import Path
 from hsched.sched import JobPhase, JobView, build_input, make_policy, schedule_round
 from hsched.sched.throughput import ThroughputModel
 from hsched.sim.cluster import parse_cluster
-from hsched.sim.engine import SimConfig, simulate
+from hsched.sim.engine import SimConfig, SimCosts, simulate
 from hsched.sim.trace import load_trace, synthetic
 
 # the traces it replays are copied into the repository (tests/fixtures/README.md names their source)
@@ -65,6 +66,69 @@ def replay(trace_name: str, shapes: list[str], policies: tuple[str, ...]) -> Non
                 print(f"{'':12s} ({s['unschedulable_jobs']} unschedulable jobs reported)")
         assert lb is not None
         print(f"{'lower bound':12s} {lb['lower_bound_avg_jct_s']:11,.0f} {lb['lower_bound_makespan_s']:12,.0f}")
+
+
+# the published figures --round-mode gavel reproduces: (cluster, policy) -> (avg JCT s, makespan s)
+GAVEL_REFERENCE = {
+    ("16:16:16", "fifo"): (255_466, 6_714_043),
+    ("16:16:16", "las"): (192_170, 6_744_188),
+    ("16:16:16", "las-hetero"): (142_609, 6_690_913),
+    ("8:8:8", "fifo"): (1_631_683, 8_926_914),
+    ("8:8:8", "las-hetero"): (337_214, 6_819_431),
+    ("8:8:8", "ftf"): (336_556, 6_841_870),
+}
+
+
+def gavel_table() -> None:
+    """Each published Gavel figure next to: `--round-mode gavel` (Gavel's mechanism), hsched's own policy of
+    that name with Gavel's timing only (`SimConfig(round_mode="gavel")`: rounds at 360 s boundaries, hsched's
+    plan), and hsched's default (event) mode; so the gap between hsched and Gavel splits into timing and
+    allocation. CPU seconds per run."""
+    from hsched.sim.gavel import GavelConfig, GavelSimulator
+
+    tr = load_trace(GAVEL / "ed69ec.trace")
+    print("\ned69ec, servers of 4, 360 s rounds, no checkpoint cost: avg JCT s (makespan s); ratio to Gavel's figure")
+    head = (f"{'cluster':9s} {'policy':11s} {'Gavel':>22s} {'--round-mode gavel':>30s} {'hsched, gavel timing':>30s} "
+            f"{'hsched, event (default)':>30s}")
+    print(head)
+    print("-" * len(head))
+    for (shape, name), (ref_jct, ref_mk) in GAVEL_REFERENCE.items():
+        v, p, k = (int(x) for x in shape.split(":"))
+        servers = parse_cluster(f"v100:{v},p100:{p},k80:{k}", 4)
+        cells = []
+        t0 = time.process_time()
+        g = GavelSimulator(tr, {"v100": v, "p100": p, "k80": k}, name, GavelConfig()).run().summary
+        cpu = [time.process_time() - t0]
+        runs = [g]
+        for mode in ("gavel", "event"):
+            t0 = time.process_time()
+            runs.append(simulate(tr, servers, make_policy(name), SimConfig(round_mode=mode)).summary)
+            cpu.append(time.process_time() - t0)
+        for s, c in zip(runs, cpu, strict=True):
+            cells.append(f"{s['avg_jct_s']:>9,.0f} ({s['makespan_s'] / 1e6:.2f}M) {s['avg_jct_s'] / ref_jct:5.3f} "
+                         f"{c:4.0f}s")
+        print(f"{shape:9s} {name:11s} {ref_jct:>10,} ({ref_mk / 1e6:.2f}M)   " + "  ".join(cells), flush=True)
+
+
+def gang_table(seeds_dir: Path = GAVEL, costs: tuple[float, ...] = (0.0, 60.0, 600.0)) -> None:
+    """0e4a51 on 16:16:16: hsched against las-hetero at each checkpoint cost, with preemptions and CPU time."""
+    tr = load_trace(seeds_dir / "0e4a51.trace")
+    servers = parse_cluster("v100:16,p100:16,k80:16", 4)
+    print(f"\n0e4a51 ({seeds_dir.name}) on 16:16:16: avg JCT / lower bound, preemptions, GPU-hours lost, CPU s")
+    for cost in costs:
+        row = []
+        for name in ("las-hetero", "hsched"):
+            t0 = time.process_time()
+            s = simulate(tr, servers, make_policy(name), SimConfig(costs=SimCosts(checkpoint_s=cost))).summary
+            cpu = time.process_time() - t0
+            row.append(s)
+            print(f"  checkpoint {cost:5.0f} s  {name:10s} JCT {s['avg_jct_s']:>11,.0f} s = "
+                  f"{s['avg_jct_over_bound']:.3f}x bound, {s['preemptions']:>9,} preemptions, "
+                  f"{s['gpu_hours_lost']:>9,.0f} GPU-h lost, {s['prior_rate_jobs']} jobs on the prior, "
+                  f"{cpu:.0f} s CPU", flush=True)
+        lh, hs = row
+        print(f"  checkpoint {cost:5.0f} s  hsched / las-hetero: JCT {hs['avg_jct_s'] / lh['avg_jct_s']:.3f}, "
+              f"preemptions {hs['preemptions'] / max(1, lh['preemptions']):.3f}")
 
 
 def round_latency(pending: int = 2000, gpus: int = 512, repeats: int = 15) -> None:
@@ -134,7 +198,11 @@ def scale_run(n_jobs: int = 100_000, gpus: int = 1024, policies: tuple[str, ...]
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--gang", action="store_true", help="also replay the multi-GPU trace 0e4a51")
+    ap.add_argument("--gang", action="store_true", help="also 0e4a51: hsched vs las-hetero at 0, 60, 600 s checkpoints")
+    ap.add_argument("--gang-traces", default="",
+                    help="comma-separated folders holding other seeds' 0e4a51.trace (Gavel's seed=1, seed=2)")
+    ap.add_argument("--gavel", action="store_true", help="--round-mode gavel against Gavel's published figures")
+    ap.add_argument("--only", action="store_true", help="skip the default ed69ec replay and round-latency bench")
     ap.add_argument("--scale", action="store_true", help="also 100,000 synthetic jobs on 1,024 GPUs")
     ap.add_argument("--scale-jobs", type=int, default=100_000, help="jobs in the --scale run")
     ap.add_argument("--scale-policies", default="las-hetero,hsched",
@@ -142,11 +210,17 @@ def main() -> int:
     ap.add_argument("--policies", default=",".join(POLICIES))
     args = ap.parse_args()
     policies = tuple(args.policies.split(","))
-    replay("ed69ec", ["16:16:16", "8:8:8"], policies)
+    if not args.only:
+        replay("ed69ec", ["16:16:16", "8:8:8"], policies)
+    if args.gavel:
+        gavel_table()
     if args.gang:
-        replay("0e4a51", ["16:16:16"], ("fifo", "las", "las-hetero", "hsched"))
-    print()
-    round_latency()
+        gang_table()
+        for folder in filter(None, args.gang_traces.split(",")):
+            gang_table(Path(folder))
+    if not args.only:
+        print()
+        round_latency()
     if args.scale:
         scale_run(args.scale_jobs, policies=tuple(args.scale_policies.split(",")))
     return 0
