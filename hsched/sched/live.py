@@ -565,6 +565,7 @@ class _RoundState:
         self._ranked: dict[NodesKey, list[Node]] = {}
         self._eligible: dict[tuple[str, tuple[str, ...], int | None], tuple[str, ...]] = {}
         self._missed: dict[tuple[object, ...], int] = {}
+        self._placed: dict[tuple[str, Resources, tuple[str, ...], int], Placement | None] = {}
         # the classes QoS could preempt at all this round: a waiting job whose class preempts none of them
         # never searches for victims
         self._victim_classes = frozenset(r.job.spec.qos for r in fleet.running if len(r.job.placement) == 1)
@@ -662,13 +663,19 @@ class _RoundState:
                     self._free[node] -= 1
         self.version += 1
 
-    def fit(self, node: Node, res: Resources, busy: Collection[str],
-            among: Collection[str] | None = None) -> Placement | None:
-        """The request on `node`, on devices not in `busy` (and in `among`, when given), or None."""
-        if res.cpus is not None and node.cpus is not None and self.cpus_used.get(node.name, 0) + res.cpus > node.cpus:
+    def fit(self, node: Node, res: Resources, busy: Collection[str], among: Collection[str] | None = None,
+            freed: Collection[str] = ()) -> Placement | None:
+        """The request on `node`, on devices not in `busy` or in `freed` (and in `among`, when given), or None.
+
+        The device choice (the topology engine: the costly part) is asked once per node, request and free set in a
+        round: QoS preemption asks the same question of every node for every waiting job of a shape."""
+        used = self.cpus_used.get(node.name, 0)
+        if res.cpus is not None and node.cpus is not None and used + res.cpus > node.cpus:
             return None
         elig = self.eligible(node, res)
-        if among is None:
+        if freed:
+            free = [u for u in elig if (u not in busy or u in freed) and (among is None or u in among)]
+        elif among is None:
             free = [u for u in elig if u not in busy]
         else:
             free = [u for u in elig if u in among and u not in busy]
@@ -676,10 +683,14 @@ class _RoundState:
             return None
         if res.gpus == 0:
             return Placement(node=node.name, devices=(), explanation="CPU only")
+        key = (node.name, res, tuple(free), used)
+        if key in self._placed:
+            return self._placed[key]
         chosen = self.choose(node, free, res)
-        if chosen is None:
-            return None
-        return Placement(node=node.name, devices=chosen.devices, explanation=chosen.explanation, cpus=chosen.cpus)
+        placed = None if chosen is None else Placement(node=node.name, devices=chosen.devices,
+                                                       explanation=chosen.explanation, cpus=chosen.cpus)
+        self._placed[key] = placed
+        return placed
 
     def fit_free(self, node: Node, job: Job, free: Sequence[str]) -> Placement | None:
         """`job` on `node`, using only the given free devices (the core's placer asks this)."""
@@ -800,12 +811,12 @@ class _RoundState:
             busy = self.busy
 
             def fits(name: str, freed: frozenset[str]) -> bool:
-                return self.fit(self.by_name[name], res, busy - freed) is not None
+                return self.fit(self.by_name[name], res, busy, freed=freed) is not None
 
             chosen = self.victims().choose(_pending_view(job), [n.name for n in nodes], fits)
             if chosen is not None:
                 freed = frozenset(u for r in fleet.running if r.id in chosen.victims for u in r.devices)
-                claim = self.fit(self.by_name[chosen.node], res, busy - freed)
+                claim = self.fit(self.by_name[chosen.node], res, busy, freed=freed)
                 self.hold(claim.devices if claim is not None else ())  # the victims are taken, in any case
                 self.blocked_ahead = True
                 self.tally.add(job)  # its start is decided: the next job of its user counts it

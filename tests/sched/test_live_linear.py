@@ -218,3 +218,34 @@ def test_a_job_that_cannot_start_does_not_search_every_node_again() -> None:
     # every node's running job is a victim once (prod preempts normal), for the first prod jobs that fit
     assert sorted(v for p in preempts for v in p.victims) == [r.id for r in running]
     assert len(asked) < 100, len(asked)
+
+
+def test_a_preemption_storm_decides_as_before() -> None:
+    """A fleet full of scavenger jobs and a queue of normal and prod ones: nearly every waiting job searches for
+    victims, most find them, and the indexed round (with its device choices asked once per node, request and free
+    set) chooses the same victims for the same jobs as the round before."""
+    rng = random.Random(5)
+    nodes = []
+    for k in range(12):
+        devices, links = simulated_devices(f"n{k:02d}", SimulatedDevices(model="NVIDIA H100 80GB HBM3", count=8,
+                                                                         topology=rng.choice(TOPOLOGIES)))
+        nodes.append(Node(f"n{k:02d}", "fake", NodeState.UP, cpus=128, memory_total_mib=1 << 20, devices=devices,
+                          links=links))
+    running = []
+    for n in nodes:
+        for d in n.devices:
+            i = 10_000 + len(running)
+            spec = JobSpec(command=("x",), qos=rng.choice(("scavenger", "scavenger", "normal")),
+                           priority=rng.choice((0, 5)), resources=Resources(gpus=1))
+            j = Job(i, spec, rng.choice(USERS), JobState.RUNNING, "", 0.0, start_time=float(rng.randrange(100)),
+                    placement=(Placement(n.name, (d.uuid,)),))
+            running.append(Running(j, j.start_time or 0.0))
+    queue = [Job(q, JobSpec(command=("x",), qos=rng.choice(("normal", "prod")),
+                            resources=Resources(gpus=rng.choice((1, 1, 2, 4, 8)),
+                                                interconnect=rng.choice((Interconnect.ANY, Interconnect.NVLINK)))),
+                 rng.choice(USERS), JobState.PENDING, "", float(q)) for q in range(1, 201)]
+    view = FleetView(tuple(nodes), frozenset(u for r in running for u in r.devices), {}, tuple(running),
+                     rule=PreemptRule.from_qos(DEFAULT_QOS_TABLE), policy="hsched")
+    got = plain(schedule(view, queue, 1000.0))
+    assert sum(1 for d in got if d[0] == "preempt") > 20
+    assert got == before(view, queue, 1000.0)
