@@ -25,12 +25,6 @@ from hsched.cli.listing import (  # noqa: F401  (the queue's pieces, typer-free 
 from hsched.errors import UserError
 
 
-def _user() -> str:
-    from hsched.cli.submitting import _user
-
-    return _user()
-
-
 def _client() -> Any:
     from hsched.client import Client
 
