@@ -419,11 +419,18 @@ async def serve(home: Home, limits: Limits | None = None, *, lock_fd: int | None
     with contextlib.suppress(FileNotFoundError):
         home.socket.unlink()
     room_for_files()
+    # every node's first probe is under way before the first request is read: a submit that no node known
+    # so far can run waits for those probes (api._hear_first_probes) instead of racing their start
+    await start(ctl)
     old_umask = os.umask(0o177)  # the socket is born 0600: no window where others could connect
     try:
         # a short backlog: a flood of connections waits in the kernel rather than as open files here
         server = await asyncio.start_unix_server(door.serve, path=str(home.socket), limit=limits.max_line,
                                                  backlog=ACCEPT_BACKLOG)
+    except BaseException:
+        ctl.cancel_probes()
+        await ctl.close_executors()
+        raise
     finally:
         os.umask(old_umask)
     if home.lab:
@@ -437,7 +444,6 @@ async def serve(home: Home, limits: Limits | None = None, *, lock_fd: int | None
              PACKAGE_VERSION, PROTOCOL, ctl.fingerprint, home.root, fleet_cfg.source)
     metrics_server = None
     try:
-        await start(ctl)
         if settings.metrics:
             try:
                 metrics_server = await asyncio.to_thread(serve_metrics, ctl, settings.metrics, loop)
