@@ -16,9 +16,10 @@ def register(app: typer.Typer) -> None:
         me: bool = typer.Option(False, "--me", help="Show only my jobs in the Jobs view (m toggles)."),
         interval: float = typer.Option(1.0, "--interval", help="Seconds between updates at most (the "
                                        "controller pushes a frame when something changes)."),
-        view: str = typer.Option("fleet", "--view", help="The view to open: fleet, topology, jobs or events."),
+        view: str = typer.Option("fleet", "--view",
+                                 help="The view to open: fleet, topology, jobs, events or processes."),
     ) -> None:
-        """The live dashboard: fleet, topology, jobs, events; `?` lists the keys."""
+        """The live dashboard: fleet, topology, jobs, events, processes; `?` lists the keys."""
         import getpass
         import os
 
@@ -26,8 +27,8 @@ def register(app: typer.Typer) -> None:
 
         if interval <= 0:
             die("--interval: expected seconds above 0, e.g. --interval 1", EXIT_USAGE)
-        if view not in ("fleet", "topology", "jobs", "events"):
-            die(f"--view: expected fleet, topology, jobs or events, found {view!r}", EXIT_USAGE)
+        if view not in ("fleet", "topology", "jobs", "events", "processes"):
+            die(f"--view: expected fleet, topology, jobs, events or processes, found {view!r}", EXIT_USAGE)
         # start (or reach) the controller before the screen switches, so that a broken fleet file is one clear
         # line on the terminal rather than a banner
         with Client() as c:
