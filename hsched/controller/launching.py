@@ -71,7 +71,7 @@ class RoundInput:
     by_id: Mapping[int, Job]
     """The pending jobs by id."""
     mark: int
-    """The store's change count when the snapshot was complete (`_changes`): still the same, nothing changed."""
+    """The store's change count when the jobs were read (`_changes`): still the same, no job changed since."""
 
 
 SWITCH_INTERVAL_S = 0.001
@@ -166,7 +166,9 @@ async def round_input(ctl: Controller) -> RoundInput | None:
         prefer = {jid: node for jid, node in last.items()
                   if node in ctl.nodes and not is_shared(ctl.nodes[node], ctl.checkpoint_dir(jid))}
         view = replace(view, prefer=prefer)
-    return RoundInput(now, view, tuple(pending), cache.active_by_id, pending_by_id, await ctl.db(_changes, ctl.store))
+    # the store's change count as the jobs were read: a write since (dependencies' reasons above, or anyone's while
+    # the round computes) makes the checks read the jobs they act on again
+    return RoundInput(now, view, tuple(pending), cache.active_by_id, pending_by_id, cache.changes)
 
 
 def rewrites(job: Job, d: Wait) -> bool:
@@ -299,11 +301,11 @@ def job_cache(ctl: Controller) -> JobCache:
     return cache
 
 
-USAGE_REFRESH_S = 5.0
+USAGE_REFRESH_S = 30.0
 """Fair share's usage is read again after this long on the controller's clock, and at once when a new user takes
 part or the store changed (a run started or ended). Reading it costs ~10 ms with 512 runs going (each running run
 is read again, to count it up to now); in between, running jobs' usage grows by at most this many seconds'
-worth, with a half-life of days (Slurm recomputes its fair share every PriorityCalcPeriod, 5 minutes)."""
+worth, against a half-life of days (Slurm recomputes its fair share every PriorityCalcPeriod, 5 minutes)."""
 
 _USAGE: weakref.WeakKeyDictionary[Controller, tuple[float, int, frozenset[str], dict[str, float]]] = \
     weakref.WeakKeyDictionary()
