@@ -402,6 +402,14 @@ class LivePlacer:
         return None
 
 
+_ARRIVAL = operator.itemgetter(3, 0)
+"""A JobView's (arrival_s, id), as a C-level sort key (a round sorts every active job by it)."""
+_make_view = JobView._make
+_ID = operator.itemgetter(0)
+"""A JobView's id."""
+_MODEL_MEMORY = operator.attrgetter("model", "memory_total_mib")
+
+
 def _running_view(r: Running, types_of: Mapping[str, str], now: float) -> JobView:
     job = r.job
     res = job.spec.resources
@@ -410,22 +418,21 @@ def _running_view(r: Running, types_of: Mapping[str, str], now: float) -> JobVie
     placement = job.placement
     gpus = (len(placement[0].devices) if len(placement) == 1 else sum(len(p.devices) for p in placement)) or max(
         1, res.gpus * res.nodes)
-    return JobView(job.id, "", gpus, job.submit_time, JobPhase.RUNNING, job.spec.qos, job.spec.priority, job.user,
-                   types_of.get(node), placement, r.started, run_s, run_s, job.restarts, job.spec.time_limit_s,
-                   res.nodes, (), False)
+    # _make, positional: a round makes one per running job, and the NamedTuple's own __new__ costs twice as much
+    return _make_view((job.id, "", gpus, job.submit_time, JobPhase.RUNNING, job.spec.qos, job.spec.priority, job.user,
+                       types_of.get(node), placement, r.started, run_s, run_s, job.restarts, job.spec.time_limit_s,
+                       res.nodes, (), False))
 
 
 def _pending_view(job: Job, allowed: tuple[str, ...] = ()) -> JobView:
     res = job.spec.resources
     spec = job.spec
-    # positional: a round builds one per waiting job, and keywords cost a NamedTuple three times as much
-    return JobView(job.id, "", max(1, res.gpus * res.nodes), job.submit_time, JobPhase.PENDING, spec.qos,
-                   spec.priority, job.user, None, (), None, 0.0, 0.0, job.restarts, spec.time_limit_s, res.nodes,
-                   allowed, False)
+    # (as _running_view's)
+    return _make_view((job.id, "", max(1, res.gpus * res.nodes), job.submit_time, JobPhase.PENDING, spec.qos,
+                       spec.priority, job.user, None, (), None, 0.0, 0.0, job.restarts, spec.time_limit_s, res.nodes,
+                       allowed, False))
 
 
-_ARRIVAL = operator.itemgetter(3, 0)
-"""A JobView's (arrival_s, id), as a C-level sort key (a round sorts every active job by it)."""
 
 ViewCache = dict[int, tuple[Job, tuple[str, ...], JobView]]
 """Job id -> (the Job, its allowed GPU types, its view)."""
@@ -501,7 +508,7 @@ def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: 
     views = [_running_view(r, types_of, now) for r in fleet.running if r.job.placement]
     labels, absent = fleet.labels, fleet.absent_users
     signature = tuple((n.name, types_of[n.name], labels.get(n.name), absent.get(n.name),
-                       tuple((d.model, d.memory_total_mib) for d in n.devices)) for n in typed)
+                       tuple(map(_MODEL_MEMORY, n.devices))) for n in typed)
     views += _pending_views(pending, allowed, signature)
     inp = build_input(now, sorted(views, key=_ARRIVAL), servers,
                       throughput or catalog_throughput(), user_usage=usage if len(usage) > 1 else {})
@@ -512,9 +519,9 @@ def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: 
     decision = apply_rule(plan, inp, servers, placer, fleet.rule)
     pending_ids = {j.id for j in pending}
     wanted = [w.job_id for w in plan.wants if w.job_id in pending_ids]
-    chosen = set(wanted)
     # the others by submit time: the order `inp.jobs` already has (a view's arrival is its job's submit time)
-    rest = [v.id for v in inp.jobs if v.id in pending_ids and v.id not in chosen]
+    others = pending_ids.difference(wanted)
+    rest = [i for i in map(_ID, inp.jobs) if i in others]
     return ([(s.job_id, s.placement) for s in decision.starts if s.job_id in pending_ids],
             {k: v for k, v in decision.waiting.items() if k in pending_ids},
             wanted + rest)
