@@ -140,11 +140,10 @@ async def round_input(ctl: Controller) -> RoundInput | None:
     array's limit), the fleet as it stands, fair share usage, checkpoint homes. None when nothing waits. Call with
     ctl.lock held; it records the reasons of jobs whose dependencies hold them."""
     now = ctl.clock.time()
-    cache = job_cache(ctl)
-    await ctl.db(cache.read, ctl.store)
-    pending, active, users = cache.queued, cache.active, cache.users
-    pending_by_id = cache.queued_by_id
-    if cache.special:
+    jobs = await ctl.db(job_cache(ctl).read, ctl.store)
+    pending = list(jobs.queued)
+    active, users, pending_by_id = jobs.active, jobs.users, jobs.queued_by_id
+    if jobs.special:
         # a retry waits out its backoff (its reason says BeginTime until then)
         pending = [j for j in pending if j.begin_time is None or j.begin_time <= now]
         pending = await _dependencies_met(ctl, pending, active, now)
@@ -158,7 +157,7 @@ async def round_input(ctl: Controller) -> RoundInput | None:
     view = fleet_view(ctl, active, await still_dirty(ctl))
     if ctl.settings.policy:
         # fair share over the store's history (decayed GPU-seconds per share), for this round's users
-        view = replace(view, user_usage=await _usage(ctl, now, users, cache.changes))
+        view = replace(view, user_usage=await _usage(ctl, now, users, jobs.changes))
     resumed = [j.id for j in pending if j.restarts > 0]
     if resumed:
         # a resumed job whose checkpoint sits on a node of its own goes back there when it can: no copy
@@ -168,7 +167,7 @@ async def round_input(ctl: Controller) -> RoundInput | None:
         view = replace(view, prefer=prefer)
     # the store's change count as the jobs were read: a write since (dependencies' reasons above, or anyone's while
     # the round computes) makes the checks read the jobs they act on again
-    return RoundInput(now, view, tuple(pending), cache.active_by_id, pending_by_id, cache.changes)
+    return RoundInput(now, view, tuple(pending), jobs.active_by_id, pending_by_id, jobs.changes)
 
 
 def rewrites(job: Job, d: Wait) -> bool:
@@ -239,55 +238,67 @@ def _jobs_now(store: Store, ids: Iterable[int]) -> dict[int, Job | None]:
     return {i: store.get_job(i) for i in ids}
 
 
+@dataclass(frozen=True, slots=True)
+class Jobs:
+    """The store's jobs that have not ended, as one read saw them (`JobCache.read`), split and indexed once."""
+
+    changes: int
+    """The store's change count at the read (`_changes`)."""
+    all: tuple[Job, ...]
+    """Every job not ended, by id."""
+    queued: tuple[Job, ...]
+    """The pending jobs not held."""
+    active: tuple[Job, ...]
+    """The jobs holding devices."""
+    queued_by_id: Mapping[int, Job]
+    active_by_id: Mapping[int, Job]
+    users: frozenset[str]
+    """The users of the queued and active jobs."""
+    special: bool
+    """Some queued job has a begin time (a retry's backoff), a dependency or an array's %N: the round must look at
+    each; else every queued job may start."""
+
+    @classmethod
+    def of(cls, changes: int, jobs: tuple[Job, ...]) -> Jobs:
+        pending, holding = JobState.PENDING, frozenset(s for s in JobState if s.is_active())
+        queued = tuple(j for j in jobs if j.state is pending and not j.spec.hold)
+        active = tuple(j for j in jobs if j.state in holding)
+        special = any(j.begin_time is not None or j.spec.dependency
+                      or (j.spec.array is not None and j.spec.array.max_running) for j in queued)
+        return cls(changes, jobs, queued, active, {j.id: j for j in queued}, {j.id: j for j in active},
+                   frozenset(j.user for j in (*queued, *active)), special)
+
+
 class JobCache:
-    """The store's jobs that have not ended, as Job objects, kept from one round to the next.
+    """The store's jobs that have not ended, as Job objects, kept from one read to the next.
 
     Decoding 2,000 pending jobs afresh costs ~150 ms of CPU (each spec is JSON), fetching them as rows ~17 ms. So
     the cache reads nothing while the store's connection has made no change since the last read (sqlite's
     `total_changes`: every write of the controller goes through that one connection, on its one thread), and
     otherwise decodes only rows it has not seen: an unchanged row gives the very Job object it gave before, so
-    `is` tells the round's checks that a job is as the round saw it.
+    `is` tells the round's checks that a job is as the round saw it. Each read hands out an immutable `Jobs`: a
+    later read (the health loop's, say) never changes what a round is looking at.
     """
 
-    __slots__ = ("active", "active_by_id", "changes", "jobs", "queued", "queued_by_id", "rows", "special", "users")
+    __slots__ = ("last", "rows")
 
     def __init__(self) -> None:
-        self.changes = -1
-        self.jobs: tuple[Job, ...] = ()
+        self.last = Jobs.of(-1, ())
         self.rows: dict[tuple[object, ...], Job] = {}
-        self.queued: list[Job] = []
-        """The pending jobs not held."""
-        self.active: list[Job] = []
-        """The jobs holding devices."""
-        self.special = False
-        """Some queued job has a begin time (a retry's backoff), a dependency or an array's %N: the round must
-        look at each; else every queued job may start."""
-        self.queued_by_id: dict[int, Job] = {}
-        self.active_by_id: dict[int, Job] = {}
-        self.users: frozenset[str] = frozenset()
-        """The users of the queued and active jobs."""
 
-    def read(self, store: Store) -> tuple[Job, ...]:
-        """Every job not ended, by id. Blocking: call it on the store's thread (`ctl.db`)."""
+    def read(self, store: Store) -> Jobs:
+        """The jobs not ended, now. Blocking: call it on the store's thread (`ctl.db`)."""
         changes = store.db.total_changes
-        if changes == self.changes:
-            return self.jobs
+        if changes == self.last.changes:
+            return self.last
         seen = self.rows
         rows: dict[tuple[object, ...], Job] = {}
         for r in store.job_rows(active_only=True):
             key = tuple(r)
             job = seen.get(key)
             rows[key] = job if job is not None else job_from_row(r)
-        self.rows, self.jobs, self.changes = rows, tuple(rows.values()), changes
-        pending, active = JobState.PENDING, frozenset(s for s in JobState if s.is_active())
-        self.queued = [j for j in self.jobs if j.state is pending and not j.spec.hold]
-        self.active = [j for j in self.jobs if j.state in active]
-        self.special = any(j.begin_time is not None or j.spec.dependency
-                           or (j.spec.array is not None and j.spec.array.max_running) for j in self.queued)
-        self.queued_by_id = {j.id: j for j in self.queued}
-        self.active_by_id = {j.id: j for j in self.active}
-        self.users = frozenset(j.user for j in (*self.queued, *self.active))
-        return self.jobs
+        self.rows, self.last = rows, Jobs.of(changes, tuple(rows.values()))
+        return self.last
 
 
 _CACHES: weakref.WeakKeyDictionary[Controller, JobCache] = weakref.WeakKeyDictionary()
@@ -331,7 +342,7 @@ _RUNNING: dict[int, Running] = {}
 """The last view's running jobs, by id: the same Running while its job (the very object) and start are."""
 
 
-def fleet_view(ctl: Controller, active: list[Job], dirty: frozenset[str] = frozenset()) -> FleetView:
+def fleet_view(ctl: Controller, active: Sequence[Job], dirty: frozenset[str] = frozenset()) -> FleetView:
     busy: set[str] = set()
     releasing: set[str] = set()
     cpus_used: dict[str, int] = {}
@@ -366,7 +377,7 @@ def fleet_view(ctl: Controller, active: list[Job], dirty: frozenset[str] = froze
                      limits=QosLimits.from_qos(ctl.settings.qos), holders=tuple(active))
 
 
-async def _dependencies_met(ctl: Controller, pending: list[Job], active: list[Job], now: float) -> list[Job]:
+async def _dependencies_met(ctl: Controller, pending: list[Job], active: Sequence[Job], now: float) -> list[Job]:
     """The pending jobs whose dependencies allow a start; the others get reason Dependency (or
     DependencyNeverSatisfied, or are cancelled with --kill-on-invalid-dep). Call with ctl.lock held."""
     with_deps = [j for j in pending if j.spec.dependency]

@@ -28,18 +28,18 @@ async def test_a_round_reads_the_jobs_again_only_after_the_store_changed(tmp_pat
         jobs = [await lab.submit("x", gpus=4) for _ in range(3)]  # two start, one waits
         await lab.round()
         cache = launching.job_cache(lab.ctl)
-        first = {j.id: j for j in cache.jobs}
+        first = {j.id: j for j in cache.last.all}
         await lab.round()  # reads it again: the first round wrote (launches, reasons)
         await lab.round()
         before = len(reads)
         await lab.round()
         await lab.round()
         assert len(reads) == before  # nothing was written: nothing read
-        waiting = next(j for j in cache.jobs if j.state is JobState.PENDING)
+        waiting = next(j for j in cache.last.all if j.state is JobState.PENDING)
         await commands.set_priority(lab.ctl, jobs[0].id, 5)  # a running job's row changes, the waiting one's not
         await lab.round()
         assert len(reads) == before + 1
-        again = {j.id: j for j in cache.jobs}
+        again = {j.id: j for j in cache.last.all}
         assert again[waiting.id] is waiting
         assert again[jobs[0].id] is not first[jobs[0].id] and again[jobs[0].id].spec.priority == 5
 
