@@ -10,7 +10,8 @@ twelve users, in two running mixes: 64 eight-GPU jobs, and 512 one-GPU jobs. It 
 
 * the scheduling round (`hsched.controller.launching.schedule_round`: snapshot, pure round, checks, records) in
   CPU time of this process, every thread counted (time.process_time: the store's thread, the round's), median
-  and p99 over steady rounds (the clock moves 0.5 s, every node sends its heartbeat, then one round);
+  and p99 over steady rounds (the clock moves 0.5 s, every node sends its heartbeat, then one round); and the
+  daemon's whole poll around it (`one_round`: watching the runs, stops and time limits, then the round);
 * `ping` latency while rounds run back to back on a real event loop: a client process on the controller's socket
   (served by the daemon's own `Door`) sends a ping every 2 ms and times it until the answer, so waiting for a
   busy loop counts; only pings sent while a round runs count; wall time, as a user waits; `queue`'s likewise;
@@ -46,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from hsched.config import Settings
 from hsched.controller.api import Api
 from hsched.controller.launching import schedule_round
+from hsched.controller.loops import one_round
 from hsched.controller.server import Door, Limits
 from hsched.model import JobState
 from hsched.testing import CannedNode, Lab
@@ -105,6 +107,20 @@ async def step(lab: Lab) -> float:
 
 async def rounds(lab: Lab, n: int) -> list[float]:
     return [await step(lab) for _ in range(n)]
+
+
+async def whole_polls(lab: Lab, n: int) -> list[float]:
+    """CPU time of the daemon's whole poll (`one_round`: watch the runs, advance stops and time limits, then the
+    scheduling round), `n` times."""
+    out = []
+    for _ in range(n):
+        lab.clock.advance(0.5)
+        await lab.beat()
+        t = time.process_time()
+        await one_round(lab.ctl)
+        out.append(time.process_time() - t)
+        await lab.settle_tasks()
+    return out
 
 
 # ------------------------------------------------------------------------------------- requests while rounds run
@@ -276,6 +292,9 @@ async def headline(mix: str, args: argparse.Namespace) -> dict[str, float]:
             out = {"round median": statistics.median(cpu) * 1000, "round p99": pct(cpu, 99) * 1000}
             print(f"  scheduling round, CPU ms:  median {ms(statistics.median(cpu))}  p90 {ms(pct(cpu, 90))}  "
                   f"p99 {ms(pct(cpu, 99))}  max {ms(max(cpu))}   ({len(cpu)} rounds)")
+            polls = await whole_polls(lab, max(5, args.rounds // 4))
+            print(f"  the whole poll (watch runs, stops and time limits, the round), CPU ms: median "
+                  f"{ms(statistics.median(polls))}  max {ms(max(polls))}")
             pings = await during_rounds(lab, args.rounds, "ping", 0.002)
             out["ping p99"] = pct(pings, 99) * 1000
             print(f"  ping while rounds run, wall ms: p50 {ms(pct(pings, 50))}  p90 {ms(pct(pings, 90))}  "
