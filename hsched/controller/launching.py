@@ -94,7 +94,8 @@ def _compute(inp: RoundInput) -> list[Decision]:
     """The pure round, in the round's thread, with the cyclic garbage collector paused: a round makes ~10,000
     short-lived objects, and a collection in the middle of one would promote those alive at that moment towards the
     oldest generation, whose full collections (every minute or so, ~45 ms over a 2,000-job heap) then fell inside
-    rounds. Paused, they are freed as the round drops them (reference counting); nothing the round makes is cyclic."""
+    rounds. Paused, they are freed as the round drops them (reference counting); anything cyclic is collected after,
+    as ever."""
     paused = gc.isenabled()
     if paused:
         gc.disable()
