@@ -27,6 +27,7 @@ import os
 import signal
 import stat
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,13 +78,24 @@ class Limits:
     """At a stop, how long requests being answered get to finish."""
 
 
+LOCK_TRIES = 50
+LOCK_RETRY_S = 0.01
+
+
 def acquire_lock(home: Home) -> int:
     fd = os.open(home.lock, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise AlreadyRunning(f"a controller already runs for {home.root}") from None
+    # `controller_pid` (daemon status, the CLI) tests the lock by taking it shared for an instant: a start that
+    # falls in that instant must not take it for a running controller. A controller holds it for good, so a
+    # lock still held after half a second is one.
+    for attempt in range(LOCK_TRIES):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if attempt == LOCK_TRIES - 1:
+                os.close(fd)
+                raise AlreadyRunning(f"a controller already runs for {home.root}") from None
+            time.sleep(LOCK_RETRY_S)
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     os.fsync(fd)
