@@ -1,9 +1,10 @@
 """Local file moves shared by the executors: whatever is copied lands under a temporary name beside its
 target and is renamed into place only when complete, so a job resuming from a checkpoint never reads half
-of one. Everything here blocks: call it in a thread."""
+of one. Everything here blocks (call it in a thread) but `copy_off_loop`, which does that."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import secrets
@@ -59,3 +60,20 @@ def copy_replacing(src: str, dst: str, given_up: threading.Event | None = None) 
     except BaseException:
         remove(tmp)
         raise
+
+
+async def copy_off_loop(label: str, what: str, src: str, dst: str, timeout_s: float) -> None:
+    """`copy_replacing` in a thread, bounded: a copy not done within `timeout_s` is NodeUnreachable and is never
+    renamed into place (the thread cannot be stopped midway, so it is told to give up); a file that cannot be
+    copied is a TransferError. `label` starts the messages (the node's name)."""
+    from hsched.errors import NodeUnreachable, TransferError
+
+    given_up = threading.Event()
+    try:
+        async with asyncio.timeout(timeout_s):
+            await asyncio.to_thread(copy_replacing, src, dst, given_up)
+    except TimeoutError:
+        given_up.set()
+        raise NodeUnreachable(f"{label}: {what} did not finish within {timeout_s:g} s") from None
+    except OSError as e:
+        raise TransferError(f"{label}: {what} {src} {dst}: {e.strerror or e}") from None

@@ -25,7 +25,6 @@ import copy
 import json
 import logging
 import sys
-import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Sequence
@@ -33,12 +32,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hsched import nodehelper
-from hsched.errors import ExecutorError, HelperError, NodeRefused, NodeUnreachable, Refusal, TransferError
+from hsched.errors import ExecutorError, HelperError, NodeRefused, NodeUnreachable, Refusal
 from hsched.model import RunHandle, RunReport
 from hsched.serialize import handle_from_dict, handle_to_dict
 
 from ._contact import recorded
-from ._files import copy_replacing
+from ._files import copy_off_loop
 from ._rpc import HelperClient, check_reply, launch_request, parse_oneshot, report_from_dict
 from .base import Executor, LaunchRequest, StatusQuery
 
@@ -442,17 +441,7 @@ class LocalExecutor:
         await self._copy("get", remote, str(local), timeout_s)
 
     async def _copy(self, what: str, src: str, dst: str, timeout_s: float) -> None:
-        given_up = threading.Event()
-        try:
-            async with asyncio.timeout(timeout_s):
-                # file copies block: off the event loop, in a thread that cannot be stopped midway, so a copy
-                # given up on is never renamed into place
-                await asyncio.to_thread(copy_replacing, src, dst, given_up)
-        except TimeoutError:
-            given_up.set()
-            raise NodeUnreachable(f"{self.name}: {what} did not finish within {timeout_s:g} s") from None
-        except OSError as e:
-            raise TransferError(f"{self.name}: {what} {src} {dst}: {e.strerror or e}") from None
+        await copy_off_loop(self.name, what, src, dst, timeout_s)
         self.last_contact = time.time()
 
     async def watch(self, interval_s: float = 1.0, *, count: int | None = None,

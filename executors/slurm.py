@@ -89,7 +89,6 @@ import json
 import os
 import pwd
 import signal as signals
-import threading
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -97,12 +96,12 @@ from pathlib import Path
 from typing import Any
 
 from hsched import nodehelper
-from hsched.errors import ExecutorError, HelperError, NodeRefused, NodeUnreachable, Refusal, TransferError
+from hsched.errors import ExecutorError, HelperError, NodeRefused, NodeUnreachable, Refusal
 from hsched.model import RunHandle, RunReport, RunStatus
 
 from . import _slurm_text as text
 from ._contact import recorded
-from ._files import copy_replacing
+from ._files import copy_off_loop
 from .base import Executor, LaunchRequest, StatusQuery
 
 SCRIPT = "slurm.sh"
@@ -572,15 +571,7 @@ class SlurmExecutor:
         await self._copy("get", remote, str(local), timeout_s)
 
     async def _copy(self, what: str, src: str, dst: str, timeout_s: float) -> None:
-        given_up = threading.Event()
-        try:
-            async with asyncio.timeout(timeout_s):
-                await asyncio.to_thread(copy_replacing, src, dst, given_up)
-        except TimeoutError:
-            given_up.set()
-            raise NodeUnreachable(f"{self.name}: {what} did not finish within {timeout_s:g} s") from None
-        except OSError as e:
-            raise TransferError(f"{self.name}: {what} {src} {dst}: {e.strerror or e}") from None
+        await copy_off_loop(self.name, what, src, dst, timeout_s)
 
     # -------------------------------------------------------------------------------------------- watch
 

@@ -89,15 +89,22 @@ def boot_id():
         return "unknown"
 
 
-def _proc_stat(pid):
-    """(state, ppid, pgrp, session, start ticks) of a process from /proc/PID/stat, or None if there is none."""
+def _stat_fields(pid):
+    """The fields of /proc/PID/stat after the command name (state first), or None if there is no such process.
+    The command name (field 2) may hold spaces and parentheses: the split is after the last ')'."""
     try:
         with open("/proc/%d/stat" % pid, "rb") as f:
             data = f.read().decode("ascii", "replace")
     except OSError:
         return None
-    # the command name (field 2) may hold spaces and parentheses: split after the last ')'
-    rest = data[data.rfind(")") + 2:].split()
+    return data[data.rfind(")") + 2:].split()
+
+
+def _proc_stat(pid):
+    """(state, ppid, pgrp, session, start ticks) of a process from /proc/PID/stat, or None if there is none."""
+    rest = _stat_fields(pid)
+    if rest is None:
+        return None
     try:
         return rest[0], int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19])
     except (IndexError, ValueError):
@@ -1545,12 +1552,9 @@ class _ProcessUsage(object):
     @staticmethod
     def _stat(pid):
         """(start ticks, utime + stime ticks, rss pages) from /proc/PID/stat, or None."""
-        try:
-            with open("/proc/%d/stat" % pid, "rb") as f:
-                data = f.read().decode("ascii", "replace")
-        except OSError:
+        rest = _stat_fields(pid)
+        if rest is None:
             return None
-        rest = data[data.rfind(")") + 2:].split()
         try:
             return int(rest[19]), int(rest[11]) + int(rest[12]), int(rest[21])
         except (IndexError, ValueError):
