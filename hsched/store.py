@@ -148,6 +148,11 @@ _MIGRATIONS: list[tuple[str, ...]] = [
         "CREATE TABLE job_envs (job_id INTEGER PRIMARY KEY REFERENCES jobs(id), "
         "sha TEXT NOT NULL REFERENCES envs(sha))",
     ),
+    # 6: what the monitoring samples said of each attempt on each node (hsched.efficiency; `hsched eff`)
+    (
+        "CREATE TABLE run_usage (job_id INTEGER NOT NULL, attempt INTEGER NOT NULL, node TEXT NOT NULL, "
+        "body TEXT NOT NULL, PRIMARY KEY (job_id, attempt, node)) WITHOUT ROWID",
+    ),
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -496,6 +501,17 @@ class Store:
             for r in rows:
                 out.setdefault(r["job_id"], []).append(_run(r))
         return out
+
+    def save_run_usage(self, rows: Sequence[tuple[int, int, str, dict[str, Any]]]) -> None:
+        """Keep the usage tallies (job id, attempt, node, tally as a dict) of attempts that are over."""
+        with self.tx() as db:
+            db.executemany("INSERT OR REPLACE INTO run_usage(job_id, attempt, node, body) VALUES (?,?,?,?)",
+                           [(j, a, n, json.dumps(body)) for j, a, n, body in rows])
+
+    def run_usage(self, job_id: int) -> list[dict[str, Any]]:
+        """Job `job_id`'s kept usage tallies, by attempt and node."""
+        return [json.loads(r[0]) for r in self.db.execute(
+            "SELECT body FROM run_usage WHERE job_id = ? ORDER BY attempt, node", (job_id,))]
 
     def live_runs(self) -> list[Run]:
         marks = ",".join("?" * len(_LIVE))

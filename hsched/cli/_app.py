@@ -42,6 +42,7 @@ def _register() -> None:
     from hsched.cli import dash; dash.register(app)  # noqa: E702, I001  (hsched dash, tui/)
     from hsched.cli import trust; trust.register(app)  # noqa: E702, I001  (hsched node trust; after fleet)
     from hsched.cli import share; share.register(app)  # noqa: E702, I001  (hsched share: fair share by user)
+    from hsched.cli import eff; eff.register(app)  # noqa: E702, I001  (hsched eff: seff's role)
 
 
 _register()

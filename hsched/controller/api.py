@@ -460,6 +460,17 @@ class Api:
         return {"jobs": out, "gpu_hours": {"by_user": dict(use.by_user), "by_model": dict(use.by_model),
                                            "total": use.total_gpu_hours}}
 
+    async def op_eff(self, args: dict[str, Any], uid: int) -> Any:
+        """seff's figures for job `id` (the job object with hsched.efficiency.report's fields): from the monitoring
+        samples folded while it ran (hsched.controller.usage). Everyone may read it (as `show`)."""
+        from hsched.controller.usage import tallies_of
+        from hsched.efficiency import report
+
+        job = await self._job(args)
+        runs = await self.ctl.db(self.ctl.store.runs, job.id)
+        stored = await self.ctl.db(self.ctl.store.run_usage, job.id)
+        return {**job_to_dict(job), **report(job, runs, tallies_of(self.ctl, job.id, stored), self.ctl.clock.time())}
+
     async def op_metrics(self, args: dict[str, Any], uid: int) -> Any:
         """One scrape's OpenMetrics text, as the endpoint (settings `metrics`) serves it."""
         from hsched.controller.metrics import recorder, render, take_snapshot
