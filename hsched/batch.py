@@ -4,7 +4,8 @@
     #SBATCH -J train -t 10 --gpus-per-node=2
     #SBATCH --gres=gpu:a100:2          # translated: --gpus-per-node 2 --gpu-type a100
     #SBATCH --constraint="nvme&ib"     # node labels (the fleet file's [[node]] labels), as sbatch's features
-    #SBATCH --partition=gpu            # known to sbatch, meaningless here: ignored with a warning
+    #SBATCH --partition=gpu            # the nodes labelled gpu (a partition is a label here)
+    #SBATCH --mail-type=END            # known to sbatch, meaningless here: ignored with a warning
     python train.py
 
 The script is run from a snapshot taken at submit (as sbatch copies it): a shell script's text is passed to
@@ -24,7 +25,7 @@ _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
 
 # sbatch options that mean nothing on a lab's workstations (yet): accepted from a script and said so
 _IGNORED = {
-    "-p": "partitions", "--partition": "partitions", "-A": "accounts", "--account": "accounts",
+    "-A": "accounts", "--account": "accounts",
     "--mail-type": "mail", "--mail-user": "mail", "--exclusive": "exclusive nodes (jobs share nodes by GPU)",
     "--export": "--export (the submitter's environment is always passed, as --export=ALL)",
     "-o": "output files (hsched logs JOB)", "--output": "output files (hsched logs JOB)",

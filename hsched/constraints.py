@@ -140,3 +140,29 @@ def label_problem(label: object) -> str | None:
     if not isinstance(label, str) or not LABEL_RE.fullmatch(label):
         return "a label of letters, digits, '_', '.', ':', '+' or '-' (starting with a letter or digit)"
     return None
+
+
+def partition_constraint(text: str) -> str:
+    """sbatch's `-p/--partition a,b` (any of them) as a constraint's text, `a|b`: in hsched a partition is the set
+    of nodes carrying that label. ValueError (saying what is accepted) for anything but a comma list of labels."""
+    names = [n.strip() for n in str(text).split(",")]
+    for n in names:
+        if not LABEL_RE.fullmatch(n):
+            raise ValueError("a partition name (a node label of the fleet file) or a comma list of them, such as "
+                             "gpu or gpu,debug")
+    return "|".join(dict.fromkeys(names))
+
+
+def partition_names(text: str) -> tuple[str, ...]:
+    """The partitions of a `--partition` text (checked by partition_constraint first)."""
+    return tuple(dict.fromkeys(n.strip() for n in text.split(",")))
+
+
+def with_partition(partition: str, constraint: str | None) -> str:
+    """The constraint a job with `--partition` and `--constraint` gets: a node of one of the partitions that
+    also satisfies the constraint (each parenthesised: `|` binds looser than `&`)."""
+    part = partition_constraint(partition)
+    if not constraint:
+        return part
+    p = f"({part})" if "|" in part else part
+    return f"{p}&({constraint})"

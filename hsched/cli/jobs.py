@@ -57,6 +57,9 @@ def register(app: typer.Typer) -> None:
         constraint: str | None = typer.Option(
             None, "--constraint", "-C",
             help="Node labels the job needs, as sbatch: nvme, \"nvme&ib\" (and), \"a100|h100\" (or), parentheses."),
+        partition: str | None = typer.Option(
+            None, "--partition", "-p",
+            help="Run on nodes of this partition (a fleet file node label); a,b: any of them, as sbatch."),
         gpu_memory: str | None = typer.Option(None, "--gpu-memory", help="Minimum memory per GPU, e.g. 40G."),
         nodes: int | None = typer.Option(None, "--nodes", "-N", min=1, help="Nodes (all-or-nothing)."),
         name: str | None = typer.Option(None, "--name", "-J", help="Job name."),
@@ -150,7 +153,8 @@ def register(app: typer.Typer) -> None:
             None, "--format", "-o",
             help="squeue's -o: %i id, %j name, %u user, %t state code, %T state, %q qos, %p priority, "
                  "%b GPUs, %D nodes, %M time, %l time limit, %R nodes or reason, %V submit time, %S start "
-                 "time, %r reason; widths as %.10i (right) or %10j (left)."),
+                 "time, %r reason, %P or %f the constraint (partitions are labels); widths as %.10i (right) or "
+                 "%10j (left)."),
         as_json: bool = typer.Option(False, "--json", help="A JSON list of job objects."),
     ) -> None:
         """List jobs (pending and active; --all for every job)."""
@@ -187,7 +191,7 @@ def register(app: typer.Typer) -> None:
             ("command", " ".join(job["command"])),
             ("workdir", job.get("workdir") or "(the submit folder, where a node sees it)"),
             ("resources", _resources_line(job["resources"])),
-            ("constraint", job.get("constraint") or "-"),
+            ("constraint", job.get("constraint") or "-"),  # --partition's labels too (hsched.constraints)
             ("submitted", job["submit_time"]), ("started", job["start_time"]), ("ended", job["end_time"]),
             ("time limit", _limit(job.get("time_limit_s"))),
             ("signals", f"checkpoint {job.get('checkpoint_signal')}"

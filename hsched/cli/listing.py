@@ -163,6 +163,9 @@ def format_queue(jobs: list[dict[str, Any]], fmt: str) -> list[str]:
         "l": ("TIME_LIMIT", lambda label, j: _limit(j.get("time_limit_s"))),
         "R": ("NODELIST(REASON)", lambda label, j: _where(j)), "r": ("REASON", lambda label, j: j["reason"]),
         "V": ("SUBMIT_TIME", lambda label, j: j["submit_time"]), "S": ("START_TIME", lambda label, j: j["start_time"]),
+        # a partition is a node label here, kept in the job's constraint with any --constraint: both show it
+        "P": ("PARTITION", lambda label, j: j.get("constraint") or "(null)"),
+        "f": ("FEATURES", lambda label, j: j.get("constraint") or "(null)"),
     }
     spec = re.compile(r"%(\.)?(\d+)?([A-Za-z%])")
     for m in spec.finditer(fmt):

@@ -32,6 +32,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str, int | None, int | None]] = {
     "gpus_per_node": (("--gpus-per-node",), INT, 0, None),
     "gpu_type": (("--gpu-type",), MANY, None, None),
     "constraint": (("--constraint", "-C"), TEXT, None, None),
+    "partition": (("--partition", "-p"), TEXT, None, None),
     "gpu_memory": (("--gpu-memory",), TEXT, None, None),
     "nodes": (("--nodes", "-N"), INT, 1, None),
     "name": (("--name", "-J"), TEXT, None, None),
@@ -122,6 +123,16 @@ def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict
         res["gpu_types"] = list(o["gpu_type"])
     if o.get("constraint") is not None:
         table.pop("constraint", None)  # the command line's wins over a spec file's, wherever that put it
+    if o.get("partition") is not None:
+        # a partition is a node label (hsched.constraints): -p a,b is a node labelled a or b, and with a
+        # constraint (the command line's or the spec file's) a node of the partition that also satisfies it
+        from hsched.constraints import with_partition
+
+        given = res.get("constraint") or table.pop("constraint", None)
+        try:
+            res["constraint"] = with_partition(o["partition"], given if isinstance(given, str) else None)
+        except ValueError as e:
+            raise UserError(f"--partition {o['partition']!r}: expected {e}") from None
     if res or "resources" in table:
         table["resources"] = res
     for key, opt in (("name", "name"), ("qos", "qos"), ("priority", "priority"),
@@ -157,6 +168,19 @@ def check(table: dict[str, Any], source: str) -> None:
     job_spec_from_table(table, source, settings.qos_names, settings.default_qos)
 
 
+def check_partitions(c: Any, text: str) -> None:
+    """Refuse a partition no node of the controller's fleet carries, naming the ones there are (sbatch's
+    "invalid partition name specified"), before the job is queued."""
+    from hsched.constraints import partition_names
+
+    known = c.call("partitions")["partitions"]
+    unknown = [p for p in partition_names(text) if p not in known]
+    if unknown:
+        have = ", ".join(sorted(known)) or "none: no node of the fleet file has labels"
+        raise UserError(f"--partition {unknown[0]!r}: no such partition (partitions are the fleet file's "
+                        f"[[node]] labels; known: {have})")
+
+
 def submit(o: dict[str, Any], args: list[str], table: dict[str, Any], source: str) -> None:
     """Queue the job `o` and `args` make of `table` (see job_table) and print what the options ask for."""
     table = job_table(o, args, table)
@@ -165,6 +189,8 @@ def submit(o: dict[str, Any], args: list[str], table: dict[str, Any], source: st
     with _client() as c:
         if not c.reachable():
             check(table, source)  # fail fast, before a controller is started for it
+        if o.get("partition"):
+            check_partitions(c, o["partition"])
         job = c.call("submit", spec=table, source=source, user=_user(), environ=environ)
     if o.get("parsable"):
         print(job["id"])

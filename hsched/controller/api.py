@@ -471,6 +471,14 @@ class Api:
         stored = await self.ctl.db(self.ctl.store.run_usage, job.id)
         return {**job_to_dict(job), **report(job, runs, tallies_of(self.ctl, job.id, stored), self.ctl.clock.time())}
 
+    async def op_partitions(self, args: dict[str, Any], uid: int) -> Any:
+        """The partitions `submit --partition` may name: each node label of the fleet file, with its nodes."""
+        out: dict[str, list[str]] = {}
+        for cfg in self.ctl.fleet_cfg.nodes:
+            for label in cfg.labels:
+                out.setdefault(label, []).append(cfg.name)
+        return {"partitions": {k: sorted(v) for k, v in sorted(out.items())}}
+
     async def op_metrics(self, args: dict[str, Any], uid: int) -> Any:
         """One scrape's OpenMetrics text, as the endpoint (settings `metrics`) serves it."""
         from hsched.controller.metrics import recorder, render, take_snapshot

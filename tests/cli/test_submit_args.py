@@ -24,6 +24,8 @@ class Recorder:
         return False  # as with no controller yet: the CLI checks the spec itself first
 
     def call(self, op: str, **args: Any) -> dict[str, Any]:
+        if op == "partitions":  # asked before a submit with --partition; not recorded: the submits are
+            return {"partitions": {"gpu": ["a"]}}
         Recorder.calls.append({"op": op, **args})
         return {"id": 7, "state": "PENDING"}
 
@@ -150,7 +152,7 @@ def test_a_batch_script_reads_its_sbatch_lines(monkeypatch: pytest.MonkeyPatch, 
                                                capsys: pytest.CaptureFixture[str]) -> None:
     script = tmp_path / "train.sh"
     script.write_text("#!/bin/bash\n# a comment\n#SBATCH --gpus-per-node=2 -t 10 -J x\n"
-                      "#SBATCH --partition=gpu  # meaningless here\n#SBATCH --qos=scavenger\n"
+                      "#SBATCH --partition=gpu  # the nodes labelled gpu\n#SBATCH --qos=scavenger\n"
                       "echo $SLURM_JOB_ID \"$@\"\n#SBATCH --gpus-per-node=7\n")
     # the command line wins over the script, as with sbatch
     assert submit(monkeypatch, "--qos", "prod", str(script), "a1", "a2") == 0
@@ -159,7 +161,8 @@ def test_a_batch_script_reads_its_sbatch_lines(monkeypatch: pytest.MonkeyPatch, 
     shell, flag, text, path, *rest = spec["command"]
     assert (shell, flag, path, rest) == ("/bin/bash", "-c", str(script.resolve()), ["a1", "a2"])
     assert text == script.read_text()  # a snapshot: editing the file later changes nothing
-    assert "#SBATCH --partition ignored" in capsys.readouterr().err
+    assert spec["resources"]["constraint"] == "gpu"  # a partition is a node label (tests/cli/test_partition.py)
+    assert "ignored" not in capsys.readouterr().err
 
 
 def test_sbatch_gres_ntasks_and_total_gpus(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
