@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import operator
+
 from hsched.model import DEFAULT_QOS
 from hsched.sched.policy import Policy, hetero_assign, select_by_capacity, wants_from_assignment
 from hsched.sched.view import QOS_RANK, JobPhase, JobView, Plan, PolicyInput, qos_rank
+
+_Key = tuple[int, int, bool, bool, float, float, int, JobView]
+"""A job's place in `Hsched.order`: QoS rank, -priority, over its fair share, not fresh from a (re)start, GPU-seconds
+attained, arrival, id; then the view itself."""
+_VIEW = operator.itemgetter(7)
+_KEYS: dict[int, _Key] = {}
+"""The last `Hsched.order`'s keys of waiting jobs, by id (one global, swapped whole: a policy object is made afresh
+each live round; the view in the key tells whether it is still the job's)."""
 
 
 class Hsched(Policy):
@@ -37,23 +47,44 @@ class Hsched(Policy):
         usage = inp.user_usage
         mean = sum(usage.values()) / len(usage) if usage else 0.0
         heavy = self.fair_share_slack * mean
+        # fair share's "served after the others", once per user rather than once per job
+        over = frozenset(u for u, v in usage.items() if v > heavy) if mean > 0 else frozenset[str]()
         min_run = self.min_run_s(inp)
         now = inp.now
         running = JobPhase.RUNNING
         ranks, normal = QOS_RANK, qos_rank(DEFAULT_QOS)
-
-        def key(j: JobView) -> tuple[int, int, int, int, float, float, int]:
-            over = 1 if mean > 0 and usage.get(j.user, 0.0) > heavy else 0
-            start = j.run_start_s
-            fresh = start is not None and j.phase is running and now - start < min_run
+        global _KEYS
+        last, kept = _KEYS, {}
+        keyed: list[_Key] = []
+        append = keyed.append
+        for j in inp.jobs:
+            if j.phase is running:
+                start = j.run_start_s
+                fresh = start is not None and now - start < min_run
+            else:
+                # a waiting job's key is its view's and its user's fair share flag alone: the last round's, while
+                # both are (the live controller and the simulator keep a waiting job's very view from round to
+                # round, so at 2,000 waiting this saves 2,000 tuples a round: 2.5 ms of a 21 ms live round)
+                hit = last.get(j.id)
+                if hit is not None and hit[7] is j and hit[2] is (j.user in over):
+                    kept[j.id] = hit
+                    append(hit)
+                    continue
+                fresh = False
             # GPU-seconds attained: a gang of 8 that ran an hour has had as much as 8 single jobs that ran one
             # (Tiresias's two-dimensional LAS); on the gang trace this ranks far better than seconds alone
             # (las-hetero's), and on single-GPU traces the two are the same
             # the user's priority orders jobs inside their QoS class, before fair share and attained service
-            return (ranks.get(j.qos, normal), -j.priority, over, 0 if fresh else 1, j.gpus * j.service_s,
-                    j.arrival_s, j.id)
-
-        return sorted(inp.jobs, key=key)
+            k = (ranks.get(j.qos, normal), -j.priority, j.user in over, not fresh, j.gpus * j.service_s,
+                 j.arrival_s, j.id, j)
+            if j.phase is not running:
+                kept[j.id] = k
+            append(k)
+        # only this round's waiting jobs are kept: ended and started ones do not pile up
+        _KEYS = kept
+        # (ids are unique: two keys never tie up to the view, which is there to be handed back)
+        keyed.sort()
+        return list(map(_VIEW, keyed))
 
     def move_pays(self, j: JobView, new_type: str, inp: PolicyInput) -> bool:
         """Whether leaving the current type for `new_type` is worth a checkpoint and restore.
