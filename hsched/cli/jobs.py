@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
             help="Run on nodes of this partition (a fleet file node label); a,b: any of them, as sbatch."),
         gpu_memory: str | None = typer.Option(None, "--gpu-memory", help="Minimum memory per GPU, e.g. 40G."),
         nodes: int | None = typer.Option(None, "--nodes", "-N", min=1, help="Nodes (all-or-nothing)."),
-        name: str | None = typer.Option(None, "--name", "-J", help="Job name."),
+        name: str | None = typer.Option(None, "--name", "-J", "--job-name", help="Job name."),
         qos: str | None = typer.Option(None, "--qos", help="QoS class (built in: prod, normal, scavenger).",
                                        autocompletion=complete.qos_names),
         tasks_per_node: int | None = typer.Option(None, "--tasks-per-node", min=1,
@@ -98,7 +98,8 @@ def register(app: typer.Typer) -> None:
         kill_on_invalid_dep: bool = typer.Option(
             False, "--kill-on-invalid-dep", help="Cancel the job if a dependency can never be satisfied."),
         workdir: str | None = typer.Option(
-            None, "--workdir", "-D", help="Working folder (default: where you submit, on nodes that see it)."),
+            None, "--workdir", "-D", "--chdir",
+            help="Working folder (default: where you submit, on nodes that see it)."),
         env: list[str] = typer.Option(None, "--env", "-e", help="NAME=VALUE for the job (repeatable)."),
         hold: bool = typer.Option(False, "--hold", help="Queue the job held; `hsched release` lets it run."),
         as_json: bool = typer.Option(False, "--json", help="Print the job as JSON."),
