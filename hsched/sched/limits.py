@@ -86,8 +86,9 @@ class Tally:
         self.class_gpus: dict[str, int] = {}
         self.user_gpus: dict[tuple[str, str], int] = {}
         self.user_jobs: dict[tuple[str, str], int] = {}
-        for j in holders:
-            self.add(j)
+        if limits:  # (without caps nothing is counted: a round's 512 holders need not be looked at)
+            for j in holders:
+                self.add(j)
 
     def blocked(self, job: Job) -> str | None:
         """The cap the job's start would break (its squeue reason), or None."""

@@ -326,14 +326,27 @@ def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
         nowhere: set[int] = set()
         gpu_jobs: list[Job] = []
         blocked, nodes_for, limited = st.tally.blocked, st.nodes_for, bool(fleet.limits)
-        for j in queue:
-            if limited and blocked(j) is not None:
-                capped.add(j.id)
-            elif not nodes_for(j):
-                nowhere.add(j.id)
-            elif j.spec.resources.gpus > 0:
-                gpu_jobs.append(j)
-        starts, core_waiting, served = _core_round(fleet.policy, gpu_jobs, st, now)
+        if not limited and not st.absent_anywhere:
+            # the usual case, in one pass over the queue: a job's nodes are its constraint's
+            by_constraint: dict[str, bool] = {}
+            for j in queue:
+                res = j.spec.resources
+                some = by_constraint.get(res.constraint)
+                if some is None:
+                    some = by_constraint[res.constraint] = bool(nodes_for(j))
+                if not some:
+                    nowhere.add(j.id)
+                elif res.gpus > 0:
+                    gpu_jobs.append(j)
+        else:
+            for j in queue:
+                if limited and blocked(j) is not None:
+                    capped.add(j.id)
+                elif not nodes_for(j):
+                    nowhere.add(j.id)
+                elif j.spec.resources.gpus > 0:
+                    gpu_jobs.append(j)
+        starts, core_waiting, served = _core_round(fleet.policy, gpu_jobs, st, now, by_id)
         for job_id, placements in starts:
             job = by_id[job_id]
             # the plan's starts are counted one by one: two jobs of one user may each fit a cap, not both
@@ -495,11 +508,12 @@ def _pending_views(pending: Sequence[Job], allowed: Callable[[Job], tuple[str, .
     return out
 
 
-def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: float,
+def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: float, queued: Mapping[int, Job],
                 throughput: ThroughputModel | None = None,
                 ) -> tuple[list[tuple[int, tuple[Placement, ...]]], dict[int, str], list[int]]:
-    """The core's round over the live fleet: (starts of pending jobs, why the others wait, pending job ids in
-    the order the policy serves them, wanted first)."""
+    """The core's round over the live fleet: (starts of pending jobs, why they wait (running jobs may be there
+    too: they never wait), pending job ids in the order the policy serves them, wanted first). `queued`: the
+    round's waiting jobs by id, `pending` among them (a job the round plans is running or in `queued`)."""
     fleet = st.fleet
     policy = make_policy(policy_name)
     if policy.clairvoyant:
@@ -544,18 +558,17 @@ def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: 
     inp = build_input(now, sorted(views, key=_ARRIVAL), servers,
                       throughput or catalog_throughput(), user_usage=usage if len(usage) > 1 else {})
     plan = make_plan(policy, inp)
-    placer = LivePlacer({n.name: n for n in typed}, {j.id: j for j in pending}, st.fit_free, fleet.prefer,
-                        fleet.labels)
+    # (the placer places only jobs it knows, waiting ones: the plan names no other waiting job than `pending`)
+    placer = LivePlacer({n.name: n for n in typed}, queued, st.fit_free, fleet.prefer, fleet.labels)
     # live jobs do not checkpoint: the rule keeps every running job in place, so nothing here is stopped
     decision = apply_rule(plan, inp, servers, placer, fleet.rule)
-    pending_ids = {j.id for j in pending}
-    wanted = [w.job_id for w in plan.wants if w.job_id in pending_ids]
+    # (a job id the plan names is a running job's or in `queued`, so `queued` tells waiting ones apart)
+    wanted = [w.job_id for w in plan.wants if w.job_id in queued]
     # the others by submit time: the order `inp.jobs` already has (a view's arrival is its job's submit time)
-    others = pending_ids.difference(wanted)
+    others = {j.id for j in pending}.difference(wanted)
     rest = [i for i in map(_ID, inp.jobs) if i in others]
-    return ([(s.job_id, s.placement) for s in decision.starts if s.job_id in pending_ids],
-            {k: v for k, v in decision.waiting.items() if k in pending_ids},
-            wanted + rest)
+    return ([(s.job_id, s.placement) for s in decision.starts if s.job_id in queued],
+            dict(decision.waiting), wanted + rest)
 
 
 # ---------------------------------------------------------------- backfill, releasing devices, QoS preemption
@@ -596,7 +609,8 @@ class _RoundState:
         self._node_of = {d.uuid: n.name for n in self.up for d in n.devices}
         self._free = {n.name: sum(1 for d in n.devices if d.uuid not in self.busy) for n in self.up}
         self._max_free = (-1, 0)
-        self._absent_anywhere = frozenset().union(*fleet.absent_users.values()) if fleet.absent_users else frozenset()
+        self.absent_anywhere = frozenset().union(*fleet.absent_users.values()) if fleet.absent_users else frozenset()
+        """The users absent from some node (lab mode): only their jobs see fewer nodes than their constraint's."""
         self._constraints: dict[str, Constraint | None] = {}
         self._nodes: dict[NodesKey, list[Node]] = {}
         self._by_constraint: dict[str, list[Node]] = {}
@@ -609,7 +623,7 @@ class _RoundState:
         self._victim_classes = frozenset(r.job.spec.qos for r in fleet.running if len(r.job.placement) == 1)
         self._choosable = (-1, frozenset[str]())
         # no QoS caps and no absent users: a job's only ways to go are free devices, released ones and victims
-        self._plain = not fleet.limits and not self._absent_anywhere
+        self._plain = not fleet.limits and not self.absent_anywhere
         self._last_waits = _WAITS
         self.waits: dict[int, Wait] = {}
         """This round's waits, by job: the next round's `_last_waits`."""
@@ -633,12 +647,12 @@ class _RoundState:
         return job.user in self.fleet.absent_users.get(node, frozenset())
 
     def nodes_key(self, job: Job) -> NodesKey:
-        user = job.user if job.user in self._absent_anywhere else ""
+        user = job.user if job.user in self.absent_anywhere else ""
         return (job.spec.resources.constraint, user)
 
     def nodes_for(self, job: Job) -> list[Node]:
         """The up nodes the job may use: labelled as its constraint asks, its user present there."""
-        if not self._absent_anywhere:  # (the usual case, once per waiting job: no key to build)
+        if not self.absent_anywhere:  # (the usual case, once per waiting job: no key to build)
             got = self._by_constraint.get(job.spec.resources.constraint)
             if got is not None:
                 return got
@@ -647,7 +661,7 @@ class _RoundState:
         if got is None:
             got = self._nodes[key] = [n for n in self.up
                                       if self.labelled(n.name, job) and not self.absent(n.name, job)]
-            if not self._absent_anywhere:
+            if not self.absent_anywhere:
                 self._by_constraint[key[0]] = got
         return got
 
@@ -801,7 +815,9 @@ class _RoundState:
         may preempt no class that runs just waits: `settle` would reach the same Wait through every search, and a
         busy fleet's queue is mostly such jobs."""
         out: list[Decision] = []
+        append = out.append
         plain, preempts, classes = self._plain, self.fleet.rule.qos_preempts, self._victim_classes
+        last, waits = self._last_waits, self.waits
         version, quiet = -1, False
         for job in jobs:
             res = job.spec.resources
@@ -811,11 +827,17 @@ class _RoundState:
                 if quiet:
                     allowed = preempts.get(job.spec.qos)
                     if not allowed or allowed.isdisjoint(classes):
-                        why = reasons.get(job.id) or (_PRIORITY if self.blocked_ahead else _RESOURCES)
+                        jid = job.id
+                        why = reasons.get(jid) or (_PRIORITY if self.blocked_ahead else _RESOURCES)
                         self.blocked_ahead = True
-                        out.append(self.wait(job.id, why))
+                        # (`wait`, inline: this is the loop over most of a busy queue)
+                        w = last.get(jid)
+                        if w is None or w.reason != why:
+                            w = Wait(jid, why)
+                        waits[jid] = w
+                        append(w)
                         continue
-            out.append(self.settle(job, reasons.get(job.id)))
+            append(self.settle(job, reasons.get(job.id)))
         return out
 
     def settle(self, job: Job, reason: str | None) -> Decision:
@@ -879,7 +901,7 @@ class _RoundState:
     def missing_user(self, job: Job) -> str | None:
         """"user X does not exist on node N" when that is why the job cannot start: it would start now on nodes
         where only its user is missing, or only such nodes could ever hold it. Else None (the usual reason)."""
-        if job.user not in self._absent_anywhere:
+        if job.user not in self.absent_anywhere:
             return None
         res = job.spec.resources
         lacking = [n for n in self.up if self.absent(n.name, job) and self.labelled(n.name, job)]

@@ -298,7 +298,8 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
     pinned = hold if isinstance(hold, (set, frozenset)) else frozenset(hold)
     if not plan.preempt or pinned:
         every = not plan.preempt
-        for r in inp.jobs:
+        # (the pinned jobs alone when they are fewer than all: the live round pins its 512 running jobs among 2,500)
+        for r in (inp.jobs if every or len(pinned) >= len(jobs) else filter(None, map(jobs.get, pinned))):
             if r.phase is running and (every or r.id in pinned):
                 # one on a server that is not up (no type) holds nothing the round hands out, but stays
                 if r.gpu_type is not None:
@@ -333,7 +334,9 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
     preempt: list[int] = []
     keep: list[JobView] = []
     to_place: list[tuple[JobView, str]] = []
-    waits: list[int] = []
+    # a job the plan wanted (and looked at) waits for resources; one it did not want waits for its turn
+    considered: set[int] | None = None  # (made at the first wait: often nobody waits)
+    waiting: dict[int, str] = {}
     for j in inp.jobs:
         t = granted.get(j.id)
         if j.phase is running:
@@ -346,10 +349,9 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
         elif t is not None:
             to_place.append((j, t))
         else:
-            waits.append(j.id)
-    # a job the plan wanted (and looked at) waits for resources; one it did not want waits for its turn
-    considered = {w.job_id for w in plan.wants[:seen]} if waits else set()
-    waiting = {jid: _RESOURCES if jid in considered else _PRIORITY for jid in waits}
+            if considered is None:
+                considered = {w.job_id for w in plan.wants[:seen]}
+            waiting[j.id] = _RESOURCES if j.id in considered else _PRIORITY
 
     starts: list[Start] = []
     if to_place:  # free devices are needed only to place someone
