@@ -79,7 +79,15 @@ class Executor(Protocol):
     """
 
     kind: str
-    """"local", "ssh" or "fake"."""
+    """"local", "ssh", "slurm" or "fake"."""
+
+    @property
+    def home_shared(self) -> bool:
+        """Whether the node sees the controller's own files (its checkpoint folders) as they are: this
+        machine's helper does; a remote node, or this machine through a service account's installed helper,
+        does not."""
+        ...
+
     name: str
     """The node's name (error messages start with it where the transport adds one)."""
     last_contact: float | None

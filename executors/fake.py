@@ -101,6 +101,7 @@ class FakeExecutor:
     """
 
     kind = "fake"
+    home_shared = True
 
     def __init__(self, *, devices: Sequence[dict[str, Any]] = (), cpus: int = 8, memory_total_mib: int = 65536,
                  boot_id: str = "fake-boot", name: str = "fake", clock: Callable[[], float] = time.time,

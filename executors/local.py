@@ -14,12 +14,16 @@ every node's runs in one request (the watch loop asks all nodes together), and o
 all the nodes probing it (a probe's answer is the machine's, whichever node asks).
 
 This machine shares the controller's disk: `remote_path` is the path itself and `put`/`get` are local
-copies (nothing to do when both sides are the same path).
+copies (nothing to do when both sides are the same path). Except in a lab whose controller runs as a service
+account (`helper`: an installed, confined helper run through `sudo -n`): then this machine is a node like a
+remote one, its runs and checkpoint folders under the helper's folder, named as an SSH node names them, read
+and moved through the helper (executors/_confined.py), because the users' folders are closed to the account.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import copy
 import json
@@ -28,6 +32,7 @@ import sys
 import time
 import weakref
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +41,7 @@ from hsched.errors import ExecutorError, HelperError, NodeRefused, NodeUnreachab
 from hsched.model import RunHandle, RunReport
 from hsched.serialize import handle_from_dict, handle_to_dict
 
+from . import _confined
 from ._contact import recorded
 from ._files import copy_off_loop
 from ._rpc import HelperClient, check_reply, launch_request, parse_oneshot, report_from_dict
@@ -82,8 +88,8 @@ class _Shared:
     one after another; meanwhile None: each call runs a helper of its own), ended when its last executor
     closes. Status requests made at the same moment are sent as one; a probe in flight is shared."""
 
-    def __init__(self, python: str) -> None:
-        self.python = python
+    def __init__(self, argv: tuple[str, ...]) -> None:
+        self.argv = argv
         self.users: set[LocalExecutor] = set()
         self.server: HelperClient | None = None
         self.proc: asyncio.subprocess.Process | None = None
@@ -125,7 +131,7 @@ class _Shared:
         try:
             # its own session: a Ctrl-C meant for a controller in a terminal must not kill the helper mid-request
             proc = await asyncio.create_subprocess_exec(
-                self.python, str(HELPER_PATH), "serve", stdin=asyncio.subprocess.PIPE,
+                *self.argv, "serve", stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
                 limit=PIPE_LIMIT)
         except OSError as e:
@@ -253,16 +259,17 @@ class _Shared:
                     pipe.close()
 
 
-_SHARED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Shared]] = weakref.WeakKeyDictionary()
+_SHARED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, ...], _Shared]] = (
+    weakref.WeakKeyDictionary())
 
 
-def _shared(python: str) -> _Shared:
-    """This loop's helper server for `python` (made on first use)."""
+def _shared(argv: tuple[str, ...]) -> _Shared:
+    """This loop's helper server run as `argv` (made on first use)."""
     loop = asyncio.get_running_loop()
-    by_python = _SHARED.setdefault(loop, {})
-    shared = by_python.get(python)
+    by_argv = _SHARED.setdefault(loop, {})
+    shared = by_argv.get(argv)
     if shared is None:
-        shared = by_python[python] = _Shared(python)
+        shared = by_argv[argv] = _Shared(argv)
     return shared
 
 
@@ -276,18 +283,26 @@ class LocalExecutor:
         python: the interpreter that runs the helper (and so the runs' wrappers).
         serve: use the helper server (shared by the local nodes); False runs a helper per call (slower; for
             comparisons).
+        helper: an installed helper's launcher, run through `sudo -n` (a service account's lab): runs and
+            checkpoints then live under its folder, not on the controller's disk.
     """
 
     kind = "local"
 
     def __init__(self, *, node: str = "local", simulate: SimulatedDevices | None = None, timeout_s: float = 60.0,
-                 python: str = sys.executable, serve: bool = True) -> None:
+                 python: str = sys.executable, serve: bool = True, helper: str | None = None) -> None:
         self.node = node
         self.name = node
         self.simulate = simulate
         self.timeout_s = timeout_s
         self.python = python
         self.serve = serve
+        self.helper = helper
+        self.argv: tuple[str, ...] = _confined.helper_argv(helper) if helper else (python, str(HELPER_PATH))
+        self._root: str | None = None
+        """The installed helper's folder (what `whoami` said), once asked."""
+        self._local_of: dict[str, str] = {}
+        """The helper's run folder -> the controller's name for it (an installed helper's runs)."""
         self.last_contact: float | None = None
         self.last_error: ExecutorError | None = None
         self._shared: _Shared | None = None
@@ -306,7 +321,7 @@ class LocalExecutor:
 
     def _attach(self) -> _Shared:
         """This loop's shared server, let go of another loop's (a script with one asyncio.run per call)."""
-        shared = _shared(self.python)
+        shared = _shared(self.argv)
         old = self._shared
         if old is not shared:
             if old is not None:
@@ -355,7 +370,7 @@ class LocalExecutor:
         try:
             async with asyncio.timeout(self.timeout_s):
                 proc = await asyncio.create_subprocess_exec(
-                    self.python, str(HELPER_PATH), command,
+                    *self.argv, command,
                     stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 )
                 try:
@@ -381,10 +396,37 @@ class LocalExecutor:
     async def probe(self, *, gpu_timeout_s: float = 10.0) -> dict[str, Any]:
         return await self._call("probe", {"gpu_timeout_s": gpu_timeout_s})
 
+    @property
+    def home_shared(self) -> bool:
+        """Whether this node's folders are the controller's own (False through an installed helper)."""
+        return self.helper is None
+
+    async def _node_root(self) -> str:
+        if self._root is None:
+            assert self.helper is not None
+            self._root = await _confined.whoami(self._call, self.name, self.helper)
+        return self._root
+
+    async def _run_dir(self, local_run_dir: str) -> str:
+        """The helper's folder for a run the controller names by `local_run_dir`."""
+        if self.helper is None:
+            return local_run_dir
+        rdir = _confined.mapped(await self._node_root(), "runs", local_run_dir)
+        self._local_of[rdir] = local_run_dir
+        return rdir
+
+    @staticmethod
+    def _handle_out(d: Any, local_run_dir: str) -> RunHandle | None:
+        handle = handle_from_dict(d)
+        return replace(handle, run_dir=local_run_dir) if handle is not None else None
+
     @recorded
     async def launch(self, req: LaunchRequest) -> RunHandle:
-        reply = await self._call("launch", launch_request(req, req.run_dir))
-        handle = handle_from_dict(reply.get("handle"))
+        rdir = await self._run_dir(req.run_dir)
+        if self.helper is not None:  # folders passable from the helper's own, not from the controller's home
+            req = replace(req, base_dir=await self._node_root())
+        reply = await self._call("launch", launch_request(req, rdir))
+        handle = self._handle_out(reply.get("handle"), req.run_dir)
         if handle is None:
             raise HelperError(f"launch of {req.run_dir} returned no handle", "launch")
         return handle
@@ -398,14 +440,21 @@ class LocalExecutor:
     async def status(self, queries: Sequence[StatusQuery]) -> list[RunReport]:
         if not queries:
             return []
-        reply = await self._call("status", {
-            "runs": [{"run_dir": q.run_dir, "handle": handle_to_dict(q.handle)} for q in queries]
-        })
-        return [report_from_dict(r) for r in reply["runs"]]
+        runs = []
+        for q in queries:
+            rdir = await self._run_dir(q.run_dir)
+            runs.append({"run_dir": rdir, "handle": handle_to_dict(replace(q.handle, run_dir=rdir))
+                         if q.handle is not None else None})
+        reply = await self._call("status", {"runs": runs})
+        if self.helper is None:
+            return [report_from_dict(r) for r in reply["runs"]]
+        return [replace(report_from_dict(r), handle=self._handle_out(r.get("handle"), q.run_dir))
+                for q, r in zip(queries, reply["runs"], strict=True)]
 
     @recorded
     async def signal(self, handle: RunHandle, signal: str, *, all_processes: bool = False,
                      batch_only: bool = False, purpose: str = "stop") -> bool:
+        handle = replace(handle, run_dir=await self._run_dir(handle.run_dir))
         reply = await self._call("signal", {"handle": handle_to_dict(handle), "signal": signal,
                                             "all_processes": all_processes, "batch_only": batch_only,
                                             "purpose": purpose})
@@ -413,6 +462,10 @@ class LocalExecutor:
 
     @recorded
     async def read_log(self, run_dir: str, offset: int, max_bytes: int = 1 << 20) -> bytes:
+        if self.helper is not None:  # the user's file: only the helper (root) may read it
+            reply = await self._call("read", {"path": f"{await self._run_dir(run_dir)}/output.log",
+                                              "offset": offset, "max_bytes": max_bytes})
+            return base64.b64decode(reply.get("data") or "")
         # the run folder is on this machine's disk: read it here, no helper needed
         try:
             data = await asyncio.to_thread(_read_at, Path(run_dir) / "output.log", offset, max_bytes)
@@ -430,15 +483,30 @@ class LocalExecutor:
 
     @recorded
     async def remote_path(self, local_path: str) -> str:
+        if self.helper is not None:
+            return _confined.mapped(await self._node_root(), "files", local_path)
         return local_path  # this machine: the controller's own disk
 
     @recorded
     async def put(self, local: str | Path, remote: str, *, timeout_s: float = 3600.0) -> None:
+        if self.helper is not None:
+            await self._through_helper("put", _confined.put_tree(self._call, Path(local), remote), timeout_s)
+            return
         await self._copy("put", str(local), remote, timeout_s)
 
     @recorded
     async def get(self, remote: str, local: str | Path, *, timeout_s: float = 3600.0) -> None:
+        if self.helper is not None:
+            await self._through_helper("get", _confined.get_tree(self._call, remote, Path(local)), timeout_s)
+            return
         await self._copy("get", remote, str(local), timeout_s)
+
+    async def _through_helper(self, what: str, work: Any, timeout_s: float) -> None:
+        try:
+            async with asyncio.timeout(timeout_s):
+                await work
+        except TimeoutError:
+            raise NodeUnreachable(f"{what} did not finish within {timeout_s:g} s") from None
 
     async def _copy(self, what: str, src: str, dst: str, timeout_s: float) -> None:
         await copy_off_loop(self.name, what, src, dst, timeout_s)
@@ -456,7 +524,7 @@ class LocalExecutor:
                         "memory_mib": self.simulate.memory_mib}
         try:
             proc = await asyncio.create_subprocess_exec(
-                self.python, str(HELPER_PATH), "watch", stdin=asyncio.subprocess.PIPE,
+                *self.argv, "watch", stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
         except (FileNotFoundError, PermissionError, NotADirectoryError) as e:
             raise self._failed(NodeRefused(f"cannot run the node helper: {e}", Refusal.PYTHON)) from None
@@ -490,7 +558,8 @@ class LocalExecutor:
                 self.last_error = None
                 sample["node"] = self.node
                 for p in sample.get("processes") or ():
-                    p["job_run_dir"] = p.get("run_dir")  # local run folders are the controller's own
+                    # local run folders are the controller's own, but an installed helper's
+                    p["job_run_dir"] = self._local_of.get(p.get("run_dir") or "", p.get("run_dir"))
                 yield sample
         except (BrokenPipeError, ConnectionResetError) as e:  # the helper died before it read its request
             raise self._failed(HelperError(f"node helper 'watch' ended: {e}", "watch")) from None

@@ -169,6 +169,7 @@ class SlurmExecutor:
     """
 
     kind = "slurm"
+    home_shared = False
 
     def __init__(self, *, name: str, partition: str, account: str | None = None, qos: str | None = None,
                  cluster: str | None = None, env: Mapping[str, str] | None = None, timeout_s: float = 30.0,

@@ -36,7 +36,7 @@ import shlex
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import asyncssh
@@ -54,7 +54,7 @@ from hsched.errors import (
 from hsched.model import RunHandle, RunReport
 from hsched.serialize import handle_from_dict, handle_to_dict
 
-from . import _sshconfig, _sshfiles
+from . import _confined, _sshconfig, _sshfiles
 from ._contact import recorded
 from ._rpc import (
     NETWORK_ERRNOS,
@@ -161,13 +161,11 @@ class Remote:
     root: str
     helper: str
     python: tuple[int, ...]
+    argv: tuple[str, ...] = ()
+    """How to run the helper there: `python3 HELPER` (shipped), or `sudo -n LAUNCHER` (installed)."""
 
 
-def _mapped(root: str, kind: str, local: str) -> str:
-    p = PurePosixPath(local)
-    digest = hashlib.sha256(str(p.parent).encode("utf-8", "surrogateescape")).hexdigest()[:12]
-    name = p.name if p.name not in ("", ".", "..") else hashlib.sha256(local.encode()).hexdigest()[:12]
-    return f"{root}/{kind}/{digest}/{name}"
+_mapped = _confined.mapped
 
 
 class _Client(asyncssh.SSHClient):
@@ -205,11 +203,12 @@ class SSHExecutor:
     """
 
     kind = "ssh"
+    home_shared = False
 
     def __init__(self, cfg: NodeConfig, *, ssh_config: str | Path | None = None, connect_timeout_s: float = 10.0,
                  command_timeout_s: float = 60.0, keepalive_interval_s: float = 5.0, keepalive_count_max: int = 3,
                  max_channels: int = 8, backoff_initial_s: float = 0.5, backoff_max_s: float = 10.0,
-                 python: str = "python3", node_root: str | None = None) -> None:
+                 python: str = "python3", node_root: str | None = None, helper: str | None = None) -> None:
         if not cfg.host:
             raise NodeRefused(f"{cfg.name}: an ssh node needs a host", Refusal.CONFIG)
         if not 1 <= max_channels < MAX_SESSIONS:
@@ -225,6 +224,8 @@ class SSHExecutor:
         self.backoff_max_s = backoff_max_s
         self.python = python
         self.node_root = node_root
+        self.helper = helper
+        """An installed helper's launcher, run through `sudo -n` (a service account's lab); None: ship one."""
         self.last_contact: float | None = None
         """time.time() of the last exchange the node answered; the controller's heartbeat reads it."""
         self.last_error: ExecutorError | None = None
@@ -374,6 +375,8 @@ class SSHExecutor:
         self._retry_at = 0.0
 
     async def _bootstrap(self, conn: asyncssh.SSHClientConnection) -> Remote:
+        if self.helper is not None:
+            return await self._installed(conn, self.helper)
         bundle = await asyncio.to_thread(helper_bundle)
         rc, out, err = await self._run(conn, shell_command(self.python, "-c", _BOOTSTRAP, bundle.dirname,
                                                            self.node_root or ""), b"")
@@ -391,7 +394,19 @@ class SSHExecutor:
             rc, out, err = await self._run(conn, shell_command(self.python, "-c", _UPLOAD), payload)
             self._parse(out, err, rc, "helper upload")
             log.info("%s: node helper shipped to %s/%s", self.name, root, bundle.dirname)
-        return Remote(root=root, helper=f"{root}/{bundle.dirname}/nodehelper.py", python=version)
+        helper = f"{root}/{bundle.dirname}/nodehelper.py"
+        return Remote(root=root, helper=helper, python=version, argv=(self.python, helper))
+
+    async def _installed(self, conn: asyncssh.SSHClientConnection, launcher: str) -> Remote:
+        """First contact with a node whose helper is installed (root's, confined) and run through sudo."""
+        argv = _confined.helper_argv(launcher)
+
+        async def call(command: str, request: dict[str, Any]) -> dict[str, Any]:
+            rc, out, err = await self._run(conn, shell_command(*argv, command), json.dumps(request).encode())
+            return self._parse(out, err, rc, command)
+
+        root = await _confined.whoami(call, self.name, launcher)
+        return Remote(root=root, helper=launcher, python=(), argv=argv)
 
     async def _run(self, conn: asyncssh.SSHClientConnection, command: str, stdin: bytes,
                    timeout_s: float | None = None) -> tuple[int | None, bytes, bytes]:
@@ -435,7 +450,7 @@ class SSHExecutor:
             async with asyncio.timeout(self.connect_timeout_s):
                 await self._channels.acquire()
                 try:
-                    proc = await conn.create_process(shell_command(self.python, remote.helper, "serve"),
+                    proc = await conn.create_process(shell_command(*remote.argv, "serve"),
                                                      encoding=None)
                 except BaseException:
                     self._channels.release()
@@ -470,9 +485,9 @@ class SSHExecutor:
                 return check_reply(reply, self.name, command)
         for attempt in (1, 2):
             conn, remote = await self._connection()
-            rc, out, err = await self._run(conn, shell_command(self.python, remote.helper, command),
+            rc, out, err = await self._run(conn, shell_command(*remote.argv, command),
                                            json.dumps(request).encode(), timeout_s)
-            if attempt == 1 and rc == 2 and not out and b"can't open file" in err:
+            if attempt == 1 and rc == 2 and not out and b"can't open file" in err and self.helper is None:
                 log.warning("%s: node helper missing from %s; shipping it again", self.name, remote.helper)
                 async with self._lock:
                     self._remote = await self._bootstrap(conn)
@@ -612,7 +627,7 @@ class SSHExecutor:
         stale = stale_after_s if stale_after_s is not None else max(5.0, 3 * interval_s)
         conn, remote = await self._connection()
         request: dict[str, Any] = {"interval_s": interval_s, "count": count, "simulate": self._simulated()}
-        command = shell_command(self.python, remote.helper, "watch")
+        command = shell_command(*remote.argv, "watch")
         try:
             async with self._channels, _channel(conn, command) as proc:
                 proc.stdin.write(json.dumps(request).encode())
@@ -662,14 +677,27 @@ class SSHExecutor:
         It lands under a temporary name and is renamed into place, so a reader never sees half a checkpoint;
         an existing folder there is replaced.
         """
+        if self.helper is not None:  # the user's folder: only the node's own helper may write it
+            await self._through_helper("put", _confined.put_tree(self._helper, Path(local), remote), timeout_s)
+            return
         conn, _ = await self._connection()
         await self._sftp_call(conn, timeout_s, "put", _sshfiles.put, str(local), remote)
 
     @recorded
     async def get(self, remote: str, local: str | Path, *, timeout_s: float = 3600.0) -> None:
         """Copy a file or folder from the node to `local`, renamed into place when complete."""
+        if self.helper is not None:
+            await self._through_helper("get", _confined.get_tree(self._helper, remote, Path(local)), timeout_s)
+            return
         conn, _ = await self._connection()
         await self._sftp_call(conn, timeout_s, "get", _sshfiles.get, remote, str(local))
+
+    async def _through_helper(self, what: str, work: Any, timeout_s: float) -> None:
+        try:
+            async with asyncio.timeout(timeout_s):
+                await work
+        except TimeoutError:
+            raise NodeUnreachable(f"{self.name}: {what} did not finish within {timeout_s:g} s") from None
 
     async def _sftp_call(self, conn: asyncssh.SSHClientConnection, timeout_s: float, what: str, fn: Any,
                          *args: Any) -> Any:

@@ -463,7 +463,7 @@ def load_job_spec(path: Path, overrides: Mapping[str, Any] | None = None) -> Job
 _SLURM_KEYS = ("partition", "account", "qos", "cluster")
 _NODE_KEYS = frozenset(
     {"name", "executor", "host", "port", "user", "identity_file", "known_hosts", "simulate", "labels",
-     "shared_paths", *_SLURM_KEYS}
+     "shared_paths", "helper", *_SLURM_KEYS}
 )
 _SIM_KEYS = frozenset({"model", "count", "memory_mib", "topology", "numa_nodes", "cpus", "memory"})
 EXECUTORS = ("local", "ssh", "slurm")
@@ -502,6 +502,10 @@ class NodeConfig:
     """executor "slurm": sbatch's --qos (the fleet file's `qos`: Slurm's QoS, not hsched's class)."""
     cluster: str | None = None
     """executor "slurm": sbatch's --clusters (a multi-cluster Slurm)."""
+    helper: str | None = None
+    """executor "local"/"ssh": the launcher of a helper installed on the node (root's, confined), run through
+    `sudo -n` instead of shipping one: how a lab's controller that runs as a service account reaches its nodes
+    (default /usr/local/libexec/hsched/hsched-node-helper in that case)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -568,13 +572,21 @@ def fleet_from_table(data: Mapping[str, Any], source: str, base_dir: Path) -> Fl
                 p.expected(f"{key}.labels", why, lb)
         labels = [lb for lb in labels if label_problem(lb) is None]
         slurm = _slurm_keys(p, raw, key, executor)
+        helper = raw.get("helper")
+        if helper is not None and not (isinstance(helper, str) and helper.startswith("/")):
+            p.expected(f"{key}.helper", "the absolute path of the installed helper's launcher "
+                       '(`hsched node helper-script` installs "/usr/local/libexec/hsched/hsched-node-helper")', helper)
+            helper = None
+        elif helper is not None and executor not in ("local", "ssh"):
+            p.add(f"{key}.helper", 'only for executor = "local" or "ssh"')
+            helper = None
         nodes.append(
             NodeConfig(
                 name=name or f"node{i}", executor=str(executor), host=host if isinstance(host, str) else None,
                 port=port, user=raw.get("user"), identity_file=raw.get("identity_file"),
                 known_hosts=raw.get("known_hosts"), simulate=sim, shared_paths=tuple(shared),
                 labels=tuple(dict.fromkeys(labels)), partition=slurm.get("partition"), account=slurm.get("account"),
-                slurm_qos=slurm.get("qos"), cluster=slurm.get("cluster"),
+                slurm_qos=slurm.get("qos"), cluster=slurm.get("cluster"), helper=helper,
             )
         )
     p.raise_if_any()

@@ -1,4 +1,5 @@
-"""Setting up a lab controller: is this hsched usable by the lab's users, and the systemd unit that runs it.
+"""Setting up a lab controller: is this hsched usable by the lab's users, the systemd unit that runs it, and
+the script that prepares a node for a controller running as a service account.
 
 A lab controller serves every local user; each of them runs the same `hsched` to talk to it, so the
 interpreter and the package must be readable and executable by them. An hsched installed in a root-only place
@@ -8,6 +9,7 @@ interpreter and the package must be readable and executable by them. An hsched i
 
 from __future__ import annotations
 
+import base64
 import os
 import shlex
 import stat
@@ -99,3 +101,115 @@ def systemd_unit(home: Home, *, user: str | None = None, executable: str | None 
         lines.append(f"User={user}")
     lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------ a service account's nodes
+
+HELPER_PREFIX = "/usr/local/libexec/hsched"
+LAUNCHER = "hsched-node-helper"
+SUDOERS_FILE = "/etc/sudoers.d/hsched"
+MIN_UID = 1000
+"""login.defs' UID_MIN: the first uid of a person; the confined helper runs no job as anyone below it."""
+
+
+def helper_script(*, account: str = "hsched", prefix: str = HELPER_PREFIX, root: str | None = None,
+                  min_uid: int = MIN_UID, sudoers: str = SUDOERS_FILE, public_key: str | None = None) -> str:
+    """A POSIX shell script that prepares one node (this machine included) for a lab controller running as
+    the service account `account`, run there as root: the account (key-only login, `public_key` authorized),
+    the node helper installed root-owned in `prefix` with a launcher that always confines it to `root`, and a
+    sudo rule that lets the account run exactly that launcher (checked with visudo before it takes effect).
+    The helper's files are in the script itself: a node needs sh, python3 (>= 3.8) and sudo, nothing else."""
+    from hsched.controller.fleet import LAB_NODE_ROOT
+    from hsched.executors.ssh import helper_bundle
+
+    root = root or LAB_NODE_ROOT
+    for what, path in (("--prefix", prefix), ("--root", root), ("--sudoers", sudoers)):
+        # these land in a sudo rule and a launcher: plain absolute paths only, nothing a shell could reinterpret
+        if not path.startswith("/") or not all(c.isalnum() or c in "/._-" for c in path):
+            raise ValueError(f"{what} must be an absolute path of letters, digits, '/', '.', '_' or '-', not {path!r}")
+    if not account or not all(c.isalnum() or c in "._-" for c in account) or account[0] == "-":
+        raise ValueError(f"--account must be a user name, not {account!r}")
+    q = shlex.quote
+    launcher = f"{prefix.rstrip('/')}/{LAUNCHER}"
+    lines = [
+        "#!/bin/sh",
+        f"# hsched node helper for a lab controller that runs as {account} (not root). Run as root on every node,",
+        "# the controller's machine included. Written by `hsched node helper-script`; safe to run again.",
+        "set -eu",
+        f"ACCOUNT={q(account)}",
+        f"PREFIX={q(prefix.rstrip('/') or '/')}",
+        f"ROOT={q(root)}",
+        f"SUDOERS={q(sudoers)}",
+        '[ "$(id -u)" = 0 ] || { echo "hsched: run this as root" >&2; exit 1; }',
+        "# the system's python3 first: a root-only one (pyenv under /root) may go away with its owner's shell set-up",
+        'PY=$(for p in /usr/bin/python3 /usr/local/bin/python3 "$(command -v python3)"; do [ -x "$p" ] && echo "$p" && '
+        'break; done; true)',
+        '[ -n "$PY" ] || { echo "hsched: python3 (>= 3.8) is needed on this node" >&2; exit 1; }',
+        '"$PY" -c "import sys; sys.exit(sys.version_info < (3, 8))" || '
+        '{ echo "hsched: $PY is older than 3.8" >&2; exit 1; }',
+        'command -v sudo >/dev/null || { echo "hsched: sudo is needed on this node (apt install sudo)" >&2; exit 1; }',
+        'VISUDO=$(command -v visudo || echo /usr/sbin/visudo)',
+        "# the account: key-only logins ('*' is no password, and unlike useradd's '!' not a locked account)",
+        'if ! id "$ACCOUNT" >/dev/null 2>&1; then',
+        '  useradd --system --create-home --shell /bin/sh "$ACCOUNT"',
+        '  usermod -p "*" "$ACCOUNT"',
+        "fi",
+    ]
+    if public_key:
+        key = public_key.strip()
+        if "\n" in key or not key:
+            raise ValueError("--key: one public key line (an .pub file)")
+        lines += [
+            'HOMEDIR=$(getent passwd "$ACCOUNT" | cut -d: -f6)',
+            'install -d -o "$ACCOUNT" -m 0700 "$HOMEDIR/.ssh"',
+            f"KEY={q(key)}",
+            'AK="$HOMEDIR/.ssh/authorized_keys"',
+            'touch "$AK"',
+            'grep -qxF "$KEY" "$AK" || printf "%s\\n" "$KEY" >> "$AK"',
+            'chown "$ACCOUNT" "$AK"; chmod 0600 "$AK"',
+        ]
+    lines += [
+        "# the helper, root's and read-only to everyone else: the account may run it, never change it",
+        'install -d -o root -g root -m 0755 "$PREFIX"',
+    ]
+    for name, data in helper_bundle().files:
+        encoded = base64.b64encode(data).decode("ascii")
+        wrapped = "\n".join(encoded[i:i + 76] for i in range(0, len(encoded), 76))
+        lines += [
+            f'base64 -d > "$PREFIX/.{name}.tmp" <<\'HSCHED_EOF\'',
+            wrapped,
+            "HSCHED_EOF",
+            f'chown root:root "$PREFIX/.{name}.tmp"; chmod 0644 "$PREFIX/.{name}.tmp"',
+            f'mv -f "$PREFIX/.{name}.tmp" "$PREFIX/{name}"',
+        ]
+    lines += [
+        "# the launcher: this python, the environment ignored, always confined to $ROOT",
+        f'cat > "$PREFIX/.{LAUNCHER}.tmp" <<HSCHED_EOF',
+        "#!/bin/sh",
+        f'exec "$PY" -E -s "$PREFIX/nodehelper.py" --confine "$ROOT" --min-uid {int(min_uid)} "\\$@"',
+        "HSCHED_EOF",
+        f'chown root:root "$PREFIX/.{LAUNCHER}.tmp"; chmod 0755 "$PREFIX/.{LAUNCHER}.tmp"',
+        f'mv -f "$PREFIX/.{LAUNCHER}.tmp" "$PREFIX/{LAUNCHER}"',
+        "# the folder runs and checkpoints live in: root's, passable (users reach their own folders under it)",
+        'install -d -o root -g root -m 0711 "$ROOT"',
+        "# exactly the launcher, as root, without a password: checked by visudo before it takes effect",
+        'TMP="$(dirname "$SUDOERS")/.hsched-sudoers.tmp"',
+        f'printf "%s ALL=(root) NOPASSWD: %s\\n" "$ACCOUNT" {q(launcher)} > "$TMP"',
+        'chmod 0440 "$TMP"',
+        '"$VISUDO" -cqf "$TMP" || { rm -f "$TMP"; echo "hsched: visudo refused the sudo rule" >&2; exit 1; }',
+        'mv -f "$TMP" "$SUDOERS"',
+        f'echo "hsched: node helper installed: {launcher} (confined to $ROOT); sudo rule for $ACCOUNT in $SUDOERS"',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def give_home(home: Home, user: str) -> None:
+    """Hand a lab home made by root to the service account that will run its controller."""
+    import pwd
+
+    pw = pwd.getpwnam(user)
+    for top, dirs, files in os.walk(home.root):
+        for name in dirs + files:
+            os.chown(os.path.join(top, name), pw.pw_uid, pw.pw_gid, follow_symlinks=False)
+    os.chown(home.root, pw.pw_uid, pw.pw_gid)

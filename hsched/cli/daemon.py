@@ -72,10 +72,6 @@ def _lab_home() -> Any:
         raise UserError(problem)
     home = Home.for_lab()
     home.mark_lab()
-    if os.geteuid() != 0:
-        print("hsched: warning: the lab controller does not run as root: it can start jobs only as "
-              f"{_me()} unless each node's helper runs through the service account's sudo rule "
-              "(README: Set up a lab)", file=sys.stderr)
     return home
 
 
@@ -112,6 +108,11 @@ def register(app: typer.Typer) -> None:
         from hsched.client import Client
 
         home = _lab_home() if lab else None
+        if home is not None and os.geteuid() != 0:
+            # not root: a service account's lab, every node (this one included) reached through its installed
+            # helper; say so, since a node without it is refused at its first probe
+            print(f"hsched: the lab controller runs as {_me()}: it reaches every node through the helper "
+                  "`hsched node helper-script` installs there (README: Set up a lab)", file=sys.stderr)
         with Client(home) as c:
             info = _wait_ready(c, c.call("ping"))
         _started(as_json, info)
@@ -134,6 +135,13 @@ def register(app: typer.Typer) -> None:
             return
         if os.geteuid() != 0:
             die(f"daemon install writes {UNIT_PATH}: run it as root (or --print the unit)")
+        if user != "root":
+            from hsched.labsetup import give_home
+
+            try:
+                give_home(home, user)  # the service account runs the controller: the lab's state is its own
+            except KeyError:
+                die(f"--user {user}: no such account here; `hsched node helper-script --install` makes it")
         UNIT_PATH.write_text(unit)
         os.chmod(UNIT_PATH, 0o644)
         print(f"wrote {UNIT_PATH}\nnext: systemctl daemon-reload && systemctl enable --now hsched")

@@ -1,4 +1,4 @@
-"""Fleet commands: nodes, node drain|resume."""
+"""Fleet commands: nodes, node drain|resume|helper-script."""
 
 from __future__ import annotations
 
@@ -78,3 +78,50 @@ def register(app: typer.Typer) -> None:
         with Client() as c:
             n = c.call("node_admin", name=name, action="resume")
         print_json(n) if as_json else print(f"{n['name']}: {n['state']}")
+
+    @node_app.command("helper-script")
+    @handle_errors
+    def helper_script(
+        account: str = typer.Option("hsched", "--account", help="The service account the lab controller runs as."),
+        key: str = typer.Option(None, "--key", help="The account's public key file (its id_ed25519.pub), "
+                                "authorized for its SSH logins to the node."),
+        prefix: str = typer.Option("/usr/local/libexec/hsched", "--prefix", help="Where the helper is installed."),
+        root: str = typer.Option("/var/lib/hsched-node", "--root", help="The one folder the helper may touch: runs "
+                                 "and checkpoints."),
+        min_uid: int = typer.Option(1000, "--min-uid", help="The lowest uid a job may run as (never root)."),
+        sudoers: str = typer.Option("/etc/sudoers.d/hsched", "--sudoers", help="The sudo rule's file."),
+        install: bool = typer.Option(False, "--install", help="Run the script on this machine now (as root)."),
+    ) -> None:
+        """The script that prepares a node for a lab controller running as a service account (not root): run
+        it as root on every node, this machine included. It installs the node helper root-owned, confined to
+        one folder and starting jobs only as the lab's users, and a sudo rule that lets the account run
+        exactly that helper (README: Set up a lab)."""
+        import os
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        from hsched.cli._common import EXIT_USAGE, die
+        from hsched.labsetup import helper_script as make
+
+        public = None
+        if key is not None:
+            try:
+                public = Path(key).expanduser().read_text()
+            except OSError as e:
+                die(f"--key {key}: {e.strerror}; give the service account's public key file (ssh-keygen makes it)",
+                    EXIT_USAGE)
+        try:
+            script = make(account=account, prefix=prefix, root=root, min_uid=min_uid, sudoers=sudoers,
+                          public_key=public)
+        except ValueError as e:
+            die(str(e), EXIT_USAGE)
+        if not install:
+            sys.stdout.write(script)
+            return
+        if os.geteuid() != 0:
+            die("node helper-script --install sets up sudo and an account: run it as root (or without --install "
+                "to print the script)")
+        done = subprocess.run(["sh", "-s"], input=script, text=True, check=False)
+        if done.returncode != 0:
+            raise typer.Exit(done.returncode)

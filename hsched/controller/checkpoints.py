@@ -23,8 +23,21 @@ log = logging.getLogger("hsched.checkpoints")
 
 
 def is_shared(rt: NodeRuntime, path: Path) -> bool:
-    return rt.config.executor == "local" or any(
-        str(path) == p or str(path).startswith(p.rstrip("/") + "/") for p in rt.config.shared_paths)
+    """Whether the node sees the controller's file `path` as it is: this machine's nodes do (but through a
+    service account's installed helper, which keeps its own folders), others where the fleet file says so."""
+    if rt.config.executor == "local" and rt.executor.home_shared:
+        return True
+    return _declared(rt, path)
+
+
+def sees(rt: NodeRuntime, path: Path) -> bool:
+    """Whether a user's file `path` (their working folder) is there on the node: this machine's disk, or a
+    path the fleet file declares shared."""
+    return rt.config.executor == "local" or _declared(rt, path)
+
+
+def _declared(rt: NodeRuntime, path: Path) -> bool:
+    return any(str(path) == p or str(path).startswith(p.rstrip("/") + "/") for p in rt.config.shared_paths)
 
 
 async def path_on(ctl: Controller, rt: NodeRuntime, job_id: int) -> str:

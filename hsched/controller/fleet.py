@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -87,16 +88,25 @@ LAB_NODE_ROOT = "/var/lib/hsched-node"
 """A lab controller's folder on its SSH nodes (not root's ~/.cache: users' jobs reach their folders under it)."""
 
 
+def service_account(lab: bool) -> bool:
+    """A lab controller that is not root runs as a service account: it reaches every node, this machine
+    included, through the helper installed there and the sudo rule that lets it run exactly that helper."""
+    return lab and os.geteuid() != 0
+
+
 def make_executor(cfg: NodeConfig, *, lab: bool = False) -> Executor:
+    from hsched.executors._confined import SERVICE_HELPER
+
+    helper = cfg.helper or (SERVICE_HELPER if service_account(lab) else None)
     if cfg.executor == "local":
         from hsched.executors.local import LocalExecutor
 
-        return LocalExecutor(node=cfg.name, simulate=cfg.simulate)
+        return LocalExecutor(node=cfg.name, simulate=cfg.simulate, helper=helper)
     if cfg.executor == "ssh":
         # imported here: asyncssh costs a fleet of local nodes (and the CLI) nothing
         from hsched.executors.ssh import SSHExecutor
 
-        return SSHExecutor(cfg, node_root=LAB_NODE_ROOT if lab else None)
+        return SSHExecutor(cfg, node_root=LAB_NODE_ROOT if lab else None, helper=helper)
     if cfg.executor == "slurm" and cfg.partition:
         from hsched.executors.slurm import SlurmExecutor
 

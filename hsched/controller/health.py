@@ -24,6 +24,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+from hsched.controller import usage
 from hsched.controller.core import Controller
 from hsched.controller.fleet import HISTORY, NodeRuntime, probe_node
 from hsched.controller.stopping import begin_stop
@@ -114,6 +115,10 @@ async def monitor(ctl: Controller, rt: NodeRuntime) -> None:
         try:
             async for sample in rt.executor.watch(ctl.settings.monitor_interval_s):
                 record_sample(rt, sample, ctl.clock.time())
+                try:
+                    usage.observe(ctl, rt, sample, ctl.clock.time())
+                except Exception:  # `hsched eff`'s figures are not worth the node's monitoring
+                    log.exception("%s: folding a sample into the jobs' usage failed", rt.name)
                 if ctl.stopping.is_set():
                     return
         except ExecutorError as e:

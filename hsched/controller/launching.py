@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hsched.arrays import within_limits
-from hsched.controller.checkpoints import bring_along, is_shared, path_on
+from hsched.controller.checkpoints import bring_along, is_shared, path_on, sees
 from hsched.controller.core import Controller
 from hsched.controller.ending import run_ended
 from hsched.controller.fleet import NodeRuntime
@@ -541,7 +541,7 @@ async def launch(ctl: Controller, job: Job, run: Run) -> None:
             if workdir is None:
                 # where the user submitted from, if the node sees that folder; else the run folder
                 pwd = (submit_env or {}).get("PWD")
-                if pwd and is_shared(rt, Path(pwd)):
+                if pwd and sees(rt, Path(pwd)):
                     workdir = pwd
             # pin to the cores local to the GPUs, on real machines (a simulated node's cores are made up)
             here = next((p for p in current.placement if p.node == run.node), None)

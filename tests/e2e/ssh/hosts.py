@@ -246,7 +246,8 @@ class TestHosts:
             f"ListenAddress {'0.0.0.0' if netns else address}",
             f"HostKey {host_key}",
             f"PidFile {d / 'sshd.pid'}",
-            f"AuthorizedKeysFile {self.authorized_keys}",
+            # the test key for every account, and an account's own keys (the lab service account's)
+            f"AuthorizedKeysFile {self.authorized_keys} %h/.ssh/authorized_keys",
             "PermitRootLogin prohibit-password",
             "PubkeyAuthentication yes",
             "PasswordAuthentication no",
