@@ -113,12 +113,14 @@ MIN_UID = 1000
 
 
 def helper_script(*, account: str = "hsched", prefix: str = HELPER_PREFIX, root: str | None = None,
-                  min_uid: int = MIN_UID, sudoers: str = SUDOERS_FILE, public_key: str | None = None) -> str:
+                  min_uid: int = MIN_UID, sudoers: str = SUDOERS_FILE, public_key: str | None = None,
+                  keygen: bool = False) -> str:
     """A POSIX shell script that prepares one node (this machine included) for a lab controller running as
     the service account `account`, run there as root: the account (key-only login, `public_key` authorized),
     the node helper installed root-owned in `prefix` with a launcher that always confines it to `root`, and a
     sudo rule that lets the account run exactly that launcher (checked with visudo before it takes effect).
-    The helper's files are in the script itself: a node needs sh, python3 (>= 3.8) and sudo, nothing else."""
+    The helper's files are in the script itself: a node needs sh, python3 (>= 3.8) and sudo, nothing else.
+    `keygen` (the controller's machine): give the account an SSH key of its own if it has none."""
     from hsched.controller.fleet import LAB_NODE_ROOT
     from hsched.executors.ssh import helper_bundle
 
@@ -167,6 +169,15 @@ def helper_script(*, account: str = "hsched", prefix: str = HELPER_PREFIX, root:
             'touch "$AK"',
             'grep -qxF "$KEY" "$AK" || printf "%s\\n" "$KEY" >> "$AK"',
             'chown "$ACCOUNT" "$AK"; chmod 0600 "$AK"',
+        ]
+    if keygen:
+        lines += [
+            "# the controller's SSH key: the account's own, never root's",
+            'HOMEDIR=$(getent passwd "$ACCOUNT" | cut -d: -f6)',
+            'install -d -o "$ACCOUNT" -m 0700 "$HOMEDIR/.ssh"',
+            '[ -f "$HOMEDIR/.ssh/id_ed25519" ] || runuser -u "$ACCOUNT" -- ssh-keygen -q -t ed25519 -N "" '
+            '-C "$ACCOUNT@$(hostname)" -f "$HOMEDIR/.ssh/id_ed25519"',
+            'echo "hsched: the public key of $ACCOUNT: $HOMEDIR/.ssh/id_ed25519.pub"',
         ]
     lines += [
         "# the helper, root's and read-only to everyone else: the account may run it, never change it",

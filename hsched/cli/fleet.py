@@ -91,6 +91,8 @@ def register(app: typer.Typer) -> None:
         min_uid: int = typer.Option(1000, "--min-uid", help="The lowest uid a job may run as (never root)."),
         sudoers: str = typer.Option("/etc/sudoers.d/hsched", "--sudoers", help="The sudo rule's file."),
         install: bool = typer.Option(False, "--install", help="Run the script on this machine now (as root)."),
+        keygen: bool = typer.Option(False, "--keygen", help="Give the account an SSH key of its own if it has "
+                                    "none (on the controller's machine)."),
     ) -> None:
         """The script that prepares a node for a lab controller running as a service account (not root): run
         it as root on every node, this machine included. It installs the node helper root-owned, confined to
@@ -113,7 +115,7 @@ def register(app: typer.Typer) -> None:
                     EXIT_USAGE)
         try:
             script = make(account=account, prefix=prefix, root=root, min_uid=min_uid, sudoers=sudoers,
-                          public_key=public)
+                          public_key=public, keygen=keygen)
         except ValueError as e:
             die(str(e), EXIT_USAGE)
         if not install:

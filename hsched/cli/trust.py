@@ -32,12 +32,25 @@ def _find_node(name: str) -> Any:
     from hsched.paths import Home
 
     home = Home.from_env()
-    if home.lab and os.geteuid() != 0:
+    if home.lab:
         from hsched.errors import PermissionDenied
 
-        # the lab's known_hosts is the controller account's: trusting a key for everyone is an admin's call
-        raise PermissionDenied("permission denied: `hsched node trust` is for the lab's admins (as root: "
-                               "sudo hsched node trust NAME)")
+        # the lab's known_hosts is the controller account's (root's, or a service account's): trusting a key
+        # for everyone is an admin's call, made in that account's name
+        try:
+            owner = home.root.stat().st_uid
+        except OSError:
+            owner = 0
+        if os.geteuid() != owner:
+            import pwd
+
+            try:
+                account = pwd.getpwuid(owner).pw_name
+            except KeyError:
+                account = str(owner)
+            how = f"sudo hsched node trust {name}" if owner == 0 else f"sudo -u {account} hsched node trust {name}"
+            raise PermissionDenied(f"permission denied: the lab's known hosts are {account}'s, who runs its "
+                                   f"controller: {how}")
     fleet = load_fleet(home.fleet_file())
     for n in fleet.nodes:
         if n.name == name:

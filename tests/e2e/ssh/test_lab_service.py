@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from hsched.executors._confined import mapped
 
-from tests.e2e.ssh.hosts import TestHosts, keygen
+from tests.e2e.ssh.hosts import TestHosts
 from tests.labusers import ADMIN_GROUP, LabUsers, as_user, lab_python, world_folder
 
 pytestmark = pytest.mark.slow  # real users, sudo, sshd, a controller and jobs
@@ -92,20 +92,20 @@ def lab(users: LabUsers, ssh_hosts: TestHosts) -> Iterator[ServiceLab]:
     python = lab_python(base)
     nodes = {"here": base / "node-here", host.name: base / "node-there"}
     sudoers = [f"/etc/sudoers.d/hsched-test-{i}" for i in range(len(nodes))]
-    # the account's own key: sshd reads a user's authorized keys as that user
     ssh_dir = base / "svc-ssh"
     ssh_dir.mkdir(mode=0o700)
-    key = ssh_dir / "id_ed25519"
-    keygen(key, "hsched-test-service")
     try:
         for (name, folder), rule in zip(nodes.items(), sudoers, strict=True):
             folder.mkdir(mode=0o755)
+            # this machine first: the account and its own SSH key (--keygen), which the other node authorizes
+            # (sshd reads a user's authorized keys as that user)
+            key_args = ["--keygen"] if name == "here" else ["--key", f"{pwd.getpwnam(SVC).pw_dir}/.ssh/id_ed25519.pub"]
             p = subprocess.run([str(python), "-m", "hsched", "node", "helper-script", "--install", "--account", SVC,
-                                "--key", f"{key}.pub", "--prefix", str(folder / "lib"), "--root",
-                                str(folder / "root"), "--sudoers", rule],
-                               capture_output=True, text=True, timeout=120)
+                                *key_args, "--prefix", str(folder / "lib"), "--root", str(folder / "root"),
+                                "--sudoers", rule], capture_output=True, text=True, timeout=120)
             assert p.returncode == 0, f"helper-script on {name}: {p.stdout}\n{p.stderr}"
         svc = pwd.getpwnam(SVC)
+        key = Path(svc.pw_dir) / ".ssh" / "id_ed25519"
         (ssh_dir / "known_hosts").write_text(ssh_hosts.known_hosts.read_text())
         config = ssh_dir / "config"
         config.write_text("".join(
@@ -227,6 +227,10 @@ def test_the_sudo_rule_gives_the_account_exactly_the_confined_helper(lab: Servic
     for command, request, why in refused:
         p = lab.helper("here", command, request)
         assert p.returncode == 1 and why in json.loads(p.stdout)["error"], (command, p.stdout, p.stderr)
+    # trusting a node's key is done in the name of the account that runs the controller
+    there = next(n for n in lab.nodes if n != "here")
+    p = as_user("hslab1", ["env", f"HSCHED_HOME={lab.home}", str(lab.python), "-m", "hsched", "node", "trust", there])
+    assert p.returncode == 1 and f"sudo -u {SVC} hsched node trust {there}" in p.stderr, p.stderr
     # a spec the account wrote itself is never run by the wrapper
     fake = lab.base / "fake-run"
     fake.mkdir()
