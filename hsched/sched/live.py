@@ -421,6 +421,7 @@ _make_view = JobView._make
 _ID = operator.itemgetter(0)
 """A JobView's id."""
 _MODEL_MEMORY = operator.attrgetter("model", "memory_total_mib")
+_USER = operator.attrgetter("user")
 
 
 def _running_view(r: Running, types_of: Mapping[str, str], now: float) -> JobView:
@@ -481,18 +482,20 @@ def _pending_view(job: Job, allowed: tuple[str, ...] = ()) -> JobView:
 ViewCache = dict[int, tuple[Job, tuple[str, ...], JobView]]
 """Job id -> (the Job, its allowed GPU types, its view)."""
 
-_VIEWS: tuple[tuple[object, ...], ViewCache] = ((), {})
+_VIEWS: tuple[tuple[object, ...], ViewCache, Sequence[Job], list[JobView]] = ((), {}, (), [])
 """The last round's fleet (what a job's allowed GPU types depend on: each typed node's name, type, labels, absent
-users and device models and memory) and its waiting jobs' views. A waiting job's view is the same from round to
-round while the job is (the very object: the controller keeps unchanged jobs) and the fleet is; one global, swapped
-whole, so two controllers in one process (tests) at worst miss."""
+users and device models and memory), its waiting jobs' views, and its waiting jobs and their views in order. A
+waiting job's view is the same from round to round while the job is (the very object: the controller keeps unchanged
+jobs) and the fleet is; one global, swapped whole, so two controllers in one process (tests) at worst miss."""
 
 
 def _pending_views(pending: Sequence[Job], allowed: Callable[[Job], tuple[str, ...]],
                    fleet: tuple[object, ...]) -> list[JobView]:
     global _VIEWS
-    last_fleet, last = _VIEWS
+    last_fleet, last, last_pending, last_out = _VIEWS
     same_fleet = fleet == last_fleet
+    if same_fleet and len(pending) == len(last_pending) and all(map(operator.is_, pending, last_pending)):
+        return list(last_out)  # the very same jobs as last round (a busy queue's usual round): the same views
     kept: ViewCache = {}
     out = []
     for j in pending:
@@ -504,8 +507,8 @@ def _pending_views(pending: Sequence[Job], allowed: Callable[[Job], tuple[str, .
         kept[j.id] = hit
         out.append(hit[2])
     # only this round's jobs are kept: ended jobs do not pile up
-    _VIEWS = (fleet, kept)
-    return out
+    _VIEWS = (fleet, kept, tuple(pending), out)
+    return list(out)
 
 
 def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: float, queued: Mapping[int, Job],
@@ -534,7 +537,7 @@ def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: 
         base = running_use
     # fair share among the people in this round: a user who waits with nothing running counts (at their
     # usage, maybe none), or the first user would have no one to be compared with
-    users = {r.job.user for r in fleet.running} | {j.user for j in pending}
+    users = {r.job.user for r in fleet.running}.union(map(_USER, pending))
     usage = {u: base.get(u, 0.0) for u in users}
 
     # a job's allowed GPU types depend on its nodes and its request's models and memory: once per such shape
@@ -818,25 +821,25 @@ class _RoundState:
         append = out.append
         plain, preempts, classes = self._plain, self.fleet.rule.qos_preempts, self._victim_classes
         last, waits = self._last_waits, self.waits
+        # whether a class may preempt one that runs, once per class
+        idle = {q: not allowed or allowed.isdisjoint(classes) for q, allowed in preempts.items()}
         version, quiet = -1, False
         for job in jobs:
             res = job.spec.resources
             if plain and res.gpus and res.nodes >= 1:
                 if version != self.version:
                     version, quiet = self.version, self.quiet()
-                if quiet:
-                    allowed = preempts.get(job.spec.qos)
-                    if not allowed or allowed.isdisjoint(classes):
-                        jid = job.id
-                        why = reasons.get(jid) or (_PRIORITY if self.blocked_ahead else _RESOURCES)
-                        self.blocked_ahead = True
-                        # (`wait`, inline: this is the loop over most of a busy queue)
-                        w = last.get(jid)
-                        if w is None or w.reason != why:
-                            w = Wait(jid, why)
-                        waits[jid] = w
-                        append(w)
-                        continue
+                if quiet and idle.get(job.spec.qos, True):
+                    jid = job.id
+                    why = reasons.get(jid) or (_PRIORITY if self.blocked_ahead else _RESOURCES)
+                    self.blocked_ahead = True
+                    # (`wait`, inline: this is the loop over most of a busy queue)
+                    w = last.get(jid)
+                    if w is None or w.reason != why:
+                        w = Wait(jid, why)
+                    waits[jid] = w
+                    append(w)
+                    continue
             append(self.settle(job, reasons.get(job.id)))
         return out
 
