@@ -231,7 +231,7 @@ def unsatisfiable(res: Resources, nodes: Sequence[Node], *, labels: Mapping[str,
         return f"no node has {res.cpus} CPUs (largest: {max(cpus)}); lower --cpus"
     gpu_mem = [d.memory_total_mib for n in nodes for d in n.devices if d.memory_total_mib is not None]
     if res.gpu_memory_mib is not None and gpu_mem and res.gpu_memory_mib > max(gpu_mem):
-        return (f"no GPU has {_size(res.gpu_memory_mib)} of memory (largest: {_size(max(gpu_mem))}); "
+        return (f"no GPU has {_gpu_size(res.gpu_memory_mib)} of memory (largest: {_gpu_size(max(gpu_mem))}); "
                 "lower --gpu-memory")
     if res.nodes > len(nodes):
         return f"needs {res.nodes} nodes but {fleet} has {len(nodes)}; lower --nodes or add nodes"
@@ -275,6 +275,17 @@ def _size(mib: int) -> str:
             value = mib / mult
             return f"{value:.0f}{unit}" if value == int(value) else f"{value:.1f}{unit}"
     return f"{mib}M"
+
+
+def _gpu_size(mib: int) -> str:
+    """MiB as GPU vendors write sizes, in the decimal units `--gpu-memory` is read in (config.parse_gpu_memory_mib:
+    80G is 80 * 10^9 bytes): 85.5 GB, 1.1 TB. An H100 80GB's 81,559 MiB is 85.5 GB; in binary units with a bare G
+    (79.6G) it read as if an 80G request could not fit it."""
+    size = mib * 2**20
+    for unit, mult in (("TB", 10**12), ("GB", 10**9)):
+        if size >= mult:
+            return f"{size / mult:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{size / 10**6:.0f} MB"
 
 
 def topology_chooser(node: Node, free: Sequence[str], res: Resources) -> Chosen | None:

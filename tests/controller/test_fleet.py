@@ -112,7 +112,7 @@ def test_a_resumed_job_goes_back_to_the_node_holding_its_checkpoint(tmp_path: Pa
 @pytest.mark.parametrize(("res", "words"), [
     ({"gpus": 1, "memory_mib": 10 * 1024 * 1024}, "no node has 10T of memory (largest: "),
     ({"gpus": 1, "cpus": 500}, "no node has 500 CPUs (largest: "),
-    ({"gpus": 1, "gpu_memory_mib": 1024 * 1024}, "no GPU has 1T of memory (largest: "),
+    ({"gpus": 1, "gpu_memory_mib": 1024 * 1024}, "no GPU has 1.1 TB of memory (largest: "),
     ({"gpus": 1, "nodes": 40}, "needs 40 nodes but the fleet has"),
 ])
 def test_a_request_too_large_names_the_resource_and_the_largest(res: dict[str, int], words: str) -> None:
