@@ -18,6 +18,13 @@ import sys
 import torch
 import torch.distributed as dist
 
+try:  # progress for hsched (what it learns of this kind's speed); nothing to do without it
+    from hsched.progress import report
+except ImportError:
+    def report(step: float | None = None, total: float | None = None, *, samples: float | None = None,
+               loss: float | None = None) -> None:
+        return None
+
 CHECKPOINT_EXIT = 85
 
 
@@ -64,6 +71,7 @@ def main() -> int:
         step += 1
         if rank == 0:
             print(f"step {step} loss {loss.item():.4f}", flush=True)
+            report(step=step, total=opts.steps, loss=loss.item())
     if rank == 0:
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, ckpt)
     dist.destroy_process_group()

@@ -9,7 +9,10 @@ exit code: "checkpointed, requeue me"), else (`hsched checkpoint JOB`) it goes o
 writes its state and exits with 85. When hsched starts it again (HSCHED_RESUME=1) it continues from the
 saved step.
 It also appends one line per run to `runs.log` in the checkpoint folder, so a test can see where each run
-began. Stdlib only.
+began, and reports its progress to hsched after every step (a JSON line in $HSCHED_PROGRESS: hsched learns
+how fast this kind runs on each GPU type). `--speed MODEL=FACTOR` (repeatable) makes a step FACTOR times
+faster on GPUs whose model (HSCHED_GPU_MODEL) contains MODEL: a stand-in for a model that suits one GPU
+better than another. Stdlib only.
 """
 
 from __future__ import annotations
@@ -38,11 +41,27 @@ def why_signalled() -> str:
         return "stop"
 
 
+def report(step: int, total: int) -> None:
+    """One progress line for hsched (hsched.progress's format, written here: this trainer needs no hsched)."""
+    path = os.environ.get("HSCHED_PROGRESS")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"step": step, "total": total, "t": time.time()}) + "\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--step-seconds", type=float, default=0.2)
+    ap.add_argument("--speed", action="append", default=[], metavar="MODEL=FACTOR",
+                    help="steps FACTOR times faster on a GPU whose model contains MODEL")
+    ap.add_argument("--model", default="", help="the model it pretends to train (part of its kind)")
     opts = ap.parse_args()
+    gpu = os.environ.get("HSCHED_GPU_MODEL", "").lower()
+    for item in opts.speed:
+        name, _, factor = item.partition("=")
+        if name and name.lower() in gpu:
+            opts.step_seconds /= float(factor or 1)
     ckdir = os.environ.get("HSCHED_CHECKPOINT_DIR") or os.getcwd()
     os.makedirs(ckdir, exist_ok=True)
     path = os.path.join(ckdir, "state.json")
@@ -86,6 +105,7 @@ def main() -> int:
         time.sleep(opts.step_seconds)
         state["step"] += 1
         print(f"step {state['step']}", flush=True)
+        report(state["step"], opts.steps)
         if state["step"] % 10 == 0:
             save()
     save()

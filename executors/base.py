@@ -154,10 +154,10 @@ class Executor(Protocol):
     def watch(self, interval_s: float = 1.0, *, count: int | None = None,
               stale_after_s: float | None = None) -> AsyncIterator[dict[str, Any]]:
         """Monitoring samples from the node every `interval_s` (an async generator; see nodehelper.watch for
-        the shape: seq, t, boot_id, cpu, memory, gpus, gpu_error, processes). `gpu_error` is None, or why the
-        GPU numbers are missing or old (NVML or nvidia-smi hung: the stream goes on without them). Each sample
-        gains `node`, and each GPU process `job_run_dir`: the controller's run folder of the hsched run it
-        belongs to, None if none.
+        the shape: seq, t, boot_id, cpu, memory, gpus, gpu_error, processes, and now and then progress).
+        `gpu_error` is None, or why the GPU numbers are missing or old (NVML or nvidia-smi hung: the stream goes
+        on without them). Each sample gains `node`, and each GPU process and each progress report
+        `job_run_dir`: the controller's run folder of the hsched run it belongs to, None if none.
         Ends after `count` samples; raises NodeUnreachable when no sample came for `stale_after_s`
         (default: 3 intervals, at least 5 s) or the stream broke."""
         ...

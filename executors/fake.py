@@ -125,6 +125,8 @@ class FakeExecutor:
         self.files: dict[str, FakeFile] = {}
         """Remote path -> content, one entry per file (a folder is the files under it)."""
         self.processes: list[dict[str, Any]] = []
+        self.progress: list[dict[str, Any]] = []
+        """Progress reports for the next sample (then gone: a watch sends what is new since its last look)."""
         self.utilization: dict[str, float] = {}
         self.gpu_error: str | None = None
         """What the monitoring samples say in `gpu_error` (a hung nvidia-smi on the node)."""
@@ -287,10 +289,14 @@ class FakeExecutor:
                     "memory_total_mib": d.get("memory_total_mib"), "temperature_c": None, "power_w": None}
                    for i, d in enumerate(self.devices)]
         processes = [dict(p, job_run_dir=p.get("run_dir")) for p in self.processes]
-        return {"seq": seq, "t": self.clock(), "boot_id": self.boot_id, "node": self.name,
-                "cpu": {"util": 0.0, "count": self.cpus, "loadavg": [0.0, 0.0, 0.0]},
-                "memory": {"total_mib": self.memory_total_mib, "available_mib": self.memory_total_mib, "used_mib": 0},
-                "gpus": {"source": "fake", "devices": devices}, "gpu_error": self.gpu_error, "processes": processes}
+        out = {"seq": seq, "t": self.clock(), "boot_id": self.boot_id, "node": self.name,
+               "cpu": {"util": 0.0, "count": self.cpus, "loadavg": [0.0, 0.0, 0.0]},
+               "memory": {"total_mib": self.memory_total_mib, "available_mib": self.memory_total_mib, "used_mib": 0},
+               "gpus": {"source": "fake", "devices": devices}, "gpu_error": self.gpu_error, "processes": processes}
+        if self.progress:
+            out["progress"] = [dict(r, job_run_dir=r.get("run_dir")) for r in self.progress]
+            self.progress = []
+        return out
 
     async def close(self) -> None:
         self.closed += 1

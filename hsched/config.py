@@ -258,7 +258,8 @@ def _converted(p: Problems, key: str, v: Any, fn: Callable[[Any], Any]) -> Any:
 
 _JOB_KEYS = frozenset(
     {"name", "command", "workdir", "env", "resources", "qos", "priority", "checkpoint_signal", "time",
-     "time_limit", "hold", "signal", "retries", "dependency", "kill_on_invalid_dep", "array", "constraint"}
+     "time_limit", "hold", "signal", "retries", "dependency", "kill_on_invalid_dep", "array", "constraint",
+     "kind"}
 )
 MAX_NAME_BYTES = 256
 PRIORITY_MIN, PRIORITY_MAX = -1_000_000, 1_000_000
@@ -278,6 +279,11 @@ def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple
         why = name_problem(name)
         if why:
             p.add("name", why)
+    kind = (_str(p, "kind", data.get("kind", "")) or "").strip()
+    if kind:
+        why = name_problem(kind)
+        if why:
+            p.add("kind", why)
     command: tuple[str, ...] = ()
     raw_cmd = data.get("command")
     if raw_cmd is None:
@@ -376,6 +382,7 @@ def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple
         command=command, name=name, workdir=workdir, env=tuple(env), resources=resources, qos=qos,
         priority=priority, checkpoint_signal=ck, time_limit_s=time_limit, warn_signal=warn, hold=hold,
         retries=retries, dependency=deps, dependency_any=any_of, kill_on_invalid_dep=kill_invalid, array=array,
+        kind=kind,
     )
 
 

@@ -288,6 +288,9 @@ class JobSpec:
     """Cancel the job when a dependency can never be satisfied, rather than leave it waiting."""
     array: ArraySpec | None = None
     """`--array`: the submit makes one job per index (the tasks), sharing this spec."""
+    kind: str = ""
+    """`--kind`: what the job is, for what hsched learns of its speed (hsched.kinds); "" derives it from the
+    command."""
 
     @property
     def dependency_text(self) -> str:

@@ -58,6 +58,7 @@ Run folder (0700, files 0600):
                   name}]), stuck_pids (killed but not gone after 10 s: D state), leftovers_killed,
                   containment, main_exit (the main process's own {exit_code, signal} when a checkpoint exit
                   replaced it), gpu_check_error (when nvidia-smi failed or hung)
+    progress.log  the job's progress reports ($HSCHED_PROGRESS; the user's in a lab), read by `watch`
     output.log, wrapper.log
 """
 
@@ -75,6 +76,9 @@ import time
 
 HELPER_VERSION = 2
 RUN_MARKER = "HSCHED_RUN_DIR"
+PROGRESS_ENV = "HSCHED_PROGRESS"
+PROGRESS_FILE = "progress.log"
+"""A run's progress reports: one line each, `step=1200 total=50000` or a JSON object (hsched.progress)."""
 """Every process of a run inherits this variable; it finds processes that left the process group."""
 CGROUP_ROOT_ENV = "HSCHED_CGROUP_ROOT"
 """A writable (delegated) cgroup v2 folder to create the runs' cgroups in, for a helper that is not root."""
@@ -1080,6 +1084,7 @@ def launch(req):
     os.chmod(run_dir, 0o711 if acct is not None else 0o700)
     if acct is not None:
         _give(os.path.join(run_dir, "output.log"), acct, 0o600)
+        _give(os.path.join(run_dir, PROGRESS_FILE), acct, 0o600)
         _give(os.path.join(run_dir, "signals.log"), acct, 0o600)
         if ckpt:
             _passable_dirs(req.get("base_dir") or os.path.dirname(ckpt), os.path.dirname(ckpt))
@@ -1206,6 +1211,8 @@ def wrap(run_dir):
         env.update({"HOME": acct["home"], "USER": acct["name"], "LOGNAME": acct["name"], "SHELL": acct["shell"]})
     env.update(spec.get("env") or {})
     env[RUN_MARKER] = run_dir
+    # where the job reports its progress (hsched.progress.report, or lines of its own); the watch reads it
+    env.setdefault(PROGRESS_ENV, os.path.join(run_dir, PROGRESS_FILE))
     for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(s, signal.SIG_IGN)  # signals are for the job; the wrapper must live to write the code
     subreaper = _set_subreaper()
@@ -2144,8 +2151,10 @@ def watch(req):
     "memory": {...}, "gpus": {"source", "devices": [...]}, "gpu_error": null or why the GPU numbers are
     missing or old (a hung NVML or nvidia-smi), "processes": [{"pid", "uuid", "used_memory_mib", "name",
     "run_dir", "user", "command", "cpu_percent", "rss_mib"}]} (cpu_percent: since the last sample, null
-    in a process's first). Every nvidia-smi it starts ends with it: on SIGTERM or SIGHUP, when the reader
-    goes, when its parent goes, and (PR_SET_PDEATHSIG) when it is killed.
+    in a process's first), and every `progress_every_s` (5 intervals) "progress": [{"run_dir", "step", "total",
+    "samples", "loss", "t", "reports"}]: each active run's last report since the previous look. Every
+    nvidia-smi it starts ends with it: on SIGTERM or SIGHUP, when the reader goes, when its parent goes, and
+    (PR_SET_PDEATHSIG) when it is killed.
     """
     interval = max(0.05, float(req.get("interval_s") or 1.0))
     count = req.get("count")
@@ -2182,6 +2191,8 @@ def watch(req):
         ncpu = os.cpu_count()
         prev = _cpu_times()
         usage = _ProcessUsage()
+        # progress every fifth sample (5 s at the controller's usual second): a speed needs no finer grain
+        progress = _ProgressReader(float(req.get("progress_every_s") or 5 * interval))
         next_t = time.monotonic()
         out = sys.stdout
         while count is None or seq < int(count):
@@ -2194,6 +2205,7 @@ def watch(req):
                 util = round(100.0 * (cur[0] - prev[0]) / (cur[1] - prev[1]), 1)
             prev = cur
             devices, procs, gpu_error = gpus.sample()
+            reports = progress.read() if progress.due() else []
             sample = {
                 "seq": seq, "t": time.time(), "boot_id": bid,
                 "cpu": {"util": util, "count": ncpu,
@@ -2203,6 +2215,8 @@ def watch(req):
                 "gpu_error": gpu_error,
                 "processes": usage.annotate(procs),
             }
+            if reports:
+                sample["progress"] = reports
             state["writing_since"] = time.monotonic()
             out.write(json.dumps(sample) + "\n")
             out.flush()
@@ -2222,6 +2236,134 @@ def watch(req):
             g.close()
         _kill_children()
     return {"samples": seq}
+
+
+# ------------------------------------------------------------------------------------------------ progress
+# A run's progress file, read by the watch stream (no round trip of its own): what each active run reported
+# since the last look, its last report only. Active runs are found by their wrappers (this helper's own
+# processes, `_wrap RUN_DIR`), never by anything a job's process could claim; only numbers come out of a file.
+
+PROGRESS_FIELDS = ("step", "total", "samples", "loss", "t")
+PROGRESS_READ_MAX = 1 << 20
+
+
+def parse_progress(line):
+    """A report line as {field: number} (only PROGRESS_FIELDS), or None: a JSON object, or `key=value`
+    words (`step=1200 total=50000`, commas or spaces between)."""
+    line = line.strip()
+    if not line:
+        return None
+    raw = None
+    if line.startswith("{"):
+        try:
+            raw = json.loads(line)
+        except ValueError:
+            return None
+        if not isinstance(raw, dict):
+            return None
+    else:
+        raw = {}
+        for word in line.replace(",", " ").split():
+            if "=" in word:
+                k, _, v = word.partition("=")
+                raw[k.strip().lower()] = v.strip()
+    out = {}
+    for k in PROGRESS_FIELDS:
+        v = raw.get(k)
+        if isinstance(v, bool):
+            continue
+        try:
+            f = float(v) if v is not None else None
+        except (TypeError, ValueError):
+            continue
+        if f is not None and f == f and abs(f) != float("inf"):
+            out[k] = f
+    return out if "step" in out or "samples" in out else None
+
+
+def active_runs():
+    """The run folders of the runs this helper's wrappers own right now (wrappers run as this helper's user)."""
+    me = os.geteuid()
+    out = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            if os.stat("/proc/" + name).st_uid != me:
+                continue
+            with open("/proc/%s/cmdline" % name, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"_wrap" in argv:
+            i = argv.index(b"_wrap")
+            if i + 1 < len(argv) and argv[i + 1]:
+                out.append(argv[i + 1].decode("utf-8", "surrogateescape"))
+    return sorted(set(out))
+
+
+class _ProgressReader(object):
+    """New progress lines of the active runs, at most every `every_s`."""
+
+    def __init__(self, every_s):
+        self.every_s = max(0.2, every_s)
+        self.next_t = 0.0
+        self.offsets = {}
+
+    def due(self):
+        now = time.monotonic()
+        if now < self.next_t:
+            return False
+        self.next_t = now + self.every_s
+        return True
+
+    def read(self):
+        reports = []
+        runs = active_runs()
+        for run_dir in runs:
+            rep = self._one(run_dir)
+            if rep is not None:
+                reports.append(rep)
+        for gone in set(self.offsets) - set(runs):
+            del self.offsets[gone]
+        return reports
+
+    def _one(self, run_dir):
+        try:
+            fd = os.open(os.path.join(run_dir, PROGRESS_FILE), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            start, last, lines = self.offsets.get(run_dir, (0, None, 0))
+            if st.st_size < start:  # written anew: read it from the start
+                start, lines = 0, 0
+            if st.st_size == start:
+                return None
+            if st.st_size - start > PROGRESS_READ_MAX:
+                start = st.st_size - PROGRESS_READ_MAX  # a flood: its last part is what counts
+            os.lseek(fd, start, os.SEEK_SET)
+            data = os.read(fd, st.st_size - start)
+        finally:
+            os.close(fd)
+        end = data.rfind(b"\n")
+        if end < 0:
+            return None  # a line still being written
+        for raw in data[:end].split(b"\n"):
+            rep = parse_progress(raw.decode("utf-8", "replace"))
+            if rep is not None:
+                last, lines = rep, lines + 1
+        self.offsets[run_dir] = (start + end + 1, last, lines)
+        if last is None:
+            return None
+        out = dict(last)
+        out.setdefault("t", st.st_mtime)
+        out.update({"run_dir": run_dir, "reports": lines})
+        return out
 
 
 def newest(req):

@@ -57,6 +57,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "dependency": spec.dependency_text,
         "kill_on_invalid_dep": spec.kill_on_invalid_dep,
         "array": str(spec.array) if spec.array else None,
+        "kind": spec.kind,
     }
 
 
@@ -93,6 +94,7 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
         retries=d.get("retries"),
         **_dependency_of(d),
         array=_array_of(d.get("array")),
+        kind=d.get("kind") or "",
     )
 
 
@@ -121,6 +123,13 @@ def placement_from_list(items: list[dict[str, Any]]) -> tuple[Placement, ...]:
                   cpus=tuple(i.get("cpus") or ()))
         for i in items
     )
+
+
+def job_kind(job: Job) -> str:
+    """The job's kind: the one it named, else the one its command looks like (hsched.kinds)."""
+    from hsched.kinds import kind_of
+
+    return kind_of(job.spec.kind, job.spec.command)
 
 
 def job_to_dict(job: Job) -> dict[str, Any]:
@@ -158,6 +167,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "checkpoint_signal": str(s.checkpoint_signal),
         "warn_signal": str(s.warn_signal) if s.warn_signal else None,
         "placement": [{"node": p.node, "devices": list(p.devices)} for p in job.placement],
+        "kind": job_kind(job),
         "placement_explanation": "; ".join(p.explanation for p in job.placement if p.explanation) or None,
     }
 

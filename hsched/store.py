@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hsched.fairshare import Ledger, RunUsage, Usage
 from hsched.model import (
@@ -37,6 +37,9 @@ from hsched.serialize import (
     spec_from_dict,
     spec_to_dict,
 )
+
+if TYPE_CHECKING:
+    from hsched.kinds import KindRate
 
 # Each migration is a list of statements, run in one transaction with the version bump.
 _MIGRATIONS: list[tuple[str, ...]] = [
@@ -152,6 +155,15 @@ _MIGRATIONS: list[tuple[str, ...]] = [
     (
         "CREATE TABLE run_usage (job_id INTEGER NOT NULL, attempt INTEGER NOT NULL, node TEXT NOT NULL, "
         "body TEXT NOT NULL, PRIMARY KEY (job_id, attempt, node)) WITHOUT ROWID",
+    ),
+    # 7: what the jobs' progress reports taught: steps per second per kind and placement (hsched.kinds), and
+    # each attempt's progress (first and last report, its speed)
+    (
+        "CREATE TABLE kind_rates (kind TEXT NOT NULL, gpu_type TEXT NOT NULL, gpus INTEGER NOT NULL, "
+        "class TEXT NOT NULL, steps_per_s REAL NOT NULL, runs INTEGER NOT NULL, updated REAL NOT NULL, "
+        "PRIMARY KEY (kind, gpu_type, gpus, class)) WITHOUT ROWID",
+        "CREATE TABLE run_progress (job_id INTEGER NOT NULL, attempt INTEGER NOT NULL, body TEXT NOT NULL, "
+        "PRIMARY KEY (job_id, attempt)) WITHOUT ROWID",
     ),
 ]
 
@@ -512,6 +524,37 @@ class Store:
         """Job `job_id`'s kept usage tallies, by attempt and node."""
         return [json.loads(r[0]) for r in self.db.execute(
             "SELECT body FROM run_usage WHERE job_id = ? ORDER BY attempt, node", (job_id,))]
+
+    def learn_kind_rate(self, kind: str, gpu_type: str, gpus: int, klass: str, steps_per_s: float,
+                        now: float) -> KindRate:
+        """One more run of `kind` measured at `steps_per_s`: the kind's moving average, updated and returned."""
+        from hsched.kinds import KindRate, PlacementClass, averaged
+
+        with self.tx() as db:
+            row = db.execute("SELECT steps_per_s, runs FROM kind_rates WHERE kind = ? AND gpu_type = ? AND gpus = ? "
+                             "AND class = ?", (kind, gpu_type, gpus, klass)).fetchone()
+            old, runs = (float(row[0]), int(row[1])) if row else (None, 0)
+            rate = averaged(old, runs, steps_per_s)
+            db.execute("INSERT OR REPLACE INTO kind_rates(kind, gpu_type, gpus, class, steps_per_s, runs, updated) "
+                       "VALUES (?,?,?,?,?,?,?)", (kind, gpu_type, gpus, klass, rate, runs + 1, now))
+        return KindRate(kind, gpu_type, gpus, PlacementClass(klass), rate, runs + 1, now)
+
+    def kind_rates(self) -> list[KindRate]:
+        from hsched.kinds import KindRate, PlacementClass
+
+        return [KindRate(r[0], r[1], int(r[2]), PlacementClass(r[3]), float(r[4]), int(r[5]), float(r[6]))
+                for r in self.db.execute("SELECT kind, gpu_type, gpus, class, steps_per_s, runs, updated "
+                                         "FROM kind_rates ORDER BY kind, gpu_type, gpus, class")]
+
+    def save_run_progress(self, job_id: int, attempt: int, body: dict[str, Any]) -> None:
+        with self.tx() as db:
+            db.execute("INSERT OR REPLACE INTO run_progress(job_id, attempt, body) VALUES (?,?,?)",
+                       (job_id, attempt, json.dumps(body)))
+
+    def run_progress(self, job_id: int) -> list[dict[str, Any]]:
+        """Job `job_id`'s kept progress, one dict per attempt."""
+        return [json.loads(r[0]) for r in self.db.execute(
+            "SELECT body FROM run_progress WHERE job_id = ? ORDER BY attempt", (job_id,))]
 
     def live_runs(self) -> list[Run]:
         marks = ",".join("?" * len(_LIVE))

@@ -172,7 +172,7 @@ class Lab:
                      name: str = "", user: str = "alice", checkpoint_signal: str = "TERM@30",
                      time_limit_s: float | None = None, warn: str | None = None, hold: bool = False,
                      retries: int | None = None, memory_mib: int | None = None, cpus: int | None = None,
-                     dependency: str = "", kill_on_invalid_dep: bool = False) -> Job:
+                     dependency: str = "", kill_on_invalid_dep: bool = False, kind: str = "") -> Job:
         """`checkpoint_signal`, `warn` and `dependency` as the CLI takes them ("USR1@60", "B:USR1@60",
         "afterok:3")."""
         deps, any_of = parse_dependency(dependency) if dependency else ((), False)
@@ -181,7 +181,7 @@ class Lab:
                        checkpoint_signal=parse_checkpoint_signal(checkpoint_signal), time_limit_s=time_limit_s,
                        warn_signal=parse_checkpoint_signal(warn) if warn is not None else None, hold=hold,
                        retries=retries, dependency=deps, dependency_any=any_of,
-                       kill_on_invalid_dep=kill_on_invalid_dep)
+                       kill_on_invalid_dep=kill_on_invalid_dep, kind=kind)
         return await commands.submit(self.ctl, spec, user, None)
 
     async def job(self, job_id: int) -> Job:

@@ -43,6 +43,23 @@ def batch_script(path: str) -> Any:
     return read_batch_script(Path(path))
 
 
+def _progress_line(p: dict[str, Any] | None) -> str:
+    """`step 1200 of 50000 (2.4%), 3.1 steps/s, about 4h22m left, loss 0.31` from a job's progress."""
+    if not p or p.get("step") is None:
+        return "- (no report: hsched.progress)"
+    step, total = p["step"], p.get("total")
+    parts = [f"step {step:g}" + (f" of {total:g} ({100 * step / total:.1f}%)" if total else "")]
+    if p.get("steps_per_s"):
+        parts.append(f"{p['steps_per_s']:.3g} steps/s on {p['gpus']} x {p['gpu_type']} ({p['class']})")
+    if p.get("remaining_s") is not None:
+        left = int(p["remaining_s"])
+        parts.append(f"about {left // 3600}h{left % 3600 // 60:02d}m left" if left >= 3600
+                     else f"about {left // 60}m{left % 60:02d}s left")
+    if p.get("loss") is not None:
+        parts.append(f"loss {p['loss']:.4g}")
+    return ", ".join(parts)
+
+
 def register(app: typer.Typer) -> None:
     @app.command(context_settings={"allow_interspersed_args": False})
     @handle_errors
@@ -102,6 +119,8 @@ def register(app: typer.Typer) -> None:
             help="Working folder (default: where you submit, on nodes that see it)."),
         env: list[str] = typer.Option(None, "--env", "-e", help="NAME=VALUE for the job (repeatable)."),
         hold: bool = typer.Option(False, "--hold", help="Queue the job held; `hsched release` lets it run."),
+        kind: str | None = typer.Option(None, "--kind", help="What the job is (e.g. resnet50-bs64), for the "
+                                        "speeds hsched learns; default: its script and model/batch arguments."),
         as_json: bool = typer.Option(False, "--json", help="Print the job as JSON."),
         parsable: bool = typer.Option(False, "--parsable", help="Print the job id alone."),
     ) -> None:
@@ -190,6 +209,8 @@ def register(app: typer.Typer) -> None:
         rows = [
             ("user", job["user"]), ("qos / priority", f"{job['qos']} / {job['priority']}"),
             ("command", " ".join(job["command"])),
+            ("kind", job.get("kind") or "-"),
+            ("progress", _progress_line(job.get("progress"))),
             ("workdir", job.get("workdir") or "(the submit folder, where a node sees it)"),
             ("resources", _resources_line(job["resources"])),
             ("constraint", job.get("constraint") or "-"),  # --partition's labels too (hsched.constraints)

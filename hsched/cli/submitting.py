@@ -52,6 +52,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str, int | None, int | None]] = {
     "workdir": (("--workdir", "-D", "--chdir"), TEXT, None, None),
     "env": (("--env", "-e"), MANY, None, None),
     "hold": (("--hold",), FLAG, None, None),
+    "kind": (("--kind",), TEXT, None, None),
     "as_json": (("--json",), FLAG, None, None),
     "parsable": (("--parsable",), FLAG, None, None),
 }
@@ -138,7 +139,7 @@ def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict
     for key, opt in (("name", "name"), ("qos", "qos"), ("priority", "priority"),
                      ("checkpoint_signal", "checkpoint_signal"), ("time", "time_limit"), ("workdir", "workdir"),
                      ("signal", "warn_signal"), ("retries", "retries"), ("dependency", "dependency"),
-                     ("array", "array")):
+                     ("array", "array"), ("kind", "kind")):
         if o.get(opt) is not None:
             table[key] = o[opt]
     if o.get("hold"):

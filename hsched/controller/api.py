@@ -317,6 +317,11 @@ class Api:
                           "memory_mib": job.spec.resources.memory_mib, "nodes": job.spec.resources.nodes,
                           "interconnect": job.spec.resources.interconnect.value}
         d["checkpoint_dir"] = str(self.ctl.checkpoint_dir(job.id))
+        # what its progress reports said: the running attempt's, else the last one kept
+        from hsched.controller.learning import progress_of
+
+        kept = await self.ctl.db(self.ctl.store.run_progress, job.id)
+        d["progress"] = progress_of(self.ctl, job.id, job.restarts + 1) or (kept[-1] if kept else None)
         return d
 
     async def _sees_all(self, uid: int, job: Any) -> bool:
@@ -470,6 +475,29 @@ class Api:
         runs = await self.ctl.db(self.ctl.store.runs, job.id)
         stored = await self.ctl.db(self.ctl.store.run_usage, job.id)
         return {**job_to_dict(job), **report(job, runs, tallies_of(self.ctl, job.id, stored), self.ctl.clock.time())}
+
+    async def op_kinds(self, args: dict[str, Any], uid: int) -> Any:
+        """What hsched learnt of each job kind: steps per second per GPU type, GPU count and placement class
+        (the stored average, and the running jobs' current speeds counted in), and the jobs of each kind now."""
+        from hsched.controller.launching import job_cache
+        from hsched.controller.learning import current_rates, rates
+        from hsched.serialize import job_kind
+
+        stored = await rates(self.ctl)
+        jobs = job_cache(self.ctl).last
+        now_of: dict[str, int] = {}
+        for j in (jobs.all if jobs is not None else ()):
+            k = job_kind(j)
+            now_of[k] = now_of.get(k, 0) + 1
+        by_kind: dict[str, list[dict[str, Any]]] = {}
+        for r in sorted(current_rates(self.ctl), key=lambda r: (r.kind, r.gpu_type, r.gpus, r.klass.value)):
+            key = (r.kind, r.gpu_type, r.gpus, r.klass.value)
+            by_kind.setdefault(r.kind, []).append({
+                "gpu_type": r.gpu_type, "gpus": r.gpus, "class": r.klass.value, "steps_per_s": r.steps_per_s,
+                "runs": r.runs, "stored_runs": stored[key].runs if key in stored else 0,
+                "updated": iso(r.updated) if r.updated else None})
+        kinds = sorted(set(by_kind) | set(now_of))
+        return [{"kind": k, "jobs_now": now_of.get(k, 0), "rates": by_kind.get(k, [])} for k in kinds]
 
     async def op_partitions(self, args: dict[str, Any], uid: int) -> Any:
         """The partitions `submit --partition` may name: each node label of the fleet file, with its nodes."""

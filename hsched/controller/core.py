@@ -200,8 +200,13 @@ class Controller:
                 log.warning("%s: close failed: %s", rt.name, e)
 
     def wants_monitor(self, rt: NodeRuntime) -> bool:
-        """Remote nodes always (monitoring is their heartbeat); this machine only for real GPUs to watch."""
-        return rt.config.executor != "local" or rt.config.simulate is None
+        """Remote nodes always (monitoring is their heartbeat); this machine for real GPUs to watch, or, when
+        all its nodes are simulated, through the first of them alone: its stream carries the progress reports
+        of every run on the machine (hsched.controller.learning), whichever local node runs it."""
+        if rt.config.executor != "local" or rt.config.simulate is None:
+            return True
+        local = [n for n in self.nodes.values() if n.config.executor == "local"]
+        return all(n.config.simulate is not None for n in local) and local[0] is rt
 
     def node_list(self) -> list[Any]:
         return [rt.node for rt in self.nodes.values()]

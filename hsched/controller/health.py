@@ -24,9 +24,10 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from hsched.controller import usage
+from hsched.controller import learning, usage
 from hsched.controller.core import Controller
 from hsched.controller.fleet import HISTORY, NodeRuntime, probe_node
+from hsched.controller.launching import job_cache
 from hsched.controller.stopping import begin_stop
 from hsched.errors import ExecutorError, NodeRefused
 from hsched.lifecycle import StopReason, node_lost
@@ -117,8 +118,9 @@ async def monitor(ctl: Controller, rt: NodeRuntime) -> None:
                 record_sample(rt, sample, ctl.clock.time())
                 try:
                     usage.observe(ctl, rt, sample, ctl.clock.time())
-                except Exception:  # `hsched eff`'s figures are not worth the node's monitoring
-                    log.exception("%s: folding a sample into the jobs' usage failed", rt.name)
+                    learning.observe(ctl, rt, sample, ctl.clock.time(), job_cache(ctl).last)
+                except Exception:  # `hsched eff`'s figures, the kinds' speeds: not worth the node's monitoring
+                    log.exception("%s: folding a sample into the jobs' usage or progress failed", rt.name)
                 if ctl.stopping.is_set():
                     return
         except ExecutorError as e:

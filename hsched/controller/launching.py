@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hsched.arrays import within_limits
+from hsched.controller import learning
 from hsched.controller.checkpoints import bring_along, is_shared, path_on, sees
 from hsched.controller.core import Controller
 from hsched.controller.ending import run_ended
@@ -41,7 +42,19 @@ from hsched.executors.base import LaunchRequest
 from hsched.lifecycle import StopReason
 from hsched.model import EndReason, Job, JobState, NodeState, Placement, Run
 from hsched.sched.limits import QosLimits
-from hsched.sched.live import Decision, FleetView, Launch, Preempt, PreemptRule, Running, Wait, schedule
+from hsched.sched.live import (
+    Decision,
+    FleetView,
+    Launch,
+    Preempt,
+    PreemptRule,
+    Running,
+    Wait,
+    gpu_type_of,
+    schedule,
+)
+from hsched.sched.throughput import ThroughputModel
+from hsched.serialize import job_kind
 from hsched.store import Store, job_from_row
 
 log = logging.getLogger("hsched.launch")
@@ -391,7 +404,14 @@ def fleet_view(ctl: Controller, active: Sequence[Job], dirty: frozenset[str] = f
                      running=tuple(running), releasing=frozenset(releasing),
                      rule=PreemptRule.from_qos(ctl.settings.qos), policy=ctl.settings.policy,
                      labels=labels, absent_users=absent, gpu_aliases=ctl.settings.gpu_aliases,
-                     limits=QosLimits.from_qos(ctl.settings.qos), holders=tuple(active))
+                     limits=QosLimits.from_qos(ctl.settings.qos), holders=tuple(active),
+                     throughput=_learned(ctl))
+
+
+def _learned(ctl: Controller) -> ThroughputModel | None:
+    """The kinds' learned speeds for the policy (hsched.controller.learning), over the fleet's GPU types."""
+    types = sorted({gpu_type_of(d.model) for rt in ctl.nodes.values() for d in rt.node.devices})
+    return learning.throughput(ctl, ctl.clock.monotonic(), types)
 
 
 async def _dependencies_met(ctl: Controller, pending: list[Job], active: Sequence[Job], now: float) -> list[Job]:
@@ -463,6 +483,10 @@ def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ..
         "HSCHED_NODE": run.node,
         "HSCHED_CHECKPOINT_DIR": checkpoint_dir,
         "HSCHED_RESTART_COUNT": str(job.restarts),
+        # what the job is (hsched.kinds) and what it runs on: a trainer may log it, a test trainer's speed
+        # may depend on it
+        "HSCHED_KIND": job_kind(job),
+        "HSCHED_GPU_MODEL": _model_of(ctl, run.node, here.devices),
         # what a batch script written for Slurm reads (sbatch sets these); hsched's own names above
         "SLURM_JOB_ID": str(job.id),
         "SLURM_JOB_NAME": job.name,
@@ -503,6 +527,13 @@ def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ..
             "HSCHED_GANG_NODES": ",".join(p.node for p in placements),
         })
     return env
+
+
+def _model_of(ctl: Controller, node: str, devices: tuple[str, ...]) -> str:
+    rt = ctl.nodes.get(node)
+    mine = set(devices)
+    models = sorted({d.model for d in rt.node.devices if d.uuid in mine}) if rt is not None else []
+    return ",".join(models)
 
 
 def master_port(job_id: int, attempt: int) -> int:

@@ -40,6 +40,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from hsched.constraints import Constraint, parse_constraint
+from hsched.kinds import kind_of
 from hsched.model import DEFAULT_QOS, EndReason, Interconnect, Job, Node, NodeState, Placement, Resources
 from hsched.sched.limits import QosLimits, Tally
 from hsched.sched.placement import best_fit_key
@@ -124,6 +125,9 @@ class FleetView:
     """QoS class -> its caps (`QosLimits.from_qos(settings.qos)`); a class not here has none."""
     holders: tuple[Job, ...] | None = None
     """Every job holding devices (launching, running, being stopped): what the caps count. None: `running`."""
+    throughput: ThroughputModel | None = None
+    """What the controller learnt of the jobs' kinds (hsched.kinds.learned_model); None: the accelerator
+    table's prior alone (catalog_throughput)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,7 +361,7 @@ def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
                     nowhere.add(j.id)
                 elif j.spec.resources.gpus > 0:
                     gpu_jobs.append(j)
-        starts, core_waiting, served = _core_round(fleet.policy, gpu_jobs, st, now, by_id)
+        starts, core_waiting, served = _core_round(fleet.policy, gpu_jobs, st, now, by_id, fleet.throughput)
         for job_id, placements in starts:
             job = by_id[job_id]
             # the plan's starts are counted one by one: two jobs of one user may each fit a cap, not both
@@ -444,9 +448,9 @@ def _running_view(r: Running, types_of: Mapping[str, str], now: float) -> JobVie
     gpus = (len(placement[0].devices) if len(placement) == 1 else sum(len(p.devices) for p in placement)) or max(
         1, res.gpus * res.nodes)
     # _make, positional: a round makes one per running job, and the NamedTuple's own __new__ costs twice as much
-    return _make_view((job.id, "", gpus, job.submit_time, JobPhase.RUNNING, job.spec.qos, job.spec.priority, job.user,
-                       types_of.get(node), placement, r.started, run_s, run_s, job.restarts, job.spec.time_limit_s,
-                       res.nodes, (), False))
+    return _make_view((job.id, kind_of(job.spec.kind, job.spec.command), gpus, job.submit_time, JobPhase.RUNNING,
+                       job.spec.qos, job.spec.priority, job.user, types_of.get(node), placement, r.started, run_s,
+                       run_s, job.restarts, job.spec.time_limit_s, res.nodes, (), False))
 
 
 _RUN_PARTS: dict[int, tuple[Running, str | None, tuple[object, ...], tuple[object, ...]]] = {}
@@ -483,10 +487,11 @@ def _running_views(running: Iterable[Running], types_of: Mapping[str, str], now:
 def _pending_view(job: Job, allowed: tuple[str, ...] = ()) -> JobView:
     res = job.spec.resources
     spec = job.spec
-    # (as _running_view's)
-    return _make_view((job.id, "", max(1, res.gpus * res.nodes), job.submit_time, JobPhase.PENDING, spec.qos,
-                       spec.priority, job.user, None, (), None, 0.0, 0.0, job.restarts, spec.time_limit_s, res.nodes,
-                       allowed, False))
+    # (as _running_view's) the job's kind is the throughput model's job type: what the controller learnt of its
+    # speed, if anything
+    return _make_view((job.id, kind_of(spec.kind, spec.command), max(1, res.gpus * res.nodes), job.submit_time,
+                       JobPhase.PENDING, spec.qos, spec.priority, job.user, None, (), None, 0.0, 0.0, job.restarts,
+                       spec.time_limit_s, res.nodes, allowed, False))
 
 
 

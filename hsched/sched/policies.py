@@ -85,7 +85,8 @@ class _HeteroFair(Policy):
         ordered = self.order(inp)
         chosen = select_by_capacity(ordered, inp.capacity, inp)
         assigned = hetero_assign(chosen, inp.capacity, inp)
-        return Plan(wants_from_assignment(ordered, assigned, inp), preempt=True, strict=False)
+        # the chosen jobs are those assigned a type, in the order: wants over them are the wants over all
+        return Plan(wants_from_assignment(chosen, assigned, inp), preempt=True, strict=False)
 
 
 class LasHetero(_HeteroFair):

@@ -1,0 +1,245 @@
+"""What the controller learns from the jobs' progress reports: each run's speed, each kind's (hsched.kinds).
+
+A job reports progress into its run folder (hsched.progress); every node's monitoring stream carries the new
+reports of its active runs every few seconds (nodehelper `watch`), and `observe` keeps, per attempt of a job,
+its first and last report (rank 0's: a gang's ranks step together). The speed of a run is the steps between
+them over the seconds between them, once they span hsched.kinds.MIN_WINDOW_S (start-up is not a speed).
+When the job no longer holds that attempt's GPUs the run's speed joins its kind's moving average in the
+store (kind, GPU type, GPU count, placement class), and its progress is kept (`hsched show`).
+
+The live policy reads `throughput(ctl)`: the kinds' speeds as a throughput model (hsched.kinds.learned_model),
+the running jobs' current speeds counted in, rebuilt at most every MODEL_EVERY_S (a round may run ten times a
+second; a model that changes every round would defeat what the policy keeps from round to round).
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from hsched.kinds import (
+    KindRate,
+    PlacementClass,
+    averaged,
+    catalog_prior,
+    learned_model,
+    placement_class,
+    run_speed,
+)
+from hsched.serialize import job_kind
+
+if TYPE_CHECKING:
+    from hsched.controller.core import Controller
+    from hsched.controller.fleet import NodeRuntime
+    from hsched.controller.launching import Jobs
+    from hsched.model import Job
+    from hsched.sched.throughput import ThroughputModel
+
+log = logging.getLogger("hsched.learning")
+
+MODEL_EVERY_S = 30.0
+RateKey = tuple[str, str, int, str]
+"""(kind, GPU type, GPU count, placement class)."""
+
+
+@dataclass(slots=True)
+class RunProgress:
+    """One attempt's progress as its reports said (rank 0's), and where it ran."""
+
+    job_id: int
+    attempt: int
+    key: RateKey
+    first: tuple[float, float] | None = None
+    """(time, step) of the first report."""
+    last: tuple[float, float] | None = None
+    total: float | None = None
+    loss: float | None = None
+    reports: int = 0
+
+    @property
+    def steps_per_s(self) -> float | None:
+        return run_speed(self.first, self.last) if self.first and self.last else None
+
+    def to_dict(self) -> dict[str, Any]:
+        step = self.last[1] if self.last else None
+        speed = self.steps_per_s
+        eta = ((self.total - step) / speed if self.total is not None and step is not None and speed
+               and self.total >= step else None)
+        return {"attempt": self.attempt, "kind": self.key[0], "gpu_type": self.key[1], "gpus": self.key[2],
+                "class": self.key[3], "step": step, "total": self.total, "loss": self.loss,
+                "steps_per_s": speed, "remaining_s": eta, "reports": self.reports,
+                "first": list(self.first) if self.first else None, "last": list(self.last) if self.last else None}
+
+
+@dataclass(slots=True)
+class Learning:
+    """The controller's learning: live runs' progress and the kinds' speeds (one per controller)."""
+
+    runs: dict[tuple[int, int], RunProgress] = field(default_factory=dict)
+    rates: dict[RateKey, KindRate] | None = None
+    """The store's table, read once (None: not yet)."""
+    jobs: Jobs | None = None
+    model: ThroughputModel | None = None
+    model_at: float = float("-inf")
+
+
+_LEARNING: weakref.WeakKeyDictionary[Controller, Learning] = weakref.WeakKeyDictionary()
+
+
+def learning(ctl: Controller) -> Learning:
+    got = _LEARNING.get(ctl)
+    if got is None:
+        got = _LEARNING[ctl] = Learning()
+    return got
+
+
+def run_of_folder(run_dir: str | None) -> tuple[int, int, int] | None:
+    """(job id, attempt, rank) from a run folder's name (`JOB-ATTEMPT-rRANK-MS`, hsched.controller.launching)."""
+    if not run_dir:
+        return None
+    parts = run_dir.rstrip("/").rpartition("/")[2].split("-")
+    if len(parts) < 3 or not (parts[0].isdigit() and parts[1].isdigit() and parts[2][:1] == "r"
+                              and parts[2][1:].isdigit()):
+        return None
+    return int(parts[0]), int(parts[1]), int(parts[2][1:])
+
+
+def rate_key(ctl: Controller, job: Job) -> RateKey | None:
+    """What a run of `job` as placed now measures: its kind, GPU type, GPU count and placement class."""
+    from hsched.sched.live import gpu_type_of
+
+    devices = [d for p in job.placement for d in p.devices]
+    if not devices:
+        return None
+    models = set()
+    nvlinked: list[tuple[str, str]] = []
+    for p in job.placement:
+        rt = ctl.nodes.get(p.node)
+        if rt is None:
+            return None
+        mine = set(p.devices)
+        models |= {d.model for d in rt.node.devices if d.uuid in mine}
+        nvlinked += [(lk.a, lk.b) for lk in rt.node.links
+                     if lk.kind.upper().startswith(("NV", "XGMI")) and lk.a in mine and lk.b in mine]
+    if len(models) != 1:
+        return None  # GPUs of several models run at the slowest one's pace: no figure for either
+    klass = placement_class([p.devices for p in job.placement], nvlinked)
+    return job_kind(job), gpu_type_of(models.pop()), len(devices), klass.value
+
+
+def observe(ctl: Controller, rt: NodeRuntime, sample: Mapping[str, Any], now: float, jobs: Jobs | None) -> None:
+    """Take the progress reports of one monitoring sample (`progress`, run folders mapped to the controller's
+    as `job_run_dir`); learn from the runs that ended since the job cache's snapshot `jobs` last changed."""
+    lr = learning(ctl)
+    if jobs is not None and jobs is not lr.jobs:
+        lr.jobs = jobs
+        _flush_ended(ctl, lr, now)
+    reports = sample.get("progress")
+    if not isinstance(reports, list) or jobs is None:
+        return
+    for rep in reports:
+        if not isinstance(rep, dict):
+            continue
+        ids = run_of_folder(rep.get("job_run_dir"))
+        if ids is None or ids[2] != 0:
+            continue
+        job = jobs.active_by_id.get(ids[0])
+        if job is None or job.restarts + 1 != ids[1]:
+            continue  # a report of an attempt that is over: its figure was taken
+        step = rep.get("step", rep.get("samples"))
+        if not isinstance(step, int | float):
+            continue
+        rp = lr.runs.get((ids[0], ids[1]))
+        if rp is None:
+            key = rate_key(ctl, job)
+            if key is None:
+                continue
+            rp = lr.runs[(ids[0], ids[1])] = RunProgress(ids[0], ids[1], key)
+        t = rep.get("t")
+        point = (float(t) if isinstance(t, int | float) else now, float(step))
+        if rp.first is None:
+            rp.first = point
+        rp.last = point
+        total, loss = rep.get("total"), rep.get("loss")
+        rp.total = float(total) if isinstance(total, int | float) else rp.total
+        rp.loss = float(loss) if isinstance(loss, int | float) else rp.loss
+        reps = rep.get("reports")
+        rp.reports += int(reps) if isinstance(reps, int | float) else 1
+
+
+def _flush_ended(ctl: Controller, lr: Learning, now: float) -> None:
+    """Runs whose attempt no longer holds GPUs: their speed to their kind's average, their progress to the
+    store; forgotten here once written."""
+    assert lr.jobs is not None
+    live = {(j.id, j.restarts + 1) for j in lr.jobs.active}
+    done = [rp for k, rp in lr.runs.items() if k not in live]
+    if not done:
+        return
+    for rp in done:
+        del lr.runs[(rp.job_id, rp.attempt)]
+
+    async def write() -> None:
+        for rp in done:
+            try:
+                await ctl.db(ctl.store.save_run_progress, rp.job_id, rp.attempt, rp.to_dict())
+                speed = rp.steps_per_s
+                if speed is not None:
+                    rate = await ctl.db(ctl.store.learn_kind_rate, *rp.key, speed, now)
+                    table = await rates(ctl)
+                    table[rp.key] = rate
+                    lr.model_at = float("-inf")  # a run's figure is in: the next round's model has it
+                    log.info("kind %r on %d x %s (%s): %.3g steps/s (%d runs)", rate.kind, rate.gpus,
+                             rate.gpu_type, rate.klass.value, rate.steps_per_s, rate.runs)
+            except Exception:  # a figure lost is no reason to disturb the controller
+                log.exception("cannot keep the progress of job %d, attempt %d", rp.job_id, rp.attempt)
+
+    ctl.spawn(write())
+
+
+async def rates(ctl: Controller) -> dict[RateKey, KindRate]:
+    """The kinds' learned speeds (the store's, read on first use)."""
+    lr = learning(ctl)
+    if lr.rates is None:
+        stored = await ctl.db(ctl.store.kind_rates)
+        lr.rates = {(r.kind, r.gpu_type, r.gpus, r.klass.value): r for r in stored}
+    return lr.rates
+
+
+def current_rates(ctl: Controller) -> list[KindRate]:
+    """The stored speeds with each running job's current speed counted in as one more run (not stored)."""
+    lr = learning(ctl)
+    out = dict(lr.rates or {})
+    for rp in lr.runs.values():
+        speed = rp.steps_per_s
+        if speed is None:
+            continue
+        old = out.get(rp.key)
+        runs = old.runs if old else 0
+        out[rp.key] = KindRate(rp.key[0], rp.key[1], rp.key[2], PlacementClass(rp.key[3]),
+                               averaged(old.steps_per_s if old else None, runs, speed), runs + 1,
+                               rp.last[0] if rp.last else 0.0)
+    return list(out.values())
+
+
+def throughput(ctl: Controller, now: float, gpu_types: list[str]) -> ThroughputModel | None:
+    """The learned speeds as the policy's throughput model; None while nothing is learned (the policy's
+    accelerator-table prior alone). Rebuilt at most every MODEL_EVERY_S, and when a run's figure is stored."""
+    lr = learning(ctl)
+    if now - lr.model_at < MODEL_EVERY_S:
+        return lr.model
+    lr.model_at = now
+    known = current_rates(ctl)
+    if not known:
+        lr.model = None
+        return None
+    lr.model = learned_model(known, gpu_types, catalog_prior())
+    return lr.model
+
+
+def progress_of(ctl: Controller, job_id: int, attempt: int) -> dict[str, Any] | None:
+    """A running attempt's progress as `hsched show` gives it (None: no report yet)."""
+    rp = learning(ctl).runs.get((job_id, attempt))
+    return rp.to_dict() if rp is not None and rp.last is not None else None

@@ -1,0 +1,189 @@
+"""Job kinds and what the controller learns about them: how fast each kind runs on each GPU type.
+
+A job's kind is what it says (`--kind NAME`, spec `kind`) or what its command looks like: the script (or
+module) it runs and the arguments that name a model, a batch size or a dataset, so `python train.py --model
+resnet50 --batch-size 64` and the same line next week are one kind ("train.py model=resnet50
+batch-size=64"), whatever else differs (seeds, output folders, learning rates).
+
+Speeds are learned from the jobs' own progress reports (hsched.progress): steps per second per (kind, GPU
+type, GPU count, placement class). The classes are how the GPUs talk: `single` (one GPU), `nvlink` (all
+pairs on NVLink or an NVSwitch), `pcie` (some pair through PCIe or the CPU) and `spanning` (more than one
+node). A speed is a moving average over the last runs (each run counts 1/n up to n = RUNS_KEPT, then 1/5,
+so a kind that changes is followed). The live policy reads the learned table as a throughput model
+(hsched.sched.throughput, the simulator's own), completed for the GPU types a kind has not run on yet by
+the accelerator table's prior: measured speed x prior(type) / prior(measured type).
+
+Pure: no I/O. The store keeps the table; hsched.controller.progress feeds it.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import os
+import re
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hsched.sched.throughput import ThroughputModel
+
+RUNS_KEPT = 5
+"""The moving average's memory: a new run counts at least 1/RUNS_KEPT."""
+MIN_WINDOW_S = 5.0
+"""A run's speed counts once its reports span this long (start-up is not a speed)."""
+
+
+class PlacementClass(enum.StrEnum):
+    SINGLE = "single"
+    NVLINK = "nvlink"
+    PCIE = "pcie"
+    SPANNING = "spanning"
+
+
+# ------------------------------------------------------------------------------------------------ kinds
+
+_LAUNCHERS = {"python", "python3", "pypy3", "torchrun", "deepspeed", "accelerate", "launch", "srun", "mpirun",
+              "uv", "run", "poetry", "conda", "env", "nohup", "exec", "time", "stdbuf", "nice", "bash", "sh",
+              "zsh", "horovodrun"}
+_WANTED = re.compile(r"(model|arch|network|net|batch|bs|dataset|data|task|config|size|depth|width|layers|seq)",
+                     re.IGNORECASE)
+_PY = re.compile(r"^python(\d+(\.\d+)?)?$")
+MAX_KIND = 120
+
+
+_SCRIPT = re.compile(r"\.(py|sh|bash|pl|rb|jl|r|lua|js)$", re.IGNORECASE)
+_OPERATORS = {"&&", "||", ";", "|", ">", ">>", "<", "2>", "2>&1", "&"}
+
+
+def derive_kind(command: Sequence[str]) -> str:
+    """The kind a command looks like: its script (a word ending in .py, .sh...) or `-m` module, else its
+    first word that is not a launcher, an option or a number; then the arguments after it that name a model,
+    a batch size or a dataset (`name=value`, in the command's order). "" for an empty command."""
+    words = list(command)
+    if len(words) >= 3 and os.path.basename(words[0]) in ("sh", "bash", "zsh") and words[1] == "-c":
+        try:
+            words = shlex.split(words[2])
+        except ValueError:
+            words = words[2].split()
+    at = next((i for i, w in enumerate(words) if (w == "-m" and i + 1 < len(words)) or _SCRIPT.search(w)), None)
+    if at is not None:
+        script = words[at + 1] if words[at] == "-m" else os.path.basename(words[at])
+        rest = words[at + 2:] if words[at] == "-m" else words[at + 1:]
+    else:
+        at = next((i for i, w in enumerate(words)
+                   if not (w.startswith("-") or "=" in w or w.replace(".", "").isdigit() or w in _OPERATORS
+                           or os.path.basename(w) in _LAUNCHERS or _PY.match(os.path.basename(w)))), None)
+        if at is None:
+            return ""
+        script, rest = os.path.basename(words[at]), words[at + 1:]
+    cut = next((i for i, w in enumerate(rest) if w in _OPERATORS), len(rest))
+    rest = rest[:cut]
+    parts = [script]
+    j = 0
+    while j < len(rest):
+        w = rest[j]
+        if w.startswith("-"):
+            name, eq, value = w.lstrip("-").partition("=")
+            if not eq and j + 1 < len(rest) and not rest[j + 1].startswith("-"):
+                value = rest[j + 1]
+                j += 1
+            if _WANTED.search(name) and value:
+                parts.append(f"{name}={os.path.basename(value.rstrip('/'))}")
+        j += 1
+    return " ".join(parts)[:MAX_KIND]
+
+
+def kind_of(spec_kind: str | None, command: Sequence[str]) -> str:
+    """A job's kind: the one it names, else the one its command looks like."""
+    return (spec_kind or "").strip() or derive_kind(command)
+
+
+def placement_class(gpus_by_node: Sequence[Sequence[str]], nvlinked: Iterable[tuple[str, str]]) -> PlacementClass:
+    """How a placement's GPUs talk: more than one node, one GPU, all pairs on NVLink, or not."""
+    nodes = [tuple(g) for g in gpus_by_node if g]
+    if len(nodes) > 1:
+        return PlacementClass.SPANNING
+    devices = nodes[0] if nodes else ()
+    if len(devices) <= 1:
+        return PlacementClass.SINGLE
+    linked = {frozenset(p) for p in nvlinked}
+    pairs = [frozenset((a, b)) for k, a in enumerate(devices) for b in devices[k + 1:]]
+    return PlacementClass.NVLINK if all(p in linked for p in pairs) else PlacementClass.PCIE
+
+
+# ------------------------------------------------------------------------------------------------ speeds
+
+
+@dataclass(frozen=True, slots=True)
+class KindRate:
+    """What the controller learnt: steps per second of `kind` on `gpus` GPUs of `gpu_type`, placed `klass`."""
+
+    kind: str
+    gpu_type: str
+    gpus: int
+    klass: PlacementClass
+    steps_per_s: float
+    runs: int
+    updated: float
+
+
+def averaged(old: float | None, runs: int, new: float) -> float:
+    """The moving average after one more run measured at `new` (`runs` runs before it)."""
+    if old is None or runs <= 0:
+        return new
+    w = 1.0 / min(runs + 1, RUNS_KEPT)
+    return old + (new - old) * w
+
+
+def run_speed(first: tuple[float, float], last: tuple[float, float]) -> float | None:
+    """Steps per second between two reports (time, step), once they span MIN_WINDOW_S; None before."""
+    (t0, s0), (t1, s1) = first, last
+    if t1 - t0 < MIN_WINDOW_S or s1 <= s0:
+        return None
+    return (s1 - s0) / (t1 - t0)
+
+
+def catalog_prior() -> dict[str, float]:
+    """The accelerator table's relative training speed of each GPU type (what the live policy knows of a
+    job it has never seen run)."""
+    from hsched.topo.models import DEFAULT_CATALOG
+
+    return {m.key.lower(): m.train for m in DEFAULT_CATALOG.models}
+
+
+def learned_model(rates: Iterable[KindRate], gpu_types: Iterable[str],
+                  prior: Mapping[str, float] | None = None) -> ThroughputModel:
+    """The learned speeds as a throughput model for the policy. A (kind, GPU count) measured on some GPU
+    types gets, on the others of `gpu_types`, the geometric mean over its measured types of
+    speed x prior(type) / prior(measured type). Spanning placements are the model's "spanned" table;
+    the others (single, NVLink, PCIe) its table, averaged by runs."""
+    from hsched.sched.throughput import ThroughputModel
+
+    base = ThroughputModel(prior=prior)  # only for its prior lookup (built-in and given speeds)
+    table: dict[str, dict[tuple[str, int], float]] = {}
+    spanned: dict[str, dict[tuple[str, int], float]] = {}
+    weights: dict[tuple[bool, str, str, int], tuple[float, int]] = {}
+    for r in rates:
+        if r.steps_per_s <= 0 or r.runs <= 0:
+            continue
+        wkey = (r.klass is PlacementClass.SPANNING, r.gpu_type, r.kind, r.gpus)
+        total, n = weights.get(wkey, (0.0, 0))
+        weights[wkey] = (total + r.steps_per_s * r.runs, n + r.runs)
+    for (span, gpu_type, kind, gpus), (total, n) in weights.items():
+        (spanned if span else table).setdefault(gpu_type, {})[(kind, gpus)] = total / n
+    types = sorted(set(gpu_types) | set(table) | set(spanned))
+    for target in (table, spanned):
+        measured: dict[tuple[str, int], dict[str, float]] = {}
+        for t, entries in target.items():
+            for key, rate in entries.items():
+                measured.setdefault(key, {})[t] = rate
+        for key, by_type in measured.items():
+            for t in types:
+                if t in by_type:
+                    continue
+                logs = [math.log(rate * base.prior_speed(t) / base.prior_speed(m)) for m, rate in by_type.items()]
+                target.setdefault(t, {})[key] = math.exp(sum(logs) / len(logs))
+    return ThroughputModel(table, spanned, prior=prior)
