@@ -44,6 +44,7 @@ def _register() -> None:
     from hsched.cli import share; share.register(app)  # noqa: E702, I001  (hsched share: fair share by user)
     from hsched.cli import eff; eff.register(app)  # noqa: E702, I001  (hsched eff: seff's role)
     from hsched.cli import kinds; kinds.register(app)  # noqa: E702, I001  (hsched kinds: learned speeds)
+    from hsched.cli import replay; replay.register(app)  # noqa: E702, I001  (hsched replay: live vs simulator)
 
 
 _register()

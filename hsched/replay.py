@@ -1,0 +1,150 @@
+"""`hsched replay`: a trace driven through the live controller, against the simulator's figures for it.
+
+The simulator measures the scheduling policy; the product must do what it measured. A replay starts a
+controller of its own (a fresh HSCHED_HOME: nothing of the user's queue is touched) over simulated nodes that
+mirror the simulated cluster, submits each trace job at its arrival time divided by the speedup, as a
+stand-in job (hsched.replayjob) that runs its steps at the trace's rate for the GPU type it landed on times
+the speedup and reports its progress, waits for all to end, and prints the live metrics next to the
+simulator's for the same jobs, cluster and policy. JCTs are in the trace's seconds (wall seconds x speedup).
+
+Knowledge: `table` seeds the controller's learned speeds (hsched.kinds) with the trace's throughput table,
+what the simulator knows; `learn` starts from the accelerator prior alone and learns from progress, as a new
+lab would.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from hsched.model import Node
+
+KNOWLEDGE = ("table", "learn")
+POLL_S = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class LiveJob:
+    id: int
+    trace_id: int
+    node: str
+    submit_s: float
+    start_s: float
+    end_s: float
+
+
+def fleet_toml(nodes: Sequence[Node]) -> str:
+    """The simulated cluster as a fleet file: one local node with simulated devices per simulated server."""
+    parts = []
+    for n in nodes:
+        nvlinked = all(lk.kind.upper().startswith("NV") for lk in n.links) if n.links else True
+        parts.append("\n".join([
+            "[[node]]", f'name = "{n.name}"', 'executor = "local"', "[node.simulate]",
+            f'model = "{n.devices[0].model}"', f"count = {len(n.devices)}",
+            f'topology = "{"nvswitch" if nvlinked else "pcie"}"', "",
+        ]))
+    return "\n".join(parts)
+
+
+def seed_knowledge(db: Path, trace: Any, nodes: Sequence[Node], now: float) -> int:
+    """The trace's throughput table as learned speeds, for every job type and GPU count of the replayed jobs
+    on every GPU type of the cluster (what the simulator knows); the number of entries."""
+    from hsched.kinds import PlacementClass
+    from hsched.sched.live import gpu_type_of
+    from hsched.store import Store
+
+    types = sorted({d.model for n in nodes for d in n.devices})
+    store = Store(db)
+    n = 0
+    try:
+        for jt, gpus in sorted({(j.job_type, j.gpus) for j in trace.jobs}):
+            klass = PlacementClass.SINGLE if gpus == 1 else PlacementClass.NVLINK
+            for t in types:
+                rate = trace.throughput.rate(jt, gpus, t)
+                if rate:
+                    store.learn_kind_rate(jt, gpu_type_of(t), gpus, klass.value, float(rate), now)
+                    n += 1
+    finally:
+        store.close()
+    return n
+
+
+def job_spec(tj: Any, trace: Any, types: Sequence[str], speedup: float) -> dict[str, Any]:
+    rates = {t: r for t in types if (r := trace.throughput.rate(tj.job_type, tj.gpus, t))}
+    return {"command": [sys.executable, "-m", "hsched.replayjob", "--steps", repr(float(tj.work)),
+                        "--rates", json.dumps(rates), "--speedup", repr(speedup)],
+            "name": f"trace-{tj.id}", "kind": tj.job_type or f"trace-{tj.id}", "resources": {"gpus": tj.gpus}}
+
+
+def _ts(text: str | None) -> float:
+    assert text is not None
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def run_live(home: Path, trace: Any, nodes: Sequence[Node], speedup: float, *, policy: str = "hsched",
+             knowledge: str = "table", say: Callable[[str], None] = lambda _m: None) -> list[LiveJob]:
+    """Replay `trace` on a controller of its own in `home` (made here) and return each job's times."""
+    from hsched.client import Client
+    from hsched.paths import Home
+
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "fleet.toml").write_text(fleet_toml(nodes))
+    (home / "settings.toml").write_text(f'poll_interval_s = 0.05\nmonitor_interval_s = 0.5\npolicy = "{policy}"\n')
+    h = Home(home)
+    h.ensure()
+    if knowledge == "table":
+        say(f"seeded {seed_knowledge(h.db, trace, nodes, time.time())} learned speeds from the trace's table")
+    types = sorted({d.model for n in nodes for d in n.devices})
+    out: list[LiveJob] = []
+    with Client(h) as c:
+        info = c.call("ping")
+        while info.get("ready") is False:
+            time.sleep(0.05)
+            info = c.call("ping")
+        try:
+            t0 = time.time()
+            ids: dict[int, int] = {}
+            for tj in sorted(trace.jobs, key=lambda j: (j.arrival_s, j.id)):
+                wait = t0 + tj.arrival_s / speedup - time.time()
+                if wait > 0:
+                    time.sleep(wait)
+                job = c.call("submit", spec=job_spec(tj, trace, types, speedup), source=f"<replay {trace.source}>")
+                ids[int(job["id"])] = tj.id
+            say(f"submitted {len(ids)} jobs; waiting for them to end")
+            while True:
+                queue = c.call("queue")
+                left = [j for j in queue if int(j["id"]) in ids]
+                if not left:
+                    break
+                time.sleep(POLL_S)
+            for jid, tid in sorted(ids.items()):
+                s = c.call("show", id=jid)
+                if s["state"] != "COMPLETED":
+                    raise RuntimeError(f"replay: job {jid} (trace job {tid}) ended {s['state']}: {s['reason']}")
+                out.append(LiveJob(jid, tid, s["runs"][-1]["node"], _ts(s["submit_time"]),
+                                   _ts(s["runs"][0]["start_time"]), _ts(s["end_time"])))
+        finally:
+            try:
+                c.call("stop")
+            except Exception:  # a controller that is gone already is what we wanted
+                pass
+    return out
+
+
+def live_summary(jobs: Sequence[LiveJob], speedup: float) -> dict[str, Any]:
+    """The live metrics in the trace's seconds: JCT from submit to end, makespan from the first submit."""
+    if not jobs:
+        return {"jobs": 0}
+    jct = sorted((j.end_s - j.submit_s) * speedup for j in jobs)
+    first = min(j.submit_s for j in jobs)
+    return {"jobs": len(jobs), "avg_jct_s": statistics.fmean(jct), "p50_jct_s": jct[len(jct) // 2],
+            "p95_jct_s": jct[min(len(jct) - 1, int(0.95 * len(jct)))],
+            "makespan_s": (max(j.end_s for j in jobs) - first) * speedup,
+            "avg_wait_s": statistics.fmean((j.start_s - j.submit_s) * speedup for j in jobs)}

@@ -1,0 +1,74 @@
+"""One job of `hsched replay`: it runs as long as its work takes on the GPU type it landed on, and reports.
+
+    python -m hsched.replayjob --steps 12304123 --rates '{"v100": 4.2, "p100": 2.6, "k80": 1.1}' --speedup 2000
+
+`--rates` are the job's steps per second on each GPU type (the trace's throughput table, for its GPU count);
+its GPU type is found in HSCHED_GPU_MODEL, which hsched sets. It advances `rate x speedup` steps per second of
+wall time, reports its progress every second (hsched.progress: the controller learns the kind's speed from
+it), saves its step on SIGTERM/SIGUSR1 and exits 85 (hsched's "checkpointed, requeue me"), and resumes from
+the saved step. No GPU is touched: a stand-in for a trainer whose speed depends on the GPU it runs on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+from hsched.progress import flush, report
+
+CHECKPOINT_EXIT = 85
+
+
+def rate_for(model: str, rates: dict[str, float]) -> float:
+    """The rate of the type whose name is in the GPU model (the longest such name: "a100" before "a10")."""
+    low = model.lower()
+    for name in sorted(rates, key=len, reverse=True):
+        if name.lower() in low:
+            return rates[name]
+    raise SystemExit(f"hsched.replayjob: no rate for GPU model {model!r} (rates for {', '.join(sorted(rates))})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m hsched.replayjob")
+    ap.add_argument("--steps", type=float, required=True)
+    ap.add_argument("--rates", required=True, help="JSON: GPU type -> steps per second")
+    ap.add_argument("--speedup", type=float, default=1.0)
+    opts = ap.parse_args(argv)
+    rate = rate_for(os.environ.get("HSCHED_GPU_MODEL", ""), json.loads(opts.rates)) * opts.speedup
+    ckpt = os.path.join(os.environ.get("HSCHED_CHECKPOINT_DIR") or ".", "replay-step")
+    step = 0.0
+    try:
+        with open(ckpt) as f:
+            step = float(f.read().strip() or 0)
+    except (OSError, ValueError):
+        pass
+    stop = {"now": False}
+
+    def on_signal(_signum: int, _frame: object) -> None:
+        stop["now"] = True
+
+    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    t0, s0 = time.monotonic(), step
+    end = t0 + max(0.0, opts.steps - s0) / rate
+    while not stop["now"]:
+        now = time.monotonic()
+        step = min(opts.steps, s0 + rate * (now - t0))
+        report(step=step, total=opts.steps)
+        if now >= end:
+            break
+        time.sleep(min(0.1, end - now))
+    flush()
+    if stop["now"] and step < opts.steps:
+        with open(ckpt, "w") as f:
+            f.write(str(step))
+        return CHECKPOINT_EXIT
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""The parts of `hsched replay` that need no controller: the fleet it builds, the stand-in jobs' specs and
+rates, and the live metrics in the trace's seconds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hsched.replay import LiveJob, fleet_toml, job_spec, live_summary
+from hsched.replayjob import rate_for
+from hsched.sched.throughput import ThroughputModel
+from hsched.sim.cluster import cluster_nodes
+from hsched.sim.trace import Trace, TraceJob
+
+
+def test_the_fleet_mirrors_the_simulated_cluster() -> None:
+    text = fleet_toml(cluster_nodes("v100:3,k80:2@pcie", 2))
+    assert text.count("[[node]]") == 3
+    assert 'name = "v100-1"' in text and 'model = "v100"' in text and "count = 1" in text
+    assert 'topology = "pcie"' in text and 'topology = "nvswitch"' in text
+
+
+def test_a_stand_in_job_runs_at_the_traces_rate_for_its_type() -> None:
+    model = ThroughputModel({"v100": {("A", 1): 4.0}, "k80": {("A", 1): 1.0}})
+    tr = Trace(jobs=(TraceJob(id=7, job_type="A", gpus=1, arrival_s=0.0, work=100.0, user="u"),), throughput=model,
+               source="t")
+    spec = job_spec(tr.jobs[0], tr, ["v100", "k80"], 50.0)
+    assert spec["kind"] == "A" and spec["resources"] == {"gpus": 1} and spec["name"] == "trace-7"
+    cmd = spec["command"]
+    assert cmd[1:3] == ["-m", "hsched.replayjob"]
+    assert json.loads(cmd[cmd.index("--rates") + 1]) == {"v100": 4.0, "k80": 1.0}
+    assert float(cmd[cmd.index("--speedup") + 1]) == 50.0
+    assert rate_for("v100", {"v100": 4.0, "k80": 1.0}) == 4.0
+    assert rate_for("NVIDIA A10", {"a10": 2.0, "a100": 5.0}) == 2.0
+    assert rate_for("NVIDIA A100-SXM4", {"a10": 2.0, "a100": 5.0}) == 5.0  # the longest name that fits
+    with pytest.raises(SystemExit):
+        rate_for("H100", {"v100": 1.0})
+
+
+def test_live_metrics_are_in_the_traces_seconds() -> None:
+    jobs = [LiveJob(1, 1, "n", 100.0, 100.5, 102.0), LiveJob(2, 2, "n", 101.0, 102.0, 105.0)]
+    s = live_summary(jobs, 10.0)
+    assert s["avg_jct_s"] == pytest.approx((20 + 40) / 2) and s["makespan_s"] == pytest.approx(50.0)
+    assert s["avg_wait_s"] == pytest.approx((5 + 10) / 2)
