@@ -728,6 +728,9 @@ class Settings:
     own account: user names, and groups as "@group" (["@hsched-admin", "labadmin"])."""
     lab_group: str | None = None
     """Lab mode: only this group's members may use the socket (0660); None lets every local user (0666)."""
+    idle_after_s: float = 1800.0
+    """A running job whose GPUs have all been idle this long is flagged (event `idle`, profile `idle`;
+    hsched.profiles.IDLE_AFTER_S). Nothing is done to it."""
 
     @property
     def qos_names(self) -> tuple[str, ...]:
@@ -735,7 +738,7 @@ class Settings:
 
 
 _SETTINGS_FLOATS = ("poll_interval_s", "probe_interval_s", "probe_timeout_s", "lease_s", "heartbeat_timeout_s",
-                    "kill_after_s", "monitor_interval_s", "retry_backoff_s", "retry_backoff_max_s")
+                    "kill_after_s", "monitor_interval_s", "retry_backoff_s", "retry_backoff_max_s", "idle_after_s")
 
 
 def load_settings(path: Path) -> Settings:

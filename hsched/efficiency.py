@@ -13,6 +13,10 @@ The processes are those the node's GPU tool lists (NVML, nvidia-smi), so a job's
 loader workers) are not in the CPU and host memory figures: they are a floor, said so in the report. A figure
 no sample carried (a node without a GPU tool, simulated GPUs, a tally lost with a controller restart before
 the run ended) is None, shown as "no samples", never 0.
+
+The tallies also sum what hsched.profiles classifies a run by: memory-bandwidth utilization, NVLink and PCIe
+traffic where the GPU tool gives them, and when every GPU went idle. Simulated devices get tallies of their
+own (`simulated`), read by profiles and never by the figures here.
 """
 
 from __future__ import annotations
@@ -39,6 +43,15 @@ class DeviceTally:
     util_sum: float = 0.0
     util_samples: int = 0
     memory_peak_mib: int | None = None
+    mem_util_sum: float = 0.0
+    """Sum of `utilization_memory` (memory bandwidth %) over the samples that carried it (hsched.profiles)."""
+    mem_util_samples: int = 0
+    nvlink_sum: float = 0.0
+    """Sum of NVLink traffic (MiB/s, sent + received) over the samples that carried it."""
+    nvlink_samples: int = 0
+    pcie_sum: float = 0.0
+    """Sum of PCIe traffic (MiB/s, sent + received) over the samples that carried it."""
+    pcie_samples: int = 0
 
 
 @dataclass(slots=True)
@@ -57,28 +70,44 @@ class RunTally:
     host_memory_peak_mib: int | None = None
     last_process_t: float | None = None
     """When the last sample listing the processes came: the start of the span the next CPU readings cover."""
+    idle_since: float | None = None
+    """The first of the latest unbroken samples in which every GPU read was idle (hsched.profiles.IDLE_UTIL_PCT);
+    None while the last reading was busy, or before any."""
+    simulated: bool = False
+    """Its readings were made up for simulated devices (hsched.simulated): profiles read them, `eff`'s figures
+    never do."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"job_id": self.job_id, "attempt": self.attempt, "node": self.node,
                 "devices": {u: {"memory_total_mib": d.memory_total_mib, "samples": d.samples,
                                 "util_sum": d.util_sum, "util_samples": d.util_samples,
-                                "memory_peak_mib": d.memory_peak_mib} for u, d in self.devices.items()},
+                                "memory_peak_mib": d.memory_peak_mib, "mem_util_sum": d.mem_util_sum,
+                                "mem_util_samples": d.mem_util_samples, "nvlink_sum": d.nvlink_sum,
+                                "nvlink_samples": d.nvlink_samples, "pcie_sum": d.pcie_sum,
+                                "pcie_samples": d.pcie_samples} for u, d in self.devices.items()},
                 "first_t": self.first_t, "last_t": self.last_t, "cpu_s": self.cpu_s,
                 "cpu_covered_s": self.cpu_covered_s, "process_samples": self.process_samples,
-                "host_memory_peak_mib": self.host_memory_peak_mib, "last_process_t": self.last_process_t}
+                "host_memory_peak_mib": self.host_memory_peak_mib, "last_process_t": self.last_process_t,
+                "idle_since": self.idle_since, "simulated": self.simulated}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RunTally:
         t = cls(int(d["job_id"]), int(d["attempt"]), str(d["node"]))
         for uuid, v in (d.get("devices") or {}).items():
+            # rows kept before a field existed lack it: read as no sample carried it
             t.devices[uuid] = DeviceTally(v.get("memory_total_mib"), int(v.get("samples") or 0),
                                           float(v.get("util_sum") or 0.0), int(v.get("util_samples") or 0),
-                                          v.get("memory_peak_mib"))
+                                          v.get("memory_peak_mib"), float(v.get("mem_util_sum") or 0.0),
+                                          int(v.get("mem_util_samples") or 0), float(v.get("nvlink_sum") or 0.0),
+                                          int(v.get("nvlink_samples") or 0), float(v.get("pcie_sum") or 0.0),
+                                          int(v.get("pcie_samples") or 0))
         t.first_t, t.last_t = d.get("first_t"), d.get("last_t")
         t.cpu_s, t.cpu_covered_s = float(d.get("cpu_s") or 0.0), float(d.get("cpu_covered_s") or 0.0)
         t.process_samples = int(d.get("process_samples") or 0)
         t.host_memory_peak_mib = d.get("host_memory_peak_mib")
         t.last_process_t = d.get("last_process_t")
+        t.idle_since = d.get("idle_since")
+        t.simulated = bool(d.get("simulated"))
         return t
 
 
@@ -88,13 +117,28 @@ def _max(a: int | None, b: int | float | None) -> int | None:
     return int(b) if a is None else max(a, int(b))
 
 
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _traffic(r: Mapping[str, Any], prefix: str) -> float | None:
+    """Sent + received MiB/s on one kind of link (`nvlink`, `pcie`); either alone when only it was read."""
+    tx, rx = _num(r.get(f"{prefix}_tx_mib_s")), _num(r.get(f"{prefix}_rx_mib_s"))
+    return None if tx is None and rx is None else (tx or 0.0) + (rx or 0.0)
+
+
 def fold(tally: RunTally, t: float, readings: Mapping[str, Mapping[str, Any]], totals: Mapping[str, int | None],
          processes: Sequence[Mapping[str, Any]] | None) -> None:
     """Fold one node sample at time `t` into `tally`. `readings`: the sample's reading of each GPU the run holds
-    ({"utilization_gpu", "memory_used_mib"}; a GPU missing from it was not read); `totals`: each held GPU's
-    memory; `processes`: the run's GPU processes in the sample (None: the sample lists no processes at all)."""
+    ({"utilization_gpu", "memory_used_mib", and where the GPU tool gives them "utilization_memory",
+    "nvlink_tx_mib_s", "nvlink_rx_mib_s", "pcie_tx_mib_s", "pcie_rx_mib_s"}; a GPU missing from it was not read);
+    `totals`: each held GPU's memory; `processes`: the run's GPU processes in the sample (None: the sample lists
+    no processes at all)."""
+    from hsched.profiles import IDLE_UTIL_PCT
+
     tally.first_t = t if tally.first_t is None else tally.first_t
     tally.last_t = t
+    utils: list[float] = []
     for uuid, total in totals.items():
         dev = tally.devices.get(uuid)
         if dev is None:
@@ -103,13 +147,30 @@ def fold(tally: RunTally, t: float, readings: Mapping[str, Mapping[str, Any]], t
         if r is None:
             continue
         dev.samples += 1
-        util = r.get("utilization_gpu")
-        if isinstance(util, int | float) and not isinstance(util, bool):
-            dev.util_sum += float(util)
+        util = _num(r.get("utilization_gpu"))
+        if util is not None:
+            dev.util_sum += util
             dev.util_samples += 1
+            utils.append(util)
         used = r.get("memory_used_mib")
         if isinstance(used, int | float) and not isinstance(used, bool):
             dev.memory_peak_mib = _max(dev.memory_peak_mib, used)
+        mem_util = _num(r.get("utilization_memory"))
+        if mem_util is not None:
+            dev.mem_util_sum += mem_util
+            dev.mem_util_samples += 1
+        nvlink, pcie = _traffic(r, "nvlink"), _traffic(r, "pcie")
+        if nvlink is not None:
+            dev.nvlink_sum += nvlink
+            dev.nvlink_samples += 1
+        if pcie is not None:
+            dev.pcie_sum += pcie
+            dev.pcie_samples += 1
+    if utils:  # a sample that read none of the GPUs neither starts nor ends an idle spell
+        if max(utils) >= IDLE_UTIL_PCT:
+            tally.idle_since = None
+        elif tally.idle_since is None:
+            tally.idle_since = t
     if processes is None:
         return
     by_pid = {p.get("pid"): p for p in processes}  # a process on two GPUs is listed once per GPU
@@ -174,7 +235,9 @@ class Figures:
 
 
 def figures(tallies: Iterable[RunTally]) -> Figures:
-    """The figures of these tallies together (one run's nodes, or every run of a job)."""
+    """The figures of these tallies together (one run's nodes, or every run of a job). Simulated tallies are left
+    out: their readings were made up, not sampled."""
+    tallies = [t for t in tallies if not t.simulated]
     devs: dict[tuple[str, str], list[DeviceTally]] = {}
     cpu_s = 0.0
     covered = 0.0
@@ -236,10 +299,15 @@ def _r(v: float | None, digits: int = 1) -> float | None:
     return None if v is None else round(v, digits)
 
 
-def report(job: Job, runs: Sequence[Run], tallies: Sequence[RunTally], now: float) -> dict[str, Any]:
+def report(job: Job, runs: Sequence[Run], tallies: Sequence[RunTally], now: float,
+           idle_after_s: float | None = None) -> dict[str, Any]:
     """`hsched eff`'s fields for `job`: each attempt's state, exit code, elapsed time, GPUs and GPU-hours with
-    its figures, and the whole job's. A running attempt counts up to `now`."""
+    its figures and profile (hsched.profiles), and the whole job's (its profile: the last attempt's). A running
+    attempt counts up to `now`."""
+    from hsched.profiles import IDLE_AFTER_S, characterize
+
     res = job.spec.resources
+    profile: dict[str, Any] | None = None
     attempts: dict[int, list[Run]] = {}
     for r in runs:
         attempts.setdefault(r.attempt, []).append(r)
@@ -259,13 +327,15 @@ def report(job: Job, runs: Sequence[Run], tallies: Sequence[RunTally], now: floa
         lead = min(ranks, key=lambda r: (r.rank, r.id))
         failed = [r for r in ranks if r.exit_code not in (None, 0)]
         mine = [t for t in tallies if t.attempt == attempt]
+        profile = characterize(mine, None if ended else now,
+                               IDLE_AFTER_S if idle_after_s is None else idle_after_s).to_dict()
         out_runs.append({
             "attempt": attempt, "nodes": sorted({r.node for r in ranks}), "ranks": len(ranks),
             "state": str(lead.state), "reason": lead.reason,
             "exit_code": failed[0].exit_code if failed else lead.exit_code,
             "start_time": iso(start), "end_time": iso(end), "elapsed_s": round(elapsed, 1),
             "gpus": len(held), "gpu_hours": round(gpu_s / 3600, 4),
-            **figures_to_dict(figures(mine), res.cpus, res.memory_mib)})
+            **figures_to_dict(figures(mine), res.cpus, res.memory_mib), "profile": profile})
     return {"elapsed_s": round(elapsed_total, 1), "gpu_hours": round(gpu_s_total / 3600, 4),
-            "cpus": res.cpus, "memory_mib": res.memory_mib, "runs": out_runs,
+            "cpus": res.cpus, "memory_mib": res.memory_mib, "runs": out_runs, "profile": profile,
             **figures_to_dict(figures(tallies), res.cpus, res.memory_mib)}

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Collection, Sequence
-from dataclasses import replace
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hsched.config import SimulatedDevices
 from hsched.errors import UserError
 from hsched.model import Device, Link
+from hsched.profiles import Profile
 
 _SIM_NS = uuid.UUID("6f1c1f40-3a4b-4e39-9a51-6c2f0a3a9d11")
 
@@ -81,10 +82,45 @@ def _load_topology(sim: SimulatedDevices) -> Any:
 
 
 
-def simulated_telemetry(devices: Sequence[Device], busy: Collection[str], now: float) -> tuple[Device, ...]:
+@dataclass(frozen=True, slots=True)
+class _Nature:
+    """How a simulated GPU reads while a job of a declared nature (hsched.profiles.SIM_NATURE_ENV) holds it."""
+
+    util: float
+    """Mean utilization_gpu %, swinging by `swing` either way."""
+    swing: float
+    mem_util: float
+    """utilization_memory % (memory bandwidth)."""
+    nvlink_mib_s: float
+    """Each way, on a GPU with NVLink peers (elsewhere the same traffic crosses PCIe)."""
+    pcie_mib_s: float
+    """Each way."""
+    cpu_percent: float
+    """Of the job's process on each of its GPUs."""
+    memory_share: float
+    """Of the GPU's memory in use."""
+
+
+# each far on the right side of hsched.profiles' thresholds, so a declared nature is what the profile finds
+_NATURES: dict[Profile, _Nature] = {
+    Profile.COMPUTE: _Nature(94.0, 4.0, 32.0, 300.0, 150.0, 60.0, 0.70),
+    Profile.MEMORY: _Nature(86.0, 6.0, 80.0, 300.0, 150.0, 60.0, 0.85),
+    Profile.COMMUNICATION: _Nature(78.0, 8.0, 25.0, 30 * 1024.0, 300.0, 45.0, 0.60),
+    Profile.INPUT: _Nature(18.0, 8.0, 6.0, 50.0, 900.0, 320.0, 0.40),
+    Profile.IDLE: _Nature(0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.30),  # a model loaded, nothing computed
+}
+
+
+def _wave(phase: float) -> float:
+    return math.sin(phase) * math.sin(phase / 3.1)
+
+
+def simulated_telemetry(devices: Sequence[Device], busy: Collection[str], now: float,
+                        natures: Mapping[str, Profile] | None = None) -> tuple[Device, ...]:
     """Plausible readings for simulated devices, so the lab demo and the dashboard look like a lab: busy
-    (held by a job: `busy` UUIDs) or idle. Power follows the model's board power (a 72 W L4 never draws
-    490 W), temperature the power; real devices among them are returned untouched."""
+    (held by a job: `busy` UUIDs) or idle; a busy GPU whose job declared a nature (`natures`: UUID -> the
+    job's hsched.profiles.sim_nature) reads as that nature does. Power follows the model's board power (a 72 W
+    L4 never draws 490 W), temperature the power; real devices among them are returned untouched."""
     from hsched.topo.models import lookup_model
 
     out = []
@@ -99,8 +135,13 @@ def simulated_telemetry(devices: Sequence[Device], busy: Collection[str], now: f
         tdp = tdp_of[d.model]
         phase = now / 7.0 + d.index
         idle_w = round(0.12 * tdp, 1)
-        if d.uuid in busy:
-            util = round(78 + 18 * math.sin(phase) * math.sin(phase / 3.1), 1)
+        nature = _NATURES.get(natures[d.uuid]) if natures and d.uuid in natures else None
+        if d.uuid in busy and nature is not None:
+            util = round(min(100.0, max(0.0, nature.util + nature.swing * _wave(phase))), 1)
+            mem = int((d.memory_total_mib or 0) * (nature.memory_share + 0.02 * math.sin(phase / 5.0)))
+            power = round(idle_w + (0.92 * tdp - idle_w) * util / 100.0, 1)
+        elif d.uuid in busy:
+            util = round(78 + 18 * _wave(phase), 1)
             mem = int((d.memory_total_mib or 0) * (0.62 + 0.1 * math.sin(phase / 5.0)))
             power = round(idle_w + (0.92 * tdp - idle_w) * util / 100.0, 1)
         else:
@@ -108,3 +149,31 @@ def simulated_telemetry(devices: Sequence[Device], busy: Collection[str], now: f
         temp = round(31.0 + 45.0 * power / tdp, 1)
         out.append(replace(d, utilization_gpu=util, memory_used_mib=mem, temperature_c=temp, power_w=power))
     return tuple(out)
+
+
+def simulated_extras(d: Device, nature: Profile | None, nvlinked: bool, now: float) -> dict[str, float]:
+    """The readings NVML gives beyond simulated_telemetry's for a simulated GPU a job of `nature` holds
+    (memory bandwidth %, NVLink and PCIe MiB/s each way; `nvlinked`: the GPU has NVLink peers). No nature
+    declared: none (a GPU tool that does not report them), so a profile says they are unknown."""
+    n = _NATURES.get(nature) if nature is not None else None
+    if n is None:
+        return {}
+    wobble = 1.0 + 0.05 * math.sin(now / 7.0 + d.index)
+    # a communication-bound job's traffic goes over NVLink where the GPU has peers, else over PCIe
+    nvlink = n.nvlink_mib_s if nvlinked else 0.0
+    pcie = n.pcie_mib_s if nvlinked or nature is not Profile.COMMUNICATION else n.nvlink_mib_s / 4
+    out = {"utilization_memory": round(n.mem_util * wobble, 1),
+           "pcie_tx_mib_s": round(pcie * wobble, 1), "pcie_rx_mib_s": round(pcie * wobble, 1)}
+    if nvlinked:
+        out |= {"nvlink_tx_mib_s": round(nvlink * wobble, 1), "nvlink_rx_mib_s": round(nvlink * wobble, 1)}
+    return out
+
+
+def simulated_processes(nature: Profile | None, uuids: Sequence[str], now: float) -> list[dict[str, Any]] | None:
+    """The job's processes as a GPU tool would list them on its simulated GPUs (one per GPU, with CPU % and
+    resident memory as hsched.nodehelper gives them); None without a declared nature (processes not listed)."""
+    n = _NATURES.get(nature) if nature is not None else None
+    if n is None:
+        return None
+    return [{"pid": -(i + 1), "uuid": u, "cpu_percent": round(n.cpu_percent * (1.0 + 0.05 * math.sin(now + i)), 1),
+             "rss_mib": 4096} for i, u in enumerate(uuids)]

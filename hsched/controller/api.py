@@ -322,6 +322,13 @@ class Api:
 
         kept = await self.ctl.db(self.ctl.store.run_progress, job.id)
         d["progress"] = progress_of(self.ctl, job.id, job.restarts + 1) or (kept[-1] if kept else None)
+        # what its GPUs' readings say it is (hsched.profiles): the running attempt's, else the last one's
+        from hsched.controller.usage import profile_of
+
+        stored = await self.ctl.db(self.ctl.store.run_usage, job.id)
+        attempts = [r.attempt for r in runs]
+        d["profile"] = profile_of(self.ctl, job.id, max(attempts), stored,
+                                  job.state.is_active()) if attempts else None
         return d
 
     async def _sees_all(self, uid: int, job: Any) -> bool:
@@ -474,7 +481,8 @@ class Api:
         job = await self._job(args)
         runs = await self.ctl.db(self.ctl.store.runs, job.id)
         stored = await self.ctl.db(self.ctl.store.run_usage, job.id)
-        return {**job_to_dict(job), **report(job, runs, tallies_of(self.ctl, job.id, stored), self.ctl.clock.time())}
+        return {**job_to_dict(job), **report(job, runs, tallies_of(self.ctl, job.id, stored), self.ctl.clock.time(),
+                                             self.ctl.settings.idle_after_s)}
 
     async def op_kinds(self, args: dict[str, Any], uid: int) -> Any:
         """What hsched learnt of each job kind: steps per second per GPU type, GPU count and placement class
@@ -496,8 +504,17 @@ class Api:
                 "gpu_type": r.gpu_type, "gpus": r.gpus, "class": r.klass.value, "steps_per_s": r.steps_per_s,
                 "runs": r.runs, "stored_runs": stored[key].runs if key in stored else 0,
                 "updated": iso(r.updated) if r.updated else None})
-        kinds = sorted(set(by_kind) | set(now_of))
-        return [{"kind": k, "jobs_now": now_of.get(k, 0), "rates": by_kind.get(k, [])} for k in kinds]
+        # each kind's usual profile (hsched.profiles) over its latest jobs' last attempts
+        from hsched.controller.usage import kind_profiles, live_snapshot
+        from hsched.profiles import most_common
+
+        profiles = await self.ctl.db(kind_profiles, self.ctl.store, live_snapshot(self.ctl),
+                                     self.ctl.settings.idle_after_s)
+        usual = {k: most_common(ps) for k, ps in profiles.items()}
+        kinds = sorted(set(by_kind) | set(now_of) | set(usual))
+        return [{"kind": k, "jobs_now": now_of.get(k, 0), "rates": by_kind.get(k, []),
+                 "profile": usual[k][0].value if k in usual and usual[k][0] is not None else None,
+                 "profiles": usual[k][1] if k in usual else {}} for k in kinds]
 
     async def op_partitions(self, args: dict[str, Any], uid: int) -> Any:
         """The partitions `submit --partition` may name: each node label of the fleet file, with its nodes."""

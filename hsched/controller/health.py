@@ -32,6 +32,7 @@ from hsched.controller.stopping import begin_stop
 from hsched.errors import ExecutorError, NodeRefused
 from hsched.lifecycle import StopReason, node_lost
 from hsched.model import EndReason, JobState, NodeState, RunState
+from hsched.profiles import IDLE_UTIL_PCT as IDLE_UTIL
 from hsched.simulated import simulated_telemetry
 
 log = logging.getLogger("hsched.health")
@@ -119,6 +120,7 @@ async def monitor(ctl: Controller, rt: NodeRuntime) -> None:
                 try:
                     usage.observe(ctl, rt, sample, ctl.clock.time())
                     learning.observe(ctl, rt, sample, ctl.clock.time(), job_cache(ctl).last)
+                    await check_idle(ctl, ctl.clock.time())
                 except Exception:  # `hsched eff`'s figures, the kinds' speeds: not worth the node's monitoring
                     log.exception("%s: folding a sample into the jobs' usage or progress failed", rt.name)
                 if ctl.stopping.is_set():
@@ -281,12 +283,36 @@ async def probe_all(ctl: Controller, *, only_up: bool = False) -> None:
 
 
 def simulate_telemetry(ctl: Controller, owners: dict[str, int], now: float) -> None:
-    """Readings for the simulated nodes' devices (hsched.simulated), kept in their history like samples."""
+    """Readings for the simulated nodes' devices (hsched.simulated), kept in their history like samples, and
+    folded into the holding jobs' simulated tallies for their profiles (hsched.controller.usage.
+    observe_simulated). A job whose spec's environment declares HSCHED_SIM_NATURE gets readings of that nature."""
+    natures = usage.sim_natures(ctl, owners)
     for rt in ctl.nodes.values():
         if rt.config.simulate is None:
             continue
-        rt.node = replace(rt.node, devices=simulated_telemetry(rt.node.devices, owners, now))
+        rt.node = replace(rt.node, devices=simulated_telemetry(rt.node.devices, owners, now, natures))
         for d in rt.node.devices:
             if d.simulated:
                 hist = rt.history.setdefault(d.uuid, collections.deque(maxlen=HISTORY))
                 hist.append((now, d.utilization_gpu, d.memory_used_mib))
+        try:
+            usage.observe_simulated(ctl, rt, now)
+        except Exception:  # a profile's figures: not worth the dashboard's readings
+            log.exception("%s: folding simulated readings into the jobs' profiles failed", rt.name)
+
+
+async def check_idle(ctl: Controller, now: float) -> None:
+    """Flag, once, each running job whose GPUs have all been idle for settings `idle_after_s` (an event `idle`
+    on the job with the figures, and a log line), and say when a flagged one is busy again (event `busy`).
+    Nothing is done to the job: an admin decides. Looks at most every usage.IDLE_CHECK_S."""
+    for ch in usage.idle_changes(ctl, now):
+        if ch.idle:
+            msg = f"holds its GPUs and does nothing: {ch.characterization.reason} (no action taken)"
+            log.warning("job %d: %s", ch.job_id, msg)
+            await ctl.event("idle", msg, job_id=ch.job_id,
+                            data={"attempt": ch.attempt, "since": ch.since, **ch.characterization.to_dict()})
+        else:
+            msg = (f"GPUs busy again (over {IDLE_UTIL:g}%) after {int((now - ch.since) // 60)} min idle: "
+                   f"no longer flagged idle")
+            log.info("job %d: %s", ch.job_id, msg)
+            await ctl.event("busy", msg, job_id=ch.job_id, data={"attempt": ch.attempt, "idle_since": ch.since})

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hsched.efficiency import RunTally, fold
+from hsched.profiles import IDLE_AFTER_S, Characterization, Profile, characterize
 from hsched.serialize import job_of_run_dir
 
 if TYPE_CHECKING:
@@ -38,6 +39,10 @@ class Usage:
     jobs: Jobs | None = None
     held: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
     """From `jobs`: node -> GPU UUID -> (job id, attempt) of the job holding it."""
+    idle: dict[tuple[int, int], float] = field(default_factory=dict)
+    """(job id, attempt) -> since when its GPUs have been idle, for the running attempts flagged idle."""
+    idle_checked: float | None = None
+    """When check_idle last looked (it looks every IDLE_CHECK_S)."""
 
 
 _USAGE: weakref.WeakKeyDictionary[Controller, Usage] = weakref.WeakKeyDictionary()
@@ -63,23 +68,19 @@ def _held(jobs: Jobs) -> dict[str, dict[str, tuple[int, int]]]:
 def observe(ctl: Controller, rt: NodeRuntime, sample: Mapping[str, Any], now: float) -> None:
     """Fold one monitoring sample of `rt` into the tallies of the jobs holding its GPUs; write out the tallies
     of jobs that hold none any more. Call it after hsched.controller.health.record_sample, for every sample."""
-    from hsched.controller.launching import job_cache
-
-    u = usage(ctl)
-    jobs = job_cache(ctl).last
-    if jobs is not u.jobs:
-        u.jobs, u.held = jobs, _held(jobs)
-        _flush_ended(ctl, u)
+    u = _refresh(ctl)
     held = u.held.get(rt.name)
     if not held:
         return
     gpus = sample.get("gpus") or {}
-    # readings of real GPUs only: a simulated GPU's figures are made up (hsched.simulated), not samples
+    # readings of real GPUs only: a simulated GPU's figures are made up (hsched.simulated), not samples; a job
+    # holding only simulated GPUs here gets its tally from observe_simulated instead
     simulated = {d.uuid for d in rt.node.devices if d.simulated}
     readings = {d["uuid"]: d for d in gpus.get("devices") or []
                 if isinstance(d, dict) and d.get("uuid") in held and d.get("uuid") not in simulated}
     listed = sample.get("processes") if gpus.get("source") else None  # as record_sample takes them
-    by_run: dict[tuple[int, int], list[dict[str, Any]]] = {key: [] for key in held.values()}
+    by_run: dict[tuple[int, int], list[dict[str, Any]]] = {
+        key: [] for uuid, key in held.items() if uuid not in simulated}
     if isinstance(listed, list):
         for p in listed:
             key = held.get(str(p.get("uuid"))) if isinstance(p, dict) else None
@@ -96,10 +97,75 @@ def observe(ctl: Controller, rt: NodeRuntime, sample: Mapping[str, Any], now: fl
         fold(tally, now, readings, mine, procs if isinstance(listed, list) else None)
 
 
+def _refresh(ctl: Controller) -> Usage:
+    """The controller's tallies, with the GPU -> job map of the job cache's latest snapshot (and the tallies of
+    jobs that hold no GPUs any more written out, once per new snapshot)."""
+    from hsched.controller.launching import job_cache
+
+    u = usage(ctl)
+    jobs = job_cache(ctl).last
+    if jobs is not u.jobs:
+        u.jobs, u.held = jobs, _held(jobs)
+        _flush_ended(ctl, u)
+    return u
+
+
+def observe_simulated(ctl: Controller, rt: NodeRuntime, now: float) -> None:
+    """Fold the readings hsched.simulated just made up for `rt`'s simulated GPUs (hsched.controller.health.
+    simulate_telemetry) into tallies marked `simulated`: profiles read them, `hsched eff`'s figures do not. A
+    job that declared a nature (hsched.profiles.SIM_NATURE_ENV) gets the readings of that nature, including
+    memory bandwidth, interconnect traffic and its processes' CPU; any other, the plain busy readings only."""
+    from hsched.profiles import sim_nature
+    from hsched.simulated import simulated_extras, simulated_processes
+
+    u = _refresh(ctl)
+    held = u.held.get(rt.name)
+    if not held or u.jobs is None:
+        return
+    devices = {d.uuid: d for d in rt.node.devices if d.simulated and d.uuid in held}
+    if not devices:
+        return
+    nvlinked = {x for link in rt.node.links if link.kind.upper().startswith("NV") for x in (link.a, link.b)}
+    by_run: dict[tuple[int, int], list[str]] = {}
+    for uuid in devices:
+        by_run.setdefault(held[uuid], []).append(uuid)
+    for key, uuids in by_run.items():
+        job = u.jobs.active_by_id.get(key[0])
+        nature = sim_nature(job.spec.env) if job is not None else None
+        readings = {uuid: {"utilization_gpu": devices[uuid].utilization_gpu,
+                           "memory_used_mib": devices[uuid].memory_used_mib,
+                           **simulated_extras(devices[uuid], nature, uuid in nvlinked, now)} for uuid in uuids}
+        tk = (key[0], key[1], rt.name)
+        tally = u.tallies.get(tk)
+        if tally is None:
+            tally = u.tallies[tk] = RunTally(key[0], key[1], rt.name, simulated=True)
+        fold(tally, now, readings, {uuid: devices[uuid].memory_total_mib for uuid in uuids},
+             simulated_processes(nature, sorted(uuids), now))
+
+
+def sim_natures(ctl: Controller, owners: Mapping[str, int]) -> dict[str, Profile]:
+    """UUID -> the nature its holder declared for simulated readings (from the job cache's latest snapshot)."""
+    from hsched.controller.launching import job_cache
+    from hsched.profiles import sim_nature
+
+    jobs = job_cache(ctl).last
+    if jobs is None:
+        return {}
+    out: dict[str, Profile] = {}
+    for uuid, job_id in owners.items():
+        job = jobs.active_by_id.get(job_id)
+        nature = sim_nature(job.spec.env) if job is not None else None
+        if nature is not None:
+            out[uuid] = nature
+    return out
+
+
 def _flush_ended(ctl: Controller, u: Usage) -> None:
     """Write the tallies of jobs that no longer hold GPUs to the store, and forget them here."""
     assert u.jobs is not None
     live = {(j.id, j.restarts + 1) for j in u.jobs.active}
+    for k in [k for k in u.idle if k not in live]:
+        del u.idle[k]  # an idle flag ends with the attempt
     done = [t for k, t in u.tallies.items() if (k[0], k[1]) not in live]
     if not done:
         return
@@ -126,3 +192,91 @@ def tallies_of(ctl: Controller, job_id: int, stored: list[dict[str, Any]]) -> li
         if j == job_id:
             out[(attempt, node)] = t
     return [out[k] for k in sorted(out)]
+
+
+IDLE_CHECK_S = 10.0
+"""How often check_idle looks at the running jobs' tallies: an idle flag comes at most this late (after
+`idle_after_s`, which is minutes), and looking at every sample of every node would cost for nothing."""
+
+
+def idle_after_s(ctl: Controller) -> float:
+    return ctl.settings.idle_after_s
+
+
+@dataclass(frozen=True, slots=True)
+class IdleChange:
+    """A running attempt flagged idle (`idle`), or busy again after a flag."""
+
+    job_id: int
+    attempt: int
+    idle: bool
+    characterization: Characterization
+    since: float
+    """Idle since then (a flag), or was idle since then (busy again)."""
+
+
+def idle_changes(ctl: Controller, now: float) -> list[IdleChange]:
+    """The running attempts whose GPUs have just been idle past `idle_after_s` (each flagged once), and the
+    flagged ones that just became busy again. At most every IDLE_CHECK_S; nothing is done to the jobs."""
+    u = usage(ctl)
+    if u.idle_checked is not None and now - u.idle_checked < IDLE_CHECK_S:
+        return []
+    u.idle_checked = now
+    limit = idle_after_s(ctl)
+    by_attempt: dict[tuple[int, int], list[RunTally]] = {}
+    for (job_id, attempt, _), t in u.tallies.items():
+        by_attempt.setdefault((job_id, attempt), []).append(t)
+    out = []
+    for key, tallies in by_attempt.items():
+        c = characterize(tallies, now, limit)
+        idle_for = c.signals.idle_for_s
+        flagged = key in u.idle
+        if not flagged and c.profile is Profile.IDLE and idle_for is not None:
+            u.idle[key] = now - idle_for
+            out.append(IdleChange(key[0], key[1], True, c, u.idle[key]))
+        elif flagged and idle_for is None:
+            out.append(IdleChange(key[0], key[1], False, c, u.idle.pop(key)))
+    return out
+
+
+def profile_of(ctl: Controller, job_id: int, attempt: int, stored: list[dict[str, Any]],
+               running: bool) -> dict[str, Any] | None:
+    """The profile (hsched.profiles.Characterization.to_dict, with `flagged`) of attempt `attempt` of job
+    `job_id`, from its live tallies or those kept in the store (`stored`: its run_usage bodies); None when
+    no tally exists."""
+    mine = [t for t in tallies_of(ctl, job_id, stored) if t.attempt == attempt]
+    if not mine:
+        return None
+    c = characterize(mine, ctl.clock.time() if running else None, idle_after_s(ctl))
+    return {**c.to_dict(), "flagged": (job_id, attempt) in usage(ctl).idle}
+
+
+KIND_PROFILE_JOBS = 500
+"""`hsched kinds` reads the profiles of this many of the latest jobs (an old kind's habits are old news)."""
+
+
+def live_snapshot(ctl: Controller) -> dict[int, list[RunTally]]:
+    """Job id -> copies of its live tallies, taken on the event loop for a reader on another thread."""
+    out: dict[int, list[RunTally]] = {}
+    for (job_id, _, _), t in usage(ctl).tallies.items():
+        out.setdefault(job_id, []).append(RunTally.from_dict(t.to_dict()))
+    return out
+
+
+def kind_profiles(store: Any, live: Mapping[int, list[RunTally]],
+                  idle_after_s: float = IDLE_AFTER_S) -> dict[str, list[Profile]]:
+    """Kind -> the profile of the last attempt with a tally of each of its latest KIND_PROFILE_JOBS jobs (`live`:
+    live_snapshot's, counted in). Runs on the store's thread: it reads the store once per job."""
+    from hsched.serialize import job_kind
+
+    out: dict[str, list[Profile]] = {}
+    for job in store.jobs(limit=KIND_PROFILE_JOBS):
+        tallies = {(t.attempt, t.node): t for t in map(RunTally.from_dict, store.run_usage(job.id))}
+        for t in live.get(job.id, ()):
+            tallies[(t.attempt, t.node)] = t
+        if not tallies:
+            continue
+        last = max(a for a, _ in tallies)
+        c = characterize([t for (a, _), t in tallies.items() if a == last], None, idle_after_s)
+        out.setdefault(job_kind(job), []).append(c.profile)
+    return out
