@@ -165,6 +165,12 @@ _MIGRATIONS: list[tuple[str, ...]] = [
         "CREATE TABLE run_progress (job_id INTEGER NOT NULL, attempt INTEGER NOT NULL, body TEXT NOT NULL, "
         "PRIMARY KEY (job_id, attempt)) WITHOUT ROWID",
     ),
+    # 8: how long completed jobs ran, by kind and user, and what was predicted for them (hsched.predict)
+    (
+        "CREATE TABLE job_durations (job_id INTEGER PRIMARY KEY, kind TEXT NOT NULL, user TEXT NOT NULL, "
+        "duration_s REAL NOT NULL, ended REAL NOT NULL, predicted_s REAL)",
+        "CREATE INDEX job_durations_kind ON job_durations(kind, ended)",
+    ),
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -555,6 +561,28 @@ class Store:
         """Job `job_id`'s kept progress, one dict per attempt."""
         return [json.loads(r[0]) for r in self.db.execute(
             "SELECT body FROM run_progress WHERE job_id = ? ORDER BY attempt", (job_id,))]
+
+    def add_job_duration(self, job_id: int, kind: str, user: str, duration_s: float, ended: float,
+                         predicted_s: float | None) -> None:
+        with self.tx() as db:
+            db.execute("INSERT OR REPLACE INTO job_durations(job_id, kind, user, duration_s, ended, predicted_s) "
+                       "VALUES (?,?,?,?,?,?)", (job_id, kind, user, duration_s, ended, predicted_s))
+
+    def durations(self, kind: str, limit: int = 200) -> list[tuple[str, float]]:
+        """(user, running time) of the kind's last completed jobs, oldest first."""
+        rows = self.db.execute("SELECT user, duration_s FROM job_durations WHERE kind = ? ORDER BY ended DESC "
+                               "LIMIT ?", (kind, limit)).fetchall()
+        return [(str(r[0]), float(r[1])) for r in reversed(rows)]
+
+    def prediction_errors(self) -> dict[str, tuple[int, int, float | None]]:
+        """Per kind: (completed jobs, jobs that had a prediction, their mean absolute error relative to the
+        duration)."""
+        out: dict[str, tuple[int, int, float | None]] = {}
+        for r in self.db.execute(
+                "SELECT kind, COUNT(*), COUNT(predicted_s), AVG(CASE WHEN predicted_s IS NOT NULL AND duration_s > 0 "
+                "THEN ABS(predicted_s - duration_s) / duration_s END) FROM job_durations GROUP BY kind"):
+            out[str(r[0])] = (int(r[1]), int(r[2]), float(r[3]) if r[3] is not None else None)
+        return out
 
     def live_runs(self) -> list[Run]:
         marks = ",".join("?" * len(_LIVE))

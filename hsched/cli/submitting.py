@@ -53,6 +53,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str, int | None, int | None]] = {
     "env": (("--env", "-e"), MANY, None, None),
     "hold": (("--hold",), FLAG, None, None),
     "kind": (("--kind",), TEXT, None, None),
+    "test_only": (("--test-only",), FLAG, None, None),
     "as_json": (("--json",), FLAG, None, None),
     "parsable": (("--parsable",), FLAG, None, None),
 }
@@ -182,6 +183,22 @@ def check_partitions(c: Any, text: str) -> None:
                         f"[[node]] labels; known: {have})")
 
 
+def test_only_line(g: dict[str, Any]) -> str:
+    """sbatch --test-only's line: `hsched: job would start now on a, b` / `... at 2026-... (in 1h12m) ...`."""
+    where = ", ".join(g.get("nodes") or []) or "no node"
+    if g.get("now"):
+        text = f"hsched: the job would start now (nodes it may use: {where})"
+    elif g.get("start_time"):
+        left = int(g["start_in_s"])
+        text = (f"hsched: the job would start at {g['start_time']} (in {left // 3600}h{left % 3600 // 60:02d}m): "
+                f"{g['reason']}")
+    else:
+        text = f"hsched: {g['reason']}"
+    if g.get("expected_duration_s") is not None:
+        text += f"; jobs of its kind run about {int(g['expected_duration_s'])} s"
+    return text
+
+
 def submit(o: dict[str, Any], args: list[str], table: dict[str, Any], source: str) -> None:
     """Queue the job `o` and `args` make of `table` (see job_table) and print what the options ask for."""
     table = job_table(o, args, table)
@@ -192,6 +209,11 @@ def submit(o: dict[str, Any], args: list[str], table: dict[str, Any], source: st
             check(table, source)  # fail fast, before a controller is started for it
         if o.get("partition"):
             check_partitions(c, o["partition"])
+        if o.get("test_only"):
+            # sbatch --test-only: when and where it would start; nothing is queued
+            guess = c.call("test_only", spec=table, source=source)
+            print_json(guess) if o.get("as_json") else print(test_only_line(guess))
+            return
         job = c.call("submit", spec=table, source=source, user=_user(), environ=environ)
     if o.get("parsable"):
         print(job["id"])

@@ -30,7 +30,7 @@ from hsched.controller import commands
 from hsched.controller.core import ACTIVE_STATES, Controller, Stopping
 from hsched.controller.health import check_health
 from hsched.errors import ExecutorError, PermissionDenied, UserError
-from hsched.model import NodeState, Resources
+from hsched.model import JobState, NodeState, Resources
 from hsched.protocol import PROTOCOL
 from hsched.sched.live import unsatisfiable
 from hsched.serialize import (
@@ -322,6 +322,14 @@ class Api:
 
         kept = await self.ctl.db(self.ctl.store.run_progress, job.id)
         d["progress"] = progress_of(self.ctl, job.id, job.restarts + 1) or (kept[-1] if kept else None)
+        # what hsched expects of it: how long its kind runs (its user's runs first), when it will end
+        from hsched.controller.forecast import predicted_end
+        from hsched.controller.learning import expected
+
+        d["expected_duration_s"] = await expected(self.ctl, job)
+        end, source = (await predicted_end(self.ctl, job, self.ctl.clock.time())
+                       if job.state is JobState.RUNNING else (None, ""))
+        d["predicted_end"] = {"time": iso(end), "from": source} if end is not None else None
         # what its GPUs' readings say it is (hsched.profiles): the running attempt's, else the last one's
         from hsched.controller.usage import profile_of
 
@@ -475,14 +483,14 @@ class Api:
     async def op_eff(self, args: dict[str, Any], uid: int) -> Any:
         """seff's figures for job `id` (the job object with hsched.efficiency.report's fields): from the monitoring
         samples folded while it ran (hsched.controller.usage). Everyone may read it (as `show`)."""
-        from hsched.controller.usage import tallies_of
+        from hsched.controller.usage import flagged_attempts, tallies_of
         from hsched.efficiency import report
 
         job = await self._job(args)
         runs = await self.ctl.db(self.ctl.store.runs, job.id)
         stored = await self.ctl.db(self.ctl.store.run_usage, job.id)
         return {**job_to_dict(job), **report(job, runs, tallies_of(self.ctl, job.id, stored), self.ctl.clock.time(),
-                                             self.ctl.settings.idle_after_s)}
+                                             self.ctl.settings.idle_after_s, flagged_attempts(self.ctl, job.id))}
 
     async def op_kinds(self, args: dict[str, Any], uid: int) -> Any:
         """What hsched learnt of each job kind: steps per second per GPU type, GPU count and placement class
@@ -511,10 +519,30 @@ class Api:
         profiles = await self.ctl.db(kind_profiles, self.ctl.store, live_snapshot(self.ctl),
                                      self.ctl.settings.idle_after_s)
         usual = {k: most_common(ps) for k, ps in profiles.items()}
-        kinds = sorted(set(by_kind) | set(now_of) | set(usual))
-        return [{"kind": k, "jobs_now": now_of.get(k, 0), "rates": by_kind.get(k, []),
-                 "profile": usual[k][0].value if k in usual and usual[k][0] is not None else None,
-                 "profiles": usual[k][1] if k in usual else {}} for k in kinds]
+        # how long each kind runs, and how wrong the predictions made at the jobs' starts were (hsched.predict)
+        from hsched.controller.learning import expected_of, history_of
+
+        errors = await self.ctl.db(self.ctl.store.prediction_errors)
+        kinds = sorted(set(by_kind) | set(now_of) | set(usual) | set(errors))
+        out = []
+        for k in kinds:
+            done, predicted, err = errors.get(k, (0, 0, None))
+            prof = usual[k][0] if k in usual else None
+            out.append({"kind": k, "jobs_now": now_of.get(k, 0), "rates": by_kind.get(k, []),
+                        "profile": prof.value if prof is not None else None,
+                        "profiles": usual[k][1] if k in usual else {}, "completed": done,
+                        "expected_duration_s": expected_of(await history_of(self.ctl, k), ""),
+                        "prediction": {"jobs": predicted, "mean_abs_error": err}})
+        return out
+
+    async def op_test_only(self, args: dict[str, Any], uid: int) -> Any:
+        """sbatch --test-only: when and where a job of `spec` would start if it were submitted now (nothing is
+        queued): hsched.controller.forecast.test_only."""
+        from hsched.controller.forecast import test_only
+
+        spec = self._spec(args)
+        await self._hear_first_probes(spec.resources)
+        return await test_only(self.ctl, spec, await self.user_name(uid))
 
     async def op_partitions(self, args: dict[str, Any], uid: int) -> Any:
         """The partitions `submit --partition` may name: each node label of the fleet file, with its nodes."""

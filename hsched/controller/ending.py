@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from hsched.config import Settings
+from hsched.controller import learning
 from hsched.controller.checkpoints import path_on
 from hsched.controller.core import Controller
 from hsched.controller.stopping import begin_stop
@@ -78,6 +79,12 @@ async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_cod
                  reason=reason, job_fields=outcome.job_fields(job, end), event=(outcome.event, message),
                  event_data=data, ended_at=end)
     ctl.forget(job.id)
+    if outcome.state is JobState.COMPLETED:
+        # its running time, all attempts (rank 0's runs), for what the next jobs of its kind are expected to take
+        every = await ctl.db(ctl.store.runs, job.id)
+        running = sum(max(0.0, (r.end_time or end) - r.start_time) for r in every
+                      if r.rank == 0 and r.start_time is not None)
+        ctl.spawn(learning.note_end(ctl, job, running, end))
 
 
 async def mark_dirty(ctl: Controller, job: Job, run: Run, holders: tuple[GpuHolder, ...], now: float) -> None:

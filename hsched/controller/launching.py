@@ -594,6 +594,8 @@ async def launch(ctl: Controller, job: Job, run: Run) -> None:
     except (ExecutorError, TimeoutError) as e:
         await launch_failed(ctl, job, run, str(e) or "launch timed out")
         return
+    if run.rank == 0 and job.restarts == 0:
+        await learning.note_start(ctl, job)
     async with ctl.lock:
         await ctl.db(ctl.store.run_launched, run, handle, ctl.clock.time())
         current = await ctl.db(ctl.store.get_job, job.id)

@@ -84,6 +84,10 @@ class Learning:
     jobs: Jobs | None = None
     model: ThroughputModel | None = None
     model_at: float = float("-inf")
+    history: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
+    """Kind -> (user, running time) of its last completed jobs, oldest first (read from the store per kind)."""
+    predicted: dict[int, float | None] = field(default_factory=dict)
+    """Job id -> the duration predicted when it first started (to measure the prediction when it completes)."""
 
 
 _LEARNING: weakref.WeakKeyDictionary[Controller, Learning] = weakref.WeakKeyDictionary()
@@ -243,3 +247,49 @@ def progress_of(ctl: Controller, job_id: int, attempt: int) -> dict[str, Any] | 
     """A running attempt's progress as `hsched show` gives it (None: no report yet)."""
     rp = learning(ctl).runs.get((job_id, attempt))
     return rp.to_dict() if rp is not None and rp.last is not None else None
+
+
+
+# ------------------------------------------------------------------------------------------- durations
+
+
+async def history_of(ctl: Controller, kind: str) -> list[tuple[str, float]]:
+    """(user, running time) of the kind's last completed jobs (the store's, read once per kind)."""
+    lr = learning(ctl)
+    got = lr.history.get(kind)
+    if got is None:
+        got = lr.history[kind] = await ctl.db(ctl.store.durations, kind)
+    return got
+
+
+def expected_of(history: list[tuple[str, float]], user: str) -> float | None:
+    from hsched.predict import expected_duration
+
+    return expected_duration([d for u, d in history if u == user], [d for _u, d in history])
+
+
+async def expected(ctl: Controller, job: Job) -> float | None:
+    """How long `job` is expected to run (hsched.predict), from its kind's history; None: no history."""
+    return expected_of(await history_of(ctl, job_kind(job)), job.user)
+
+
+async def note_start(ctl: Controller, job: Job) -> None:
+    """A job's first start: what is predicted now is what its prediction error is measured against."""
+    lr = learning(ctl)
+    if job.id not in lr.predicted:
+        lr.predicted[job.id] = await expected(ctl, job)
+
+
+async def note_end(ctl: Controller, job: Job, running_s: float, now: float) -> None:
+    """A job completed after `running_s` of running (all its attempts): its kind's history gains it, with the
+    prediction made at its start (a controller restart in between loses that one)."""
+    lr = learning(ctl)
+    kind = job_kind(job)
+    predicted = lr.predicted.pop(job.id, None)
+    history = await history_of(ctl, kind)
+    history.append((job.user, running_s))
+    del history[:-200]
+    try:
+        await ctl.db(ctl.store.add_job_duration, job.id, kind, job.user, running_s, now, predicted)
+    except Exception:  # a figure lost is no reason to disturb the controller
+        log.exception("cannot keep the duration of job %d", job.id)
