@@ -21,7 +21,7 @@ own (`simulated`), read by profiles and never by the figures here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -300,10 +300,10 @@ def _r(v: float | None, digits: int = 1) -> float | None:
 
 
 def report(job: Job, runs: Sequence[Run], tallies: Sequence[RunTally], now: float,
-           idle_after_s: float | None = None) -> dict[str, Any]:
+           idle_after_s: float | None = None, flagged: Collection[int] = ()) -> dict[str, Any]:
     """`hsched eff`'s fields for `job`: each attempt's state, exit code, elapsed time, GPUs and GPU-hours with
-    its figures and profile (hsched.profiles), and the whole job's (its profile: the last attempt's). A running
-    attempt counts up to `now`."""
+    its figures and profile (hsched.profiles; `flagged`: the attempts flagged idle now), and the whole job's (its
+    profile: the last attempt's). A running attempt counts up to `now`."""
     from hsched.profiles import IDLE_AFTER_S, characterize
 
     res = job.spec.resources
@@ -329,6 +329,7 @@ def report(job: Job, runs: Sequence[Run], tallies: Sequence[RunTally], now: floa
         mine = [t for t in tallies if t.attempt == attempt]
         profile = characterize(mine, None if ended else now,
                                IDLE_AFTER_S if idle_after_s is None else idle_after_s).to_dict()
+        profile["flagged"] = attempt in flagged
         out_runs.append({
             "attempt": attempt, "nodes": sorted({r.node for r in ranks}), "ranks": len(ranks),
             "state": str(lead.state), "reason": lead.reason,

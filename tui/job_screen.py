@@ -1,4 +1,5 @@
-"""Job detail (Enter) and log tail (`l`): spec, placement and why, runs, events, its devices, the live log.
+"""Job detail (Enter) and log tail (`l`): spec, placement and why, its profile, runs, events, its devices, the
+live log.
 
 Controller calls run in thread workers: `show` when the job changes, `logs` once a second from the last offset.
 """
@@ -56,6 +57,7 @@ def detail_table(d: dict[str, Any]) -> Table:
         ("ended", str(d.get("end_time") or "")),
         ("exit code", na(d.get("exit_code"))),
         ("restarts", str(d.get("restarts", 0))),
+        ("profile", profile_text(d.get("profile"))),
     ]
     for p in d.get("placement") or []:
         rows.append(("placement", f"{p['node']}: {len(p['devices'])} device(s)"))
@@ -63,6 +65,18 @@ def detail_table(d: dict[str, Any]) -> Table:
     for label, value in rows:
         t.add_row(label, value)
     return t
+
+
+def profile_text(p: dict[str, Any] | None) -> Text:
+    """What its GPUs' readings say the job is (hsched.profiles), as `hsched show` says it; a job flagged idle
+    stands out."""
+    if not p:
+        return Text("- (no GPU readings)", style="bright_black")
+    flagged = bool(p.get("flagged"))
+    text = Text(str(p.get("profile", "")) + (" (flagged)" if flagged else ""),
+                style="bold yellow" if flagged else "bold")
+    text.append(f"  {p.get('reason') or ''}")  # figures as text, never markup
+    return text
 
 
 def runs_table(d: dict[str, Any]) -> Table:

@@ -1,6 +1,7 @@
 """`hsched eff JOB`: how well a job used what it held (seff's role): state, exit code, elapsed time per run,
 GPUs and GPU-hours, GPU utilization and memory peak, CPU efficiency and host memory peak, from the monitoring
-samples the controller folded while it ran (hsched.efficiency)."""
+samples the controller folded while it ran (hsched.efficiency), and what kind of work that was (its profile,
+hsched.profiles)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,14 @@ def figure_lines(f: dict[str, Any], indent: str = "") -> list[str]:
             f"{indent}CPU efficiency: {c}", f"{indent}Host memory peak: {h}"]
 
 
+def profile_line(p: dict[str, Any] | None) -> str:
+    """`compute-bound: GPU busy 93%, memory bandwidth 31%, interconnect unknown, 0.60 cores` from a profile
+    (hsched.profiles), `idle (flagged): ...` for a running job flagged idle, `-` with none."""
+    if not p:
+        return "- (no GPU readings)"
+    return f"{p['profile']}{' (flagged)' if p.get('flagged') else ''}: {p.get('reason') or ''}"
+
+
 def render(e: dict[str, Any]) -> list[str]:
     from hsched.cli.listing import _clock
 
@@ -66,7 +75,9 @@ def render(e: dict[str, Any]) -> list[str]:
                      f"{_clock(int(r['elapsed_s']))}, {r['gpus']} GPU(s), {r['gpu_hours']:.2f} GPU-hours")
         if len(e["runs"]) > 1:
             lines += figure_lines(r, "  ")
+            lines.append(f"  Profile: {profile_line(r.get('profile'))}")
     lines += figure_lines(e)
+    lines.append(f"Profile: {profile_line(e.get('profile'))}")
     if e.get("cpu") is not None or e.get("host_memory") is not None:
         lines.append("(CPU and host memory: the job's GPU processes only, a floor)")
     return lines

@@ -199,6 +199,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.markup import escape
 
+        from hsched.cli.eff import profile_line
         from hsched.theme import state_color
 
         con = Console(highlight=False, soft_wrap=True)  # long commands stay whole lines when piped
@@ -211,6 +212,7 @@ def register(app: typer.Typer) -> None:
             ("command", " ".join(job["command"])),
             ("kind", job.get("kind") or "-"),
             ("progress", _progress_line(job.get("progress"))),
+            ("profile", profile_line(job.get("profile"))),
             ("workdir", job.get("workdir") or "(the submit folder, where a node sees it)"),
             ("resources", _resources_line(job["resources"])),
             ("constraint", job.get("constraint") or "-"),  # --partition's labels too (hsched.constraints)

@@ -251,6 +251,11 @@ def profile_of(ctl: Controller, job_id: int, attempt: int, stored: list[dict[str
     return {**c.to_dict(), "flagged": (job_id, attempt) in usage(ctl).idle}
 
 
+def flagged_attempts(ctl: Controller, job_id: int) -> set[int]:
+    """The attempts of job `job_id` flagged idle now."""
+    return {a for j, a in usage(ctl).idle if j == job_id}
+
+
 KIND_PROFILE_JOBS = 500
 """`hsched kinds` reads the profiles of this many of the latest jobs (an old kind's habits are old news)."""
 

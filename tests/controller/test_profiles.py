@@ -279,3 +279,65 @@ async def test_kinds_gives_each_kinds_usual_profile(tmp_path: Path) -> None:
         assert kinds["attn"]["profile"] == "memory-bound"
         # an ended job's profile comes from the store
         assert (await show(lab, b.id))["profile"]["profile"] == "memory-bound"
+
+
+class Recorder:
+    replies: dict[str, Any] = {}
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+    def call(self, op: str, **args: Any) -> Any:
+        return Recorder.replies[op]
+
+
+def cli(monkeypatch: pytest.MonkeyPatch, *argv: str) -> int:
+    from hsched.cli import main
+
+    monkeypatch.setattr("sys.argv", ["hsched", *argv])
+    monkeypatch.setattr("hsched.cli.jobs._client", Recorder)
+    monkeypatch.setattr("hsched.client.Client", Recorder)
+    with pytest.raises(SystemExit) as ex:
+        main()
+    return int(ex.value.code or 0)
+
+
+async def test_show_eff_and_kinds_print_the_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    async with Lab.open(tmp_path, settings=Settings(idle_after_s=60.0)) as lab:
+        job = await submit(lab, "idle", kind="notebook")
+        await lab.round()
+        await telemetry(lab, 120.0)
+        api = Api(lab.ctl)
+        replies = {op: await api.handle(op, {"id": job.id}, os.getuid()) for op in ("show", "eff", "kinds")}
+    Recorder.replies = json.loads(json.dumps(replies))
+    Recorder.replies["show"]["display_id"] = Recorder.replies["eff"]["display_id"] = "5"
+    assert cli(monkeypatch, "show", "5") == 0
+    out = capsys.readouterr().out
+    assert "profile: idle (flagged): every GPU under 5% for 1m" in out and "(simulated readings)" in out
+    assert cli(monkeypatch, "eff", "5") == 0
+    out = capsys.readouterr().out
+    assert "Profile: idle (flagged): every GPU under 5%" in out and "GPU utilization: no samples" in out
+    assert cli(monkeypatch, "kinds") == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("notebook")]
+    assert "idle (1 of 1)" in line
+    assert cli(monkeypatch, "show", "5", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["profile"]["profile"] == "idle"
+
+
+def test_the_dashboards_job_detail_has_a_profile_line() -> None:
+    from hsched.tui.job_screen import detail_table
+    from rich.console import Console
+
+    def rendered(profile: dict[str, Any] | None) -> str:
+        con = Console(width=160, record=True, color_system=None)
+        con.print(detail_table({"id": 3, "name": "x", "state": "RUNNING", "profile": profile}))
+        return con.export_text()
+
+    (line,) = [x for x in rendered({"profile": "idle", "flagged": True, "reason": "every GPU under 5% for 31m00s"})
+               .splitlines() if x.startswith("profile")]
+    assert "idle (flagged)  every GPU under 5% for 31m00s" in line
+    assert "- (no GPU readings)" in rendered(None)
