@@ -168,6 +168,7 @@ def report_from_dict(r: dict[str, Any]) -> RunReport:
         handle=handle_from_dict(r.get("handle")),
         end_time=end if end_ok else None,
         oom=r.get("oom") is True,
+        gpu_oom=(str(r.get("gpu_oom_line") or "GPU out of memory")[:300] if r.get("gpu_oom") is True else None),
         gpu_left=tuple(GpuHolder(uuid=str(g["uuid"]), pid=int(g["pid"]), name=str(g.get("name") or ""))
                        for g in holders if isinstance(g, dict) and "uuid" in g and isinstance(g.get("pid"), int)),
     )

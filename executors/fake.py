@@ -76,6 +76,7 @@ class FakeRun:
     end_time: float | None = None
     """The node's record of when it ended (`finish(..., end_time=)`); None: the report carries none."""
     oom: bool = False
+    gpu_oom: str | None = None
     gpu_left: tuple[GpuHolder, ...] = ()
     lost: bool = False
     """Gone without an exit record (`lose`): status says LOST."""
@@ -195,7 +196,8 @@ class FakeExecutor:
             else:
                 sig = run.exit_code - 128 if run.exit_code > 128 else None
                 out.append(RunReport(RunStatus.EXITED, exit_code=run.exit_code, signal=sig, handle=run.handle,
-                                     end_time=run.end_time, oom=run.oom, gpu_left=run.gpu_left))
+                                     end_time=run.end_time, oom=run.oom, gpu_left=run.gpu_left,
+                                     gpu_oom=run.gpu_oom))
         return out
 
     @recorded
@@ -304,11 +306,12 @@ class FakeExecutor:
     # -- for tests
 
     def finish(self, run_dir: str, exit_code: int = 0, *, end_time: float | None = None, oom: bool = False,
-               gpu_left: Sequence[GpuHolder] = ()) -> None:
-        """The run ends: the next status() reports `exit_code`, and the exit record's `end_time`, `oom` and
-        the processes still on its GPUs (`gpu_left`) as the node helper would."""
+               gpu_left: Sequence[GpuHolder] = (), gpu_oom: str | None = None) -> None:
+        """The run ends: the next status() reports `exit_code`, and the exit record's `end_time`, `oom`, the
+        processes still on its GPUs (`gpu_left`) and a GPU out-of-memory line of its log as the helper would."""
         run = self.runs[run_dir]
         run.exit_code, run.end_time, run.oom, run.gpu_left = exit_code, end_time, oom, tuple(gpu_left)
+        run.gpu_oom = gpu_oom
 
     def lose(self, run_dir: str) -> None:
         """The run's wrapper died and nothing of the run is left: the next status() reports it LOST."""

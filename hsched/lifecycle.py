@@ -193,12 +193,13 @@ def ended_run_state(exit_code: int | None, lost: bool) -> RunState:
 
 
 def settle(job: Job, ended: list[tuple[int | None, bool]], rules: EndRules, now: float = 0.0, *,
-           oom: bool = False) -> Outcome:
+           oom: bool = False, gpu_oom: bool = False) -> Outcome:
     """The job's next state from why it was stopping and how its runs ended.
 
     `ended`: (exit code, lost) of every run of the attempt, in the order they ended: a gang's first failure
     is its cause, the rest were stopped because of it. `now`: when the attempt ended (a retry's backoff
-    counts from then). `oom`: the kernel's OOM killer killed a process of the attempt.
+    counts from then). `oom`: the kernel's OOM killer killed a process of the attempt; `gpu_oom`: a run's log
+    says a GPU ran out of memory.
 
     Retries: a failure (an exit code other than 0 and the checkpoint code, or a lost run) is retried while the
     job has retries left, after a backoff; a fatal exit code fails at once; preemption, node loss and
@@ -229,11 +230,14 @@ def settle(job: Job, ended: list[tuple[int | None, bool]], rules: EndRules, now:
         if bad:
             if oom:
                 reason = EndReason.OOM
+            elif gpu_oom:
+                reason = EndReason.GPU_OOM
             elif stopping == StopReason.RANK_FAILED:
                 reason = EndReason.RANK_FAILED
             else:
                 reason = EndReason.SIGNALED if (bad[0] or 0) >= 128 else EndReason.NONZERO_EXIT
             state, what = JobState.FAILED, ("out of memory: killed by the kernel" if oom
+                                            else f"out of GPU memory (exit code {bad[0]})" if gpu_oom
                                             else f"failed (exit code {bad[0]})")
         else:
             reason, state, what = EndReason.LOST, JobState.LOST, "run lost: the process is gone and left no exit code"

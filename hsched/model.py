@@ -66,6 +66,8 @@ class EndReason(enum.StrEnum):
     """Another rank of the gang failed, so this one was stopped."""
     OOM = "oom"
     """The run went over its memory limit (`--mem`) and the kernel killed it."""
+    GPU_OOM = "gpu_oom"
+    """The run failed because a GPU ran out of memory (its log says so: CUDA out of memory)."""
     MAX_RESTARTS = "max_restarts"
     """The job checkpointed (or was requeued) more than `max_restarts` times."""
     RETRY_BACKOFF = "BeginTime"
@@ -373,6 +375,8 @@ class RunReport:
     """The node's clock when the run ended (its exit record), not when anyone noticed."""
     oom: bool = False
     """The kernel's OOM killer killed a process of the run (its cgroup's memory limit)."""
+    gpu_oom: str | None = None
+    """The line of its log's tail that says a GPU ran out of memory (CUDA's, PyTorch's...), when it failed so."""
     gpu_left: tuple[GpuHolder, ...] = ()
     """Processes still using the run's GPUs after every process of the run was gone: not ours to kill."""
 

@@ -1279,6 +1279,10 @@ def wrap(run_dir):
         if any(t >= first and os.WIFEXITED(s) and os.WEXITSTATUS(s) == int(ckpt) for t, _p, s in reaped):
             record.update({"exit_code": int(ckpt), "signal": None, "main_exit": {"exit_code": code, "signal": sig}})
     record["oom"] = _oom_killed(cgroups)
+    if code != 0 and not sent:
+        line = gpu_oom_line(os.path.join(run_dir, "output.log"))
+        if line is not None:
+            record.update({"gpu_oom": True, "gpu_oom_line": line})
     _remove_cgroups(cgroups)
     holders, gpu_error = gpu_holders(spec.get("devices") or [])
     record.update({"gpu_left": holders, "stuck_pids": stuck, "leftovers_killed": len(killed),
@@ -1288,6 +1292,33 @@ def wrap(run_dir):
     # written last: a reported exit means no process of the run is left (but `stuck_pids`)
     write_json_atomic(os.path.join(run_dir, "exit.json"), record)
     return 0
+
+
+# what CUDA, PyTorch, TensorFlow and JAX print when a GPU runs out of memory
+GPU_OOM_PATTERNS = ("CUDA out of memory", "CUDA error: out of memory", "OutOfMemoryError", "CUDA_ERROR_OUT_OF_MEMORY",
+                    "cudaErrorMemoryAllocation", "RESOURCE_EXHAUSTED: Out of memory",
+                    "HIP out of memory", "hipErrorOutOfMemory")
+GPU_OOM_TAIL = 64 * 1024
+
+
+def gpu_oom_line(path):
+    """The last line of the log's tail that says a GPU ran out of memory, or None. Read without following a
+    link (a lab user's log is theirs)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        os.lseek(fd, max(0, size - GPU_OOM_TAIL), os.SEEK_SET)
+        tail = os.read(fd, GPU_OOM_TAIL).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+    for line in reversed(tail.splitlines()):
+        low = line.lower()
+        if any(p.lower() in low for p in GPU_OOM_PATTERNS) and ("memory" in low or "allocate" in low):
+            return line.strip()[:300]
+    return None
 
 
 def _stat_ticks(pid):
@@ -1391,6 +1422,8 @@ def _exited(exit_info, handle):
     return {"status": "exited", "exit_code": exit_info["exit_code"],
             "signal": sig if isinstance(sig, int) and not isinstance(sig, bool) else None,
             "end_time": _number(exit_info.get("end_time")), "oom": exit_info.get("oom") is True,
+            "gpu_oom": exit_info.get("gpu_oom") is True,
+            "gpu_oom_line": str(exit_info.get("gpu_oom_line") or "")[:300] or None,
             "gpu_left": holders, "handle": handle}
 
 

@@ -43,6 +43,20 @@ def batch_script(path: str) -> Any:
     return read_batch_script(Path(path))
 
 
+def _expected_line(job: dict[str, Any]) -> str:
+    """`ends about 2026-12-02T06:10:00Z (from its progress); its kind runs about 1h20m` or `-`."""
+    parts = []
+    end = job.get("predicted_end")
+    if end:
+        parts.append(f"ends about {end['time']} (from its {end['from']})")
+    exp = job.get("expected_duration_s")
+    if exp is not None:
+        s = int(exp)
+        parts.append(f"its kind runs about {s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else
+                     f"its kind runs about {s // 60}m{s % 60:02d}s")
+    return "; ".join(parts) or "-"
+
+
 def _progress_line(p: dict[str, Any] | None) -> str:
     """`step 1200 of 50000 (2.4%), 3.1 steps/s, about 4h22m left, loss 0.31` from a job's progress."""
     if not p or p.get("step") is None:
@@ -123,6 +137,8 @@ def register(app: typer.Typer) -> None:
                                         "speeds hsched learns; default: its script and model/batch arguments."),
         as_json: bool = typer.Option(False, "--json", help="Print the job as JSON."),
         parsable: bool = typer.Option(False, "--parsable", help="Print the job id alone."),
+        test_only: bool = typer.Option(False, "--test-only", help="Queue nothing: say when and where the job "
+                                       "would start (sbatch's), from the running jobs' predicted ends."),
     ) -> None:
         """Queue a job: a spec file, a command after --, or both (options override the file)."""
         from hsched.cli import submitting
@@ -213,6 +229,7 @@ def register(app: typer.Typer) -> None:
             ("kind", job.get("kind") or "-"),
             ("progress", _progress_line(job.get("progress"))),
             ("profile", profile_line(job.get("profile"))),
+            ("expected", _expected_line(job)),
             ("workdir", job.get("workdir") or "(the submit folder, where a node sees it)"),
             ("resources", _resources_line(job["resources"])),
             ("constraint", job.get("constraint") or "-"),  # --partition's labels too (hsched.constraints)

@@ -8,7 +8,9 @@ exit codes, in the same transaction as that last run's end.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+from dataclasses import replace
 from typing import Any
 
 from hsched.config import Settings
@@ -19,6 +21,7 @@ from hsched.controller.stopping import begin_stop
 from hsched.errors import ExecutorError
 from hsched.lifecycle import EndRules, StopReason, ended_run_state, failed, settle
 from hsched.model import EndReason, GpuHolder, Job, JobState, Run, RunState
+from hsched.serialize import spec_to_dict
 
 log = logging.getLogger("hsched.ending")
 
@@ -39,10 +42,12 @@ def true_end(run: Run, reported: float | None, now: float) -> float:
 
 
 async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_code: int | None, lost: bool,
-                    ended_at: float | None = None, oom: bool = False, gpu_left: tuple[GpuHolder, ...] = ()) -> None:
+                    ended_at: float | None = None, oom: bool = False, gpu_left: tuple[GpuHolder, ...] = (),
+                    gpu_oom: str | None = None) -> None:
     """Record one run's end; if it was the attempt's last, settle the job. Call with ctl.lock held.
     `ended_at`: the node's record of when it ended (else `now`); `oom`: the kernel killed it for memory;
-    `gpu_left`: processes still on its GPUs after all of the run's were gone (those GPUs become dirty)."""
+    `gpu_left`: processes still on its GPUs after all of the run's were gone (those GPUs become dirty);
+    `gpu_oom`: the line of its log that says a GPU ran out of memory."""
     end = true_end(run, ended_at, now)
     if gpu_left:
         await mark_dirty(ctl, job, run, gpu_left, now)
@@ -52,7 +57,10 @@ async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_cod
     what = "lost: the process is gone and left no exit code" if lost else f"exited with code {exit_code}"
     if oom:
         what += " (out of memory: killed by the kernel)"
-    reason = EndReason.LOST.value if lost else EndReason.OOM.value if oom else ""
+    elif gpu_oom and not lost:
+        what += f" (out of GPU memory: {gpu_oom})"
+    reason = (EndReason.LOST.value if lost else EndReason.OOM.value if oom
+              else EndReason.GPU_OOM.value if gpu_oom else "")
     ck = ctl.settings.checkpoint_exit_code
     if others_live:
         await ctl.db(ctl.store.end_run, run, now, run_state=ended_run_state(exit_code, lost), exit_code=exit_code,
@@ -65,8 +73,11 @@ async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_cod
     before = sorted((r for r in runs if r.id != run.id), key=lambda r: r.end_time or 0.0)
     ended = [(r.exit_code, r.state is RunState.LOST) for r in before] + [(exit_code, lost)]
     oom_any = oom or any(r.reason == EndReason.OOM for r in before)
-    outcome = settle(job, ended, end_rules(ctl.settings), end, oom=oom_any)
+    gpu_oom_any = bool(gpu_oom) or any(r.reason == EndReason.GPU_OOM for r in before)
+    outcome = settle(job, ended, end_rules(ctl.settings), end, oom=oom_any, gpu_oom=gpu_oom_any and not oom_any)
     message = outcome.message
+    if gpu_oom and outcome.reason in (EndReason.GPU_OOM, EndReason.RETRY_BACKOFF):
+        message += f"; its log: {gpu_oom}"
     data: dict[str, Any] = {"end_time": end}
     if outcome.begin_time is not None:
         data["begin_time"] = outcome.begin_time
@@ -79,12 +90,40 @@ async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_cod
                  reason=reason, job_fields=outcome.job_fields(job, end), event=(outcome.event, message),
                  event_data=data, ended_at=end)
     ctl.forget(job.id)
+    if gpu_oom_any and outcome.reason is EndReason.RETRY_BACKOFF:
+        await more_gpu_memory(ctl, job, [*before, run], now)
     if outcome.state is JobState.COMPLETED:
         # its running time, all attempts (rank 0's runs), for what the next jobs of its kind are expected to take
         every = await ctl.db(ctl.store.runs, job.id)
         running = sum(max(0.0, (r.end_time or end) - r.start_time) for r in every
                       if r.rank == 0 and r.start_time is not None)
         ctl.spawn(learning.note_end(ctl, job, running, end))
+
+
+async def more_gpu_memory(ctl: Controller, job: Job, runs: list[Run], now: float) -> None:
+    """A job that ran out of GPU memory is retried on GPUs with more memory than the smallest it had, when the
+    fleet has such GPUs (its request is raised, and says so); else on what there is, as before."""
+    held = {u for r in runs for u in r.devices}
+    sizes = [d.memory_total_mib for rt in ctl.nodes.values() for d in rt.node.devices if d.memory_total_mib]
+    had = [d.memory_total_mib for r in runs if (rt := ctl.nodes.get(r.node)) is not None
+           for d in rt.node.devices if d.uuid in held and d.memory_total_mib]
+    if not had:
+        return
+    want = min(had) + 1
+    res = job.spec.resources
+    if res.gpu_memory_mib is not None and res.gpu_memory_mib >= want:
+        return
+    if not any(s >= want for s in sizes):
+        await ctl.db(ctl.store.add_event, now, "gpu_oom",
+                     f"out of GPU memory on {min(had) / 1024:.0f} GiB GPUs; no GPU of the fleet has more: the retry "
+                     "runs on the same size", job_id=job.id)
+        return
+    spec = replace(job.spec, resources=replace(res, gpu_memory_mib=want))
+    await ctl.db(ctl.store.set_job, job.id, now, spec=json.dumps(spec_to_dict(spec)),
+                 event=("gpu_oom", f"out of GPU memory on {min(had) / 1024:.0f} GiB GPUs: its retry asks for more "
+                                   f"than that (--gpu-memory raised to {want} MiB)"),
+                 event_data={"had_mib": min(had), "asks_mib": want})
+    ctl.forget(job.id)
 
 
 async def mark_dirty(ctl: Controller, job: Job, run: Run, holders: tuple[GpuHolder, ...], now: float) -> None:

@@ -87,5 +87,5 @@ async def on_report(ctl: Controller, rt: NodeRuntime, run: Run, rep: RunReport) 
                 return False
         lost = rep.status is not RunStatus.EXITED
         await run_ended(ctl, job, run, now, exit_code=None if lost else rep.exit_code, lost=lost,
-                        ended_at=rep.end_time, oom=rep.oom, gpu_left=rep.gpu_left)
+                        ended_at=rep.end_time, oom=rep.oom, gpu_left=rep.gpu_left, gpu_oom=rep.gpu_oom)
         return True

@@ -1,0 +1,81 @@
+"""A run that dies of CUDA out-of-memory (issue 15, item 3): recognised in its log's tail by the node
+helper, reported as `gpu_oom` (the job's reason and the run's), and retried on a GPU with more memory when
+the fleet has one. In-process on a fake clock; the helper's recognition on real files."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from hsched import nodehelper
+from hsched.controller.api import Api
+from hsched.testing import CannedNode, Lab
+
+TORCH = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+         "39.39 GiB of which 1.06 GiB is free.")
+
+
+@pytest.mark.parametrize(("tail", "found"), [
+    (f"step 10\n{TORCH}\n", TORCH),
+    ("RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported\n",
+     "RuntimeError: CUDA error: out of memory"),
+    ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.2GiB\n",
+     "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.2GiB"),
+    ("Traceback...\nValueError: bad shape\n", None),
+    ("the memory of the model is fine\n", None),
+])
+def test_the_helper_finds_a_gpu_oom_in_the_log_tail(tmp_path: Path, tail: str, found: str | None) -> None:
+    log = tmp_path / "output.log"
+    log.write_text("x" * 100_000 + "\n" + tail)
+    assert nodehelper.gpu_oom_line(str(log)) == found
+    report = nodehelper._exited({"exit_code": 1, "gpu_oom": found is not None, "gpu_oom_line": found}, {})
+    assert report["gpu_oom"] is (found is not None)
+
+
+FLEET = (CannedNode("small", "NVIDIA A100-SXM4-40GB", 1), CannedNode("big", "NVIDIA A100-SXM4-80GB", 1))
+
+
+async def test_a_gpu_oom_is_retried_on_a_bigger_gpu(tmp_path: Path) -> None:
+    async with Lab.open(tmp_path, nodes=FLEET) as lab:
+        filler = await lab.submit("sleep", "600", gpus=1)
+        await lab.round()
+        assert (await lab.job(filler.id)).placement[0].node == "big"  # the faster A100 first
+        job = await lab.submit("python3", "train.py", gpus=1, retries=1)
+        await lab.round()
+        assert (await lab.job(job.id)).placement[0].node == "small"
+        (run,) = await lab.runs(job.id)
+        lab.executors["small"].finish(run.run_dir, 1, gpu_oom=TORCH)
+        await lab.round()
+        j = await lab.job(job.id)
+        assert j.state.value == "PENDING" and j.reason == "BeginTime"
+        small_mib = lab.ctl.nodes["small"].node.devices[0].memory_total_mib
+        assert j.spec.resources.gpu_memory_mib == small_mib + 1
+        events = await lab.ctl.db(lab.ctl.store.events, job.id)
+        assert [e for e in events if e["kind"] == "gpu_oom"]
+        (ended,) = await lab.runs(job.id)
+        assert ended.reason == "gpu_oom"
+        # the backoff over, it waits for the big GPU though the small one is free
+        lab.clock.advance(60.0)
+        await lab.round()
+        assert (await lab.job(job.id)).state.value == "PENDING"
+        await lab.finish(filler.id, 0)
+        await lab.round()
+        await lab.round()
+        j = await lab.job(job.id)
+        assert j.state.value in ("LAUNCHING", "RUNNING") and j.placement[0].node == "big"
+        shown = await Api(lab.ctl).handle("show", {"id": job.id}, os.getuid())
+        assert "out of GPU memory" in json.dumps(shown["events"])
+
+
+async def test_without_retries_it_fails_as_gpu_oom(tmp_path: Path) -> None:
+    async with Lab.open(tmp_path, nodes=FLEET[1:]) as lab:
+        job = await lab.submit("python3", "train.py", gpus=1)
+        await lab.round()
+        (run,) = await lab.runs(job.id)
+        lab.executors["big"].finish(run.run_dir, 1, gpu_oom=TORCH)
+        await lab.round()
+        j = await lab.job(job.id)
+        assert (j.state.value, j.reason) == ("FAILED", "gpu_oom")
