@@ -168,7 +168,8 @@ _MIGRATIONS: list[tuple[str, ...]] = [
     # 8: how long completed jobs ran, by kind and user, and what was predicted for them (hsched.predict)
     (
         "CREATE TABLE job_durations (job_id INTEGER PRIMARY KEY, kind TEXT NOT NULL, user TEXT NOT NULL, "
-        "duration_s REAL NOT NULL, ended REAL NOT NULL, predicted_s REAL)",
+        "duration_s REAL NOT NULL, ended REAL NOT NULL, predicted_s REAL, gpu_peak_mib INTEGER, "
+        "host_peak_mib INTEGER)",
         "CREATE INDEX job_durations_kind ON job_durations(kind, ended)",
     ),
 ]
@@ -563,10 +564,19 @@ class Store:
             "SELECT body FROM run_progress WHERE job_id = ? ORDER BY attempt", (job_id,))]
 
     def add_job_duration(self, job_id: int, kind: str, user: str, duration_s: float, ended: float,
-                         predicted_s: float | None) -> None:
+                         predicted_s: float | None, gpu_peak_mib: int | None = None,
+                         host_peak_mib: int | None = None) -> None:
         with self.tx() as db:
-            db.execute("INSERT OR REPLACE INTO job_durations(job_id, kind, user, duration_s, ended, predicted_s) "
-                       "VALUES (?,?,?,?,?,?)", (job_id, kind, user, duration_s, ended, predicted_s))
+            db.execute("INSERT OR REPLACE INTO job_durations(job_id, kind, user, duration_s, ended, predicted_s, "
+                       "gpu_peak_mib, host_peak_mib) VALUES (?,?,?,?,?,?,?,?)",
+                       (job_id, kind, user, duration_s, ended, predicted_s, gpu_peak_mib, host_peak_mib))
+
+    def memory_peaks(self, kind: str, limit: int = 10) -> list[tuple[int | None, int | None]]:
+        """(GPU memory peak, host memory peak) in MiB of the kind's last completed jobs that were measured."""
+        rows = self.db.execute("SELECT gpu_peak_mib, host_peak_mib FROM job_durations WHERE kind = ? AND "
+                               "(gpu_peak_mib IS NOT NULL OR host_peak_mib IS NOT NULL) ORDER BY ended DESC LIMIT ?",
+                               (kind, limit)).fetchall()
+        return [(r[0], r[1]) for r in rows]
 
     def durations(self, kind: str, limit: int = 200) -> list[tuple[str, float]]:
         """(user, running time) of the kind's last completed jobs, oldest first."""

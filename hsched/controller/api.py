@@ -30,6 +30,7 @@ from hsched.controller import commands
 from hsched.controller.core import ACTIVE_STATES, Controller, Stopping
 from hsched.controller.health import check_health
 from hsched.errors import ExecutorError, PermissionDenied, UserError
+from hsched.kinds import kind_of
 from hsched.model import JobState, NodeState, Resources
 from hsched.protocol import PROTOCOL
 from hsched.sched.live import unsatisfiable
@@ -210,7 +211,7 @@ class Api:
 
     async def op_submit(self, args: dict[str, Any], uid: int) -> Any:
         env = self._environ(args)
-        spec = self._spec(args)
+        spec = await self._learned_memory(self._spec(args))
         await self._hear_first_probes(spec.resources)
         # who asks is who the kernel says connected (SO_PEERCRED); a `user` in the request is ignored
         user = await self.user_name(uid)
@@ -237,11 +238,25 @@ class Api:
                 specs.append(self._spec(item))
             except UserError as e:
                 raise UserError(f"jobs[{i}]: {e}", problems=[f"jobs[{i}]: {p}" for p in e.problems]) from None
+        specs = [await self._learned_memory(s) for s in specs]
         for spec in specs:
             await self._hear_first_probes(spec.resources)
         user = await self.user_name(uid)  # the kernel's word, as for `submit`
         jobs = await commands.submit_many(self.ctl, specs, user, env, numbered=True)
         return [job_to_dict(j) for j in jobs]
+
+    async def _learned_memory(self, spec: Any) -> Any:
+        """A GPU job that asks for no GPU memory gets its kind's learned peak plus a margin (issue 15): a GPU too
+        small for it is never handed out (nor one it would run out of memory on)."""
+        from dataclasses import replace
+
+        from hsched.controller.learning import learned_gpu_memory
+
+        res = spec.resources
+        if res.gpus <= 0 or res.gpu_memory_mib is not None:
+            return spec
+        need = await learned_gpu_memory(self.ctl, job_kind_of_spec(spec))
+        return replace(spec, resources=replace(res, gpu_memory_mib=need)) if need else spec
 
     def _spec(self, args: dict[str, Any]) -> Any:
         """The job spec of a request's `spec` (a table as in a spec file) and `source` (what to name in errors)."""
@@ -623,3 +638,7 @@ def _member_of_any(user: str, groups: tuple[str, ...]) -> bool:
         except KeyError:
             continue
     return False
+
+
+def job_kind_of_spec(spec: Any) -> str:
+    return kind_of(spec.kind, spec.command)

@@ -97,7 +97,18 @@ async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_cod
         every = await ctl.db(ctl.store.runs, job.id)
         running = sum(max(0.0, (r.end_time or end) - r.start_time) for r in every
                       if r.rank == 0 and r.start_time is not None)
-        ctl.spawn(learning.note_end(ctl, job, running, end))
+        ctl.spawn(learning.note_end(ctl, job, running, end, await memory_peaks(ctl, job)))
+
+
+async def memory_peaks(ctl: Controller, job: Job) -> tuple[int | None, int | None]:
+    """The job's GPU and host memory peaks (MiB) from the samples folded while it ran (hsched.efficiency)."""
+    from hsched.controller.usage import tallies_of
+    from hsched.efficiency import figures
+
+    stored = await ctl.db(ctl.store.run_usage, job.id)
+    f = figures(tallies_of(ctl, job.id, stored))
+    peak = max((g.memory_peak_mib for g in f.gpus if g.memory_peak_mib is not None), default=None)
+    return peak, f.host_memory_peak_mib
 
 
 async def more_gpu_memory(ctl: Controller, job: Job, runs: list[Run], now: float) -> None:

@@ -280,9 +280,11 @@ async def note_start(ctl: Controller, job: Job) -> None:
         lr.predicted[job.id] = await expected(ctl, job)
 
 
-async def note_end(ctl: Controller, job: Job, running_s: float, now: float) -> None:
+async def note_end(ctl: Controller, job: Job, running_s: float, now: float,
+                   peaks: tuple[int | None, int | None] = (None, None)) -> None:
     """A job completed after `running_s` of running (all its attempts): its kind's history gains it, with the
-    prediction made at its start (a controller restart in between loses that one)."""
+    prediction made at its start (a controller restart in between loses that one) and its GPU and host memory
+    peaks (MiB, from its monitoring samples: None where none read them)."""
     lr = learning(ctl)
     kind = job_kind(job)
     predicted = lr.predicted.pop(job.id, None)
@@ -290,6 +292,17 @@ async def note_end(ctl: Controller, job: Job, running_s: float, now: float) -> N
     history.append((job.user, running_s))
     del history[:-200]
     try:
-        await ctl.db(ctl.store.add_job_duration, job.id, kind, job.user, running_s, now, predicted)
+        await ctl.db(ctl.store.add_job_duration, job.id, kind, job.user, running_s, now, predicted, *peaks)
     except Exception:  # a figure lost is no reason to disturb the controller
         log.exception("cannot keep the duration of job %d", job.id)
+
+
+MEMORY_MARGIN = 0.10
+"""What a job without a GPU memory request is given over its kind's learned peak: a run's peak varies."""
+
+
+async def learned_gpu_memory(ctl: Controller, kind: str) -> int | None:
+    """The GPU memory (MiB) a job of `kind` that asks for none needs: the highest peak of its last measured
+    runs, plus MEMORY_MARGIN; None while none was measured."""
+    peaks = [g for g, _h in await ctl.db(ctl.store.memory_peaks, kind) if g]
+    return int(max(peaks) * (1 + MEMORY_MARGIN)) + 1 if peaks else None

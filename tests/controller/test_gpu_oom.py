@@ -79,3 +79,44 @@ async def test_without_retries_it_fails_as_gpu_oom(tmp_path: Path) -> None:
         await lab.round()
         j = await lab.job(job.id)
         assert (j.state.value, j.reason) == ("FAILED", "gpu_oom")
+
+
+async def test_a_job_without_a_request_gets_its_kinds_learned_peak(tmp_path: Path) -> None:
+    """The kind's runs peaked at 30 GiB of GPU memory: its next job asks for that plus a margin, so it is never
+    given a GPU too small; a job that names its own request keeps it."""
+    import dataclasses
+
+    from hsched.controller.health import record_sample
+    from hsched.controller.launching import job_cache
+    from hsched.controller.usage import observe
+
+    async with Lab.open(tmp_path, nodes=FLEET) as lab:
+        api = Api(lab.ctl)
+        spec = {"command": ["python3", "infer.py", "--model", "llm"], "resources": {"gpus": 1}}
+        first = await api.handle("submit", {"spec": spec}, os.getuid())
+        await lab.round()
+        job = await lab.job(first["id"])
+        node = job.placement[0].node
+        (uuid,) = job.placement[0].devices
+        rt = lab.ctl.nodes[node]
+        rt.node = dataclasses.replace(rt.node, devices=tuple(dataclasses.replace(d, simulated=False)
+                                                             for d in rt.node.devices))
+        (run,) = await lab.runs(job.id)
+        for used in (10_000, 30_720, 20_000):
+            lab.clock.advance(1.0)
+            s = {"seq": 1, "boot_id": "b", "gpus": {"source": "nvml", "devices": [
+                {"uuid": uuid, "utilization_gpu": 50.0, "memory_used_mib": used}]}, "gpu_error": None,
+                 "processes": [{"pid": 7, "uuid": uuid, "used_memory_mib": used, "name": "python3",
+                                "run_dir": run.run_dir, "cpu_percent": 100.0, "rss_mib": 2000}]}
+            await lab.ctl.db(job_cache(lab.ctl).read, lab.ctl.store)
+            record_sample(rt, s, lab.clock.time())
+            observe(lab.ctl, rt, s, lab.clock.time())
+        await lab.finish(job.id, 0)
+        await lab.round()
+        await lab.settle_tasks()
+        second = await api.handle("submit", {"spec": spec}, os.getuid())
+        j2 = await lab.job(second["id"])
+        assert j2.spec.resources.gpu_memory_mib == int(30_720 * 1.1) + 1
+        own = await api.handle("submit", {"spec": {**spec, "resources": {"gpus": 1, "gpu_memory": "20GiB"}}},
+                               os.getuid())
+        assert (await lab.job(own["id"])).spec.resources.gpu_memory_mib == 20 * 1024
