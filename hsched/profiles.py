@@ -230,6 +230,15 @@ def most_common(profiles: Iterable[Profile]) -> tuple[Profile | None, dict[str, 
     return best, counts
 
 
+def profile_line(p: Mapping[str, Any] | None) -> str:
+    """`compute-bound: GPU busy 93%, memory bandwidth 31%, interconnect unknown, 0.60 cores` from a profile as
+    the controller sends it (Characterization.to_dict, with `flagged`), `idle (flagged): ...` for a running job
+    flagged idle; `-` with none (`hsched show` and `hsched eff`)."""
+    if not p:
+        return "- (no GPU readings)"
+    return f"{p.get('profile')}{' (flagged)' if p.get('flagged') else ''}: {p.get('reason') or ''}"
+
+
 def sim_nature(env: Iterable[tuple[str, str]] | Mapping[str, str]) -> Profile | None:
     """The nature a job declares for its simulated readings (`HSCHED_SIM_NATURE` in its spec's environment);
     None: none declared, or not one of the profiles (then the readings are the plain busy ones)."""

@@ -53,16 +53,9 @@ def figure_lines(f: dict[str, Any], indent: str = "") -> list[str]:
             f"{indent}CPU efficiency: {c}", f"{indent}Host memory peak: {h}"]
 
 
-def profile_line(p: dict[str, Any] | None) -> str:
-    """`compute-bound: GPU busy 93%, memory bandwidth 31%, interconnect unknown, 0.60 cores` from a profile
-    (hsched.profiles), `idle (flagged): ...` for a running job flagged idle, `-` with none."""
-    if not p:
-        return "- (no GPU readings)"
-    return f"{p['profile']}{' (flagged)' if p.get('flagged') else ''}: {p.get('reason') or ''}"
-
-
 def render(e: dict[str, Any]) -> list[str]:
     from hsched.cli.listing import _clock
+    from hsched.profiles import profile_line
 
     exit_code = "-" if e.get("exit_code") is None else str(e["exit_code"])
     lines = [f"Job {e.get('display_id') or e['id']} ({e['name']}) of {e['user']}",

@@ -215,7 +215,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.markup import escape
 
-        from hsched.cli.eff import profile_line
+        from hsched.profiles import profile_line
         from hsched.theme import state_color
 
         con = Console(highlight=False, soft_wrap=True)  # long commands stay whole lines when piped
