@@ -131,3 +131,43 @@ def earliest_start(now: float, free: Mapping[str, int], running: Sequence[Holdin
             decided.append(jid)
             for n, g in held.items():
                 state[n] = state.get(n, 0) + g
+
+
+def starts(now: float, free: Mapping[str, int], running: Sequence[Holding], queue: Sequence[Ahead],
+           usable: Mapping[int, Sequence[str]] | None = None) -> dict[int, float | None]:
+    """When each waiting job of `queue` (in the order they are served) would start on one timeline (squeue
+    --start): jobs start in order where they fit, run for their expected durations (one without blocks what it
+    holds for good), running jobs end when predicted; None for a job that never fits on it. `usable`: job id ->
+    the nodes it may run on (a job not there: any)."""
+    state = dict(free)
+    ends: list[tuple[float, int, dict[str, int]]] = []
+    for h in running:
+        if h.end_s is not None:
+            heapq.heappush(ends, (max(now, h.end_s), h.job_id, dict(h.gpus_by_node)))
+    waiting = list(queue)
+    out: dict[int, float | None] = {}
+    t = now
+    while waiting:
+        still = []
+        for a in waiting:
+            ok = set(usable[a.job_id]) if usable is not None and a.job_id in usable else None
+            where = _fit({n: f for n, f in state.items() if ok is None or n in ok}, a.gpus, a.nodes)
+            if where is None:
+                still.append(a)
+                continue
+            out[a.job_id] = t
+            for n, g in where.items():
+                state[n] -= g
+            if a.duration_s is not None:
+                heapq.heappush(ends, (t + a.duration_s, a.job_id, where))
+        waiting = still
+        if not waiting or not ends:
+            break
+        t = ends[0][0]
+        while ends and ends[0][0] <= t:
+            _t, _jid, held = heapq.heappop(ends)
+            for n, g in held.items():
+                state[n] = state.get(n, 0) + g
+    for a in waiting:
+        out[a.job_id] = None
+    return out

@@ -192,11 +192,13 @@ def register(app: typer.Typer) -> None:
                  "time, %r reason, %P or %f the constraint (partitions are labels); widths as %.10i (right) or "
                  "%10j (left)."),
         as_json: bool = typer.Option(False, "--json", help="A JSON list of job objects."),
+        start: bool = typer.Option(False, "--start", help="The pending jobs and when each is predicted to start "
+                                   "(squeue --start): running jobs' predicted ends, the queue's expected times."),
     ) -> None:
         """List jobs (pending and active; --all for every job)."""
         from hsched.cli import listing
 
-        listing.queue(all_jobs=all_jobs, me=me, users=users, states=states, fmt=fmt, as_json=as_json)
+        listing.queue(all_jobs=all_jobs, me=me, users=users, states=states, fmt=fmt, as_json=as_json, start=start)
 
     @app.command()
     @handle_errors

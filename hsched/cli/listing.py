@@ -28,6 +28,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str, int | None, int | None]] = {
     "states": (("--states", "-t"), TEXT, None, None),
     "fmt": (("--format", "-o"), TEXT, None, None),
     "as_json": (("--json",), FLAG, None, None),
+    "start": (("--start",), FLAG, None, None),
 }
 
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "LOST"}
@@ -49,11 +50,17 @@ def quick_queue(argv: list[str]) -> int | None:
 
 
 def queue(*, all_jobs: bool, me: bool, users: str | None, states: str | None, fmt: str | None,
-          as_json: bool) -> None:
-    """The jobs as squeue lists them: pending and active ones (--all: every job), filtered, in the format asked."""
+          as_json: bool, start: bool = False) -> None:
+    """The jobs as squeue lists them: pending and active ones (--all: every job), filtered, in the format asked;
+    --start: the pending ones with their predicted starts (squeue --start)."""
     wanted = _states(states) if states else None
+    if start:
+        wanted = {"PENDING"}
     with _client() as c:
         jobs = c.call("queue", all=all_jobs or bool(wanted and wanted & ENDED))
+        if start:
+            when = c.call("starts")
+            jobs = [dict(j, predicted_start=when.get(str(j["id"]))) for j in jobs]
     if me:
         from hsched.cli.submitting import _user
 
@@ -66,6 +73,8 @@ def queue(*, all_jobs: bool, me: bool, users: str | None, states: str | None, fm
         jobs = [j for j in jobs if j["state"] in wanted]
     if as_json:
         print_json(jobs)
+    elif start and not fmt:
+        render_starts(jobs)
     elif fmt:
         out = "".join(line + "\n" for line in format_queue(jobs, fmt))
         sys.stdout.write(out)
@@ -162,7 +171,8 @@ def format_queue(jobs: list[dict[str, Any]], fmt: str) -> list[str]:
         "D": ("NODES", lambda label, j: j["nodes"]), "M": ("TIME", lambda label, j: _elapsed(j)),
         "l": ("TIME_LIMIT", lambda label, j: _limit(j.get("time_limit_s"))),
         "R": ("NODELIST(REASON)", lambda label, j: _where(j)), "r": ("REASON", lambda label, j: j["reason"]),
-        "V": ("SUBMIT_TIME", lambda label, j: j["submit_time"]), "S": ("START_TIME", lambda label, j: j["start_time"]),
+        "V": ("SUBMIT_TIME", lambda label, j: j["submit_time"]),
+        "S": ("START_TIME", lambda label, j: j.get("start_time") or j.get("predicted_start")),
         # a partition is a node label here, kept in the job's constraint with any --constraint: both show it
         "P": ("PARTITION", lambda label, j: j.get("constraint") or "(null)"),
         "f": ("FEATURES", lambda label, j: j.get("constraint") or "(null)"),
@@ -192,6 +202,21 @@ def format_queue(jobs: list[dict[str, Any]], fmt: str) -> list[str]:
 
 def _limit(seconds: float | None) -> str:
     return _clock(int(seconds)) if seconds else "UNLIMITED"
+
+
+def render_starts(jobs: list[dict[str, Any]]) -> None:
+    """squeue --start's table: each pending job and when it is predicted to start (N/A: cannot be told)."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("JOBID", "NAME", "USER", "ST", "START_TIME", "GPUS", "NODES(REASON)"):
+        table.add_column(col, justify="right" if col in ("JOBID", "GPUS") else "left")
+    for label, j in queue_rows(jobs):
+        table.add_row(label, escape(j["name"]), escape(j["user"]), "PD", j.get("predicted_start") or "N/A",
+                      str(j["gpus"]), escape(_where(j)))
+    Console(highlight=False).print(table)
 
 
 def render_queue(jobs: list[dict[str, Any]]) -> None:

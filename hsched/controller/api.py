@@ -550,6 +550,12 @@ class Api:
                         "prediction": {"jobs": predicted, "mean_abs_error": err}})
         return out
 
+    async def op_starts(self, args: dict[str, Any], uid: int) -> Any:
+        """squeue --start: each waiting job's predicted start (hsched.controller.forecast.predicted_starts)."""
+        from hsched.controller.forecast import predicted_starts
+
+        return {str(k): v for k, v in (await predicted_starts(self.ctl)).items()}
+
     async def op_test_only(self, args: dict[str, Any], uid: int) -> Any:
         """sbatch --test-only: when and where a job of `spec` would start if it were submitted now (nothing is
         queued): hsched.controller.forecast.test_only."""

@@ -88,3 +88,40 @@ async def test_only(ctl: Controller, spec: JobSpec, user: str) -> dict[str, Any]
               "it would start when job(s) " + ", ".join(map(str, guess.waits_for[-3:])) + " end")
     return {**base, "start_time": iso(guess.start_s), "start_in_s": max(0.0, guess.start_s - now), "now": at_once,
             "nodes": usable, "waits_for": list(guess.waits_for), "reason": reason}
+
+
+STARTS_MAX = 500
+"""`queue --start` predicts the first this many waiting jobs (the timeline grows as their square)."""
+
+
+async def predicted_starts(ctl: Controller) -> dict[int, str | None]:
+    """squeue --start: the predicted start of each waiting job (ISO time, None where it cannot be told), on one
+    timeline: free GPUs now, running jobs ending when predicted, the waiting ones in QoS, priority and submit
+    order running for their expected durations (else their time limits)."""
+    from hsched.predict import starts
+    from hsched.sched.live import constraint_of, eligible_devices, order
+
+    now = ctl.clock.time()
+    jobs = await ctl.db(job_cache(ctl).read, ctl.store)
+    up = [rt.node for rt in ctl.nodes.values() if rt.node.state is NodeState.UP]
+    labels = {rt.name: frozenset(rt.config.labels) for rt in ctl.nodes.values()}
+    busy = {u for j in jobs.active for p in j.placement for u in p.devices}
+    busy |= {u for rt in ctl.nodes.values() for u in rt.foreign} | set(await still_dirty(ctl))
+    free = {n.name: sum(1 for d in n.devices if d.uuid not in busy) for n in up}
+    running = []
+    for j in jobs.active:
+        end = (await predicted_end(ctl, j, now))[0] if j.state is JobState.RUNNING else None
+        held: dict[str, int] = {}
+        for p in j.placement:
+            held[p.node] = held.get(p.node, 0) + len(p.devices)
+        running.append(Holding(j.id, held, end))
+    queue, usable = [], {}
+    for j in order([j for j in jobs.queued if j.spec.resources.gpus > 0])[:STARTS_MAX]:
+        res = j.spec.resources
+        dur = await learning.expected(ctl, j)
+        queue.append(Ahead(j.id, res.gpus, res.nodes, dur if dur is not None else j.spec.time_limit_s))
+        c = constraint_of(res)
+        usable[j.id] = [n.name for n in up if (c is None or c.satisfied_by(labels.get(n.name, frozenset())))
+                        and len(eligible_devices(n, res)) >= res.gpus]
+    got = starts(now, free, running, queue, usable)
+    return {jid: iso(t) for jid, t in got.items()}

@@ -114,3 +114,29 @@ async def test_test_only_predicts_the_start_behind_a_running_gang(tmp_path: Path
         too_big = await api.handle("test_only", {"spec": {"command": ["true"], "resources": {"gpus": 9}}},
                                    os.getuid())
         assert too_big["start_time"] is None and "GPU" in too_big["reason"]
+
+
+def test_starts_on_one_timeline() -> None:
+    from hsched.predict import starts
+
+    running = [Holding(1, {"a": 2}, 100.0)]
+    queue = [Ahead(2, 2, 1, 50.0), Ahead(3, 1, 1, None), Ahead(4, 1, 1, 10.0), Ahead(5, 4, 1, 10.0)]
+    got = starts(0.0, {"a": 0, "b": 1}, running, queue, usable={4: ["a"]})
+    # 3 takes b's one GPU now and never ends; 2 starts when 1 ends; 4 (only on a) when 2 ends; 5 never fits
+    assert got == {3: 0.0, 2: 100.0, 4: 150.0, 5: None}
+
+
+async def test_queue_start_predicts_each_waiting_job(tmp_path: Path) -> None:
+    async with Lab.open(tmp_path) as lab:
+        api = Api(lab.ctl)
+        gang = await lab.submit("python3", "big.py", gpus=4, nodes=2, time_limit_s=1000.0)
+        await lab.round()
+        big = await lab.submit("python3", "big.py", gpus=4, nodes=2)
+        small = await lab.submit("python3", "small.py", gpus=1, time_limit_s=60.0)
+        await lab.round()
+        got = await api.handle("starts", {}, os.getuid())
+        from hsched.serialize import iso
+
+        started = (await lab.job(gang.id)).start_time
+        assert got[str(big.id)] == iso(started + 1000.0)  # the gang's time limit is all that is known of it
+        assert got[str(small.id)] is None  # behind a job whose length nobody knows, on every node
