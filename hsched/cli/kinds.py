@@ -10,22 +10,13 @@ import typer
 from hsched.cli._common import handle_errors, print_json
 
 
-def _profile(k: dict[str, Any]) -> str:
-    """The kind's most common profile, with how many of its jobs showed it (`input-bound (3 of 4)`), `-` with
-    no job profiled (hsched.profiles)."""
-    best, counts = k.get("profile"), k.get("profiles") or {}
-    if not best:
-        return "-" if not counts else "unknown"
-    return f"{best} ({counts.get(best, 0)} of {sum(counts.values())})"
-
-
 def render_kinds(kinds: list[dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("KIND", "JOBS", "PROFILE", "GPU", "GPUS", "PLACED", "STEPS/S", "RUNS"):
+    for col in ("KIND", "JOBS", "GPU", "GPUS", "PLACED", "STEPS/S", "RUNS"):
         table.add_column(col, justify="right" if col in ("JOBS", "GPUS", "STEPS/S", "RUNS") else "left")
     for k in kinds:
         rates = k["rates"] or [None]
@@ -33,14 +24,27 @@ def render_kinds(kinds: list[dict[str, Any]]) -> None:
             # a kind is the lab's text (a command's words): shown as written, never read as markup
             name = Text(k["kind"] or "(no command)") if i == 0 else Text("")
             jobs = str(k["jobs_now"]) if i == 0 else ""
-            profile = _profile(k) if i == 0 else ""
             if r is None:
-                table.add_row(name, jobs, profile, "-", "-", "-", "not measured yet", "0")
+                table.add_row(name, jobs, "-", "-", "-", "not measured yet", "0")
             else:
-                table.add_row(name, jobs, profile, r["gpu_type"], str(r["gpus"]), r["class"],
-                              f"{r['steps_per_s']:.3g}", str(r["runs"]))
+                table.add_row(name, jobs, r["gpu_type"], str(r["gpus"]), r["class"], f"{r['steps_per_s']:.3g}",
+                              str(r["runs"]))
     con = Console(highlight=False)
     con.print(table)
+    # the usual profiles in a table of their own: a column more would squeeze the speeds' table past 80 columns
+    profiled = [k for k in kinds if k.get("profiles")]
+    if profiled:
+        usual = Table(box=None, header_style="bold", pad_edge=False)
+        usual.add_column("KIND")
+        usual.add_column("USUAL PROFILE")
+        usual.add_column("OF JOBS", justify="right")
+        for k in profiled:
+            counts = k["profiles"]
+            best = k.get("profile")
+            usual.add_row(Text(k["kind"] or "(no command)"), best or "unknown",
+                          f"{counts.get(best or 'unknown', 0)}/{sum(counts.values())}")
+        con.print()
+        con.print(usual)
     if not kinds:
         con.print("no job kinds yet: jobs report progress with hsched.progress (README: Progress and kinds)",
                   style="dim")

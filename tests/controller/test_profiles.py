@@ -322,8 +322,8 @@ async def test_show_eff_and_kinds_print_the_profile(tmp_path: Path, monkeypatch:
     out = capsys.readouterr().out
     assert "Profile: idle (flagged): every GPU under 5%" in out and "GPU utilization: no samples" in out
     assert cli(monkeypatch, "kinds") == 0
-    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("notebook")]
-    assert "idle (1 of 1)" in line
+    lines = [x.split() for x in capsys.readouterr().out.splitlines() if x.startswith("notebook")]
+    assert ["notebook", "idle", "1/1"] in lines  # the usual profile's table, after the speeds
     assert cli(monkeypatch, "show", "5", "--json") == 0
     assert json.loads(capsys.readouterr().out)["profile"]["profile"] == "idle"
 
