@@ -510,7 +510,7 @@ class Api:
     async def op_kinds(self, args: dict[str, Any], uid: int) -> Any:
         """What hsched learnt of each job kind: steps per second per GPU type, GPU count and placement class
         (the stored average, and the running jobs' current speeds counted in), and the jobs of each kind now."""
-        from hsched.controller.launching import job_cache
+        from hsched.controller.jobcache import job_cache
         from hsched.controller.learning import current_rates, rates
         from hsched.serialize import job_kind
 

@@ -7,7 +7,8 @@ from typing import Any
 
 from hsched.controller import learning
 from hsched.controller.core import Controller
-from hsched.controller.launching import job_cache, still_dirty
+from hsched.controller.jobcache import job_cache
+from hsched.controller.launching import still_dirty
 from hsched.model import Job, JobSpec, JobState, NodeState
 from hsched.predict import Ahead, Holding, earliest_start, remaining
 from hsched.serialize import iso, job_kind

@@ -27,7 +27,7 @@ from typing import Any
 from hsched.controller import learning, usage
 from hsched.controller.core import Controller
 from hsched.controller.fleet import HISTORY, NodeRuntime, probe_node
-from hsched.controller.launching import job_cache
+from hsched.controller.jobcache import job_cache
 from hsched.controller.stopping import begin_stop
 from hsched.errors import ExecutorError, NodeRefused
 from hsched.lifecycle import StopReason, node_lost
@@ -152,7 +152,9 @@ def record_sample(rt: NodeRuntime, sample: dict[str, Any], now: float) -> None:
     # GPU processes no hsched run owns make their device busy: we never hand out a GPU someone else uses
     rt.foreign = {p["uuid"]: p for p in sample.get("processes") or []
                   if p.get("uuid") and p.get("job_run_dir") is None and p.get("run_dir") is None}
-    if sample.get("processes") is not None and (sample.get("gpus") or {}).get("source"):
+    # (a node of simulated GPUs lists none of theirs: its stream is there for the runs' progress reports)
+    simulated = bool(rt.node.devices) and all(d.simulated for d in rt.node.devices)
+    if sample.get("processes") is not None and (sample.get("gpus") or {}).get("source") and not simulated:
         by_uuid: dict[str, list[dict[str, Any]]] = {}
         for p in sample["processes"]:
             if p.get("uuid"):

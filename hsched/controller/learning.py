@@ -34,7 +34,7 @@ from hsched.serialize import job_kind
 if TYPE_CHECKING:
     from hsched.controller.core import Controller
     from hsched.controller.fleet import NodeRuntime
-    from hsched.controller.launching import Jobs
+    from hsched.controller.jobcache import Jobs
     from hsched.model import Job
     from hsched.sched.throughput import ThroughputModel
 

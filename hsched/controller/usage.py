@@ -25,7 +25,7 @@ from hsched.serialize import job_of_run_dir
 if TYPE_CHECKING:
     from hsched.controller.core import Controller
     from hsched.controller.fleet import NodeRuntime
-    from hsched.controller.launching import Jobs
+    from hsched.controller.jobcache import Jobs
 
 log = logging.getLogger("hsched.usage")
 
@@ -100,7 +100,7 @@ def observe(ctl: Controller, rt: NodeRuntime, sample: Mapping[str, Any], now: fl
 def _refresh(ctl: Controller) -> Usage:
     """The controller's tallies, with the GPU -> job map of the job cache's latest snapshot (and the tallies of
     jobs that hold no GPUs any more written out, once per new snapshot)."""
-    from hsched.controller.launching import job_cache
+    from hsched.controller.jobcache import job_cache
 
     u = usage(ctl)
     jobs = job_cache(ctl).last
@@ -145,7 +145,7 @@ def observe_simulated(ctl: Controller, rt: NodeRuntime, now: float) -> None:
 
 def sim_natures(ctl: Controller, owners: Mapping[str, int]) -> dict[str, Profile]:
     """UUID -> the nature its holder declared for simulated readings (from the job cache's latest snapshot)."""
-    from hsched.controller.launching import job_cache
+    from hsched.controller.jobcache import job_cache
     from hsched.profiles import sim_nature
 
     jobs = job_cache(ctl).last

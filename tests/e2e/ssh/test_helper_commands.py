@@ -155,7 +155,7 @@ def test_watch_with_nvml(tmp_path: Path) -> None:
     assert s["gpus"]["source"] == "nvml"
     d0, d1 = s["gpus"]["devices"]
     assert d0 == {"index": 0, "uuid": "GPU-nvml-0", "utilization_gpu": 50.0, "memory_used_mib": 2048,
-                  "memory_total_mib": 81559, "temperature_c": 61.0, "power_w": 250.5}
+                  "memory_total_mib": 81559, "temperature_c": 61.0, "power_w": 250.5, "utilization_memory": 3.0}
     assert d1["temperature_c"] is None and d1["utilization_gpu"] == 51.0
     assert [(p["pid"], p["uuid"], p["used_memory_mib"], p["run_dir"]) for p in s["processes"]] == [
         (owned.pid, "GPU-nvml-0", 1024, str(tmp_path / "runs" / "7-1-1"))]
