@@ -8,6 +8,7 @@ State and end reason are separate fields (a job is COMPLETED/FAILED/...; *why* i
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 
 
@@ -156,6 +157,10 @@ class Device:
     simulated: bool = False
     cpu_affinity: tuple[int, ...] = ()
     """CPU cores local to the device (its NUMA node's), empty when unknown."""
+    mig_parent: str | None = None
+    """A MIG instance: the UUID of the GPU it is a slice of (that GPU, in MIG mode, is no device of its own)."""
+    mig_profile: str | None = None
+    """A MIG instance's profile, "1g.10gb": what `--gpu-type 1g.10gb` asks for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,11 +208,23 @@ class Resources:
     normalised; empty: any node."""
 
     def matches_model(self, model: str) -> bool:
-        """`--gpu-type a100` matches "NVIDIA A100-SXM4-80GB": case-insensitive substring."""
+        """`--gpu-type a100` matches "NVIDIA A100-SXM4-80GB": case-insensitive substring. A MIG instance (its model
+        says "MIG 1g.10gb") is matched only by a type that names a MIG profile, and such a type only by MIG
+        instances: a whole-GPU request never gets a slice, nor a slice request a whole GPU."""
+        mig = is_mig_model(model)
         if not self.gpu_types:
-            return True
+            return not mig
         low = model.lower()
-        return any(t.lower() in low for t in self.gpu_types)
+        return any(t.lower() in low and bool(MIG_PROFILE.search(t)) == mig for t in self.gpu_types)
+
+
+MIG_PROFILE = re.compile(r"\b\d+g\.\d+gb\b", re.IGNORECASE)
+"""A MIG profile's name: 1g.10gb, 3g.40gb, 7g.80gb."""
+
+
+def is_mig_model(model: str) -> bool:
+    """A MIG instance's model, as hsched names it: the parent's name, " MIG ", the profile."""
+    return " MIG " in model
 
 
 @dataclass(frozen=True, slots=True)

@@ -159,6 +159,30 @@ def node_from_probe(rt: NodeRuntime, probe: dict[str, Any]) -> Node:
     )
 
 
+MIG_INDEX = 100
+"""A MIG instance's index: (its GPU's index + 1) x MIG_INDEX + its slot, so GPU 0's are 100, 101...: unique on
+the node, after the whole GPUs, and its GPU's index recoverable (hsched.topo.place names them GPU0.0...)."""
+
+
+def mig_devices(parent: Device, instances: list[dict[str, Any]]) -> list[Device]:
+    """The MIG instances of a GPU in MIG mode (nvml_probe's `mig_devices`) as devices of their own: the
+    parent's model with " MIG <profile>", their own memory, the parent's place (NUMA node, CPUs, PCI bus)."""
+    from hsched.topo.nvml_probe import mig_profile
+
+    out = []
+    for k, m in enumerate(instances):
+        uuid_ = m.get("uuid")
+        if not uuid_:
+            continue
+        total = m.get("memory_total")
+        profile = m.get("profile") or mig_profile(m.get("name"), total) or f"mig{k}"
+        out.append(replace(parent, uuid=str(uuid_), index=(parent.index + 1) * MIG_INDEX + k,
+                           model=f"{parent.model} MIG {profile}",
+                           memory_total_mib=int(total) // (1 << 20) if total is not None else None,
+                           memory_used_mib=None, utilization_gpu=None, mig_parent=parent.uuid, mig_profile=profile))
+    return out
+
+
 def _real_devices(probe: dict[str, Any]) -> tuple[tuple[Device, ...], tuple[Link, ...]]:
     gpus = probe.get("gpus") or {}
     devices = []
@@ -172,13 +196,19 @@ def _real_devices(probe: dict[str, Any]) -> tuple[tuple[Device, ...], tuple[Link
         mem_used = d.get("memory_used_mib")
         if mem_used is None and d.get("memory_used") is not None:
             mem_used = int(d["memory_used"]) // (1 << 20)
-        devices.append(Device(
+        whole = Device(
             uuid=uuid_, index=d.get("index", i) if d.get("index") is not None else i,
             model=d.get("name") or d.get("model") or "unknown", memory_total_mib=mem_total, memory_used_mib=mem_used,
             utilization_gpu=d.get("utilization_gpu"), numa_node=d.get("numa_node"), pci_bus_id=d.get("pci_bus_id"),
             compute_capability=d.get("compute_capability"), temperature_c=d.get("temperature_c"),
             power_w=d.get("power_w"), cpu_affinity=tuple(d.get("cpu_affinity") or ()),
-        ))
+        )
+        if d.get("mig_mode_current") and d.get("mig_devices"):
+            # a GPU in MIG mode is its instances: each one schedulable (CUDA_VISIBLE_DEVICES takes MIG UUIDs), the
+            # GPU itself never handed out whole
+            devices.extend(mig_devices(whole, d["mig_devices"]))
+        else:
+            devices.append(whole)
     links: tuple[Link, ...] = ()
     topo_text = gpus.get("topo_matrix")
     try:

@@ -206,6 +206,16 @@ def _probe_device(nvml, call, h, i, cpu_words, links_max):
     return dev
 
 
+def mig_profile(name, memory_total=None):
+    """A MIG instance's profile ("1g.10gb") from its NVML name ("NVIDIA A100-SXM4-80GB MIG 1g.10gb"), or None."""
+    if name:
+        words = name.split()
+        for k, w in enumerate(words[:-1]):
+            if w == "MIG":
+                return words[k + 1]
+    return None
+
+
 def _mig_devices(call, h, what):
     n = call(what, "nvmlDeviceGetMaxMigDeviceCount", h) or 0
     out = []
@@ -214,9 +224,12 @@ def _mig_devices(call, h, what):
         if m is None:
             continue  # empty slot (NotFound)
         mem = call(what, "nvmlDeviceGetMemoryInfo", m)
+        name = _text(call(what, "nvmlDeviceGetName", m))
         out.append(
             {
                 "uuid": _text(call(what, "nvmlDeviceGetUUID", m)),
+                "name": name,
+                "profile": mig_profile(name, getattr(mem, "total", None)),
                 "gpu_instance_id": call(what, "nvmlDeviceGetGpuInstanceId", m),
                 "compute_instance_id": call(what, "nvmlDeviceGetComputeInstanceId", m),
                 "memory_total": getattr(mem, "total", None),

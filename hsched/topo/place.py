@@ -533,7 +533,8 @@ def topology_of_node(node: Node) -> Topology:
     """A `hsched.model.Node` (devices by UUID, `links` by UUID) as a Topology named GPU<index>."""
     devices = tuple(
         TopoDevice(
-            name=f"GPU{d.index}",
+            # a MIG instance under its GPU's name: GPU0.1 is the second slice of GPU 0
+            name=(f"GPU{d.index // 100 - 1}.{d.index % 100}" if d.mig_parent else f"GPU{d.index}"),
             index=d.index,
             uuid=d.uuid,
             model=d.model,
