@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping
 
 from hsched.model import DEFAULT_QOS
 from hsched.sched.policy import Policy, hetero_assign, select_by_capacity, wants_from_assignment
@@ -45,12 +46,17 @@ class Hsched(Policy):
         # higher: jobs there run for days, and a 1.5 h slice still time-shares them (bench_sim.py --gang).
         return max(self.quantum_s, inp.round_s, self.quantum_per_checkpoint_s * inp.checkpoint_cost_s)
 
-    def order(self, inp: PolicyInput) -> list[JobView]:
-        usage = inp.user_usage
+    @classmethod
+    def over_share(cls, usage: Mapping[str, float]) -> frozenset[str]:
+        """The users fair share serves after the others: usage above `fair_share_slack` times the mean. (The live
+        round reads it too, to find the most important waiting job it reserves GPUs for.)"""
         mean = sum(usage.values()) / len(usage) if usage else 0.0
-        heavy = self.fair_share_slack * mean
+        heavy = cls.fair_share_slack * mean
+        return frozenset(u for u, v in usage.items() if v > heavy) if mean > 0 else frozenset[str]()
+
+    def order(self, inp: PolicyInput) -> list[JobView]:
         # fair share's "served after the others", once per user rather than once per job
-        over = frozenset(u for u, v in usage.items() if v > heavy) if mean > 0 else frozenset[str]()
+        over = self.over_share(inp.user_usage)
         min_run = self.min_run_s(inp)
         now = inp.now
         running = JobPhase.RUNNING

@@ -35,19 +35,22 @@ Pure: no I/O.
 from __future__ import annotations
 
 import functools
+import math
 import operator
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 
 from hsched.constraints import Constraint, parse_constraint
 from hsched.kinds import kind_of
 from hsched.model import DEFAULT_QOS, EndReason, Interconnect, Job, Node, NodeState, Placement, Resources
+from hsched.sched.hsched_policy import Hsched
 from hsched.sched.limits import QosLimits, Tally
-from hsched.sched.placement import best_fit_key
+from hsched.sched.placement import fragmentation_key
 from hsched.sched.preempt import PreemptRule, Victims
 from hsched.sched.registry import make_policy
 from hsched.sched.round import apply_rule, build_input, make_plan
-from hsched.sched.servers import server_of
+from hsched.sched.servers import server_link, server_of
 from hsched.sched.throughput import ThroughputModel
 from hsched.sched.view import QOS_RANK, JobPhase, JobView, Preempt, ServerView, qos_rank
 from hsched.topo.models import DEFAULT_CATALOG, lookup_model
@@ -128,6 +131,10 @@ class FleetView:
     throughput: ThroughputModel | None = None
     """What the controller learnt of the jobs' kinds (hsched.kinds.learned_model); None: the accelerator
     table's prior alone (catalog_throughput)."""
+    ends: Mapping[int, float] = field(default_factory=dict)
+    """Running job id -> when it is predicted to end (the controller's clock: its progress, its kind's history or
+    its time limit; hsched.controller.learning.predicted_ends). A job not here has no known end: it counts as never
+    ending when the round reserves GPUs for the first blocked job (`_RoundState.reserve`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,13 +368,34 @@ def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
                     nowhere.add(j.id)
                 elif j.spec.resources.gpus > 0:
                     gpu_jobs.append(j)
-        starts, core_waiting, served = _core_round(fleet.policy, gpu_jobs, st, now, by_id, fleet.throughput)
+        starts, core_waiting, served, over = _core_round(fleet.policy, gpu_jobs, st, now, by_id,
+                                                         fleet.throughput)
+        # EASY backfill (issue 14, item 4): the most important job the plan does not start gets GPUs reserved
+        # where it can start soonest; the plan's starts of jobs behind it keep off those GPUs unless they end
+        # (by their time limit) before it starts. Without it a gang of 8 waited for ever behind a stream of
+        # one-GPU jobs, each fitting the GPUs the previous ones left (the policy skips what does not fit).
+        started_ids = {i for i, _ in starts}
+        key = functools.partial(_order_key, over=over)
+        head = min((j for j in gpu_jobs if j.id not in started_ids), key=key, default=None)
+        head_key = key(head) if head is not None else None
+        behind: list[tuple[Job, tuple[Placement, ...]]] = []
         for job_id, placements in starts:
             job = by_id[job_id]
+            if head_key is not None and key(job) > head_key:
+                behind.append((job, placements))
+                continue
             # the plan's starts are counted one by one: two jobs of one user may each fit a cap, not both
             if st.tally.blocked(job) is None and st.take(job, placements):
                 st.tally.add(job)
                 decisions.append(Launch(job_id, placements))
+        if head is not None:
+            st.reserve(head)
+        for job, placements in behind:
+            if not st.exempt(job) and any(not st.reserved.isdisjoint(p.devices) for p in placements):
+                continue  # on the head's reserved GPUs: backfill (below) looks for others
+            if st.tally.blocked(job) is None and st.take(job, placements):
+                st.tally.add(job)
+                decisions.append(Launch(job.id, placements))
         started = {d.job_id for d in decisions}
         core_waiting.update({i: _RESOURCES for i in nowhere})
         rest = [by_id[i] for i in served if i not in started]
@@ -382,6 +410,22 @@ def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
     global _WAITS
     _WAITS = st.waits
     return decisions
+
+
+def _order_key(job: Job, over: frozenset[str] = frozenset()) -> tuple[int, int, bool, float, int]:
+    """Which waiting job is the most important (the one the round reserves GPUs for): `order`'s key, with the
+    `hsched` policy's fair share (`over`: the users it serves after the others) after QoS and priority, as its
+    order has it for waiting jobs (they have attained no service)."""
+    return (QOS_RANK.get(job.spec.qos, _NORMAL), -job.spec.priority, job.user in over, job.submit_time, job.id)
+
+
+_NORMAL = qos_rank(DEFAULT_QOS)
+
+
+def _minute(t: float) -> str:
+    """A time as the reservation's reason gives it: ISO 8601 UTC to the minute, rounded up (a reason that changed
+    every round would be written every round)."""
+    return datetime.fromtimestamp(math.ceil(t / 60.0) * 60.0, UTC).strftime("%Y-%m-%dT%H:%MZ")
 
 
 _WAITS: dict[int, Wait] = {}
@@ -411,12 +455,15 @@ class LivePlacer:
             return None  # a running job: live jobs are never moved
         j = self.jobs[job.id]
         home = self.prefer.get(j.id)
-        # the node holding the job's checkpoint first (no copy), then the simulator's best fit; among equals the
-        # node with the fewest labels (before the name), so a job that needs no special node leaves those to jobs
-        # that do
-        def key(s: ServerView) -> tuple[bool, int, int, int, str]:
-            link, free_count, name = best_fit_key(s, len(free.get(s.name, ())))
-            return (s.name != home, link, free_count, len(self.labels.get(s.name, ())), name)
+        gpus_each = j.spec.resources.gpus
+        # the node holding the job's checkpoint first (no copy), then the fragmentation-aware best fit (a gang on
+        # NVLink, a single GPU where it breaks no large NVLink domain: hsched.sched.placement.fragmentation_key);
+        # among equals the node with the fewest labels (before the name), so a job that needs no special node
+        # leaves those to jobs that do
+        def key(s: ServerView) -> tuple[bool, tuple[int, int, int], int, str]:
+            size = len(self.nodes[s.name].devices)
+            frag = fragmentation_key(s.link, size, len(free.get(s.name, ())), gpus_each)
+            return (s.name != home, frag, len(self.labels.get(s.name, ())), s.name)
 
         ranked = sorted(servers, key=key)
         need = j.spec.resources.nodes
@@ -529,10 +576,11 @@ def _pending_views(pending: Sequence[Job], allowed: Callable[[Job], tuple[str, .
 
 def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: float, queued: Mapping[int, Job],
                 throughput: ThroughputModel | None = None,
-                ) -> tuple[list[tuple[int, tuple[Placement, ...]]], dict[int, str], list[int]]:
+                ) -> tuple[list[tuple[int, tuple[Placement, ...]]], dict[int, str], list[int], frozenset[str]]:
     """The core's round over the live fleet: (starts of pending jobs, why they wait (running jobs may be there
     too: they never wait), pending job ids in the order the policy serves them, wanted first). `queued`: the
-    round's waiting jobs by id, `pending` among them (a job the round plans is running or in `queued`)."""
+    round's waiting jobs by id, `pending` among them (a job the round plans is running or in `queued`); and the
+    users the `hsched` policy's fair share serves after the others (none under another policy)."""
     fleet = st.fleet
     policy = make_policy(policy_name)
     if policy.clairvoyant:
@@ -586,8 +634,9 @@ def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: 
     # the others by submit time: the order `inp.jobs` already has (a view's arrival is its job's submit time)
     others = {j.id for j in pending}.difference(wanted)
     rest = [i for i in map(_ID, inp.jobs) if i in others]
+    over = Hsched.over_share(inp.user_usage) if isinstance(policy, Hsched) else frozenset[str]()
     return ([(s.job_id, s.placement) for s in decision.starts if s.job_id in queued],
-            dict(decision.waiting), wanted + rest)
+            dict(decision.waiting), wanted + rest, over)
 
 
 # ---------------------------------------------------------------- backfill, releasing devices, QoS preemption
@@ -647,6 +696,19 @@ class _RoundState:
         self.waits: dict[int, Wait] = {}
         """This round's waits, by job: the next round's `_last_waits`."""
         self._quiet = (-1, False)
+        self.head: int | None = None
+        """The job the round reserves GPUs for: the most important one that cannot start now (EASY backfill)."""
+        self.reserved: frozenset[str] = frozenset()
+        """Its devices: where it starts at `shadow`. Other jobs use them only if they end before (`exempt`)."""
+        self.shadow = math.inf
+        """When the head is expected to start (inf: a job holding its GPUs has no predicted end)."""
+        self.head_reason = ""
+        self._reserving = fleet.policy is None
+        """Whether the first job that waits becomes the head (without a policy: `schedule` picks it otherwise)."""
+        self._started: dict[str, float] = {}
+        """Devices of the jobs started this round -> when they end (their time limit; inf without one)."""
+        self._busy_reserved: tuple[int, set[str]] = (-1, set())
+        self._links: dict[str, str] = {}
 
     # ------------------------------------------------------------------ indexes
 
@@ -777,10 +839,17 @@ class _RoundState:
                 return False
             if res.cpus and node.cpus is not None and self.cpus_used.get(p.node, 0) + res.cpus > node.cpus:
                 return False
+        limit = job.spec.time_limit_s
+        end = self.now + limit if limit is not None else math.inf
         for p in placements:
             self.hold(p.devices)
+            self._started.update(dict.fromkeys(p.devices, end))
             if res.cpus:
                 self.cpus_used[p.node] = self.cpus_used.get(p.node, 0) + res.cpus
+        if job.id == self.head:
+            # the head starts after all (on devices free now): its reservation is over
+            self.reserved, self.shadow, self.head = frozenset(), math.inf, None
+            self.version += 1
         return True
 
     def missed(self, key: tuple[object, ...]) -> bool:
@@ -810,18 +879,30 @@ class _RoundState:
         res = job.spec.resources
         if res.nodes >= 1 and res.gpus > self.max_free():
             return None  # no node has that many devices free: nothing to search
+        exempt = self.exempt(job)
         # whether enough nodes fit does not depend on the order they are tried in, only which ones are chosen
-        key = ("now", res, self.nodes_key(job))
+        key = ("now", res, self.nodes_key(job), exempt)
         if self.missed(key):
             return None
         placements: list[Placement] = []
         free = self._free
-        for node in self.ranked(job):
+        busy = self.busy if exempt else self.busy_reserved()
+        if res.gpus:
+            nodes = [n for n in self.ranked(job) if free[n.name] >= res.gpus]
+            if len(nodes) > 1:
+                # fragmentation-aware best fit (issue 14, item 6): a single GPU where it breaks no large NVLink
+                # domain, a gang on NVLink (fragmentation_key); the node holding its checkpoint still first, and
+                # `ranked`'s order (fewest labels, fleet order) among equals (the sort is stable)
+                home = self.fleet.prefer.get(job.id)
+                link, g = self.link_of, res.gpus
+                nodes.sort(key=lambda n: (n.name != home,
+                                          fragmentation_key(link(n), len(n.devices), free[n.name], g)))
+        else:
+            nodes = self.ranked(job)
+        for node in nodes:
             if len(placements) == res.nodes:
                 break
-            if res.gpus and free[node.name] < res.gpus:
-                continue
-            p = self.fit(node, res, self.busy)
+            p = self.fit(node, res, busy)
             if p is not None:
                 placements.append(p)
         if len(placements) == res.nodes:
@@ -847,7 +928,10 @@ class _RoundState:
                     version, quiet = self.version, self.quiet()
                 if quiet and idle.get(job.spec.qos, True):
                     jid = job.id
-                    why = reasons.get(jid) or (_PRIORITY if self.blocked_ahead else _RESOURCES)
+                    if self._reserving:
+                        self.reserve(job)
+                    why = self.head_reason if jid == self.head else reasons.get(jid) or (
+                        _PRIORITY if self.blocked_ahead else _RESOURCES)
                     self.blocked_ahead = True
                     # (`wait`, inline: this is the loop over most of a busy queue)
                     w = last.get(jid)
@@ -871,9 +955,14 @@ class _RoundState:
             self.tally.add(job)
             return Launch(job.id, placements)
         nodes = self.nodes_for(job)
-        if res.nodes == 1 and self.releasing and not self.missed(key := ("releasing", res, self.nodes_key(job))):
-            # devices being released (preemption or cancel under way) may be this job's soon
+        exempt = self.exempt(job)
+        if (res.nodes == 1 and self.releasing
+                and not self.missed(key := ("releasing", res, self.nodes_key(job), exempt))):
+            # devices being released (preemption or cancel under way) may be this job's soon (not those reserved
+            # for the head, unless it ends before the head starts)
             soon = self.busy - self.releasing
+            if not exempt:
+                soon |= self.reserved
             for n in nodes:
                 claim = self.fit(n, res, soon)
                 if claim is not None:
@@ -904,9 +993,85 @@ class _RoundState:
         missing = self.missing_user(job)
         if missing is not None:
             return Wait(job.id, missing)
-        why = reason or (_PRIORITY if self.blocked_ahead else _RESOURCES)
+        if self._reserving and res.gpus:
+            self.reserve(job)  # without a policy: the first job that waits is the most important one
+        why = self.head_reason if job.id == self.head else reason or (
+            _PRIORITY if self.blocked_ahead else _RESOURCES)
         self.blocked_ahead = True
         return self.wait(job.id, why)
+
+    # ------------------------------------------------------------------ the head's reservation (EASY backfill)
+
+    def link_of(self, node: Node) -> str:
+        got = self._links.get(node.name)
+        if got is None:
+            got = self._links[node.name] = server_link(node)
+        return got
+
+    def exempt(self, job: Job) -> bool:
+        """The job may use the head's reserved devices: there are none, it is the head, or its time limit ends it
+        before the head is expected to start. An unknown start (inf) exempts nobody: the GPUs a gang waits for
+        stay its own as they free, so it cannot starve."""
+        if not self.reserved or job.id == self.head:
+            return True
+        limit = job.spec.time_limit_s
+        return limit is not None and self.shadow < math.inf and self.now + limit <= self.shadow
+
+    def busy_reserved(self) -> set[str]:
+        """Busy devices and the head's reserved ones: what a job that is not `exempt` may not use."""
+        version, got = self._busy_reserved
+        if version != self.version:
+            got = self.busy | self.reserved
+            self._busy_reserved = (self.version, got)
+        return got
+
+    def reserve(self, job: Job) -> None:
+        """Make `job` the head: reserve the devices where it can start soonest, by the running jobs' predicted ends
+        (`FleetView.ends`; unknown: never), devices being released counting as free now and the round's starts
+        ending at their time limits. Ties go to the node the fragmentation-aware best fit prefers. A job that no
+        node could ever hold reserves nothing."""
+        self._reserving = False
+        self.head = job.id
+        self.head_reason = _RESOURCES
+        res = job.spec.resources
+        now, busy, g = self.now, self.busy, res.gpus
+        ends, inf = self.fleet.ends, math.inf
+        at: dict[str, float] = {}
+        for r in self.fleet.running:
+            at.update(dict.fromkeys(r.devices, ends.get(r.id, inf)))
+        at.update(self._started)
+        at.update(dict.fromkeys(self.releasing, now))
+        free = self._free
+        found: list[tuple[float, tuple[int, int, int], int, Placement]] = []
+        best = inf
+        for idx, node in enumerate(self.nodes_for(job)):
+            elig = self.eligible(node, res)
+            if len(elig) < g:
+                continue
+            when = sorted((at.get(u, inf) if u in busy else now, u) for u in elig)
+            frag = fragmentation_key(self.link_of(node), len(node.devices), free[node.name], g)
+            for k in range(g - 1, len(when)):
+                t = when[k][0]
+                if res.nodes == 1 and t > best:
+                    break  # (one node: a later start than one found already is no use)
+                if k + 1 < len(when) and when[k + 1][0] <= t:
+                    continue  # all the devices that free at t together
+                p = self.fit(node, res, (), among=frozenset(u for _t, u in when[:k + 1]))
+                if p is not None:
+                    found.append((t, frag, idx, p))
+                    best = min(best, t)
+                    break
+        if len(found) < res.nodes:
+            return
+        found.sort(key=lambda f: f[:3])
+        chosen = found[:res.nodes]
+        self.shadow = max(f[0] for f in chosen)
+        self.reserved = frozenset(u for f in chosen for u in f[3].devices)
+        self.version += 1
+        if self.shadow < inf:
+            # (with no known start it says Resources, as squeue does for the job a reservation is for)
+            nodes = ", ".join(f[3].node for f in chosen)
+            self.head_reason = f"{_RESOURCES} (reserved on {nodes} from {_minute(self.shadow)})"
 
     def wait(self, job_id: int, reason: str) -> Wait:
         """Wait(job_id, reason): last round's when it said the same (most waiting jobs wait for the same reason

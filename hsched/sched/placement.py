@@ -38,6 +38,24 @@ def best_fit_key(server: ServerView, free_count: int) -> tuple[int, int, str]:
     return (0 if server.link == "nvlink" else 1, free_count, server.name)
 
 
+def fragmentation_key(link: str, size: int, free_count: int, gpus: int) -> tuple[int, int, int]:
+    """Where a job of `gpus` GPUs (per server) leaves the fewest large free NVLink domains broken (issue 14, item
+    6): the live controller's node choice among servers of the GPU type the policy picked, and among all nodes
+    when it backfills. `link`: the server's weakest link ("nvlink"/"pcie", hsched.sched.servers.server_link),
+    `size`: all its devices, `free_count`: those free now.
+
+    A gang wants NVLink: NVLink servers first, then best fit (`best_fit_key`'s order). A single GPU needs no link,
+    so best fit comes first: the server with the fewest free GPUs that still holds it (a partly used server before
+    an empty one, a small one before a big one), then one without an NVLink domain to break, then the smaller.
+    In the demo lab, four one-GPU jobs that went to the empty 8-GPU NVSwitch box (NVLink first) now fill the
+    2-GPU workstations and the PCIe box, and an 8-GPU job after them still starts (tests/sched/
+    test_fragmentation.py)."""
+    nvlink = link == "nvlink" and size > 1  # (a one-device server has no domain to break)
+    if gpus > 1:
+        return (0 if link == "nvlink" else 1, free_count, size)
+    return (free_count, 1 if nvlink else 0, size)
+
+
 class PackingPlacer:
     """Best-fit consolidation on one server; otherwise the fewest servers, largest free first."""
 

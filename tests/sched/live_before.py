@@ -7,17 +7,19 @@ Not used by hsched itself. Slow on purpose (a scan per job, node and running job
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from hsched.constraints import Constraint, parse_constraint
 from hsched.model import EndReason, Interconnect, Job, Node, NodeState, Placement, Resources
+from hsched.sched.hsched_policy import Hsched
 from hsched.sched.limits import QosLimits, Tally
-from hsched.sched.placement import best_fit_key
+from hsched.sched.placement import fragmentation_key
 from hsched.sched.preempt import Fits, PreemptRule
 from hsched.sched.registry import make_policy
 from hsched.sched.round import apply_rule, build_input, make_plan
-from hsched.sched.servers import server_of
+from hsched.sched.servers import server_link, server_of
 from hsched.sched.throughput import ThroughputModel
 from hsched.sched.view import JobPhase, JobView, Preempt, ServerView, qos_rank
 from hsched.topo.models import DEFAULT_CATALOG, lookup_model
@@ -95,6 +97,8 @@ class FleetView:
     """QoS class -> its caps (`QosLimits.from_qos(settings.qos)`); a class not here has none."""
     holders: tuple[Job, ...] | None = None
     """Every job holding devices (launching, running, being stopped): what the caps count. None: `running`."""
+    ends: Mapping[int, float] = field(default_factory=dict)
+    """(issue 14) Running job id -> its predicted end; the reservation below is the naive twin of live.py's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,19 +297,39 @@ def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
         capped = {j.id for j in queue if st.tally.blocked(j) is not None}
         nowhere = {j.id for j in queue if j.id not in capped and not st.nodes_for(j)}
         gpu_jobs = [j for j in queue if j.spec.resources.gpus > 0 and j.id not in capped and j.id not in nowhere]
-        starts, core_waiting, served = _core_round(fleet.policy, gpu_jobs, st, now)
+        starts, core_waiting, served, over = _core_round(fleet.policy, gpu_jobs, st, now)
+        # (issue 14) the most important job not started gets a reservation; starts behind it keep off it
+        started_ids = {i for i, _ in starts}
+        def _key(j: Job) -> tuple[int, int, bool, float, int]:
+            return (qos_rank(j.spec.qos), -j.spec.priority, j.user in over, j.submit_time, j.id)
+        blocked = sorted((j for j in gpu_jobs if j.id not in started_ids), key=_key)
+        head = blocked[0] if blocked else None
         for job_id, placements in starts:
             job = by_id[job_id]
+            if head is not None and _key(job) > _key(head):
+                continue
             # the plan's starts are counted one by one: two jobs of one user may each fit a cap, not both
             if st.tally.blocked(job) is None and st.take(job, placements):
                 st.tally.add(job)
                 decisions.append(Launch(job_id, placements))
+        if head is not None:
+            st.reserve(head)
+            for job_id, placements in starts:
+                job = by_id[job_id]
+                if _key(job) < _key(head):
+                    continue
+                if not st.exempt(job) and any(set(p.devices) & st.reserved for p in placements):
+                    continue
+                if st.tally.blocked(job) is None and st.take(job, placements):
+                    st.tally.add(job)
+                    decisions.append(Launch(job_id, placements))
         started = {d.job_id for d in decisions}
         core_waiting.update({i: _RESOURCES for i in nowhere})
         left_out = [j for j in order(queue) if j.spec.resources.gpus > 0 and (j.id in capped or j.id in nowhere)]
         cpu_jobs = [j for j in order(queue) if j.spec.resources.gpus == 0]
         rest = [by_id[i] for i in served if i not in started] + left_out + cpu_jobs
     else:
+        st.reserving = True
         rest = order(queue)
     for job in rest:
         decisions.append(st.settle(job, core_waiting.get(job.id)))
@@ -338,9 +362,10 @@ class LivePlacer:
         # the node holding the job's checkpoint first (no copy), then the simulator's best fit; among equals the
         # node with the fewest labels (before the name), so a job that needs no special node leaves those to jobs
         # that do
-        def key(s: ServerView) -> tuple[bool, int, int, int, str]:
-            link, free_count, name = best_fit_key(s, len(free.get(s.name, ())))
-            return (s.name != home, link, free_count, len(self.labels.get(s.name, ())), name)
+        def key(s: ServerView) -> tuple[bool, tuple[int, int, int], int, str]:
+            frag = fragmentation_key(s.link, len(self.nodes[s.name].devices), len(free.get(s.name, ())),
+                                     j.spec.resources.gpus)
+            return (s.name != home, frag, len(self.labels.get(s.name, ())), s.name)
 
         ranked = sorted(servers, key=key)
         need = j.spec.resources.nodes
@@ -375,7 +400,8 @@ def _pending_view(job: Job, allowed: tuple[str, ...] = ()) -> JobView:
 
 def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: float,
                 throughput: ThroughputModel | None = None,
-                ) -> tuple[list[tuple[int, tuple[Placement, ...]]], dict[int, str], list[int]]:
+                ) -> tuple[list[tuple[int, tuple[Placement, ...]]], dict[int, str], list[int],
+                           frozenset[str]]:
     """The core's round over the live fleet: (starts of pending jobs, why the others wait, pending job ids in
     the order the policy serves them, wanted first)."""
     fleet = st.fleet
@@ -424,7 +450,7 @@ def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: 
     rest = [j.id for j in sorted(pending, key=lambda j: (j.submit_time, j.id)) if j.id not in chosen]
     return ([(s.job_id, s.placement) for s in decision.starts if s.job_id in pending_ids],
             {k: v for k, v in decision.waiting.items() if k in pending_ids},
-            wanted + rest)
+            wanted + rest, Hsched.over_share(inp.user_usage) if isinstance(policy, Hsched) else frozenset())
 
 
 # ---------------------------------------------------------------- backfill, releasing devices, QoS preemption
@@ -464,6 +490,57 @@ class _RoundState:
         holders = fleet.holders if fleet.holders is not None else tuple(r.job for r in fleet.running)
         self.tally = Tally(fleet.limits, holders)
         self._nodes_for: dict[int, list[Node]] = {}
+        self.head: int | None = None
+        self.reserved: set[str] = set()
+        self.shadow = math.inf
+        self.head_reason = _RESOURCES
+        self.reserving = False
+        self.started: dict[str, float] = {}
+
+    def exempt(self, job: Job) -> bool:
+        if not self.reserved or job.id == self.head:
+            return True
+        limit = job.spec.time_limit_s
+        return limit is not None and self.shadow < math.inf and self.now + limit <= self.shadow
+
+    def frag(self, node: Node, gpus: int) -> tuple[int, int, int]:
+        free = sum(1 for d in node.devices if d.uuid not in self.busy)
+        return fragmentation_key(server_link(node), len(node.devices), free, gpus)
+
+    def reserve(self, job: Job) -> None:
+        """Naively: each node, each time devices free (running jobs' ends, releasing now, started at limits)."""
+        self.reserving = False
+        self.head = job.id
+        res = job.spec.resources
+        at: dict[str, float] = {}
+        for r in self.fleet.running:
+            for u in r.devices:
+                at[u] = self.fleet.ends.get(r.id, math.inf)
+        at.update(self.started)
+        for u in self.releasing:
+            at[u] = self.now
+        found = []
+        for idx, node in enumerate(self.nodes_for(job)):
+            elig = eligible_devices(node, res)
+            times = sorted({at.get(u, math.inf) if u in self.busy else self.now for u in elig})
+            for t in times:
+                avail = {u for u in elig if (at.get(u, math.inf) if u in self.busy else self.now) <= t}
+                if len(avail) < res.gpus:
+                    continue
+                p = _fit(node, res, {d.uuid for d in node.devices} - avail, self.cpus_used, self.choose)
+                if p is not None:
+                    found.append((t, self.frag(node, res.gpus), idx, p))
+                    break
+        if len(found) < res.nodes:
+            return
+        found.sort(key=lambda f: f[:3])
+        chosen = found[:res.nodes]
+        self.shadow = max(f[0] for f in chosen)
+        self.reserved = {u for f in chosen for u in f[3].devices}
+        if self.shadow < math.inf:
+            from hsched.sched.live import _minute
+            self.head_reason = (f"{_RESOURCES} (reserved on {', '.join(f[3].node for f in chosen)} from "
+                                f"{_minute(self.shadow)})")
 
     def labelled(self, node: str, job: Job) -> bool:
         """The node's labels satisfy the job's --constraint (any node does without one)."""
@@ -499,8 +576,13 @@ class _RoundState:
                 return False
         for p in placements:
             self.busy.update(p.devices)
+            for u in p.devices:
+                limit = job.spec.time_limit_s
+                self.started[u] = self.now + limit if limit is not None else math.inf
             if res.cpus:
                 self.cpus_used[p.node] = self.cpus_used.get(p.node, 0) + res.cpus
+        if job.id == self.head:
+            self.head, self.reserved, self.shadow = None, set(), math.inf
         return True
 
     def victims(self) -> Victims:
@@ -520,10 +602,17 @@ class _RoundState:
         placements: list[Placement] = []
         home = fleet.prefer.get(job.id)
         # the checkpoint's node first, then the plainest nodes (fewest labels: special ones stay for who needs them)
-        for node in sorted(nodes, key=lambda n: (n.name != home, len(fleet.labels.get(n.name, ())))):
+        ranked = sorted(nodes, key=lambda n: (n.name != home, len(fleet.labels.get(n.name, ()))))
+        if res.gpus:
+            # (issue 14) fragmentation-aware best fit among the nodes with room
+            ranked = sorted((n for n in ranked if sum(1 for d in n.devices if d.uuid not in self.busy) >= res.gpus),
+                            key=lambda n: (n.name != home, self.frag(n, res.gpus)))
+        exempt = self.exempt(job)
+        busy_now = self.busy if exempt else self.busy | self.reserved
+        for node in ranked:
             if len(placements) == res.nodes:
                 break
-            p = _fit(node, res, self.busy, self.cpus_used, choose)
+            p = _fit(node, res, busy_now, self.cpus_used, choose)
             if p is not None:
                 placements.append(p)
         if len(placements) == res.nodes and self.take(job, placements):
@@ -532,7 +621,8 @@ class _RoundState:
         if res.nodes == 1 and self.releasing:
             # devices being released (preemption or cancel under way) may be this job's soon
             for n in nodes:
-                claim = _fit(n, res, self.busy - self.releasing, self.cpus_used, choose)
+                claim = _fit(n, res, (self.busy - self.releasing) | (set() if exempt else self.reserved),
+                             self.cpus_used, choose)
                 if claim is not None:
                     self.busy.update(claim.devices)
                     self.releasing.difference_update(claim.devices)
@@ -557,7 +647,10 @@ class _RoundState:
         missing = self.missing_user(job)
         if missing is not None:
             return Wait(job.id, missing)
-        why = reason or (_PRIORITY if self.blocked_ahead else _RESOURCES)
+        if self.reserving and res.gpus:
+            self.reserve(job)
+        why = self.head_reason if job.id == self.head else reason or (
+            _PRIORITY if self.blocked_ahead else _RESOURCES)
         self.blocked_ahead = True
         return Wait(job.id, why)
 

@@ -61,7 +61,7 @@ def _resources(rng: random.Random) -> Resources:
 
 def _job(rng: random.Random, i: int) -> Job:
     spec = JobSpec(command=("x",), qos=rng.choice(QOS), priority=rng.choice((0, 0, 0, 5, -5)),
-                   resources=_resources(rng))
+                   resources=_resources(rng), time_limit_s=rng.choice((None, None, 30.0, 600.0, 7200.0)))
     return Job(i, spec, rng.choice(USERS), JobState.PENDING, "", float(rng.randrange(1000)),
                restarts=rng.choice((0, 0, 0, 1)))
 
@@ -127,7 +127,10 @@ def random_case(seed: int, nodes: int = 6, pending: int = 30) -> tuple[FleetView
     view = FleetView(tuple(fleet), frozenset(busy), cpus_used, tuple(running), frozenset(releasing), rule,
                      rng.choice(("hsched", "hsched", None, "las", "fifo-hetero")), prefer, usage, labels, absent,
                      {"big": ("a100", "h100")} if rng.random() < 0.5 else {}, limits,
-                     tuple(holders) if rng.random() < 0.8 else None)
+                     tuple(holders) if rng.random() < 0.8 else None,
+                     # predicted ends (issue 14): the reservation of the first blocked job reads them
+                     ends={r.id: 10_000.0 + rng.choice((0.0, 60.0, 600.0, 3600.0)) for r in running
+                           if rng.random() < 0.6})
     return view, queue, 10_000.0
 
 
@@ -148,7 +151,8 @@ def plain(decisions: Sequence[object]) -> list[tuple[object, ...]]:
 def before(view: FleetView, queue: list[Job], now: float) -> list[tuple[object, ...]]:
     old = live_before.FleetView(view.nodes, view.busy, view.cpus_used, tuple(
         live_before.Running(r.job, r.started) for r in view.running), view.releasing, view.rule, view.policy,
-        view.prefer, view.user_usage, view.labels, view.absent_users, view.gpu_aliases, view.limits, view.holders)
+        view.prefer, view.user_usage, view.labels, view.absent_users, view.gpu_aliases, view.limits, view.holders,
+        view.ends)
     return plain(live_before.schedule(old, queue, now))
 
 
