@@ -17,16 +17,18 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from hsched.config import Settings
+from hsched.kinds import MIN_WINDOW_S, PlacementClass
 from hsched.model import Placement
 from hsched.sched.placement import Placer
 from hsched.sched.policy import AnyPolicy
 from hsched.sched.preempt import PreemptRule
 from hsched.sched.round import build_input, schedule_round
 from hsched.sched.view import JobPhase, JobView, ServerView, Start
+from hsched.sim.knowledge import Learner, Predictor
 from hsched.sim.metrics import JobRecord, SimResult, lower_bounds, summarize
 from hsched.sim.trace import Trace, TraceJob
 
@@ -66,16 +68,27 @@ class SimConfig:
     a job waits for the next boundary and GPUs freed mid-round stay idle until it. The policies that have a
     Gavel counterpart are replayed by `hsched.sim.gavel` instead; this mode gives every other policy Gavel's
     timing, so a gap can be split into timing and allocation."""
+    learned: bool = False
+    """The policy's throughput model is learned as the trace unfolds (hsched.sim.knowledge.Learner), starting
+    from `prior` alone, instead of being the trace's table. Jobs still progress at the table's (true) rates."""
+    prior: Mapping[str, float] | None = None
+    """With `learned`: relative speed per GPU type to start from (default: the accelerator table's)."""
+    refine_prior: bool = False
+    """With `learned`: re-estimate the prior's GPU-type speeds from the measured ones (knowledge.measured_prior);
+    False, the prior stays the accelerator table's, as in the live controller."""
+    predict: bool = False
+    """Policies that need durations get predictions from the jobs completed so far (hsched.sim.knowledge
+    .Predictor): clairvoyant policies' remaining times, and every view's time limit (backfill's estimate)."""
 
 
 class _Job:
     """Mutable simulator-side state of one job (never handed to a policy)."""
 
     __slots__ = (
-        "arrived", "busy_until", "end", "fastest_rate", "finish_at", "first_start", "gpu_type", "last_type",
-        "migrations",
-        "overhead_s", "placement", "rate", "rel", "remaining", "restarts", "run_head", "run_s", "run_start",
-        "run_tail", "service_s", "span_servers", "tj", "version", "view",
+        "allowed", "arrived", "busy_until", "end", "fastest_rate", "finish_at", "first_start", "gpu_type",
+        "klass", "last_type", "measured", "migrations",
+        "overhead_s", "placement", "predicted", "rate", "rel", "remaining", "restarts", "run_head", "run_s",
+        "run_start", "run_tail", "service_s", "span_servers", "tj", "version", "view",
     )
 
     def __init__(self, tj: TraceJob, fastest_rate: float) -> None:
@@ -104,6 +117,13 @@ class _Job:
         # a running job's view is run_head + (run_s, service_s) + run_tail: only the middle moves with time
         self.run_head: tuple[object, ...] = ()
         self.run_tail: tuple[object, ...] = ()
+        # learned mode: the GPU types the job can run on when not all (the view's gpu_types: the table's truth
+        # that a job cannot run somewhere is a fact of the fleet, not a speed to learn), the current stint's
+        # placement class, and whether its speed has joined the learned table
+        self.allowed: tuple[str, ...] = ()
+        self.klass = PlacementClass.SINGLE
+        self.measured = True
+        self.predicted: float | None = None  # predict mode: expected running time at its first start
 
 
 class Simulator:
@@ -140,6 +160,9 @@ class Simulator:
         self.total_gpus = sum(self.capacity.values())
         self.server_link = {s.name: s.link for s in servers}
         self.types = self.model.order_types(self.capacity)
+        self.learner: Learner | None = None
+        """With SimConfig.learned: what the policy learnt (its table and model), after `run`."""
+        self.predictor: Predictor | None = None
 
     # ------------------------------------------------------------------ feasibility
 
@@ -208,10 +231,53 @@ class Simulator:
         position = {d: i for sv in self.servers for i, d in enumerate(sv.devices)}
         free_view = {sv.name: sv for sv in self.servers}
         changed: set[str] = set()
+        # What the policy knows: by default the trace's table and (clairvoyant policies) true remaining work; with
+        # cfg.learned a model learnt from the stints that ran (hsched.sim.knowledge.Learner), with cfg.predict
+        # durations predicted from the jobs completed so far. Progress always runs at the table's true rates.
+        learner = self.learner = Learner(self.capacity, cfg.prior, cfg.refine_prior) if cfg.learned else None
+        predictor = self.predictor = Predictor() if cfg.predict else None
+        pmodel = learner.model() if learner is not None else self.model
+        maturing: list[tuple[float, int, int]] = []  # (when a stint's speed is measured, job id, its version)
+        if learner is not None:
+            for job in jobs:
+                ok = tuple(t for t in self.types if self._best_rate(job.tj, t))
+                if len(ok) < len(self.types):
+                    job.allowed = ok
+
+        def measure(j: _Job, t: float) -> None:
+            """The stint's speed joins the learned table: the live controller's measure of a run is its steps
+            between its first and last progress reports, which a restore (busy_until) precedes; here the rate
+            is constant over a stint, so that measure is the true rate of the placement."""
+            assert learner is not None and j.gpu_type is not None
+            learner.observe(j.tj.job_type, j.gpu_type, j.tj.gpus, j.klass, j.rate, t)
+            j.measured = True
+
+        def learn(t: float) -> None:
+            """Before a round: the stints that have run long enough are measured, and the policy's model is
+            rebuilt if anything was learned since the last round (never more than once a round)."""
+            nonlocal pmodel
+            assert learner is not None
+            while maturing and maturing[0][0] <= t + 1e-9:
+                _, jid, ver = heapq.heappop(maturing)
+                j = running.get(jid)
+                if j is not None and j.version == ver and not j.measured:
+                    measure(j, t)
+            pmodel = learner.model()
+
+        def rest(j: _Job, elapsed: float) -> float:
+            """Predict mode: the running time still expected of `j` after `elapsed` seconds of it."""
+            assert predictor is not None
+            return predictor.remaining(elapsed, predictor.expected(j.tj.job_type, j.tj.user))
+
+        def capped(j: _Job, estimate: float) -> float:
+            limit = j.tj.time_limit_s
+            return estimate if limit is None else min(estimate, limit)
 
         def stop(j: _Job, t: float) -> None:
             nonlocal busy_gpu_s, held
             progressed = max(0.0, t - j.busy_until)
+            if not j.measured and progressed >= MIN_WINDOW_S:
+                measure(j, t)  # a stint that ended (moved, preempted, done) before a round measured it
             j.remaining = max(0.0, j.remaining - j.rate * progressed)
             j.service_s += j.rel * progressed
             run = t - j.run_start
@@ -250,12 +316,24 @@ class Simulator:
             j.finish_at = j.busy_until + j.remaining / rate
             if j.first_start is None:
                 j.first_start = t
+                if predictor is not None:
+                    j.predicted = predictor.expected(j.tj.job_type, j.tj.user)
             j.version += 1
             j.view = None
             tj = j.tj
+            if learner is not None:
+                link = any(self.server_link.get(p.node) == "pcie" for p in s.placement)
+                j.klass = (PlacementClass.SPANNING if spans else PlacementClass.SINGLE if tj.gpus == 1
+                           else PlacementClass.PCIE if link else PlacementClass.NVLINK)
+                j.measured = False
+                heapq.heappush(maturing, (j.busy_until + MIN_WINDOW_S, tj.id, j.version))
+                # normalised service as the policy can count it: by its own model's speeds, not the table's
+                mine = pmodel.rate(tj.job_type, tj.gpus, s.gpu_type, spans=spans) or 0.0
+                best = pmodel.fastest_rate(tj.job_type, tj.gpus, self.types)
+                j.rel = mine / best if best else 0.0
             j.run_head = (tj.id, tj.job_type, tj.gpus, tj.arrival_s, JobPhase.RUNNING, tj.qos, tj.priority,
                           tj.user, j.gpu_type, j.placement, t)
-            j.run_tail = (j.restarts, tj.time_limit_s, tj.max_servers, (), tj.checkpointable)
+            j.run_tail = (j.restarts, tj.time_limit_s, tj.max_servers, j.allowed, tj.checkpointable)
             for p in s.placement:
                 taken = set(p.devices)
                 free_on[p.node] = [d for d in free_on[p.node] if d not in taken]
@@ -267,10 +345,24 @@ class Simulator:
         def pending_view(j: _Job) -> JobView:
             """Built once per wait: a pending job's view does not change while it waits."""
             tj = j.tj
+            limit = tj.time_limit_s if predictor is None else capped(j, rest(j, j.run_s))
             j.view = JobView(tj.id, tj.job_type, tj.gpus, tj.arrival_s, JobPhase.PENDING, tj.qos, tj.priority,
-                             tj.user, None, (), None, j.run_s, j.service_s, j.restarts, tj.time_limit_s,
-                             tj.max_servers, (), tj.checkpointable)
+                             tj.user, None, (), None, j.run_s, j.service_s, j.restarts, limit,
+                             tj.max_servers, j.allowed, tj.checkpointable)
             return j.view
+
+        def predicted_view(j: _Job, t: float) -> JobView:
+            """Predict mode: a job's view whose time limit is its predicted running time (backfill's estimate;
+            for a running job, the current run's so far plus what is still expected of it)."""
+            if j.gpu_type is None:
+                v = j.view
+                if v is None or v.time_limit_s != capped(j, rest(j, j.run_s)):
+                    v = pending_view(j)  # a completion changed its prediction
+                return v
+            ran = t - j.run_start
+            limit = capped(j, ran + rest(j, j.run_s + ran))
+            return new_view(JobView, (*j.run_head, j.run_s + ran, j.service_s + j.rel * max(0.0, t - j.busy_until),
+                                      j.restarts, limit, *j.run_tail[2:]))
 
         def note_busy(t: float) -> None:
             if busy[-1][1] == held:
@@ -319,6 +411,8 @@ class Simulator:
                 stop(j, now)
                 j.remaining = 0.0
                 j.end = now
+                if predictor is not None:
+                    predictor.done(j.tj.job_type, j.tj.user, j.run_s, j.predicted)
                 j.arrived = active_integral - j.arrived
                 del active[jid]
                 done.append(j)
@@ -364,7 +458,9 @@ class Simulator:
                 if held >= self.total_gpus:
                     continue
                 free = free_servers()
-                inp = build_input(now, [pending_view(j) for j in newcomers], free, self.model,
+                if learner is not None:
+                    learn(now)
+                inp = build_input(now, [pending_view(j) for j in newcomers], free, pmodel,
                                   checkpoint_cost_s=cfg.costs.checkpoint_s, round_s=cfg.round_s,
                                   user_usage=usage if len(users) > 1 else None, starts_only=True)
                 decision = schedule_round(self.policy, inp, free, placer=self.placer, rule=rule)
@@ -373,19 +469,25 @@ class Simulator:
                     start(active[s.job_id], s, now)
                 note_busy(now)
                 continue
+            if learner is not None:
+                learn(now)
             views = [
                 (j.view or pending_view(j)) if j.gpu_type is None
                 else new_view(JobView, (*j.run_head, j.run_s + (now - j.run_start),
                                         j.service_s + j.rel * max(0.0, now - j.busy_until), *j.run_tail))
                 for j in active.values()
-            ]
+            ] if predictor is None else [predicted_view(j, now) for j in active.values()]
             inp = build_input(
-                now, views, self.servers, self.model,
+                now, views, self.servers, pmodel,
                 checkpoint_cost_s=cfg.costs.checkpoint_s, round_s=cfg.round_s,
                 user_usage=usage if len(users) > 1 else None,
             )
             remaining = None
-            if oracle:
+            if oracle and predictor is not None:
+                # what a real scheduler could hand a clairvoyant policy: predicted, not true, remaining time
+                remaining = {j.tj.id: rest(j, j.run_s + (now - j.run_start if j.gpu_type is not None else 0.0))
+                             for j in active.values()}
+            elif oracle:
                 remaining = {
                     j.tj.id: (j.remaining - (j.rate * max(0.0, now - j.busy_until) if j.gpu_type else 0.0))
                     / j.fastest_rate
@@ -423,7 +525,7 @@ class Simulator:
         records = [self._record(j) for j in done]
         unfinished = sorted(j.tj.id for j in active.values())
         lb_avg, lb_makespan = lower_bounds([j.tj for j in jobs], [j.fastest_rate for j in jobs], self.total_gpus)
-        return summarize(
+        result = summarize(
             records,
             policy=self.policy.name,
             trace=self.trace.source,
@@ -441,6 +543,15 @@ class Simulator:
             busy=busy,
             prior_rate_jobs=sum(not self.model.measured(j.tj.job_type, j.tj.gpus) for j in jobs),
         )
+        summary = result.summary
+        summary["throughputs"] = "learned" if learner is not None else "table"
+        summary["durations"] = "predicted" if predictor is not None else "true"
+        if learner is not None:
+            summary["learned_rates"] = len(learner.rates)
+            summary["model_rebuilds"] = learner.rebuilds
+        if predictor is not None:
+            summary["prediction_mean_abs_error"] = predictor.mean_abs_error
+        return result
 
     def _record(self, j: _Job) -> JobRecord:
         tj = j.tj
