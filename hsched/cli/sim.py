@@ -45,6 +45,21 @@ _ROUND_MODE = typer.Option(
 _TIME_SHARING = typer.Option(True, "--time-sharing/--no-time-sharing",
                              help="Let preemptive policies stop and move jobs that checkpoint (as Gavel does); "
                                   "off, only QoS preemption stops a job, as in the live controller.")
+_LEARNED = typer.Option(
+    False, "--learned",
+    help="The policy learns throughputs from the jobs' own progress as the trace unfolds, starting from the "
+         "accelerator table's relative speeds alone (as the live controller does), instead of reading the "
+         "trace's throughput table (the oracle). Jobs still run at the table's rates.")
+_LEARNED_PRIOR = typer.Option(
+    "catalog", "--learned-prior", metavar="catalog|measured",
+    help="With --learned: how GPU types a job type has not run on are filled in. catalog: the accelerator "
+         "table's relative speeds (the live controller's rule); measured: the speed ratios measured so far "
+         "between GPU types, over all job types.")
+_PREDICT = typer.Option(
+    False, "--predict",
+    help="Policies that need durations get predictions from the jobs completed so far (the median of the "
+         "last runs of the job type, as hsched predicts) instead of the truth: *-oracle policies' remaining "
+         "times, backfill's runtime estimates.")
 
 
 def _load(trace: Path | None, throughputs: Path | None, columns: str | None, synthetic: int | None, seed: int,
@@ -118,8 +133,16 @@ def _check_round_mode(round_mode: str) -> str:
     return mode
 
 
+def _check_learned_prior(learned_prior: str) -> str:
+    prior = learned_prior.strip().lower()
+    if prior not in ("catalog", "measured"):
+        raise UserError(f"--learned-prior {learned_prior!r}: expected catalog or measured")
+    return prior
+
+
 def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, round_s: float, span: float,
-             pcie: float, rule: Any, round_mode: str = "event", seed: int = 0) -> Any:
+             pcie: float, rule: Any, round_mode: str = "event", seed: int = 0, *, learned: bool = False,
+             learned_prior: str = "catalog", predict: bool = False) -> Any:
     from hsched.sim.engine import SimConfig, SimCosts, Simulator
     from hsched.sim.gavel import GAVEL_POLICIES
 
@@ -127,13 +150,22 @@ def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, ro
         raise UserError("hsched sim: --checkpoint-cost must be >= 0; --round-s, --span-factor, --pcie-factor > 0")
     name = policy_name.strip()
     if round_mode == "gavel" and name in GAVEL_POLICIES:
-        return _run_gavel(tr, servers, name, checkpoint_cost, round_s, span, pcie, seed)
+        if learned or predict:
+            raise UserError(f"--round-mode gavel replays Gavel's own allocation for {name}, which reads the "
+                            f"throughput table; --learned and --predict apply to hsched's rounds (--round-mode "
+                            f"event, or policies Gavel does not have)")
+        result = _run_gavel(tr, servers, name, checkpoint_cost, round_s, span, pcie, seed)
+        result.summary["throughputs"], result.summary["durations"] = "table", "true"
+        return result
     cfg = SimConfig(round_s=round_s, costs=SimCosts(checkpoint_cost, span, pcie), preempt=rule,
-                    round_mode=round_mode)
+                    round_mode=round_mode, learned=learned, refine_prior=learned_prior == "measured",
+                    predict=predict)
     sim = Simulator(tr, servers, _policy(name), cfg)
     result = _progress_run(sim, name)
     result.summary["round_mode"] = round_mode
     result.summary["gavel_allocation"] = False
+    if learned:
+        result.summary["learned_prior"] = learned_prior
     return result
 
 
@@ -190,8 +222,15 @@ def _table(summaries: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
     first = summaries[0]
+    knowledge = ""
+    if first.get("throughputs") == "learned" or first.get("durations") == "predicted":
+        knowledge = (f"  throughputs {first.get('throughputs')}"
+                     + (f" ({first.get('learned_prior', 'catalog')} prior)" if first.get("throughputs") == "learned"
+                        else "")
+                     + f", durations {first.get('durations')}")
     table = Table(title=f"{first['trace']} on {first['cluster']}  (lower bounds: avg JCT "
-                        f"{first['lower_bound_avg_jct_s']:,.0f} s, makespan {first['lower_bound_makespan_s']:,.0f} s)")
+                        f"{first['lower_bound_avg_jct_s']:,.0f} s, makespan {first['lower_bound_makespan_s']:,.0f} s)"
+                        f"{knowledge}")
     table.add_column("policy")
     for _, head, _ in _SHOWN:
         table.add_column(head, justify="right")
@@ -235,6 +274,9 @@ def sim(
     settings: Path | None = _SETTINGS,
     time_sharing: bool = _TIME_SHARING,
     round_mode: str = _ROUND_MODE,
+    learned: bool = _LEARNED,
+    learned_prior: str = _LEARNED_PRIOR,
+    predict: bool = _PREDICT,
 ) -> None:
     """Replay a trace under one policy (or run `hsched sim compare` for several)."""
     if ctx.invoked_subcommand is not None:
@@ -244,10 +286,12 @@ def sim(
         return
     _check_plot(plot)
     mode = _check_round_mode(round_mode)
+    prior = _check_learned_prior(learned_prior)
     rule = _rule(settings, time_sharing)
     tr = _load(trace, throughputs, columns, synthetic, seed, jobs_per_hour, max_jobs)
     servers = _servers(fleet, cluster, gpus_per_node, tr.throughput.gpu_types)
-    result = _run_one(tr, servers, policy, checkpoint_cost, round_s, span_factor, pcie_factor, rule, mode, seed)
+    result = _run_one(tr, servers, policy, checkpoint_cost, round_s, span_factor, pcie_factor, rule, mode, seed,
+                      learned=learned, learned_prior=prior, predict=predict)
     if jobs_csv is not None:
         result.write_jobs_csv(jobs_csv)
     summary = dict(result.summary)
@@ -286,6 +330,9 @@ def compare(
     settings: Path | None = _SETTINGS,
     time_sharing: bool = _TIME_SHARING,
     round_mode: str = _ROUND_MODE,
+    learned: bool = _LEARNED,
+    learned_prior: str = _LEARNED_PRIOR,
+    predict: bool = _PREDICT,
 ) -> None:
     """Run several policies on the same trace and fleet; print them side by side with the bounds."""
     names = [p.strip() for p in policy.split(",") if p.strip()]
@@ -295,10 +342,12 @@ def compare(
         _policy(n)  # fail on a typo before spending minutes on the others
     _check_plot(plot)
     mode = _check_round_mode(round_mode)
+    prior = _check_learned_prior(learned_prior)
     rule = _rule(settings, time_sharing)
     tr = _load(trace, throughputs, columns, synthetic, seed, jobs_per_hour, max_jobs)
     servers = _servers(fleet, cluster, gpus_per_node, tr.throughput.gpu_types)
-    results = [_run_one(tr, servers, n, checkpoint_cost, round_s, span_factor, pcie_factor, rule, mode, seed)
+    results = [_run_one(tr, servers, n, checkpoint_cost, round_s, span_factor, pcie_factor, rule, mode, seed,
+                        learned=learned, learned_prior=prior, predict=predict)
                for n in names]
     summaries = [dict(r.summary) for r in results]
     if plot is not None:
