@@ -321,7 +321,9 @@ def fleet_view(ctl: Controller, active: Sequence[Job], dirty: frozenset[str] = f
                      rule=PreemptRule.from_qos(ctl.settings.qos), policy=ctl.settings.policy,
                      labels=labels, absent_users=absent, gpu_aliases=ctl.settings.gpu_aliases,
                      limits=QosLimits.from_qos(ctl.settings.qos), holders=tuple(active),
-                     throughput=_learned(ctl))
+                     throughput=_learned(ctl),
+                     # the running jobs' predicted ends: when the first blocked job's reserved GPUs free up
+                     ends=learning.predicted_ends(ctl, active, ctl.clock.time()))
 
 
 def _learned(ctl: Controller) -> ThroughputModel | None:

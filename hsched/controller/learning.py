@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -306,3 +306,54 @@ async def learned_gpu_memory(ctl: Controller, kind: str) -> int | None:
     runs, plus MEMORY_MARGIN; None while none was measured."""
     peaks = [g for g, _h in await ctl.db(ctl.store.memory_peaks, kind) if g]
     return int(max(peaks) * (1 + MEMORY_MARGIN)) + 1 if peaks else None
+
+
+_ENDS: weakref.WeakKeyDictionary[Controller, dict[int, tuple[tuple[object, ...], float | None, float | None]]] = \
+    weakref.WeakKeyDictionary()
+"""Per controller: job id -> (what its prediction was made from, the end from its progress, its expected end from
+its kind's history). Kept while the job's start, last report and kind's history are unchanged."""
+
+
+def predicted_ends(ctl: Controller, jobs: Iterable[Job], now: float) -> dict[int, float]:
+    """Each running job's predicted end (the live round's `FleetView.ends`, for the reservation of the first blocked
+    job), by forecast.predicted_end's rules without reading the store: its progress (`total` known), else its
+    kind's history as cached (`learning(ctl).history`; a kind not read yet has none), capped by its time limit,
+    else its time limit; a job nothing predicts is left out (never ending). Synchronous and cheap: a round runs ten
+    times a second, so the figures are kept per job while its progress and its kind's history do not change."""
+    from hsched.model import JobState
+    from hsched.predict import remaining
+
+    lr = learning(ctl)
+    last = _ENDS.get(ctl, {})
+    kept: dict[int, tuple[tuple[object, ...], float | None, float | None]] = {}
+    out: dict[int, float] = {}
+    for j in jobs:
+        if j.state is not JobState.RUNNING:
+            continue
+        started = ctl.attempt_start.get(j.id) or j.start_time
+        rp = lr.runs.get((j.id, j.restarts + 1))
+        kind = job_kind(j)
+        history = lr.history.get(kind)
+        key = (started, rp.last if rp else None, rp.total if rp else None, id(history),
+               len(history) if history is not None else -1)
+        hit = last.get(j.id)
+        if hit is None or hit[0] != key:
+            by_progress = None
+            speed = rp.steps_per_s if rp else None
+            if rp is not None and rp.last is not None and rp.total is not None and speed:
+                left = remaining(0.0, None, rp.last[1], rp.total, speed)
+                by_progress = now + left if left is not None else None
+            expected = expected_of(history, j.user) if history else None
+            by_history = started + expected if expected is not None and started is not None else None
+            hit = (key, by_progress, by_history)
+        kept[j.id] = hit
+        _key, end, by_history = hit
+        if end is None and by_history is not None and by_history >= now:
+            end = by_history  # (past its expected duration, history no longer tells: as predict.remaining)
+        limit = j.spec.time_limit_s
+        if limit is not None and started is not None:
+            end = started + limit if end is None else min(end, started + limit)
+        if end is not None:
+            out[j.id] = end
+    _ENDS[ctl] = kept
+    return out
