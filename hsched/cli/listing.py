@@ -204,6 +204,25 @@ def _limit(seconds: float | None) -> str:
     return _clock(int(seconds)) if seconds else "UNLIMITED"
 
 
+def _plain_queue(rows: list[tuple[str, dict[str, Any]]]) -> None:
+    """The queue's columns as plain text, widths from the longest cell (no colour: a long listing is read by
+    grep and less more than by eye)."""
+    from hsched.theme import state_code
+
+    head = ("JOBID", "NAME", "USER", "ST", "QOS", "PRIO", "GPUS", "TIME", "NODES(REASON)")
+    right = {0, 5, 6, 7}
+    # a name is the submitter's text: its unprintable characters never reach the terminal
+    table = [head] + [(label, "".join(c if c.isprintable() else "?" for c in j["name"][:24]), j["user"],
+                       state_code(j["state"]), j["qos"], str(j["priority"]), str(j["gpus"]), _elapsed(j), _where(j))
+                      for label, j in rows]
+    widths = [max(len(r[k]) for r in table) for k in range(len(head))]
+    out = []
+    for r in table:
+        cells = [r[k].rjust(widths[k]) if k in right else r[k].ljust(widths[k]) for k in range(len(head))]
+        out.append(" ".join(cells).rstrip())
+    sys.stdout.write("\n".join(out) + "\n")
+
+
 def render_starts(jobs: list[dict[str, Any]]) -> None:
     """squeue --start's table: each pending job and when it is predicted to start (N/A: cannot be told)."""
     from rich.console import Console
@@ -219,7 +238,15 @@ def render_starts(jobs: list[dict[str, Any]]) -> None:
     Console(highlight=False).print(table)
 
 
+PLAIN_ROWS = 200
+"""More rows than this are printed as plain columns: rich's table lays 5,000 rows out in ~10 s, squeue in ms."""
+
+
 def render_queue(jobs: list[dict[str, Any]]) -> None:
+    rows = queue_rows(jobs)
+    if len(rows) > PLAIN_ROWS:
+        _plain_queue(rows)
+        return
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -229,7 +256,7 @@ def render_queue(jobs: list[dict[str, Any]]) -> None:
     table = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("JOBID", "NAME", "USER", "ST", "QOS", "PRIO", "GPUS", "TIME", "NODES(REASON)"):
         table.add_column(col, justify="right" if col in ("JOBID", "PRIO", "GPUS", "TIME") else "left")
-    for label, j in queue_rows(jobs):
+    for label, j in rows:
         color = state_color(j["state"])
         # names and users are the submitters' text: shown as written, never read as rich markup
         table.add_row(label, escape(j["name"][:24]), escape(j["user"]), f"[{color}]{state_code(j['state'])}[/]",

@@ -1,4 +1,4 @@
-"""How long `hsched queue --json` takes with 1,000 and 10,000 jobs in the store.
+"""How long `hsched queue --json` takes with 1,000, 10,000 and 100,000 jobs in the store (--sizes).
 
 Printed as ratios against `hsched --version` measured in the same run (the CLI's fixed start-up cost), so the
 figures mean something on a shared, noisy machine. Run: python tests/bench/bench_queue.py [--repeat N]
@@ -54,9 +54,10 @@ def timed(args: list[str], env: dict[str, str], repeat: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--sizes", default="1000,10000,100000", help="store sizes, comma-separated")
     opts = ap.parse_args()
     print(f"{'store':>8} {'command':<22} {'median s':>9} {'x --version':>12}")
-    for n in (1_000, 10_000):
+    for n in (int(x) for x in opts.sizes.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
             home = Home(Path(tmp) / "home")
             fill(home, n)
@@ -66,7 +67,7 @@ def main() -> None:
                            stdout=subprocess.DEVNULL)
             try:
                 base = timed(["--version"], env, opts.repeat)
-                for args in (["queue", "--json"], ["queue", "--all", "--json"]):
+                for args in (["queue"], ["queue", "--json"], ["queue", "--all", "--json"]):
                     t = timed(args, env, opts.repeat)
                     print(f"{n:>8} {' '.join(args):<22} {t:>9.3f} {t / base:>12.2f}")
                 print(f"{n:>8} {'--version':<22} {base:>9.3f} {1.0:>12.2f}")
