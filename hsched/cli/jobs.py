@@ -309,8 +309,9 @@ def register(app: typer.Typer) -> None:
         job_id: str = typer.Argument(..., metavar="JOB", autocompletion=complete.job_ids),
         follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing as the job writes."),
         run: int | None = typer.Option(None, "--run", help="Which run (default: the latest)."),
+        rank: int = typer.Option(0, "--rank", min=0, help="Which rank of a gang (each keeps its own log)."),
     ) -> None:
-        """Print a job's output (stdout and stderr of its latest run)."""
+        """Print a job's output (stdout and stderr of its latest run; a gang's rank 0, or --rank N)."""
         out = sys.stdout.buffer
         offset = 0
         current_run = run
@@ -319,7 +320,7 @@ def register(app: typer.Typer) -> None:
 
             [the_id] = job_ids_of(c, [job_id], whole_arrays=False)
             while True:
-                reply = c.call("logs", id=the_id, offset=offset, run=current_run)
+                reply = c.call("logs", id=the_id, offset=offset, run=current_run, rank=rank)
                 if current_run is None and reply.get("run") is not None:
                     # pinned to the run we started on: the next run's log is followed from its first byte
                     current_run = reply["run"]
@@ -334,7 +335,7 @@ def register(app: typer.Typer) -> None:
                     break
                 if current_run is not None and reply["ended"] and run is None:
                     # this run is over: on to the next one when there is one, as `tail -F` follows a new file
-                    if _has_run(c, the_id, current_run + 1):
+                    if _has_run(c, the_id, current_run + 1, rank):
                         current_run, offset = current_run + 1, 0
                         out.write(f"==> job {job_id}: run {current_run} <==\n".encode())
                         out.flush()
@@ -346,9 +347,9 @@ def register(app: typer.Typer) -> None:
                 time.sleep(0.25)
 
 
-def _has_run(c: Any, job_id: int, attempt: int) -> bool:
+def _has_run(c: Any, job_id: int, attempt: int, rank: int = 0) -> bool:
     try:
-        c.call("logs", id=job_id, offset=0, run=attempt, max_bytes=1)
+        c.call("logs", id=job_id, offset=0, run=attempt, max_bytes=1, rank=rank)
     except UserError:
         return False
     return True

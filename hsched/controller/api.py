@@ -412,9 +412,12 @@ class Api:
             version = await self.ctl.wait_changed(version, min(left, 5.0))
 
     async def op_logs(self, args: dict[str, Any], uid: int) -> Any:
-        """A chunk of the latest run's log from `offset`, base64 (logs are bytes, not always UTF-8)."""
+        """A chunk of a run's log from `offset`, base64 (logs are bytes, not always UTF-8): the latest attempt's
+        (or `run`'s), rank `rank`'s (default 0: a gang's or an srun-style job's first task; each rank keeps a log of
+        its own)."""
         job = await self._own_job(args, uid)
         run_no = self.integer(args, "run", None, low=1, high=ID_MAX)
+        rank = self.integer(args, "rank", 0, low=0, high=ID_MAX) or 0
         offset = self.integer(args, "offset", 0, low=0, high=ID_MAX) or 0
         max_bytes = self.integer(args, "max_bytes", 1 << 20, low=1, high=LOG_CHUNK_MAX) or 1
         runs = await self.ctl.db(self.ctl.store.runs, job.id)
@@ -424,7 +427,12 @@ class Api:
                             f"`hsched show {job.id}` lists them")
         if not runs:
             return {"data": "", "offset": 0, "run": None, "ended": job.state.is_terminal(), "state": job.state.value}
-        run = runs[-1] if run_no is None else next(r for r in runs if r.attempt == run_no)
+        attempt = max(r.attempt for r in runs) if run_no is None else run_no
+        ranks = sorted({r.rank for r in runs if r.attempt == attempt})
+        if rank not in ranks:
+            raise UserError(f"--rank: run {attempt} of job {job.id} has no rank {rank} (its ranks: "
+                            f"{', '.join(map(str, ranks))})")
+        run = next(r for r in runs if r.attempt == attempt and r.rank == rank)
         rt = self.ctl.nodes.get(run.node)
         data = b""
         if rt is not None:
@@ -436,7 +444,7 @@ class Api:
                                     f"{e or 'no answer within 30 s'}") from None
         return {"data": base64.b64encode(data).decode(), "offset": offset + len(data), "run": run.attempt,
                 "ended": not run.state.is_live(), "state": job.state.value,
-                "runs": len(runs)}
+                "runs": len({r.attempt for r in runs}), "rank": rank, "ranks": len(ranks), "node": run.node}
 
     async def op_nodes(self, args: dict[str, Any], uid: int) -> Any:
         active = await self.ctl.db(self.ctl.store.jobs, states=list(ACTIVE_STATES))
