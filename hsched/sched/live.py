@@ -1043,7 +1043,8 @@ class _RoundState:
         at.update(dict.fromkeys(self.releasing, now))
         free = self._free
         found: list[tuple[float, tuple[int, int, int], int, Placement]] = []
-        best = inf
+        best: tuple[float, tuple[int, int, int]] = (inf, (inf, inf, inf))  # type: ignore[assignment]
+        one = res.nodes == 1
         for idx, node in enumerate(self.nodes_for(job)):
             elig = self.eligible(node, res)
             if len(elig) < g:
@@ -1052,14 +1053,14 @@ class _RoundState:
             frag = fragmentation_key(self.link_of(node), len(node.devices), free[node.name], g)
             for k in range(g - 1, len(when)):
                 t = when[k][0]
-                if res.nodes == 1 and t > best:
-                    break  # (one node: a later start than one found already is no use)
+                if one and (t, frag) >= best:
+                    break  # (one node: no better than one found already, and the topology engine costs)
                 if k + 1 < len(when) and when[k + 1][0] <= t:
                     continue  # all the devices that free at t together
                 p = self.fit(node, res, (), among=frozenset(u for _t, u in when[:k + 1]))
                 if p is not None:
                     found.append((t, frag, idx, p))
-                    best = min(best, t)
+                    best = min(best, (t, frag))
                     break
         if len(found) < res.nodes:
             return
