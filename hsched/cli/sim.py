@@ -51,10 +51,10 @@ _LEARNED = typer.Option(
          "accelerator table's relative speeds alone (as the live controller does), instead of reading the "
          "trace's throughput table (the oracle). Jobs still run at the table's rates.")
 _LEARNED_PRIOR = typer.Option(
-    "catalog", "--learned-prior", metavar="catalog|measured",
-    help="With --learned: how GPU types a job type has not run on are filled in. catalog: the accelerator "
-         "table's relative speeds (the live controller's rule); measured: the speed ratios measured so far "
-         "between GPU types, over all job types.")
+    "measured", "--learned-prior", metavar="measured|catalog",
+    help="With --learned: how GPU types a job type has not run on are filled in. measured: the speed ratios "
+         "measured so far between GPU types, over all job types (the live controller's rule); catalog: the "
+         "accelerator table's relative speeds alone.")
 _PREDICT = typer.Option(
     False, "--predict",
     help="Policies that need durations get predictions from the jobs completed so far (the median of the "
@@ -142,7 +142,7 @@ def _check_learned_prior(learned_prior: str) -> str:
 
 def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, round_s: float, span: float,
              pcie: float, rule: Any, round_mode: str = "event", seed: int = 0, *, learned: bool = False,
-             learned_prior: str = "catalog", predict: bool = False) -> Any:
+             learned_prior: str = "measured", predict: bool = False) -> Any:
     from hsched.sim.engine import SimConfig, SimCosts, Simulator
     from hsched.sim.gavel import GAVEL_POLICIES
 

@@ -19,10 +19,17 @@ Pure: no I/O, no clock; deterministic for a given order of calls.
 from __future__ import annotations
 
 import bisect
-import math
 from collections.abc import Iterable, Mapping
 
-from hsched.kinds import KindRate, PlacementClass, averaged, catalog_prior, learned_model
+from hsched.kinds import (
+    KindRate,
+    PlacementClass,
+    _fallback,
+    averaged,
+    catalog_prior,
+    learned_model,
+    measured_prior,
+)
 from hsched.predict import HISTORY, expected_duration
 from hsched.sched.throughput import ThroughputModel
 
@@ -36,72 +43,6 @@ DEFAULT_GUESS_S = 3600.0
 """A job's expected duration when nothing has completed yet."""
 
 
-class PriorFallbackModel(ThroughputModel):
-    """A learned model that never says "cannot run": a (job type, GPU count) nothing measured (a job type seen
-    only as a gang of another size, say) runs at the prior's relative speed of each GPU type.
-
-    Why: `ThroughputModel.rate` is None for a job type it knows at no GPU count it can scale from (a learned
-    table knows a type only at the counts that ran), and a policy never places a job whose rate is None on
-    every type: with learned speeds, a 1-GPU job of a type only seen at 4 GPUs would wait for ever. The
-    simulator's truth (the trace's table) still decides what can really run."""
-
-    def rate(self, job_type: str, gpus: int, gpu_type: str, spans: bool = False) -> float | None:
-        out = super().rate(job_type, gpus, gpu_type, spans)
-        return out if out is not None else self.prior_speed(gpu_type)
-
-    def rel_speeds(self, job_type: str, gpus: int, gpu_types: tuple[str, ...]) -> dict[str, float]:
-        key = (job_type, gpus, gpu_types)
-        hit = self._rel_cache.get(key)
-        if hit is not None:
-            return hit
-        # a known job type's speeds through `rate` (with the fallback above); an unknown one's from the prior
-        raw = {t: self.rate(job_type, gpus, t) or 0.0 for t in gpu_types}
-        top = max(raw.values(), default=0.0)
-        out = {t: (r / top if top > 0 else 0.0) for t, r in raw.items()}
-        self._rel_cache[key] = out
-        return out
-
-
-def _fallback(model: ThroughputModel) -> PriorFallbackModel:
-    """`model`, as a PriorFallbackModel (same tables, same prior; fresh caches)."""
-    out = PriorFallbackModel.__new__(PriorFallbackModel)
-    out.__dict__.update(model.__dict__)
-    out._rate_cache, out._rel_cache, out._fastest_cache = {}, {}, {}
-    return out
-
-
-def measured_prior(rates: Iterable[KindRate], prior: Mapping[str, float], gpu_types: Iterable[str]) -> dict[str, float]:
-    """`prior` with each GPU type's relative speed re-estimated from the learned speeds: the reference type (the
-    fastest of `gpu_types` by `prior`) keeps its speed; another type's is the geometric mean, over the (kind,
-    GPU count) measured on both it and the reference (spanning placements apart), of speed(type) /
-    speed(reference). A type never measured together with the reference keeps its prior speed. (Counting the
-    prior's own ratio as one more kind, so that a single odd kind swings it less, measured worse on ed69ec:
-    8+8+8 at 3.1% over the oracle instead of 0.5%.)
-
-    Why: `learned_model` completes a kind's speed on the types it has not run on from the prior's ratios, and
-    the accelerator table's are a rough, model-independent figure (P100 0.55 and K80 0.2 of a V100, where
-    Gavel's measured table has 0.94 and 0.30 on geometric mean): on ed69ec 8+8+8 that alone cost 4.7% of
-    average JCT against the table oracle (0.5% with this; bench_sim.py --learned)."""
-    out = {k.lower(): v for k, v in prior.items()}
-    types = sorted(set(gpu_types))
-    if not types:
-        return out
-    lookup = ThroughputModel(prior=prior)  # each type's prior speed, matched as the policy's model matches it
-    speed = {t: lookup.prior_speed(t) for t in types}
-    ref = max(types, key=lambda t: (speed[t], t))
-    by_key: dict[tuple[str, int], dict[str, float]] = {}
-    for r in rates:
-        if r.klass is not PlacementClass.SPANNING and r.steps_per_s > 0:
-            by_key.setdefault((r.kind, r.gpus), {})[r.gpu_type] = r.steps_per_s  # (one class per type suffices)
-    for t in types:
-        if t == ref:
-            continue
-        logs = [math.log(v[t] / v[ref]) for v in by_key.values() if t in v and ref in v]
-        if logs:
-            out[t.lower()] = speed[ref] * math.exp(sum(logs) / len(logs))
-    return out
-
-
 class Learner:
     """The learned table and the policy's throughput model built from it.
 
@@ -109,7 +50,7 @@ class Learner:
         gpu_types: the fleet's GPU types (the model completes every measured key on each of them).
         prior: relative speed per GPU type to start from; default the accelerator table's (catalog_prior()).
         refine_prior: re-estimate the prior's GPU-type speeds from what was measured (`measured_prior`) at
-            each rebuild; False is what the live controller does (hsched.controller.learning).
+            each rebuild; True is what the live controller does (hsched.controller.learning).
     """
 
     def __init__(self, gpu_types: Iterable[str], prior: Mapping[str, float] | None = None,
