@@ -151,3 +151,14 @@ async def test_reports_of_other_ranks_ended_attempts_and_strangers_are_ignored(t
         await _report(lab, run.node, run.run_dir, 5.0)
         assert list(learning.learning(lab.ctl).runs) == [(job.id, 1)]
         assert learning.learning(lab.ctl).runs[(job.id, 1)].key[0] == "mine"  # --kind wins over the command
+
+
+def test_a_kind_seen_only_as_a_gang_still_has_a_rate_for_one_gpu() -> None:
+    """A kind measured only at 4 GPUs: a 1-GPU job of it must still be placeable (it had no rate anywhere)."""
+    from hsched.kinds import _fallback, measured_prior
+
+    rates = [KindRate("k", "a100", 4, PlacementClass.NVLINK, 40.0, 1, 0.0)]
+    prior = {"a100": 2.0, "h100": 3.0}
+    model = _fallback(learned_model(rates, ["a100", "h100"], measured_prior(rates, prior, ["a100", "h100"])))
+    assert model.fastest_types("k", 1, ("a100", "h100")) == ("h100", "a100")
+    assert model.rate("k", 4, "a100") == 40.0
