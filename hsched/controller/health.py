@@ -152,9 +152,10 @@ def record_sample(rt: NodeRuntime, sample: dict[str, Any], now: float) -> None:
     # GPU processes no hsched run owns make their device busy: we never hand out a GPU someone else uses
     rt.foreign = {p["uuid"]: p for p in sample.get("processes") or []
                   if p.get("uuid") and p.get("job_run_dir") is None and p.get("run_dir") is None}
-    # (a node of simulated GPUs lists none of theirs: its stream is there for the runs' progress reports)
-    simulated = bool(rt.node.devices) and all(d.simulated for d in rt.node.devices)
-    if sample.get("processes") is not None and (sample.get("gpus") or {}).get("source") and not simulated:
+    # (a node helper that makes up its GPUs' readings lists no processes of theirs: such a stream is there for
+    # the runs' progress reports)
+    source = (sample.get("gpus") or {}).get("source")
+    if sample.get("processes") is not None and source and source != "simulated":
         by_uuid: dict[str, list[dict[str, Any]]] = {}
         for p in sample["processes"]:
             if p.get("uuid"):
