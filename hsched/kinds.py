@@ -153,14 +153,14 @@ def catalog_prior() -> dict[str, float]:
 
 
 def learned_model(rates: Iterable[KindRate], gpu_types: Iterable[str],
-                  prior: Mapping[str, float] | None = None) -> ThroughputModel:
+                  prior: Mapping[str, float] | None = None,
+                  completion: Mapping[str, float] | None = None) -> ThroughputModel:
     """The learned speeds as a throughput model for the policy. A (kind, GPU count) measured on some GPU
     types gets, on the others of `gpu_types`, the geometric mean over its measured types of
-    speed x prior(type) / prior(measured type). Spanning placements are the model's "spanned" table;
-    the others (single, NVLink, PCIe) its table, averaged by runs."""
-    from hsched.sched.throughput import ThroughputModel
-
-    base = ThroughputModel(prior=prior)  # only for its prior lookup (built-in and given speeds)
+    speed x completion(type) / completion(measured type), `completion` defaulting to `prior`, which is what a
+    kind nothing measured runs by. Spanning placements are the model's "spanned" table; the others (single,
+    NVLink, PCIe) its table, averaged by runs."""
+    base = ThroughputModel(prior=completion if completion is not None else prior)  # its prior lookup alone
     table: dict[str, dict[tuple[str, int], float]] = {}
     spanned: dict[str, dict[tuple[str, int], float]] = {}
     weights: dict[tuple[bool, str, str, int], tuple[float, int]] = {}

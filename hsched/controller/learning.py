@@ -241,10 +241,13 @@ def throughput(ctl: Controller, now: float, gpu_types: list[str]) -> ThroughputM
     if not known:
         lr.model = None
         return None
-    # the GPU types' relative speeds as measured so far (the accelerator table's are rough: on ed69ec 8+8+8 they
-    # cost 4.7% of average JCT against the oracle, 0.5% measured), and a prior rate for a kind at a GPU count
-    # nothing measured (a kind seen only as a 4-GPU gang would otherwise have no rate anywhere: never placed)
-    lr.model = _fallback(learned_model(known, gpu_types, measured_prior(known, catalog_prior(), gpu_types)))
+    # a kind's speed on GPU types it has not run on: from the types' relative speeds as measured so far (the
+    # accelerator table's are rough: on ed69ec 8+8+8 they cost 4.7% of average JCT against the oracle, 0.5%
+    # measured); a kind nothing measured keeps the accelerator table's (one odd kind must not send every unknown
+    # job to the GPU it happened to like); and a prior rate for a kind at a GPU count nothing measured (a kind
+    # seen only as a 4-GPU gang would otherwise have no rate anywhere: never placed)
+    prior = catalog_prior()
+    lr.model = _fallback(learned_model(known, gpu_types, prior, completion=measured_prior(known, prior, gpu_types)))
     return lr.model
 
 

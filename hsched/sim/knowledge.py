@@ -92,7 +92,10 @@ class Learner:
             if self.rates:
                 prior = (measured_prior(self.rates.values(), self.prior, self.gpu_types) if self.refine_prior
                          else self.prior)
-                self._model = _fallback(learned_model(self.rates.values(), self.gpu_types, prior))
+                # as the live controller: the measured ratios complete the job types that ran; one that never
+                # ran keeps the starting prior
+                self._model = _fallback(learned_model(self.rates.values(), self.gpu_types, self.prior,
+                                                      completion=prior))
                 self.rebuilds += 1
         return self._model
 
