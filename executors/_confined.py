@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import os
 import tarfile
@@ -20,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from hsched.errors import HelperError, NodeRefused, Refusal
+from hsched.errors import HelperError, NodeRefused, NodeUnreachable, Refusal
 
 SERVICE_HELPER = "/usr/local/libexec/hsched/hsched-node-helper"
 """Where `hsched node helper-script` installs the launcher by default (fleet file: `helper` per node)."""
@@ -68,8 +69,29 @@ async def whoami(call: Call, node: str, launcher: str) -> str:
 # --------------------------------------------------------------------------------------------- transfer
 
 
-async def get_tree(call: Call, remote: str, local: Path) -> int:
-    """Copy the node's folder `remote` to `local` (replacing it whole once complete); returns its bytes."""
+async def get_tree(call: Call, remote: str, local: Path, *, node: str, timeout_s: float) -> int:
+    """Copy the node's folder `remote` to `local` (replacing it whole once complete) within `timeout_s`; returns
+    its bytes. Whatever fails is an ExecutorError naming `node` (a tar file that does not read included)."""
+    return await _bounded(_get_tree(call, remote, local), f"{node}: get {remote}", timeout_s)
+
+
+async def put_tree(call: Call, local: Path, remote: str, *, node: str, timeout_s: float) -> int:
+    """Copy the local folder `local` to the node's `remote` (replacing it whole once complete) within
+    `timeout_s`; returns the bytes sent."""
+    return await _bounded(_put_tree(call, local, remote), f"{node}: put {remote}", timeout_s)
+
+
+async def _bounded(work: Awaitable[int], what: str, timeout_s: float) -> int:
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await work
+    except TimeoutError:
+        raise NodeUnreachable(f"{what} did not finish within {timeout_s:g} s") from None
+    except tarfile.TarError as e:  # a transfer that arrived broken: the caller's ExecutorError, not a crash
+        raise HelperError(f"{what}: the transfer does not read as a tar file ({e})", "read") from None
+
+
+async def _get_tree(call: Call, remote: str, local: Path) -> int:
     packed = await call("pack", {"path": remote})
     token, path, size = str(packed["token"]), str(packed["path"]), int(packed["size"])
     tar_path = Path(f"{local}.get-{token}.tar")
@@ -87,15 +109,12 @@ async def get_tree(call: Call, remote: str, local: Path) -> int:
         await asyncio.to_thread(_untar_replacing, tar_path, local)
     finally:
         await asyncio.to_thread(_unlink, tar_path)
-        try:
+        with contextlib.suppress(HelperError):  # else the helper's transfer folder keeps a stray file, no more
             await call("drop", {"token": token})
-        except HelperError:
-            pass  # the helper's transfer folder keeps a stray file; nothing depends on it
     return size
 
 
-async def put_tree(call: Call, local: Path, remote: str) -> int:
-    """Copy the local folder `local` to the node's `remote` (replacing it whole once complete)."""
+async def _put_tree(call: Call, local: Path, remote: str) -> int:
     tar_path = Path(f"{local}.put-{os.urandom(4).hex()}.tar")
     token: str | None = None
     try:
@@ -117,10 +136,8 @@ async def put_tree(call: Call, local: Path, remote: str) -> int:
     finally:
         await asyncio.to_thread(_unlink, tar_path)
         if token is not None:
-            try:
+            with contextlib.suppress(HelperError):
                 await call("drop", {"token": token})
-            except HelperError:
-                pass
     return size
 
 

@@ -490,23 +490,16 @@ class LocalExecutor:
     @recorded
     async def put(self, local: str | Path, remote: str, *, timeout_s: float = 3600.0) -> None:
         if self.helper is not None:
-            await self._through_helper("put", _confined.put_tree(self._call, Path(local), remote), timeout_s)
+            await _confined.put_tree(self._call, Path(local), remote, node=self.name, timeout_s=timeout_s)
             return
         await self._copy("put", str(local), remote, timeout_s)
 
     @recorded
     async def get(self, remote: str, local: str | Path, *, timeout_s: float = 3600.0) -> None:
         if self.helper is not None:
-            await self._through_helper("get", _confined.get_tree(self._call, remote, Path(local)), timeout_s)
+            await _confined.get_tree(self._call, remote, Path(local), node=self.name, timeout_s=timeout_s)
             return
         await self._copy("get", remote, str(local), timeout_s)
-
-    async def _through_helper(self, what: str, work: Any, timeout_s: float) -> None:
-        try:
-            async with asyncio.timeout(timeout_s):
-                await work
-        except TimeoutError:
-            raise NodeUnreachable(f"{what} did not finish within {timeout_s:g} s") from None
 
     async def _copy(self, what: str, src: str, dst: str, timeout_s: float) -> None:
         await copy_off_loop(self.name, what, src, dst, timeout_s)

@@ -680,7 +680,7 @@ class SSHExecutor:
         an existing folder there is replaced.
         """
         if self.helper is not None:  # the user's folder: only the node's own helper may write it
-            await self._through_helper("put", _confined.put_tree(self._helper, Path(local), remote), timeout_s)
+            await _confined.put_tree(self._helper, Path(local), remote, node=self.name, timeout_s=timeout_s)
             return
         conn, _ = await self._connection()
         await self._sftp_call(conn, timeout_s, "put", _sshfiles.put, str(local), remote)
@@ -689,17 +689,10 @@ class SSHExecutor:
     async def get(self, remote: str, local: str | Path, *, timeout_s: float = 3600.0) -> None:
         """Copy a file or folder from the node to `local`, renamed into place when complete."""
         if self.helper is not None:
-            await self._through_helper("get", _confined.get_tree(self._helper, remote, Path(local)), timeout_s)
+            await _confined.get_tree(self._helper, remote, Path(local), node=self.name, timeout_s=timeout_s)
             return
         conn, _ = await self._connection()
         await self._sftp_call(conn, timeout_s, "get", _sshfiles.get, remote, str(local))
-
-    async def _through_helper(self, what: str, work: Any, timeout_s: float) -> None:
-        try:
-            async with asyncio.timeout(timeout_s):
-                await work
-        except TimeoutError:
-            raise NodeUnreachable(f"{self.name}: {what} did not finish within {timeout_s:g} s") from None
 
     async def _sftp_call(self, conn: asyncssh.SSHClientConnection, timeout_s: float, what: str, fn: Any,
                          *args: Any) -> Any:

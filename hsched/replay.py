@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from hsched.errors import HschedError
 from hsched.model import Node
 
 KNOWLEDGE = ("table", "learn")
@@ -127,7 +128,8 @@ def run_live(home: Path, trace: Any, nodes: Sequence[Node], speedup: float, *, p
             for jid, tid in sorted(ids.items()):
                 s = c.call("show", id=jid)
                 if s["state"] != "COMPLETED":
-                    raise RuntimeError(f"replay: job {jid} (trace job {tid}) ended {s['state']}: {s['reason']}")
+                    raise HschedError(f"replay: job {jid} (trace job {tid}) ended {s['state']} ({s['reason']}); "
+                                      f"`hsched show {jid}` in {home} says why (--keep keeps it)")
                 out.append(LiveJob(jid, tid, s["runs"][-1]["node"], _ts(s["submit_time"]),
                                    _ts(s["runs"][0]["start_time"]), _ts(s["end_time"])))
         finally:

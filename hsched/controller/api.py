@@ -255,7 +255,7 @@ class Api:
         res = spec.resources
         if res.gpus <= 0 or res.gpu_memory_mib is not None:
             return spec
-        need = await learned_gpu_memory(self.ctl, job_kind_of_spec(spec))
+        need = await learned_gpu_memory(self.ctl, kind_of(spec.kind, spec.command))
         return replace(spec, resources=replace(res, gpu_memory_mib=need)) if need else spec
 
     def _spec(self, args: dict[str, Any]) -> Any:
@@ -652,7 +652,3 @@ def _member_of_any(user: str, groups: tuple[str, ...]) -> bool:
         except KeyError:
             continue
     return False
-
-
-def job_kind_of_spec(spec: Any) -> str:
-    return kind_of(spec.kind, spec.command)

@@ -95,9 +95,11 @@ def service_account(lab: bool) -> bool:
 
 
 def make_executor(cfg: NodeConfig, *, lab: bool = False) -> Executor:
-    from hsched.executors._confined import SERVICE_HELPER
+    helper = cfg.helper
+    if helper is None and service_account(lab):
+        from hsched.executors._confined import SERVICE_HELPER  # (tarfile and all: only a service lab needs it)
 
-    helper = cfg.helper or (SERVICE_HELPER if service_account(lab) else None)
+        helper = SERVICE_HELPER
     if cfg.executor == "local":
         from hsched.executors.local import LocalExecutor
 

@@ -183,9 +183,9 @@ def test_a_checkpoint_goes_from_one_confined_node_to_another_through_the_control
     (local / "old").write_text("replaced")
 
     async def main() -> None:
-        await _confined.get_tree(call, str(src), local)
+        await _confined.get_tree(call, str(src), local, node="a", timeout_s=60)
         assert sorted(p.name for p in local.rglob("*")) == ["deep", "er", "n", "w"]
-        await _confined.put_tree(call, local, f"{root}/files/b/7")
+        await _confined.put_tree(call, local, f"{root}/files/b/7", node="b", timeout_s=60)
 
     asyncio.run(main())
     there = root / "files" / "b" / "7"
@@ -206,3 +206,21 @@ def test_the_node_script_is_valid_sh_with_exactly_one_sudo_rule() -> None:
     for bad in ({"prefix": "opt/h"}, {"root": "/srv/$(id)"}, {"account": "-x"}, {"public_key": "a\nb"}):
         with pytest.raises(ValueError):
             helper_script(**bad)  # type: ignore[arg-type]
+
+
+def test_a_transfer_that_is_no_tar_is_the_callers_helper_error(tmp_path: Path) -> None:
+    """A broken transfer fails the copy with one ExecutorError (the checkpoint move says so), never a crash."""
+    import base64
+
+    from hsched.errors import HelperError
+
+    async def call(command: str, request: dict[str, Any]) -> dict[str, Any]:
+        if command == "pack":
+            return {"token": "0" * 32, "path": "/x", "size": 9}
+        if command == "read":
+            return {"data": base64.b64encode(b"not a tar"[request["offset"]:]).decode()}
+        return {}
+
+    with pytest.raises(HelperError, match="n1: get /ck: the transfer does not read as a tar file"):
+        asyncio.run(_confined.get_tree(call, "/ck", tmp_path / "ck", node="n1", timeout_s=60))
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing half-made left behind
