@@ -44,7 +44,8 @@ class Hsched(Policy):
         # so on Gavel's gang trace 0e4a51 it stopped a job ~350,000 times (every stop a checkpoint and restore
         # in real life). With 1.5 h the ranking changes hands ~30,000 times and the mean JCT is lower, not
         # higher: jobs there run for days, and a 1.5 h slice still time-shares them (bench_sim.py --gang).
-        return max(self.quantum_s, inp.round_s, self.quantum_per_checkpoint_s * inp.checkpoint_cost_s)
+        quantum = self.quantum_s if inp.quantum_s is None else inp.quantum_s
+        return max(quantum, inp.round_s, self.quantum_per_checkpoint_s * inp.checkpoint_cost_s)
 
     @classmethod
     def over_share(cls, usage: Mapping[str, float]) -> frozenset[str]:
@@ -99,26 +100,38 @@ class Hsched(Policy):
         keyed.sort()
         return list(map(_VIEW, keyed))
 
-    def move_pays(self, j: JobView, new_type: str, inp: PolicyInput) -> bool:
-        """Whether leaving the current type for `new_type` is worth a checkpoint and restore.
+    @staticmethod
+    def move_gain(j: JobView, new_type: str, inp: PolicyInput) -> tuple[float, float]:
+        """(seconds a move of running job `j` to `new_type` is expected to save, what its checkpoint and restore
+        cost): the gain is its expected remaining time times the speed it stops wasting.
 
-        Without durations, expected remaining time is taken as the time already run (heavy-tailed job
-        sizes: the longer a job has run, the longer it is likely to keep running), at least one round.
+        Expected remaining time: the prediction where there is one (`inp.forecast_s`: the live controller's,
+        from progress or history); else, without durations, the time already run (heavy-tailed job sizes: the
+        longer a job has run, the longer it is likely to keep running), at least one round.
         """
-        if j.gpu_type is None or inp.checkpoint_cost_s <= 0:
-            return True
+        cost = inp.checkpoint_costs.get(j.id, inp.checkpoint_cost_s)
+        if j.gpu_type is None:
+            return float("inf"), cost
         rel = inp.throughput.rel_speeds(j.job_type, j.gpus, inp.gpu_types)
         cur, new = rel.get(j.gpu_type, 0.0), rel.get(new_type, 0.0)
         if new <= cur or new <= 0:
-            return False
-        remaining = max(j.run_s, inp.round_s)
-        return remaining * (1.0 - cur / new) > 2.0 * inp.checkpoint_cost_s
+            return 0.0, cost
+        hint = inp.forecast_s.get(j.id)
+        remaining = hint if hint is not None else max(j.run_s, inp.round_s)
+        return remaining * (1.0 - cur / new), cost
+
+    def move_pays(self, j: JobView, new_type: str, inp: PolicyInput) -> bool:
+        """Whether leaving the current type for `new_type` is worth a checkpoint and restore: the expected gain
+        over twice the cost (a margin for the prediction's error)."""
+        gain, cost = self.move_gain(j, new_type, inp)
+        # (free moves are the assignment's to decide, whatever they gain)
+        return cost <= 0 or gain > 2.0 * cost
 
     def plan(self, inp: PolicyInput) -> Plan:
         ordered = self.order(inp)
         chosen = select_by_capacity(ordered, inp.capacity, inp)
         assigned = hetero_assign(chosen, inp.capacity, inp)
-        if inp.checkpoint_cost_s > 0:
+        if inp.checkpoint_cost_s > 0 or inp.checkpoint_costs:
             pinned = {
                 j.id: j.gpu_type
                 for j in chosen

@@ -46,6 +46,9 @@ def build_input(
     round_s: float = 360.0,
     user_usage: Mapping[str, float] | None = None,
     starts_only: bool = False,
+    checkpoint_costs: Mapping[int, float] | None = None,
+    forecast_s: Mapping[int, float] | None = None,
+    quantum_s: float | None = None,
 ) -> PolicyInput:
     """Assemble a PolicyInput: capacity per GPU type from the servers, types ordered fastest first."""
     capacity, gpu_types = _fleet(servers, throughput)
@@ -59,6 +62,9 @@ def build_input(
         round_s=round_s,
         user_usage=dict(user_usage or {}),
         starts_only=starts_only,
+        checkpoint_costs=checkpoint_costs or {},
+        forecast_s=forecast_s or {},
+        quantum_s=quantum_s,
     )
 
 

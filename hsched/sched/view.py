@@ -118,6 +118,15 @@ class PolicyInput:
     """A start-only round (the simulator's, between quanta): `jobs` holds the waiting jobs alone and
     `capacity` the free GPUs; nothing may be preempted or moved. The round takes wanted jobs strictly in
     order (no backfill past a job that does not fit: it waits for the next full round, which may make room)."""
+    checkpoint_costs: Mapping[int, float] = field(default_factory=dict)
+    """Job id -> what a checkpoint and restart of that job costs (seconds), where measured (the live controller's
+    jobs that proved they checkpoint); a job not here costs `checkpoint_cost_s`."""
+    forecast_s: Mapping[int, float] = field(default_factory=dict)
+    """Running job id -> its predicted remaining seconds where something predicts it (the live controller: its
+    progress or its kind's history). A prediction, not the truth: non-clairvoyant policies may read it."""
+    quantum_s: float | None = None
+    """How long a (re)started job keeps its GPUs before time-sharing may take them (the live settings'
+    `move_min_run_s`); None: the policy's own."""
 
 
 @dataclass(frozen=True, slots=True)
