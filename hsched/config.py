@@ -731,6 +731,16 @@ class Settings:
     idle_after_s: float = 1800.0
     """A running job whose GPUs have all been idle this long is flagged (event `idle`, profile `idle`;
     hsched.profiles.IDLE_AFTER_S). Nothing is done to it."""
+    moves: bool = True
+    """The policy may move a running job that proved it checkpoints (it exited with the checkpoint code before)
+    to faster free GPUs when the move pays, and time-share such jobs within a QoS class (least attained service
+    first); false: running jobs stay where they are, as before (issue 14, hsched.controller.moves)."""
+    move_min_run_s: float = 1800.0
+    """A job (re)started less than this long ago is neither moved nor time-shared away (the live policy's
+    quantum): a move costs a checkpoint and a restart, so they must be rare."""
+    move_cost_s: float = 60.0
+    """What a checkpoint and restart is taken to cost a job before one was measured (its time from the stop's
+    decision to its GPUs free, plus from its restart to its first progress report)."""
 
     @property
     def qos_names(self) -> tuple[str, ...]:
@@ -738,7 +748,8 @@ class Settings:
 
 
 _SETTINGS_FLOATS = ("poll_interval_s", "probe_interval_s", "probe_timeout_s", "lease_s", "heartbeat_timeout_s",
-                    "kill_after_s", "monitor_interval_s", "retry_backoff_s", "retry_backoff_max_s", "idle_after_s")
+                    "kill_after_s", "monitor_interval_s", "retry_backoff_s", "retry_backoff_max_s", "idle_after_s",
+                    "move_min_run_s", "move_cost_s")
 
 
 def load_settings(path: Path) -> Settings:
@@ -748,7 +759,7 @@ def load_settings(path: Path) -> Settings:
     p = Problems(str(path))
     allowed = frozenset({*_SETTINGS_FLOATS, "checkpoint_exit_code", "max_restarts", "gpu_models", "qos",
                          "default_qos", "policy", "retries", "fatal_exit_codes", "metrics", "admins", "lab_group",
-                         "fairshare_half_life_s", "accounts"})
+                         "fairshare_half_life_s", "accounts", "moves"})
     check_keys(p, data, allowed, "")
     kwargs: dict[str, Any] = {}
     for k in _SETTINGS_FLOATS:
@@ -803,6 +814,11 @@ def load_settings(path: Path) -> Settings:
             p.expected("fairshare_half_life_s", "a number of seconds >= 0 (604800 = 7 days; 0: no decay)", v)
         else:
             kwargs["fairshare_half_life_s"] = float(v)
+    if "moves" in data:
+        if not isinstance(data["moves"], bool):
+            p.expected("moves", "true or false", data["moves"])
+        else:
+            kwargs["moves"] = data["moves"]
     if "accounts" in data:
         kwargs["accounts"] = _accounts(p, data["accounts"])
     if "qos" in data:
