@@ -51,11 +51,16 @@ idempotent per run folder (the folder is the lock, as on other nodes).
 controller asks twice a second, Slurm asks its users not to poll that often), and `scontrol
 -d -o show job ID` once per run when it starts (which GPU indices where) and once when it ends (ExitCode=N:S;
 a run killed by signal S exits 128 + S, as elsewhere in hsched). A job pending in Slurm's queue is a RUNNING run
-for hsched (it has been handed to the group; Slurm decides when it starts). Slurm states: COMPLETED, FAILED,
-CANCELLED, TIMEOUT, DEADLINE -> EXITED with Slurm's exit code (a job cancelled before it started: signal 15);
-OUT_OF_MEMORY -> EXITED with `oom`; NODE_FAIL, BOOT_FAIL, PREEMPTED -> LOST (its node or Slurm took it away:
-hsched requeues it by its rules). A job Slurm no longer knows, with no end recorded in slurm.json, is LOST.
-`sacct` is asked about jobs squeue no longer knows, where accounting exists.
+for hsched (it has been handed to the group; Slurm decides when it starts), reported `queued`; once Slurm started
+it, its reports carry `started_at`, Slurm's StartTime: the job's time limit counts from there, not from sbatch
+(the wait in Slurm's queue is not the job's running time). Slurm states: COMPLETED, FAILED, CANCELLED, TIMEOUT,
+DEADLINE -> EXITED with Slurm's exit code (a job cancelled before it started: signal 15); OUT_OF_MEMORY -> EXITED
+with `oom`; NODE_FAIL, BOOT_FAIL -> LOST with cause NODE_LOST, PREEMPTED (Slurm's own preemption) -> LOST with
+cause PREEMPTED: Slurm took the job away through no fault of its own, so hsched requeues it without using a
+retry (the attempt gets a new sbatch; `--no-requeue` keeps Slurm from running it again behind hsched's back, and
+makes `scontrol requeue` of it refused). A job Slurm no longer knows, with no end recorded in slurm.json, is
+LOST without a cause. `sacct` is asked about jobs squeue no longer knows, where accounting exists. These three
+fields are SlurmRunReport's (a RunReport) until hsched.model.RunReport has them.
 
 **Slurm away**: a failed command is followed by `scontrol ping`; when slurmctld does not answer, the call raises
 SlurmUnreachable (a NodeUnreachable) and monitoring stops, so the group turns UNREACHABLE on the controller's
@@ -97,7 +102,7 @@ from typing import Any
 
 from hsched import nodehelper
 from hsched.errors import ExecutorError, HelperError, NodeRefused, NodeUnreachable, Refusal
-from hsched.model import RunHandle, RunReport, RunStatus
+from hsched.model import EndReason, RunHandle, RunReport, RunStatus
 
 from . import _slurm_text as text
 from ._contact import recorded
@@ -116,6 +121,28 @@ ENDING_STATES = frozenset({"COMPLETING", "STAGE_OUT"})
 """The job's script has ended; Slurm is cleaning up: nothing left to signal."""
 DROPPED_ENV = ("CUDA_VISIBLE_DEVICES",)
 """Slurm sets these in the job from what it allocated; hsched's values name its own view of the group."""
+TAKEN: Mapping[str, EndReason] = {"NODE_FAIL": EndReason.NODE_LOST, "BOOT_FAIL": EndReason.NODE_LOST,
+                                  "PREEMPTED": EndReason.PREEMPTED}
+"""Slurm states in which Slurm ended the job itself, through no fault of the run: its node failed (or never
+booted), or Slurm's own preemption cancelled it for a job of a higher partition or QoS. Such a run is LOST with
+this cause; the job is to be requeued without using one of its retries (a retry is for a run that failed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmRunReport(RunReport):
+    """A RunReport with what Slurm knows and a node helper does not: whether the job still waits in Slurm's
+    queue, when it really started, and why Slurm took it away. The controller reads these fields where they are
+    (issue 17); until hsched.model.RunReport has them, this subclass carries them, and every report of this
+    executor is one."""
+
+    queued: bool = False
+    """RUNNING for hsched (handed to the group) but still waiting in Slurm's queue (PENDING, CONFIGURING): not
+    started, so its time limit does not count yet."""
+    started_at: float | None = None
+    """When Slurm started the batch script (squeue's StartTime, Slurm's clock), once it has: the job's time limit
+    counts from here, not from sbatch. None while it waits, and for a job that never started."""
+    cause: EndReason | None = None
+    """Why a LOST run is gone, where Slurm says (TAKEN): NODE_LOST or PREEMPTED. None: nobody knows why."""
 
 
 class SlurmError(HelperError):
@@ -414,16 +441,19 @@ class SlurmExecutor:
 
     async def _accounting(self, job_id: int) -> dict[str, Any] | None:
         """What sacct says of an ended job Slurm's controller forgot; None without accounting."""
-        res = await self._run("sacct", "-n", "-P", "-X", "-j", str(job_id), "-o", "JobID,State,ExitCode,End,NodeList",
-                              check=False)
+        res = await self._run("sacct", "-n", "-P", "-X", "-j", str(job_id), "-o",
+                              "JobID,State,ExitCode,Start,End,NodeList", check=False)
         for line in res.out.splitlines() if res.rc == 0 else []:
             f = line.split("|")
-            if len(f) >= 5 and f[0] == str(job_id):
+            if len(f) >= 6 and f[0] == str(job_id):
                 state = f[1].split()[0] if f[1] else "UNKNOWN"
                 status, sig = (int(x) for x in f[2].split(":")) if ":" in f[2] else (None, None)
+                nodes = text.null(f[5])
+                began = nodes is not None and nodes != "None assigned"
                 return {"state": state, "exit_status": status, "exit_signal": sig,
-                        "end_time": float(f[3]) if f[3].isdigit() else None, "nodes": text.null(f[4]),
-                        "reason": None}
+                        "end_time": float(f[4]) if f[4].isdigit() else None, "nodes": nodes if began else None,
+                        "reason": None, "started": began,
+                        "start_time": float(f[3]) if began and f[3].isdigit() else None}
         return None
 
     @recorded
@@ -452,7 +482,7 @@ class SlurmExecutor:
 
     async def _report(self, ref: _Ref, view: Mapping[int, text.QueueEntry]) -> RunReport:
         if ref.job_id is None:
-            return RunReport(RunStatus.NOT_STARTED)
+            return SlurmRunReport(RunStatus.NOT_STARTED)
         job_id = ref.job_id
         handle = self._handle(ref.run_dir, job_id, await asyncio.to_thread(_submitted, ref.run_dir))
         if ref.final is not None:
@@ -471,25 +501,27 @@ class SlurmExecutor:
                 detail = None
         if state in text.LIVE_STATES:
             self._ours[job_id] = _Ours(ref.run_dir, ref.devices)
-            if state in text.STARTED_STATES and job_id not in self._gpus:
+            if state not in text.STARTED_STATES:
+                return SlurmRunReport(RunStatus.RUNNING, handle=handle, queued=True)
+            if job_id not in self._gpus:
                 detail = detail or await self._detail(job_id)
                 if detail is not None:
                     self._gpus[job_id] = detail.gpus
-            return RunReport(RunStatus.RUNNING, handle=handle)
+            # a pending job's StartTime is Slurm's guess; a started one's is when its batch script began
+            started = entry.start_time if entry is not None else detail.start_time if detail is not None else None
+            return SlurmRunReport(RunStatus.RUNNING, handle=handle, started_at=started)
         final: dict[str, Any] | None = None
         if state is not None:
             detail = detail or await self._detail(job_id)
             if detail is None or detail.state != state:
-                return RunReport(RunStatus.RUNNING, handle=handle)  # changed between two looks: ask again
-            final = {"state": detail.state, "exit_status": detail.exit_status, "exit_signal": detail.exit_signal,
-                     "end_time": detail.end_time, "nodes": detail.nodes, "reason": detail.reason,
-                     "started": detail.nodes is not None}
+                return SlurmRunReport(RunStatus.RUNNING, handle=handle)  # changed between two looks: ask again
+            final = _final_of(detail)
         elif not reused:
             final = await self._accounting(job_id)
         self._gpus.pop(job_id, None)
         self._ours.pop(job_id, None)
         if final is None:
-            return RunReport(RunStatus.LOST, handle=handle)
+            return SlurmRunReport(RunStatus.LOST, handle=handle)
         await asyncio.to_thread(_merge_record, ref.run_dir, {"final": final})
         return _final_report(final, handle)
 
@@ -745,20 +777,31 @@ def _read_at(path: str, offset: int, max_bytes: int) -> bytes:
 # ----------------------------------------------------------------------------------------------- values
 
 
-def _final_report(final: Mapping[str, Any], handle: RunHandle) -> RunReport:
+def _final_of(detail: text.JobDetail) -> dict[str, Any]:
+    """What slurm.json keeps of an ended job (`final`), from `scontrol show job`."""
+    began = detail.nodes is not None  # a job cancelled while pending has a StartTime (Slurm's guess) but no node
+    return {"state": detail.state, "exit_status": detail.exit_status, "exit_signal": detail.exit_signal,
+            "end_time": detail.end_time, "nodes": detail.nodes, "reason": detail.reason, "started": began,
+            "start_time": detail.start_time if began else None}
+
+
+def _final_report(final: Mapping[str, Any], handle: RunHandle) -> SlurmRunReport:
+    """The report of an ended job from its end as slurm.json keeps it (`final`)."""
     state = str(final.get("state") or "UNKNOWN")
-    end = final.get("end_time")
+    end, start = final.get("end_time"), final.get("start_time")
     end_time = float(end) if isinstance(end, int | float) else None
+    started_at = float(start) if isinstance(start, int | float) else None
     if state in text.GONE_STATES:
-        return RunReport(RunStatus.LOST, handle=handle, end_time=end_time)
+        return SlurmRunReport(RunStatus.LOST, handle=handle, end_time=end_time, started_at=started_at,
+                              cause=TAKEN.get(state))
     status, sig = final.get("exit_status"), final.get("exit_signal")
     if state == "CANCELLED" and not final.get("started", True) and not sig:
         sig = int(signals.SIGTERM)  # cancelled before it started: as killed by the stop signal
     code, signal = text.exit_code(status if isinstance(status, int) else None, sig if isinstance(sig, int) else None)
     if code is None:
-        return RunReport(RunStatus.LOST, handle=handle, end_time=end_time)
-    return RunReport(RunStatus.EXITED, exit_code=code, signal=signal, handle=handle, end_time=end_time,
-                     oom=state == "OUT_OF_MEMORY")
+        return SlurmRunReport(RunStatus.LOST, handle=handle, end_time=end_time, started_at=started_at)
+    return SlurmRunReport(RunStatus.EXITED, exit_code=code, signal=signal, handle=handle, end_time=end_time,
+                          oom=state == "OUT_OF_MEMORY", started_at=started_at)
 
 
 def _spread(others: Sequence[tuple[str, str, str]], free: Sequence[Mapping[str, Any]]) -> list[str]:

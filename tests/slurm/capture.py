@@ -1,6 +1,8 @@
 """Capture the Slurm outputs under tests/fixtures/slurm/ from a real cluster (tests/slurm/cluster.py), as root:
 
-    .venv/bin/python -m tests.slurm.capture [FOLDER]
+    .venv/bin/python -m tests.slurm.capture [FOLDER [FILE...]]
+
+FILE...: write only these captures (job_preempted.txt job_node_fail.txt), leaving the others as they are.
 
 Each file is one command's stdout, byte for byte, with a `# command:` and a `# slurm:` header line that
 `tests/slurm/test_slurm_text.py` strips. Times are epochs (SLURM_TIME_FORMAT=%s, as the executor sets it).
@@ -17,7 +19,8 @@ from tests.conftest import FIXTURES
 from tests.slurm.cluster import SlurmCluster
 
 
-def main(out: Path) -> None:
+def main(out: Path, only: frozenset[str] = frozenset()) -> None:
+    """Write the captures into `out` (only those named in `only`, when given: the others stay as they were)."""
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="hsched-slurm-capture-") as tmp, SlurmCluster(Path(tmp)) as c:
         c.env["SLURM_TIME_FORMAT"] = "%s"
@@ -25,6 +28,8 @@ def main(out: Path) -> None:
 
         def save(name: str, *argv: str) -> str:
             text = c.run(*argv).stdout
+            if only and name not in only:
+                return text
             (out / name).write_text(f"# command: {' '.join(argv)}\n# slurm: {version}\n{text}")
             return text
 
@@ -67,7 +72,20 @@ def main(out: Path) -> None:
         c.run("scontrol", "update", "nodename=n2", "state=drain", "reason=fan broken: replace")
         save("nodes_drained.txt", "scontrol", "-d", "-o", "show", "node", "n[1-2]")
         c.run("scontrol", "update", "nodename=n2", "state=resume")
+        # Slurm takes jobs away: preempted by a job of the higher partition, and ended by a node going down
+        victim = sbatch("--no-requeue", "-w", "n1", "--gres=gpu:a100:1", "--wrap", "sleep 60")
+        doomed = sbatch("--no-requeue", "-w", "n2", "--wrap", "sleep 60")
+        wait_state(victim, "RUNNING")
+        wait_state(doomed, "RUNNING")
+        urgent = sbatch("-p", "urgent", "-w", "n1", "--gres=gpu:a100:2", "--wrap", "sleep 60")
+        wait_state(victim, "PREEMPTED")
+        c.node_down("n2", "capture")
+        wait_state(doomed, "NODE_FAIL")
+        save("job_preempted.txt", "scontrol", "-d", "-o", "show", "job", victim)
+        save("job_node_fail.txt", "scontrol", "-d", "-o", "show", "job", doomed)
+        c.run("scancel", urgent)
+        c.wait_nodes_up()
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else FIXTURES / "slurm")
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else FIXTURES / "slurm", frozenset(sys.argv[2:]))

@@ -9,7 +9,9 @@ the machine and leaves nothing behind.
 
 Each node has `cpus` CPUs (2: two one-CPU jobs at once), 2000 MiB and `gpus` GPUs of type `gpu_type` (device
 files `dev/nvidia<i>`, character devices of NVIDIA's major number, which is what slurmd's gres plugin checks),
-in partition `debug`. Slurm sets CUDA_VISIBLE_DEVICES in each job from them. There is no accounting (no
+in partition `debug`; partition `urgent` holds the same nodes at a higher PriorityTier, so that its jobs preempt
+(cancel: PreemptMode=CANCEL) `debug`'s, as Slurm's preemption does on a real cluster. Slurm sets
+CUDA_VISIBLE_DEVICES in each job from them. There is no accounting (no
 slurmdbd): `sacct` fails and jobs stay in slurmctld's memory for MinJobAge after they end, as on a small
 cluster without a database.
 
@@ -32,6 +34,8 @@ SLURMCTLD = "/usr/sbin/slurmctld"
 SLURMD = "/usr/sbin/slurmd"
 MUNGED = "/usr/sbin/munged"
 PARTITION = "debug"
+URGENT = "urgent"
+"""A partition over the same nodes whose jobs preempt (cancel) jobs of PARTITION."""
 START_S = 60.0
 """A safety net for the cluster to come up (about 2 s on a quiet 2-core machine)."""
 
@@ -121,6 +125,9 @@ class SlurmCluster:
             "SchedulerParameters=batch_sched_delay=0",
             "SlurmdParameters=config_overrides",  # the nodes' CPUs and memory as written here, whatever the machine
             "DefMemPerCPU=500",  # a job without --mem takes 500 MiB a CPU, not its node's whole memory
+            # a job of partition `urgent` (same nodes, higher tier) preempts `debug`'s jobs: Slurm's own preemption
+            "PreemptType=preempt/partition_prio",
+            "PreemptMode=CANCEL",
         ]
         feats = f" Feature={','.join(self.features)}" if self.features else ""
         gres_lines = ["AutoDetect=off"]
@@ -136,7 +143,9 @@ class SlurmCluster:
                 files.append(str(dev))
             gres_lines.append(f"NodeName={n} Name=gpu Type={self.gpu_type} File={','.join(files)}")
         lines.append(f"PartitionName={self.partition} Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE "
-                     "State=UP")
+                     "State=UP PriorityTier=1")
+        lines.append(f"PartitionName={URGENT} Nodes={','.join(self.nodes)} MaxTime=INFINITE State=UP PriorityTier=2 "
+                     "PreemptMode=OFF")
         self.conf.write_text("\n".join(lines) + "\n")
         (r / "gres.conf").write_text("\n".join(gres_lines) + "\n")
         self._daemon([SLURMCTLD, "-f", str(self.conf)], r / "slurmctld.pid")
@@ -195,14 +204,47 @@ class SlurmCluster:
 
         return oneliner(self.run("scontrol", "-d", "-o", "show", "job", str(job_id)).stdout.strip())
 
+    def start_time(self, job_id: int | str) -> float:
+        """When Slurm started a job (its StartTime, an epoch)."""
+        p = subprocess.run(["scontrol", "-o", "show", "job", str(job_id)], env={**self.env, "SLURM_TIME_FORMAT": "%s"},
+                           capture_output=True, text=True, timeout=60, check=True)
+        return float(p.stdout.split("StartTime=", 1)[1].split()[0])
+
     def cancel_all(self) -> None:
-        """Cancel every job (between tests: none outlives its test)."""
-        self.run("scancel", f"--partition={self.partition}", check=False)
+        """Cancel every job, of every partition, and bring back a node a test took down (between tests: none
+        outlives its test)."""
+        for part in (self.partition, URGENT):
+            self.run("scancel", f"--partition={part}", check=False)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             p = self.run("squeue", "-h", "-o", "%i", check=False)
             if p.returncode == 0 and not p.stdout.strip():
+                break
+            time.sleep(0.1)
+        self.wait_nodes_up()
+
+    def node_states(self) -> dict[str, str]:
+        p = self.run("sinfo", "-h", "-N", "-p", self.partition, "-o", "%N %T", check=False)
+        return dict(line.split() for line in p.stdout.splitlines() if len(line.split()) == 2)
+
+    def node_down(self, node: str, reason: str = "test") -> None:
+        """Take a node down as an administrator would (`scontrol update state=down`): Slurm ends the jobs on it
+        as NODE_FAIL, as when the node dies. wait_nodes_up brings it back."""
+        self.run("scontrol", "update", f"nodename={node}", "state=down", f"reason={reason}")
+
+    def wait_nodes_up(self) -> None:
+        """Every node idle or in use again: a node a test took down is resumed (ReturnToService=2 often brings
+        it back on its own, as soon as its slurmd answers)."""
+        deadline = time.monotonic() + START_S
+        while True:
+            states = self.node_states()
+            down = [n for n, st in states.items() if st.rstrip("*~#!%$@^-").startswith(("down", "drain", "fail"))]
+            if sorted(states) == sorted(self.nodes) and not down:
                 return
+            for n in down:
+                self.run("scontrol", "update", f"nodename={n}", "state=resume", check=False)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the test cluster's nodes did not come back: {states}")
             time.sleep(0.1)
 
     def stop_controller(self) -> None:

@@ -154,3 +154,28 @@ def test_other_jobs_gpus_are_spread_over_devices_none_of_ours_is_counted_on() ->
     assert _spread([("n1", "n1-0", "a100"), ("n1", "n1-1", "a100")], free) == ["n1-1", "n2-0"]
     assert _spread([("n9", "n9-0", "v100"), ("n9", "n9-1", "v100")], free) == ["n3-0"]
     assert _spread([], free) == []
+
+
+def test_jobs_slurm_took_away_are_lost_with_their_cause_and_a_start() -> None:
+    """A job Slurm preempted, or whose node failed, is LOST with the cause the controller requeues it by (no
+    retry used); every ended job's report says when Slurm really started it, a never-started one none."""
+    from hsched.executors.slurm import SlurmRunReport, _final_of, _final_report
+
+    from hsched.model import EndReason, RunHandle, RunStatus
+
+    h = RunHandle("/r", 6, 0, 0, "slurm::debug")
+    preempted = text.parse_job(capture("job_preempted.txt"))
+    assert (preempted.state, preempted.exit_signal, preempted.nodes) == ("PREEMPTED", 15, "n1")
+    rep = _final_report(_final_of(preempted), h)
+    assert isinstance(rep, SlurmRunReport)
+    assert (rep.status, rep.cause, rep.exit_code) == (RunStatus.LOST, EndReason.PREEMPTED, None)
+    assert (rep.started_at, rep.end_time) == (1796196941, 1796196943)
+    failed = _final_report(_final_of(text.parse_job(capture("job_node_fail.txt"))), h)
+    assert (failed.status, failed.cause, failed.started_at) == (RunStatus.LOST, EndReason.NODE_LOST, 1796196942)
+    exited = _final_report(_final_of(text.parse_job(capture("job_failed.txt"))), h)
+    assert (exited.status, exited.exit_code, exited.cause) == (RunStatus.EXITED, 3, None)
+    assert exited.started_at == text.parse_job(capture("job_failed.txt")).start_time is not None
+    never = _final_report(_final_of(text.parse_job(capture("job_cancelled_pending.txt"))), h)
+    assert (never.status, never.exit_code, never.started_at) == (RunStatus.EXITED, 143, None)  # StartTime: a guess
+    # a job nobody can say anything of is lost without a cause: it costs a retry, as on any node
+    assert _final_report({"state": "REVOKED"}, h).cause is None
