@@ -571,6 +571,39 @@ class Store:
                        "gpu_peak_mib, host_peak_mib) VALUES (?,?,?,?,?,?,?,?)",
                        (job_id, kind, user, duration_s, ended, predicted_s, gpu_peak_mib, host_peak_mib))
 
+    def checkpointers(self, checkpoint_exit_code: int) -> dict[int, float | None]:
+        """The jobs not ended yet that proved they checkpoint: a run of theirs was preempted or checkpointed and
+        exited with the checkpoint code. Job id -> the longest its GPUs took to free after a preemption's decision
+        (None: never measured), for what a move costs it (hsched.controller.moves)."""
+        rows = self.db.execute(
+            "SELECT DISTINCT r.job_id FROM runs r JOIN jobs j ON j.id = r.job_id WHERE r.exit_code = ? "
+            "AND r.state IN (?, ?) AND j.end_time IS NULL",
+            (checkpoint_exit_code, RunState.PREEMPTED.value, RunState.CHECKPOINTED.value)).fetchall()
+        ids = [int(r[0]) for r in rows]
+        out: dict[int, float | None] = dict.fromkeys(ids)
+        for chunk in range(0, len(ids), 500):
+            part = ids[chunk:chunk + 500]
+            marks = ",".join("?" * len(part))
+            for r in self.db.execute(
+                    f"SELECT job_id, MAX(json_extract(data, '$.time_to_free_s')) FROM events WHERE kind = 'preempted' "
+                    f"AND job_id IN ({marks}) GROUP BY job_id", part):
+                out[int(r[0])] = float(r[1]) if r[1] is not None else None
+        return out
+
+    def attained(self, job_ids: Sequence[int]) -> dict[int, float]:
+        """Seconds each job's ended attempts ran (rank 0's runs, start to end): its service before the attempt
+        under way, for the least-attained-service rule."""
+        out: dict[int, float] = {}
+        ids = list(job_ids)
+        for chunk in range(0, len(ids), 500):
+            part = ids[chunk:chunk + 500]
+            marks = ",".join("?" * len(part))
+            for r in self.db.execute(
+                    f"SELECT job_id, SUM(MAX(0, end_time - start_time)) FROM runs WHERE job_id IN ({marks}) "
+                    "AND rank = 0 AND start_time IS NOT NULL AND end_time IS NOT NULL GROUP BY job_id", part):
+                out[int(r[0])] = float(r[1] or 0.0)
+        return out
+
     def memory_peaks(self, kind: str, limit: int = 10) -> list[tuple[int | None, int | None]]:
         """(GPU memory peak, host memory peak) in MiB of the kind's last completed jobs that were measured."""
         rows = self.db.execute("SELECT gpu_peak_mib, host_peak_mib FROM job_durations WHERE kind = ? AND "

@@ -325,6 +325,9 @@ class Api:
             "lost_gpu_s": round(sum(lost), 1) if lost else (0.0 if not pre else None),
             "time_to_free_s": [p.get("time_to_free_s") for p in pre],
         }
+        # the policy's moves of it to faster GPUs (hsched.controller.moves): from, to, expected gain, cost, why
+        d["moves"] = [{"time": iso(e["time"]), "why": e["message"], **(e["data"] or {})}
+                      for e in events if e["kind"] == "move"]
         # a job's environment may hold its owner's secrets: in a lab, only they (and admins) see it
         d["env"] = dict(job.spec.env) if await self._sees_all(uid, job) else {}
         d["resources"] = {"gpus": job.spec.resources.gpus, "gpu_types": list(job.spec.resources.gpu_types),

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from hsched.config import Settings
-from hsched.controller import learning
+from hsched.controller import learning, moves
 from hsched.controller.checkpoints import path_on
 from hsched.controller.core import Controller
 from hsched.controller.stopping import begin_stop
@@ -90,6 +90,10 @@ async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_cod
                  reason=reason, job_fields=outcome.job_fields(job, end), event=(outcome.event, message),
                  event_data=data, ended_at=end)
     ctl.forget(job.id)
+    # a checkpoint exit proves the job checkpoints: the policy may move it from now on (hsched.controller.moves)
+    moves.note_ended(ctl, job, [c for c, _lost in ended], data)
+    if outcome.state.is_terminal():
+        moves.forget(ctl, job.id)
     if gpu_oom_any and outcome.reason is EndReason.RETRY_BACKOFF:
         await more_gpu_memory(ctl, job, [*before, run], now)
     if outcome.state is JobState.COMPLETED:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hsched.arrays import within_limits
-from hsched.controller import learning
+from hsched.controller import learning, moves
 from hsched.controller.checkpoints import bring_along, is_shared, path_on, sees
 from hsched.controller.core import Controller
 from hsched.controller.ending import run_ended
@@ -47,6 +47,7 @@ from hsched.sched.live import (
     Decision,
     FleetView,
     Launch,
+    Move,
     Preempt,
     PreemptRule,
     Running,
@@ -133,6 +134,9 @@ async def _schedule_round(ctl: Controller) -> tuple[bool, int]:
         for d in decisions:
             if d.job_id not in valid:
                 continue  # a wait with nothing new to say, or a decision that no longer holds
+            if isinstance(d, Move):
+                await moves.apply(ctl, inp.active[d.job_id], d)
+                continue
             job = inp.by_id[d.job_id]
             if isinstance(d, Wait):
                 await ctl.db(ctl.store.set_job, job.id, inp.now, reason=d.reason)
@@ -162,7 +166,7 @@ async def _schedule_round(ctl: Controller) -> tuple[bool, int]:
         ctl.attempt_start[job.id] = ctl.clock.time()
         for run in runs:
             spawn_launch(ctl, job, run)
-    return bool(decisions), sum(1 for d in decisions if isinstance(d, Preempt) and d.job_id in valid)
+    return bool(decisions), sum(1 for d in decisions if isinstance(d, Preempt | Move) and d.job_id in valid)
 
 
 async def round_input(ctl: Controller) -> RoundInput | None:
@@ -181,10 +185,14 @@ async def round_input(ctl: Controller) -> RoundInput | None:
             pending = within_limits(pending, active)
         users = frozenset(j.user for j in (*pending, *active))
         pending_by_id = {j.id: j for j in pending}
-    if not pending:
+    if not pending and not await moves.may_move(ctl, active, now):
         return None
     note_users(ctl, pending)
     view = fleet_view(ctl, active, await still_dirty(ctl))
+    movable, held, attained = await moves.round_fields(ctl, active, pending, now)
+    if movable or held or attained:
+        view = replace(view, movable=movable, held=held, attained=attained,
+                       move_min_run_s=ctl.settings.move_min_run_s)
     if ctl.settings.policy:
         # fair share over the store's history (decayed GPU-seconds per share), for this round's users
         view = replace(view, user_usage=await _usage(ctl, now, users, jobs.changes))
@@ -229,12 +237,14 @@ async def still_valid(ctl: Controller, inp: RoundInput, decisions: Sequence[Deci
     held: set[str] | None = None
     valid: set[int] = set()
     for d in acting:
-        if current is not None and current[d.job_id] != inp.by_id[d.job_id]:
+        # (a move is of a running job; every other decision of a waiting one)
+        was = inp.active.get(d.job_id) if isinstance(d, Move) else inp.by_id[d.job_id]
+        if current is not None and current[d.job_id] != was:
             continue
         if isinstance(d, Wait):
             valid.add(d.job_id)
             continue
-        nodes = [p.node for p in d.placements] if isinstance(d, Launch) else [d.node]
+        nodes = [p.node for p in d.placements] if isinstance(d, Launch | Move) else [d.node]
         if not all(_usable(ctl, n) for n in nodes):
             continue
         if isinstance(d, Preempt):

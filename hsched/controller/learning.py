@@ -168,6 +168,12 @@ def observe(ctl: Controller, rt: NodeRuntime, sample: Mapping[str, Any], now: fl
         point = (float(t) if isinstance(t, int | float) else now, float(step))
         if rp.first is None:
             rp.first = point
+            started = ctl.attempt_start.get(job.id)
+            if ids[1] > 1 and started is not None:
+                # a restart's first report: how long its restore took (what a move costs it, with its stop)
+                from hsched.controller import moves
+
+                moves.note_restored(ctl, job.id, ids[1], point[0] - started)
         rp.last = point
         total, loss = rep.get("total"), rep.get("loss")
         rp.total = float(total) if isinstance(total, int | float) else rp.total

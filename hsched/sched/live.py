@@ -52,7 +52,7 @@ from hsched.sched.registry import make_policy
 from hsched.sched.round import apply_rule, build_input, make_plan
 from hsched.sched.servers import server_link, server_of
 from hsched.sched.throughput import ThroughputModel
-from hsched.sched.view import QOS_RANK, JobPhase, JobView, Preempt, ServerView, qos_rank
+from hsched.sched.view import QOS_RANK, JobPhase, JobView, PolicyInput, Preempt, RoundDecision, ServerView, qos_rank
 from hsched.topo.models import DEFAULT_CATALOG, lookup_model
 from hsched.topo.place import place_on_node
 
@@ -63,6 +63,7 @@ __all__ = [
     "FleetView",
     "Launch",
     "LivePlacer",
+    "Move",
     "Preempt",
     "PreemptRule",
     "Running",
@@ -77,6 +78,10 @@ __all__ = [
     "topology_chooser",
     "unsatisfiable",
 ]
+
+
+_NONE: Mapping[int, float] = {}
+"""No figures (a default that is never written to)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +140,16 @@ class FleetView:
     """Running job id -> when it is predicted to end (the controller's clock: its progress, its kind's history or
     its time limit; hsched.controller.learning.predicted_ends). A job not here has no known end: it counts as never
     ending when the round reserves GPUs for the first blocked job (`_RoundState.reserve`)."""
+    movable: Mapping[int, float] = field(default_factory=dict)
+    """Running job id -> what a checkpoint and restart costs it (seconds): the jobs that proved they checkpoint
+    (hsched.controller.moves). Only these may be moved to faster GPUs or time-shared away; none without a policy."""
+    move_min_run_s: float = 1800.0
+    """A job (re)started less than this long ago is not moved or time-shared away (settings `move_min_run_s`)."""
+    held: Mapping[int, tuple[Placement, ...]] = field(default_factory=dict)
+    """Job id -> the devices a move promised it: nobody else's while it stops, and where it starts again."""
+    attained: Mapping[int, float] = field(default_factory=dict)
+    """Job id -> seconds its earlier attempts ran (its attained service before this attempt, for the least-attained
+    rule: a job stopped and requeued does not jump back to the front). A job not here has none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,9 +166,25 @@ class Wait:
     reason: str
 
 
-Decision = Launch | Wait | Preempt
+@dataclass(frozen=True, slots=True)
+class Move:
+    """Move a running job that checkpoints to faster GPUs: stop it (checkpoint signal, grace, escalation), hold
+    `placements` for it meanwhile, and start it there again."""
+
+    job_id: int
+    placements: tuple[Placement, ...]
+    from_type: str
+    to_type: str
+    gain_s: float
+    """Seconds it is expected to save (its predicted remaining time times the speed it stops wasting)."""
+    cost_s: float
+    """What its checkpoint and restart cost (measured, or the settings' `move_cost_s`)."""
+    why: str
+
+
+Decision = Launch | Wait | Preempt | Move
 """`Preempt` (hsched.sched.view): stop its victims (checkpoint signal, grace, escalation) so the job can
-start on their devices in a later round."""
+start on their devices in a later round. `Move`: stop a running job and start it again on faster GPUs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,8 +368,10 @@ def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
     served them."""
     if fleet.gpu_aliases:
         queue = [_resolved(j, fleet.gpu_aliases) for j in queue]
-    st = _RoundState(fleet, chooser or default_chooser(), now)
     decisions: list[Decision] = []
+    if fleet.held:
+        fleet, queue, decisions = _held_starts(fleet, queue)
+    st = _RoundState(fleet, chooser or default_chooser(), now)
     core_waiting: dict[int, str] = {}
     by_id = {j.id: j for j in queue}
     if fleet.policy:
@@ -368,14 +401,18 @@ def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
                     nowhere.add(j.id)
                 elif j.spec.resources.gpus > 0:
                     gpu_jobs.append(j)
-        starts, core_waiting, served, over = _core_round(fleet.policy, gpu_jobs, st, now, by_id,
-                                                         fleet.throughput)
+        starts, core_waiting, served, over, moved = _core_round(fleet.policy, gpu_jobs, st, now, by_id,
+                                                                fleet.throughput)
+        for d in moved:
+            # moves and time-sharing stops first: their devices are taken (a move's new ones) or theirs to claim
+            st.hold(u for p in (d.placements if isinstance(d, Move) else ()) for u in p.devices)
+            decisions.append(d)
         # EASY backfill (issue 14, item 4): the most important job the plan does not start gets GPUs reserved
         # where it can start soonest; the plan's starts of jobs behind it keep off those GPUs unless they end
         # (by their time limit) before it starts. Without it a gang of 8 waited for ever behind a stream of
         # one-GPU jobs, each fitting the GPUs the previous ones left (the policy skips what does not fit).
         started_ids = {i for i, _ in starts}
-        keys = _order_keys(gpu_jobs, over)
+        keys = _order_keys(gpu_jobs, over, fleet.attained)
         head_key = (min(keys.values(), default=None) if not started_ids else  # (a busy round starts nothing)
                     min((k for i, k in keys.items() if i not in started_ids), default=None))
         head = by_id[head_key[-1]] if head_key is not None else None  # (a key ends with its job's id)
@@ -413,23 +450,47 @@ def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
     return decisions
 
 
-def _order_key(job: Job, over: frozenset[str] = frozenset()) -> tuple[int, int, bool, float, int]:
+def _held_starts(fleet: FleetView, queue: Sequence[Job]) -> tuple[FleetView, list[Job], list[Decision]]:
+    """A job a move promised devices to (`FleetView.held`) starts there as soon as it waits again and they are free;
+    until then nobody else is given them. Returns the fleet with the held devices busy, the queue without the jobs
+    started, and their launches."""
+    up = {n.name for n in fleet.nodes if n.state is NodeState.UP}
+    cpus = dict(fleet.cpus_used)
+    rest: list[Job] = []
+    out: list[Decision] = []
+    for j in queue:
+        ps = fleet.held.get(j.id)
+        if ps is not None and all(p.node in up and fleet.busy.isdisjoint(p.devices) for p in ps):
+            out.append(Launch(j.id, ps))
+            for p in ps:
+                if j.spec.resources.cpus:
+                    cpus[p.node] = cpus.get(p.node, 0) + j.spec.resources.cpus
+        else:
+            rest.append(j)
+    held = frozenset(u for ps in fleet.held.values() for p in ps for u in p.devices)
+    return replace(fleet, busy=fleet.busy | held, cpus_used=cpus), rest, out
+
+
+def _order_key(job: Job, over: frozenset[str] = frozenset(), attained: float = 0.0) -> OrderKey:
     """Which waiting job is the most important (the one the round reserves GPUs for): `order`'s key, with the
-    `hsched` policy's fair share (`over`: the users it serves after the others) after QoS and priority, as its
-    order has it for waiting jobs (they have attained no service)."""
-    return (QOS_RANK.get(job.spec.qos, _NORMAL), -job.spec.priority, job.user in over, job.submit_time, job.id)
+    `hsched` policy's fair share (`over`: the users it serves after the others) after QoS and priority, then the
+    GPU-seconds its earlier attempts attained, as that policy orders waiting jobs."""
+    res = job.spec.resources
+    return (QOS_RANK.get(job.spec.qos, _NORMAL), -job.spec.priority, job.user in over,
+            max(1, res.gpus * res.nodes) * attained, job.submit_time, job.id)
 
 
 _NORMAL = qos_rank(DEFAULT_QOS)
+OrderKey = tuple[int, int, bool, float, float, int]
 
-OrderKey = tuple[int, int, bool, float, int]
 _KEYS: dict[int, tuple[Job, bool, OrderKey]] = {}
 """The last round's `_order_key` of each waiting job, by id, with the job and its fair share flag it was made of."""
 _KEYS_OUT: tuple[tuple[Job, ...], frozenset[str], dict[int, OrderKey]] = ((), frozenset(), {})
 """The last round's waiting jobs, fair share flags and keys by id (handed back whole while the jobs are the same)."""
 
 
-def _order_keys(jobs: Sequence[Job], over: frozenset[str]) -> dict[int, OrderKey]:
+def _order_keys(jobs: Sequence[Job], over: frozenset[str], attained: Mapping[int, float] = _NONE
+                ) -> dict[int, OrderKey]:
     """`_order_key` of the round's waiting jobs by id, kept from round to round while a job (the very object) and
     its user's fair share flag are the same: finding the head is a pass over 2,000 waiting jobs every round."""
     global _KEYS, _KEYS_OUT
@@ -441,7 +502,7 @@ def _order_keys(jobs: Sequence[Job], over: frozenset[str]) -> dict[int, OrderKey
         flag = j.user in over
         hit = last.get(j.id)
         if hit is None or hit[0] is not j or hit[1] is not flag:
-            hit = (j, flag, _order_key(j, over))
+            hit = (j, flag, _order_key(j, over, attained.get(j.id, 0.0) if j.restarts else 0.0))
         kept[j.id] = hit
         out[j.id] = hit[2]
     _KEYS, _KEYS_OUT = kept, (tuple(jobs), over, out)
@@ -464,26 +525,43 @@ _WAITS: dict[int, Wait] = {}
 
 # ---------------------------------------------------------------- the core's round over the live fleet
 
-Fit = Callable[[Node, Job, Sequence[str]], Placement | None]
-"""Place `job` on `node` using only the given free devices, or None."""
+Fit = Callable[[Node, Job, Sequence[str], Collection[str]], Placement | None]
+"""Place `job` on `node` using only the given free devices (and the busy ones of the last argument), or None."""
 
 
 class LivePlacer:
     """The simulator's server choice (best fit, NVLink first) with real constraints and topology inside."""
 
     def __init__(self, nodes: Mapping[str, Node], jobs: Mapping[int, Job], fit: Fit,
-                 prefer: Mapping[int, str] | None = None, labels: Mapping[str, frozenset[str]] | None = None) -> None:
+                 prefer: Mapping[int, str] | None = None, labels: Mapping[str, frozenset[str]] | None = None,
+                 moving: Mapping[int, Job] | None = None, busy: Collection[str] = (),
+                 stoppable: Collection[str] = ()) -> None:
         self.nodes = nodes
         self.jobs = jobs
         self.fit = fit
         self.prefer = prefer or {}
         self.labels = labels or {}
+        self.moving = moving or {}
+        """Running jobs that may move (they checkpoint): placed only on devices free now (`busy` are not)."""
+        self.busy = busy
+        self.stoppable = stoppable
+        """The devices of those jobs: a waiting job may be placed on them (the plan time-shares them away)."""
 
     def place(self, gpus: int, servers: Sequence[ServerView], free: Mapping[str, Sequence[str]],
               max_servers: int | None, job: JobView | None = None) -> tuple[Placement, ...] | None:
-        if job is None or job.id not in self.jobs:
-            return None  # a running job: live jobs are never moved
-        j = self.jobs[job.id]
+        if job is None:
+            return None
+        j = self.jobs.get(job.id)
+        stoppable = self.stoppable
+        if j is None:
+            stoppable = ()
+            j = self.moving.get(job.id)
+            if j is None:
+                return None  # a running job that does not checkpoint: never moved
+            # a move goes to GPUs free now, never onto those of a job stopped this round (it would wait for them,
+            # and a move is worth its checkpoint only if it starts at once)
+            busy = self.busy
+            free = {name: [u for u in devs if u not in busy] for name, devs in free.items()}
         home = self.prefer.get(j.id)
         gpus_each = j.spec.resources.gpus
         # the node holding the job's checkpoint first (no copy), then the fragmentation-aware best fit (a gang on
@@ -499,7 +577,7 @@ class LivePlacer:
         need = j.spec.resources.nodes
         out: list[Placement] = []
         for s in ranked:
-            p = self.fit(self.nodes[s.name], j, free.get(s.name, ()))
+            p = self.fit(self.nodes[s.name], j, free.get(s.name, ()), stoppable)
             if p is not None:
                 out.append(p)
                 if len(out) == need:
@@ -516,27 +594,32 @@ _MODEL_MEMORY = operator.attrgetter("model", "memory_total_mib")
 _USER = operator.attrgetter("user")
 
 
-def _running_view(r: Running, types_of: Mapping[str, str], now: float) -> JobView:
+def _running_view(r: Running, types_of: Mapping[str, str], now: float, movable: Mapping[int, float] = _NONE,
+                  attained: Mapping[int, float] = _NONE) -> JobView:
     job = r.job
     res = job.spec.resources
     node = job.placement[0].node if job.placement else ""
-    run_s = max(0.0, now - r.started)
+    # attained service: this attempt's running time and its earlier attempts' (least attained service must not
+    # forget what a job that was stopped and restarted had already had)
+    run_s = max(0.0, now - r.started) + attained.get(job.id, 0.0)
     placement = job.placement
     gpus = (len(placement[0].devices) if len(placement) == 1 else sum(len(p.devices) for p in placement)) or max(
         1, res.gpus * res.nodes)
     # _make, positional: a round makes one per running job, and the NamedTuple's own __new__ costs twice as much
     return _make_view((job.id, kind_of(job.spec.kind, job.spec.command), gpus, job.submit_time, JobPhase.RUNNING,
                        job.spec.qos, job.spec.priority, job.user, types_of.get(node), placement, r.started, run_s,
-                       run_s, job.restarts, job.spec.time_limit_s, res.nodes, (), False))
+                       run_s, job.restarts, job.spec.time_limit_s, res.nodes, (), job.id in movable))
 
 
-_RUN_PARTS: dict[int, tuple[Running, str | None, tuple[object, ...], tuple[object, ...]]] = {}
-"""The last round's running views in two parts, by job id: (the Running, its node's GPU type, the fields before
-run_s, those after service_s). Only run_s and service_s move from round to round; one global, swapped whole."""
+_RUN_PARTS: dict[int, tuple[Running, str | None, tuple[object, ...], tuple[object, ...], bool, float]] = {}
+"""The last round's running views in parts, by job id: (the Running, its node's GPU type, the fields before
+run_s, those after service_s, whether it was movable, its earlier attempts' service). Only run_s and service_s
+move from round to round; one global, swapped whole."""
 _new_tuple = tuple.__new__
 
 
-def _running_views(running: Iterable[Running], types_of: Mapping[str, str], now: float) -> list[JobView]:
+def _running_views(running: Iterable[Running], types_of: Mapping[str, str], now: float,
+                   movable: Mapping[int, float] = _NONE, attained: Mapping[int, float] = _NONE) -> list[JobView]:
     """`_running_view` of each running job that has a placement: the same views, but a job seen in the last round
     (the very Running: the controller keeps it while its job and start are unchanged) on a node of the same GPU
     type is joined from its kept parts (512 running jobs: 1.3 ms a round down to 0.3)."""
@@ -549,11 +632,13 @@ def _running_views(running: Iterable[Running], types_of: Mapping[str, str], now:
             continue
         hit = last.get(job.id)
         t = types_of.get(job.placement[0].node)
-        if hit is None or hit[0] is not r or hit[1] != t:
-            v = _running_view(r, types_of, now)
-            hit = (r, t, v[:11], v[13:])
+        jid = job.id
+        before = attained.get(jid, 0.0) if attained else 0.0
+        if hit is None or hit[0] is not r or hit[1] != t or hit[4] is not (jid in movable) or hit[5] != before:
+            v = _running_view(r, types_of, now, movable, attained)
+            hit = (r, t, v[:11], v[13:], jid in movable, before)
         else:
-            run_s = max(0.0, now - r.started)
+            run_s = max(0.0, now - r.started) + before
             v = _new_tuple(JobView, (*hit[2], run_s, run_s, *hit[3]))
         kept[job.id] = hit
         out.append(v)
@@ -561,14 +646,14 @@ def _running_views(running: Iterable[Running], types_of: Mapping[str, str], now:
     return out
 
 
-def _pending_view(job: Job, allowed: tuple[str, ...] = ()) -> JobView:
+def _pending_view(job: Job, allowed: tuple[str, ...] = (), attained: float = 0.0) -> JobView:
     res = job.spec.resources
     spec = job.spec
     # (as _running_view's) the job's kind is the throughput model's job type: what the controller learnt of its
-    # speed, if anything
+    # speed, if anything; `attained`: what its earlier attempts ran
     return _make_view((job.id, kind_of(spec.kind, spec.command), max(1, res.gpus * res.nodes), job.submit_time,
-                       JobPhase.PENDING, spec.qos, spec.priority, job.user, None, (), None, 0.0, 0.0, job.restarts,
-                       spec.time_limit_s, res.nodes, allowed, False))
+                       JobPhase.PENDING, spec.qos, spec.priority, job.user, None, (), None, attained, attained,
+                       job.restarts, spec.time_limit_s, res.nodes, allowed, False))
 
 
 
@@ -583,7 +668,7 @@ jobs) and the fleet is; one global, swapped whole, so two controllers in one pro
 
 
 def _pending_views(pending: Sequence[Job], allowed: Callable[[Job], tuple[str, ...]],
-                   fleet: tuple[object, ...]) -> list[JobView]:
+                   fleet: tuple[object, ...], attained: Mapping[int, float] = _NONE) -> list[JobView]:
     global _VIEWS
     last_fleet, last, last_pending, last_out = _VIEWS
     same_fleet = fleet == last_fleet
@@ -596,7 +681,7 @@ def _pending_views(pending: Sequence[Job], allowed: Callable[[Job], tuple[str, .
         if hit is None or hit[0] is not j or not same_fleet:
             types = allowed(j)
             if hit is None or hit[0] is not j or hit[1] != types:
-                hit = (j, types, _pending_view(j, types))
+                hit = (j, types, _pending_view(j, types, attained.get(j.id, 0.0) if j.restarts else 0.0))
         kept[j.id] = hit
         out.append(hit[2])
     # only this round's jobs are kept: ended jobs do not pile up
@@ -606,11 +691,13 @@ def _pending_views(pending: Sequence[Job], allowed: Callable[[Job], tuple[str, .
 
 def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: float, queued: Mapping[int, Job],
                 throughput: ThroughputModel | None = None,
-                ) -> tuple[list[tuple[int, tuple[Placement, ...]]], dict[int, str], list[int], frozenset[str]]:
+                ) -> tuple[list[tuple[int, tuple[Placement, ...]]], dict[int, str], list[int], frozenset[str],
+                           list[Move | Preempt]]:
     """The core's round over the live fleet: (starts of pending jobs, why they wait (running jobs may be there
     too: they never wait), pending job ids in the order the policy serves them, wanted first). `queued`: the
-    round's waiting jobs by id, `pending` among them (a job the round plans is running or in `queued`); and the
-    users the `hsched` policy's fair share serves after the others (none under another policy)."""
+    round's waiting jobs by id, `pending` among them (a job the round plans is running or in `queued`); the
+    users the `hsched` policy's fair share serves after the others (none under another policy); and the moves of
+    running jobs and time-sharing stops the plan makes (`_moves`: only of jobs in `FleetView.movable`)."""
     fleet = st.fleet
     policy = make_policy(policy_name)
     if policy.clairvoyant:
@@ -647,26 +734,86 @@ def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: 
                                                   if n.name in mine and st.eligible(n, res)}))
         return got
 
-    views = _running_views(fleet.running, types_of, now)
+    movable = fleet.movable
+    views = _running_views(fleet.running, types_of, now, movable, fleet.attained)
     labels, absent = fleet.labels, fleet.absent_users
     signature = tuple((n.name, types_of[n.name], labels.get(n.name), absent.get(n.name),
                        tuple(map(_MODEL_MEMORY, n.devices))) for n in typed)
-    views += _pending_views(pending, allowed, signature)
+    views += _pending_views(pending, allowed, signature, fleet.attained)
+    forecast = {i: max(0.0, end - now) for i, end in fleet.ends.items() if i in movable} if movable else None
     inp = build_input(now, sorted(views, key=_ARRIVAL), servers,
-                      throughput or catalog_throughput(), user_usage=usage if len(usage) > 1 else {})
+                      throughput or catalog_throughput(), user_usage=usage if len(usage) > 1 else {},
+                      checkpoint_costs=movable, forecast_s=forecast,
+                      quantum_s=fleet.move_min_run_s if movable else None)
     plan = make_plan(policy, inp)
-    # (the placer places only jobs it knows, waiting ones: the plan names no other waiting job than `pending`)
-    placer = LivePlacer({n.name: n for n in typed}, queued, st.fit_free, fleet.prefer, fleet.labels)
-    # live jobs do not checkpoint: the rule keeps every running job in place, so nothing here is stopped
-    decision = apply_rule(plan, inp, servers, placer, fleet.rule)
+    # (the placer places the waiting jobs it knows, and the running ones that may move, on devices free now)
+    moving = {r.id: r.job for r in fleet.running if r.id in movable} if movable else {}
+    placer = LivePlacer({n.name: n for n in typed}, queued, st.fit_free, fleet.prefer, fleet.labels, moving,
+                        st.busy, frozenset(u for j in moving.values() for p in j.placement for u in p.devices))
+    # only the jobs that proved they checkpoint (`movable`) may be stopped by the plan, once they have run
+    # `move_min_run_s`; the rule keeps every other running job in place
+    rule = replace(fleet.rule, time_sharing=bool(movable), min_run_s=fleet.move_min_run_s)
+    decision = apply_rule(plan, inp, servers, placer, rule)
+    moved = _moves(decision, inp, policy, queued, st) if movable else []
     # (a job id the plan names is a running job's or in `queued`, so `queued` tells waiting ones apart)
     wanted = [w.job_id for w in plan.wants if w.job_id in queued]
     # the others by submit time: the order `inp.jobs` already has (a view's arrival is its job's submit time)
     others = {j.id for j in pending}.difference(wanted)
     rest = [i for i in map(_ID, inp.jobs) if i in others]
     over = Hsched.over_share(inp.user_usage) if isinstance(policy, Hsched) else frozenset[str]()
-    return ([(s.job_id, s.placement) for s in decision.starts if s.job_id in queued],
-            dict(decision.waiting), wanted + rest, over)
+    taken = {d.job_id for d in moved}
+    waiting = dict(decision.waiting)
+    starts = []
+    for start in decision.starts:
+        if start.job_id not in queued or start.job_id in taken:
+            continue
+        if not st.busy.isdisjoint(u for p in start.placement for u in p.devices):
+            waiting[start.job_id] = _RESOURCES  # on devices a moving job still holds: its turn comes when they free
+            continue
+        starts.append((start.job_id, start.placement))
+    return starts, waiting, wanted + rest, over, moved
+
+
+def _moves(decision: RoundDecision, inp: PolicyInput, policy: object, queued: Mapping[int, Job],
+           st: _RoundState) -> list[Move | Preempt]:
+    """The plan's moves of running jobs (to free devices of a faster type: a `Move`), and its time-sharing stops:
+    a waiting job placed on the devices of running jobs the plan stops (equals of its QoS class that have had more
+    service) claims them by a `Preempt` of those jobs, as a QoS preemption does. A stopped job nobody claims keeps
+    running (the rule's `displaced` already ensures there is a claimant; this is the live translation)."""
+    views = {j.id: j for j in inp.jobs}
+    stopped = {u: vid for vid in decision.preempt for p in views[vid].placement for u in p.devices}
+    out: list[Move | Preempt] = []
+    for s in decision.starts:
+        v = views[s.job_id]
+        if s.migrate:
+            old = v.gpu_type or "?"
+            if isinstance(policy, Hsched):
+                gain, cost = policy.move_gain(v, s.gpu_type, inp)
+            else:
+                gain, cost = math.inf, inp.checkpoint_costs.get(v.id, inp.checkpoint_cost_s)
+            nodes = ", ".join(p.node for p in s.placement)
+            why = (f"moving from {old} to {s.gpu_type} on {nodes}: expected to save {_secs(gain)} for a checkpoint "
+                   f"and restart of {_secs(cost)}")
+            out.append(Move(v.id, s.placement, old, s.gpu_type, gain, cost, why))
+            continue
+        if s.job_id not in queued:
+            continue
+        victims = sorted({stopped[u] for p in s.placement for u in p.devices if u in stopped})
+        if not victims or len(s.placement) != 1:
+            continue
+        names = ", ".join(f"{i} ({views[i].service_s / 3600:.1f} h)" for i in victims)
+        out.append(Preempt(v.id, tuple(victims), s.placement[0].node,
+                           f"time-sharing in {v.qos}: job {v.id} has had {v.service_s / 3600:.1f} h of service, "
+                           f"less than job(s) {names}: they checkpoint and wait"))
+    if any(isinstance(d, Preempt) for d in out):
+        st.victims().taken.update(i for d in out if isinstance(d, Preempt) for i in d.victims)
+    return out
+
+
+def _secs(s: float) -> str:
+    if s == math.inf:
+        return "an unknown time"
+    return f"{s / 60:.0f} min" if s >= 120 else f"{s:.0f} s"
 
 
 # ---------------------------------------------------------------- backfill, releasing devices, QoS preemption
@@ -855,11 +1002,12 @@ class _RoundState:
         self._placed[key] = placed
         return placed
 
-    def fit_free(self, node: Node, job: Job, free: Sequence[str]) -> Placement | None:
-        """`job` on `node`, using only the given free devices (the core's placer asks this)."""
+    def fit_free(self, node: Node, job: Job, free: Sequence[str], stoppable: Collection[str] = ()) -> Placement | None:
+        """`job` on `node`, using only the given free devices (the core's placer asks this); `stoppable`: busy
+        devices among them it may have as well (those of running jobs the plan may time-share away)."""
         if not self.labelled(node.name, job) or self.absent(node.name, job):
             return None
-        return self.fit(node, job.spec.resources, self.busy, frozenset(free))
+        return self.fit(node, job.spec.resources, self.busy, frozenset(free), freed=stoppable)
 
     def take(self, job: Job, placements: Sequence[Placement]) -> bool:
         res = job.spec.resources

@@ -1,0 +1,177 @@
+"""The simulator's policy, live (issue 14, item 5): which running jobs the round may move or time-share, what a
+move costs each of them, and what the controller does with a `Move`.
+
+A job may be stopped by the policy (moved to faster free GPUs, or time-shared away for a job of its QoS class that
+has had less service) only once it has *proved* it checkpoints: a run of it exited with the checkpoint exit code,
+when preempted or on its own (hsched.lifecycle: a job that saves and exits 85 resumes where it was). A job that has
+not, whatever signal it declares, is never moved: it could lose its work. The settings say whether the policy may
+(`moves`) and after how long an attempt may be stopped (`move_min_run_s`: the live quantum).
+
+What a move costs a job is measured: the time from a preemption's decision to its GPUs free (the stop, in the
+`preempted` event's data), plus the time from its restart to its first progress report (the restore, from
+hsched.controller.learning); a part not measured yet counts half of the settings' `move_cost_s`. The policy
+moves a job only when its predicted remaining time times the speed it stops wasting is worth twice that
+(hsched.sched.hsched_policy.Hsched.move_gain).
+
+A move is a preemption with a destination: the job's stop is recorded (event `move`, with where from and to, the
+expected gain and the cost; `hsched show` lists them), the new devices are held for it while it stops (nobody else
+is given them: `FleetView.held`), and when it is requeued the round starts it there first.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from hsched.lifecycle import StopReason
+from hsched.model import Job, JobState, Placement
+
+if TYPE_CHECKING:
+    from hsched.controller.core import Controller
+    from hsched.sched.live import Move
+
+log = logging.getLogger("hsched.moves")
+
+HOLD_MARGIN_S = 120.0
+"""How long past a moving job's grace (and SIGKILL's delay) its new devices stay held for it: a stop that takes
+longer than that (a node that does not answer) gives them back to everyone."""
+
+
+@dataclass(slots=True)
+class Moves:
+    """One controller's record of the jobs that checkpoint, their measured costs and the devices held for moves."""
+
+    proven: set[int] | None = None
+    """Jobs that proved they checkpoint (None: not read from the store yet)."""
+    stop_s: dict[int, float] = field(default_factory=dict)
+    """Job id -> its longest measured time from a stop's decision to its GPUs free."""
+    restore_s: dict[int, float] = field(default_factory=dict)
+    """Job id -> its measured time from a restart to its first progress report."""
+    held: dict[int, tuple[tuple[Placement, ...], float]] = field(default_factory=dict)
+    """Job id -> (the devices its move promised it, until when on the controller's clock)."""
+    attained: dict[int, tuple[int, float]] = field(default_factory=dict)
+    """Job id -> (its restarts when read, the seconds its ended attempts ran)."""
+
+
+_MOVES: weakref.WeakKeyDictionary[Controller, Moves] = weakref.WeakKeyDictionary()
+
+
+def moves_of(ctl: Controller) -> Moves:
+    got = _MOVES.get(ctl)
+    if got is None:
+        got = _MOVES[ctl] = Moves()
+    return got
+
+
+async def _proven(ctl: Controller) -> set[int]:
+    mv = moves_of(ctl)
+    if mv.proven is None:
+        found = await ctl.db(ctl.store.checkpointers, ctl.settings.checkpoint_exit_code)
+        mv.proven = set(found)
+        mv.stop_s.update({i: s for i, s in found.items() if s is not None})
+    return mv.proven
+
+
+def cost_of(ctl: Controller, job_id: int) -> float:
+    """What a checkpoint and restart costs the job: its measured stop and restore, half the settings' `move_cost_s`
+    for each part not measured yet."""
+    mv, half = moves_of(ctl), ctl.settings.move_cost_s / 2
+    return mv.stop_s.get(job_id, half) + mv.restore_s.get(job_id, half)
+
+
+async def round_fields(ctl: Controller, active: Iterable[Job], pending: Iterable[Job], now: float
+                       ) -> tuple[dict[int, float], dict[int, tuple[Placement, ...]], dict[int, float]]:
+    """The round's (movable running jobs and their costs, devices held for moving jobs, attained service of
+    requeued jobs). Call with ctl.lock held (reads the store when a requeued job is new to it)."""
+    mv = moves_of(ctl)
+    active = list(active)
+    alive = {j.id: j for j in active}
+    alive.update((j.id, j) for j in pending)
+    # the held devices of jobs no longer stopping or waiting (started, cancelled) or past their time are released
+    for jid, (_ps, until) in list(mv.held.items()):
+        j = alive.get(jid)
+        if j is None or until < now or j.state not in (JobState.PENDING, JobState.PREEMPTING):
+            del mv.held[jid]
+    held = {jid: ps for jid, (ps, _until) in mv.held.items()}
+    # attained service of requeued jobs, read once per attempt
+    todo = [j.id for j in alive.values() if j.restarts and mv.attained.get(j.id, (-1, 0.0))[0] != j.restarts]
+    if todo:
+        got = await ctl.db(ctl.store.attained, todo)
+        for jid in todo:
+            mv.attained[jid] = (alive[jid].restarts, got.get(jid, 0.0))
+    for jid in [i for i in mv.attained if i not in alive]:
+        del mv.attained[jid]  # (ended jobs do not pile up)
+    attained = {jid: s for jid, (_r, s) in mv.attained.items()}
+    movable: dict[int, float] = {}
+    if ctl.settings.moves and ctl.settings.policy:
+        proven = await _proven(ctl)
+        movable = {j.id: cost_of(ctl, j.id) for j in active
+                   if j.id in proven and j.state is JobState.RUNNING and len(j.placement) == 1}
+    return movable, held, attained
+
+
+async def may_move(ctl: Controller, active: Iterable[Job], now: float) -> bool:
+    """Whether a round with nothing waiting could still move a job: a job that proved it checkpoints has run its
+    `move_min_run_s` and some device of the fleet is free (else such a round would only cost its time)."""
+    if not (ctl.settings.moves and ctl.settings.policy):
+        return False
+    proven = await _proven(ctl)
+    if not proven:
+        return False
+    active = list(active)
+    old_enough = any(j.id in proven and j.state is JobState.RUNNING
+                     and now - (ctl.attempt_start.get(j.id) or j.start_time or now) >= ctl.settings.move_min_run_s
+                     for j in active)
+    if not old_enough:
+        return False
+    busy = {u for j in active for p in j.placement for u in p.devices}
+    busy.update(u for ps, _until in moves_of(ctl).held.values() for p in ps for u in p.devices)
+    return any(d.uuid not in busy and d.uuid not in rt.foreign for rt in ctl.nodes.values() for d in rt.node.devices)
+
+
+def note_ended(ctl: Controller, job: Job, exit_codes: Iterable[int | None], data: Mapping[str, object]) -> None:
+    """An attempt ended: a checkpoint exit (asked or not) proves the job checkpoints; a preemption's time to free
+    its GPUs is its stop's measured cost."""
+    mv = moves_of(ctl)
+    if ctl.settings.checkpoint_exit_code in exit_codes:
+        if mv.proven is not None:
+            mv.proven.add(job.id)
+        free = data.get("time_to_free_s")
+        if isinstance(free, int | float):
+            mv.stop_s[job.id] = max(float(free), mv.stop_s.get(job.id, 0.0))
+
+
+def note_restored(ctl: Controller, job_id: int, attempt: int, seconds: float) -> None:
+    """A restarted attempt's first progress report came `seconds` after its start: its restore's measured cost."""
+    if attempt > 1 and seconds >= 0:
+        moves_of(ctl).restore_s[job_id] = seconds
+
+
+def forget(ctl: Controller, job_id: int) -> None:
+    """The job ended for good."""
+    mv = moves_of(ctl)
+    if mv.proven is not None:
+        mv.proven.discard(job_id)
+    for d in (mv.stop_s, mv.restore_s, mv.held, mv.attained):
+        d.pop(job_id, None)
+
+
+async def apply(ctl: Controller, job: Job, d: Move) -> None:
+    """Move a running job: record why (event `move`), hold its new devices, and stop it as a preemption (its
+    checkpoint signal, grace, escalation). Call with ctl.lock held."""
+    from hsched.controller.stopping import begin_stop
+
+    now = ctl.clock.time()
+    ck = job.spec.checkpoint_signal
+    until = now + ck.grace_s + ctl.settings.kill_after_s + HOLD_MARGIN_S
+    moves_of(ctl).held[job.id] = (d.placements, until)
+    data = {"from": d.from_type, "to": d.to_type, "gain_s": None if d.gain_s == float("inf") else round(d.gain_s, 1),
+            "cost_s": round(d.cost_s, 1), "nodes": [p.node for p in d.placements],
+            "devices": [u for p in d.placements for u in p.devices]}
+    await ctl.db(ctl.store.add_event, now, "move", d.why, job_id=job.id, data=data)
+    log.info("job %d: %s", job.id, d.why)
+    await begin_stop(ctl, job, StopReason.PREEMPTED,
+                     f"moving to faster GPUs: SIG{ck.signal}, {ck.grace_s:g} s to checkpoint")

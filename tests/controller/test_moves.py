@@ -1,0 +1,150 @@
+"""The simulator's policy, live (issue 14, item 5): a job that proved it checkpoints moves to a faster GPU that
+frees, only when the expected gain pays for its checkpoint and restart; the new GPU is held for it while it stops;
+jobs that never checkpointed are never moved; equals of a QoS class time-share by least attained service, with a
+minimum run time between stops. In-process, on a fake clock."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hsched.config import Settings
+from hsched.controller import learning, moves
+from hsched.controller.api import Api
+from hsched.controller.launching import job_cache
+from hsched.model import JobState
+from hsched.sched.live import gpu_type_of
+from hsched.testing import CannedNode, Lab
+from tests.controller.test_learning import progress
+
+FLEET = (CannedNode("fast", "NVIDIA H100 80GB HBM3", 1), CannedNode("slow", "NVIDIA A100-SXM4-80GB", 1))
+H100, A100 = gpu_type_of("NVIDIA H100 80GB HBM3"), gpu_type_of("NVIDIA A100-SXM4-80GB")
+SETTINGS = Settings(move_min_run_s=600.0, move_cost_s=60.0)
+
+
+async def report(lab: Lab, job_id: int, step: float, total: float | None) -> None:
+    """The job's live run reports `step` of `total` now (as its node's monitoring stream carries it)."""
+    (run,) = [r for r in await lab.runs(job_id) if r.state.is_live()]
+    await lab.ctl.db(job_cache(lab.ctl).read, lab.ctl.store)
+    learning.observe(lab.ctl, lab.ctl.nodes[run.node], progress(run.run_dir, lab.clock.time(), step, total),
+                     lab.clock.time(), job_cache(lab.ctl).last)
+
+
+async def node_of(lab: Lab, job_id: int) -> str:
+    job = await lab.job(job_id)
+    assert job.state is JobState.RUNNING, job
+    return job.placement[0].node
+
+
+async def proven_on_slow(lab: Lab, *, total: float, speed: float = 10.0) -> int:
+    """A blocker holds the H100; a job of kind `k` starts on the A100, checkpoints on its own (exit 85: proof that
+    it resumes), starts again there and reports progress at `speed` steps/s for `move_min_run_s`."""
+    blocker = await lab.submit("python3", "other.py", gpus=1, kind="blocker")
+    await lab.round()
+    assert await node_of(lab, blocker.id) == "fast"
+    job = await lab.submit("python3", "train.py", gpus=1, kind="k")
+    await lab.round()
+    assert await node_of(lab, job.id) == "slow"
+    await lab.finish(job.id, 85)
+    await lab.round()
+    await lab.round()
+    assert await node_of(lab, job.id) == "slow" and (await lab.job(job.id)).restarts == 1
+    step = 0.0
+    for _ in range(int(SETTINGS.move_min_run_s // 100) + 1):
+        await report(lab, job.id, step, total)
+        lab.clock.advance(100.0)
+        step += 100.0 * speed
+    await report(lab, job.id, step, total)
+    lab.clock.advance(learning.MODEL_EVERY_S)
+    await lab.finish(blocker.id, 0)
+    return job.id
+
+
+async def test_a_proven_job_moves_to_the_faster_gpu_that_frees_and_it_is_held_for_it(tmp_path: Path) -> None:
+    async with Lab.open(tmp_path, nodes=FLEET, settings=SETTINGS) as lab:
+        jid = await proven_on_slow(lab, total=200_000.0)  # ~19,300 s left at 10 steps/s: a move pays
+        for ex in lab.executors.values():
+            ex.exit_on_signal.pop("TERM")  # it takes its time to checkpoint
+        await lab.round()
+        job = await lab.job(jid)
+        assert job.state is JobState.PREEMPTING
+        assert "move" in await lab.events(jid)
+        # meanwhile another job arrives: the H100 is held for the moving job, the A100 is still its
+        other = await lab.submit("python3", "other.py", gpus=1, kind="blocker")
+        await lab.round()
+        assert (await lab.job(other.id)).state is JobState.PENDING
+        # it checkpoints (exit 85 on the signal) and starts again on the H100; the other job gets the A100
+        assert any(s == "TERM" for r in await lab.fake_runs(jid) for s in r.signals)
+        await lab.finish(jid, 85)
+        await lab.round()
+        await lab.round()
+        assert await node_of(lab, jid) == "fast"
+        assert await node_of(lab, other.id) == "slow"
+        shown = await Api(lab.ctl).handle("show", {"id": jid}, os.getuid())
+        (mv,) = shown["moves"]
+        assert (mv["from"], mv["to"], mv["nodes"]) == (A100, H100, ["fast"])
+        assert mv["gain_s"] > 2 * mv["cost_s"] > 0 and "expected to save" in mv["why"]
+        assert shown["preemptions"]["count"] == 1
+
+
+async def test_no_move_when_the_gain_does_not_pay_or_the_job_never_checkpointed(tmp_path: Path) -> None:
+    async with Lab.open(tmp_path, nodes=FLEET, settings=SETTINGS) as lab:
+        # nearly done: 100 steps left (10 s at the A100's speed) cannot pay for a checkpoint and restart
+        jid = await proven_on_slow(lab, total=7_100.0)
+        await lab.round()
+        assert await node_of(lab, jid) == "slow" and "move" not in await lab.events(jid)
+    async with Lab.open(tmp_path / "2", nodes=FLEET, settings=SETTINGS) as lab:
+        # a long job that never exited with the checkpoint code stays where it is, whatever it would gain
+        blocker = await lab.submit("python3", "other.py", gpus=1, kind="blocker")
+        await lab.round()
+        job = await lab.submit("python3", "train.py", gpus=1, kind="k")
+        await lab.round()
+        assert await node_of(lab, job.id) == "slow"
+        await report(lab, job.id, 0.0, 1e6)
+        lab.clock.advance(2 * SETTINGS.move_min_run_s)
+        await report(lab, job.id, 12_000.0, 1e6)
+        await lab.finish(blocker.id, 0)
+        await lab.round()
+        await lab.round()
+        assert await node_of(lab, job.id) == "slow" and "move" not in await lab.events(job.id)
+    async with Lab.open(tmp_path / "3", nodes=FLEET, settings=Settings(moves=False, move_min_run_s=600.0)) as lab:
+        # and with `moves = false` nobody moves
+        jid = await proven_on_slow(lab, total=200_000.0)
+        await lab.round()
+        assert await node_of(lab, jid) == "slow"
+
+
+async def test_equals_time_share_by_least_attained_service_after_the_minimum_run(tmp_path: Path) -> None:
+    one = (CannedNode("n1", "NVIDIA A100-SXM4-80GB", 1),)
+    async with Lab.open(tmp_path, nodes=one, settings=SETTINGS) as lab:
+        for ex in lab.executors.values():
+            ex.exit_on_signal.pop("TERM")  # the jobs take their time to checkpoint
+        first = await lab.submit("python3", "a.py", gpus=1, kind="a")
+        await lab.round()
+        await lab.finish(first.id, 85)  # proves it checkpoints; starts again at once
+        await lab.round()
+        await lab.round()
+        assert (await lab.job(first.id)).state is JobState.RUNNING
+        second = await lab.submit("python3", "b.py", gpus=1, kind="b")
+        stranger = await lab.submit("python3", "c.py", gpus=1, kind="c", priority=-1)
+        await lab.advance(SETTINGS.move_min_run_s / 2)
+        assert (await lab.job(first.id)).state is JobState.RUNNING  # before its minimum run: it keeps the GPU
+        await lab.advance(SETTINGS.move_min_run_s / 2 + 1)
+        assert (await lab.job(first.id)).state is JobState.PREEMPTING
+        assert "preempts" in await lab.events(second.id)
+        await lab.finish(first.id, 85)
+        await lab.round()
+        await lab.round()
+        assert await node_of(lab, second.id) == "n1"
+        # the first job waits with its attained service counted: it does not jump straight back
+        assert moves.moves_of(lab.ctl).attained[first.id][1] >= SETTINGS.move_min_run_s
+        await lab.advance(SETTINGS.move_min_run_s / 2)
+        assert await node_of(lab, second.id) == "n1"
+        # the second job never proved it checkpoints: it is never time-shared away, however long it runs
+        await lab.advance(10 * SETTINGS.move_min_run_s)
+        assert await node_of(lab, second.id) == "n1"
+        await lab.finish(second.id, 0)
+        await lab.round()
+        await lab.round()
+        assert await node_of(lab, first.id) == "n1"  # the least attained of those waiting, over the stranger
+        assert (await lab.job(stranger.id)).state is JobState.PENDING
