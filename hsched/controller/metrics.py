@@ -64,6 +64,8 @@ class Recorder:
     round_sum_s: float = 0.0
     rounds: int = 0
     preemptions: int = 0
+    moves: int = 0
+    """Running jobs the policy moved to faster GPUs (hsched.controller.moves; each is a preemption too)."""
     snapshot: Snapshot | None = None
 
     def observe_round(self, seconds: float) -> None:
@@ -156,6 +158,9 @@ def families(snap: Snapshot | None, rec: Recorder) -> Iterator[Any]:
     pre = CounterMetricFamily("hsched_preemptions", "Preemptions decided by the scheduler")
     pre.add_metric([], rec.preemptions)
     yield pre
+    moved = CounterMetricFamily("hsched_moves", "Running jobs moved to faster GPUs by the policy (preemptions too)")
+    moved.add_metric([], rec.moves)
+    yield moved
 
 
 class _Collector:

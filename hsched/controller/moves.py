@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from hsched.controller.metrics import recorder
 from hsched.lifecycle import StopReason
 from hsched.model import Job, JobState, Placement
 
@@ -172,6 +173,7 @@ async def apply(ctl: Controller, job: Job, d: Move) -> None:
             "cost_s": round(d.cost_s, 1), "nodes": [p.node for p in d.placements],
             "devices": [u for p in d.placements for u in p.devices]}
     await ctl.db(ctl.store.add_event, now, "move", d.why, job_id=job.id, data=data)
+    recorder(ctl).moves += 1
     log.info("job %d: %s", job.id, d.why)
     await begin_stop(ctl, job, StopReason.PREEMPTED,
                      f"moving to faster GPUs: SIG{ck.signal}, {ck.grace_s:g} s to checkpoint")

@@ -12,6 +12,7 @@ from hsched.config import Settings
 from hsched.controller import learning, moves
 from hsched.controller.api import Api
 from hsched.controller.launching import job_cache
+from hsched.controller.metrics import recorder
 from hsched.model import JobState
 from hsched.sched.live import gpu_type_of
 from hsched.testing import CannedNode, Lab
@@ -85,6 +86,7 @@ async def test_a_proven_job_moves_to_the_faster_gpu_that_frees_and_it_is_held_fo
         assert (mv["from"], mv["to"], mv["nodes"]) == (A100, H100, ["fast"])
         assert mv["gain_s"] > 2 * mv["cost_s"] > 0 and "expected to save" in mv["why"]
         assert shown["preemptions"]["count"] == 1
+        assert recorder(lab.ctl).moves == 1  # hsched_moves_total
 
 
 async def test_no_move_when_the_gain_does_not_pay_or_the_job_never_checkpointed(tmp_path: Path) -> None:
