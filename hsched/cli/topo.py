@@ -83,22 +83,32 @@ def _render_other(result: Any, source: str) -> None:
         and "index" in data["gpus"][0]
         and "name" in data["gpus"][0]
     ):
-        cols = ["index", "name", "uuid", "pci_bus_id", "memory_total_mib", "mig_current"]
+        # a MIG instance as hsched names it (GPU0.1 under GPU0), with its profile where the capture gives one
+        cols = ["device", "name", "uuid", "pci_bus_id", "memory_total_mib", "MIG"]
+        if any(g.get("affine_cpus") for g in data["gpus"]):
+            cols.append("affine_cpus")
         table = Table(title=f"{source} ({data.get('format')})", title_justify="left")
         for c in cols:
             table.add_column(c)
         for g in data["gpus"]:
-            table.add_row(*["N/A" if g.get(c) is None else str(g.get(c)) for c in cols])
+            mig = g.get("mig_profile") or ("slice" if g.get("mig_parent") is not None else
+                                           {True: "on", False: "off"}.get(g.get("mig_current")))
+            cells = {**g, "MIG": mig}
+            table.add_row(*["N/A" if cells.get(c) in (None, "") else str(cells.get(c)) for c in cols])
         console.print(table)
     elif "nodes" in data:
-        table = Table(title=f"{source} ({data.get('format')})", title_justify="left")
-        for c in ("node", "cpus", "memory_mib"):
-            table.add_column(c)
-        for n in data["nodes"]:
-            table.add_row(
-                str(n["id"]), n["cpus"] or "-", "N/A" if n.get("memory_mib") is None else str(n["memory_mib"])
-            )
-        console.print(table)
+        facts = [f"{k.replace('_', ' ')} {data[k]}" for k in
+                 ("sockets", "cores_per_socket", "threads_per_core", "cpus", "model_name") if data.get(k) is not None]
+        console.print(f"{source} ({data.get('format')}): " + (", ".join(facts) or "no CPU counts"), highlight=False)
+        if data["nodes"]:
+            table = Table()
+            for c in ("node", "cpus", "memory_mib"):
+                table.add_column(c)
+            for n in data["nodes"]:
+                table.add_row(
+                    str(n["id"]), n["cpus"] or "-", "N/A" if n.get("memory_mib") is None else str(n["memory_mib"])
+                )
+            console.print(table)
     else:
         console.print_json(data=data)
     _warn(data.get("warnings", []))

@@ -9,7 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hsched.model import Device
 from hsched.topo.topology import NumaNode, format_cpulist
+
+MIG_INDEX = 100
+"""A MIG instance's index is (its GPU's index + 1) * MIG_INDEX + its slot, as the controller numbers them
+(hsched.controller.fleet.mig_devices), so GPU 0's slots are 100, 101... and never collide with a GPU's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,9 +35,40 @@ class GpuInfo:
     numa_node: int | None = None
     gfx_target: str | None = None
     fabric_clique: str | None = None
+    mig_parent: int | None = None
+    """A MIG instance: the index of the GPU it is a slice of (its own index is then mig_index(GPU, slot))."""
+    mig_profile: str | None = None
+    """A MIG instance's profile ("1g.10gb") where the capture names it (`nvidia-smi -L` does, the table does not)."""
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    sm_count: int | None = None
+    """A MIG instance's multiprocessors (the MIG devices table's SM column: what tells a 3g from a 4g there)."""
+    affine_cpus: tuple[int, ...] = ()
+    """CPUs the capture says are local to this GPU; from `nvidia-smi topo -c N` only the CPUs asked about, so never
+    the whole affinity."""
+
+    @property
+    def device_name(self) -> str:
+        """GPU0, or GPU0.1 for slot 1 of GPU 0 in MIG mode: the names hsched's topology gives them."""
+        if self.mig_parent is None:
+            return f"GPU{self.index}"
+        return f"GPU{self.mig_parent}.{self.index - (self.mig_parent + 1) * MIG_INDEX}"
 
     def to_json(self) -> dict[str, Any]:
-        return {f: getattr(self, f) for f in self.__slots__}
+        out: dict[str, Any] = {"device": self.device_name}
+        for f in self.__slots__:
+            v = getattr(self, f)
+            out[f] = format_cpulist(v) if f == "affine_cpus" else v
+        return out
+
+
+def mig_index(gpu: int, slot: int) -> int:
+    return (gpu + 1) * MIG_INDEX + slot
+
+
+def listing_order(g: GpuInfo) -> tuple[int, bool, int]:
+    """Each GPU followed by its MIG instances, as nvidia-smi -L lists them."""
+    return (g.index if g.mig_parent is None else g.mig_parent, g.mig_parent is not None, g.index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +78,34 @@ class Inventory:
     warnings: tuple[str, ...] = ()
     source_format: str = ""
     driver_version: str | None = None
+
+    def devices(self) -> tuple[Device, ...]:
+        """hsched's devices, shaped as the controller builds them from NVML (hsched.controller.fleet): a GPU in MIG
+        mode with instances listed is those instances (model "<GPU> MIG <profile>", mig_parent the GPU's UUID,
+        the GPU's bus and NUMA node, their own memory), never a device itself. A GPU or instance the capture gives
+        no UUID for is left out: a device is its UUID (CUDA_VISIBLE_DEVICES takes it), never a made-up one."""
+        by_index = {g.index: g for g in self.gpus if g.mig_parent is None}
+        sliced = {g.mig_parent for g in self.gpus if g.mig_parent is not None}
+        out: list[Device] = []
+        for g in sorted(self.gpus, key=listing_order):
+            if not g.uuid:
+                continue
+            if g.mig_parent is None:
+                if g.index in sliced and g.mig_current:
+                    continue  # its instances stand for it
+                out.append(Device(uuid=g.uuid, index=g.index, model=g.name or "unknown",
+                                  memory_total_mib=g.memory_total_mib, memory_used_mib=g.memory_used_mib,
+                                  utilization_gpu=g.utilization_gpu, numa_node=g.numa_node, pci_bus_id=g.pci_bus_id,
+                                  temperature_c=g.temperature_c, power_w=g.power_w))
+                continue
+            parent = by_index.get(g.mig_parent)
+            if parent is None or not parent.uuid:
+                continue  # a slice is handed out under its GPU's UUID as mig_parent; unknown here
+            profile = g.mig_profile or f"mig{g.index % MIG_INDEX}"
+            out.append(Device(uuid=g.uuid, index=g.index, model=f"{parent.name or 'unknown'} MIG {profile}",
+                              memory_total_mib=g.memory_total_mib, numa_node=parent.numa_node,
+                              pci_bus_id=parent.pci_bus_id, mig_parent=parent.uuid, mig_profile=profile))
+        return tuple(out)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -24,6 +24,8 @@ _PARSERS: dict[str, Callable[[str, str | None], Capture]] = {
     "nvidia-smi -q": parse_nvidia.parse_smi_q,
     "nvidia-smi": parse_nvidia.parse_smi_table,
     "nvidia-smi -L": parse_nvidia.parse_smi_list,
+    "nvidia-smi MIG devices": parse_nvidia.parse_mig_table,
+    "nvidia-smi topo -c": parse_nvidia.parse_topo_cpu,
     "nvidia-smi --query-gpu csv": parse_nvidia.parse_query_csv,
     "nvidia-smi nvlink": parse_nvidia.parse_nvlink_status,
     "rocm-smi --showtopo": parse_amd.parse_rocm_showtopo,
@@ -36,7 +38,26 @@ _PARSERS: dict[str, Callable[[str, str | None], Capture]] = {
     "amd-smi static --json": parse_amd.parse_amd_smi_json_fragment,
     "numactl --hardware": parse_host.parse_numactl,
     "lscpu": parse_host.parse_lscpu,
+    "lscpu -e": parse_host.parse_lscpu_table,
+    "lscpu -p": parse_host.parse_lscpu_table,
 }
+
+# Captures recognised but holding no devices hsched can read: each refused with what it is and what to capture.
+_REFUSALS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^\|\s*GPU instance profiles:", re.MULTILINE),
+     "`nvidia-smi mig -lgip` output (the GPU instance profiles a GPU could have, not the devices it has)"),
+    (re.compile(r"^\|\s*GPU instances:", re.MULTILINE),
+     "`nvidia-smi mig -lgi` output (GPU instances without the MIG device UUIDs CUDA needs)"),
+    (re.compile(r"^\|\s*Compute instance profiles:", re.MULTILINE),
+     "`nvidia-smi mig -lcip` output (compute instance profiles, not devices)"),
+    (re.compile(r"^\|\s*Compute instances:", re.MULTILINE),
+     "`nvidia-smi mig -lci` output (compute instances without the MIG device UUIDs CUDA needs)"),
+    (re.compile(r"^No devices were found\s*$", re.MULTILINE),
+     "nvidia-smi output from a machine where it found no GPU ('No devices were found')"),
+    (re.compile(r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver"),
+     "nvidia-smi's error that it could not reach the NVIDIA driver (no GPU listed)"),
+)
+_INSTEAD = "capture `nvidia-smi -L` (MIG devices with their UUIDs) or `nvidia-smi topo -m` on a machine whose GPUs work"
 FORMATS = tuple(_PARSERS)
 
 
@@ -52,6 +73,8 @@ def strip_header(text: str) -> str:
 
 def detect_format(text: str) -> str | None:
     """Name of the tool output `text` looks like, or None."""
+    if re.search(r"^# The following is the parsable format|^# CPU,", text, re.MULTILINE):
+        return "lscpu -p"  # its own '#' lines say what it is, before a header would be stripped
     t = parse_nvidia.strip_ansi(strip_header(text))
     s = t.strip()
     if not s:
@@ -66,6 +89,8 @@ def detect_format(text: str) -> str | None:
         return "nvidia-smi -q"
     if "NVIDIA-SMI" in t and "|" in t:
         return "nvidia-smi"
+    if re.search(r"^\|\s*MIG devices:", t, re.MULTILINE):
+        return "nvidia-smi MIG devices"
     if "ROCm System Management Interface" in t or re.search(r"^GPU\[\d+\]\s*:", t, re.MULTILINE):
         if "Concise Info" in t:
             return "rocm-smi"
@@ -76,12 +101,14 @@ def detect_format(text: str) -> str | None:
         return "rocm-smi -a"
     if re.search(r"^available:\s*\d+ nodes", t, re.MULTILINE) or re.search(r"^node \d+ cpus:", t, re.MULTILINE):
         return "numactl --hardware"
-    if re.search(r"^(NUMA node\d* ?\S*|Socket\(s\)|CPU\(s\)):", t, re.MULTILINE):
+    if re.search(r"^\s*CPU\s+(NODE\s+)?SOCKET\s+CORE\b", t, re.MULTILINE):
+        return "lscpu -e"
+    if re.search(rf"^\s*({'|'.join(re.escape(k) for k in parse_host.LSCPU_KEYS)})[^:]*:", t, re.MULTILINE):
         return "lscpu"
     if re.search(r"^GPU:\s*\d+\s*$", t, re.MULTILINE):
         return "amd-smi list/static"
-    if re.search(r"^GPU \d+: .+ \(UUID: GPU-[0-9A-Fa-f-]+\)\s*$", t, re.MULTILINE) and not re.search(
-            r"^\s+Link \d+:", t, re.MULTILINE):
+    if re.search(r"^(GPU \d+: .+ \(UUID: GPU-[0-9A-Fa-f-]+\)|\s+MIG \S+\s+Device\s+\d+: \(UUID: MIG-\S+\))\s*$",
+                 t, re.MULTILINE) and not re.search(r"^\s+Link \d+:", t, re.MULTILINE):
         return "nvidia-smi -L"
     if re.search(r"^GPU \d+: .+$", t, re.MULTILINE) and re.search(r"^\s+Link \d+:", t, re.MULTILINE):
         return "nvidia-smi nvlink"
@@ -90,9 +117,14 @@ def detect_format(text: str) -> str | None:
         if any(c not in ("X",) for c in cells) and not re.search(r"\b(NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)\b", t):
             return "nvidia-smi topo -p2p"
         return "nvidia-smi topo -m"
+    if re.search(r"^The GPUs that have an affinity with CPU \d+ are:", t, re.MULTILINE):
+        return "nvidia-smi topo -c"
     first = s.splitlines()[0]
+    cells = [c.strip() for c in first.split(",")]
     if "," in first and (
-        re.search(r"\b(index|name|uuid|pci\.bus_id|memory\.total)\b", first) or re.match(r"^\d+,", first)
+        all(parse_nvidia.CSV_FIELD_NAME.match(c) for c in cells)
+        or re.match(r"^\d+,", first)
+        or re.match(r"^(NVIDIA|Tesla|Quadro|GeForce|TITAN|GRID)\b[^,]*,", first)
     ):
         return "nvidia-smi --query-gpu csv"
     return None
@@ -104,9 +136,13 @@ def parse_capture(text: str, source: str | None = None, fmt: str | None = None) 
     if fmt is not None and fmt.endswith("--json"):
         text = strip_header(text)
     if fmt is None:
+        body = parse_nvidia.strip_ansi(strip_header(text))
+        for pattern, what in _REFUSALS:
+            if pattern.search(body):
+                raise TopologyParseError(f"this is {what}: {_INSTEAD}", source=source)
         raise TopologyParseError(
-            "unrecognised input: expected nvidia-smi topo -m, rocm-smi --showtopo, amd-smi topology, "
-            "nvidia-smi -q, --query-gpu csv, numactl -H or lscpu output",
+            "unrecognised input: expected nvidia-smi topo -m, -L, -q, the nvidia-smi table, --query-gpu csv, "
+            "rocm-smi, amd-smi topology/static, numactl -H or lscpu output",
             source=source,
         )
     if fmt not in _PARSERS:

@@ -466,6 +466,10 @@ def parse_amd_smi_list(text: str, source: str | None = None) -> Inventory:
     )
 
 
+def _known(v: Any) -> str | None:
+    return v if isinstance(v, str) and v.strip() and v.strip().upper() != "N/A" else None
+
+
 def parse_amd_smi_json_fragment(text: str, source: str | None = None) -> Inventory:
     """`amd-smi static --json` (list of GPUs, or one GPU's `vram` object selected with jq)."""
     try:
@@ -481,20 +485,31 @@ def parse_amd_smi_json_fragment(text: str, source: str | None = None) -> Invento
         if not isinstance(item, dict):
             raise TopologyParseError("expected JSON objects", source=source)
         vram = item.get("vram", item) if "vram" in item else item
-        if "vram" not in item:
-            fragment = True
+        if "vram" not in item and "bdf" not in item:
+            fragment = True  # one GPU's `vram` object picked out with jq
         size = vram.get("size") if isinstance(vram, dict) else None
         mib = None
         if isinstance(size, dict) and isinstance(size.get("value"), int | float):
+            # amd-smi says "MB" and means MiB (196592 on a 192 GiB MI300X); some releases give bytes ("B")
             unit = str(size.get("unit", "MB")).upper()
-            mib = int(size["value"] * (1024 if unit in ("GB", "GIB") else 1))
+            scale = {"GB": 1024.0, "GIB": 1024.0, "B": 1 / (1 << 20), "KB": 1 / 1024}.get(unit, 1.0)
+            mib = int(size["value"] * scale)
         asic = item.get("asic", {}) if isinstance(item.get("asic"), dict) else {}
+        bus = item.get("bus", {}) if isinstance(item.get("bus"), dict) else {}
+        numa = item.get("numa", {}) if isinstance(item.get("numa"), dict) else {}
+        bdf = bus.get("bdf") or item.get("bdf")  # `static` nests it under bus, `list --json` does not
+        width = bus.get("max_pcie_width")
+        node = numa.get("node")
         gpus.append(
             GpuInfo(
                 index=int(item.get("gpu", i)),
-                name=asic.get("market_name"),
-                gfx_target=asic.get("target_graphics_version"),
+                name=_known(asic.get("market_name")),
+                uuid=_known(item.get("uuid")),
+                pci_bus_id=normalize_bus_id(bdf) if isinstance(bdf, str) and _BDF_RE.match(bdf.strip()) else None,
+                gfx_target=_known(asic.get("target_graphics_version")),
                 memory_total_mib=mib,
+                pcie_width_max=width if isinstance(width, int) else None,
+                numa_node=node if isinstance(node, int) and node >= 0 else None,
             )
         )
     warnings = ("a fragment of one GPU's static info (VRAM only)",) if fragment else ()

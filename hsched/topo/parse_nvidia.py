@@ -14,7 +14,7 @@ import io
 import re
 from dataclasses import replace
 
-from hsched.topo.inventory import GpuInfo, Inventory, NvlinkStatus, P2PMatrix
+from hsched.topo.inventory import GpuInfo, Inventory, NvlinkStatus, P2PMatrix, listing_order, mig_index
 from hsched.topo.links import is_valid_kind, normalize_kind
 from hsched.topo.topology import (
     TopoDevice,
@@ -295,6 +295,11 @@ _DEFAULT_NOHEADER_FIELDS = (
 )
 
 
+CSV_FIELD_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*(\s*\[[^\]]*\])?$")
+"""A `--query-gpu` header cell: "memory.total [MiB]", "index", "clocks.max.sm [MHz]"."""
+_ASK = "index,uuid,name,pci.bus_id,memory.total,mig.mode.current"
+
+
 def _num(value: str) -> float | None:
     m = re.match(r"^\s*(-?\d+(?:\.\d+)?)", value)
     if not m or value.strip().upper().startswith(("N/A", "[N/A]", "[NOT SUPPORTED]")):
@@ -313,17 +318,28 @@ def parse_query_csv(text: str, source: str | None = None, fields: tuple[str, ...
     Split on commas, never on whitespace (model names contain spaces). With `noheader`, pass the
     `fields` asked for; the default is the field list hsched's node helper asks for.
     """
-    rows = [r for r in csv.reader(io.StringIO(strip_ansi(text)), skipinitialspace=True) if any(c.strip() for c in r)]
+    rows = [r for r in csv.reader(io.StringIO(strip_ansi(text)), skipinitialspace=True)
+            if any(c.strip() for c in r) and not r[0].lstrip().startswith("#")]  # a capture's own '#' header
     if not rows:
         raise TopologyParseError("empty CSV", source=source)
     first = [c.strip() for c in rows[0]]
-    has_header = any(re.sub(r"\s*\[.*\]$", "", c) in _CSV_FIELDS for c in first) and not any(
-        c[:1].isdigit() for c in first[:1]
-    )
+    has_header = all(CSV_FIELD_NAME.match(c) for c in first)
+    warnings: list[str] = []
     if has_header:
         names = [re.sub(r"\s*\[.*\]$", "", c) for c in first]
+        if not any(n in _CSV_FIELDS for n in names):
+            raise TopologyParseError(
+                f"`--query-gpu` CSV of {', '.join(names)}: none of the fields hsched reads; capture "
+                f"`nvidia-smi --query-gpu={_ASK} --format=csv`", source=source)
+        if "index" not in names:
+            warnings.append("no index column: GPUs numbered in row order")
         body = rows[1:]
         start = 2
+    elif fields is None and len(first) != len(_DEFAULT_NOHEADER_FIELDS):
+        # which field each column holds is known only from the header (or from hsched's own query)
+        raise TopologyParseError(
+            f"`--query-gpu` CSV without its header line (noheader), {len(first)} columns: which field each holds is "
+            f"unknown; capture `nvidia-smi --query-gpu={_ASK} --format=csv` (no `noheader`)", source=source)
     else:
         names = list(fields or _DEFAULT_NOHEADER_FIELDS)
         body = rows
@@ -359,7 +375,9 @@ def parse_query_csv(text: str, source: str | None = None, fields: tuple[str, ...
                 )
         idx = vals.pop("index", len(gpus))
         gpus.append(GpuInfo(index=int(str(idx)), **vals))  # type: ignore[arg-type]
-    return Inventory(gpus=tuple(gpus), source_format="nvidia-smi --query-gpu csv")
+    if not gpus:
+        raise TopologyParseError("a `--query-gpu` CSV header and no GPU rows", source=source)
+    return Inventory(gpus=tuple(gpus), warnings=tuple(warnings), source_format="nvidia-smi --query-gpu csv")
 
 
 # ---- nvidia-smi -q  ------
@@ -506,7 +524,12 @@ def parse_smi_table(text: str, source: str | None = None) -> Inventory:
         i += 1
     if not gpus:
         raise TopologyParseError("no GPU rows found in the nvidia-smi table", source=source)
-    return Inventory(gpus=tuple(gpus), source_format="nvidia-smi", driver_version=driver)
+    migs, _ = mig_table_rows(lines, source)
+    names = {g.index: g.name for g in gpus}
+    migs = [replace(m, name=f"{names[m.mig_parent]} MIG") if m.mig_parent in names else m for m in migs]
+    warnings = ("the MIG devices table names no profile or UUID: `nvidia-smi -L` lists both",) if migs else ()
+    return Inventory(gpus=tuple(sorted(gpus + migs, key=listing_order)), warnings=warnings, source_format="nvidia-smi",
+                     driver_version=driver)
 
 
 # ---- nvidia-smi nvlink --status / -e  ------
@@ -538,15 +561,16 @@ def parse_nvlink_status(text: str, source: str | None = None) -> NvlinkStatus:
 
 
 _L_GPU_RE = re.compile(r"^GPU (\d+): (.+?) \(UUID: (GPU-[0-9A-Fa-f-]+)\)\s*$")
+# R470+: "  MIG 3g.40gb     Device  0: (UUID: MIG-<uuid>)"; R450: "  MIG 3g.20gb Device 0: (UUID: MIG-GPU-<uuid>/1/0)"
 _L_MIG_RE = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[0-9A-Za-z/-]+)\)\s*$")
 
 
 def parse_smi_list(text: str, source: str | None = None) -> Inventory:
-    """`nvidia-smi -L` -> Inventory: index, model and UUID of every GPU; a GPU with MIG devices listed under it
-    has MIG on (mig_current), and the MIG devices are named in the warnings (hsched schedules whole GPUs)."""
+    """`nvidia-smi -L` -> Inventory: index, model and UUID of every GPU; the MIG devices listed under a GPU are
+    devices of their own (index mig_index(GPU, N) for `Device N`, their profile and MIG UUID, mig_parent the
+    GPU), and that GPU has MIG on."""
     gpus: list[GpuInfo] = []
-    migs: dict[int, list[str]] = {}
-    warnings: list[str] = []
+    migs: list[GpuInfo] = []
     for n, line in enumerate(strip_ansi(text).splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -555,17 +579,97 @@ def parse_smi_list(text: str, source: str | None = None) -> Inventory:
             gpus.append(GpuInfo(index=int(m.group(1)), name=m.group(2).strip(), uuid=m.group(3)))
             continue
         mm = _L_MIG_RE.match(line)
-        if mm and gpus:
-            migs.setdefault(gpus[-1].index, []).append(f"{mm.group(1)} {mm.group(3)}")
+        if mm and not gpus:
+            raise TopologyParseError(
+                "MIG device lines without the `GPU N: ...` line they belong under: capture the whole "
+                "`nvidia-smi -L` output", source=source, line=n)
+        if mm:
+            parent = gpus[-1].index
+            migs.append(GpuInfo(index=mig_index(parent, int(mm.group(2))), name=f"{gpus[-1].name} MIG {mm.group(1)}",
+                                uuid=mm.group(3), mig_parent=parent, mig_profile=mm.group(1)))
             continue
         raise TopologyParseError(f"not an `nvidia-smi -L` line: {line.strip()[:80]!r}", source=source, line=n)
     if not gpus:
         raise TopologyParseError("no GPU lines (GPU N: MODEL (UUID: GPU-...))", source=source)
-    out = []
-    for g in gpus:
-        if g.index in migs:
-            out.append(replace(g, mig_current=True))
-            warnings.append(f"GPU {g.index}: MIG devices {', '.join(migs[g.index])}")
-        else:
-            out.append(g)
-    return Inventory(gpus=tuple(out), warnings=tuple(warnings), source_format="nvidia-smi -L")
+    sliced = {g.mig_parent for g in migs}
+    out = [replace(g, mig_current=True) if g.index in sliced else g for g in gpus]
+    return Inventory(gpus=tuple(sorted(out + migs, key=listing_order)), source_format="nvidia-smi -L")
+
+
+# ---- the "MIG devices:" table of plain nvidia-smi  ------
+
+# "|  0    1   0   0  |             107MiB / 40192MiB    | 42      0 |  3   0    2    0    0 |"
+_MIG_ROW = re.compile(
+    r"^\|\s*(\d+)\s+(\d+|N/A)\s+(\d+|N/A)\s+(\d+)\s*\|\s*(\d+)MiB\s*/\s*(\d+)MiB\s*\|\s*(\d+|N/A)\b"
+)
+
+
+def _int_or_none(v: str) -> int | None:
+    return int(v) if v.isdigit() else None
+
+
+def mig_table_rows(lines: list[str], source: str | None) -> tuple[list[GpuInfo], bool]:
+    """The MIG instances of a "MIG devices:" block (GPU, GI ID, CI ID, MIG Dev, memory, SMs) and whether the
+    block was there. The table names neither profile nor UUID: those come from `nvidia-smi -L`."""
+    start = next((i for i, ln in enumerate(lines) if re.match(r"^\|\s*MIG devices:", ln)), None)
+    if start is None:
+        return [], False
+    out: list[GpuInfo] = []
+    for off, line in enumerate(lines[start + 1 :], start=start + 2):
+        if re.match(r"^\|\s*Processes:", line) or (not line.strip() and out):
+            break
+        m = _MIG_ROW.match(line)
+        if m:
+            gpu, slot = int(m.group(1)), int(m.group(4))
+            out.append(GpuInfo(index=mig_index(gpu, slot), mig_parent=gpu, gpu_instance_id=_int_or_none(m.group(2)),
+                               compute_instance_id=_int_or_none(m.group(3)), memory_used_mib=int(m.group(5)),
+                               memory_total_mib=int(m.group(6)), sm_count=_int_or_none(m.group(7))))
+        elif re.match(r"^\|\s*\d+\s+\d+\s+\d+\s+\d+\s*\|", line):
+            raise TopologyParseError("a MIG devices row whose memory or SM cells do not read", source=source, line=off)
+    return out, True
+
+
+def parse_mig_table(text: str, source: str | None = None) -> Inventory:
+    """The "MIG devices:" block of plain `nvidia-smi` on its own -> Inventory of MIG instances (their GPU by index
+    only: the GPU rows were not captured)."""
+    rows, found = mig_table_rows(_lines(text), source)
+    if not found:
+        raise TopologyParseError("no '| MIG devices:' line found", source=source)
+    return Inventory(gpus=tuple(rows), source_format="nvidia-smi MIG devices",
+                     warnings=("the MIG devices table names no profile or UUID: `nvidia-smi -L` lists both",))
+
+
+# ---- nvidia-smi topo -c N  ------
+
+_TOPO_C_RE = re.compile(r"^The GPUs that have an affinity with CPU (\d+) are:\s*(.*)$")
+
+
+def parse_topo_cpu(text: str, source: str | None = None) -> Inventory:
+    """`nvidia-smi topo -c N` (one or several, one after another) -> the GPUs each CPU asked about is local to.
+    It holds no links and only the CPUs asked about: `nvidia-smi topo -m` gives every GPU's CPUs and links."""
+    local: dict[int, list[int]] = {}
+    cpu: int | None = None
+    for n, line in enumerate(_lines(text), start=1):
+        m = _TOPO_C_RE.match(line.strip())
+        rest = line
+        if m:
+            cpu = int(m.group(1))
+            rest = m.group(2)
+        if cpu is None:
+            continue
+        # the indices follow on the next line ("0, 1"); accept "GPU 0" lines too
+        for tok in re.split(r"[,\s]+", rest.strip()):
+            if not tok or tok.upper() == "GPU":
+                continue
+            if not tok.isdigit():
+                raise TopologyParseError(f"{tok!r} is not a GPU index", source=source, line=n)
+            local.setdefault(int(tok), []).append(cpu)
+    if cpu is None:
+        raise TopologyParseError("no 'The GPUs that have an affinity with CPU N are:' line", source=source)
+    return Inventory(
+        gpus=tuple(GpuInfo(index=i, affine_cpus=tuple(sorted(set(c)))) for i, c in sorted(local.items())),
+        partial=True,
+        warnings=("`nvidia-smi topo -c` names only the CPUs asked about and no links: "
+                  "capture `nvidia-smi topo -m` for every GPU's CPUs and links",),
+        source_format="nvidia-smi topo -c",
+    )

@@ -1,0 +1,161 @@
+"""`hsched topo parse` on every kind of capture issue 19 names (nvidia-smi -L with its MIG devices, the MIG devices
+table, --query-gpu CSV, topo -c, amd-smi static --json, partial lscpu and its -e/-p tables): the devices and
+topology each holds, MIG devices as hsched's own; a kind that holds none refused in one line naming what it is
+and what to capture instead."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hsched.cli import app
+from hsched.controller.fleet import mig_devices
+from hsched.model import Device, Node, NodeState, Resources
+from hsched.topo.inventory import HostNuma, Inventory
+from hsched.topo.parse import detect_format, parse_capture, read_capture
+from hsched.topo.place import topology_of_node
+from hsched.topo.topology import TopologyParseError
+from tests.conftest import FIXTURES
+
+WRITTEN = FIXTURES / "topo-written"
+runner = CliRunner()
+
+
+def _inv(name: str) -> Inventory:
+    inv = read_capture(WRITTEN / name)
+    assert isinstance(inv, Inventory)
+    return inv
+
+
+def test_nvidia_smi_L_mig_devices_are_hscheds_mig_devices() -> None:
+    inv = _inv("nvidia-smi-L__a100-80gb-x2-mig.txt")
+    assert [(g.device_name, g.index, g.mig_profile) for g in inv.gpus] == [
+        ("GPU0", 0, None), ("GPU0.0", 100, "3g.40gb"), ("GPU0.1", 101, "2g.20gb"), ("GPU0.2", 102, "1g.10gb"),
+        ("GPU1", 1, None)]
+    assert inv.gpus[0].mig_current is True and inv.gpus[4].mig_current is None
+    devices = inv.devices()
+    # GPU 0 is its three instances and no device itself; GPU 1 is whole
+    assert [d.uuid[:12] for d in devices] == ["MIG-afd2822c", "MIG-05fdbd80", "MIG-a2b1ca98", "GPU-817ea2b7"]
+    # the same devices as the controller builds from NVML's MIG listing of that GPU
+    parent = Device(uuid="GPU-2a462c04-2319-4298-9d80-7d66a0638d5f", index=0, model="NVIDIA A100-SXM4-80GB")
+    nvml = mig_devices(parent, [{"uuid": g.uuid, "name": g.name} for g in inv.gpus if g.mig_parent == 0])
+    assert devices[:3] == tuple(nvml)
+    # the topology names them as the capture's listing does, and a slice request gets a slice, never a GPU
+    node = Node(name="n", executor="local", state=NodeState.UP, devices=devices)
+    names = {d.uuid: d.name for d in topology_of_node(node).devices}
+    assert [names[d.uuid] for d in devices] == [g.device_name for g in inv.gpus if g.index != 0]
+    assert [d.model for d in devices if Resources(gpu_types=("1g.10gb",)).matches_model(d.model)] == [
+        "NVIDIA A100-SXM4-80GB MIG 1g.10gb"]
+    assert [d.index for d in devices if Resources().matches_model(d.model)] == [1]
+
+
+def test_nvidia_smi_L_r450_mig_uuids() -> None:
+    inv = _inv("nvidia-smi-L__a100-40gb-mig-r450.txt")
+    assert [(g.device_name, g.uuid) for g in inv.gpus[1:]] == [
+        ("GPU0.0", "MIG-GPU-f906a8be-4eb5-4e24-aec3-7482a042e25f/1/0"),
+        ("GPU0.1", "MIG-GPU-f906a8be-4eb5-4e24-aec3-7482a042e25f/2/0")]
+    assert [d.mig_profile for d in inv.devices()] == ["3g.20gb", "3g.20gb"]
+
+
+def test_mig_lines_without_their_gpu_are_refused_in_one_line() -> None:
+    text = "  MIG 3g.48gb     Device  0: (UUID: MIG-51fa7c7a-4c41-59bf-b08a-9cb4b47525a7)\n"
+    assert detect_format(text) == "nvidia-smi -L"
+    with pytest.raises(TopologyParseError, match=r"line 1: MIG device lines without the `GPU N: \.\.\.` line"):
+        parse_capture(text, "l.txt")
+
+
+def test_the_mig_devices_table_of_plain_nvidia_smi() -> None:
+    inv = _inv("nvidia-smi__a100-80gb-pcie-x2-mig.txt")
+    got = [(g.device_name, g.mig_current, g.gpu_instance_id, g.memory_total_mib, g.memory_used_mib, g.sm_count)
+           for g in inv.gpus]
+    assert got == [("GPU0", True, None, 81920, 213, None), ("GPU0.0", None, 2, 40192, 124, 42),
+                   ("GPU0.1", None, 3, 19968, 89, 28), ("GPU1", False, None, 81920, 4, None)]
+    assert inv.gpus[1].name == "NVIDIA A100 80GB PCIe MIG" and inv.gpus[1].mig_profile is None
+    assert "no profile or UUID" in inv.warnings[0]
+    # the table names no UUID: nothing to hand out, rather than made-up identities
+    assert inv.devices() == ()
+
+
+def test_the_mig_devices_block_alone() -> None:
+    inv = _inv("nvidia-smi-mig-devices__a100-40gb-r580.txt")
+    assert inv.source_format == "nvidia-smi MIG devices"
+    assert [(g.device_name, g.gpu_instance_id, g.compute_instance_id, g.memory_total_mib, g.sm_count)
+            for g in inv.gpus] == [("GPU0.0", 1, 0, 19968, 42), ("GPU0.1", 7, 0, 4864, 14), ("GPU0.2", 8, 0, 4864, 14)]
+
+
+def test_topo_c_gives_the_gpus_local_to_each_cpu_asked_about() -> None:
+    inv = _inv("nvidia-smi-topo-c__dgx-a100.txt")
+    assert [(g.index, g.affine_cpus) for g in inv.gpus] == [(0, (48,)), (1, (48,)), (6, (222,)), (7, (222,))]
+    # only the CPUs asked about: partial, and it says what gives the whole
+    assert inv.partial and "nvidia-smi topo -m" in inv.warnings[0]
+    assert inv.to_json()["gpus"][0]["affine_cpus"] == "48"
+
+
+def test_query_gpu_csv_with_units_and_without_an_index() -> None:
+    inv = _inv("nvidia-smi-query-gpu__a100-80gb-x2-mig.txt")
+    assert [(g.index, g.pci_bus_id, g.memory_total_mib, g.mig_current) for g in inv.gpus] == [
+        (0, "0000:07:00.0", 81920, True), (1, "0000:0f:00.0", 81920, False)]
+    telemetry = _inv("nvidia-smi-query-gpu__no-index.txt")
+    assert [(g.index, g.utilization_gpu, g.power_w) for g in telemetry.gpus] == [(0, 0.0, 23.45), (1, 87.0, 281.02)]
+    assert telemetry.warnings == ("no index column: GPUs numbered in row order",)
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("NVIDIA GeForce RTX 4090, 24564\nNVIDIA GeForce RTX 4090, 24564\n",
+     "without its header line (noheader), 2 columns"),
+    ("0, 1, 0\n", "without its header line (noheader), 3 columns"),
+    ("timestamp, pstate\n2023/10/26 09:16:06.573, P0\n", "none of the fields hsched reads"),
+], ids=["noheader-names", "noheader-numbers", "unread-fields"])
+def test_query_gpu_csv_it_cannot_read_is_refused_naming_the_capture(text: str, says: str) -> None:
+    assert detect_format(text) == "nvidia-smi --query-gpu csv"
+    with pytest.raises(TopologyParseError, match="--query-gpu=index,uuid,name") as e:
+        parse_capture(text, "q.csv")
+    assert says in str(e.value)
+
+
+def test_amd_smi_static_json_bus_and_numa() -> None:
+    inv = _inv("amd-smi-static-json__mi300x-x2.txt")
+    assert [(g.index, g.name, g.pci_bus_id, g.numa_node, g.memory_total_mib, g.gfx_target, g.pcie_width_max)
+            for g in inv.gpus] == [(0, "MI300X-O", "0000:05:00.0", 0, 196592, "gfx942", 16),
+                                   (1, "MI300X-O", "0000:26:00.0", 1, 196592, "gfx942", 16)]
+    assert not inv.partial
+
+
+@pytest.mark.parametrize(("name", "fmt", "nodes", "cpus"), [
+    ("lscpu__xeon-8480-indented-partial.txt", "lscpu", ["0-55,112-167", "56-111,168-223"], 224),
+    ("lscpu__model-only-partial.txt", "lscpu", [], None),
+    ("lscpu-e__2socket-2numa.txt", "lscpu -e", ["0-3", "4-7"], 8),
+    ("lscpu-p__2socket-2numa.txt", "lscpu -p", ["0-3", "4-7"], 8),
+])
+def test_lscpu_in_part_and_its_tables(name: str, fmt: str, nodes: list[str], cpus: int | None) -> None:
+    host = read_capture(WRITTEN / name)
+    assert isinstance(host, HostNuma) and host.source_format == fmt and host.cpus == cpus
+    assert [n["cpus"] for n in host.to_json()["nodes"]] == nodes
+    assert host.partial == (not nodes)
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    ((WRITTEN / "nvidia-smi-mig-lgi__a100-40gb.txt").read_text(), "`nvidia-smi mig -lgi` output"),
+    ("+----+\n| GPU instance profiles:  |\n| GPU   Name   ID   Instances   Memory |\n",
+     "`nvidia-smi mig -lgip` output"),
+    ("No devices were found\n", "found no GPU"),
+], ids=["mig-lgi", "mig-lgip", "no-devices"])
+def test_kinds_without_devices_are_refused_in_one_line(text: str, kind: str, tmp_path: Path) -> None:
+    f = tmp_path / "capture.txt"
+    f.write_text(text)
+    r = runner.invoke(app, ["topo", "parse", str(f)])
+    assert r.exit_code == 2
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and kind in lines[0] and "capture `nvidia-smi -L`" in lines[0], r.output
+
+
+@pytest.mark.parametrize("path", sorted(WRITTEN.glob("*.txt")), ids=lambda p: p.name)
+def test_the_cli_reads_each_written_capture_or_refuses_in_one_line(path: Path) -> None:
+    r = runner.invoke(app, ["topo", "parse", str(path)])
+    assert "Traceback" not in r.output
+    if "mig-lgi" in path.name:
+        assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1
+    else:
+        assert r.exit_code == 0, r.output
