@@ -181,6 +181,7 @@ def launch_request(req: LaunchRequest, run_dir: str) -> dict[str, Any]:
         "inherit_env": req.inherit_env, "cpus": list(req.cpus), "memory_mib": req.memory_mib,
         "cpu_limit": req.cpu_limit, "devices": list(req.devices), "checkpoint_exit_code": req.checkpoint_exit_code,
         "stop_grace_s": req.stop_grace_s, "user": req.user, "base_dir": req.base_dir,
+        "output": req.output, "error": req.error, "truncate_output": req.truncate_output,
     }
 
 

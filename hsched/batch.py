@@ -5,6 +5,7 @@
     #SBATCH --gres=gpu:a100:2          # translated: --gpus-per-node 2 --gpu-type a100
     #SBATCH --constraint="nvme&ib"     # node labels (the fleet file's [[node]] labels), as sbatch's features
     #SBATCH --partition=gpu            # the nodes labelled gpu (a partition is a label here)
+    #SBATCH -o logs/%x-%j.out          # output files as sbatch's (-e for stderr), relative to the working folder
     #SBATCH --mail-type=END            # known to sbatch, meaningless here: ignored with a warning
     python train.py
 
@@ -28,9 +29,8 @@ _IGNORED = {
     "-A": "accounts", "--account": "accounts",
     "--mail-type": "mail", "--mail-user": "mail", "--exclusive": "exclusive nodes (jobs share nodes by GPU)",
     "--export": "--export (the submitter's environment is always passed, as --export=ALL)",
-    "-o": "output files (hsched logs JOB)", "--output": "output files (hsched logs JOB)",
-    "-e": "error files (hsched logs JOB)", "--error": "error files (hsched logs JOB)",
-    "--open-mode": "output files", "--requeue": "--requeue (hsched requeues on preemption)",
+    "--open-mode": "--open-mode (an output file is emptied at the first start and appended to after a requeue)",
+    "--requeue": "--requeue (hsched requeues on preemption)",
     "--no-requeue": "--no-requeue", "--mem-per-cpu": "--mem-per-cpu (give --mem)",
     "--nice": "--nice (give --priority)",
 }

@@ -259,7 +259,7 @@ def _converted(p: Problems, key: str, v: Any, fn: Callable[[Any], Any]) -> Any:
 _JOB_KEYS = frozenset(
     {"name", "command", "workdir", "env", "resources", "qos", "priority", "checkpoint_signal", "time",
      "time_limit", "hold", "signal", "retries", "dependency", "kill_on_invalid_dep", "array", "constraint",
-     "kind"}
+     "kind", "output", "error"}
 )
 MAX_NAME_BYTES = 256
 PRIORITY_MIN, PRIORITY_MAX = -1_000_000, 1_000_000
@@ -377,13 +377,32 @@ def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple
     if not isinstance(kill_invalid, bool):
         p.expected("kill_on_invalid_dep", "true or false", kill_invalid)
         kill_invalid = False
+    files: dict[str, str | None] = {"output": None, "error": None}
+    for fkey in files:
+        if data.get(fkey) is not None:
+            files[fkey] = _output_pattern(p, fkey, data[fkey])
     p.raise_if_any()
     return JobSpec(
         command=command, name=name, workdir=workdir, env=tuple(env), resources=resources, qos=qos,
         priority=priority, checkpoint_signal=ck, time_limit_s=time_limit, warn_signal=warn, hold=hold,
         retries=retries, dependency=deps, dependency_any=any_of, kill_on_invalid_dep=kill_invalid, array=array,
-        kind=kind,
+        kind=kind, output=files["output"], error=files["error"],
     )
+
+
+def _output_pattern(p: Problems, key: str, value: Any) -> str | None:
+    """sbatch's --output/--error file pattern (hsched.outfiles), checked here so that a bad one is refused at
+    submit rather than failing the run on its node."""
+    from hsched.outfiles import pattern_problem
+
+    text = _str(p, key, value, nonempty=True)
+    if text is None:
+        return None
+    why = pattern_problem(text)
+    if why:
+        p.add(key, why)
+        return None
+    return text
 
 
 def name_problem(name: str) -> str | None:

@@ -310,6 +310,11 @@ class JobSpec:
     kind: str = ""
     """`--kind`: what the job is, for what hsched learns of its speed (hsched.kinds); "" derives it from the
     command."""
+    output: str | None = None
+    """`-o/--output`: the file pattern (hsched.outfiles) the run's stdout (and stderr, without `error`) is also
+    written to on its node, as the job's user; None: the run folder's log only."""
+    error: str | None = None
+    """`-e/--error`: the file pattern for stderr; None: stderr goes where stdout goes."""
 
     @property
     def dependency_text(self) -> str:

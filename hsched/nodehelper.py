@@ -48,7 +48,8 @@ none is left, so a reported exit means the run's GPUs are free to hand out again
 Run folder (0700, files 0600):
 
     spec.json     the launch request (command, env, workdir, inherit_env, cpus, memory_mib, cpu_limit,
-                  devices, checkpoint_exit_code, stop_grace_s)
+                  devices, checkpoint_exit_code, stop_grace_s, output, error, truncate_output: sbatch's -o/-e
+                  files, which the wrapper also writes the job's output to, opened as the run's user)
     handle.json   run_dir, pid (the wrapper), pgid (= the main process's pid), start_ticks, boot_id,
                   child_start_ticks, containment ("cgroup" | "pgroup"), cgroups ({"v2", "memory", "cpu"}:
                   folders), enforced (["memory", "cpu"]: limits in force), subreaper, cgroup_errors
@@ -1096,6 +1097,9 @@ def launch(req):
         "memory_mib": req.get("memory_mib"), "cpu_limit": req.get("cpu_limit"),
         "devices": list(req.get("devices") or []), "checkpoint_exit_code": req.get("checkpoint_exit_code"),
         "stop_grace_s": req.get("stop_grace_s", 30.0),
+        # sbatch's --output/--error, expanded by the controller; the wrapper opens them as the run's user
+        "output": req.get("output") or None, "error": req.get("error") or None,
+        "truncate_output": bool(req.get("truncate_output", False)),
     })
     wlog = _private_fd(os.path.join(run_dir, "wrapper.log"), os.O_WRONLY | os.O_APPEND)
     try:
@@ -1129,7 +1133,7 @@ def _set_subreaper():
     return prctl is not None and prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
-def _start_job(spec, env, workdir, log_fd, cpus, cgroups, acct=None):
+def _start_job(spec, env, workdir, log_fd, cpus, cgroups, acct=None, err_fd=None):
     procs_files = [os.path.join(cgroups[k], "cgroup.procs") for k in ("v2", "memory", "cpu") if cgroups.get(k)]
 
     def prepare():
@@ -1155,7 +1159,129 @@ def _start_job(spec, env, workdir, log_fd, cpus, cgroups, acct=None):
                 os._exit(126)
 
     return subprocess.Popen(spec["command"], cwd=None if acct else workdir, env=env, stdin=subprocess.DEVNULL,
-                            stdout=log_fd, stderr=log_fd, start_new_session=True, close_fds=True, preexec_fn=prepare)
+                            stdout=log_fd, stderr=log_fd if err_fd is None else err_fd, start_new_session=True,
+                            close_fds=True, preexec_fn=prepare)
+
+
+# ------------------------------------------------------------------- sbatch's --output and --error files
+# The run's stdout and stderr always reach its folder's output.log (`hsched logs`, the GPU out-of-memory check).
+# With --output/--error they also reach the user's files: the job writes into a pipe and a thread of the wrapper
+# copies each chunk to output.log and to the file, at once, so `tail -f slurm-12.out` follows the job live. The
+# files are opened with the user's own rights (a root wrapper takes their identity for the open only), so a
+# pattern can never make root write where the user may not; they are opened to append, so a requeued run
+# keeps what the first attempt wrote (the controller asks to empty them only for a job's first start).
+
+PUMP_DRAIN_S = 5.0  # after the run ended, how long output still in the pipe may take to be copied
+
+
+def _open_as(path, workdir, acct, truncate):
+    """The user's output file `path` (relative to the run's working folder), opened to append as the run's
+    user: created 0644 (less the umask) when missing, emptied first if `truncate`."""
+    full = os.path.join(workdir, path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if truncate else 0)
+    if not acct:
+        return os.open(full, flags, 0o644)
+    groups, egid, euid = os.getgroups(), os.getegid(), os.geteuid()
+    try:
+        os.setgroups(acct["groups"])
+        os.setegid(acct["gid"])
+        os.seteuid(acct["uid"])
+        return os.open(full, flags, 0o644)
+    finally:
+        os.seteuid(euid)
+        os.setegid(egid)
+        os.setgroups(groups)
+
+
+def _pump(src, log_fd, path, fd):
+    """Copy what the run writes to the pipe `src` onto output.log and the user's file `fd` until every writer
+    is gone. A failing user file (a full disk, a quota) is said once in output.log and left; the log goes on."""
+    broken = False
+    while True:
+        try:
+            data = os.read(src, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        for out in (log_fd, fd):
+            if out == fd and broken:
+                continue
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(out, view):]
+            except OSError as e:
+                if out == fd:
+                    broken = True
+                    _write_quietly(log_fd, "hsched: writing %s failed (%s): the rest is in `hsched logs` only\n"
+                                   % (path, e.strerror))
+    os.close(src)
+
+
+def _write_quietly(fd, text):
+    try:
+        os.write(fd, text.encode())
+    except OSError:
+        pass
+
+
+class _Outputs:
+    """The run's stdout and stderr file descriptors, and the pumps behind them when the job has user files."""
+
+    def __init__(self, spec, workdir, acct, log_fd):
+        self.log_fd = log_fd
+        self.stdout = self.stderr = log_fd
+        self._pipes = []  # (read end, write end, user file path, user file fd)
+        self._threads = []
+        output, error = spec.get("output"), spec.get("error")
+        if error == output:
+            error = None  # one file for both streams: one pipe, so their lines stay in order
+        truncate = bool(spec.get("truncate_output"))
+        try:
+            if output:
+                self.stdout = self.stderr = self._pipe(output, _open_as(output, workdir, acct, truncate))
+            if error:
+                self.stderr = self._pipe(error, _open_as(error, workdir, acct, truncate))
+        except OSError:
+            self._close_pipes()  # the log stays open: the wrapper says there why the job did not start
+            raise
+
+    def _pipe(self, path, fd):
+        r, w = os.pipe()
+        self._pipes.append((r, w, path, fd))
+        return w
+
+    def started(self):
+        """The job has its copies of the write ends: drop ours (the pumps see the end when the run's are gone)
+        and start copying."""
+        for r, w, path, fd in self._pipes:
+            os.close(w)
+            t = threading.Thread(target=_pump, args=(r, self.log_fd, path, fd))
+            t.daemon = True  # a writer stuck in the kernel must not keep the wrapper from exiting
+            t.start()
+            self._threads.append(t)
+        self._pipes = [(None, None, path, fd) for _r, _w, path, fd in self._pipes]
+
+    def drain(self, wait_s=PUMP_DRAIN_S):
+        """Wait (bounded) for what is left in the pipes to be copied, once no process of the run is left."""
+        deadline = time.monotonic() + wait_s
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def close(self):
+        """Close what no pump uses any more (a pump still running keeps its files: the process ends soon)."""
+        if any(t.is_alive() for t in self._threads):
+            return
+        self._close_pipes()
+        os.close(self.log_fd)
+
+    def _close_pipes(self):
+        for r, w, _path, fd in self._pipes:
+            for x in (r, w, fd):
+                if x is not None:
+                    os.close(x)
+        self._pipes = []
 
 
 def _decode(status_):
@@ -1226,23 +1352,26 @@ def wrap(run_dir):
     cgroups, enforced, errors = make_cgroups(run_dir, spec)
     log_fd = _private_fd(os.path.join(run_dir, "output.log"), os.O_WRONLY | os.O_APPEND)
     try:
+        outputs = _Outputs(spec, workdir, acct, log_fd)
+    except OSError as e:
+        # as sbatch: a job whose output file cannot be opened (a missing folder, no permission) fails at once
+        line = "hsched: cannot open the output file %s%s: %s\n" % (
+            e.filename or "", (" as %s" % acct["name"]) if acct else "", e.strerror)
+        os.write(log_fd, line.encode())
+        return _not_started(run_dir, log_fd, cgroups, errors, e, 1)
+    try:
         try:
-            child = _start_job(spec, env, workdir, log_fd, cpus, cgroups, acct)
+            child = _start_job(spec, env, workdir, outputs.stdout, cpus, cgroups, acct, outputs.stderr)
         except subprocess.SubprocessError as e:  # the child could not join its cgroups: contain it without them
             errors.append("joining the run's cgroups failed (%s): process group only" % e)
             _remove_cgroups(cgroups)
             cgroups, enforced = {}, []
-            child = _start_job(spec, env, workdir, log_fd, cpus, cgroups, acct)
+            child = _start_job(spec, env, workdir, outputs.stdout, cpus, cgroups, acct, outputs.stderr)
     except OSError as e:
         os.write(log_fd, ("hsched: cannot start %r: %s\n" % (spec["command"][0], e.strerror)).encode())
-        os.close(log_fd)
-        _remove_cgroups(cgroups)
-        write_json_atomic(os.path.join(run_dir, "handle.json"), _handle(run_dir, os.getpid(), None, {}, [], errors))
-        write_json_atomic(os.path.join(run_dir, "exit.json"), {
-            "exit_code": 127 if isinstance(e, FileNotFoundError) else 126, "signal": None,
-            "end_time": time.time(), "error": str(e), "oom": False, "gpu_left": [], "stuck_pids": []})
-        return 0
-    os.close(log_fd)
+        outputs.close()
+        return _not_started(run_dir, None, cgroups, errors, e, 127 if isinstance(e, FileNotFoundError) else 126)
+    outputs.started()
     info = _handle(run_dir, child.pid, proc_start_ticks(child.pid) or _stat_ticks(child.pid), cgroups, enforced,
                    errors)
     info["subreaper"] = subreaper
@@ -1269,6 +1398,10 @@ def wrap(run_dir):
         wait_for_rest(info, me, reaped, time.monotonic() + float(spec.get("stop_grace_s") or 0) + STOP_MARGIN_S)
     stuck, killed = kill_run(info, me, reaped)
     _reap(reaped)
+    # every process of the run is gone: the last of its output reaches output.log and the user's files before
+    # the log is read below and the end is recorded
+    outputs.drain()
+    outputs.close()
     record = {"exit_code": code, "signal": sig, "end_time": end_time}
     ckpt = spec.get("checkpoint_exit_code")
     sent = sent_signals(run_dir)
@@ -1291,6 +1424,18 @@ def wrap(run_dir):
         record["gpu_check_error"] = gpu_error
     # written last: a reported exit means no process of the run is left (but `stuck_pids`)
     write_json_atomic(os.path.join(run_dir, "exit.json"), record)
+    return 0
+
+
+def _not_started(run_dir, log_fd, cgroups, errors, e, code):
+    """Record a run whose job never started (exit `code`): its handle, then its exit record."""
+    if log_fd is not None:
+        os.close(log_fd)
+    _remove_cgroups(cgroups)
+    write_json_atomic(os.path.join(run_dir, "handle.json"), _handle(run_dir, os.getpid(), None, {}, [], errors))
+    write_json_atomic(os.path.join(run_dir, "exit.json"), {
+        "exit_code": code, "signal": None, "end_time": time.time(), "error": str(e), "oom": False,
+        "gpu_left": [], "stuck_pids": []})
     return 0
 
 

@@ -58,6 +58,8 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "kill_on_invalid_dep": spec.kill_on_invalid_dep,
         "array": str(spec.array) if spec.array else None,
         "kind": spec.kind,
+        "output": spec.output,
+        "error": spec.error,
     }
 
 
@@ -95,6 +97,8 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
         **_dependency_of(d),
         array=_array_of(d.get("array")),
         kind=d.get("kind") or "",
+        output=d.get("output"),
+        error=d.get("error"),
     )
 
 
@@ -150,6 +154,9 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "interconnect": s.resources.interconnect.value,
         "command": list(s.command),
         "workdir": s.workdir,
+        # sbatch's -o/-e patterns as given (scontrol's StdOut/StdErr); None: `hsched logs` only
+        "output": s.output,
+        "error": s.error,
         "submit_time": iso(job.submit_time),
         "start_time": iso(job.start_time),
         "end_time": iso(job.end_time),

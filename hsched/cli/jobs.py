@@ -131,7 +131,13 @@ def register(app: typer.Typer) -> None:
         workdir: str | None = typer.Option(
             None, "--workdir", "-D", "--chdir",
             help="Working folder (default: where you submit, on nodes that see it)."),
-        env: list[str] = typer.Option(None, "--env", "-e", help="NAME=VALUE for the job (repeatable)."),
+        output: str | None = typer.Option(
+            None, "--output", "-o",
+            help="Also write the job's output to this file, as sbatch: %j job id, %A/%a array job/task id, %x "
+                 "name, %u user, %N node, %%; relative to the working folder; appended to after a requeue."),
+        error: str | None = typer.Option(
+            None, "--error", "-e", help="Write the job's stderr to this file (default: with --output's)."),
+        env: list[str] = typer.Option(None, "--env", help="NAME=VALUE for the job (repeatable)."),
         hold: bool = typer.Option(False, "--hold", help="Queue the job held; `hsched release` lets it run."),
         kind: str | None = typer.Option(None, "--kind", help="What the job is (e.g. resnet50-bs64), for the "
                                         "speeds hsched learns; default: its script and model/batch arguments."),

@@ -50,7 +50,9 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str, int | None, int | None]] = {
     "dependency": (("--dependency", "-d"), TEXT, None, None),
     "kill_on_invalid_dep": (("--kill-on-invalid-dep",), FLAG, None, None),
     "workdir": (("--workdir", "-D", "--chdir"), TEXT, None, None),
-    "env": (("--env", "-e"), MANY, None, None),
+    "output": (("--output", "-o"), TEXT, None, None),
+    "error": (("--error", "-e"), TEXT, None, None),
+    "env": (("--env",), MANY, None, None),
     "hold": (("--hold",), FLAG, None, None),
     "kind": (("--kind",), TEXT, None, None),
     "test_only": (("--test-only",), FLAG, None, None),
@@ -143,6 +145,9 @@ def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict
                      ("array", "array"), ("kind", "kind")):
         if o.get(opt) is not None:
             table[key] = o[opt]
+    for key in ("output", "error"):
+        if o.get(key) is not None:
+            table[key] = _file_pattern(key, o[key])
     if o.get("hold"):
         table["hold"] = True
     if o.get("kill_on_invalid_dep"):
@@ -159,6 +164,21 @@ def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict
         raise UserError("nothing to run: give a command after -- (hsched submit -- python train.py) "
                         "or a spec file with command = [...]")
     return table
+
+
+def _file_pattern(key: str, value: str) -> str:
+    """--output/--error's pattern, refused here naming the option (a spec file's is checked by the controller,
+    naming its key)."""
+    from hsched.outfiles import env_like, pattern_problem
+
+    if key == "error" and env_like(value):
+        # `-e NAME=VALUE` was hsched's --env before -e became sbatch's: never make a file of someone's variable
+        raise UserError(f"--error {value!r}: -e is sbatch's --error FILE; give --env {value} for an environment "
+                        f"variable (or --error ./{value} for a file of that name)")
+    why = pattern_problem(value)
+    if why:
+        raise UserError(f"--{key} {value!r}: {why}")
+    return value
 
 
 def check(table: dict[str, Any], source: str) -> None:

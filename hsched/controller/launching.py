@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from hsched import outfiles
 from hsched.arrays import within_limits
 from hsched.controller import learning, moves
 from hsched.controller.checkpoints import bring_along, is_shared, path_on, sees
@@ -509,6 +510,7 @@ async def launch(ctl: Controller, job: Job, run: Run) -> None:
             res = job.spec.resources
             # --mem is per node (as sbatch's): the ranks on one node share it
             mem = -(-res.memory_mib // res.tasks_per_node) if res.memory_mib else None
+            output, error = outfiles.for_run(current, run)
             req = LaunchRequest(run_dir=run.run_dir, command=job.spec.command, env=env, workdir=workdir,
                                 cpus=cpus, memory_mib=mem, cpu_limit=float(res.cpus) if res.cpus else None,
                                 devices=() if simulated else run.devices,
@@ -517,7 +519,10 @@ async def launch(ctl: Controller, job: Job, run: Run) -> None:
                                 # lab mode: the node's helper (root) runs it as its owner, by name
                                 user=job.user if ctl.home.lab else None,
                                 base_dir=str(ctl.home.root) if ctl.home.lab else None,
-                                time_limit_s=backend_limit(ctl, job))
+                                time_limit_s=backend_limit(ctl, job), output=output, error=error,
+                                # sbatch empties its files at the start; a requeued run appends (never wipes
+                                # the first attempt's output), and ranks sharing one file never empty it
+                                truncate_output=current.restarts == 0 and run.world == 1)
             handle = await rt.executor.launch(req)
     except (ExecutorError, TimeoutError) as e:
         await launch_failed(ctl, job, run, str(e) or "launch timed out")

@@ -46,7 +46,7 @@ def test_job_environment(hs: Hs, tmp_path: Path) -> None:
     out = tmp_path / "env.json"
     code = (f"import json,os; json.dump({{k: v for k, v in os.environ.items() if k.startswith(('HSCHED', 'CUDA', "
             f"'MY'))}}, open({str(out)!r}, 'w'))")
-    jid = hs.run("submit", "--parsable", "-e", "MY_VAR=a b", "--", sys.executable, "-c", code, check=True).stdout
+    jid = hs.run("submit", "--parsable", "--env", "MY_VAR=a b", "--", sys.executable, "-c", code, check=True).stdout
     assert hs.run("wait", jid.strip(), "--timeout", "120").returncode == 0
     env = json.loads(out.read_text())
     assert env["MY_VAR"] == "a b"
