@@ -74,6 +74,16 @@ def _progress_line(p: dict[str, Any] | None) -> str:
     return ", ".join(parts)
 
 
+def _files_line(job: dict[str, Any]) -> str:
+    """Where the job's output goes besides `hsched logs` (sbatch's -o/-e patterns, as scontrol's StdOut/StdErr)."""
+    out, err = job.get("output"), job.get("error")
+    if not out and not err:
+        return f"hsched logs {job.get('display_id', job['id'])}"
+    if out and (not err or err == out):
+        return f"{out} (stdout and stderr)"
+    return f"stdout {out or '(hsched logs only)'}, stderr {err}"
+
+
 def register(app: typer.Typer) -> None:
     @app.command(context_settings={"allow_interspersed_args": False})
     @handle_errors
@@ -239,6 +249,7 @@ def register(app: typer.Typer) -> None:
             ("profile", profile_line(job.get("profile"))),
             ("expected", _expected_line(job)),
             ("workdir", job.get("workdir") or "(the submit folder, where a node sees it)"),
+            ("output", _files_line(job)),
             ("resources", _resources_line(job["resources"])),
             ("constraint", job.get("constraint") or "-"),  # --partition's labels too (hsched.constraints)
             ("submitted", job["submit_time"]), ("started", job["start_time"]), ("ended", job["end_time"]),

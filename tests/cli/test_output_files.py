@@ -132,3 +132,12 @@ def test_a_bad_pattern_in_an_sbatch_line_is_one_line(monkeypatch: pytest.MonkeyP
     assert submit(monkeypatch, str(script)) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("hsched: error: --output 'slurm-%Z.out': unknown %Z"), line
+
+
+def test_show_says_where_the_output_goes() -> None:
+    from hsched.cli.jobs import _files_line
+
+    assert _files_line({"id": 5, "display_id": "5"}) == "hsched logs 5"
+    assert _files_line({"id": 5, "output": "o-%j", "error": None}) == "o-%j (stdout and stderr)"
+    assert _files_line({"id": 5, "output": "o", "error": "e"}) == "stdout o, stderr e"
+    assert _files_line({"id": 5, "output": None, "error": "e"}) == "stdout (hsched logs only), stderr e"

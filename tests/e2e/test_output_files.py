@@ -49,6 +49,7 @@ def test_the_file_is_at_the_expanded_path_and_survives_a_requeue(lab: Hs, tmp_pa
     assert out.read_text() == "start 1\nwarn 1\nstart 2\nwarn 2\nend 2\n"
     # the run folder's log is kept: `hsched logs` reads it as before
     assert lab.run("logs", jid, check=True).stdout == "start 2\nwarn 2\nend 2\n"
+    assert "output: logs/%x-%j.%u.%N.out (stdout and stderr)" in lab.run("show", jid, check=True).stdout
 
 
 def test_array_tasks_get_their_own_files_and_stderr_its_own(lab: Hs, tmp_path: Path) -> None:
