@@ -37,6 +37,8 @@ def parse_numactl(text: str, source: str | None = None) -> HostNuma:
         elif s.startswith("node distances"):
             in_dist = True
         elif in_dist and (m := re.match(r"^(\d+):\s+(.*)$", s)):
+            if not all(x.isdigit() for x in m.group(2).split()):
+                raise TopologyParseError(f"node {m.group(1)}'s distances are not numbers", source=source, line=off)
             dist[int(m.group(1))] = tuple(int(x) for x in m.group(2).split())
     if available is None and not cpus:
         raise TopologyParseError("no 'available: N nodes' line: not numactl --hardware output?", source=source)

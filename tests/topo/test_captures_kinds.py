@@ -5,6 +5,7 @@ and what to capture instead."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from typer.testing import CliRunner
 
 from hsched.cli import app
 from hsched.controller.fleet import mig_devices
+from hsched.errors import UserError
 from hsched.model import Device, Node, NodeState, Resources
 from hsched.topo.inventory import HostNuma, Inventory
 from hsched.topo.parse import detect_format, parse_capture, read_capture
@@ -159,3 +161,40 @@ def test_the_cli_reads_each_written_capture_or_refuses_in_one_line(path: Path) -
         assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1
     else:
         assert r.exit_code == 0, r.output
+
+
+def test_a_damaged_numactl_distance_row_is_one_line_naming_it() -> None:
+    text = "available: 2 nodes (0-1)\nnode 0 cpus: 0 1\nnode distances:\nnode   0   1\n  0:  10  21\n  1:  21 1:\n"
+    with pytest.raises(TopologyParseError, match=r"line 6: node 1's distances are not numbers"):
+        parse_capture(text, "n.txt")
+
+
+def _damaged(text: str, rng: random.Random) -> str:
+    lines = text.splitlines(keepends=True) or [""]
+    i = rng.randrange(len(lines))
+    match rng.randrange(5):
+        case 0:
+            return text[: rng.randrange(len(text) + 1)]  # cut short
+        case 1:
+            return "".join(lines[:i] + lines[i + 1 :])  # a line lost
+        case 2:
+            return "".join([*lines[:i], lines[i][: rng.randrange(len(lines[i]) + 1)], *lines[i + 1 :]])
+        case 3:
+            at = rng.randrange(len(text) + 1)
+            junk = rng.choice(["N/A", "x", ",", "|", ":", "-1", "\t", "[", "{", "GPU0", "9" * 20])
+            return text[:at] + junk + text[at:]
+        case _:
+            return "".join([*lines[:i], lines[rng.randrange(len(lines))], *lines[i:]])  # a line twice
+
+
+@pytest.mark.parametrize("path", sorted((FIXTURES / "topo").glob("*.txt")) + sorted(WRITTEN.glob("*.txt")),
+                         ids=lambda p: p.name)
+def test_damaged_captures_are_read_or_refused_never_a_traceback(path: Path) -> None:
+    # hand edits and cut pastes: whatever is left is read, or refused as a UserError naming the file
+    rng = random.Random(path.name)
+    text = path.read_text()
+    for _ in range(40):
+        try:
+            parse_capture(_damaged(text, rng), "damaged.txt")
+        except UserError as e:
+            assert str(e).startswith("damaged.txt") and "\n" not in str(e)
