@@ -1172,6 +1172,7 @@ def _start_job(spec, env, workdir, log_fd, cpus, cgroups, acct=None, err_fd=None
 # keeps what the first attempt wrote (the controller asks to empty them only for a job's first start).
 
 PUMP_DRAIN_S = 5.0  # after the run ended, how long output still in the pipe may take to be copied
+PIPE_BYTES = 1 << 20
 
 
 def _open_as(path, workdir, acct, truncate):
@@ -1199,7 +1200,7 @@ def _pump(src, log_fd, path, fd):
     broken = False
     while True:
         try:
-            data = os.read(src, 65536)
+            data = os.read(src, PIPE_BYTES)
         except OSError:
             break
         if not data:
@@ -1249,6 +1250,13 @@ class _Outputs:
 
     def _pipe(self, path, fd):
         r, w = os.pipe()
+        try:
+            # a bigger pipe: a job that prints a lot is copied in fewer, larger chunks (F_SETPIPE_SZ: Linux)
+            import fcntl
+
+            fcntl.fcntl(w, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+        except (ImportError, OSError):
+            pass  # over the unprivileged limit (/proc/sys/fs/pipe-max-size): the default 64 KiB does
         self._pipes.append((r, w, path, fd))
         return w
 
