@@ -97,6 +97,7 @@ def build_graph(topology: Topology, *, name: str = MACHINE, pcie: PcieLink | Non
         target = f"numa{next(iter(nodes))}" if len(nodes) == 1 else name
         g.add_edge(target, top, kind="NODE" if target != name else "SYS", relation="tree", bandwidth_gbps=pcie.gbps)
 
+    _hang_mig_instances(g, topology)
     models = {d.name: d.model for d in topology.devices}
     for lk in topology.links:
         g.add_edge(
@@ -109,6 +110,28 @@ def build_graph(topology: Topology, *, name: str = MACHINE, pcie: PcieLink | Non
             or estimate_bandwidth_gbps(lk.kind, model=models.get(lk.a), pcie=pcie, weight=lk.weight),
         )
     return g
+
+
+def _hang_mig_instances(g: nx.Graph, topology: Topology) -> None:
+    """A MIG instance (GPU0.1: hsched.topo.place.topology_of_node's name for slot 1 of GPU 0) hangs under its GPU,
+    which takes the instances' place in the tree: the GPU is no device of its own in MIG mode, but where its slices
+    sit (its NUMA node, its switch) is where it sits."""
+    slices: dict[str, list[str]] = {}
+    for d in topology.devices:
+        gpu, dot, slot = d.name.partition(".")
+        if dot and slot.isdigit() and gpu not in g:
+            slices.setdefault(gpu, []).append(d.name)
+    for gpu, names in slices.items():
+        model = next((d.model for d in topology.devices if d.name == names[0]), None)
+        g.add_node(gpu, type="mig-gpu", model=model.split(" MIG ")[0] if model else None)
+        above: dict[str, dict[str, object]] = {}
+        for n in names:
+            for up in [u for u in g.neighbors(n) if g.edges[n, u].get("relation") == "tree"]:
+                above[up] = dict(g.edges[n, up])
+                g.remove_edge(n, up)
+            g.add_edge(gpu, n, kind="MIG", relation="tree", bandwidth_gbps=None)
+        for up, data in above.items():
+            g.add_edge(up, gpu, **data)
 
 
 def tree_lines(topology: Topology) -> list[str]:
@@ -126,7 +149,7 @@ def tree_lines(topology: Topology) -> list[str]:
         data = g.nodes[n]
         if data.get("type") == "nic" and data.get("device") and data["device"] != n:
             return f"{n} ({data['device']})"
-        if data.get("type") == "gpu" and data.get("model"):
+        if data.get("type") in ("gpu", "mig-gpu") and data.get("model"):
             return f"{n} ({data['model']})"
         return n
 
