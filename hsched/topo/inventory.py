@@ -81,18 +81,18 @@ class Inventory:
 
     def devices(self) -> tuple[Device, ...]:
         """hsched's devices, shaped as the controller builds them from NVML (hsched.controller.fleet): a GPU in MIG
-        mode with instances listed is those instances (model "<GPU> MIG <profile>", mig_parent the GPU's UUID,
-        the GPU's bus and NUMA node, their own memory), never a device itself. A GPU or instance the capture gives
-        no UUID for is left out: a device is its UUID (CUDA_VISIBLE_DEVICES takes it), never a made-up one."""
+        mode is its instances (model "<GPU> MIG <profile>", mig_parent the GPU's UUID, the GPU's bus and NUMA
+        node, their own memory), never a device itself, even with no instance made yet. A GPU or instance the
+        capture gives no UUID for is left out: a device is its UUID (CUDA_VISIBLE_DEVICES takes it), never a
+        made-up one."""
         by_index = {g.index: g for g in self.gpus if g.mig_parent is None}
-        sliced = {g.mig_parent for g in self.gpus if g.mig_parent is not None}
         out: list[Device] = []
         for g in sorted(self.gpus, key=listing_order):
             if not g.uuid:
                 continue
             if g.mig_parent is None:
-                if g.index in sliced and g.mig_current:
-                    continue  # its instances stand for it
+                if g.mig_current:
+                    continue  # its instances stand for it; with none, CUDA can run nothing on it at all
                 out.append(Device(uuid=g.uuid, index=g.index, model=g.name or "unknown",
                                   memory_total_mib=g.memory_total_mib, memory_used_mib=g.memory_used_mib,
                                   utilization_gpu=g.utilization_gpu, numa_node=g.numa_node, pci_bus_id=g.pci_bus_id,

@@ -99,6 +99,8 @@ def test_query_gpu_csv_with_units_and_without_an_index() -> None:
     inv = _inv("nvidia-smi-query-gpu__a100-80gb-x2-mig.txt")
     assert [(g.index, g.pci_bus_id, g.memory_total_mib, g.mig_current) for g in inv.gpus] == [
         (0, "0000:07:00.0", 81920, True), (1, "0000:0f:00.0", 81920, False)]
+    # a GPU in MIG mode is never handed out whole, even where the capture lists no instance of it
+    assert [d.index for d in inv.devices()] == [1]
     telemetry = _inv("nvidia-smi-query-gpu__no-index.txt")
     assert [(g.index, g.utilization_gpu, g.power_w) for g in telemetry.gpus] == [(0, 0.0, 23.45), (1, 87.0, 281.02)]
     assert telemetry.warnings == ("no index column: GPUs numbered in row order",)
