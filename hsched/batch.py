@@ -29,7 +29,6 @@ _IGNORED = {
     "-A": "accounts", "--account": "accounts",
     "--mail-type": "mail", "--mail-user": "mail", "--exclusive": "exclusive nodes (jobs share nodes by GPU)",
     "--export": "--export (the submitter's environment is always passed, as --export=ALL)",
-    "--open-mode": "--open-mode (an output file is emptied at the first start and appended to after a requeue)",
     "--requeue": "--requeue (hsched requeues on preemption)",
     "--no-requeue": "--no-requeue", "--mem-per-cpu": "--mem-per-cpu (give --mem)",
     "--nice": "--nice (give --priority)",

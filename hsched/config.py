@@ -259,9 +259,11 @@ def _converted(p: Problems, key: str, v: Any, fn: Callable[[Any], Any]) -> Any:
 _JOB_KEYS = frozenset(
     {"name", "command", "workdir", "env", "resources", "qos", "priority", "checkpoint_signal", "time",
      "time_limit", "hold", "signal", "retries", "dependency", "kill_on_invalid_dep", "array", "constraint",
-     "kind", "output", "error"}
+     "kind", "output", "error", "open_mode"}
 )
 MAX_NAME_BYTES = 256
+OPEN_MODES = ("append", "truncate")
+"""sbatch's --open-mode for the -o/-e files."""
 PRIORITY_MIN, PRIORITY_MAX = -1_000_000, 1_000_000
 """Priorities a job may have (a spec file, the CLI, the API alike)."""
 MAX_RETRIES = 100
@@ -381,12 +383,15 @@ def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple
     for fkey in files:
         if data.get(fkey) is not None:
             files[fkey] = _output_pattern(p, fkey, data[fkey])
+    open_mode = data.get("open_mode", "truncate")
+    if open_mode not in OPEN_MODES:
+        p.expected("open_mode", "append or truncate (as sbatch's --open-mode)", open_mode)
     p.raise_if_any()
     return JobSpec(
         command=command, name=name, workdir=workdir, env=tuple(env), resources=resources, qos=qos,
         priority=priority, checkpoint_signal=ck, time_limit_s=time_limit, warn_signal=warn, hold=hold,
         retries=retries, dependency=deps, dependency_any=any_of, kill_on_invalid_dep=kill_invalid, array=array,
-        kind=kind, output=files["output"], error=files["error"],
+        kind=kind, output=files["output"], error=files["error"], output_append=open_mode == "append",
     )
 
 

@@ -315,6 +315,9 @@ class JobSpec:
     written to on its node, as the job's user; None: the run folder's log only."""
     error: str | None = None
     """`-e/--error`: the file pattern for stderr; None: stderr goes where stdout goes."""
+    output_append: bool = False
+    """`--open-mode=append`: never empty those files (by default the job's first start empties them; a requeued
+    run appends either way)."""
 
     @property
     def dependency_text(self) -> str:

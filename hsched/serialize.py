@@ -60,6 +60,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "kind": spec.kind,
         "output": spec.output,
         "error": spec.error,
+        "open_mode": "append" if spec.output_append else "truncate",
     }
 
 
@@ -99,6 +100,7 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
         kind=d.get("kind") or "",
         output=d.get("output"),
         error=d.get("error"),
+        output_append=d.get("open_mode") == "append",
     )
 
 

@@ -147,6 +147,9 @@ def register(app: typer.Typer) -> None:
                  "name, %u user, %N node, %%; relative to the working folder; appended to after a requeue."),
         error: str | None = typer.Option(
             None, "--error", "-e", help="Write the job's stderr to this file (default: with --output's)."),
+        open_mode: str | None = typer.Option(
+            None, "--open-mode", help="truncate (default: emptied at the job's first start) or append (never "
+                                      "emptied); a requeued run appends either way."),
         env: list[str] = typer.Option(None, "--env", help="NAME=VALUE for the job (repeatable)."),
         hold: bool = typer.Option(False, "--hold", help="Queue the job held; `hsched release` lets it run."),
         kind: str | None = typer.Option(None, "--kind", help="What the job is (e.g. resnet50-bs64), for the "

@@ -52,6 +52,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str, int | None, int | None]] = {
     "workdir": (("--workdir", "-D", "--chdir"), TEXT, None, None),
     "output": (("--output", "-o"), TEXT, None, None),
     "error": (("--error", "-e"), TEXT, None, None),
+    "open_mode": (("--open-mode",), TEXT, None, None),
     "env": (("--env",), MANY, None, None),
     "hold": (("--hold",), FLAG, None, None),
     "kind": (("--kind",), TEXT, None, None),
@@ -148,6 +149,10 @@ def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict
     for key in ("output", "error"):
         if o.get(key) is not None:
             table[key] = _file_pattern(key, o[key])
+    if o.get("open_mode") is not None:
+        if o["open_mode"] not in ("append", "truncate"):
+            raise UserError(f"--open-mode {o['open_mode']!r}: expected append or truncate")
+        table["open_mode"] = o["open_mode"]
     if o.get("hold"):
         table["hold"] = True
     if o.get("kill_on_invalid_dep"):

@@ -522,7 +522,8 @@ async def launch(ctl: Controller, job: Job, run: Run) -> None:
                                 time_limit_s=backend_limit(ctl, job), output=output, error=error,
                                 # sbatch empties its files at the start; a requeued run appends (never wipes
                                 # the first attempt's output), and ranks sharing one file never empty it
-                                truncate_output=current.restarts == 0 and run.world == 1)
+                                truncate_output=(current.restarts == 0 and run.world == 1
+                                                 and not current.spec.output_append))
             handle = await rt.executor.launch(req)
     except (ExecutorError, TimeoutError) as e:
         await launch_failed(ctl, job, run, str(e) or "launch timed out")

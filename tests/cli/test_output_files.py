@@ -61,7 +61,9 @@ def test_a_spec_table_takes_output_and_error_and_they_survive_the_store() -> Non
     spec = job_spec_from_table({"command": ["true"], "output": "logs/%x-%j.out", "error": "%j.err"}, "job.toml")
     assert (spec.output, spec.error) == ("logs/%x-%j.out", "%j.err")
     again = spec_from_dict(spec_to_dict(spec))
-    assert (again.output, again.error) == (spec.output, spec.error)
+    assert (again.output, again.error, again.output_append) == (spec.output, spec.error, False)
+    appending = job_spec_from_table({"command": ["true"], "output": "o", "open_mode": "append"}, "job.toml")
+    assert appending.output_append and spec_from_dict(spec_to_dict(appending)).output_append
     plain = job_spec_from_table({"command": ["true"]}, "job.toml")
     assert (plain.output, plain.error) == (None, None)
     # a record stored before these keys existed reads as "no files"
@@ -72,8 +74,9 @@ def test_a_spec_table_takes_output_and_error_and_they_survive_the_store() -> Non
 
 def test_a_spec_tables_bad_pattern_names_the_file_and_key() -> None:
     with pytest.raises(ConfigError) as e:
-        job_spec_from_table({"command": ["true"], "output": "x-%q", "error": 3}, "job.toml")
+        job_spec_from_table({"command": ["true"], "output": "x-%q", "error": 3, "open_mode": "add"}, "job.toml")
     lines = str(e.value).splitlines()
+    assert "job.toml: open_mode: expected append or truncate (as sbatch's --open-mode), found 'add'" in lines
     assert any(line.startswith("job.toml: output: unknown %q") for line in lines), lines
     assert "job.toml: error: expected a non-empty string, found 3" in lines
 
@@ -94,6 +97,7 @@ def test_the_command_line_options(monkeypatch: pytest.MonkeyPatch,
     (["--error", "50%"], "hsched: error: --error '50%': ends with a lone %"),
     # what -e meant before it became sbatch's: refused, naming --env, never turned into a file
     (["-e", "A=1"], "hsched: error: --error 'A=1': -e is sbatch's --error FILE; give --env A=1"),
+    (["--open-mode", "add"], "hsched: error: --open-mode 'add': expected append or truncate"),
 ])
 def test_a_bad_option_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch, submitted: list[dict[str, Any]],
                                             capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
@@ -117,8 +121,8 @@ def test_sbatch_lines_set_the_files(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert submit(monkeypatch, str(script)) == 0
     spec = submitted[0]["spec"]
     assert (spec["output"], spec["error"], spec["name"]) == ("logs/%x-%j.out", "logs/%x-%j.err", "tr")
-    err = capsys.readouterr().err
-    assert "#SBATCH --open-mode ignored" in err and "--output" not in err and "--error" not in err
+    assert spec["open_mode"] == "append"
+    assert capsys.readouterr().err == ""  # honoured, not ignored with a warning
     # the command line wins over the script's lines, as sbatch
     assert submit(monkeypatch, "-o", "mine.out", str(script)) == 0
     assert submitted[1]["spec"]["output"] == "mine.out"

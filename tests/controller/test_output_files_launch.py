@@ -46,3 +46,12 @@ async def test_ranks_sharing_a_file_never_empty_it(tmp_path: Path) -> None:
         reqs = [lab.executors[r.node].runs[r.run_dir].request for r in await lab.runs(job.id)]
         assert sorted(r.output or "" for r in reqs) == [f"r0-{job.id}.out", f"r1-{job.id}.out"]
         assert not any(r.truncate_output for r in reqs)
+
+
+async def test_open_mode_append_never_empties_them(tmp_path: Path) -> None:
+    async with Lab.open(tmp_path) as lab:
+        spec = JobSpec(command=("true",), resources=Resources(gpus=1), output="%j.out", output_append=True)
+        job = await commands.submit(lab.ctl, spec, "ada", None)
+        await lab.round()
+        req = await _request(lab, job.id)
+        assert req.output == f"{job.id}.out" and req.truncate_output is False
