@@ -172,9 +172,12 @@ def read_text(path: str | Path) -> str:
         raise TopologyParseError("is a directory, not a file", source=str(path)) from None
     except OSError as e:
         raise TopologyParseError(f"cannot read ({e.strerror})", source=str(path)) from None
+    # PowerShell 5's `nvidia-smi -L > gpus.txt` writes UTF-16 with a byte-order mark; Notepad may add a UTF-8 one
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16", errors="replace")
     if b"\x00" in data[:4096]:
         raise TopologyParseError("binary file, not tool output", source=str(path))
-    return data.decode("utf-8", errors="replace")
+    return data.decode("utf-8-sig", errors="replace")
 
 
 def read_capture(path: str | Path) -> Capture:

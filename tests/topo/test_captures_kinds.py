@@ -200,3 +200,13 @@ def test_damaged_captures_are_read_or_refused_never_a_traceback(path: Path) -> N
             parse_capture(_damaged(text, rng), "damaged.txt")
         except UserError as e:
             assert str(e).startswith("damaged.txt") and "\n" not in str(e)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-8-sig"])
+def test_a_capture_saved_with_a_byte_order_mark_is_read(encoding: str, tmp_path: Path) -> None:
+    # PowerShell 5 redirects in UTF-16 with a BOM, Notepad may save a UTF-8 BOM: the same capture either way
+    text = (WRITTEN / "amd-smi-static-json__mi300x-x2.txt").read_text()
+    f = tmp_path / "capture.txt"
+    f.write_bytes(text.replace("\n", "\r\n").encode(encoding))
+    inv = read_capture(f)
+    assert isinstance(inv, Inventory) and [g.pci_bus_id for g in inv.gpus] == ["0000:05:00.0", "0000:26:00.0"]
