@@ -35,6 +35,17 @@ async def _run(tmp_path: Path, name: str, script: str, **kw: Any) -> tuple[int |
     return rep.exit_code, run_dir
 
 
+def _text(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+async def _file_has(path: Path, text: str) -> None:
+    while True:
+        if text in _text(path):
+            return
+        await asyncio.sleep(0.02)
+
+
 async def test_output_reaches_the_file_and_the_log_in_order(tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
@@ -79,7 +90,7 @@ async def test_the_file_is_written_while_the_job_runs(tmp_path: Path) -> None:
         h = await ex.launch(LaunchRequest(run_dir=str(run_dir), command=(
             "sh", "-c", f'echo started; while [ ! -e "{gate}" ]; do sleep 0.02; done; echo done'),
             output=str(out)))
-        while "started" not in (out.read_text() if out.exists() else ""):
+        while "started" not in _text(out):
             [rep] = await ex.status([StatusQuery(h.run_dir, h)])
             assert rep.exit_code is None, "the job ended before its line reached the file"
             await asyncio.sleep(0.02)
@@ -88,6 +99,29 @@ async def test_the_file_is_written_while_the_job_runs(tmp_path: Path) -> None:
     finally:
         await ex.close()
     assert rep.exit_code == 0 and out.read_text() == "started\ndone\n"
+
+
+async def test_what_a_stopped_job_prints_last_reaches_the_file(tmp_path: Path) -> None:
+    """A preempted or cancelled job's last words (a checkpoint saved, written while it stops) are copied before
+    the run counts as ended; and a job's stray leftover writes nothing after that."""
+    out = tmp_path / "o.out"
+    ex = LocalExecutor()
+    try:
+        h = await ex.launch(LaunchRequest(run_dir=str(tmp_path / "runs" / "g"), command=(
+            "sh", "-c", 'trap "echo saved; exit 0" TERM; echo hi; while :; do sleep 0.02; done'),
+            output=str(out), stop_grace_s=5.0))
+        await _file_has(out, "hi\n")  # the trap is set
+        assert await ex.signal(h, "TERM", purpose="preempted")
+        rep = await wait_status(ex, h, running=False)
+    finally:
+        await ex.close()
+    text = out.read_text()  # (sh may say "Terminated" for its sleep in between)
+    assert rep.exit_code == 0 and text.startswith("hi\n") and text.endswith("saved\n"), text
+
+
+async def test_dev_null_is_a_file_like_any_other(tmp_path: Path) -> None:
+    code, run_dir = await _run(tmp_path, "h", "echo quiet", output="/dev/null", truncate_output=True)
+    assert code == 0 and (run_dir / "output.log").read_text() == "quiet\n"  # `hsched logs` still has it
 
 
 async def test_a_file_that_cannot_be_opened_fails_the_run_saying_why(tmp_path: Path) -> None:
