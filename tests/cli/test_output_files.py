@@ -128,6 +128,15 @@ def test_sbatch_lines_set_the_files(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert submitted[1]["spec"]["output"] == "mine.out"
 
 
+def test_sbatch_lines_with_the_value_attached(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                              submitted: list[dict[str, Any]]) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -oa-%j.out -eb-%j.err --open-mode truncate\necho hi\n")
+    assert submit(monkeypatch, str(script)) == 0
+    spec = submitted[0]["spec"]
+    assert (spec["output"], spec["error"], spec["open_mode"]) == ("a-%j.out", "b-%j.err", "truncate")
+
+
 def test_a_bad_pattern_in_an_sbatch_line_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                      submitted: list[dict[str, Any]],
                                                      capsys: pytest.CaptureFixture[str]) -> None:
