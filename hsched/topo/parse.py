@@ -31,6 +31,7 @@ _PARSERS: dict[str, Callable[[str, str | None], Capture]] = {
     "rocm-smi --showtopo": parse_amd.parse_rocm_showtopo,
     "rocm-smi": parse_amd.parse_rocm_concise,
     "rocm-smi -a": parse_amd.parse_rocm_kv,
+    "rocm-smi --json": parse_amd.parse_rocm_json,
     "amd-smi topology": parse_amd.parse_amd_smi_topology,
     "amd-smi topology --json": parse_amd.parse_amd_smi_topology_json,
     "amd-smi xgmi": parse_amd.parse_amd_smi_xgmi,
@@ -80,6 +81,8 @@ def detect_format(text: str) -> str | None:
     if not s:
         return None
     if s[0] in "[{":
+        if re.match(r'\{\s*"card\d+"\s*:', s):
+            return "rocm-smi --json"
         return "amd-smi topology --json" if re.search(r'"(link_type|links)"', s) else "amd-smi static --json"
     if "LINK METRIC TABLE" in t:
         return "amd-smi xgmi"

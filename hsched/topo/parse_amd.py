@@ -514,3 +514,68 @@ def parse_amd_smi_json_fragment(text: str, source: str | None = None) -> Invento
         )
     warnings = ("a fragment of one GPU's static info (VRAM only)",) if fragment else ()
     return Inventory(gpus=tuple(gpus), partial=fragment, warnings=warnings, source_format="amd-smi static --json")
+
+
+# ---- rocm-smi --json  ------
+
+_ROCM_PAIR = re.compile(
+    r"^\(Topology\) (Link type|Weight|Hops) between (?:DRM devices|two GPUs) (\d+) and (\d+)$", re.IGNORECASE
+)
+_ROCM_NAME_KEYS = ("Card Series", "Card series", "Device Name", "Card Model", "Card model", "Card SKU")
+
+
+def parse_rocm_json(text: str, source: str | None = None) -> Topology | Inventory:
+    """`rocm-smi --json` with any --show* options: `{"card0": {...}, "card1": {...}, "system": {...}}`. With the
+    topology keys of `--showtopo --json` (in "system": "(Topology) Link type between DRM devices 0 and 1": "XGMI",
+    its Weight and Hops; per card "(Topology) Numa Node") a Topology; otherwise each card's name, bus, UUID,
+    VRAM and gfx target as an Inventory."""
+    try:
+        data: Any = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TopologyParseError(f"invalid JSON ({e.msg})", source=source, line=e.lineno) from None
+    cards = {int(k[4:]): v for k, v in data.items() if re.fullmatch(r"card\d+", k) and isinstance(v, dict)}
+    if not cards:
+        raise TopologyParseError('no "cardN" objects: not rocm-smi --json output?', source=source)
+    system = data.get("system") if isinstance(data.get("system"), dict) else {}
+    pairs: dict[tuple[int, int], dict[str, str]] = {}
+    for key, value in system.items():
+        m = _ROCM_PAIR.match(key)
+        if m:
+            a, b = sorted((int(m.group(2)), int(m.group(3))))
+            pairs.setdefault((a, b), {}).setdefault(m.group(1).lower(), str(value))
+
+    def numa_of(card: dict[str, Any]) -> int | None:
+        v = str(card.get("(Topology) Numa Node", ""))
+        return int(v) if v.isdigit() else None  # -1: the kernel has no NUMA information
+
+    if any("link type" in info for info in pairs.values()):
+        devices = tuple(TopoDevice(name=f"GPU{i}", index=i, numa_node=numa_of(c),
+                                   numa_nodes=(n,) if (n := numa_of(c)) is not None else ())
+                        for i, c in sorted(cards.items()))
+        links = []
+        for (a, b), info in sorted(pairs.items()):
+            kind = info.get("link type", "").upper()
+            if a == b or a not in cards or b not in cards or kind in ("", "N/A", "SELF"):
+                continue
+            w, hp = info.get("weight", ""), info.get("hops", "")
+            links.append(TopoLink(f"GPU{a}", f"GPU{b}", kind, weight=int(w) if w.isdigit() else None,
+                                  hops=int(hp) if hp.isdigit() else None))
+        n = len(cards)
+        warnings = () if len(links) == n * (n - 1) // 2 else (f"{len(links)} of {n * (n - 1) // 2} pairs described",)
+        return Topology(devices=devices, links=tuple(links), partial=bool(warnings), warnings=warnings,
+                        source_format="rocm-smi --showtopo --json")
+    gpus = []
+    for i, c in sorted(cards.items()):
+        vram = str(c.get("VRAM Total Memory (B)", ""))
+        bus = str(c.get("PCI Bus", ""))
+        uid = _known(c.get("Unique ID"))
+        gpus.append(GpuInfo(
+            index=i,
+            name=next((str(c[k]) for k in _ROCM_NAME_KEYS if _known(c.get(k))), None),
+            uuid=uid,
+            pci_bus_id=normalize_bus_id(bus) if _BDF_RE.match(bus) else None,
+            memory_total_mib=int(vram) // (1 << 20) if vram.isdigit() else None,
+            numa_node=numa_of(c),
+            gfx_target=_known(c.get("GFX Version")),
+        ))
+    return Inventory(gpus=tuple(gpus), source_format="rocm-smi --json")

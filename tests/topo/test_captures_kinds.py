@@ -18,7 +18,7 @@ from hsched.model import Device, Node, NodeState, Resources
 from hsched.topo.inventory import HostNuma, Inventory
 from hsched.topo.parse import detect_format, parse_capture, read_capture
 from hsched.topo.place import topology_of_node
-from hsched.topo.topology import TopologyParseError
+from hsched.topo.topology import Topology, TopologyParseError
 from tests.conftest import FIXTURES
 
 WRITTEN = FIXTURES / "topo-written"
@@ -210,3 +210,17 @@ def test_a_capture_saved_with_a_byte_order_mark_is_read(encoding: str, tmp_path:
     f.write_bytes(text.replace("\n", "\r\n").encode(encoding))
     inv = read_capture(f)
     assert isinstance(inv, Inventory) and [g.pci_bus_id for g in inv.gpus] == ["0000:05:00.0", "0000:26:00.0"]
+
+
+def test_rocm_smi_json_topology_and_identity() -> None:
+    # read as rocm-smi's own, not as a one-GPU amd-smi fragment (what a `{"card0": ...}` document was taken for)
+    topo = read_capture(WRITTEN / "rocm-smi-showtopo-json__mi300x-x4.txt")
+    assert isinstance(topo, Topology) and topo.source_format == "rocm-smi --showtopo --json"
+    assert [(d.name, d.numa_node) for d in topo.devices] == [("GPU0", 0), ("GPU1", 0), ("GPU2", 1), ("GPU3", 1)]
+    assert len(topo.links) == 6 and {(lk.kind, lk.weight, lk.hops) for lk in topo.links} == {("XGMI", 15, 1)}
+    assert not topo.partial
+    inv = read_capture(WRITTEN / "rocm-smi-json__mi210-x2.txt")
+    assert isinstance(inv, Inventory) and inv.source_format == "rocm-smi --json"
+    assert [(g.name, g.pci_bus_id, g.memory_total_mib, g.gfx_target) for g in inv.gpus] == [
+        ("AMD Instinct MI210", "0000:05:00.0", 65520, "gfx90a"),
+        ("AMD Instinct MI210", "0000:26:00.0", 65520, "gfx90a")]
