@@ -513,7 +513,10 @@ def parse_amd_smi_json_fragment(text: str, source: str | None = None) -> Invento
             )
         )
     warnings = ("a fragment of one GPU's static info (VRAM only)",) if fragment else ()
-    return Inventory(gpus=tuple(gpus), partial=fragment, warnings=warnings, source_format="amd-smi static --json")
+    # `amd-smi list --json` is the same list with only gpu, bdf, uuid (and kfd/partition ids) per GPU
+    listing = all(isinstance(it, dict) and "bdf" in it and "asic" not in it for it in items)
+    return Inventory(gpus=tuple(gpus), partial=fragment, warnings=warnings,
+                     source_format="amd-smi list --json" if listing else "amd-smi static --json")
 
 
 # ---- rocm-smi --json  ------

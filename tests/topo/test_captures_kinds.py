@@ -224,3 +224,17 @@ def test_rocm_smi_json_topology_and_identity() -> None:
     assert [(g.name, g.pci_bus_id, g.memory_total_mib, g.gfx_target) for g in inv.gpus] == [
         ("AMD Instinct MI210", "0000:05:00.0", 65520, "gfx90a"),
         ("AMD Instinct MI210", "0000:26:00.0", 65520, "gfx90a")]
+
+
+def test_amd_smi_json_wrapped_in_bytes_and_its_listing() -> None:
+    # ROCm 7 wraps the list in {"gpu_data": [...]}; some releases give the VRAM in bytes
+    wrapped = ('{"gpu_data": [{"gpu": 0, "asic": {"market_name": "AMD Instinct MI300X"},'
+               ' "bus": {"bdf": "0000:05:00.0"}, "vram": {"size": {"value": 206141652992, "unit": "B"}}}]}')
+    inv = parse_capture(wrapped, "s.json")
+    assert isinstance(inv, Inventory) and inv.source_format == "amd-smi static --json"
+    assert (inv.gpus[0].memory_total_mib, inv.gpus[0].pci_bus_id) == (196592, "0000:05:00.0")
+    listing = ('[{"gpu": 0, "bdf": "0000:05:00.0", "uuid": "1fff74a1-0000-1000-807c-84c80bd7a1b5", "kfd_id": 49360,'
+               ' "node_id": 2, "partition_id": 0}]')
+    inv = parse_capture(listing, "l.json")
+    assert isinstance(inv, Inventory) and inv.source_format == "amd-smi list --json" and not inv.partial
+    assert (inv.gpus[0].uuid, inv.gpus[0].pci_bus_id) == ("1fff74a1-0000-1000-807c-84c80bd7a1b5", "0000:05:00.0")
