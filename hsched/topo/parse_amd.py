@@ -1,5 +1,5 @@
-"""Parsers for AMD tool output: `rocm-smi --showtopo` / `--showtoponuma` / `-a` / the concise table,
-`amd-smi topology` (text, both JSON layouts), `amd-smi xgmi`, `amd-smi list` and `amd-smi static`.
+"""Parsers for AMD tool output: `rocm-smi --showtopo` / `--showtoponuma` / `-a` / the concise table / `--json`,
+`amd-smi topology` (text, both JSON layouts), `amd-smi xgmi`, `amd-smi list` and `amd-smi static` (text and JSON).
 
 AMD pairs are ranked by link type and weight, not by hops (rocm-smi says 1 hop for any XGMI pair).
 amd-smi keys its tables by BDF; hsched names the devices GPU0..n in that (bus) order and keeps the BDF.

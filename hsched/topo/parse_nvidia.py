@@ -1,5 +1,7 @@
-"""Parsers for NVIDIA tool output: `nvidia-smi topo -m|-mp|-p2p`, `--query-gpu --format=csv`, `-q`, the
-plain `nvidia-smi` table and `nvidia-smi nvlink --status`.
+"""Parsers for NVIDIA tool output: `nvidia-smi topo -m|-mp|-p2p|-c`, `--query-gpu --format=csv`, `-q`, `-L` (with
+its MIG devices), the plain `nvidia-smi` table (with its "MIG devices:" block, or that block alone) and
+`nvidia-smi nvlink --status`. MIG devices are GpuInfo entries of their own, numbered and named as the controller
+numbers them (hsched.topo.inventory.mig_index: GPU0.1 is index 101).
 
 Rules that keep them honest (shared/topo/README.md, "Gotchas"):
 * never index columns by position: read the header, key off symbols (NV#, PIX...) not legend text;
