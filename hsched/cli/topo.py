@@ -127,12 +127,13 @@ def register(app: typer.Typer) -> None:
     def parse_cmd(
         file: Path = typer.Argument(
             ...,
-            help="Captured tool output (nvidia-smi topo -m, rocm-smi --showtopo, "
-            "amd-smi topology, nvidia-smi -q, numactl -H, lscpu ...).",
+            help="Captured tool output (nvidia-smi topo -m, -L, -q, the nvidia-smi table, --query-gpu CSV, "
+            "topo -c; rocm-smi, amd-smi topology/static/list; numactl -H, lscpu, lscpu -e/-p).",
         ),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
-        """Parse a capture and print its devices, NICs and links (or inventory / NUMA layout)."""
+        """Parse a capture and print its devices, NICs and links (or inventory / NUMA layout); MIG devices as
+        hsched names them (GPU0.1)."""
         from hsched.topo.parse import read_capture
         from hsched.topo.topology import Topology
 
