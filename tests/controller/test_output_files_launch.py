@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hsched.controller import commands
 from hsched.executors.base import LaunchRequest
+
+from hsched.controller import commands
 from hsched.model import JobSpec, Resources
 from hsched.testing import Lab
 
