@@ -477,7 +477,10 @@ def parse_smi_q(text: str, source: str | None = None) -> Inventory:
 
 # ---- plain nvidia-smi  ------
 
-_TABLE_ROW1 = re.compile(r"^\|\s+(\d+)\s+(.+?)\s+(On|Off)\s+\|\s+([0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)")
+# the third cell is Persistence-M (On/Off) on Linux, Driver-Model (WDDM/TCC/MCDM) on Windows
+_TABLE_ROW1 = re.compile(
+    r"^\|\s+(\d+)\s+(.+?)\s+(On|Off|WDDM|TCC|MCDM)\s+\|\s+([0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)"
+)
 _TABLE_ROW2 = re.compile(
     r"^\|\s*(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*/\s*(\S+)\s+\|\s+(\d+)MiB\s*/\s*(\d+)MiB\s+\|\s+(\S+)\s+(\S+)\s+\|"
 )

@@ -238,3 +238,26 @@ def test_amd_smi_json_wrapped_in_bytes_and_its_listing() -> None:
     inv = parse_capture(listing, "l.json")
     assert isinstance(inv, Inventory) and inv.source_format == "amd-smi list --json" and not inv.partial
     assert (inv.gpus[0].uuid, inv.gpus[0].pci_bus_id) == ("1fff74a1-0000-1000-807c-84c80bd7a1b5", "0000:05:00.0")
+
+
+WINDOWS_TABLE = """\
++-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI 566.36                 Driver Version: 566.36         CUDA Version: 12.7     |
+|-----------------------------------------+------------------------+----------------------+
+| GPU  Name                  Driver-Model | Bus-Id          Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |
+|                                         |                        |               MIG M. |
+|=========================================+========================+======================|
+|   0  NVIDIA GeForce RTX 4070 ...  WDDM  |   00000000:01:00.0  On |                  N/A |
+| N/A   45C    P8              3W /  115W |     345MiB /   8188MiB |      0%      Default |
+|                                         |                        |                  N/A |
++-----------------------------------------+------------------------+----------------------+
+"""
+
+
+def test_the_windows_table_with_its_driver_model_column() -> None:
+    # Windows prints Driver-Model (WDDM/TCC) where Linux prints Persistence-M: the same GPU rows
+    inv = parse_capture(WINDOWS_TABLE, "win.txt")
+    assert isinstance(inv, Inventory) and inv.driver_version == "566.36"
+    assert [(g.index, g.name, g.pci_bus_id, g.memory_total_mib) for g in inv.gpus] == [
+        (0, "NVIDIA GeForce RTX 4070 ...", "0000:01:00.0", 8188)]
