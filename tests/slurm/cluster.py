@@ -198,17 +198,19 @@ class SlurmCluster:
             raise RuntimeError(f"{' '.join(argv)}: exit {p.returncode}: {p.stderr.strip()}")
         return p
 
-    def job(self, job_id: int | str) -> dict[str, str]:
-        """`scontrol show job` of one job, as key -> value (the first of each key)."""
+    def job(self, job_id: int | str, *, epochs: bool = False) -> dict[str, str]:
+        """`scontrol show job` of one job, as key -> value (the first of each key); times as epochs with
+        `epochs` (SLURM_TIME_FORMAT=%s, as the executor asks), else as Slurm prints them by default."""
         from hsched.executors._slurm_text import oneliner
 
-        return oneliner(self.run("scontrol", "-d", "-o", "show", "job", str(job_id)).stdout.strip())
+        env = {**self.env, "SLURM_TIME_FORMAT": "%s"} if epochs else self.env
+        p = subprocess.run(["scontrol", "-d", "-o", "show", "job", str(job_id)], env=env, capture_output=True,
+                           text=True, timeout=60, check=True)
+        return oneliner(p.stdout.strip())
 
     def start_time(self, job_id: int | str) -> float:
         """When Slurm started a job (its StartTime, an epoch)."""
-        p = subprocess.run(["scontrol", "-o", "show", "job", str(job_id)], env={**self.env, "SLURM_TIME_FORMAT": "%s"},
-                           capture_output=True, text=True, timeout=60, check=True)
-        return float(p.stdout.split("StartTime=", 1)[1].split()[0])
+        return float(self.job(job_id, epochs=True)["StartTime"])
 
     def cancel_all(self) -> None:
         """Cancel every job, of every partition, and bring back a node a test took down (between tests: none

@@ -42,6 +42,10 @@ def test_a_job_slurm_preempts_is_lost_as_preempted(slurm: SlurmCluster, runs: Pa
         h = await ex.launch(request(rd, ("sleep", "300"), devices=("slurm-grp-n1-gpu0",), job="21"))
         await job_state(slurm, h.pid, "RUNNING")
         node = slurm.job(h.pid)["NodeList"]
+        # Slurm never runs our job again behind hsched's back (--no-requeue): an administrator's requeue is refused
+        refused = slurm.run("scontrol", "requeue", str(h.pid), check=False)
+        assert refused.returncode != 0 and "disabled" in refused.stderr
+        assert slurm.job(h.pid)["JobState"] == "RUNNING"
         # a job of the higher partition that needs the whole node: Slurm cancels ours for it
         urgent = slurm.run("sbatch", "--parsable", "-o", "/dev/null", "-p", URGENT, "-w", node,
                            f"--gres=gpu:{slurm.gpu_type}:{slurm.gpus}", "--wrap", "sleep 120").stdout.strip()
