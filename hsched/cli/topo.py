@@ -96,6 +96,11 @@ def _render_other(result: Any, source: str) -> None:
             cells = {**g, "MIG": mig}
             table.add_row(*["N/A" if cells.get(c) in (None, "") else str(cells.get(c)) for c in cols])
         console.print(table)
+        if any(g.get("mig_parent") is not None or g.get("mig_current") for g in data["gpus"]):
+            # MIG changes what is schedulable: say what hsched would hand out
+            names = [d["name"] for d in data.get("devices", [])]
+            console.print("hsched devices: " + (", ".join(names) + " (a GPU in MIG mode only as its instances)"
+                          if names else "none (the capture names no UUID; `nvidia-smi -L` does)"), highlight=False)
     elif "nodes" in data:
         facts = [f"{k.replace('_', ' ')} {data[k]}" for k in
                  ("sockets", "cores_per_socket", "threads_per_core", "cpus", "model_name") if data.get(k) is not None]

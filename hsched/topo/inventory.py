@@ -66,6 +66,11 @@ def mig_index(gpu: int, slot: int) -> int:
     return (gpu + 1) * MIG_INDEX + slot
 
 
+def device_name(d: Device) -> str:
+    """GPU0, or GPU0.1 for a MIG instance: as hsched.topo.place.topology_of_node names a node's devices."""
+    return f"GPU{d.index // MIG_INDEX - 1}.{d.index % MIG_INDEX}" if d.mig_parent else f"GPU{d.index}"
+
+
 def listing_order(g: GpuInfo) -> tuple[int, bool, int]:
     """Each GPU followed by its MIG instances, as nvidia-smi -L lists them."""
     return (g.index if g.mig_parent is None else g.mig_parent, g.mig_parent is not None, g.index)
@@ -112,6 +117,10 @@ class Inventory:
             "format": self.source_format,
             "driver_version": self.driver_version,
             "gpus": [g.to_json() for g in self.gpus],
+            # what hsched would hand out from this capture (a MIG-mode GPU as its instances; nothing without UUIDs)
+            "devices": [{"name": device_name(d), **{f: getattr(d, f) for f in ("uuid", "index", "model",
+                         "memory_total_mib", "pci_bus_id", "numa_node", "mig_parent", "mig_profile")}}
+                        for d in self.devices()],
             "partial": self.partial,
             "warnings": list(self.warnings),
         }

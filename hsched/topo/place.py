@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hsched.errors import UserError
+from hsched.topo.inventory import device_name
 from hsched.topo.links import LinkClass, estimate_bandwidth_gbps, fabric_links, link_class, link_strength
 from hsched.topo.models import Catalog, lookup_model, parse_cc
 from hsched.topo.topology import TopoDevice, TopoLink, Topology, format_cpulist
@@ -533,8 +534,7 @@ def topology_of_node(node: Node) -> Topology:
     """A `hsched.model.Node` (devices by UUID, `links` by UUID) as a Topology named GPU<index>."""
     devices = tuple(
         TopoDevice(
-            # a MIG instance under its GPU's name: GPU0.1 is the second slice of GPU 0
-            name=(f"GPU{d.index // 100 - 1}.{d.index % 100}" if d.mig_parent else f"GPU{d.index}"),
+            name=device_name(d),  # a MIG instance under its GPU's name: GPU0.1 is the second slice of GPU 0
             index=d.index,
             uuid=d.uuid,
             model=d.model,

@@ -48,6 +48,10 @@ def test_nvidia_smi_L_mig_devices_are_hscheds_mig_devices() -> None:
     node = Node(name="n", executor="local", state=NodeState.UP, devices=devices)
     names = {d.uuid: d.name for d in topology_of_node(node).devices}
     assert [names[d.uuid] for d in devices] == [g.device_name for g in inv.gpus if g.index != 0]
+    assert [d["name"] for d in inv.to_json()["devices"]] == ["GPU0.0", "GPU0.1", "GPU0.2", "GPU1"]
+    # and the readable view says what hsched would hand out
+    r = runner.invoke(app, ["topo", "parse", str(WRITTEN / "nvidia-smi-L__a100-80gb-x2-mig.txt")])
+    assert r.exit_code == 0 and "hsched devices: GPU0.0, GPU0.1, GPU0.2, GPU1" in " ".join(r.output.split())
     assert [d.model for d in devices if Resources(gpu_types=("1g.10gb",)).matches_model(d.model)] == [
         "NVIDIA A100-SXM4-80GB MIG 1g.10gb"]
     assert [d.index for d in devices if Resources().matches_model(d.model)] == [1]
