@@ -42,13 +42,17 @@ def simulated_devices(node: str, sim: SimulatedDevices) -> tuple[tuple[Device, .
         links = topology_to_links(topo, uuids)
         numa_of = {i: d.numa_node for i, d in enumerate(ordered)}
         affinity = {i: tuple(d.cpu_affinity) for i, d in enumerate(ordered)}
-    else:
+    if not sim.topology or not all(numa_of.get(i) is not None for i in range(sim.count)):
+        # no capture, or one without NUMA nodes (amd-smi topology): spread the GPUs over the declared NUMA nodes
         per = max(1, -(-sim.count // max(1, sim.numa_nodes)))
         numa_of = {i: min(i // per, sim.numa_nodes - 1) for i in range(sim.count)}
-        if sim.cpus:
-            # the node's declared cores, split evenly between its NUMA nodes; a GPU is local to its node's share
-            share = max(1, sim.cpus // max(1, sim.numa_nodes))
-            affinity = {i: tuple(range(n * share, (n + 1) * share)) for i, n in numa_of.items() if n is not None}
+    if sim.cpus and not all(affinity.get(i) for i in range(sim.count)):
+        # the node's declared cores, split evenly between its NUMA nodes (a capture's, where it names more: an
+        # NPS4 box); a GPU whose capture says nothing of its CPUs is local to its NUMA node's share
+        nodes = max(sim.numa_nodes, 1 + max((n for n in numa_of.values() if n is not None), default=0))
+        share = max(1, sim.cpus // nodes)
+        affinity = {i: affinity.get(i) or tuple(range(n * share, (n + 1) * share))
+                    for i, n in numa_of.items() if n is not None}
     memory = sim.memory_mib
     if memory is None:
         # the model's own size (an A100-SXM4-80GB has 80 GB) rather than an unknown

@@ -6,6 +6,7 @@ import pytest
 
 from hsched.config import SimulatedDevices
 from hsched.simulated import simulated_devices, simulated_telemetry
+from tests.conftest import FIXTURES
 
 
 @pytest.mark.parametrize(("model", "tdp"), [("NVIDIA L4", 72), ("NVIDIA A100-PCIE-40GB", 250),
@@ -39,3 +40,24 @@ def test_cpu_affinity_covers_the_nodes_declared_cpus(topology: str | None) -> No
     # each GPU is local to its own NUMA node's half
     assert {len(d.cpu_affinity) for d in devices} == {56}
     assert set(devices[0].cpu_affinity).isdisjoint(devices[7].cpu_affinity)
+
+
+def test_a_captured_topology_without_cpus_gets_the_nodes_declared_cpus() -> None:
+    # amd-smi topology names no NUMA node and no CPU: the node's 192 declared CPUs, split over its 2 NUMA nodes
+    amd = str(FIXTURES / "topo" / "amd-smi-topology__mi300x-8gpu.txt")
+    devices, links = simulated_devices("mi300x", SimulatedDevices("AMD Instinct MI300X", 8, topology=amd, numa_nodes=2,
+                                                                  cpus=192))
+    assert links and [d.numa_node for d in devices] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert set().union(*(set(d.cpu_affinity) for d in devices)) == set(range(192))
+    assert devices[0].cpu_affinity == tuple(range(96)) and devices[7].cpu_affinity == tuple(range(96, 192))
+    # rocm-smi --showtoponuma names 8 NUMA nodes (NPS4) but no CPUs: each GPU gets its own node's 24
+    nps4 = str(FIXTURES / "topo" / "rocm-smi-showtoponuma__mi210-x8-nps4.txt")
+    devices, _ = simulated_devices("mi210", SimulatedDevices("AMD Instinct MI210", 8, topology=nps4, numa_nodes=2,
+                                                             cpus=192))
+    assert [(d.numa_node, d.cpu_affinity[0], len(d.cpu_affinity)) for d in devices[:4]] == [
+        (3, 72, 24), (2, 48, 24), (1, 24, 24), (0, 0, 24)]
+    # a capture that names the CPUs keeps them
+    h100 = str(FIXTURES / "topo" / "nvidia-smi-topo__h100-sxm-8gpu-nv18-2numa-narrow.txt")
+    devices, _ = simulated_devices("h", SimulatedDevices("NVIDIA H100 80GB HBM3", 8, topology=h100, numa_nodes=2,
+                                                         cpus=192))
+    assert devices[0].cpu_affinity == tuple(range(52))
