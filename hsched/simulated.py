@@ -69,15 +69,13 @@ def simulated_devices(node: str, sim: SimulatedDevices) -> tuple[tuple[Device, .
 
 
 def _load_topology(sim: SimulatedDevices) -> Any:
-    from pathlib import Path
-
-    from hsched.topo.parse import parse_topology
+    from hsched.topo.parse import read_topology_file
     from hsched.topo.synthetic import synthetic_topology
 
     assert sim.topology is not None
     if "/" in sim.topology or sim.topology.endswith(".txt"):
-        text = Path(sim.topology).read_text(errors="replace")
-        return parse_topology(text, source=sim.topology)
+        # as `hsched topo parse` reads it: a UTF-16 capture from Windows, a '#' header, one-line errors
+        return read_topology_file(sim.topology)
     # the node's declared cores, not a made-up count: a 112-core box's GPUs are local to all 112 of them
     per_numa = sim.cpus // max(1, sim.numa_nodes) if sim.cpus else None
     return synthetic_topology(sim.topology, sim.count, model=sim.model, numa_nodes=sim.numa_nodes,

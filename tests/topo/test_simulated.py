@@ -61,3 +61,12 @@ def test_a_captured_topology_without_cpus_gets_the_nodes_declared_cpus() -> None
     devices, _ = simulated_devices("h", SimulatedDevices("NVIDIA H100 80GB HBM3", 8, topology=h100, numa_nodes=2,
                                                          cpus=192))
     assert devices[0].cpu_affinity == tuple(range(52))
+
+
+def test_a_captured_topology_saved_in_utf16_is_read(tmp_path) -> None:
+    # PowerShell 5's `nvidia-smi topo -m > topo.txt` writes UTF-16: read as `hsched topo parse` reads it
+    text = (FIXTURES / "topo" / "nvidia-smi-topo__h100-sxm-8gpu-nv18-2numa-narrow.txt").read_text()
+    f = tmp_path / "topo.txt"
+    f.write_bytes(text.encode("utf-16"))
+    devices, links = simulated_devices("h", SimulatedDevices("NVIDIA H100 80GB HBM3", 8, topology=str(f)))
+    assert len(devices) == 8 and {lk.kind for lk in links} == {"NV18"}
