@@ -139,12 +139,20 @@ class Client:
                               f"{RESTART_TIMEOUT_S:g} s; see {self.home.log} (`hsched daemon start` starts one)")
 
     def _readline(self, sock: socket.socket) -> bytes:
-        while b"\n" not in self._buf:
-            chunk = sock.recv(1 << 20)
-            if not chunk:
-                raise ControllerError("the controller closed the connection (see its log: "
-                                      f"{self.home.log})")
-            self._buf += chunk
+        if b"\n" not in self._buf:
+            # the chunks are kept apart and only the newest is searched: growing one buffer and searching all of it
+            # for every chunk was quadratic (`queue --all --json` with 100,000 jobs, 77 MB: 40 s of a 42 s call)
+            parts = [self._buf]
+            while True:
+                chunk = sock.recv(1 << 20)
+                if not chunk:
+                    self._buf = b"".join(parts)
+                    raise ControllerError("the controller closed the connection (see its log: "
+                                          f"{self.home.log})")
+                parts.append(chunk)
+                if b"\n" in chunk:
+                    break
+            self._buf = b"".join(parts)
         line, _, self._buf = self._buf.partition(b"\n")
         return line
 

@@ -762,6 +762,9 @@ class Settings:
     move_min_run_s: float = 1800.0
     """A job (re)started less than this long ago is neither moved nor time-shared away (the live policy's
     quantum): a move costs a checkpoint and a restart, so they must be rare."""
+    history_days: float = 180.0
+    """Events, monitoring tallies and progress of jobs that ended longer ago than this are compacted away (jobs and
+    runs stay: accounting reads them); 0 keeps everything."""
     move_cost_s: float = 60.0
     """What a checkpoint and restart is taken to cost a job before one was measured (its time from the stop's
     decision to its GPUs free, plus from its restart to its first progress report)."""
@@ -783,7 +786,7 @@ def load_settings(path: Path) -> Settings:
     p = Problems(str(path))
     allowed = frozenset({*_SETTINGS_FLOATS, "checkpoint_exit_code", "max_restarts", "gpu_models", "qos",
                          "default_qos", "policy", "retries", "fatal_exit_codes", "metrics", "admins", "lab_group",
-                         "fairshare_half_life_s", "accounts", "moves"})
+                         "fairshare_half_life_s", "accounts", "moves", "history_days"})
     check_keys(p, data, allowed, "")
     kwargs: dict[str, Any] = {}
     for k in _SETTINGS_FLOATS:
@@ -838,6 +841,12 @@ def load_settings(path: Path) -> Settings:
             p.expected("fairshare_half_life_s", "a number of seconds >= 0 (604800 = 7 days; 0: no decay)", v)
         else:
             kwargs["fairshare_half_life_s"] = float(v)
+    if "history_days" in data:
+        v = data["history_days"]
+        if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+            p.expected("history_days", "a number of days >= 0 (180; 0 keeps everything)", v)
+        else:
+            kwargs["history_days"] = float(v)
     if "moves" in data:
         if not isinstance(data["moves"], bool):
             p.expected("moves", "true or false", data["moves"])

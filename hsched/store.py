@@ -172,6 +172,12 @@ _MIGRATIONS: list[tuple[str, ...]] = [
         "host_peak_mib INTEGER)",
         "CREATE INDEX job_durations_kind ON job_durations(kind, ended)",
     ),
+    # 9: the jobs that ended since a time (`queue` shows the recently ended too) by an index, not a scan of the
+    # whole history; and compaction of old events by time (hsched.store.Store.compact)
+    (
+        "CREATE INDEX jobs_end ON jobs(end_time)",
+        "CREATE INDEX events_time ON events(time)",
+    ),
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -375,14 +381,17 @@ class Store:
         """Raw rows for the fast queue listing (no dataclass round trip); with `ended_since`, also the jobs
         that ended after that time."""
         if active_only:
-            terminal = [s.value for s in JobState if s.is_terminal()]
-            marks = ",".join("?" * len(terminal))
+            # `state IN (the live states)`, not `NOT IN (the ended ones)`: only IN uses the state index, and with
+            # 100,000 ended jobs in the history the scan cost 105-145 ms a listing (0.2 ms by the index)
+            live = [s.value for s in JobState if not s.is_terminal()]
+            marks = ",".join("?" * len(live))
             if ended_since is not None:
-                return self.db.execute(
-                    f"SELECT * FROM jobs WHERE state NOT IN ({marks}) OR end_time >= ? ORDER BY id",
-                    [*terminal, ended_since]).fetchall()
-            return self.db.execute(f"SELECT * FROM jobs WHERE state NOT IN ({marks}) ORDER BY id",
-                                   terminal).fetchall()
+                rows = self.db.execute(f"SELECT * FROM jobs WHERE state IN ({marks}) ORDER BY id", live).fetchall()
+                ended = self.db.execute(
+                    f"SELECT * FROM jobs WHERE end_time >= ? AND state NOT IN ({marks}) ORDER BY id",
+                    [ended_since, *live]).fetchall()
+                return sorted([*rows, *ended], key=lambda r: r["id"]) if ended else rows
+            return self.db.execute(f"SELECT * FROM jobs WHERE state IN ({marks}) ORDER BY id", live).fetchall()
         return self.db.execute("SELECT * FROM jobs ORDER BY id").fetchall()
 
     def set_job(self, job_id: int, now: float, *, event: tuple[str, str] | None = None,
@@ -616,6 +625,26 @@ class Store:
         rows = self.db.execute("SELECT user, duration_s FROM job_durations WHERE kind = ? ORDER BY ended DESC "
                                "LIMIT ?", (kind, limit)).fetchall()
         return [(str(r[0]), float(r[1])) for r in reversed(rows)]
+
+    def compact(self, before: float) -> tuple[int, int]:
+        """Forget the detail of what ended before `before`: the events of jobs that ended then and the
+        controller's and nodes' own events from then, and the monitoring tallies and progress of those jobs'
+        attempts. Jobs and runs stay (accounting, `hsched acct`, fair share read them). Returns (events, tallies
+        and progress rows) removed.
+
+        Events are append-only (triggers refuse an update or a delete); compaction is the one deliberate
+        exception: its transaction lifts the delete trigger, deletes, and puts the trigger back, so that no other
+        statement can ever delete one."""
+        ended = "SELECT id FROM jobs WHERE end_time IS NOT NULL AND end_time < ?"
+        with self.tx() as db:
+            db.execute("DROP TRIGGER events_no_delete")
+            gone = db.execute(f"DELETE FROM events WHERE time < ? AND (job_id IS NULL OR job_id IN ({ended}))",
+                              (before, before)).rowcount
+            db.execute("CREATE TRIGGER events_no_delete BEFORE DELETE ON events "
+                       "BEGIN SELECT RAISE(ABORT, 'events are append-only'); END")
+            rows = db.execute(f"DELETE FROM run_usage WHERE job_id IN ({ended})", (before,)).rowcount
+            rows += db.execute(f"DELETE FROM run_progress WHERE job_id IN ({ended})", (before,)).rowcount
+        return gone, rows
 
     def prediction_errors(self) -> dict[str, tuple[int, int, float | None]]:
         """Per kind: (completed jobs, jobs that had a prediction, their mean absolute error relative to the

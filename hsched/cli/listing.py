@@ -244,7 +244,9 @@ PLAIN_ROWS = 200
 
 def render_queue(jobs: list[dict[str, Any]]) -> None:
     rows = queue_rows(jobs)
-    if len(rows) > PLAIN_ROWS:
+    # plain columns, as squeue's, for a pipe or a file (what grep, awk and scripts read) and for long listings;
+    # rich's coloured table only for a person at a terminal: laying 150 rows out cost 0.6 s of a 0.8 s `queue`
+    if len(rows) > PLAIN_ROWS or not sys.stdout.isatty():
         _plain_queue(rows)
         return
     from rich.console import Console

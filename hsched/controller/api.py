@@ -290,6 +290,10 @@ class Api:
 
     async def op_queue(self, args: dict[str, Any], uid: int) -> Any:
         rows = await self.ctl.db(self.ctl.store.job_rows, active_only=not self.flag(args, "all", False))
+        if len(rows) > 2000:
+            # a long history (`queue --all`): its objects are made in a thread, so that requests are answered
+            # meanwhile (100,000 jobs seen for the first time: seconds of decoding)
+            return await asyncio.to_thread(lambda: [self.job_dict(r) for r in rows])
         return [self.job_dict(r) for r in rows]
 
     def job_dict(self, row: Any) -> dict[str, Any]:

@@ -78,6 +78,9 @@ async def run_loop(ctl: Controller) -> None:
         next_round = ended + max(ROUND_GAP_S, ended - started)
 
 
+COMPACT_EVERY_S = 6 * 3600.0
+"""How often the history older than settings `history_days` is compacted (and once at start)."""
+
 INSTALL_CHECK_S = 2.0
 """How often the controller looks whether hsched was reinstalled under it."""
 
@@ -95,6 +98,7 @@ async def health_loop(ctl: Controller) -> None:
     every INSTALL_CHECK_S, whether hsched was reinstalled under this controller (then it restarts itself: the
     old code in memory and the new files on disk must never mix, e.g. a new node helper and an old executor)."""
     last_telemetry = float("-inf")
+    last_compact = float("-inf")
     last_install_check = ctl.clock.monotonic()
     seen: str | None = None
     while not ctl.stopping.is_set():
@@ -111,6 +115,9 @@ async def health_loop(ctl: Controller) -> None:
                 jobs = await ctl.db(job_cache(ctl).read, ctl.store)
                 running = [j for j in jobs.active if j.state is JobState.RUNNING]
                 simulate_telemetry(ctl, ctl.owners(running), ctl.clock.time())
+            if ctl.settings.history_days > 0 and ctl.clock.monotonic() - last_compact >= COMPACT_EVERY_S:
+                last_compact = ctl.clock.monotonic()
+                await compact(ctl)
             ctl.loop_ok("health")
         except Exception as e:
             log.exception("health check failed")
@@ -124,6 +131,16 @@ async def health_loop(ctl: Controller) -> None:
                 break
             seen = new
         await ctl.clock.wait(ctl.stopping, 0.5)
+
+
+async def compact(ctl: Controller) -> None:
+    """Forget the detail of the jobs that ended more than `history_days` ago (Store.compact), in the store's
+    thread: a lab's history must not slow every listing down for ever."""
+    before = ctl.clock.time() - ctl.settings.history_days * 86400.0
+    events, rows = await ctl.db(ctl.store.compact, before)
+    if events or rows:
+        log.info("compacted the history before %s days ago: %d events, %d tallies", ctl.settings.history_days,
+                 events, rows)
 
 
 async def start(ctl: Controller) -> None:

@@ -63,6 +63,10 @@ GRACE_S = 0.2
 """At a stop, how long an idle connection may still deliver a request that was already on its way."""
 
 
+
+BIG_REPLY = 2000
+"""A reply listing more items than this is encoded off the event loop (100,000 jobs: ~3 s of JSON)."""
+
 class AlreadyRunning(HschedError):
     pass
 
@@ -176,7 +180,12 @@ class Door:
                 return
 
     async def _send(self, writer: asyncio.StreamWriter, reply: dict[str, Any]) -> None:
-        writer.write(encode(stamped(reply)))
+        result = reply.get("result")
+        if isinstance(result, list) and len(result) > BIG_REPLY:
+            # `queue --all` over a long history is tens of MB of JSON: encoded in a thread, not on the event loop
+            writer.write(await asyncio.to_thread(encode, stamped(reply)))
+        else:
+            writer.write(encode(stamped(reply)))
         # a client that stops reading its replies must not hold the controller's memory forever
         async with asyncio.timeout(self.limits.idle_timeout_s):
             await writer.drain()

@@ -22,14 +22,14 @@ from hsched.serialize import spec_to_dict
 from hsched.store import Store
 
 
-def fill(home: Home, n: int) -> None:
-    """n jobs: 95% ended, 5% pending but held (so the controller leaves them alone)."""
+def fill(home: Home, n: int, held_every: int = 20) -> None:
+    """n jobs: one in `held_every` pending but held (so the controller leaves them alone), the rest ended."""
     home.ensure()
     store = Store(home.db)
     now = time.time()
     rows = []
     for i in range(n):
-        held = i % 20 == 0
+        held = i % held_every == 0
         spec = JobSpec(command=("python", "train.py", "--seed", str(i)), name=f"job-{i}", hold=held)
         state = JobState.PENDING if held else JobState.COMPLETED
         rows.append(("bench", state.value, "JobHeldUser" if held else "completed", "normal", 0,
@@ -55,12 +55,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--sizes", default="1000,10000,100000", help="store sizes, comma-separated")
+    ap.add_argument("--held-every", type=int, default=20,
+                    help="one job in this many is pending (held), the rest ended (2000: a lab's long history)")
     opts = ap.parse_args()
     print(f"{'store':>8} {'command':<22} {'median s':>9} {'x --version':>12}")
     for n in (int(x) for x in opts.sizes.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
             home = Home(Path(tmp) / "home")
-            fill(home, n)
+            fill(home, n, opts.held_every)
             env = dict(os.environ, HSCHED_HOME=str(home.root))
             env.pop("HSCHED_FLEET", None)
             subprocess.run([sys.executable, "-m", "hsched", "daemon", "start"], env=env, check=True,
