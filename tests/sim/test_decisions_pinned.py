@@ -72,10 +72,12 @@ def test_ed69ec_head_decisions_are_pinned(shape, policy):
 
 
 def test_ed69ec_head_with_checkpoint_cost_is_pinned():
-    # a checkpoint cost turns on hsched's move_pays check and its second, pinned assignment
+    # a checkpoint cost turns on hsched's move_pays check and its second, pinned assignment. Re-recorded when
+    # moves down stopped being pinned (issue 14, tests/sim/test_checkpoint_policy.py): it was
+    # (434552.74337563274, 4046109.4352390543, 287, 1012)
     servers = parse_cluster("v100:16,p100:16,k80:16", 4)
     s = simulate(_head(), servers, make_policy("hsched"), SimConfig(costs=SimCosts(checkpoint_s=60.0))).summary
-    _check(s, (434552.74337563274, 4046109.4352390543, 287, 1012))
+    _check(s, (417972.0917262209, 4090032.0293335505, 256, 1023))
 
 
 @pytest.mark.parametrize("policy", ["hsched", "las-hetero"])
