@@ -89,22 +89,24 @@ async def round_fields(ctl: Controller, active: Iterable[Job], pending: Iterable
     requeued jobs). Call with ctl.lock held (reads the store when a requeued job is new to it)."""
     mv = moves_of(ctl)
     active = list(active)
-    alive = {j.id: j for j in active}
-    alive.update((j.id, j) for j in pending)
-    # the held devices of jobs no longer stopping or waiting (started, cancelled) or past their time are released
-    for jid, (_ps, until) in list(mv.held.items()):
-        j = alive.get(jid)
-        if j is None or until < now or j.state not in (JobState.PENDING, JobState.PREEMPTING):
-            del mv.held[jid]
+    # (a round's cost is per waiting job: only the requeued ones, and the few held for, are looked at twice)
+    requeued = {j.id: j for js in (active, pending) for j in js if j.restarts}
+    if mv.held:
+        # the held devices of jobs no longer stopping or waiting (started, cancelled) or past their time go back
+        stopping = {j.id for j in active if j.state is JobState.PREEMPTING} | {j.id for j in pending}
+        for jid, (_ps, until) in list(mv.held.items()):
+            if jid not in stopping or until < now:
+                del mv.held[jid]
     held = {jid: ps for jid, (ps, _until) in mv.held.items()}
     # attained service of requeued jobs, read once per attempt
-    todo = [j.id for j in alive.values() if j.restarts and mv.attained.get(j.id, (-1, 0.0))[0] != j.restarts]
+    todo = [jid for jid, j in requeued.items() if mv.attained.get(jid, (-1, 0.0))[0] != j.restarts]
     if todo:
         got = await ctl.db(ctl.store.attained, todo)
         for jid in todo:
-            mv.attained[jid] = (alive[jid].restarts, got.get(jid, 0.0))
-    for jid in [i for i in mv.attained if i not in alive]:
-        del mv.attained[jid]  # (ended jobs do not pile up)
+            mv.attained[jid] = (requeued[jid].restarts, got.get(jid, 0.0))
+    if len(mv.attained) > len(requeued):
+        for jid in [i for i in mv.attained if i not in requeued]:
+            del mv.attained[jid]  # (ended jobs do not pile up)
     attained = {jid: s for jid, (_r, s) in mv.attained.items()}
     movable: dict[int, float] = {}
     if ctl.settings.moves and ctl.settings.policy:

@@ -447,6 +447,7 @@ def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
     decisions.extend(st.settle_all(rest, core_waiting))
     global _WAITS
     _WAITS = st.waits
+    st.keep_where()
     return decisions
 
 
@@ -519,6 +520,8 @@ _RESERVED: tuple[object, tuple[float, frozenset[str], str] | None] = ((), None)
 """The last round's reservation: what it was made of, and (its time, its devices, the head's reason); one global,
 swapped whole (two controllers in one process, in tests, at worst miss)."""
 
+_WHERE: tuple[tuple[object, ...], dict[int, tuple[Job, frozenset[str]]]] = ((), {})
+"""The last round's `_RoundState.where` per waiting job, and what it was made of; one global, swapped whole."""
 _WAITS: dict[int, Wait] = {}
 """The last round's waits by job id (`_RoundState.wait`); only the last round's, so ended jobs do not pile up."""
 
@@ -846,6 +849,21 @@ class _RoundState:
         self.up = [n for n in fleet.nodes if n.state is NodeState.UP]
         self.by_name = {n.name: n for n in self.up}
         self.blocked_ahead = False
+        self._wanted: set[str] = set()
+        """The up nodes the jobs that waited so far in this round could use: a job that wants none of them waits for
+        resources, not behind them (`why`)."""
+        self._where: dict[tuple[object, ...], frozenset[str]] = {}
+        # the last round's `where` per job, while the nodes' names, states, devices and labels and the absent users
+        # are the same objects' (a fleet view is rebuilt each round, but from the very nodes while none changed)
+        self._where_sig = (fleet.nodes, fleet.labels, fleet.absent_users)
+        last_sig, last_where = _WHERE
+        same = (len(last_sig) == 3 and isinstance(nodes := last_sig[0], tuple) and len(nodes) == len(fleet.nodes)
+                and all(map(operator.is_, nodes, fleet.nodes))
+                and last_sig[1] == fleet.labels and last_sig[2] == fleet.absent_users)
+        self._where_last = last_where if same else {}
+        self._where_kept: dict[int, tuple[Job, frozenset[str]]] = {}
+        self._added: set[int] = set()
+        self._behind: set[int] = set()
         self._victims: Victims | None = None
         holders = fleet.holders if fleet.holders is not None else tuple(r.job for r in fleet.running)
         self.tally = Tally(fleet.limits, holders)
@@ -1108,9 +1126,7 @@ class _RoundState:
                     jid = job.id
                     if self._reserving:
                         self.reserve(job)
-                    why = self.head_reason if jid == self.head else reasons.get(jid) or (
-                        _PRIORITY if self.blocked_ahead else _RESOURCES)
-                    self.blocked_ahead = True
+                    why = self.why(job, reasons.get(jid))
                     # (`wait`, inline: this is the loop over most of a busy queue)
                     w = last.get(jid)
                     if w is None or w.reason != why:
@@ -1173,10 +1189,62 @@ class _RoundState:
             return Wait(job.id, missing)
         if self._reserving and res.gpus:
             self.reserve(job)  # without a policy: the first job that waits is the most important one
-        why = self.head_reason if job.id == self.head else reason or (
-            _PRIORITY if self.blocked_ahead else _RESOURCES)
+        return self.wait(job.id, self.why(job, reason))
+
+    def why(self, job: Job, reason: str | None) -> str:
+        """Why a job that cannot start waits, as squeue says it, and count it as waiting ahead of the rest:
+        the head's reservation; `ReqNodeNotAvail` when only nodes that are not up could ever hold it; `Priority`
+        only when a job served before it waits for some of the same nodes (else `Resources`: nobody is ahead of
+        it for what it needs); `reason`: the policy's (Resources or Priority), else Priority after any wait."""
+        where = self.where(job)
+        if not where and (down := self.unavailable(job)):
+            why = f"ReqNodeNotAvail, UnavailableNodes:{','.join(down)}"
+        elif job.id == self.head:
+            why = self.head_reason
+        else:
+            why = reason or (_PRIORITY if self.blocked_ahead else _RESOURCES)
+            if why == _PRIORITY and id(where) not in self._behind:
+                if self._wanted.isdisjoint(where):
+                    why = _RESOURCES
+                else:
+                    self._behind.add(id(where))  # (`_wanted` only grows: it stays behind someone)
         self.blocked_ahead = True
-        return self.wait(job.id, why)
+        if id(where) not in self._added:
+            # (a shape's node set is one object for the round: added once, not once per waiting job)
+            self._added.add(id(where))
+            self._wanted.update(where)
+        return why
+
+    def where(self, job: Job) -> frozenset[str]:
+        """The up nodes that could ever hold the job's request (labels, user, GPU models and memory, counts):
+        the last round's answer while the job (the very object) and the nodes are the same (a round asks it of
+        every waiting job: 2,000 keys made afresh cost ~3 ms)."""
+        hit = self._where_last.get(job.id)
+        if hit is not None and hit[0] is job:
+            self._where_kept[job.id] = hit
+            return hit[1]
+        res = job.spec.resources
+        key = (self.nodes_key(job), res.gpu_types, res.gpu_memory_mib, res.gpus, res.cpus, res.memory_mib)
+        got = self._where.get(key)
+        if got is None:
+            got = self._where[key] = frozenset(n.name for n in self.nodes_for(job)
+                                               if len(self.eligible(n, res)) >= res.gpus and _could_hold(n, res))
+        self._where_kept[job.id] = (job, got)
+        return got
+
+    def keep_where(self) -> None:
+        """This round's `where` answers for the next round (only the jobs asked this round: ended ones do not
+        pile up)."""
+        global _WHERE
+        _WHERE = (self._where_sig, self._where_kept)
+
+    def unavailable(self, job: Job) -> list[str]:
+        """The nodes that are not up (down, drained, unreachable) but could hold the job, when no up one could."""
+        c = self.constraint(job.spec.resources)
+        labels, absent, res = self.fleet.labels, self.fleet.absent_users, job.spec.resources
+        return sorted(n.name for n in self.fleet.nodes
+                      if n.state is not NodeState.UP and (c is None or c.satisfied_by(labels.get(n.name, frozenset())))
+                      and job.user not in absent.get(n.name, frozenset()) and _could_hold(n, res))
 
     # ------------------------------------------------------------------ the head's reservation (EASY backfill)
 

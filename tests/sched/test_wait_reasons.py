@@ -1,0 +1,46 @@
+"""Pending reasons that say the real cause (issue 16, item 6), as squeue's: `Priority` only when a job served
+before it waits for some of the same nodes, else `Resources`; `ReqNodeNotAvail, UnavailableNodes:...` when only
+nodes that are not up could ever hold it."""
+
+from __future__ import annotations
+
+from hsched.config import SimulatedDevices
+from hsched.model import Job, JobSpec, JobState, Node, NodeState, Placement, Resources
+from hsched.sched.live import FleetView, Running, Wait, schedule
+from hsched.simulated import simulated_devices
+
+
+def node(name: str, model: str, state: NodeState = NodeState.UP) -> Node:
+    devices, links = simulated_devices(name, SimulatedDevices(model=model, count=1, topology="pcie"))
+    return Node(name, "fake", state, cpus=16, memory_total_mib=64 * 1024, devices=devices, links=links)
+
+
+def job(jid: int, gpu_type: str, state: JobState = JobState.PENDING, where: Node | None = None) -> Job:
+    spec = JobSpec(command=("x",), resources=Resources(gpus=1, gpu_types=(gpu_type,)))
+    placement = (Placement(where.name, (where.devices[0].uuid,)),) if where else ()
+    return Job(jid, spec, "alice", state, "", float(jid), start_time=0.0 if where else None, placement=placement)
+
+
+def reasons(fleet: FleetView, queue: list[Job]) -> dict[int, str]:
+    return {d.job_id: d.reason for d in schedule(fleet, queue, 100.0) if isinstance(d, Wait)}
+
+
+def test_priority_only_behind_a_job_that_waits_for_the_same_nodes() -> None:
+    h, a = node("h", "NVIDIA H100 80GB HBM3"), node("a", "NVIDIA A100-SXM4-80GB")
+    running = (job(1, "H100", JobState.RUNNING, h), job(2, "A100", JobState.RUNNING, a))
+    for policy in (None, "hsched"):
+        fleet = FleetView((h, a), frozenset(d.uuid for n in (h, a) for d in n.devices), {},
+                          running=tuple(Running(r, 0.0) for r in running), policy=policy)
+        got = reasons(fleet, [job(10, "H100"), job(11, "A100"), job(12, "A100")])
+        # the H100 job waits for the H100 alone; the first A100 job is behind nobody who wants the A100
+        assert got[10].startswith("Resources") and got[11] == "Resources", (policy, got)
+        assert got[12] == "Priority", (policy, got)  # behind job 11, for the same node
+
+
+def test_a_job_only_nodes_that_are_not_up_could_hold_says_so() -> None:
+    h = node("h", "NVIDIA H100 80GB HBM3", NodeState.DOWN)
+    d = node("d", "NVIDIA H100 80GB HBM3", NodeState.DRAINED)
+    a = node("a", "NVIDIA A100-SXM4-80GB")
+    fleet = FleetView((h, d, a), frozenset(), {}, policy="hsched")
+    got = reasons(fleet, [job(10, "H100")])
+    assert got == {10: "ReqNodeNotAvail, UnavailableNodes:d,h"}
