@@ -15,6 +15,7 @@ from hsched.errors import ExecutorError, HelperError, NodeUnreachable, UserError
 from hsched.executors.base import Executor
 from hsched.model import Device, Link, Node, NodeState
 from hsched.simulated import simulated_devices
+from hsched.topo.inventory import MIG_INDEX
 
 log = logging.getLogger("hsched.fleet")
 
@@ -161,9 +162,6 @@ def node_from_probe(rt: NodeRuntime, probe: dict[str, Any]) -> Node:
     )
 
 
-MIG_INDEX = 100
-"""A MIG instance's index: (its GPU's index + 1) x MIG_INDEX + its slot, so GPU 0's are 100, 101...: unique on
-the node, after the whole GPUs, and its GPU's index recoverable (hsched.topo.place names them GPU0.0...)."""
 
 
 def mig_devices(parent: Device, instances: list[dict[str, Any]]) -> list[Device]:
@@ -205,10 +203,10 @@ def _real_devices(probe: dict[str, Any]) -> tuple[tuple[Device, ...], tuple[Link
             compute_capability=d.get("compute_capability"), temperature_c=d.get("temperature_c"),
             power_w=d.get("power_w"), cpu_affinity=tuple(d.get("cpu_affinity") or ()),
         )
-        if d.get("mig_mode_current") and d.get("mig_devices"):
+        if d.get("mig_mode_current"):
             # a GPU in MIG mode is its instances: each one schedulable (CUDA_VISIBLE_DEVICES takes MIG UUIDs), the
-            # GPU itself never handed out whole
-            devices.extend(mig_devices(whole, d["mig_devices"]))
+            # GPU itself never handed out whole, not even while it has no instance (then it offers nothing)
+            devices.extend(mig_devices(whole, d.get("mig_devices") or []))
         else:
             devices.append(whole)
     links: tuple[Link, ...] = ()

@@ -80,6 +80,14 @@ def test_a_mig_mode_gpu_is_its_instances() -> None:
     assert len({d.index for d in devices}) == len(devices)  # every index (and topology name) its own
 
 
+def test_a_mig_mode_gpu_without_instances_offers_nothing() -> None:
+    """Enabled MIG with no instance made yet: the GPU is not a whole GPU either (a whole-GPU job never gets it)."""
+    raw = nvml_probe.probe_nvml(mig_fake(), cpu_count=224)["devices"]
+    raw[0] = {**raw[0], "mig_devices": []}
+    devices, _links = _real_devices({"gpus": {"source": "nvml", "devices": raw}})
+    assert len(devices) == 7 and raw[0]["uuid"] not in {d.uuid for d in devices}
+
+
 def test_who_may_have_a_slice() -> None:
     mig, full = "NVIDIA H100 80GB HBM3 MIG 1g.10gb", "NVIDIA H100 80GB HBM3"
     assert Resources(gpus=1, gpu_types=("1g.10gb",)).matches_model(mig)
