@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import signal
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -437,6 +438,64 @@ def batch_script(argv: Sequence[str], env: Mapping[str, str], workdir: str, run_
     lead = "exec env -- " if argv and argv[0].startswith("-") else "exec "
     lines.append(lead + " ".join(shlex.quote(a) for a in argv))
     return "\n".join(lines) + "\n", skipped
+
+
+_SIGNALS_BY_TEXT = {signal.strsignal(s): int(s) for s in signal.valid_signals() if signal.strsignal(s)}
+"""What srun prints for a task killed by a signal is libc's strsignal() of it ("Terminated", "Killed")."""
+_TASK_END = re.compile(r"^srun: error: [^:\n]*: tasks? ([\d,\-]+): (.+)$", re.M)
+
+
+def srun_task_ends(log: str) -> dict[int, tuple[int, int | None]]:
+    """The tasks srun says did not exit 0, from its messages in the batch script's output (`srun: error: n1: task
+    1: Exited with exit code 3`, `srun: error: n1: tasks 0,2-3: Terminated`): task -> (exit code, signal), a
+    task killed by signal S exiting 128 + S as elsewhere in hsched. The first line about a task counts."""
+    out: dict[int, tuple[int, int | None]] = {}
+    for m in _TASK_END.finditer(log):
+        what = m.group(2).strip()
+        code = re.fullmatch(r"Exited with exit code (\d+)", what)
+        if code is not None:
+            end: tuple[int, int | None] = (int(code.group(1)), None)
+        elif what in _SIGNALS_BY_TEXT:
+            end = (128 + _SIGNALS_BY_TEXT[what], _SIGNALS_BY_TEXT[what])
+        else:
+            continue
+        for task in parse_indices(m.group(1)):
+            out.setdefault(task, end)
+    return out
+
+
+def rank_dispatch(ranks: Sequence[tuple[str, str]]) -> str:
+    """What srun runs as every task of a gang's Slurm job: task SLURM_PROCID becomes rank SLURM_PROCID, its own
+    script (`ranks[r]`: (script, log) of rank r, each rank's batch_script) with its output in its own log. `exec`
+    all the way: the rank's command is the task's process itself, which srun and scancel signal."""
+    lines = ["#!/bin/sh", "# hsched: srun runs this as every task of the job; task N is rank N",
+             'case "${SLURM_PROCID:-}" in']
+    for r, (script, log) in enumerate(ranks):
+        lines.append(f"{r}) exec /bin/sh {shlex.quote(script)} >> {shlex.quote(log)} 2>&1 ;;")
+    lines += ["esac", 'echo "hsched: task ${SLURM_PROCID:-?} is no rank of this job" >&2', "exit 1"]
+    return "\n".join(lines) + "\n"
+
+
+def gang_script(dispatch: str, workdir: str, run_dir: str, nodes: int, tasks_per_node: int) -> str:
+    """The batch script of a gang (one Slurm job for every rank of an attempt): srun starts nodes x
+    tasks_per_node tasks, each `dispatch` (rank_dispatch); the first rank failing ends the others
+    (--kill-on-bad-exit), as hsched does with a gang. MASTER_ADDR is the job's first node (this script runs
+    there, and so does rank 0 with srun's block distribution): hsched's own value names the group, not a host."""
+    lines = [
+        "#!/bin/sh",
+        f"# hsched gang {_comment_safe(run_dir)}: generated",
+        ":",
+        '[ -n "${PATH:-}" ] || PATH=/usr/local/bin:/usr/bin:/bin',
+        '[ -n "${HOME:-}" ] || HOME=$(getent passwd "$(id -u)" | cut -d: -f6)',
+        "export PATH HOME",
+        "export SLURM_EXPORT_ENV=ALL",
+        "MASTER_ADDR=$(hostname)",
+        "export MASTER_ADDR",
+        f"cd -- {shlex.quote(workdir)} || exit 1",
+        f"exec srun --kill-on-bad-exit=1 --nodes={nodes} --ntasks={nodes * tasks_per_node} "
+        f"--ntasks-per-node={tasks_per_node} /bin/sh {shlex.quote(dispatch)}",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _comment_safe(text: str) -> str:

@@ -76,12 +76,25 @@ a checkpoint or warning is not sent. Every signal is recorded in signals.log fir
 must be on a filesystem the Slurm nodes share, as any sbatch user's home is (`remote_path` is the identity,
 `put`/`get` copy locally).
 
-Not yet (issue 17): multi-rank jobs (`--nodes` > 1 or `--tasks-per-node` > 1 need one sbatch per attempt, not
-one per rank: the controller launches ranks one by one, so such a launch is refused with one line); sbatch's
-`--signal` and `--constraint` from the job spec (hsched sends the warning signal itself, by scancel, and its
-constraints name the fleet file's labels, not Slurm's features; the time limit goes to sbatch's `--time` only
-as a safety net past hsched's own stop); lab mode (jobs as their owners: a launch
-for another user is refused rather than run as the controller's user); reaching Slurm over SSH to a login node.
+**A job of several ranks** (`--nodes` N, `--tasks-per-node` T: the controller launches one run per rank, each
+with its torchrun/Slurm environment) is one Slurm job per attempt, not one per rank. The ranks' launches gather
+per (job, attempt) for up to GATHER_S; the last to come submits `sbatch --nodes=N --ntasks-per-node=T`, whose
+batch script (slurm-job.sh in rank 0's folder) sets MASTER_ADDR to the job's first node and runs `srun
+--kill-on-bad-exit=1`, which starts slurm-ranks.sh as every task: task SLURM_PROCID execs rank SLURM_PROCID's
+own script (its folder's slurm.sh, output to its output.log). Every rank has its run folder, log, slurm.json and
+handle (the shared Slurm job id; the comment carries rank 0's token, named in each rank's `token_dir`). A rank's
+exit code is its task's, from srun's messages (slurm-job.log: `task 1: Exited with exit code 3`, `task 0:
+Terminated`); a rank that failed ends the others (srun's kill-on-bad-exit, as hsched does with a gang). A signal
+goes to every task of the job (`scancel --signal` without `--batch`: srun is the batch step's process), once
+for all ranks (the other ranks' calls within GANG_SIGNAL_S record it in their signals.log only), and to every
+process of each task. All ranks must be placed on the group (a gang across the group and another node is
+refused with one line); hsched's scheduler still places a job's nodes on distinct fleet nodes, so today a gang
+reaches a Slurm group as one node of T tasks.
+
+Not yet (issue 17): sbatch's `--signal` and `--constraint` from the job spec (hsched sends the warning signal
+itself, by scancel, and its constraints name the fleet file's labels, not Slurm's features; the time limit goes
+to sbatch's `--time` only as a safety net past hsched's own stop); lab mode (jobs as their owners: a launch for
+another user is refused rather than run as the controller's user); reaching Slurm over SSH to a login node.
 """
 
 from __future__ import annotations
@@ -117,6 +130,17 @@ BATCH = 200
 """Job ids per squeue call (its command line stays short)."""
 DETAIL_CALLS = 8
 """`scontrol show job` calls at once."""
+GANG_SIGNAL_S = 2.0
+"""A signal sent to a gang's Slurm job for one rank serves the other ranks' calls within this long (the
+controller sends each step of a stop to every rank at once)."""
+GATHER_S = 60.0
+"""How long a gang rank's launch waits for the other ranks' launches (the controller starts them together)."""
+GANG_SCRIPT = "slurm-job.sh"
+"""In a gang's rank 0 folder: the batch script of the one Slurm job of every rank (srun)."""
+GANG_LOG = "slurm-job.log"
+"""In a gang's rank 0 folder: the batch script's own output (srun's messages); each rank's is its output.log."""
+RANKS = "slurm-ranks.sh"
+"""In a gang's rank 0 folder: what srun runs as every task, starting the rank whose number SLURM_PROCID is."""
 ENDING_STATES = frozenset({"COMPLETING", "STAGE_OUT"})
 """The job's script has ended; Slurm is cleaning up: nothing left to signal."""
 DROPPED_ENV = ("CUDA_VISIBLE_DEVICES",)
@@ -173,6 +197,25 @@ class _Ref:
     final: dict[str, Any] | None = None
     devices: tuple[str, ...] = ()
     """The group's devices hsched placed the run on (its view; Slurm picks the real ones)."""
+    token_dir: str = ""
+    """The run folder whose token the Slurm job's comment carries: a gang's rank 0's for every rank ("": its
+    own)."""
+    gang: bool = False
+    """A rank of a job of several ranks: one Slurm job (one sbatch, srun starting the ranks) for all of them."""
+
+    @property
+    def owner(self) -> str:
+        return self.token_dir or self.run_dir
+
+
+@dataclass(slots=True)
+class _Gang:
+    """The launches of one attempt's ranks, gathered until all have come: one sbatch for all of them."""
+
+    world: int
+    reqs: dict[int, LaunchRequest]
+    submitted: asyncio.Future[int]
+    """Slurm's job id once sbatch answered, or the launch's error: every rank's launch waits on it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +264,9 @@ class SlurmExecutor:
         """Slurm job id -> our live job's run folder and hsched devices (launched, or seen live by status)."""
         self._nodes_expr: str | None = None
         self._slurm_nodes: list[text.SlurmNode] = []
+        self._gangs: dict[tuple[str, str], _Gang] = {}
+        """(hsched job id, attempt) -> the ranks whose launches have come so far."""
+        self._gang_signals: dict[tuple[int, str, str], float] = {}
 
     @property
     def boot_id(self) -> str:
@@ -330,12 +376,11 @@ class SlurmExecutor:
     @recorded
     async def launch(self, req: LaunchRequest) -> RunHandle:
         world = _int(req.env.get("WORLD_SIZE")) or 1
-        if world > 1:
-            raise SlurmError(f"{self.name}: a job of {world} ranks cannot go to a Slurm node group yet (one sbatch "
-                             "per job of several nodes or tasks per node is issue 17's next step)", "launch")
         if req.user is not None and req.user != _me():
             raise SlurmError(f"{self.name}: lab mode (a run as {req.user}) is not supported on a Slurm node group "
                              "yet: it would run as the controller's user", "launch")
+        if world > 1:
+            return await self._launch_rank(req, world)
         comment = self._comment(req.run_dir, req.env)
         created = await asyncio.to_thread(_make_run_dir, req.run_dir)
         if not created:
@@ -385,6 +430,113 @@ class SlurmExecutor:
         self._queue_at = float("-inf")  # the next status asks Slurm: this job is not in the last answer
         return self._handle(req.run_dir, job_id, submitted)
 
+    async def _launch_rank(self, req: LaunchRequest, world: int) -> RunHandle:
+        """One rank of a job of several ranks. The ranks of an attempt gather here (the controller launches them
+        together); the last to come submits one sbatch for all (`--nodes N --ntasks-per-node T`), whose batch
+        script runs srun, which starts every rank's own script as task SLURM_PROCID = RANK. Each rank keeps its
+        run folder, log and handle (the Slurm job id, shared); the comment carries rank 0's token."""
+        placed = [n for n in (req.env.get("HSCHED_GANG_NODES") or "").split(",") if n]
+        if not placed:
+            raise SlurmError(f"{self.name}: a job of {world} ranks without HSCHED_GANG_NODES (where its ranks are "
+                             "placed): not a launch of hsched's controller", "launch")
+        if any(n != self.name for n in placed):
+            raise SlurmError(f"{self.name}: a job of {world} ranks placed on {', '.join(dict.fromkeys(placed))}: "
+                             "all its ranks must be on the Slurm node group (one sbatch starts them all)", "launch")
+        rank = _int(req.env.get("RANK"))
+        tpn = _int(req.env.get("LOCAL_WORLD_SIZE")) or 1
+        if rank is None or not 0 <= rank < world or world % tpn:
+            raise SlurmError(f"{self.name}: RANK {req.env.get('RANK')!r} of WORLD_SIZE {world} with LOCAL_WORLD_SIZE "
+                             f"{tpn}: not a rank of a job of whole nodes", "launch")
+        created = await asyncio.to_thread(_make_run_dir, req.run_dir)
+        if not created:
+            # launched before: that rank's job, never a second sbatch
+            ref = await asyncio.to_thread(_read_ref, req.run_dir)
+            if ref.job_id is None and ref.token_dir:
+                ref = await self._find(req.run_dir)
+            if ref.job_id is not None:
+                return self._handle(req.run_dir, ref.job_id, await asyncio.to_thread(_submitted, req.run_dir))
+        # MASTER_ADDR: the gang's batch script sets it to the job's first node (hsched's names the group)
+        env = {k: v for k, v in req.env.items()
+               if k not in DROPPED_ENV and k != "MASTER_ADDR" and not k.startswith("SLURM_")}
+        script, skipped = text.batch_script(req.command, env, req.workdir or req.run_dir, req.run_dir)
+        if skipped:
+            raise SlurmError(f"{self.name}: environment names a shell cannot export: {', '.join(skipped)}", "launch")
+        await asyncio.to_thread(_write_file, os.path.join(req.run_dir, SCRIPT), script, 0o700)
+        key = (req.env.get("HSCHED_JOB_ID", ""), req.env.get("HSCHED_RUN", ""))
+        gang = self._gangs.get(key)
+        if gang is None or gang.world != world or gang.submitted.done():
+            fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # a failure nobody waits on is no warning
+            gang = self._gangs[key] = _Gang(world, {}, fut)
+        gang.reqs[rank] = req
+        if len(gang.reqs) == world:
+            del self._gangs[key]
+            try:
+                job_id = await self._submit_gang(gang, world // tpn, tpn)
+            except asyncio.CancelledError:
+                gang.submitted.cancel()
+                raise
+            except Exception as e:
+                gang.submitted.set_exception(e)
+                raise
+            gang.submitted.set_result(job_id)
+        else:
+            try:
+                async with asyncio.timeout(GATHER_S):
+                    job_id = await asyncio.shield(gang.submitted)
+            except TimeoutError:
+                raise SlurmError(f"{self.name}: rank {rank} of job {key[0]} waited {GATHER_S:g} s for the launches of "
+                                 f"its other ranks ({len(gang.reqs)} of {world} came)", "launch") from None
+        return self._handle(req.run_dir, job_id, await asyncio.to_thread(_submitted, req.run_dir))
+
+    async def _submit_gang(self, gang: _Gang, nodes: int, tpn: int) -> int:
+        """One sbatch for every rank of `gang` (each rank's folder and script are written)."""
+        r0 = gang.reqs[0]
+        dirs = [gang.reqs[r].run_dir for r in range(gang.world)]
+        comment = self._comment(r0.run_dir, r0.env)
+        for r, rq in gang.reqs.items():
+            # what is known before sbatch: every rank names the job by rank 0's token
+            await asyncio.to_thread(_merge_record, rq.run_dir, {
+                "job_id": None, "comment": comment, "cluster": self.cluster, "partition": self.partition,
+                "devices": list(rq.devices), "submitted": None, "token_dir": r0.run_dir, "ranks": dirs, "rank": r})
+        dispatch = os.path.join(r0.run_dir, RANKS)
+        await asyncio.to_thread(_write_file, dispatch, text.rank_dispatch(
+            [(os.path.join(d, SCRIPT), os.path.join(d, LOG)) for d in dirs]), 0o700)
+        batch = os.path.join(r0.run_dir, GANG_SCRIPT)
+        workdir = r0.workdir or r0.run_dir
+        await asyncio.to_thread(_write_file, batch, text.gang_script(dispatch, workdir, r0.run_dir, nodes, tpn), 0o700)
+        gpu_types = {self._gpu_type(d) for d in r0.devices}
+        sb = text.SbatchRequest(
+            script=batch, output=os.path.join(r0.run_dir, GANG_LOG), workdir=workdir,
+            job_name=text.job_name(r0.env.get("HSCHED_JOB_NAME") or "hsched"), comment=comment,
+            partition=self.partition, account=self.account, qos=self.qos, cluster=self.cluster, nodes=nodes,
+            ntasks_per_node=tpn, gpus_per_node=len(r0.devices),
+            gpu_type=next(iter(gpu_types)) if len(gpu_types) == 1 else None,
+            cpus_per_task=-(-int(r0.cpu_limit * 1000) // 1000) if r0.cpu_limit else None,
+            memory_mib=r0.memory_mib * tpn if r0.memory_mib else None,  # the ranks' share: sbatch's --mem is per node
+            time_limit_s=r0.time_limit_s)
+        submitted = time.time()
+        job_id: int | None
+        try:
+            job_id = _int((await self._run(*text.sbatch_argv(sb))).out.strip().split(";", 1)[0])
+        except SlurmUnreachable:
+            with contextlib.suppress(ExecutorError):  # sbatch's answer lost: the job may be queued all the same
+                job_id = (await self._find(r0.run_dir)).job_id
+                if job_id is not None:
+                    return await self._gang_submitted(gang, job_id, submitted, None)
+            raise
+        if job_id is None:
+            raise SlurmError(f"{self.name}: sbatch did not answer with a job id", "sbatch")
+        return await self._gang_submitted(gang, job_id, submitted, text.sbatch_argv(sb))
+
+    async def _gang_submitted(self, gang: _Gang, job_id: int, submitted: float, argv: list[str] | None) -> int:
+        for rq in gang.reqs.values():
+            await asyncio.to_thread(_merge_record, rq.run_dir, {"job_id": job_id, "submitted": submitted,
+                                                                 "argv": argv})
+        self._ours[job_id] = _Ours(gang.reqs[0].run_dir, tuple(gang.reqs[0].devices))
+        self._queue_at = float("-inf")
+        return job_id
+
     def _gpu_type(self, uuid: str) -> str | None:
         for n in self._slurm_nodes:
             for idx, gtype in n.gpus():
@@ -398,9 +550,10 @@ class SlurmExecutor:
     async def _find(self, run_dir: str) -> _Ref:
         """A run whose sbatch may have gone through with no slurm.json written (the controller died while
         sbatch answered): the token in its comment, among the jobs of ours that squeue still knows."""
+        owner = (await asyncio.to_thread(_read_ref, run_dir)).owner
         res = await self._run("squeue", "-h", "-t", "all", "-u", _me(), "-o", text.SQUEUE_FORMAT)
         for entry in text.parse_squeue(res.out).values():
-            if _same_job(entry.comment, run_dir):
+            if _same_job(entry.comment, owner):
                 await asyncio.to_thread(_merge_record, run_dir, {
                     "job_id": entry.job_id, "comment": entry.comment, "cluster": self.cluster,
                     "partition": self.partition})
@@ -474,7 +627,7 @@ class SlurmExecutor:
     async def _ref(self, q: StatusQuery) -> _Ref:
         ref = await asyncio.to_thread(_read_ref, q.run_dir)
         if ref.job_id is None and q.handle is not None and q.handle.boot_id == self.boot_id:
-            ref = _Ref(q.run_dir, q.handle.pid, ref.comment, ref.final, ref.devices)
+            ref = _Ref(q.run_dir, q.handle.pid, ref.comment, ref.final, ref.devices, ref.token_dir, ref.gang)
         if ref.job_id is None and await asyncio.to_thread(os.path.isdir, q.run_dir):
             # the folder exists but no job id was written: sbatch may have answered a controller that died
             ref = await self._find(q.run_dir)
@@ -489,13 +642,13 @@ class SlurmExecutor:
             return _final_report(ref.final, handle)
         entry = view.get(job_id)
         # that id names another job now (Slurm's state was wiped and ids start again): ours is gone
-        reused = entry is not None and not _same_job(entry.comment, ref.run_dir)
+        reused = entry is not None and not _same_job(entry.comment, ref.owner)
         state = entry.state if entry is not None and not reused else None
         detail: text.JobDetail | None = None
         if entry is None:
             # squeue did not list it: Slurm forgot it, or squeue failed for this batch; scontrol has the last word
             detail = await self._detail(job_id)
-            if detail is not None and _same_job(detail.comment, ref.run_dir):
+            if detail is not None and _same_job(detail.comment, ref.owner):
                 state = detail.state
             else:
                 detail = None
@@ -516,6 +669,8 @@ class SlurmExecutor:
             if detail is None or detail.state != state:
                 return SlurmRunReport(RunStatus.RUNNING, handle=handle)  # changed between two looks: ask again
             final = _final_of(detail)
+            if ref.gang:
+                final = await asyncio.to_thread(_rank_final, ref, final)
         elif not reused:
             final = await self._accounting(job_id)
         self._gpus.pop(job_id, None)
@@ -537,11 +692,21 @@ class SlurmExecutor:
         if handle.boot_id != self.boot_id:
             return False  # not a run of this partition
         job_id = handle.pid
+        ref = await asyncio.to_thread(_read_ref, handle.run_dir)
         entry = (await self._queue_view([job_id], fresh=True)).get(job_id)
-        if entry is None or not entry.live or not _same_job(entry.comment, handle.run_dir):
+        if entry is None or not entry.live or not _same_job(entry.comment, ref.owner):
             return False
         if entry.state in ENDING_STATES:
             return False  # its processes are already being ended and cleaned up
+        if ref.gang:
+            # the controller signals every rank, and one scancel reaches every rank's task: the first rank's call
+            # sends it, the others within GANG_SIGNAL_S only record it (each rank's signals.log says why)
+            key = (job_id, name, purpose)
+            if time.monotonic() - self._gang_signals.get(key, float("-inf")) < GANG_SIGNAL_S:
+                await asyncio.to_thread(_record_signal, handle.run_dir, name, int(number), batch_only,
+                                        all_processes, purpose)
+                return True
+            self._gang_signals[key] = time.monotonic()
         goes_on = purpose in ("checkpoint", "warning")
         if not entry.started:
             if goes_on:
@@ -552,8 +717,10 @@ class SlurmExecutor:
         else:
             await asyncio.to_thread(_record_signal, handle.run_dir, name, int(number), batch_only, all_processes,
                                     purpose)
-            whom = "--batch" if batch_only or purpose == "checkpoint" else "--full"
-            res = await self._run("scancel", f"--signal={name}", whom, str(job_id), check=False)
+            # a gang's batch script is srun, which relays signals to the tasks itself: the steps' tasks get it
+            # directly (no flag), once; else the run's command is the batch step's main process
+            whom = [] if ref.gang else ["--batch"] if batch_only or purpose == "checkpoint" else ["--full"]
+            res = await self._run("scancel", f"--signal={name}", *whom, str(job_id), check=False)
         self._queue_at = float("-inf")
         if res.rc == 0:
             return True
@@ -735,7 +902,8 @@ def _read_ref(run_dir: str) -> _Ref:
     final = rec.get("final") if isinstance(rec.get("final"), dict) else None
     devices = rec.get("devices")
     return _Ref(run_dir, _int(rec.get("job_id")), str(rec.get("comment") or ""), final,
-                tuple(str(d) for d in devices) if isinstance(devices, list) else ())
+                tuple(str(d) for d in devices) if isinstance(devices, list) else (), str(rec.get("token_dir") or ""),
+                isinstance(rec.get("ranks"), list))
 
 
 def _submitted(run_dir: str) -> float | None:
@@ -783,6 +951,22 @@ def _final_of(detail: text.JobDetail) -> dict[str, Any]:
     return {"state": detail.state, "exit_status": detail.exit_status, "exit_signal": detail.exit_signal,
             "end_time": detail.end_time, "nodes": detail.nodes, "reason": detail.reason, "started": began,
             "start_time": detail.start_time if began else None}
+
+
+def _rank_final(ref: _Ref, final: dict[str, Any]) -> dict[str, Any]:
+    """A gang rank's own end: the Slurm job's exit code is srun's (the worst of its tasks'), so each rank's comes
+    from srun's messages about its task (GANG_LOG); a rank srun says nothing of exited 0, once srun ran."""
+    rec = nodehelper.read_json(os.path.join(ref.run_dir, RECORD))
+    rank = _int(rec.get("rank")) if isinstance(rec, dict) else None
+    try:
+        with open(os.path.join(ref.owner, GANG_LOG), encoding="utf-8", errors="replace") as f:
+            log = f.read(1 << 20)
+    except OSError:
+        return final
+    if rank is None or "srun: " not in log or final.get("state") not in ("COMPLETED", "FAILED"):
+        return final  # srun never ran, or Slurm ended the job (cancel, time limit, node failure): the job's end
+    code, sig = text.srun_task_ends(log).get(rank, (0, None))
+    return {**final, "exit_status": 0 if sig else code, "exit_signal": sig or 0}
 
 
 def _final_report(final: Mapping[str, Any], handle: RunHandle) -> SlurmRunReport:

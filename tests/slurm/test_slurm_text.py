@@ -179,3 +179,21 @@ def test_jobs_slurm_took_away_are_lost_with_their_cause_and_a_start() -> None:
     assert (never.status, never.exit_code, never.started_at) == (RunStatus.EXITED, 143, None)  # StartTime: a guess
     # a job nobody can say anything of is lost without a cause: it costs a retry, as on any node
     assert _final_report({"state": "REVOKED"}, h).cause is None
+
+
+def test_srun_says_how_each_task_of_a_gang_ended() -> None:
+    # captured: rank 1 exited 3 by itself, srun then ended rank 0 (SIGTERM)
+    assert text.srun_task_ends(capture("srun_gang_failed.log")) == {1: (3, None), 0: (143, 15)}
+    more = ("srun: error: n2: tasks 2-3,5: Killed\nsrun: error: n1: task 4: Segmentation fault\n"
+            "srun: error: n1: task 2: Exited with exit code 1\nsrun: error: n1: task 7: something new\n")
+    assert text.srun_task_ends(more) == {2: (137, 9), 3: (137, 9), 5: (137, 9), 4: (139, 11)}  # the first line counts
+    assert text.srun_task_ends("") == {}
+
+
+def test_a_gangs_scripts_start_each_rank_by_its_task_number() -> None:
+    dispatch = text.rank_dispatch([("/r/0 a/slurm.sh", "/r/0 a/output.log"), ("/r/1/slurm.sh", "/r/1/output.log")])
+    assert "0) exec /bin/sh '/r/0 a/slurm.sh' >> '/r/0 a/output.log' 2>&1 ;;" in dispatch.splitlines()
+    assert dispatch.splitlines()[-1] == "exit 1"  # a task number with no rank never runs anything
+    batch = text.gang_script("/r/0/slurm-ranks.sh", "/w", "/r/0", 2, 4).splitlines()
+    assert batch[2] == ":" and batch[-1] == ("exec srun --kill-on-bad-exit=1 --nodes=2 --ntasks=8 --ntasks-per-node=4 "
+                                             "/bin/sh /r/0/slurm-ranks.sh")
