@@ -265,6 +265,7 @@ def register(app: typer.Typer) -> None:
                              + (f", next not before {job['begin_time']}" if job.get("begin_time")
                                 and job["state"] == "PENDING" else "")),
             ("preemptions", _preemptions_line(job.get("preemptions") or {})),
+            ("moves", _moves_line(job.get("moves") or [])),
             ("placement", _where(job) if job["placement"] else "-"),
             ("why there", job.get("placement_explanation") or "-"),
             ("checkpoint dir", job["checkpoint_dir"]),
@@ -373,6 +374,18 @@ def _has_run(c: Any, job_id: int, attempt: int, rank: int = 0) -> bool:
     except UserError:
         return False
     return True
+
+
+def _moves_line(moves: list[dict[str, Any]]) -> str:
+    """The policy's moves of the job to faster GPUs: from, to, and what each was expected to save."""
+    if not moves:
+        return "0"
+    parts = []
+    for m in moves:
+        gain = m.get("gain_s")
+        parts.append(f"{m.get('from')} -> {m.get('to')}"
+                     + (f" (to save ~{gain / 60:.0f} min for {m.get('cost_s'):g} s)" if gain is not None else ""))
+    return f"{len(moves)}: " + "; ".join(parts)
 
 
 def _preemptions_line(p: dict[str, Any]) -> str:

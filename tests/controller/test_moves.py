@@ -87,6 +87,9 @@ async def test_a_proven_job_moves_to_the_faster_gpu_that_frees_and_it_is_held_fo
         assert mv["gain_s"] > 2 * mv["cost_s"] > 0 and "expected to save" in mv["why"]
         assert shown["preemptions"]["count"] == 1
         assert recorder(lab.ctl).moves == 1  # hsched_moves_total
+        from hsched.cli.jobs import _moves_line
+
+        assert _moves_line(shown["moves"]).startswith(f"1: {A100} -> {H100} (to save ~")  # `hsched show`'s row
 
 
 async def test_no_move_when_the_gain_does_not_pay_or_the_job_never_checkpointed(tmp_path: Path) -> None:
