@@ -218,3 +218,23 @@ def test_the_time_limit_counts_from_slurms_start_not_from_sbatch(slurm: SlurmClu
     detail = slurm.job(sj["id"], epochs=True)
     ran = float(detail["EndTime"]) - float(detail["StartTime"])
     assert detail["NodeList"] and limit - 1 <= ran < 30, detail  # it ran about its limit, from Slurm's start
+
+
+def test_a_job_of_two_tasks_is_one_slurm_job_whose_ranks_report_on_their_own(slurm: SlurmCluster,
+                                                                             hs_slurm: Hs) -> None:
+    """`hsched submit --tasks-per-node 2` on the Slurm group: the controller's two runs (ranks) are one sbatch
+    with --ntasks-per-node=2, srun starts each rank with its RANK; each rank's log and exit code come back."""
+    h = hs_slurm
+    show = 'echo "rank=$RANK procid=$SLURM_PROCID world=$WORLD_SIZE"; exit $((RANK * 3))'
+    jid = h.run("submit", "--parsable", "--tasks-per-node", "2", "--gpus", "2", "--gpu-type", "a100", "--", "sh",
+                "-c", show, check=True).stdout.strip()
+    assert h.run("wait", jid, "--timeout", "120").returncode != 0
+    shown = job(h, jid)
+    [sj] = slurm_jobs(slurm, h, jid)  # one Slurm job for both ranks
+    detail = slurm.job(sj["id"])
+    assert (detail["NumTasks"], detail["TresPerNode"]) == ("2", "gres:gpu:a100:2")
+    assert shown["state"] == "FAILED" and shown["exit_code"] == 3
+    assert sorted((r["rank"], r["exit_code"], r["pid"]) for r in shown["runs"]) == [(0, 0, int(sj["id"])),
+                                                                                    (1, 3, int(sj["id"]))]
+    assert h.run("logs", jid, check=True).stdout == "rank=0 procid=0 world=2\n"
+    assert h.run("logs", jid, "--rank", "1", check=True).stdout == "rank=1 procid=1 world=2\n"
