@@ -268,7 +268,7 @@ PRIORITY_MIN, PRIORITY_MAX = -1_000_000, 1_000_000
 """Priorities a job may have (a spec file, the CLI, the API alike)."""
 MAX_RETRIES = 100
 _RES_KEYS = frozenset({"gpus", "gpu_types", "gpu_memory", "cpus", "memory", "nodes", "interconnect",
-                       "tasks_per_node", "constraint"})
+                       "tasks_per_node", "constraint", "offload"})
 
 
 def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple[str, ...] = QOS_CLASSES,
@@ -455,9 +455,13 @@ def _resources(p: Problems, raw: Any) -> Resources:
     if interconnect is Interconnect.NVLINK and gpus < 2:
         p.add("resources.interconnect", "\"nvlink\" needs gpus >= 2 (there is no link within one GPU)")
     constraint = _constraint(p, "resources.constraint", raw["constraint"]) if "constraint" in raw else ""
+    offload = raw.get("offload", False)
+    if not isinstance(offload, bool):
+        p.expected("resources.offload", "true or false", offload)
+        offload = False
     return Resources(
         gpus=gpus, gpu_types=gpu_types, gpu_memory_mib=gpu_mem, cpus=cpus, memory_mib=mem, nodes=nodes,
-        interconnect=interconnect, tasks_per_node=tasks, constraint=constraint,
+        interconnect=interconnect, tasks_per_node=tasks, constraint=constraint, offload=offload,
     )
 
 

@@ -206,6 +206,9 @@ class Resources:
     constraint: str = ""
     """Node labels the job needs, in sbatch's --constraint syntax ("nvme&ib", "a100|h100"; hsched.constraints),
     normalised; empty: any node."""
+    offload: bool = False
+    """The job offloads to host memory (ZeRO-Offload, DeepSpeed): placement prefers nodes with more host memory
+    per GPU (`--offload`)."""
 
     def matches_model(self, model: str) -> bool:
         """`--gpu-type a100` matches "NVIDIA A100-SXM4-80GB": case-insensitive substring. A MIG instance (its model

@@ -110,6 +110,9 @@ def register(app: typer.Typer) -> None:
                                                   help="Ranks per node, each with torchrun's environment."),
         priority: int | None = typer.Option(None, "--priority", help="Priority inside the QoS class."),
         interconnect: str | None = typer.Option(None, "--interconnect", help="nvlink (required) or any."),
+        offload: bool = typer.Option(False, "--offload",
+                                     help="The job offloads to host memory (ZeRO-Offload): prefer nodes with more "
+                                          "host memory per GPU."),
         cpus: int | None = typer.Option(None, "--cpus", "-c", min=1, help="CPUs."),
         memory: str | None = typer.Option(None, "--memory", "--mem",
                                           help="Host memory per node, e.g. 64G (a cgroup limit where the node has "
@@ -409,6 +412,8 @@ def _resources_line(r: dict[str, Any]) -> str:
         parts.append(f"{r['cpus']} CPUs")
     if r.get("memory_mib"):
         parts.append(f"{r['memory_mib']} MiB RAM")
+    if r.get("offload"):
+        parts.append("offloads to host memory")
     if r.get("nodes", 1) > 1:
         parts.append(f"x {r['nodes']} nodes")
     return ", ".join(parts)

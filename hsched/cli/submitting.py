@@ -40,6 +40,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str, int | None, int | None]] = {
     "tasks_per_node": (("--tasks-per-node",), INT, 1, None),
     "priority": (("--priority",), INT, None, None),
     "interconnect": (("--interconnect",), TEXT, None, None),
+    "offload": (("--offload",), FLAG, None, None),
     "cpus": (("--cpus", "-c"), INT, 1, None),
     "memory": (("--memory", "--mem"), TEXT, None, None),
     "checkpoint_signal": (("--checkpoint-signal",), TEXT, None, None),
@@ -124,6 +125,8 @@ def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict
                      ("tasks_per_node", "tasks_per_node"), ("constraint", "constraint")):
         if o.get(opt) is not None:
             res[key] = o[opt]
+    if o.get("offload"):
+        res["offload"] = True
     if o.get("gpu_type"):
         res["gpu_types"] = list(o["gpu_type"])
     if o.get("constraint") is not None:

@@ -337,7 +337,8 @@ class Api:
         d["resources"] = {"gpus": job.spec.resources.gpus, "gpu_types": list(job.spec.resources.gpu_types),
                           "gpu_memory_mib": job.spec.resources.gpu_memory_mib, "cpus": job.spec.resources.cpus,
                           "memory_mib": job.spec.resources.memory_mib, "nodes": job.spec.resources.nodes,
-                          "interconnect": job.spec.resources.interconnect.value}
+                          "interconnect": job.spec.resources.interconnect.value,
+                          "offload": job.spec.resources.offload}
         d["checkpoint_dir"] = str(self.ctl.checkpoint_dir(job.id))
         # what its progress reports said: the running attempt's, else the last one kept
         from hsched.controller.learning import progress_of

@@ -303,6 +303,7 @@ def fleet_view(ctl: Controller, active: Sequence[Job], dirty: frozenset[str] = f
     busy: set[str] = set()
     releasing: set[str] = set()
     cpus_used: dict[str, int] = {}
+    memory_used: dict[str, int] = {}
     running: list[Running] = []
     global _RUNNING
     last, kept = _RUNNING, {}
@@ -313,6 +314,9 @@ def fleet_view(ctl: Controller, active: Sequence[Job], dirty: frozenset[str] = f
                 releasing.update(p.devices)
             if j.spec.resources.cpus:
                 cpus_used[p.node] = cpus_used.get(p.node, 0) + j.spec.resources.cpus
+            if j.spec.resources.memory_mib:
+                # --mem is per node, as sbatch's: promised on each node of the job
+                memory_used[p.node] = memory_used.get(p.node, 0) + j.spec.resources.memory_mib
         if j.state is JobState.RUNNING:
             started = ctl.attempt_start.get(j.id) or j.start_time or 0.0
             r = last.get(j.id)
@@ -327,7 +331,7 @@ def fleet_view(ctl: Controller, active: Sequence[Job], dirty: frozenset[str] = f
     # a node's labels (for --constraint) and the lab users that do not exist there (never placed there)
     labels = {rt.name: frozenset(rt.config.labels) for rt in ctl.nodes.values() if rt.config.labels}
     absent = {rt.name: users for rt in ctl.nodes.values() if (users := rt.absent_users)}
-    return FleetView(nodes=tuple(ctl.node_list()), busy=frozenset(busy), cpus_used=cpus_used,
+    return FleetView(nodes=tuple(ctl.node_list()), busy=frozenset(busy), cpus_used=cpus_used, memory_used=memory_used,
                      running=tuple(running), releasing=frozenset(releasing),
                      rule=PreemptRule.from_qos(ctl.settings.qos), policy=ctl.settings.policy,
                      labels=labels, absent_users=absent, gpu_aliases=ctl.settings.gpu_aliases,

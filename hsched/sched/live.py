@@ -150,6 +150,8 @@ class FleetView:
     attained: Mapping[int, float] = field(default_factory=dict)
     """Job id -> seconds its earlier attempts ran (its attained service before this attempt, for the least-attained
     rule: a job stopped and requeued does not jump back to the front). A job not here has none."""
+    memory_used: Mapping[str, int] = field(default_factory=dict)
+    """Host memory (MiB, `--mem`) promised to active runs, per node: reserved as CPUs are."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -457,19 +459,23 @@ def _held_starts(fleet: FleetView, queue: Sequence[Job]) -> tuple[FleetView, lis
     started, and their launches."""
     up = {n.name for n in fleet.nodes if n.state is NodeState.UP}
     cpus = dict(fleet.cpus_used)
+    mems = dict(fleet.memory_used)
     rest: list[Job] = []
     out: list[Decision] = []
     for j in queue:
         ps = fleet.held.get(j.id)
         if ps is not None and all(p.node in up and fleet.busy.isdisjoint(p.devices) for p in ps):
             out.append(Launch(j.id, ps))
+            res = j.spec.resources
             for p in ps:
-                if j.spec.resources.cpus:
-                    cpus[p.node] = cpus.get(p.node, 0) + j.spec.resources.cpus
+                if res.cpus:
+                    cpus[p.node] = cpus.get(p.node, 0) + res.cpus
+                if res.memory_mib:
+                    mems[p.node] = mems.get(p.node, 0) + res.memory_mib
         else:
             rest.append(j)
     held = frozenset(u for ps in fleet.held.values() for p in ps for u in p.devices)
-    return replace(fleet, busy=fleet.busy | held, cpus_used=cpus), rest, out
+    return replace(fleet, busy=fleet.busy | held, cpus_used=cpus, memory_used=mems), rest, out
 
 
 def _order_key(job: Job, over: frozenset[str] = frozenset(), attained: float = 0.0) -> OrderKey:
@@ -571,10 +577,14 @@ class LivePlacer:
         # NVLink, a single GPU where it breaks no large NVLink domain: hsched.sched.placement.fragmentation_key);
         # among equals the node with the fewest labels (before the name), so a job that needs no special node
         # leaves those to jobs that do
-        def key(s: ServerView) -> tuple[bool, tuple[int, int, int], int, str]:
-            size = len(self.nodes[s.name].devices)
-            frag = fragmentation_key(s.link, size, len(free.get(s.name, ())), gpus_each)
-            return (s.name != home, frag, len(self.labels.get(s.name, ())), s.name)
+        off = j.spec.resources.offload
+
+        def key(s: ServerView) -> tuple[bool, float, tuple[int, int, int], int, str]:
+            node = self.nodes[s.name]
+            frag = fragmentation_key(s.link, len(node.devices), len(free.get(s.name, ())), gpus_each)
+            # a job that offloads to host memory goes where each GPU has the most of it (issue 15, item 6)
+            return (s.name != home, -host_memory_per_gpu(node) if off else 0.0, frag,
+                    len(self.labels.get(s.name, ())), s.name)
 
         ranked = sorted(servers, key=key)
         need = j.spec.resources.nodes
@@ -845,6 +855,7 @@ class _RoundState:
         self.now = now
         self.busy = set(fleet.busy)
         self.cpus_used = dict(fleet.cpus_used)
+        self.memory_used = dict(fleet.memory_used)
         self.releasing = set(fleet.releasing)
         self.up = [n for n in fleet.nodes if n.state is NodeState.UP]
         self.by_name = {n.name: n for n in self.up}
@@ -880,7 +891,7 @@ class _RoundState:
         self._ranked: dict[NodesKey, list[Node]] = {}
         self._eligible: dict[tuple[str, tuple[str, ...], int | None], tuple[str, ...]] = {}
         self._missed: dict[tuple[object, ...], int] = {}
-        self._placed: dict[tuple[str, Resources, tuple[str, ...], int], Placement | None] = {}
+        self._placed: dict[tuple[str, Resources, tuple[str, ...], int, int], Placement | None] = {}
         # the classes QoS could preempt at all this round: a waiting job whose class preempts none of them
         # never searches for victims
         self._victim_classes = frozenset(r.job.spec.qos for r in fleet.running if len(r.job.placement) == 1)
@@ -1000,6 +1011,9 @@ class _RoundState:
         used = self.cpus_used.get(node.name, 0)
         if res.cpus is not None and node.cpus is not None and used + res.cpus > node.cpus:
             return None
+        mem_used = self.memory_used.get(node.name, 0) if res.memory_mib else 0
+        if res.memory_mib and node.memory_total_mib is not None and mem_used + res.memory_mib > node.memory_total_mib:
+            return None  # host memory is promised like CPUs: two 200G jobs do not share a 256G node
         elig = self.eligible(node, res)
         if freed:
             free = [u for u in elig if (u not in busy or u in freed) and (among is None or u in among)]
@@ -1011,7 +1025,7 @@ class _RoundState:
             return None
         if res.gpus == 0:
             return Placement(node=node.name, devices=(), explanation="CPU only")
-        key = (node.name, res, tuple(free), used)
+        key = (node.name, res, tuple(free), used, mem_used)
         if key in self._placed:
             return self._placed[key]
         chosen = self.choose(node, free, res)
@@ -1035,6 +1049,9 @@ class _RoundState:
                 return False
             if res.cpus and node.cpus is not None and self.cpus_used.get(p.node, 0) + res.cpus > node.cpus:
                 return False
+            if (res.memory_mib and node.memory_total_mib is not None
+                    and self.memory_used.get(p.node, 0) + res.memory_mib > node.memory_total_mib):
+                return False
         limit = job.spec.time_limit_s
         end = self.now + limit if limit is not None else math.inf
         for p in placements:
@@ -1042,6 +1059,8 @@ class _RoundState:
             self._started.update(dict.fromkeys(p.devices, end))
             if res.cpus:
                 self.cpus_used[p.node] = self.cpus_used.get(p.node, 0) + res.cpus
+            if res.memory_mib:
+                self.memory_used[p.node] = self.memory_used.get(p.node, 0) + res.memory_mib
         if job.id == self.head:
             # the head starts after all (on devices free now): its reservation is over
             self.reserved, self.shadow, self.head = frozenset(), math.inf, None
@@ -1091,7 +1110,8 @@ class _RoundState:
                 # `ranked`'s order (fewest labels, fleet order) among equals (the sort is stable)
                 home = self.fleet.prefer.get(job.id)
                 link, g = self.link_of, res.gpus
-                nodes.sort(key=lambda n: (n.name != home,
+                off = res.offload
+                nodes.sort(key=lambda n: (n.name != home, -host_memory_per_gpu(n) if off else 0.0,
                                           fragmentation_key(link(n), len(n.devices), free[n.name], g)))
         else:
             nodes = self.ranked(job)
@@ -1363,6 +1383,13 @@ class _RoundState:
             names = ever_lacking
         where = f"node {names[0]}" if len(names) == 1 else f"nodes {', '.join(names)}"
         return f"user {job.user} does not exist on {where}"
+
+
+def host_memory_per_gpu(node: Node) -> float:
+    """The node's host memory per GPU (MiB), what a job that offloads (`--offload`) prefers more of; 0 unknown."""
+    if node.memory_total_mib is None:
+        return 0.0
+    return node.memory_total_mib / max(1, len(node.devices))
 
 
 def _could_hold(node: Node, res: Resources) -> bool:

@@ -258,3 +258,10 @@ def test_logs_follow_across_a_preemption_prints_both_runs_whole(monkeypatch: pyt
         main()
     assert ex.value.code in (0, None)
     assert capsysbinary.readouterr().out == b"one-a\none-b\n==> job 7: run 2 <==\ntwo-a\ntwo-b\n"
+
+
+def test_offload_and_mem_reach_the_spec(monkeypatch: pytest.MonkeyPatch, submitted: list[dict[str, Any]]) -> None:
+    """`--offload` (issue 15, item 6): on the quick path and the full one alike."""
+    assert submit(monkeypatch, "--gpus", "1", "--mem", "512G", "--offload", "--", "python", "zero.py") == 0
+    res = submitted[0]["spec"]["resources"]
+    assert res["offload"] is True and res["memory"] == "512G"
