@@ -59,8 +59,8 @@ with `oom`; NODE_FAIL, BOOT_FAIL -> LOST with cause NODE_LOST, PREEMPTED (Slurm'
 cause PREEMPTED: Slurm took the job away through no fault of its own, so hsched requeues it without using a
 retry (the attempt gets a new sbatch; `--no-requeue` keeps Slurm from running it again behind hsched's back, and
 makes `scontrol requeue` of it refused). A job Slurm no longer knows, with no end recorded in slurm.json, is
-LOST without a cause. `sacct` is asked about jobs squeue no longer knows, where accounting exists. These three
-fields are SlurmRunReport's (a RunReport) until hsched.model.RunReport has them.
+LOST without a cause. `sacct` is asked about jobs squeue no longer knows, where accounting exists. The
+controller reads these three fields of RunReport (hsched.controller.watching: note_start, run_taken).
 
 **Slurm away**: a failed command is followed by `scontrol ping`; when slurmctld does not answer, the call raises
 SlurmUnreachable (a NodeUnreachable) and monitoring stops, so the group turns UNREACHABLE on the controller's
@@ -152,21 +152,8 @@ booted), or Slurm's own preemption cancelled it for a job of a higher partition 
 this cause; the job is to be requeued without using one of its retries (a retry is for a run that failed)."""
 
 
-@dataclass(frozen=True, slots=True)
-class SlurmRunReport(RunReport):
-    """A RunReport with what Slurm knows and a node helper does not: whether the job still waits in Slurm's
-    queue, when it really started, and why Slurm took it away. The controller reads these fields where they are
-    (issue 17); until hsched.model.RunReport has them, this subclass carries them, and every report of this
-    executor is one."""
-
-    queued: bool = False
-    """RUNNING for hsched (handed to the group) but still waiting in Slurm's queue (PENDING, CONFIGURING): not
-    started, so its time limit does not count yet."""
-    started_at: float | None = None
-    """When Slurm started the batch script (squeue's StartTime, Slurm's clock), once it has: the job's time limit
-    counts from here, not from sbatch. None while it waits, and for a job that never started."""
-    cause: EndReason | None = None
-    """Why a LOST run is gone, where Slurm says (TAKEN): NODE_LOST or PREEMPTED. None: nobody knows why."""
+SlurmRunReport = RunReport
+"""Kept for the tests: its fields (queued, started_at, cause) are RunReport's now."""
 
 
 class SlurmError(HelperError):

@@ -263,6 +263,17 @@ def settle(job: Job, ended: list[tuple[int | None, bool]], rules: EndRules, now:
     return Outcome(JobState.COMPLETED, EndReason.COMPLETED, 0, "ended", "completed (exit code 0)", **kept)
 
 
+def taken(job: Job, cause: EndReason, what: str) -> Outcome:
+    """A job whose run the node itself ended through no fault of the run (`cause`: NODE_LOST, its node failed;
+    PREEMPTED, the node's own scheduler preempted it; `what` says so in words): requeued without using a retry
+    if it was running, else settled as its stop would have been (a cancel stays a cancel)."""
+    if job.state in (JobState.RUNNING, JobState.LAUNCHING, JobState.PREEMPTING):
+        event = "preempted" if cause is EndReason.PREEMPTED else "node_lost"
+        return Outcome(JobState.PENDING, cause, None, event, f"{what}: requeued, restarts {job.restarts + 1}",
+                       failures=job.failures, checkpoints=job.checkpoints)
+    return settle(job, [(None, True)], EndRules(retries=0))
+
+
 def node_lost(job: Job) -> Outcome:
     """A job whose only run's node stayed away past its lease: requeued if it was running (the stale copy is
     killed if the node returns), else settled as a lost run."""

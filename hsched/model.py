@@ -407,6 +407,16 @@ class RunReport:
     """The line of its log's tail that says a GPU ran out of memory (CUDA's, PyTorch's...), when it failed so."""
     gpu_left: tuple[GpuHolder, ...] = ()
     """Processes still using the run's GPUs after every process of the run was gone: not ours to kill."""
+    queued: bool = False
+    """RUNNING for hsched (handed to the node) but still waiting in the node's own queue (a Slurm job PENDING):
+    not started, so its time limit does not count yet."""
+    started_at: float | None = None
+    """When the node really started the run, where that is after its launch (a Slurm job's StartTime, after its
+    wait in Slurm's queue): its time limit counts from here. None: the launch was the start, or not started."""
+    cause: EndReason | None = None
+    """Why a LOST run is gone, where the node knows it was no fault of the run: NODE_LOST (its node failed under
+    it: Slurm's NODE_FAIL) or PREEMPTED (the node's own scheduler took it: Slurm's preemption). The job is
+    requeued without using a retry. None: lost, nobody knows why (a retry, as for a failure)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from hsched.controller.checkpoints import path_on
 from hsched.controller.core import Controller
 from hsched.controller.stopping import begin_stop
 from hsched.errors import ExecutorError
-from hsched.lifecycle import EndRules, StopReason, ended_run_state, failed, settle
+from hsched.lifecycle import EndRules, StopReason, ended_run_state, failed, settle, taken
 from hsched.model import EndReason, GpuHolder, Job, JobState, Run, RunState
 from hsched.serialize import spec_to_dict
 
@@ -102,6 +102,32 @@ async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_cod
         running = sum(max(0.0, (r.end_time or end) - r.start_time) for r in every
                       if r.rank == 0 and r.start_time is not None)
         ctl.spawn(learning.note_end(ctl, job, running, end, await memory_peaks(ctl, job)))
+
+
+async def run_taken(ctl: Controller, job: Job, run: Run, now: float, cause: EndReason,
+                    ended_at: float | None = None) -> None:
+    """The node ended the run itself, through no fault of the run (`cause`: NODE_LOST, its node failed under it;
+    PREEMPTED, the node's own scheduler preempted it: a Slurm group's NODE_FAIL and PREEMPTED). The job is
+    requeued without using a retry, as when a node stays away past its lease; a gang's other ranks are stopped
+    first, to requeue it whole. Nothing is left to kill (the node has ended it). Call with ctl.lock held."""
+    end = true_end(run, ended_at, now)
+    what = (f"preempted by {run.node}'s own scheduler" if cause is EndReason.PREEMPTED
+            else f"its node failed under it ({run.node})")
+    state = RunState.PREEMPTED if cause is EndReason.PREEMPTED else RunState.LOST
+    runs = await ctl.db(ctl.store.attempt_runs, job.id, run.attempt)
+    others_live = [r for r in runs if r.id != run.id and r.state.is_live()]
+    if others_live:
+        await ctl.db(ctl.store.end_run, run, now, run_state=state, exit_code=None, reason=cause.value,
+                     job_fields=None, event=("rank_ended", f"rank {run.rank}: {what}"), ended_at=end)
+        if job.state in (JobState.RUNNING, JobState.LAUNCHING):
+            await begin_stop(ctl, job, StopReason.PREEMPTED,
+                             f"rank {run.rank} {what}: stopping the other {len(others_live)} rank(s) to requeue")
+        return
+    outcome = taken(job, cause, what)
+    await ctl.db(ctl.store.end_run, run, now, run_state=state if outcome.requeued else outcome.run_state(None, True),
+                 exit_code=None, reason=cause.value, job_fields=outcome.job_fields(job, end),
+                 event=(outcome.event, outcome.message), ended_at=end)
+    ctl.forget(job.id)
 
 
 async def memory_peaks(ctl: Controller, job: Job) -> tuple[int | None, int | None]:

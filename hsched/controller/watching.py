@@ -6,12 +6,12 @@ import asyncio
 import logging
 
 from hsched.controller.core import Controller
-from hsched.controller.ending import run_ended
+from hsched.controller.ending import run_ended, run_taken
 from hsched.controller.fleet import NodeRuntime
 from hsched.controller.launching import spawn_launch
 from hsched.errors import ExecutorError
 from hsched.executors.base import StatusQuery
-from hsched.model import JobState, NodeState, Run, RunReport, RunState, RunStatus
+from hsched.model import EndReason, JobState, NodeState, Run, RunReport, RunState, RunStatus
 
 log = logging.getLogger("hsched.watch")
 
@@ -59,7 +59,26 @@ def answering(ctl: Controller, rt: NodeRuntime, now: float) -> bool:
     return beat is not None and now - beat <= 2 * ctl.settings.monitor_interval_s + 2.0
 
 
+TAKEN_CAUSES = frozenset({EndReason.NODE_LOST, EndReason.PREEMPTED})
+"""A lost run's causes that are no fault of the run: requeued without using a retry."""
+
+
+def note_start(ctl: Controller, run: Run, rep: RunReport) -> None:
+    """The attempt's time limit counts from when its node really started it: a run still waiting in its node's
+    own queue (a Slurm job pending) has not started, so its clock starts again at every report until it has;
+    a node that says when it started it (Slurm's StartTime) is believed, within [launch, now]."""
+    if run.rank != 0 or not (rep.queued or rep.started_at is not None):
+        return
+    now = ctl.clock.time()
+    if rep.queued:
+        ctl.attempt_start[run.job_id] = now
+    elif rep.started_at is not None:
+        ctl.attempt_start[run.job_id] = max(run.start_time or 0.0, min(rep.started_at, now))
+
+
 async def on_report(ctl: Controller, rt: NodeRuntime, run: Run, rep: RunReport) -> bool:
+    if rep.status is RunStatus.RUNNING:
+        note_start(ctl, run, rep)
     if rep.status is RunStatus.RUNNING and run.state is not RunState.LAUNCHING:
         # the common case, every poll for every running run: nothing to record, so no lock and no store reads
         # (with 512 runs going, reading each run and job again cost ~270 ms of CPU a poll)
@@ -86,6 +105,9 @@ async def on_report(ctl: Controller, rt: NodeRuntime, run: Run, rep: RunReport) 
                 spawn_launch(ctl, job, run)
                 return False
         lost = rep.status is not RunStatus.EXITED
+        if lost and rep.cause is not None and rep.cause in TAKEN_CAUSES:
+            await run_taken(ctl, job, run, now, rep.cause, rep.end_time)
+            return True
         await run_ended(ctl, job, run, now, exit_code=None if lost else rep.exit_code, lost=lost,
                         ended_at=rep.end_time, oom=rep.oom, gpu_left=rep.gpu_left, gpu_oom=rep.gpu_oom)
         return True

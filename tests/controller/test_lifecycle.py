@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hsched.config import parse_checkpoint_signal
-from hsched.lifecycle import EndRules, Step, StopReason, node_lost, plan_for, resumed_plan, settle
+from hsched.lifecycle import EndRules, Step, StopReason, node_lost, plan_for, resumed_plan, settle, taken
 from hsched.model import EndReason, Job, JobSpec, JobState, RunState
 
 CK = 85
@@ -92,6 +92,21 @@ def test_a_node_lost_past_its_lease_requeues_a_running_job() -> None:
     assert node_lost(job(JobState.RUNNING)).state is JobState.PENDING
     assert node_lost(job(JobState.RUNNING)).reason is EndReason.NODE_LOST
     assert node_lost(job(JobState.COMPLETING, "cancelled")).state is JobState.CANCELLED
+
+
+def test_a_run_its_node_took_away_requeues_the_job_without_using_a_retry() -> None:
+    # a Slurm group's PREEMPTED and NODE_FAIL: no fault of the run, so no retry is used, none is given back
+    out = taken(job(JobState.RUNNING, retries=0), EndReason.PREEMPTED, "preempted by cluster's own scheduler")
+    assert (out.state, out.reason, out.event, out.failures) == (JobState.PENDING, EndReason.PREEMPTED, "preempted", 0)
+    assert out.message == "preempted by cluster's own scheduler: requeued, restarts 1"
+    j = job(JobState.RUNNING, retries=2, failures=1, checkpoints=2, restarts=3)
+    out = taken(j, EndReason.NODE_LOST, "its node failed under it (cluster)")
+    assert (out.state, out.reason, out.event) == (JobState.PENDING, EndReason.NODE_LOST, "node_lost")
+    fields = out.job_fields(j, 10.0)
+    assert (fields["failures"], fields["checkpoints"], fields["restarts"]) == (1, 2, 4)
+    # a stop under way settles as it would have
+    assert taken(job(JobState.COMPLETING, "cancelled"), EndReason.NODE_LOST, "x").state is JobState.CANCELLED
+    assert taken(job(JobState.COMPLETING, "timeout"), EndReason.PREEMPTED, "x").state is JobState.TIMEOUT
 
 
 def test_a_failure_is_retried_with_a_doubling_backoff_until_the_budget_is_spent() -> None:

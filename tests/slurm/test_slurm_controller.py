@@ -147,14 +147,6 @@ def test_preempting_the_example_trainer_checkpoints_requeues_and_resumes_under_s
     assert sorted(j["state"] for j in slurm_jobs(slurm, h, jid)) == ["COMPLETED", "FAILED"]  # exit 85, then done
 
 
-CONTROLLER_SIDE = pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="the controller does not read the Slurm executor's queued/started_at/cause yet (SlurmRunReport, "
-           "executors/slurm.py): hsched.model.RunReport gets the fields, watching.on_report reads them (issue 17); "
-           "then drop this mark")
-"""On the tests that pass once the controller reads what the Slurm executor reports (strict: a pass then fails
-the run until the mark goes)."""
-
 SECOND_RUN_SUCCEEDS = 'echo "run $HSCHED_RUN"; [ "$HSCHED_RESTART_COUNT" -gt 0 ] && exit 0; exec sleep 300'
 """A job whose first run waits to be taken away, and whose run after a requeue succeeds."""
 
@@ -176,7 +168,6 @@ def taken_away_and_requeued(slurm: SlurmCluster, h: Hs, take: Callable[[str], No
     return shown
 
 
-@CONTROLLER_SIDE
 def test_a_job_slurm_preempts_is_requeued_without_using_a_retry(slurm: SlurmCluster, hs_slurm: Hs) -> None:
     def preempt(node: str) -> None:
         # a job of the higher partition that needs the whole node: Slurm cancels ours for it (PREEMPTED)
@@ -187,14 +178,12 @@ def test_a_job_slurm_preempts_is_requeued_without_using_a_retry(slurm: SlurmClus
     assert shown["runs"][0]["state"] == "PREEMPTED" and shown["runs"][0]["reason"] == "preempted"
 
 
-@CONTROLLER_SIDE
 def test_a_job_whose_slurm_node_fails_is_requeued_without_using_a_retry(slurm: SlurmCluster, hs_slurm: Hs) -> None:
     shown = taken_away_and_requeued(slurm, hs_slurm, lambda node: slurm.node_down(node, "hsched test"), "node_lost")
     assert shown["runs"][0]["state"] == "LOST" and shown["runs"][0]["reason"] == "node_lost"
     slurm.wait_nodes_up()
 
 
-@CONTROLLER_SIDE
 def test_the_time_limit_counts_from_slurms_start_not_from_sbatch(slurm: SlurmCluster, hs_slurm: Hs) -> None:
     """A 4 s job waits in Slurm's queue longer than its limit (every CPU taken by other jobs, its GPUs free, so
     hsched hands it over), is not stopped there, then runs its 4 s from Slurm's start and times out."""
