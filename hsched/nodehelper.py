@@ -68,6 +68,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -515,7 +516,25 @@ def probe_nvml():
         return {"source": None, "error": str(e), "devices": []}
 
 
-_QUERY = "index,uuid,name,pci.bus_id,memory.total,memory.used,utilization.gpu,temperature.gpu,power.draw"
+_QUERY = ("index,uuid,name,pci.bus_id,memory.total,memory.used,utilization.gpu,temperature.gpu,power.draw,"
+          "mig.mode.current")
+_L_GPU = re.compile(r"^GPU (\d+): .*\(UUID: (GPU-[^)\s]+)\)")
+_L_MIG = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[^)\s]+)\)")
+
+
+def mig_listing(text):
+    """GPU index -> its MIG devices, from `nvidia-smi -L` (R470+: "  MIG 1g.10gb Device 0: (UUID: MIG-...)"):
+    [{"uuid", "profile", "name"}] in slot order. The fallback's view of MIG when NVML is missing."""
+    out, gpu = {}, None
+    for line in text.splitlines():
+        m = _L_GPU.match(line)
+        if m:
+            gpu = int(m.group(1))
+            continue
+        m = _L_MIG.match(line)
+        if m and gpu is not None:
+            out.setdefault(gpu, []).append({"uuid": m.group(3), "profile": m.group(1), "name": "MIG " + m.group(1)})
+    return out
 
 
 def probe_nvidia_smi():
@@ -548,7 +567,20 @@ def probe_nvidia_smi():
             "memory_total_mib": num(f[4], int), "memory_used_mib": num(f[5], int),
             "utilization_gpu": num(f[6]), "temperature_c": num(f[7]), "power_w": num(f[8]),
             "numa_node": pci_numa_node(f[3]),
+            # "Enabled" on a GPU in MIG mode; "Disabled" or "[N/A]" (no MIG) otherwise
+            "mig_mode_current": len(f) > 9 and f[9].lower() == "enabled",
         })
+    if any(d["mig_mode_current"] for d in devices):
+        # a GPU in MIG mode is its instances (the controller never hands it out whole): `-L` lists them
+        try:
+            listing = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=60,
+                                     preexec_fn=_child_setup(False))
+            migs = mig_listing(listing.stdout) if listing.returncode == 0 else {}
+        except (OSError, subprocess.TimeoutExpired):
+            migs = {}
+        for d in devices:
+            if d["mig_mode_current"]:
+                d["mig_devices"] = migs.get(d["index"], [])
     topo = None
     try:
         t = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True, timeout=60,
