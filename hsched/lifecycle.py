@@ -278,6 +278,8 @@ def node_lost(job: Job) -> Outcome:
     """A job whose only run's node stayed away past its lease: requeued if it was running (the stale copy is
     killed if the node returns), else settled as a lost run."""
     if job.state in (JobState.RUNNING, JobState.LAUNCHING, JobState.PREEMPTING):
-        return Outcome(JobState.PENDING, EndReason.NODE_LOST, None, "node_lost", "requeued")
+        # (the retries it used and its own checkpoint exits stay counted: a lost node gives none back)
+        return Outcome(JobState.PENDING, EndReason.NODE_LOST, None, "node_lost", "requeued",
+                       failures=job.failures, checkpoints=job.checkpoints)
     # a stop under way settles as it would have; otherwise lost for good (a stale copy has no retry to use)
     return settle(job, [(None, True)], EndRules(retries=0))

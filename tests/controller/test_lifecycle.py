@@ -153,6 +153,9 @@ def test_preemption_node_loss_and_checkpoint_exits_do_not_use_retries() -> None:
     ck = settle(job(retries=1), [(CK, False)], RULES)
     assert ck.state is JobState.PENDING and ck.failures == 0 and ck.checkpoints == 1
     assert node_lost(job(JobState.RUNNING, retries=1)).failures == 0
+    # and a node lost keeps what was used before: it gave back neither retries nor checkpoint exits
+    kept = node_lost(job(JobState.RUNNING, retries=3, failures=2, checkpoints=1))
+    assert (kept.failures, kept.checkpoints) == (2, 1)
 
 
 def test_a_job_that_keeps_checkpointing_on_its_own_ends_at_max_restarts() -> None:
