@@ -72,8 +72,8 @@ def select_by_capacity(ordered: Iterable[JobView], capacity: Mapping[str, int], 
     return out
 
 
-_PROFILE = attrgetter("job_type", "gpus", "gpu_types")
 _PROFILE_ON = attrgetter("job_type", "gpus", "gpu_types", "gpu_type")
+_ID = attrgetter("id")
 
 
 def hetero_assign(
@@ -105,14 +105,10 @@ def hetero_assign(
     # Jobs share a few speed profiles: group them once (as positions in `todo`, which is in priority order:
     # the last tie-break) by profile, and by profile and the type they run on now. A level then walks only
     # the groups it needs and stops as soon as its type is full or not needed, instead of re-sorting all.
-    by_pk: dict[tuple[str, int, tuple[str, ...]], list[int]] = {}
+    # (grouped by profile and type alone, the profile's groups merged from those: one dictionary look-up per
+    # job, not two; the same groups, in the same order)
     by_pk_on: dict[tuple[str, int, tuple[str, ...], str | None], list[int]] = {}
-    for i, (pk, on) in enumerate(zip(map(_PROFILE, todo), map(_PROFILE_ON, todo), strict=True)):
-        group = by_pk.get(pk)
-        if group is None:
-            by_pk[pk] = [i]
-        else:
-            group.append(i)
+    for i, on in enumerate(map(_PROFILE_ON, todo)):
         group = by_pk_on.get(on)
         if group is None:
             by_pk_on[on] = [i]
@@ -122,14 +118,15 @@ def hetero_assign(
     every: dict[Speeds, list[int]] = {}
     on_type: dict[tuple[Speeds, str | None], list[int]] = {}
     speeds_of: dict[tuple[str, int, tuple[str, ...]], Speeds] = {}
-    for pk, group in by_pk.items():
-        job_type, gpus, allowed = pk
-        full = model.rel_speeds(job_type, gpus, all_types)
-        # a type the job may not use counts as one it cannot run on
-        sp = speeds_of[pk] = tuple(full.get(t, 0.0) if not allowed or t in allowed else 0.0 for t in all_types)
-        every[sp] = sorted(every[sp] + group) if sp in every else group
     for (job_type, gpus, allowed, on_t), group in by_pk_on.items():
-        key = (speeds_of[(job_type, gpus, allowed)], on_t)
+        pk = (job_type, gpus, allowed)
+        sp = speeds_of.get(pk)
+        if sp is None:
+            full = model.rel_speeds(job_type, gpus, all_types)
+            # a type the job may not use counts as one it cannot run on
+            sp = speeds_of[pk] = tuple(full.get(t, 0.0) if not allowed or t in allowed else 0.0 for t in all_types)
+        every[sp] = sorted(every[sp] + group) if sp in every else group
+        key = (sp, on_t)
         on_type[key] = sorted(on_type[key] + group) if key in on_type else group
     gpus_at = [j.gpus for j in todo]
     left = sum(gpus_at)  # GPUs of the jobs not yet given a type
@@ -156,7 +153,10 @@ def hetero_assign(
         cap = caps[slow]
         if not faster and left <= cap and all(f >= 0 for f in fracs):
             # the fastest type, with room for everyone left: all of them go here, in no particular order
-            out.update({todo[k].id: slow for k in range(len(todo)) if k not in placed})
+            if placed:
+                out.update({todo[k].id: slow for k in range(len(todo)) if k not in placed})
+            else:  # (the usual case with free GPUs: nobody went to a slower type)
+                out.update(dict.fromkeys(map(_ID, todo), slow))
             caps[slow] = cap - left
             break
         # among equals (one fraction), the job already there stays, then the first in priority order (the
