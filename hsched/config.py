@@ -268,7 +268,7 @@ PRIORITY_MIN, PRIORITY_MAX = -1_000_000, 1_000_000
 """Priorities a job may have (a spec file, the CLI, the API alike)."""
 MAX_RETRIES = 100
 _RES_KEYS = frozenset({"gpus", "gpu_types", "gpu_memory", "cpus", "memory", "nodes", "interconnect",
-                       "tasks_per_node", "constraint", "offload"})
+                       "tasks_per_node", "constraint", "offload", "shared"})
 
 
 def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple[str, ...] = QOS_CLASSES,
@@ -459,9 +459,17 @@ def _resources(p: Problems, raw: Any) -> Resources:
     if not isinstance(offload, bool):
         p.expected("resources.offload", "true or false", offload)
         offload = False
+    shared = raw.get("shared", False)
+    if not isinstance(shared, bool):
+        p.expected("resources.shared", "true or false", shared)
+        shared = False
+    if shared and (gpus != 1 or nodes != 1):
+        p.add("resources.shared", "a shared job takes a fraction of one GPU: gpus = 1 and nodes = 1")
+    elif shared and gpu_mem is None and "gpu_memory" not in raw:
+        p.add("resources.shared", "a shared job says how much of the GPU it needs: give gpu_memory (--gpu-memory 10G)")
     return Resources(
         gpus=gpus, gpu_types=gpu_types, gpu_memory_mib=gpu_mem, cpus=cpus, memory_mib=mem, nodes=nodes,
-        interconnect=interconnect, tasks_per_node=tasks, constraint=constraint, offload=offload,
+        interconnect=interconnect, tasks_per_node=tasks, constraint=constraint, offload=offload, shared=shared,
     )
 
 

@@ -209,6 +209,9 @@ class Resources:
     offload: bool = False
     """The job offloads to host memory (ZeRO-Offload, DeepSpeed): placement prefers nodes with more host memory
     per GPU (`--offload`)."""
+    shared: bool = False
+    """`--shared`: a fraction of one GPU, `gpu_memory_mib` of it (an inference server, a small eval): packed with
+    other shared jobs on a GPU while their memory fits, under CUDA MPS where the node has it (hsched.sched.live)."""
 
     def matches_model(self, model: str) -> bool:
         """`--gpu-type a100` matches "NVIDIA A100-SXM4-80GB": case-insensitive substring. A MIG instance (its model

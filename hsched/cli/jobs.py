@@ -113,6 +113,9 @@ def register(app: typer.Typer) -> None:
         offload: bool = typer.Option(False, "--offload",
                                      help="The job offloads to host memory (ZeRO-Offload): prefer nodes with more "
                                           "host memory per GPU."),
+        shared: bool = typer.Option(False, "--shared", "--gpu-share",
+                                    help="A fraction of one GPU, --gpu-memory of it (inference, small evals): packed "
+                                         "with other shared jobs, under CUDA MPS where the node has it."),
         cpus: int | None = typer.Option(None, "--cpus", "-c", min=1, help="CPUs."),
         memory: str | None = typer.Option(None, "--memory", "--mem",
                                           help="Host memory per node, e.g. 64G (a cgroup limit where the node has "
@@ -414,6 +417,8 @@ def _resources_line(r: dict[str, Any]) -> str:
         parts.append(f"{r['memory_mib']} MiB RAM")
     if r.get("offload"):
         parts.append("offloads to host memory")
+    if r.get("shared"):
+        parts.append("shared GPU")
     if r.get("nodes", 1) > 1:
         parts.append(f"x {r['nodes']} nodes")
     return ", ".join(parts)

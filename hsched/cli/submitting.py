@@ -41,6 +41,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str, int | None, int | None]] = {
     "priority": (("--priority",), INT, None, None),
     "interconnect": (("--interconnect",), TEXT, None, None),
     "offload": (("--offload",), FLAG, None, None),
+    "shared": (("--shared", "--gpu-share"), FLAG, None, None),
     "cpus": (("--cpus", "-c"), INT, 1, None),
     "memory": (("--memory", "--mem"), TEXT, None, None),
     "checkpoint_signal": (("--checkpoint-signal",), TEXT, None, None),
@@ -127,6 +128,8 @@ def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict
             res[key] = o[opt]
     if o.get("offload"):
         res["offload"] = True
+    if o.get("shared"):
+        res["shared"] = True
     if o.get("gpu_type"):
         res["gpu_types"] = list(o["gpu_type"])
     if o.get("constraint") is not None:

@@ -338,7 +338,7 @@ class Api:
                           "gpu_memory_mib": job.spec.resources.gpu_memory_mib, "cpus": job.spec.resources.cpus,
                           "memory_mib": job.spec.resources.memory_mib, "nodes": job.spec.resources.nodes,
                           "interconnect": job.spec.resources.interconnect.value,
-                          "offload": job.spec.resources.offload}
+                          "offload": job.spec.resources.offload, "shared": job.spec.resources.shared}
         d["checkpoint_dir"] = str(self.ctl.checkpoint_dir(job.id))
         # what its progress reports said: the running attempt's, else the last one kept
         from hsched.controller.learning import progress_of

@@ -260,6 +260,14 @@ async def still_valid(ctl: Controller, inp: RoundInput, decisions: Sequence[Deci
                 active = await ctl.db(ctl.store.jobs, states=[s for s in JobState if s.is_active()])
                 held.update(u for j in active for p in j.placement for u in p.devices)
         devices = [u for p in d.placements for u in p.devices]
+        if isinstance(d, Launch) and inp.by_id[d.job_id].spec.resources.shared:
+            # a shared job's GPU may hold other shared jobs (the round packed it so): only a process outside
+            # hsched, or an exclusive job, makes it unusable
+            exclusive = {u for j in inp.active.values() if not j.spec.resources.shared
+                         for p in j.placement for u in p.devices}
+            if not any(u in exclusive or any(u in rt.foreign for rt in ctl.nodes.values()) for u in devices):
+                valid.add(d.job_id)
+            continue
         if held.isdisjoint(devices):
             valid.add(d.job_id)
             held.update(devices)
@@ -304,6 +312,7 @@ def fleet_view(ctl: Controller, active: Sequence[Job], dirty: frozenset[str] = f
     releasing: set[str] = set()
     cpus_used: dict[str, int] = {}
     memory_used: dict[str, int] = {}
+    shared_use: dict[str, int] = {}
     running: list[Running] = []
     global _RUNNING
     last, kept = _RUNNING, {}
@@ -317,6 +326,9 @@ def fleet_view(ctl: Controller, active: Sequence[Job], dirty: frozenset[str] = f
             if j.spec.resources.memory_mib:
                 # --mem is per node, as sbatch's: promised on each node of the job
                 memory_used[p.node] = memory_used.get(p.node, 0) + j.spec.resources.memory_mib
+            if j.spec.resources.shared:
+                for u in p.devices:
+                    shared_use[u] = shared_use.get(u, 0) + (j.spec.resources.gpu_memory_mib or 0)
         if j.state is JobState.RUNNING:
             started = ctl.attempt_start.get(j.id) or j.start_time or 0.0
             r = last.get(j.id)
@@ -332,6 +344,7 @@ def fleet_view(ctl: Controller, active: Sequence[Job], dirty: frozenset[str] = f
     labels = {rt.name: frozenset(rt.config.labels) for rt in ctl.nodes.values() if rt.config.labels}
     absent = {rt.name: users for rt in ctl.nodes.values() if (users := rt.absent_users)}
     return FleetView(nodes=tuple(ctl.node_list()), busy=frozenset(busy), cpus_used=cpus_used, memory_used=memory_used,
+                     shared_use=shared_use,
                      running=tuple(running), releasing=frozenset(releasing),
                      rule=PreemptRule.from_qos(ctl.settings.qos), policy=ctl.settings.policy,
                      labels=labels, absent_users=absent, gpu_aliases=ctl.settings.gpu_aliases,
@@ -442,6 +455,8 @@ def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ..
         env["HSCHED_RESUME"] = "1"
     else:
         env.pop("HSCHED_RESUME", None)
+    if job.spec.resources.shared and here.devices:
+        env.update(shared_gpu_env(ctl, run.node, here.devices[0], job.spec.resources.gpu_memory_mib or 0))
     tpn = job.spec.resources.tasks_per_node
     if run.world > 1 or job.spec.resources.nodes > 1:
         # torchrun's environment, so `torch.distributed.init_process_group("env://")` just works
@@ -460,6 +475,23 @@ def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ..
             "HSCHED_GANG_NODES": ",".join(p.node for p in placements),
         })
     return env
+
+
+MPS_BASE = "/tmp/hsched-mps"
+"""Where each shared GPU's CUDA MPS control daemon keeps its pipes and logs, one folder per GPU (the node helper
+starts the daemon where the node has `nvidia-cuda-mps-control`)."""
+
+
+def shared_gpu_env(ctl: Controller, node: str, uuid: str, need_mib: int) -> dict[str, str]:
+    """A shared job's CUDA MPS environment: its GPU's daemon (`HSCHED_SHARED_GPU` tells the node helper to make sure
+    one runs), and its share of the GPU's compute as its share of the GPU's memory (at least 1%)."""
+    rt = ctl.nodes.get(node)
+    total = next((d.memory_total_mib for d in rt.node.devices if d.uuid == uuid), None) if rt else None
+    pct = max(1, min(100, -(-100 * need_mib // total))) if total else 100
+    return {"HSCHED_SHARED_GPU": uuid,
+            "CUDA_MPS_PIPE_DIRECTORY": f"{MPS_BASE}/nvidia-mps-{uuid}",
+            "CUDA_MPS_LOG_DIRECTORY": f"{MPS_BASE}/nvidia-mps-log-{uuid}",
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct)}
 
 
 def _model_of(ctl: Controller, node: str, devices: tuple[str, ...]) -> str:

@@ -152,6 +152,9 @@ class FleetView:
     rule: a job stopped and requeued does not jump back to the front). A job not here has none."""
     memory_used: Mapping[str, int] = field(default_factory=dict)
     """Host memory (MiB, `--mem`) promised to active runs, per node: reserved as CPUs are."""
+    shared_use: Mapping[str, int] = field(default_factory=dict)
+    """Device UUID -> GPU memory (MiB) promised to the shared jobs on it (`--shared`): more of them go there while
+    their memory fits; no exclusive job does (the device is busy)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,6 +377,10 @@ def schedule(fleet: FleetView, queue: Sequence[Job], now: float,
     if fleet.held:
         fleet, queue, decisions = _held_starts(fleet, queue)
     st = _RoundState(fleet, chooser or default_chooser(), now)
+    if any(j.spec.resources.shared for j in queue):
+        # shared jobs (a fraction of one GPU each) are packed first, apart from the policy: it plans whole GPUs
+        decisions += st.place_shared(order([j for j in queue if j.spec.resources.shared]))
+        queue = [j for j in queue if not j.spec.resources.shared]
     core_waiting: dict[int, str] = {}
     by_id = {j.id: j for j in queue}
     if fleet.policy:
@@ -715,8 +722,10 @@ def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: 
     policy = make_policy(policy_name)
     if policy.clairvoyant:
         raise ValueError(f"policy {policy_name!r} needs job durations, which a live fleet does not know")
-    # devices held by jobs that are not running (launching, stopping): no one may be given them this round
-    held_by_running = {u for r in fleet.running for p in r.job.placement for u in p.devices}
+    # devices held by jobs that are not running (launching, stopping): no one may be given them this round; nor
+    # are GPUs shared jobs hold (the policy plans whole GPUs: several jobs on one device are not its to plan)
+    running = tuple(r for r in fleet.running if not r.job.spec.resources.shared) if fleet.shared_use else fleet.running
+    held_by_running = {u for r in running for p in r.job.placement for u in p.devices}
     unavailable = frozenset(st.busy - held_by_running)
     servers = [s for n in st.up if (s := server_of(n, gpu_type_of, unavailable)) is not None]
     types_of = {s.name: s.gpu_type for s in servers}
@@ -748,7 +757,7 @@ def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: 
         return got
 
     movable = fleet.movable
-    views = _running_views(fleet.running, types_of, now, movable, fleet.attained)
+    views = _running_views(running, types_of, now, movable, fleet.attained)
     labels, absent = fleet.labels, fleet.absent_users
     signature = tuple((n.name, types_of[n.name], labels.get(n.name), absent.get(n.name),
                        tuple(map(_MODEL_MEMORY, n.devices))) for n in typed)
@@ -856,6 +865,7 @@ class _RoundState:
         self.busy = set(fleet.busy)
         self.cpus_used = dict(fleet.cpus_used)
         self.memory_used = dict(fleet.memory_used)
+        self._shared_use = dict(fleet.shared_use)
         self.releasing = set(fleet.releasing)
         self.up = [n for n in fleet.nodes if n.state is NodeState.UP]
         self.by_name = {n.name: n for n in self.up}
@@ -1074,7 +1084,8 @@ class _RoundState:
     def victims(self) -> Victims:
         """The round's QoS victims, indexed once, on first need."""
         if self._victims is None:
-            self._victims = Victims(self.fleet.rule, [_running_view(r, {}, self.now) for r in self.fleet.running])
+            self._victims = Victims(self.fleet.rule, [_running_view(r, {}, self.now) for r in self.fleet.running],
+                                    shared=self.sharing())
         return self._victims
 
     def choosable(self) -> frozenset[str]:
@@ -1125,6 +1136,70 @@ class _RoundState:
             return tuple(placements)
         self._missed[key] = self.version
         return None
+
+    def sharing(self) -> dict[str, frozenset[int]]:
+        """Device UUID -> the running shared jobs on it (a shared GPU is free only when all of them stop)."""
+        got: dict[str, set[int]] = {}
+        for r in self.fleet.running:
+            if r.job.spec.resources.shared:
+                for u in r.devices:
+                    got.setdefault(u, set()).add(r.id)
+        return {u: frozenset(ids) for u, ids in got.items()}
+
+    def place_shared(self, jobs: Iterable[Job]) -> list[Decision]:
+        """Shared jobs (`--shared`: `gpu_memory_mib` of one GPU each), in order: each goes to the GPU already shared
+        whose promised memory it fills best (packing: a GPU's last room first), else to a free GPU on the node with
+        the fewest free (whole GPUs stay together for exclusive jobs), else it waits. A GPU holding shared jobs is
+        busy for exclusive ones."""
+        out: list[Decision] = []
+        use = self._shared_use
+        for job in jobs:
+            res = job.spec.resources
+            need = res.gpu_memory_mib or 0
+            capped = self.tally.blocked(job)
+            if capped is not None:
+                out.append(Wait(job.id, capped))
+                continue
+            best: tuple[tuple[int, int, str, str], Node, str, int] | None = None
+            for node in self.nodes_for(job):
+                if res.cpus and node.cpus is not None and self.cpus_used.get(node.name, 0) + res.cpus > node.cpus:
+                    continue
+                if (res.memory_mib and node.memory_total_mib is not None
+                        and self.memory_used.get(node.name, 0) + res.memory_mib > node.memory_total_mib):
+                    continue
+                free_here = self._free.get(node.name, 0)
+                for d in node.devices:
+                    if d.uuid not in self.eligible(node, res) or d.memory_total_mib is None:
+                        continue
+                    used = use.get(d.uuid)
+                    if used is not None:
+                        if used + need > d.memory_total_mib or d.uuid in self.releasing:
+                            continue
+                        key = (0, -(used + need), node.name, d.uuid)  # the fullest that still fits
+                    elif d.uuid not in self.busy:
+                        key = (1, free_here, node.name, d.uuid)
+                    else:
+                        continue
+                    if best is None or key < best[0]:
+                        best = (key, node, d.uuid, d.memory_total_mib)
+            if best is None:
+                out.append(self.wait(job.id, self.why(job, None)))
+                continue
+            _key, node, uuid, total = best
+            now_used = use.get(uuid, 0) + need
+            idx = next((d.index for d in node.devices if d.uuid == uuid), 0)
+            placement = Placement(node.name, (uuid,), f"GPU{idx} shared: {_gpu_size(now_used)} of "
+                                                      f"{_gpu_size(total)} promised to shared jobs")
+            if uuid not in use:
+                self.hold((uuid,))
+            use[uuid] = now_used
+            if res.cpus:
+                self.cpus_used[node.name] = self.cpus_used.get(node.name, 0) + res.cpus
+            if res.memory_mib:
+                self.memory_used[node.name] = self.memory_used.get(node.name, 0) + res.memory_mib
+            self.tally.add(job)
+            out.append(Launch(job.id, (placement,)))
+        return out
 
     def settle_all(self, jobs: Iterable[Job], reasons: Mapping[int, str]) -> list[Decision]:
         """`settle` each job in turn. While nothing is free or being released (`quiet`), a job that needs GPUs and
@@ -1197,7 +1272,9 @@ class _RoundState:
 
             chosen = self.victims().choose(_pending_view(job), [n.name for n in nodes], fits)
             if chosen is not None:
-                freed = frozenset(u for r in fleet.running if r.id in chosen.victims for u in r.devices)
+                shares = self.sharing()
+                freed = frozenset(u for r in fleet.running if r.id in chosen.victims for u in r.devices
+                                  if u not in shares or shares[u] <= set(chosen.victims))
                 claim = self.fit(self.by_name[chosen.node], res, busy, freed=freed)
                 self.hold(claim.devices if claim is not None else ())  # the victims are taken, in any case
                 self.blocked_ahead = True

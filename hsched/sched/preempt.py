@@ -126,17 +126,23 @@ class Victims:
     order the round serves them; victims chosen for one job are not offered to the next.
     """
 
-    __slots__ = ("by_node", "rule", "taken")
+    __slots__ = ("by_node", "rule", "shared", "taken")
 
-    def __init__(self, rule: PreemptRule, running: Iterable[JobView]) -> None:
+    def __init__(self, rule: PreemptRule, running: Iterable[JobView],
+                 shared: Mapping[str, frozenset[int]] | None = None) -> None:
+        """`shared`: device -> the jobs sharing it (the live controller's `--shared` jobs): they are stopped first,
+        and their device counts as freed only once every job on it is among the victims."""
         self.rule = rule
+        self.shared = shared or {}
         targets = frozenset().union(*rule.qos_preempts.values()) if rule.qos_preempts else frozenset()
         by_node: dict[str, list[JobView]] = {}
         for j in running:
             if j.qos in targets and len(j.placement) == 1:
                 by_node.setdefault(j.placement[0].node, []).append(j)
+        sharing = frozenset().union(*self.shared.values()) if self.shared else frozenset()
         for lst in by_node.values():
-            lst.sort(key=least_important)
+            # (shared jobs first: inference on a slice is cheaper to stop than a training job's whole GPU)
+            lst.sort(key=(lambda v: (v.id not in sharing, *least_important(v))) if sharing else least_important)
         self.by_node = by_node
         self.taken: set[int] = set()
 
@@ -159,7 +165,7 @@ class Victims:
             if not lst:
                 continue
             cands = [v for v in lst if v.qos in allowed and v.id not in self.taken]
-            chosen = _fewest(cands, node, fits) if cands else None
+            chosen = _fewest(cands, node, fits, self.shared) if cands else None
             if chosen is None:
                 continue
             key = (len(chosen), sum(len(v.placement[0].devices) for v in chosen))
@@ -174,22 +180,29 @@ class Victims:
                        f"job {job.id} ({job.qos}) needs {node}: preempting {names}")
 
 
-def _devices(jobs: Iterable[JobView]) -> frozenset[str]:
-    return frozenset(d for v in jobs for d in v.placement[0].devices)
+def _devices(jobs: Iterable[JobView], shared: Mapping[str, frozenset[int]] | None = None) -> frozenset[str]:
+    """The devices stopping `jobs` frees: a shared device only when every job on it is among them."""
+    jobs = list(jobs)
+    devices = frozenset(d for v in jobs for d in v.placement[0].devices)
+    if not shared:
+        return devices
+    ids = {v.id for v in jobs}
+    return frozenset(d for d in devices if d not in shared or shared[d] <= ids)
 
 
-def _fewest(cands: list[JobView], node: str, fits: Fits) -> list[JobView] | None:
+def _fewest(cands: list[JobView], node: str, fits: Fits,
+            shared: Mapping[str, frozenset[int]] | None = None) -> list[JobView] | None:
     """Victims on one server, least important first until the job fits; then drop any it does not need."""
     chosen: list[JobView] = []
     for v in cands:
         chosen.append(v)
-        if fits(node, _devices(chosen)):
+        if fits(node, _devices(chosen, shared)):
             break
     else:
         return None
     # the search added them greedily: one taken early may be unnecessary once a bigger one joined
     for v in list(chosen):
         rest = [x for x in chosen if x is not v]
-        if rest and fits(node, _devices(rest)):
+        if rest and fits(node, _devices(rest, shared)):
             chosen = rest
     return chosen
