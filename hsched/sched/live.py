@@ -818,8 +818,8 @@ def _moves(decision: RoundDecision, inp: PolicyInput, policy: object, queued: Ma
                    f"and restart of {_secs(cost)}")
             out.append(Move(v.id, s.placement, old, s.gpu_type, gain, cost, why))
             continue
-        if s.job_id not in queued:
-            continue
+        if s.job_id not in queued or queued[s.job_id].reason == _PREEMPTING:
+            continue  # (a job already waiting for the GPUs of jobs it stopped does not stop more)
         victims = sorted({stopped[u] for p in s.placement for u in p.devices if u in stopped})
         if not victims or len(s.placement) != 1:
             continue

@@ -153,3 +153,25 @@ async def test_equals_time_share_by_least_attained_service_after_the_minimum_run
         await lab.round()
         assert await node_of(lab, first.id) == "n1"  # the least attained of those waiting, over the stranger
         assert (await lab.job(stranger.id)).state is JobState.PENDING
+
+
+async def test_one_waiting_job_stops_one_equal_not_one_per_round(tmp_path: Path) -> None:
+    two = (CannedNode("n2", "NVIDIA A100-SXM4-80GB", 2),)
+    async with Lab.open(tmp_path, nodes=two, settings=SETTINGS) as lab:
+        for ex in lab.executors.values():
+            ex.exit_on_signal.pop("TERM")  # they take their time to checkpoint
+        a = await lab.submit("python3", "a.py", gpus=1, kind="a")
+        b = await lab.submit("python3", "b.py", gpus=1, kind="b")
+        await lab.round()
+        for j in (a, b):
+            await lab.finish(j.id, 85)  # both prove they checkpoint
+        await lab.round()
+        await lab.round()
+        waiter = await lab.submit("python3", "w.py", gpus=1, kind="w")
+        await lab.advance(SETTINGS.move_min_run_s + 1)
+        states = [(await lab.job(j.id)).state for j in (a, b)]
+        assert sorted(states) == sorted([JobState.RUNNING, JobState.PREEMPTING])
+        for _ in range(3):  # while its victim checkpoints, the waiter stops nobody else
+            await lab.advance(5.0)
+            assert sorted([(await lab.job(a.id)).state, (await lab.job(b.id)).state]) == sorted(states)
+        assert (await lab.events(waiter.id)).count("preempts") == 1
