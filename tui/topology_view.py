@@ -1,51 +1,66 @@
 """Topology view: one node's link matrix as nvidia-smi users read it, and its node > NUMA > switch > GPU tree.
 
+The tree is the one `hsched topo show` prints: both read the node's networkx graph (hsched.topo.graph), so the
+NUMA nodes, the PCIe bridges and switches inferred from the matrix, and the NVLink domains are the same in both.
+
 The matrix and tree change only when the node, its links, its owners or the highlighted job change, so they are
 redrawn on that signature, not on every frame.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hsched.tui.fmt import LINK_COLOR, link_color, node_state_text
-from hsched.tui.model import DeviceView, Frame, JobView, NodeView
+from hsched.tui.model import Frame, JobView, NodeView
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Static, Tree
+from textual.widgets.tree import TreeNode as TreeNode_t
+
+from hsched.topo.graph import TreeNode, build_graph, domain_label, topology_tree
+from hsched.topo.inventory import MIG_INDEX
+from hsched.topo.topology import TopoDevice, TopoLink, Topology, TopoNic
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
-def switch_groups(node: NodeView) -> dict[str, str]:
-    """uuid -> the switch it hangs off: NVSwitch when every pair is NVLinked, else PCIe switches found as
-    groups of devices joined by PIX/PXB links (the ones that share a switch)."""
-    uuids = [d.uuid for d in node.devices]
-    kinds = {frozenset((lk.a, lk.b)): lk.kind for lk in node.links}
-    pairs = [frozenset((a, b)) for i, a in enumerate(uuids) for b in uuids[i + 1:]]
-    if pairs and all(kinds.get(p, "").startswith("NV") for p in pairs):
-        return dict.fromkeys(uuids, "NVSwitch")
-    parent = {u: u for u in uuids}
+def node_topology(node: NodeView) -> Topology:
+    """The node as a hsched.topo Topology (devices named GPU0, GPU0.1 for a MIG instance, as `topo show` names
+    them; endpoints of links that are no device are its NICs), for the one topology graph."""
+    names = {d.uuid: _device_name(d.index) for d in node.devices}
+    devices = tuple(TopoDevice(name=names[d.uuid], index=d.index, uuid=d.uuid, model=d.model,
+                               numa_node=d.numa_node) for d in node.devices)
+    nics = sorted({x for lk in node.links for x in (lk.a, lk.b)} - set(names), key=_natural)
+    links = tuple(TopoLink(names.get(lk.a, lk.a), names.get(lk.b, lk.b), lk.kind)
+                  for lk in node.links if lk.a != lk.b)
+    return Topology(devices=devices, nics=tuple(TopoNic(n) for n in nics), links=links, source_format="node")
 
-    def find(u: str) -> str:
-        while parent[u] != u:
-            u = parent[u]
-        return u
 
-    for p, kind in kinds.items():
-        if kind in ("PIX", "PXB") and len(p) == 2 and p <= set(uuids):
-            a, b = sorted(p)
-            parent[find(a)] = find(b)
-    roots: dict[str, int] = {}
-    out: dict[str, str] = {}
-    for u in uuids:
-        r = find(u)
-        members = [v for v in uuids if find(v) == r]
-        if len(members) < 2:
-            out[u] = "PCIe (root)"
-        else:
-            out[u] = f"PCIe switch {roots.setdefault(r, len(roots))}"
-    return out
+def node_tree(node: NodeView) -> tuple[nx.Graph, TreeNode]:
+    """The node's topology graph and its tree: the graph `topo show` reads (hsched.topo.graph), so both show the
+    same NUMA nodes, PCIe switches and NVLink domains."""
+    g = build_graph(node_topology(node), name=node.name)
+    return g, topology_tree(g)
+
+
+def _device_name(index: int) -> str:
+    # a MIG instance's index encodes its GPU and slot (hsched.topo.inventory.mig_index)
+    if index >= MIG_INDEX:
+        return f"GPU{index // MIG_INDEX - 1}.{index % MIG_INDEX}"
+    return f"GPU{index}"
+
+
+def _natural(name: str) -> tuple[str, int]:
+    head = name.rstrip("0123456789")
+    return (head, int(name[len(head):]) if name[len(head):] else -1)
+
+
+# how the dashboard names the tree's inner nodes (topo show prints the graph's own names: numa0, switch0)
+_KIND_LABEL = {"numa": "NUMA", "switch": "PCIe switch", "bridge": "PCIe bridge", "hostbridge": "host bridge"}
 
 
 class TopologyView(Vertical):
@@ -168,17 +183,29 @@ class TopologyView(Vertical):
         tree = self.node_tree
         tree.clear()
         tree.root.set_label(Text(node.name, style="bold"))
-        groups = switch_groups(node)
-        by_numa: dict[str, dict[str, list[DeviceView]]] = {}
-        for d in node.devices:
-            numa = "NUMA ?" if d.numa_node is None else f"NUMA {d.numa_node}"
-            by_numa.setdefault(numa, {}).setdefault(groups.get(d.uuid, "PCIe"), []).append(d)
-        for numa, switches in by_numa.items():
-            n = tree.root.add(numa, expand=True)
-            for switch, devs in switches.items():
-                s = n.add(switch, expand=True)
-                for d in devs:
-                    label = Text(f"GPU{d.index} {d.model}" + (f"  job {d.job}" if d.job is not None else ""),
-                                 style="bold reverse" if d.uuid in hl else "")
-                    s.add_leaf(label)
+        g, top = node_tree(node)
+        by_name = {_device_name(d.index): d for d in node.devices}
+
+        def label(n: TreeNode) -> Text:
+            d = by_name.get(n.name)
+            if d is not None:
+                return Text(f"{n.name} {d.model}" + (f"  job {d.job}" if d.job is not None else ""),
+                            style="bold reverse" if d.uuid in hl else "")
+            if n.type in ("nvlink", "xgmi"):
+                return Text(domain_label(g, n.name), style=link_color(str(g.nodes[n.name]["kinds"][0])))
+            if n.type == "mig-gpu":
+                return Text(f"{n.name} {g.nodes[n.name].get('model') or ''}".rstrip())
+            head = n.name.rstrip("0123456789")
+            return Text(f"{_KIND_LABEL[head]} {n.name[len(head):]}" if head in _KIND_LABEL else n.name)
+
+        def add(parent: TreeNode_t[str], n: TreeNode) -> None:
+            if not n.children:
+                parent.add_leaf(label(n))
+                return
+            branch = parent.add(label(n), expand=True)
+            for c in n.children:
+                add(branch, c)
+
+        for c in top.children:
+            add(tree.root, c)
         tree.root.expand()

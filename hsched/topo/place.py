@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hsched.errors import UserError
+from hsched.topo.cliques import find_clique
 from hsched.topo.inventory import device_name
 from hsched.topo.links import LinkClass, estimate_bandwidth_gbps, fabric_links, link_class, link_strength
 from hsched.topo.models import Catalog, lookup_model, parse_cc
@@ -214,24 +215,11 @@ def _objective(p: _Problem, S: Sequence[int]) -> tuple[int, int, int, int]:
 
 
 def _has_clique(p: _Problem, t: int) -> bool:
-    """Is there a K-clique among candidates whose pairs all have rank >= t?"""
-    k, R = p.k, p.R
+    """Is there a K-clique among candidates whose pairs all have rank >= t? (hsched.topo.cliques: the search
+    the topology graph uses for its NVLink domains too)"""
+    R = p.R
     adj = {u: {v for v in p.cand if v != u and R[u][v] >= t} for u in p.cand}
-    nodes = [u for u in p.cand if len(adj[u]) >= k - 1]
-
-    def grow(size: int, pool: list[int]) -> bool:
-        if size == k:
-            return True
-        if size + len(pool) < k:
-            return False
-        for i, v in enumerate(pool):
-            if size + len(pool) - i < k:
-                return False
-            if grow(size + 1, [w for w in pool[i + 1 :] if w in adj[v]]):
-                return True
-        return False
-
-    return grow(0, nodes)
+    return find_clique(p.cand, adj, p.k) is not None
 
 
 def _classes(p: _Problem) -> dict[int, int]:
