@@ -814,8 +814,19 @@ def _moves(decision: RoundDecision, inp: PolicyInput, policy: object, queued: Ma
             else:
                 gain, cost = math.inf, inp.checkpoint_costs.get(v.id, inp.checkpoint_cost_s)
             nodes = ", ".join(p.node for p in s.placement)
-            why = (f"moving from {old} to {s.gpu_type} on {nodes}: expected to save {_secs(gain)} for a checkpoint "
-                   f"and restart of {_secs(cost)}")
+            if gain > 0:
+                why = (f"moving from {old} to {s.gpu_type} on {nodes}: expected to save {_secs(gain)} for a "
+                       f"checkpoint and restart of {_secs(cost)}")
+            else:
+                # a move down: the assignment gives its GPUs to jobs that gain more there (the simulator's policy
+                # does so at a checkpoint cost too: tests/sim/test_checkpoint_policy.py)
+                mine = {u for p in v.placement for u in p.devices}
+                takers = sorted(t.job_id for t in decision.starts if t.job_id != v.id
+                                and not mine.isdisjoint(u for p in t.placement for u in p.devices))
+                to = (f"job {takers[0]}" if len(takers) == 1 else f"jobs {', '.join(map(str, takers))}" if takers
+                      else "the jobs it makes room for")
+                why = (f"moving from {old} to {s.gpu_type} on {nodes}: its {old} GPUs go to {to}, which gain more "
+                       f"there; a checkpoint and restart of {_secs(cost)}")
             out.append(Move(v.id, s.placement, old, s.gpu_type, gain, cost, why))
             continue
         if s.job_id not in queued or queued[s.job_id].reason == _PREEMPTING:

@@ -175,3 +175,33 @@ async def test_one_waiting_job_stops_one_equal_not_one_per_round(tmp_path: Path)
             await lab.advance(5.0)
             assert sorted([(await lab.job(a.id)).state, (await lab.job(b.id)).state]) == sorted(states)
         assert (await lab.events(waiter.id)).count("preempts") == 1
+
+
+def test_a_move_down_makes_room_for_a_job_that_gains_more_and_says_so() -> None:
+    """The policy (the simulator's, tests/sim/test_checkpoint_policy.py) may move a job that checkpoints down to a
+    free slower GPU so that a newcomer that gains far more gets the fast one: live, the mover stops with the slow
+    GPU held for it, the newcomer waits for the fast one, and the move's event says why."""
+    from hsched.config import SimulatedDevices
+    from hsched.model import Job, JobSpec, Node, NodeState, Placement, Resources
+    from hsched.sched.live import FleetView, Move, Running, Wait, schedule
+    from hsched.sched.throughput import ThroughputModel
+    from hsched.simulated import simulated_devices
+
+    def node(name: str, model: str) -> Node:
+        devices, links = simulated_devices(name, SimulatedDevices(model=model, count=1))
+        return Node(name, "fake", NodeState.UP, cpus=16, memory_total_mib=64 << 10, devices=devices, links=links)
+
+    fast, slow = node("fast", "NVIDIA H100 80GB HBM3"), node("slow", "NVIDIA A100-SXM4-80GB")
+    # kind j runs nearly as fast on the A100; kind n ten times faster on the H100
+    model = ThroughputModel({H100: {("j", 1): 10.0, ("n", 1): 100.0}, A100: {("j", 1): 9.0, ("n", 1): 10.0}})
+    spec = JobSpec(command=("x",), resources=Resources(gpus=1), kind="j")
+    j = Job(1, spec, "alice", JobState.RUNNING, "", 0.0, start_time=0.0,
+            placement=(Placement("fast", (fast.devices[0].uuid,)),))
+    n = Job(2, JobSpec(command=("y",), resources=Resources(gpus=1), kind="n"), "bob", JobState.PENDING, "", 50.0)
+    fleet = FleetView((fast, slow), frozenset({fast.devices[0].uuid}), {}, running=(Running(j, 0.0),),
+                      policy="hsched", throughput=model, movable={1: 30.0}, move_min_run_s=600.0)
+    got = schedule(fleet, [n], 5000.0)
+    (mv,) = [d for d in got if isinstance(d, Move)]
+    assert (mv.job_id, mv.from_type, mv.to_type, mv.placements[0].node) == (1, H100, A100, "slow")
+    assert "go to job 2, which gain more there" in mv.why
+    assert [d for d in got if isinstance(d, Wait) and d.job_id == 2]  # it waits for the H100 to be released
