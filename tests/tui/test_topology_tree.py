@@ -6,6 +6,7 @@ DGX-1 it drew one flat group where `topo show` drew four switches under two host
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 from hsched.tui.model import DeviceView, Frame, LinkView, NodeView
@@ -14,9 +15,13 @@ from textual.app import App, ComposeResult
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
+from hsched.model import Node, NodeState
 from hsched.topo.graph import tree_lines
-from hsched.topo.parse import parse_topology
+from hsched.topo.inventory import Inventory
+from hsched.topo.parse import parse_topology, read_capture
+from hsched.topo.place import topology_of_node
 from hsched.topo.topology import Topology
+from tests.conftest import FIXTURES
 from tests.topo.captures import capture
 
 # the dashboard names inner nodes for people; topo show prints the graph's names (numa0, switch0)
@@ -100,3 +105,13 @@ def test_dgx1_tree_shows_switches_bridges_and_the_nvlink_domain() -> None:
     assert lines[:5] == ["dgx1", "  hostbridge0", "    switch0", "      GPU0", "      GPU1"]
     # the hybrid cube mesh: all eight reach each other over NVLink, but only four are pairwise linked
     assert lines[-1] == "  nvlink0: GPU0-7 (NV2/NV1, all pairs within GPU0-3)"
+
+
+def test_mig_instances_hang_under_their_gpu_in_both() -> None:
+    inv = read_capture(FIXTURES / "topo-written" / "nvidia-smi-L__a100-80gb-x2-mig.txt")
+    assert isinstance(inv, Inventory)
+    devices = tuple(replace(d, numa_node=1 if d.index == 1 else 0) for d in inv.devices())
+    topo = topology_of_node(Node(name="n", executor="local", state=NodeState.UP, devices=devices))
+    lines = dashboard_lines(node_view(topo, "n"))
+    assert lines == topo_show_lines(topo, "n")
+    assert lines[:4] == ["n", "  numa0", "    GPU0", "      GPU0.0"]
