@@ -45,6 +45,9 @@ Whichever it is, when the run's main process ends every other process of the run
 after the stop grace when hsched had signalled the run) and the wrapper writes the exit record only once
 none is left, so a reported exit means the run's GPUs are free to hand out again.
 
+A shared run (HSCHED_SHARED_GPU=<uuid>: several runs on one GPU) gets the GPU's CUDA MPS control daemon started
+before its job and stopped after the GPU's last shared run (see "GPUs shared by several runs" below).
+
 Run folder (0700, files 0600):
 
     spec.json     the launch request (command, env, workdir, inherit_env, cpus, memory_mib, cpu_limit,
@@ -52,13 +55,15 @@ Run folder (0700, files 0600):
                   files, which the wrapper also writes the job's output to, opened as the run's user)
     handle.json   run_dir, pid (the wrapper), pgid (= the main process's pid), start_ticks, boot_id,
                   child_start_ticks, containment ("cgroup" | "pgroup"), cgroups ({"v2", "memory", "cpu"}:
-                  folders), enforced (["memory", "cpu"]: limits in force), subreaper, cgroup_errors
+                  folders), enforced (["memory", "cpu"]: limits in force), subreaper, cgroup_errors, mps (a
+                  shared run's: {gpu, state: started | joined | absent | failed | refused, daemon, detail})
     signals.log   one JSON line per signal hsched sent ({t, signal, number, batch_only, all_processes, purpose}),
                   appended before it is sent
     exit.json     exit_code, signal, end_time (when the main process ended), oom, gpu_left ([{uuid, pid,
                   name}]), stuck_pids (killed but not gone after 10 s: D state), leftovers_killed,
                   containment, main_exit (the main process's own {exit_code, signal} when a checkpoint exit
-                  replaced it), gpu_check_error (when nvidia-smi failed or hung)
+                  replaced it), gpu_check_error (when nvidia-smi failed or hung), mps (a shared run's:
+                  {gpu, runs_left, stopped: the daemon's pid when this run was the GPU's last, error})
     progress.log  the job's progress reports ($HSCHED_PROGRESS; the user's in a lab), read by `watch`
     output.log, wrapper.log
 """

@@ -24,6 +24,7 @@ from hsched.executors.local import LocalExecutor
 from hsched import nodehelper
 from hsched.model import RunHandle
 from tests.executors.waits import wait_exited
+from tests.labusers import LabUsers, lab_python, world_folder
 
 pytestmark = pytest.mark.slow  # real helper, wrapper, daemon and job processes
 
@@ -297,3 +298,48 @@ def test_after_a_shared_run_the_gpus_other_runs_are_not_left_behind(tmp_path: Pa
         for p in procs:
             p.kill()
             p.wait()
+
+
+# ------------------------------------------------------------------------------------------------ lab mode
+
+
+@pytest.fixture(scope="module")
+def users() -> Iterator[LabUsers]:
+    made = LabUsers.create()
+    yield made
+    made.remove()
+
+
+async def test_two_users_clients_reach_the_one_root_daemon(users: LabUsers, node: Node,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lab: the helper is root, the shared runs are two users'. One daemon, root's; each user's job, as its
+    user, talks to it through the folders hsched made (as a CUDA client's first contact does)."""
+    lab = world_folder("hsched-mps-lab-")
+    try:
+        os.chmod(node.base.parent, 0o711)  # what /tmp is to /tmp/hsched-mps: a folder anyone passes through
+        bin_dir = lab / "bin"
+        bin_dir.mkdir(mode=0o755)
+        exe = bin_dir / nodehelper.MPS_CONTROL  # one the users may run too
+        exe.write_text(f"#!{lab_python(lab)}\n{FAKE.read_text()}")
+        exe.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+        script = "id -un; echo get_server_list | nvidia-cuda-mps-control && echo reached"
+        ex = LocalExecutor()
+        try:
+            hs = await asyncio.gather(*(
+                ex.launch(LaunchRequest(run_dir=str(lab / "runs" / user), command=("sh", "-c", script),
+                                        env=node.env(GPU_A), user=user, base_dir=str(lab), devices=(GPU_A,)))
+                for user in ("hslab1", "hslab2")))
+            reps = [await wait_exited(ex, h) for h in hs]
+        finally:
+            await ex.close()
+        for user, h, rep in zip(("hslab1", "hslab2"), hs, reps, strict=True):
+            log = (Path(h.run_dir) / "output.log").read_text()
+            assert rep.exit_code == 0 and log.startswith(f"{user}\n") and log.endswith("reached\n"), log
+        [started] = node.started(GPU_A)
+        assert started["uid"] == 0  # root's, as NVIDIA's multi-user setup has it: it serves every uid
+        control_log = (node.log(GPU_A) / "control.log").read_text()
+        assert control_log.count("Command 'get_server_list'") == 2 and "Command 'quit'" in control_log
+        assert _daemon_pid(node.pipe(GPU_A)) is None  # stopped after the last of the two
+    finally:
+        shutil.rmtree(lab, ignore_errors=True)
