@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -16,7 +15,7 @@ from hsched.errors import ExecutorError, HelperError, NodeUnreachable, UserError
 from hsched.executors.base import Executor
 from hsched.model import Device, Link, Node, NodeState
 from hsched.simulated import simulated_devices
-from hsched.topo.inventory import MIG_INDEX
+from hsched.topo.inventory import MIG_INDEX, profile_memory_mib
 
 log = logging.getLogger("hsched.fleet")
 
@@ -165,10 +164,6 @@ def node_from_probe(rt: NodeRuntime, probe: dict[str, Any]) -> Node:
 
 
 
-_PROFILE_GB = re.compile(r"\d+g\.(\d+)gb(?:\+\w+)?")
-"""A MIG profile's memory, "3g.40gb" (and "1g.10gb+me"): 40 GB."""
-
-
 def mig_devices(parent: Device, instances: list[dict[str, Any]]) -> list[Device]:
     """The MIG instances of a GPU in MIG mode (nvml_probe's `mig_devices`) as devices of their own: the
     parent's model with " MIG <profile>", their own memory, the parent's place (NUMA node, CPUs, PCI bus)."""
@@ -181,9 +176,9 @@ def mig_devices(parent: Device, instances: list[dict[str, Any]]) -> list[Device]
             continue
         total = m.get("memory_total")
         profile = m.get("profile") or mig_profile(m.get("name"), total) or f"mig{k}"
-        if total is None and (sized := _PROFILE_GB.fullmatch(profile)):
+        if total is None and (named := profile_memory_mib(profile)) is not None:
             # nvidia-smi -L (the fallback without NVML) gives no memory: the profile names it, in vendor's GB
-            total = int(sized.group(1)) * 1000**3
+            total = named << 20
         out.append(replace(parent, uuid=str(uuid_), index=(parent.index + 1) * MIG_INDEX + k,
                            model=f"{parent.model} MIG {profile}",
                            memory_total_mib=int(total) // (1 << 20) if total is not None else None,

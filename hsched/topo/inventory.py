@@ -6,6 +6,7 @@ Every field a tool did not print is None (an unreadable metric is a value, not a
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,15 @@ from hsched.topo.topology import NumaNode, format_cpulist
 MIG_INDEX = 100
 """A MIG instance's index is (its GPU's index + 1) * MIG_INDEX + its slot, as the controller numbers them
 (hsched.controller.fleet.mig_devices), so GPU 0's slots are 100, 101... and never collide with a GPU's."""
+
+_PROFILE_GB = re.compile(r"\d+g\.(\d+)gb(?:\+\w+)?")
+"""A MIG profile's memory: "3g.40gb" (and "1g.10gb+me") is 40 GB."""
+
+
+def profile_memory_mib(profile: str | None) -> int | None:
+    """The memory (MiB) a MIG profile names, in the vendor's GB (where nothing measured it: `nvidia-smi -L`)."""
+    m = _PROFILE_GB.fullmatch(profile or "")
+    return int(m.group(1)) * 1000**3 // (1 << 20) if m else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +118,8 @@ class Inventory:
                 continue  # a slice is handed out under its GPU's UUID as mig_parent; unknown here
             profile = g.mig_profile or f"mig{g.index % MIG_INDEX}"
             out.append(Device(uuid=g.uuid, index=g.index, model=f"{parent.name or 'unknown'} MIG {profile}",
-                              memory_total_mib=g.memory_total_mib, numa_node=parent.numa_node,
+                              memory_total_mib=(g.memory_total_mib if g.memory_total_mib is not None
+                                                else profile_memory_mib(profile)), numa_node=parent.numa_node,
                               pci_bus_id=parent.pci_bus_id, mig_parent=parent.uuid, mig_profile=profile))
         return tuple(out)
 
