@@ -7,10 +7,14 @@
     account = "lab-ml"         # optional: sbatch --account
     qos = "normal"             # optional: sbatch --qos (Slurm's QoS, not hsched's class)
     cluster = "dept"           # optional: --clusters, for a multi-cluster Slurm (needs slurmdbd)
+    login = "me@login1"        # optional: run Slurm's commands on this login node over SSH
 
 Slurm is reached through the client commands installed on this machine (sbatch, squeue, scontrol, scancel;
 `SLURM_CONF` as for any user of them). Each command is an asyncio subprocess with its own timeout, never a
-shell: every value is one argv word.
+shell: every value is one argv word. With `login` (and the entry's `port`, `identity_file`, `known_hosts`, as
+an ssh node's), the same commands run on that login node over the SSH executor's connection, host key verified,
+every word shlex-quoted, and run folders live on the login node's disk (executors/_slurm_login.py). Both ways
+are a Site (executors/_slurm_site.py): everything below is the same for either.
 
 **Who decides what (two levels of scheduling).** The partition is one node of hsched's fleet, a *node group*:
 its devices are every GPU of the partition's usable nodes (`gres`, one device per GPU, named
@@ -74,7 +78,9 @@ a checkpoint or warning is not sent. Every signal is recorded in signals.log fir
 
 **Files**: run folders and checkpoint folders are used where they are: the controller's folder (HSCHED_HOME)
 must be on a filesystem the Slurm nodes share, as any sbatch user's home is (`remote_path` is the identity,
-`put`/`get` copy locally).
+`put`/`get` copy locally). Over SSH, a run folder is `<root>/runs/<hash>/<name>` on the login node (root:
+`$HSCHED_NODE_ROOT` there, else `~/.cache/hsched`, on the filesystem its compute nodes share), written and read
+over SFTP, slurm.json included; a checkpoint folder is `<root>/files/...`, moved with SFTP (`put`/`get`).
 
 **A job of several ranks** (`--nodes` N, `--tasks-per-node` T: the controller launches one run per rank, each
 with its torchrun/Slurm environment) is one Slurm job per attempt, not one per rank. The ranks' launches gather
@@ -94,14 +100,14 @@ reaches a Slurm group as one node of T tasks.
 Not yet (issue 17): sbatch's `--signal` and `--constraint` from the job spec (hsched sends the warning signal
 itself, by scancel, and its constraints name the fleet file's labels, not Slurm's features; the time limit goes
 to sbatch's `--time` only as a safety net past hsched's own stop); lab mode (jobs as their owners: a launch for
-another user is refused rather than run as the controller's user); reaching Slurm over SSH to a login node.
+another user is refused rather than run as the controller's user); over SSH (login), a job of several ranks
+(refused with one line: its srun dispatch names the ranks' folders, which are not mapped to the login node yet).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import getpass
 import hashlib
 import json
 import os
@@ -113,19 +119,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hsched import nodehelper
-from hsched.errors import ExecutorError, HelperError, NodeRefused, NodeUnreachable, Refusal
+from hsched.config import NodeConfig
+from hsched.errors import ExecutorError, HelperError
 from hsched.model import EndReason, RunHandle, RunReport, RunStatus
 
 from . import _slurm_text as text
 from ._contact import recorded
-from ._files import copy_off_loop
+from ._slurm_site import LOG, SIGNALS, LocalSite, Result, Site, SlurmError, SlurmUnreachable, nodehelper_user
 from .base import Executor, LaunchRequest, StatusQuery
 
 SCRIPT = "slurm.sh"
 RECORD = "slurm.json"
-LOG = "output.log"
-SIGNALS = "signals.log"
 BATCH = 200
 """Job ids per squeue call (its command line stays short)."""
 DETAIL_CALLS = 8
@@ -156,22 +160,7 @@ SlurmRunReport = RunReport
 """Kept for the tests: its fields (queued, started_at, cause) are RunReport's now."""
 
 
-class SlurmError(HelperError):
-    """One Slurm command failed while slurmctld answers (`scontrol ping` says it is up): a refused submission
-    (no such partition, a request the partition cannot ever satisfy), an unknown job. The message is one line:
-    the node, the command and Slurm's first line of error."""
-
-
-class SlurmUnreachable(NodeUnreachable):
-    """slurmctld does not answer (down, unreachable, munge failing): the group is away; its jobs are not lost
-    (they run on in Slurm), and the next call tries again."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Result:
-    rc: int
-    out: str
-    err: str
+__all__ = ["LOG", "SIGNALS", "SlurmError", "SlurmExecutor", "SlurmUnreachable"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,9 +209,13 @@ class SlurmExecutor:
         name: the node's name in the fleet.
         partition: the Slurm partition the jobs go to and whose nodes make the group.
         account, qos, cluster: sbatch's --account, --qos, --clusters (None: Slurm's defaults).
-        env: the environment of the Slurm commands (None: this process's; tests pass SLURM_CONF).
+        env: the environment of the Slurm commands (None: this process's; tests pass SLURM_CONF); with `login`,
+            only these variables are set for the commands on the login node (None: none but SLURM_TIME_FORMAT).
         timeout_s: one Slurm command.
         poll_s: how long squeue's answer serves status calls, and how often monitoring asks Slurm.
+        login: reach Slurm over SSH on this login node (an ssh node's settings: host, user, port, identity_file,
+            known_hosts; executors/_slurm_login.py); None: the client commands of this machine.
+        ssh_config: with `login`, an ssh config file to read instead of ~/.ssh/config (as SSHExecutor's).
     """
 
     kind = "slurm"
@@ -230,14 +223,25 @@ class SlurmExecutor:
 
     def __init__(self, *, name: str, partition: str, account: str | None = None, qos: str | None = None,
                  cluster: str | None = None, env: Mapping[str, str] | None = None, timeout_s: float = 30.0,
-                 poll_s: float = 1.0) -> None:
+                 poll_s: float = 1.0, login: NodeConfig | None = None, ssh_config: str | Path | None = None) -> None:
         self.name = name
         self.partition = partition
         self.account = account
         self.qos = qos
         self.cluster = cluster
-        self.env = dict(os.environ if env is None else env)
-        self.env["SLURM_TIME_FORMAT"] = "%s"  # every time Slurm prints is an epoch
+        self.login = login
+        site: Site
+        if login is None:
+            self.env = dict(os.environ if env is None else env)
+            self.env["SLURM_TIME_FORMAT"] = "%s"  # every time Slurm prints is an epoch
+            site = LocalSite(name, self.env)
+        else:
+            # imported here: asyncssh costs a Slurm group reached from this machine nothing
+            from ._slurm_login import LoginSite
+
+            self.env = {**(env or {}), "SLURM_TIME_FORMAT": "%s"}
+            site = LoginSite(name, login, self.env, ssh_config=ssh_config)
+        self._site = site
         self.timeout_s = timeout_s
         self.poll_s = poll_s
         self.last_contact: float | None = None
@@ -255,6 +259,12 @@ class SlurmExecutor:
         """(hsched job id, attempt) -> the ranks whose launches have come so far."""
         self._gang_signals: dict[tuple[int, str, str], float] = {}
 
+    @classmethod
+    def from_config(cls, cfg: NodeConfig, **kw: Any) -> SlurmExecutor:
+        """The executor of a fleet file's slurm node group (its `login`, if any, through the ssh keys)."""
+        return cls(name=cfg.name, partition=cfg.partition or "", account=cfg.account, qos=cfg.slurm_qos,
+                   cluster=cfg.cluster, login=login_config(cfg) if cfg.login else None, **kw)
+
     @property
     def boot_id(self) -> str:
         """Stable for the partition: Slurm's jobs survive a restart of any of its daemons."""
@@ -265,7 +275,7 @@ class SlurmExecutor:
     def _scoped(self, argv: Sequence[str]) -> list[str]:
         return [argv[0], f"--clusters={self.cluster}", *argv[1:]] if self.cluster else list(argv)
 
-    async def _run(self, *argv: str, check: bool = True) -> _Result:
+    async def _run(self, *argv: str, check: bool = True) -> Result:
         """Run one Slurm command (never through a shell). A failure is a SlurmError when slurmctld answers
         `scontrol ping`, else SlurmUnreachable: chosen by exit statuses, not by Slurm's wording."""
         res = await self._exec(self._scoped(argv))
@@ -281,27 +291,51 @@ class SlurmExecutor:
         self.last_contact = time.time()
         raise SlurmError(f"{self.name}: {argv[0]} failed: {line}", argv[0])
 
-    async def _exec(self, argv: list[str]) -> _Result:
+    async def _exec(self, argv: list[str]) -> Result:
+        return await self._site.exec(argv, self.timeout_s)
+
+    # ---------------------------------------------------------------------------------- run folder files
+
+    async def _dir(self, run_dir: str) -> str:
+        """The site's folder of the run the controller names `run_dir` (the same path on this machine)."""
+        return await self._site.run_dir(run_dir)
+
+    async def _file(self, run_dir: str, name: str) -> str:
+        return os.path.join(await self._dir(run_dir), name)
+
+    async def _read_ref(self, run_dir: str) -> _Ref:
+        return _ref_of(run_dir, await self._site.read_json(await self._file(run_dir, RECORD)))
+
+    async def _submitted(self, run_dir: str) -> float | None:
+        rec = await self._site.read_json(await self._file(run_dir, RECORD))
+        value = rec.get("submitted") if isinstance(rec, dict) else None
+        return float(value) if isinstance(value, int | float) else None
+
+    async def _merge_record(self, run_dir: str, fields: Mapping[str, Any]) -> None:
+        path = await self._file(run_dir, RECORD)
+        rec = await self._site.read_json(path)
+        rec = dict(rec) if isinstance(rec, dict) else {}
+        rec.update(fields)
+        await self._site.write_json(path, rec)
+
+    async def _record_signal(self, run_dir: str, name: str, number: int, batch_only: bool, all_processes: bool,
+                             purpose: str) -> None:
+        """signals.log's line, as the node helper writes it: the job reads why it got a signal from the last one."""
+        line = json.dumps({"t": time.time(), "signal": name, "number": number, "batch_only": batch_only,
+                           "all_processes": all_processes, "purpose": purpose}) + "\n"
+        await self._site.append(await self._file(run_dir, SIGNALS), line.encode())
+
+    async def _rank_final(self, ref: _Ref, final: dict[str, Any]) -> dict[str, Any]:
+        """A gang rank's own end: the Slurm job's exit code is srun's (the worst of its tasks'), so each rank's
+        comes from srun's messages about its task (GANG_LOG); a rank srun says nothing of exited 0, once srun ran."""
+        rec = await self._site.read_json(await self._file(ref.run_dir, RECORD))
+        rank = _int(rec.get("rank")) if isinstance(rec, dict) else None
         try:
-            async with asyncio.timeout(self.timeout_s):
-                proc = await asyncio.create_subprocess_exec(
-                    *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE, env=self.env)
-                try:
-                    out, err = await proc.communicate()
-                finally:
-                    if proc.returncode is None:  # timed out or cancelled: the command must not outlive the call
-                        with contextlib.suppress(ProcessLookupError):
-                            proc.kill()
-                        await proc.wait()
-        except TimeoutError:
-            raise SlurmUnreachable(f"{self.name}: {argv[0]} did not answer within {self.timeout_s:g} s") from None
-        except (FileNotFoundError, PermissionError, NotADirectoryError) as e:
-            raise NodeRefused(f"{self.name}: cannot run {argv[0]} ({e.strerror or e}): install Slurm's client "
-                              "commands (Debian: slurm-client) on the controller's machine", Refusal.CONFIG) from None
-        except OSError as e:  # out of processes or memory here: may recover
-            raise NodeUnreachable(f"{self.name}: cannot run {argv[0]}: {e.strerror or e}") from None
-        return _Result(proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace"))
+            log = (await self._site.read_at(await self._file(ref.owner, GANG_LOG), 0, 1 << 20)).decode(
+                errors="replace")
+        except (ExecutorError, OSError):
+            return final
+        return _rank_end(log, rank, final)
 
     # ------------------------------------------------------------------------------------------ discovery
 
@@ -363,35 +397,38 @@ class SlurmExecutor:
     @recorded
     async def launch(self, req: LaunchRequest) -> RunHandle:
         world = _int(req.env.get("WORLD_SIZE")) or 1
-        if req.user is not None and req.user != _me():
+        if req.user is not None and (self.login is not None or req.user != _me()):
             raise SlurmError(f"{self.name}: lab mode (a run as {req.user}) is not supported on a Slurm node group "
                              "yet: it would run as the controller's user", "launch")
         if world > 1:
             return await self._launch_rank(req, world)
         comment = self._comment(req.run_dir, req.env)
-        created = await asyncio.to_thread(_make_run_dir, req.run_dir)
+        rdir = await self._dir(req.run_dir)
+        created = await self._site.make_run_dir(rdir)
         if not created:
             # launched before (a retried launch, a restarted controller): that run, never a second sbatch
-            ref = await asyncio.to_thread(_read_ref, req.run_dir)
+            ref = await self._read_ref(req.run_dir)
             if ref.job_id is None:
                 ref = await self._find(req.run_dir)
             if ref.job_id is not None:
-                return self._handle(req.run_dir, ref.job_id, await asyncio.to_thread(_submitted, req.run_dir))
+                return self._handle(req.run_dir, ref.job_id, await self._submitted(req.run_dir))
         gpu_types = {self._gpu_type(d) for d in req.devices}
         gpu_type = next(iter(gpu_types)) if len(gpu_types) == 1 else None
-        env = {k: v for k, v in req.env.items() if k not in DROPPED_ENV and not k.startswith("SLURM_")}
-        workdir = req.workdir or req.run_dir
-        script, skipped = text.batch_script(req.command, env, workdir, req.run_dir)
+        # HSCHED_RUN_DIR: the batch script sets it to the run's folder where the job runs (the site's)
+        env = {k: v for k, v in req.env.items()
+               if k not in DROPPED_ENV and k != "HSCHED_RUN_DIR" and not k.startswith("SLURM_")}
+        workdir = req.workdir or rdir
+        script, skipped = text.batch_script(req.command, env, workdir, rdir)
         if skipped:
             raise SlurmError(f"{self.name}: environment names a shell cannot export: {', '.join(skipped)}", "launch")
-        path = os.path.join(req.run_dir, SCRIPT)
-        await asyncio.to_thread(_write_file, path, script, 0o700)
+        path = os.path.join(rdir, SCRIPT)
+        await self._site.write_file(path, script, 0o700)
         # what is known before sbatch: a restarted controller finds the job by this comment, and counts it on these
         record = {"job_id": None, "comment": comment, "cluster": self.cluster, "partition": self.partition,
                   "devices": list(req.devices), "submitted": None}
-        await asyncio.to_thread(_merge_record, req.run_dir, record)
+        await self._merge_record(req.run_dir, record)
         sb = text.SbatchRequest(
-            script=path, output=os.path.join(req.run_dir, LOG), workdir=workdir,
+            script=path, output=os.path.join(rdir, LOG), workdir=workdir,
             job_name=text.job_name(req.env.get("HSCHED_JOB_NAME") or "hsched"), comment=comment,
             partition=self.partition, account=self.account, qos=self.qos, cluster=self.cluster,
             gpus_per_node=len(req.devices), gpu_type=gpu_type,
@@ -411,8 +448,7 @@ class SlurmExecutor:
         job_id = _int(res.out.strip().split(";", 1)[0])
         if job_id is None:
             raise SlurmError(f"{self.name}: sbatch answered {_first_line(res.out)!r}, not a job id", "sbatch")
-        await asyncio.to_thread(_merge_record, req.run_dir, {"job_id": job_id, "submitted": submitted,
-                                                             "argv": text.sbatch_argv(sb)})
+        await self._merge_record(req.run_dir, {"job_id": job_id, "submitted": submitted, "argv": text.sbatch_argv(sb)})
         self._ours[job_id] = _Ours(req.run_dir, tuple(req.devices))
         self._queue_at = float("-inf")  # the next status asks Slurm: this job is not in the last answer
         return self._handle(req.run_dir, job_id, submitted)
@@ -422,6 +458,10 @@ class SlurmExecutor:
         together); the last to come submits one sbatch for all (`--nodes N --ntasks-per-node T`), whose batch
         script runs srun, which starts every rank's own script as task SLURM_PROCID = RANK. Each rank keeps its
         run folder, log and handle (the Slurm job id, shared); the comment carries rank 0's token."""
+        if self.login is not None:
+            raise SlurmError(f"{self.name}: a job of {world} ranks on a Slurm group reached over SSH (login) is not "
+                             "supported yet: run it with --nodes 1, or reach this Slurm with its client commands "
+                             "on the controller's machine", "launch")
         placed = [n for n in (req.env.get("HSCHED_GANG_NODES") or "").split(",") if n]
         if not placed:
             raise SlurmError(f"{self.name}: a job of {world} ranks without HSCHED_GANG_NODES (where its ranks are "
@@ -434,21 +474,21 @@ class SlurmExecutor:
         if rank is None or not 0 <= rank < world or world % tpn:
             raise SlurmError(f"{self.name}: RANK {req.env.get('RANK')!r} of WORLD_SIZE {world} with LOCAL_WORLD_SIZE "
                              f"{tpn}: not a rank of a job of whole nodes", "launch")
-        created = await asyncio.to_thread(_make_run_dir, req.run_dir)
+        created = await self._site.make_run_dir(req.run_dir)
         if not created:
             # launched before: that rank's job, never a second sbatch
-            ref = await asyncio.to_thread(_read_ref, req.run_dir)
+            ref = await self._read_ref(req.run_dir)
             if ref.job_id is None and ref.token_dir:
                 ref = await self._find(req.run_dir)
             if ref.job_id is not None:
-                return self._handle(req.run_dir, ref.job_id, await asyncio.to_thread(_submitted, req.run_dir))
+                return self._handle(req.run_dir, ref.job_id, await self._submitted(req.run_dir))
         # MASTER_ADDR: the gang's batch script sets it to the job's first node (hsched's names the group)
         env = {k: v for k, v in req.env.items()
                if k not in DROPPED_ENV and k != "MASTER_ADDR" and not k.startswith("SLURM_")}
         script, skipped = text.batch_script(req.command, env, req.workdir or req.run_dir, req.run_dir)
         if skipped:
             raise SlurmError(f"{self.name}: environment names a shell cannot export: {', '.join(skipped)}", "launch")
-        await asyncio.to_thread(_write_file, os.path.join(req.run_dir, SCRIPT), script, 0o700)
+        await self._site.write_file(os.path.join(req.run_dir, SCRIPT), script, 0o700)
         key = (req.env.get("HSCHED_JOB_ID", ""), req.env.get("HSCHED_RUN", ""))
         gang = self._gangs.get(key)
         if gang is None or gang.world != world or gang.submitted.done():
@@ -474,7 +514,7 @@ class SlurmExecutor:
             except TimeoutError:
                 raise SlurmError(f"{self.name}: rank {rank} of job {key[0]} waited {GATHER_S:g} s for the launches of "
                                  f"its other ranks ({len(gang.reqs)} of {world} came)", "launch") from None
-        return self._handle(req.run_dir, job_id, await asyncio.to_thread(_submitted, req.run_dir))
+        return self._handle(req.run_dir, job_id, await self._submitted(req.run_dir))
 
     async def _submit_gang(self, gang: _Gang, nodes: int, tpn: int) -> int:
         """One sbatch for every rank of `gang` (each rank's folder and script are written)."""
@@ -483,15 +523,15 @@ class SlurmExecutor:
         comment = self._comment(r0.run_dir, r0.env)
         for r, rq in gang.reqs.items():
             # what is known before sbatch: every rank names the job by rank 0's token
-            await asyncio.to_thread(_merge_record, rq.run_dir, {
+            await self._merge_record(rq.run_dir, {
                 "job_id": None, "comment": comment, "cluster": self.cluster, "partition": self.partition,
                 "devices": list(rq.devices), "submitted": None, "token_dir": r0.run_dir, "ranks": dirs, "rank": r})
         dispatch = os.path.join(r0.run_dir, RANKS)
-        await asyncio.to_thread(_write_file, dispatch, text.rank_dispatch(
+        await self._site.write_file(dispatch, text.rank_dispatch(
             [(os.path.join(d, SCRIPT), os.path.join(d, LOG)) for d in dirs]), 0o700)
         batch = os.path.join(r0.run_dir, GANG_SCRIPT)
         workdir = r0.workdir or r0.run_dir
-        await asyncio.to_thread(_write_file, batch, text.gang_script(dispatch, workdir, r0.run_dir, nodes, tpn), 0o700)
+        await self._site.write_file(batch, text.gang_script(dispatch, workdir, r0.run_dir, nodes, tpn), 0o700)
         gpu_types = {self._gpu_type(d) for d in r0.devices}
         sb = text.SbatchRequest(
             script=batch, output=os.path.join(r0.run_dir, GANG_LOG), workdir=workdir,
@@ -518,8 +558,7 @@ class SlurmExecutor:
 
     async def _gang_submitted(self, gang: _Gang, job_id: int, submitted: float, argv: list[str] | None) -> int:
         for rq in gang.reqs.values():
-            await asyncio.to_thread(_merge_record, rq.run_dir, {"job_id": job_id, "submitted": submitted,
-                                                                 "argv": argv})
+            await self._merge_record(rq.run_dir, {"job_id": job_id, "submitted": submitted, "argv": argv})
         self._ours[job_id] = _Ours(gang.reqs[0].run_dir, tuple(gang.reqs[0].devices))
         self._queue_at = float("-inf")
         return job_id
@@ -537,14 +576,14 @@ class SlurmExecutor:
     async def _find(self, run_dir: str) -> _Ref:
         """A run whose sbatch may have gone through with no slurm.json written (the controller died while
         sbatch answered): the token in its comment, among the jobs of ours that squeue still knows."""
-        owner = (await asyncio.to_thread(_read_ref, run_dir)).owner
-        res = await self._run("squeue", "-h", "-t", "all", "-u", _me(), "-o", text.SQUEUE_FORMAT)
+        owner = (await self._read_ref(run_dir)).owner
+        res = await self._run("squeue", "-h", "-t", "all", "-u", await self._site.user(), "-o", text.SQUEUE_FORMAT)
         for entry in text.parse_squeue(res.out).values():
             if _same_job(entry.comment, owner):
-                await asyncio.to_thread(_merge_record, run_dir, {
+                await self._merge_record(run_dir, {
                     "job_id": entry.job_id, "comment": entry.comment, "cluster": self.cluster,
                     "partition": self.partition})
-                return await asyncio.to_thread(_read_ref, run_dir)
+                return await self._read_ref(run_dir)
         return _Ref(run_dir, None, "")
 
     # ------------------------------------------------------------------------------------------- status
@@ -612,10 +651,10 @@ class SlurmExecutor:
         return list(await asyncio.gather(*(one(r) for r in refs)))
 
     async def _ref(self, q: StatusQuery) -> _Ref:
-        ref = await asyncio.to_thread(_read_ref, q.run_dir)
+        ref = await self._read_ref(q.run_dir)
         if ref.job_id is None and q.handle is not None and q.handle.boot_id == self.boot_id:
             ref = _Ref(q.run_dir, q.handle.pid, ref.comment, ref.final, ref.devices, ref.token_dir, ref.gang)
-        if ref.job_id is None and await asyncio.to_thread(os.path.isdir, q.run_dir):
+        if ref.job_id is None and await self._site.isdir(await self._dir(q.run_dir)):
             # the folder exists but no job id was written: sbatch may have answered a controller that died
             ref = await self._find(q.run_dir)
         return ref
@@ -624,7 +663,7 @@ class SlurmExecutor:
         if ref.job_id is None:
             return SlurmRunReport(RunStatus.NOT_STARTED)
         job_id = ref.job_id
-        handle = self._handle(ref.run_dir, job_id, await asyncio.to_thread(_submitted, ref.run_dir))
+        handle = self._handle(ref.run_dir, job_id, await self._submitted(ref.run_dir))
         if ref.final is not None:
             return _final_report(ref.final, handle)
         entry = view.get(job_id)
@@ -657,14 +696,14 @@ class SlurmExecutor:
                 return SlurmRunReport(RunStatus.RUNNING, handle=handle)  # changed between two looks: ask again
             final = _final_of(detail)
             if ref.gang:
-                final = await asyncio.to_thread(_rank_final, ref, final)
+                final = await self._rank_final(ref, final)
         elif not reused:
             final = await self._accounting(job_id)
         self._gpus.pop(job_id, None)
         self._ours.pop(job_id, None)
         if final is None:
             return SlurmRunReport(RunStatus.LOST, handle=handle)
-        await asyncio.to_thread(_merge_record, ref.run_dir, {"final": final})
+        await self._merge_record(ref.run_dir, {"final": final})
         return _final_report(final, handle)
 
     # ------------------------------------------------------------------------------------------- signal
@@ -679,7 +718,7 @@ class SlurmExecutor:
         if handle.boot_id != self.boot_id:
             return False  # not a run of this partition
         job_id = handle.pid
-        ref = await asyncio.to_thread(_read_ref, handle.run_dir)
+        ref = await self._read_ref(handle.run_dir)
         entry = (await self._queue_view([job_id], fresh=True)).get(job_id)
         if entry is None or not entry.live or not _same_job(entry.comment, ref.owner):
             return False
@@ -690,20 +729,17 @@ class SlurmExecutor:
             # sends it, the others within GANG_SIGNAL_S only record it (each rank's signals.log says why)
             key = (job_id, name, purpose)
             if time.monotonic() - self._gang_signals.get(key, float("-inf")) < GANG_SIGNAL_S:
-                await asyncio.to_thread(_record_signal, handle.run_dir, name, int(number), batch_only,
-                                        all_processes, purpose)
+                await self._record_signal(handle.run_dir, name, int(number), batch_only, all_processes, purpose)
                 return True
             self._gang_signals[key] = time.monotonic()
         goes_on = purpose in ("checkpoint", "warning")
         if not entry.started:
             if goes_on:
                 return False  # nothing runs yet that could checkpoint
-            await asyncio.to_thread(_record_signal, handle.run_dir, name, int(number), batch_only, all_processes,
-                                    purpose)
+            await self._record_signal(handle.run_dir, name, int(number), batch_only, all_processes, purpose)
             res = await self._run("scancel", str(job_id), check=False)  # pending in Slurm: cancelled outright
         else:
-            await asyncio.to_thread(_record_signal, handle.run_dir, name, int(number), batch_only, all_processes,
-                                    purpose)
+            await self._record_signal(handle.run_dir, name, int(number), batch_only, all_processes, purpose)
             # a gang's batch script is srun, which relays signals to the tasks itself: the steps' tasks get it
             # directly (no flag), once; else the run's command is the batch step's main process
             whom = [] if ref.gang else ["--batch"] if batch_only or purpose == "checkpoint" else ["--full"]
@@ -721,6 +757,12 @@ class SlurmExecutor:
 
     @recorded
     async def users(self, names: Sequence[str]) -> dict[str, bool]:
+        if self.login is not None:
+            # the accounts of the login node, where the jobs run (`getent passwd` exits 2 when one is missing)
+            res = await self._exec(["getent", "passwd", *names]) if names else Result(0, "", "")
+            known = {line.split(":", 1)[0] for line in res.out.splitlines()}
+            return {n: n in known for n in names}
+
         def look() -> dict[str, bool]:
             out = {}
             for n in names:
@@ -736,29 +778,27 @@ class SlurmExecutor:
     @recorded
     async def read_log(self, run_dir: str, offset: int, max_bytes: int = 1 << 20) -> bytes:
         try:
-            return await asyncio.to_thread(_read_at, os.path.join(run_dir, LOG), offset, max_bytes)
+            return await self._site.read_at(await self._file(run_dir, LOG), offset, max_bytes)
         except OSError as e:
             raise HelperError(f"{self.name}: cannot read the log of {run_dir}: {e.strerror or e}", "read") from None
 
     @recorded
     async def newest_mtime(self, path: str) -> float | None:
-        newest = (await asyncio.to_thread(nodehelper.newest, {"path": path})).get("newest")
-        return float(newest) if newest is not None else None
+        return await self._site.newest(path)
 
     @recorded
     async def remote_path(self, local_path: str) -> str:
-        return local_path  # the Slurm nodes share the controller's folder (module docstring)
+        """Where Slurm's jobs see a controller path (a checkpoint folder): the path itself when the Slurm nodes
+        share the controller's folder (client commands here), else a folder under hsched's on the login node."""
+        return await self._site.path(local_path)
 
     @recorded
     async def put(self, local: str | Path, remote: str, *, timeout_s: float = 3600.0) -> None:
-        await self._copy("put", str(local), remote, timeout_s)
+        await self._site.put(str(local), remote, timeout_s)
 
     @recorded
     async def get(self, remote: str, local: str | Path, *, timeout_s: float = 3600.0) -> None:
-        await self._copy("get", remote, str(local), timeout_s)
-
-    async def _copy(self, what: str, src: str, dst: str, timeout_s: float) -> None:
-        await copy_off_loop(self.name, what, src, dst, timeout_s)
+        await self._site.get(remote, str(local), timeout_s)
 
     # -------------------------------------------------------------------------------------------- watch
 
@@ -844,11 +884,11 @@ class SlurmExecutor:
                 "gpus": {"source": "slurm", "devices": readings}, "gpu_error": None, "processes": processes}
 
     async def close(self) -> None:
-        """Nothing to let go of: every call is a command of its own."""
+        """Let the login node's connection go (here: nothing, every call is a command of its own)."""
+        await self._site.close()
 
 
 # ------------------------------------------------------------------------------------ the run folder
-# (blocking file work: called through asyncio.to_thread)
 
 
 def _token(run_dir: str) -> str:
@@ -860,30 +900,8 @@ def _same_job(comment: str | None, run_dir: str) -> bool:
     return comment is not None and comment.endswith(":" + _token(run_dir))
 
 
-def _make_run_dir(run_dir: str) -> bool:
-    """Make the run folder (0700: a run's output and environment are its owner's); False if it was there (the
-    folder is the launch lock, as on the node helper's nodes)."""
-    os.makedirs(os.path.dirname(run_dir.rstrip("/")), 0o700, exist_ok=True)
-    try:
-        os.mkdir(run_dir, 0o700)
-    except FileExistsError:
-        return False
-    os.chmod(run_dir, 0o700)  # whatever the umask
-    for name in (LOG, SIGNALS):
-        os.close(os.open(os.path.join(run_dir, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
-    return True
-
-
-def _write_file(path: str, data: str, mode: int) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _read_ref(run_dir: str) -> _Ref:
-    rec = nodehelper.read_json(os.path.join(run_dir, RECORD))
+def _ref_of(run_dir: str, rec: Any) -> _Ref:
+    """What slurm.json (`rec`, None if missing) says of the run the controller names `run_dir`."""
     if not isinstance(rec, dict):
         return _Ref(run_dir, None, "")
     final = rec.get("final") if isinstance(rec.get("final"), dict) else None
@@ -891,42 +909,6 @@ def _read_ref(run_dir: str) -> _Ref:
     return _Ref(run_dir, _int(rec.get("job_id")), str(rec.get("comment") or ""), final,
                 tuple(str(d) for d in devices) if isinstance(devices, list) else (), str(rec.get("token_dir") or ""),
                 isinstance(rec.get("ranks"), list))
-
-
-def _submitted(run_dir: str) -> float | None:
-    rec = nodehelper.read_json(os.path.join(run_dir, RECORD))
-    value = rec.get("submitted") if isinstance(rec, dict) else None
-    return float(value) if isinstance(value, int | float) else None
-
-
-def _merge_record(run_dir: str, fields: Mapping[str, Any]) -> None:
-    path = os.path.join(run_dir, RECORD)
-    rec = nodehelper.read_json(path)
-    rec = dict(rec) if isinstance(rec, dict) else {}
-    rec.update(fields)
-    nodehelper.write_json_atomic(path, rec)
-
-
-def _record_signal(run_dir: str, name: str, number: int, batch_only: bool, all_processes: bool,
-                   purpose: str) -> None:
-    """signals.log's line, as the node helper writes it: the job reads why it got a signal from the last one."""
-    line = json.dumps({"t": time.time(), "signal": name, "number": number, "batch_only": batch_only,
-                       "all_processes": all_processes, "purpose": purpose}) + "\n"
-    with contextlib.suppress(FileNotFoundError):
-        fd = os.open(os.path.join(run_dir, SIGNALS), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, line.encode())
-        finally:
-            os.close(fd)
-
-
-def _read_at(path: str, offset: int, max_bytes: int) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read(max_bytes)
-    except FileNotFoundError:
-        return b""
 
 
 # ----------------------------------------------------------------------------------------------- values
@@ -940,16 +922,8 @@ def _final_of(detail: text.JobDetail) -> dict[str, Any]:
             "start_time": detail.start_time if began else None}
 
 
-def _rank_final(ref: _Ref, final: dict[str, Any]) -> dict[str, Any]:
-    """A gang rank's own end: the Slurm job's exit code is srun's (the worst of its tasks'), so each rank's comes
-    from srun's messages about its task (GANG_LOG); a rank srun says nothing of exited 0, once srun ran."""
-    rec = nodehelper.read_json(os.path.join(ref.run_dir, RECORD))
-    rank = _int(rec.get("rank")) if isinstance(rec, dict) else None
-    try:
-        with open(os.path.join(ref.owner, GANG_LOG), encoding="utf-8", errors="replace") as f:
-            log = f.read(1 << 20)
-    except OSError:
-        return final
+def _rank_end(log: str, rank: int | None, final: dict[str, Any]) -> dict[str, Any]:
+    """A gang rank's end from the batch script's output (`log`, srun's messages) and the Slurm job's `final`."""
     if rank is None or "srun: " not in log or final.get("state") not in ("COMPLETED", "FAILED"):
         return final  # srun never ran, or Slurm ended the job (cancel, time limit, node failure): the job's end
     code, sig = text.srun_task_ends(log).get(rank, (0, None))
@@ -1019,11 +993,16 @@ def _int(value: Any) -> int | None:
         return None
 
 
+def login_config(cfg: NodeConfig) -> NodeConfig:
+    """The ssh settings of a slurm group's `login` ("user@host" or "host", which may be an ~/.ssh/config alias;
+    the entry's `user`, `port`, `identity_file`, `known_hosts` complete it), as an ssh node's."""
+    user, _, host = (cfg.login or "").rpartition("@")
+    return NodeConfig(name=cfg.name, executor="ssh", host=host, user=user or cfg.user, port=cfg.port,
+                      identity_file=cfg.identity_file, known_hosts=cfg.known_hosts)
+
+
 def _me() -> str:
-    try:
-        return pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        return getpass.getuser()
+    return nodehelper_user()
 
 
 def _conforms(ex: SlurmExecutor) -> Executor:

@@ -503,7 +503,7 @@ def load_job_spec(path: Path, overrides: Mapping[str, Any] | None = None) -> Job
 
 # ------------------------------------------------------------------------------------------------ fleet
 
-_SLURM_KEYS = ("partition", "account", "qos", "cluster")
+_SLURM_KEYS = ("partition", "account", "qos", "cluster", "login")
 _NODE_KEYS = frozenset(
     {"name", "executor", "host", "port", "user", "identity_file", "known_hosts", "simulate", "labels",
      "shared_paths", "helper", *_SLURM_KEYS}
@@ -545,6 +545,9 @@ class NodeConfig:
     """executor "slurm": sbatch's --qos (the fleet file's `qos`: Slurm's QoS, not hsched's class)."""
     cluster: str | None = None
     """executor "slurm": sbatch's --clusters (a multi-cluster Slurm)."""
+    login: str | None = None
+    """executor "slurm": "user@host" of a login node whose Slurm commands are run over SSH (with the entry's
+    port, identity_file, known_hosts as an ssh node's); None: this machine's (executors/_slurm_login.py)."""
     helper: str | None = None
     """executor "local"/"ssh": the launcher of a helper installed on the node (root's, confined), run through
     `sudo -n` instead of shipping one: how a lab's controller that runs as a service account reaches its nodes
@@ -629,7 +632,7 @@ def fleet_from_table(data: Mapping[str, Any], source: str, base_dir: Path) -> Fl
                 port=port, user=raw.get("user"), identity_file=raw.get("identity_file"),
                 known_hosts=raw.get("known_hosts"), simulate=sim, shared_paths=tuple(shared),
                 labels=tuple(dict.fromkeys(labels)), partition=slurm.get("partition"), account=slurm.get("account"),
-                slurm_qos=slurm.get("qos"), cluster=slurm.get("cluster"), helper=helper,
+                slurm_qos=slurm.get("qos"), cluster=slurm.get("cluster"), login=slurm.get("login"), helper=helper,
             )
         )
     p.raise_if_any()
@@ -637,7 +640,8 @@ def fleet_from_table(data: Mapping[str, Any], source: str, base_dir: Path) -> Fl
 
 
 def _slurm_keys(p: Problems, raw: Mapping[str, Any], key: str, executor: Any) -> dict[str, str]:
-    """A slurm node group's keys: `partition` (required), `account`, `qos`, `cluster`; only for that executor."""
+    """A slurm node group's keys: `partition` (required), `account`, `qos`, `cluster`, `login`; only for that
+    executor. The ssh keys (`port`, `identity_file`, `known_hosts`) go with `login`."""
     out: dict[str, str] = {}
     if executor != "slurm":
         for k in _SLURM_KEYS:
@@ -651,10 +655,19 @@ def _slurm_keys(p: Problems, raw: Mapping[str, Any], key: str, executor: Any) ->
             value = _str(p, f"{key}.{k}", raw[k], nonempty=True)
             if value is not None:
                 out[k] = value
+    login = out.get("login")
+    if login is not None and (any(c.isspace() for c in login) or login.count("@") > 1 or login.endswith("@")
+                              or login.startswith(("@", "-"))):
+        p.expected(f"{key}.login", 'a login node as "user@host" or "host" (an ~/.ssh/config alias works)', login)
+        del out["login"]
     for k in ("host", "simulate"):
         if k in raw:
-            p.add(f"{key}.{k}", "not for a slurm node: it is reached through this machine's Slurm commands "
-                  "(sbatch, squeue) and its GPUs are Slurm's")
+            p.add(f"{key}.{k}", "not for a slurm node: it is reached through Slurm's commands (sbatch, squeue; "
+                  'over SSH with login = "user@host") and its GPUs are Slurm\'s')
+    if "login" not in raw:
+        for k in ("port", "identity_file", "known_hosts"):
+            if k in raw:
+                p.add(f"{key}.{k}", 'only with login = "user@host" (a slurm node reached over SSH)')
     return out
 
 

@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from hsched.executors.slurm import SlurmExecutor
+from hsched.executors.slurm import SlurmExecutor, login_config
 
 from hsched.config import fleet_from_table
 from hsched.controller.fleet import build_fleet, make_executor
@@ -43,6 +43,41 @@ def test_a_slurm_group_entry() -> None:
     assert rt.node.executor == "slurm" and rt.executor.kind == "slurm"
     [minimal] = fleet('[[node]]\nname = "c"\nexecutor = "slurm"\npartition = "debug"\n').nodes
     assert (minimal.account, minimal.slurm_qos, minimal.cluster) == (None, None, None)
+
+
+def test_a_slurm_group_reached_over_ssh() -> None:
+    """`login` makes the group's Slurm commands run on a login node, with the ssh keys an ssh node has."""
+    [nc] = fleet(GROUP + 'login = "me@login1.dept"\nport = 2222\nidentity_file = "~/.ssh/id_lab"\n'
+                 'known_hosts = "~/.ssh/known_hosts_lab"\n').nodes
+    assert (nc.login, nc.port, nc.identity_file, nc.known_hosts, nc.host) == (
+        "me@login1.dept", 2222, "~/.ssh/id_lab", "~/.ssh/known_hosts_lab", None)
+    login = login_config(nc)  # the executor's ssh settings (tests/slurm/test_slurm_login.py connects with them)
+    assert (login.executor, login.host, login.user, login.port, login.identity_file, login.known_hosts) == (
+        "ssh", "login1.dept", "me", 2222, "~/.ssh/id_lab", "~/.ssh/known_hosts_lab")
+    [alias] = fleet('[[node]]\nname = "c"\nexecutor = "slurm"\npartition = "p"\nlogin = "cluster"\nuser = "u"\n').nodes
+    assert (login_config(alias).host, login_config(alias).user) == ("cluster", "u")
+    # without login nothing changes: this machine's client commands
+    assert SlurmExecutor.from_config(fleet(GROUP).nodes[0]).login is None
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ('[[node]]\nname = "c"\nexecutor = "slurm"\npartition = "gpu"\nlogin = "a b"\n',
+     'node[0] (c).login: expected a login node as "user@host"'),
+    ('[[node]]\nname = "c"\nexecutor = "slurm"\npartition = "gpu"\nlogin = "-oProxyCommand=x"\n',
+     "node[0] (c).login: expected"),
+    ('[[node]]\nname = "c"\nexecutor = "slurm"\npartition = "gpu"\nlogin = "me@"\n', "node[0] (c).login"),
+    ('[[node]]\nname = "c"\nexecutor = "slurm"\npartition = "gpu"\nlogin = ""\n', "node[0] (c).login"),
+    ('[[node]]\nname = "c"\nexecutor = "slurm"\npartition = "gpu"\nport = 22\n',
+     'node[0] (c).port: only with login = "user@host"'),
+    ('[[node]]\nname = "c"\nexecutor = "slurm"\npartition = "gpu"\nidentity_file = "k"\n',
+     "node[0] (c).identity_file: only with login"),
+    ('[[node]]\nname = "c"\nexecutor = "ssh"\nhost = "h"\nlogin = "me@x"\n',
+     'node[0] (c).login: only for executor = "slurm"'),
+])
+def test_login_problems_name_the_key(text: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        fleet(text)
+    assert any(problem in p for p in e.value.problems), e.value.problems
 
 
 @pytest.mark.parametrize(("text", "problem"), [

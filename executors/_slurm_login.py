@@ -1,0 +1,260 @@
+"""A Slurm group reached over SSH: Slurm's client commands run on a login node, run folders live there.
+
+    [[node]]
+    name = "cluster-a100"
+    executor = "slurm"
+    partition = "gpu"
+    login = "me@login.cluster.example"   # user@host, host, or an ~/.ssh/config alias
+    port = 22                            # optional, as for an ssh node
+    identity_file = "~/.ssh/id_ed25519"  # optional
+    known_hosts = "~/.ssh/known_hosts"   # optional
+
+The connection is the SSH executor's own (executors/ssh.py): one asyncssh connection, the host key always
+verified against known_hosts (never switched off), connects and commands bounded, failed connects backed off,
+every error one line of the class that says what happened. Nothing is shipped to the login node (no helper, no
+Python): first contact only asks where hsched's folder is there, `$HSCHED_NODE_ROOT` else `~/.cache/hsched`
+(it must be on the filesystem the cluster's nodes share, as a home is; a job reads its run folder there).
+
+Each Slurm command is one exec request whose words are each `shlex.quote`d, prefixed by `env NAME=VALUE ...`
+(SLURM_TIME_FORMAT, and the executor's `env`): the login shell splits it back into the argv exactly. Run folders
+are `<root>/runs/<hash of the controller's parent folder>/<name>` (the SSH nodes' mapping), written over SFTP
+(temporary name, then rename), so the batch script is uploaded before `sbatch` names it; slurm.json lives
+there too, so a restarted controller finds its runs as it does locally. A checkpoint folder is mapped to
+`<root>/files/...` and moved with SFTP, as an SSH node's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import posixpath
+import secrets
+import stat
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+from hsched.config import NodeConfig
+from hsched.errors import NodeRefused, Refusal
+
+from . import _confined, _sshfiles
+from ._slurm_site import LOG, SIGNALS, Result
+from .ssh import Remote, SSHExecutor, shell_command
+
+ROOT_COMMAND = 'printf "%s" "${HSCHED_NODE_ROOT:-$HOME/.cache/hsched}"'
+"""The one line of shell hsched sends that is not quoted word by word: a constant, expanded by the login shell
+(where hsched's folder is), as the SSH executor's first contact asks it."""
+NOT_FOUND = 127
+"""A shell's exit status for a command it cannot find."""
+
+
+class _LoginConnection(SSHExecutor):
+    """The SSH executor's connection (host keys, timeouts, backoff, typed errors) to a login node, whose first
+    contact ships nothing: it only learns where hsched's folder is."""
+
+    async def _bootstrap(self, conn: asyncssh.SSHClientConnection) -> Remote:
+        rc, out, err = await self._run(conn, ROOT_COMMAND, b"")
+        root = out.decode(errors="surrogateescape").strip()
+        if rc != 0 or not root.startswith("/"):
+            raise NodeRefused(f"{self.name}: the login node did not say where its home is "
+                              f"({err.decode(errors='replace').strip()[:200] or f'exit status {rc}'})", Refusal.CONFIG)
+        return Remote(root=root, helper="", python=())
+
+
+class LoginSite:
+    """The Site (executors/_slurm_site.py) of a login node reached over SSH."""
+
+    def __init__(self, name: str, login: NodeConfig, env: Mapping[str, str], *,
+                 ssh_config: str | Path | None = None, **ssh: Any) -> None:
+        self.name = name
+        self.env = dict(env)
+        self.ssh = _LoginConnection(login, ssh_config=ssh_config, **ssh)
+        self.where = f"login node {login.user + '@' if login.user else ''}{login.host}"
+
+    async def _root(self) -> str:
+        _, remote = await self.ssh._connection()
+        return remote.root
+
+    async def exec(self, argv: Sequence[str], timeout_s: float) -> Result:
+        conn, _ = await self.ssh._connection()
+        words = ["env", *(f"{k}={v}" for k, v in self.env.items()), *argv]
+        rc, out, err = await self.ssh._run(conn, shell_command(*words), b"", timeout_s)
+        if rc == NOT_FOUND:
+            raise NodeRefused(f"{self.name}: cannot run {argv[0]} on the {self.where} ({_first(err)}): install "
+                              "Slurm's client commands there, or check the login user's PATH", Refusal.CONFIG)
+        return Result(-1 if rc is None else rc, out.decode(errors="replace"), err.decode(errors="replace"))
+
+    async def user(self) -> str:
+        await self.ssh._connection()
+        target = self.ssh.target
+        if target is None:  # pragma: no cover - _connection resolves it first
+            raise NodeRefused(f"{self.name}: no login user", Refusal.CONFIG)
+        return target.username
+
+    async def run_dir(self, local_run_dir: str) -> str:
+        return _confined.mapped(await self._root(), "runs", local_run_dir)
+
+    async def path(self, local_path: str) -> str:
+        return _confined.mapped(await self._root(), "files", local_path)
+
+    async def _sftp(self, what: str, fn: Any, *args: Any, timeout_s: float | None = None) -> Any:
+        conn, _ = await self.ssh._connection()
+        return await self.ssh._sftp_call(conn, self.ssh.command_timeout_s if timeout_s is None else timeout_s,
+                                         what, fn, *args)
+
+    async def make_run_dir(self, path: str) -> bool:
+        return bool(await self._sftp("make run folder", _make_run_dir, path))
+
+    async def write_file(self, path: str, data: str, mode: int) -> None:
+        await self._sftp("write", _write, path, data.encode(errors="surrogateescape"), mode)
+
+    async def read_json(self, path: str) -> Any:
+        data: bytes | None = await self._sftp("read", _read_whole, path)
+        if data is None:
+            return None
+        try:
+            return json.loads(data)
+        except ValueError:
+            return None
+
+    async def write_json(self, path: str, value: Any) -> None:
+        await self._sftp("write", _write, path, json.dumps(value).encode(), 0o600)
+
+    async def append(self, path: str, data: bytes) -> None:
+        await self._sftp("append", _append, path, data)
+
+    async def read_at(self, path: str, offset: int, max_bytes: int) -> bytes:
+        return bytes(await self._sftp("read", _read_at, path, offset, max_bytes))
+
+    async def isdir(self, path: str) -> bool:
+        return bool(await self._sftp("stat", _isdir, path))
+
+    async def newest(self, path: str) -> float | None:
+        found: float | None = await self._sftp("stat", _newest, path)
+        return found
+
+    async def put(self, local: str, remote: str, timeout_s: float) -> None:
+        await self._sftp("put", _sshfiles.put, local, remote, timeout_s=timeout_s)
+
+    async def get(self, remote: str, local: str, timeout_s: float) -> None:
+        await self._sftp("get", _sshfiles.get, remote, local, timeout_s=timeout_s)
+
+    async def close(self) -> None:
+        await self.ssh.close()
+
+
+def _first(err: bytes) -> str:
+    return next((ln.strip() for ln in err.decode(errors="replace").splitlines() if ln.strip()), "not found")[:200]
+
+
+# ----------------------------------------------------------------------------- files over SFTP
+
+
+def _bytes(data: bytes | str) -> bytes:
+    return data if isinstance(data, bytes) else data.encode(errors="surrogateescape")  # files opened "b": bytes
+
+
+def _missing(e: asyncssh.SFTPError) -> bool:
+    return e.code == asyncssh.FX_NO_SUCH_FILE
+
+
+async def _make_run_dir(sftp: asyncssh.SFTPClient, path: str) -> bool:
+    parent = posixpath.dirname(path.rstrip("/"))
+    if parent:
+        await _makedirs(sftp, parent)
+    try:
+        await sftp.mkdir(path, asyncssh.SFTPAttrs(permissions=0o700))
+    except asyncssh.SFTPError:
+        if await sftp.isdir(path):
+            return False  # launched before: the folder is the launch lock, as on this machine
+        raise
+    await sftp.chmod(path, 0o700)  # whatever the umask
+    for name in (LOG, SIGNALS):
+        async with sftp.open(posixpath.join(path, name), "ab", asyncssh.SFTPAttrs(permissions=0o600)):
+            pass
+    return True
+
+
+async def _makedirs(sftp: asyncssh.SFTPClient, path: str) -> None:
+    """Like `mkdir -p`, each new folder 0700 (a user's runs are theirs)."""
+    if not path or await sftp.isdir(path):
+        return
+    await _makedirs(sftp, posixpath.dirname(path.rstrip("/")))
+    with contextlib.suppress(asyncssh.SFTPFailure):  # made meanwhile by a concurrent launch
+        await sftp.mkdir(path, asyncssh.SFTPAttrs(permissions=0o700))
+
+
+async def _write(sftp: asyncssh.SFTPClient, path: str, data: bytes, mode: int) -> None:
+    """The whole file under a temporary name beside it, then renamed over it (a reader sees one or the other)."""
+    tmp = f"{path}.tmp-{secrets.token_hex(4)}"
+    try:
+        async with sftp.open(tmp, "wb", asyncssh.SFTPAttrs(permissions=mode)) as f:
+            await f.write(data)
+            with contextlib.suppress(asyncssh.SFTPError):  # fsync@openssh.com: not every server has it
+                await f.fsync()
+        await sftp.chmod(tmp, mode)
+        await sftp.posix_rename(tmp, path)
+    except BaseException:
+        with contextlib.suppress(asyncssh.SFTPError, OSError):
+            await sftp.remove(tmp)
+        raise
+
+
+async def _read_whole(sftp: asyncssh.SFTPClient, path: str) -> bytes | None:
+    try:
+        async with sftp.open(path, "rb") as f:
+            return _bytes(await f.read())
+    except asyncssh.SFTPError as e:
+        if _missing(e):
+            return None
+        raise
+
+
+async def _append(sftp: asyncssh.SFTPClient, path: str, data: bytes) -> None:
+    try:
+        async with sftp.open(path, "ab", asyncssh.SFTPAttrs(permissions=0o600)) as f:
+            await f.write(data)
+    except asyncssh.SFTPError as e:
+        if not _missing(e):  # the run folder is gone: nothing to record in
+            raise
+
+
+async def _read_at(sftp: asyncssh.SFTPClient, path: str, offset: int, max_bytes: int) -> bytes:
+    try:
+        async with sftp.open(path, "rb") as f:
+            return _bytes(await f.read(max_bytes, offset))
+    except asyncssh.SFTPError as e:
+        if _missing(e):
+            return b""
+        raise
+
+
+async def _isdir(sftp: asyncssh.SFTPClient, path: str) -> bool:
+    return bool(await sftp.isdir(path))
+
+
+async def _newest(sftp: asyncssh.SFTPClient, path: str) -> float | None:
+    """The newest modification time of any file under `path` (links not followed), None if none."""
+    try:
+        entries = await sftp.readdir(path)
+    except asyncssh.SFTPError as e:
+        if _missing(e) or e.code == asyncssh.FX_FAILURE:
+            return None
+        raise
+    best: float | None = None
+    for entry in entries:
+        name = str(entry.filename)
+        if name in (".", ".."):
+            continue
+        mode = entry.attrs.permissions
+        if mode is not None and stat.S_ISDIR(mode):
+            t = await _newest(sftp, posixpath.join(path, name))
+        elif mode is not None and stat.S_ISREG(mode):
+            t = float(entry.attrs.mtime) if entry.attrs.mtime is not None else None
+        else:
+            t = None
+        if t is not None and (best is None or t > best):
+            best = t
+    return best

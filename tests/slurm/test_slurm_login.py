@@ -1,0 +1,194 @@
+"""A Slurm group reached over SSH (executors/_slurm_login.py): the real two-node test cluster, and a real sshd
+test host (tests/e2e/ssh/hosts.py) standing for the cluster's login node. The host runs on this machine's
+loopback (not in a network namespace: its sessions' Slurm commands must reach the test slurmctld, which listens
+here), with its own host key, verified against the test known_hosts as on any SSH node. Its sessions set
+HSCHED_NODE_ROOT, so the run folders live under the host's folder, not beside the controller's names.
+
+What is proven: a job submitted over SSH runs under Slurm, its exit code and log come back, a cancel ends it in
+Slurm; hostile strings reach the job byte-exact through the SSH quoting and the batch script both; a restarted
+executor finds its runs from slurm.json on the login node; a checkpoint folder goes there and back by SFTP; the
+login node's host key is checked (an unknown one is refused, nothing runs)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hsched.executors.base import StatusQuery
+from hsched.executors.slurm import SlurmExecutor
+
+from hsched.config import NodeConfig
+from hsched.errors import NodeRefused, Refusal
+from hsched.model import RunStatus
+from tests.e2e.ssh.hosts import TestHosts, sshd_available
+from tests.e2e.ssh.test_quoting import DUMP, corpus
+from tests.slurm.cluster import SlurmCluster
+from tests.slurm.conftest import run
+from tests.slurm.test_slurm_executor import request, until, until_log
+
+pytestmark = pytest.mark.slow  # a Slurm cluster, an sshd and their jobs
+
+
+@pytest.fixture(scope="module")
+def login_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestHosts]:
+    if not sshd_available():
+        pytest.skip("sshd and ssh-keygen are needed (apt-get install openssh-server)")
+    with TestHosts(tmp_path_factory.mktemp("login"), count=1, use_netns=False, prefix="login") as hosts:
+        yield hosts
+
+
+def read(*parts: str | Path) -> bytes:
+    return Path(*parts).read_bytes()  # the login node shares this machine's disk: what is there, seen directly
+
+
+def over_ssh(slurm: SlurmCluster, hosts: TestHosts, **kw: Any) -> SlurmExecutor:
+    """The cluster's partition reached through the login host, as the fleet file's entry makes it (`login` names
+    the host's alias in the test ssh config; SLURM_CONF is set for the commands there)."""
+    cfg = NodeConfig(name="grp", executor="slurm", partition=slurm.partition, login=hosts[0].name)  # an alias
+    return SlurmExecutor.from_config(cfg, env={"SLURM_CONF": str(slurm.conf)}, ssh_config=hosts.ssh_config, **kw)
+
+
+def test_a_job_over_ssh_runs_its_exit_code_and_log_come_back_and_a_cancel_ends_it(
+        slurm: SlurmCluster, login_host: TestHosts, runs: Path) -> None:
+    script = 'echo "job=$HSCHED_JOB_ID slurm=$SLURM_JOB_ID dir=$HSCHED_RUN_DIR pwd=$(pwd)"; exit 3'
+    trainer = 'echo ready; while :; do sleep 0.1; done'
+
+    async def main() -> None:
+        ex = over_ssh(slurm, login_host)
+        try:
+            probe = await ex.probe()
+            assert len(probe["gpus"]["devices"]) == 4 and probe["cpus"] == 4
+            one = (probe["gpus"]["devices"][0]["uuid"],)
+            rd = runs / "7-1-r0"
+            h = await ex.launch(request(rd, ("sh", "-c", script), devices=one, job="7", memory_mib=500))
+            assert h.run_dir == str(rd) and h.boot_id == ex.boot_id and h.pid > 0
+            # the run folder is on the login node (under its HSCHED_NODE_ROOT), not the controller's name
+            there = await ex._dir(str(rd))
+            assert there.startswith(str(login_host[0].root) + "/runs/") and not rd.exists()
+            job = slurm.job(h.pid)
+            assert job["TresPerNode"] == "gres:gpu:a100:1" and job["StdOut"] == f"{there}/output.log"
+            assert job["Comment"].startswith("hsched:7:") and job["JobName"] == "test-7"
+            rep = await until(ex, str(rd), h, RunStatus.EXITED)
+            assert (rep.exit_code, rep.signal, rep.handle) == (3, None, h)
+            line = (await ex.read_log(str(rd), 0)).decode()
+            assert line == f"job=7 slurm={h.pid} dir={there} pwd={there}\n"
+            assert (await ex.read_log(str(rd), 4)) == line.encode()[4:]
+            record = json.loads(read(there, "slurm.json"))
+            assert record["job_id"] == h.pid and record["final"]["exit_status"] == 3
+            # a cancel: the job ends in Slurm within 5 s, killed by the stop signal
+            rd2 = runs / "8-1-r0"
+            h2 = await ex.launch(request(rd2, ("bash", "-c", trainer), job="8"))
+            await until_log(ex, str(rd2), b"ready")
+            t0 = time.monotonic()
+            assert await ex.signal(h2, "TERM", all_processes=True, purpose="cancelled") is True
+            rep2 = await until(ex, str(rd2), h2, RunStatus.EXITED)
+            assert time.monotonic() - t0 < 5.0, "a cancel ends the job in Slurm within 5 s"
+            assert (rep2.exit_code, rep2.signal) == (143, 15)
+            assert slurm.job(h2.pid)["JobState"] in ("FAILED", "CANCELLED")
+            assert await ex.signal(h2, "TERM") is False  # ended: nothing to signal
+            signals = [json.loads(x) for x in read(await ex._dir(str(rd2)), "signals.log").splitlines()]
+            assert [(x["signal"], x["purpose"]) for x in signals] == [("TERM", "cancelled")]
+            # a restarted controller (a new executor, no handle) finds both runs from slurm.json over SFTP
+            again = over_ssh(slurm, login_host)
+            try:
+                found = await again.status([StatusQuery(str(rd), None), StatusQuery(str(rd2), None)])
+                assert [(r.status, r.exit_code, r.handle.pid if r.handle else None) for r in found] == [
+                    (RunStatus.EXITED, 3, h.pid), (RunStatus.EXITED, rep2.exit_code, h2.pid)]
+                # the launch is idempotent per run folder: the same job, never a second sbatch
+                assert (await again.launch(request(rd, ("sh", "-c", script), devices=one, job="7"))).pid == h.pid
+            finally:
+                await again.close()
+        finally:
+            await ex.close()
+
+    run(main())
+
+
+def test_hostile_strings_arrive_byte_exact_over_ssh(slurm: SlurmCluster, login_host: TestHosts, runs: Path,
+                                                    tmp_path: Path) -> None:
+    """argv, environment, working folder and run folder names with quotes, `$`, backquotes, newlines, leading
+    dashes: the login shell (every word shlex-quoted), sbatch and the batch script reinterpret none of them, and
+    nothing runs (the canary stays absent)."""
+    canary = tmp_path / "CANARY"
+    strings = corpus(canary)
+    env = {f"HOSTILE_{i}": s for i, s in enumerate(strings)}
+    env["HSCHED_JOB_NAME"] = f"job $(touch {canary}); 'name'\n\"ünï\""
+    env["HOSTILE_KEYS"] = json.dumps(sorted(env))
+    workdir = tmp_path / f"wd a b;$(touch {canary}) it's \"x\" 日本"
+    workdir.mkdir(parents=True)  # the login node shares this machine's disk
+    rd = runs / f"run 1 $(touch {canary}) 50%j 'q'"
+
+    async def main() -> dict[str, object]:
+        ex = over_ssh(slurm, login_host)
+        try:
+            h = await ex.launch(request(rd, ("python3", "-c", DUMP, *strings), env=env, workdir=str(workdir)))
+            rep = await until(ex, str(rd), h, RunStatus.EXITED)
+            log = (await ex.read_log(str(rd), 0)).decode()
+            assert rep.exit_code == 0, log
+            result: dict[str, object] = json.loads(log.splitlines()[-1])
+            return result
+        finally:
+            await ex.close()
+
+    got = run(main())
+    assert [bytes.fromhex(a).decode() for a in got["argv"]] == strings  # type: ignore[union-attr]
+    sent = {k: v for k, v in env.items() if k != "HOSTILE_KEYS"}
+    assert {k: bytes.fromhex(v).decode() for k, v in got["env"].items() if k in sent} == sent  # type: ignore[union-attr]
+    assert bytes.fromhex(str(got["cwd"])).decode() == str(workdir)
+    assert not canary.exists()
+
+
+def test_a_checkpoint_folder_goes_to_the_login_node_and_back(slurm: SlurmCluster, login_host: TestHosts,
+                                                             tmp_path: Path) -> None:
+    local = tmp_path / "home" / "checkpoints" / "9"
+    local.mkdir(parents=True)
+    (local / "step-1.pt").write_bytes(b"\x00weights" * 1000)
+
+    async def main() -> None:
+        ex = over_ssh(slurm, login_host)
+        try:
+            remote = await ex.remote_path(str(local))
+            assert remote.startswith(str(login_host[0].root) + "/files/") and remote.endswith("/9")
+            assert await ex.newest_mtime(remote) is None
+            await ex.put(local, remote)
+            assert read(remote, "step-1.pt") == read(local, "step-1.pt")
+            await asyncio.to_thread(Path(remote, "step-2.pt").write_bytes, b"more")
+            newest = await ex.newest_mtime(remote)
+            mtime = (await asyncio.to_thread(Path(remote, "step-2.pt").stat)).st_mtime
+            assert newest is not None and abs(newest - mtime) < 1.0
+            back = tmp_path / "back"
+            await ex.get(remote, back)
+            assert sorted(p.name for p in back.iterdir()) == ["step-1.pt", "step-2.pt"]
+        finally:
+            await ex.close()
+
+    run(main())
+
+
+def test_an_unknown_login_host_key_is_refused_and_nothing_runs(slurm: SlurmCluster, login_host: TestHosts,
+                                                               runs: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+
+    async def main() -> None:
+        h = login_host[0]
+        cfg = NodeConfig(name="grp", executor="ssh", host=h.address, port=h.port, user=login_host.user,
+                         identity_file=str(login_host.user_key), known_hosts=str(empty))
+        ex = SlurmExecutor(name="grp", partition=slurm.partition, env={"SLURM_CONF": str(slurm.conf)}, login=cfg,
+                           ssh_config=tmp_path / "no_ssh_config")
+        (tmp_path / "no_ssh_config").write_text("")
+        try:
+            with pytest.raises(NodeRefused) as e:
+                await ex.launch(request(runs / "1-1-r0", ("true",)))
+            assert e.value.reason is Refusal.HOST_KEY_UNKNOWN and "hsched node trust grp" in str(e.value)
+            assert "\n" not in str(e.value)
+        finally:
+            await ex.close()
+
+    run(main())
+    assert not list(login_host[0].root.glob("runs/*/1-1-r0"))  # refused before any file or command
