@@ -56,7 +56,8 @@ Run folder (0700, files 0600):
     handle.json   run_dir, pid (the wrapper), pgid (= the main process's pid), start_ticks, boot_id,
                   child_start_ticks, containment ("cgroup" | "pgroup"), cgroups ({"v2", "memory", "cpu"}:
                   folders), enforced (["memory", "cpu"]: limits in force), subreaper, cgroup_errors, mps (a
-                  shared run's: {gpu, state: started | joined | absent | failed | refused, daemon, detail})
+                  shared run's: {gpu, state: started | joined | absent | failed | refused, daemon, detail}),
+                  mps_swept (a run that is not shared: [{gpu, stopped | error}], daemons left by runs gone)
     signals.log   one JSON line per signal hsched sent ({t, signal, number, batch_only, all_processes, purpose}),
                   appended before it is sent
     exit.json     exit_code, signal, end_time (when the main process ended), oom, gpu_left ([{uuid, pid,
@@ -1389,6 +1390,7 @@ def wrap(run_dir):
     # a shared run's GPU gets its MPS daemon before the wrapper becomes a subreaper (the daemon must not be
     # adopted by it: it is no process of this run) and before the job starts (CUDA looks for it at init)
     mps = mps_begin(run_dir, env)
+    swept = mps_sweep(spec.get("devices") or []) if mps is None else []
     subreaper = _set_subreaper()
     # a user's run starts in their home (its folder is root's); hsched's own runs in the run folder
     workdir = spec.get("workdir") or (acct["home"] if acct and os.path.isdir(acct["home"]) else None) or run_dir
@@ -1427,6 +1429,8 @@ def wrap(run_dir):
     info["subreaper"] = subreaper
     if mps is not None:
         info["mps"] = mps  # recorded once: MPS started or joined, or why the GPU is time-sliced without it
+    if swept:
+        info["mps_swept"] = swept  # an MPS daemon no shared run needed any more, stopped before this job began
     write_json_atomic(os.path.join(run_dir, "handle.json"), info)
     me = os.getpid()
     reaped = []  # (time, pid, wait status) of every other process of the run that ended as our child
@@ -1809,6 +1813,26 @@ def mps_begin(run_dir, env):
     return rec
 
 
+def _mps_quit(uuid, pipe, log, pid, out):
+    """`echo quit | nvidia-cuda-mps-control` for the GPU's daemon `pid`, then wait for it to go (it quits once
+    its servers have); `out` gets `stopped` (the pid) or `error`. Called under the GPU's lock."""
+    exe = _mps_control()
+    if exe is None:
+        out["error"] = "%s is gone from PATH: daemon %d left running" % (MPS_CONTROL, pid)
+        return out
+    r = subprocess.run([exe], input=b"quit\n", env=_mps_env(exe, uuid, pipe, log), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=MPS_QUIT_S, close_fds=True, cwd="/", start_new_session=True)
+    deadline = time.monotonic() + MPS_QUIT_S
+    while _live(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if _live(pid):
+        out["error"] = "daemon %d still runs %g s after quit (exit status %d: %s)" % (
+            pid, MPS_QUIT_S, r.returncode, r.stdout.decode("utf-8", "replace").strip()[-300:])
+    else:
+        out["stopped"] = pid
+    return out
+
+
 def mps_end(run_dir, rec):
     """After every process of a shared run is gone: uncount it; the GPU's last shared run stops the daemon
     (`echo quit | nvidia-cuda-mps-control`) and waits for it to go, so that the exit record, once written,
@@ -1823,25 +1847,40 @@ def mps_end(run_dir, rec):
             left = _mps_users(state, drop=run_dir)
             out["runs_left"] = len(left)
             pid = mps_daemon_pid(pipe)
-            if left or pid is None:
-                return out
-            exe = _mps_control()
-            if exe is None:
-                out["error"] = "%s is gone from PATH: daemon %d left running" % (MPS_CONTROL, pid)
-                return out
-            env = _mps_env(exe, uuid, pipe, log)
-            r = subprocess.run([exe], input=b"quit\n", env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               timeout=MPS_QUIT_S, close_fds=True, cwd="/", start_new_session=True)
-            deadline = time.monotonic() + MPS_QUIT_S
-            while _live(pid) and time.monotonic() < deadline:  # it quits once its servers have
-                time.sleep(0.01)
-            if _live(pid):
-                out["error"] = "daemon %d still runs %g s after quit (exit status %d: %s)" % (
-                    pid, MPS_QUIT_S, r.returncode, r.stdout.decode("utf-8", "replace").strip()[-300:])
-            else:
-                out["stopped"] = pid
+            if not left and pid is not None:
+                _mps_quit(uuid, pipe, log, pid, out)
     except (OSError, ValueError, subprocess.SubprocessError) as e:
         out["error"] = "stopping MPS for %s: %s" % (uuid, e)
+    return out
+
+
+def mps_sweep(devices):
+    """Before a run that is not shared: stop hsched's MPS daemon on any of its GPUs that no live shared run
+    counts on any more (theirs ended with their wrapper killed, or the node's helper went down mid-run), so
+    the run gets its GPUs without MPS. A daemon some live shared run still counts on is left alone. Returns
+    [{gpu, stopped | error}] for what it found."""
+    out = []
+    for uuid in devices:
+        uuid = str(uuid)
+        if not _MPS_UUID.match(uuid):
+            continue
+        pipe, log, state = mps_dirs(uuid)
+        try:
+            st = os.lstat(state)
+        except OSError:
+            continue  # no shared run of hsched's ever ran on this GPU (since the last boot)
+        if not os.path.isdir(state) or os.path.islink(state) or st.st_uid != os.geteuid():
+            continue  # not ours: never act on what someone else laid there
+        rec = {"gpu": uuid}
+        try:
+            with _FolderLock(state):
+                pid = mps_daemon_pid(pipe)
+                if pid is None or _mps_users(state):
+                    continue
+                out.append(_mps_quit(uuid, pipe, log, pid, rec))
+        except (OSError, ValueError, subprocess.SubprocessError) as e:
+            rec["error"] = "stopping MPS for %s: %s" % (uuid, e)
+            out.append(rec)
     return out
 
 

@@ -199,6 +199,50 @@ async def test_a_run_whose_wrapper_died_does_not_keep_the_daemon(node: Node, mon
         await ex.close()
 
 
+async def test_an_exclusive_run_stops_a_daemon_no_shared_run_counts_on(node: Node,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    _with_mps(monkeypatch, node)
+    ex = LocalExecutor()
+    try:
+        a1 = await ex.launch(node.request("a1", GPU_A))
+        pid_a = _daemon_pid(node.pipe(GPU_A))
+        assert pid_a is not None
+        # the shared run's wrapper dies without uncounting it (a kill, the node's helper going down): the
+        # daemon is left behind, counted on by nobody
+        os.kill(a1.pid, signal.SIGKILL)
+        node.go("a1")
+        await wait_exited(ex, a1)
+        assert _daemon_pid(node.pipe(GPU_A)) == pid_a
+        # an exclusive run on that GPU: the daemon is stopped before its job starts
+        pid_file = node.pipe(GPU_A) / nodehelper.MPS_PID_FILE
+        x = await ex.launch(LaunchRequest(
+            run_dir=str(node.work / "runs" / "x"), command=("sh", "-c", f'test -e "{pid_file}" || echo no-mps'),
+            env={"CUDA_VISIBLE_DEVICES": GPU_A}, inherit_env=True, devices=(GPU_A, GPU_B)))
+        await wait_exited(ex, x)
+        assert _handle_json(x)["mps_swept"] == [{"gpu": GPU_A, "stopped": pid_a}]  # B never had one
+        assert (Path(x.run_dir) / "output.log").read_text() == "no-mps\n"
+        assert not nodehelper._live(pid_a)
+    finally:
+        await ex.close()
+
+
+async def test_an_exclusive_run_leaves_a_daemon_live_shared_runs_use(node: Node,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    _with_mps(monkeypatch, node)
+    ex = LocalExecutor()
+    try:
+        a1 = await ex.launch(node.request("a1", GPU_A))
+        pid_a = _daemon_pid(node.pipe(GPU_A))
+        x = await ex.launch(LaunchRequest(run_dir=str(node.work / "runs" / "x"), command=("true",),
+                                          env={"CUDA_VISIBLE_DEVICES": GPU_A}, inherit_env=True, devices=(GPU_A,)))
+        await wait_exited(ex, x)
+        assert "mps_swept" not in _handle_json(x) and _daemon_pid(node.pipe(GPU_A)) == pid_a
+        node.go("a1")
+        await wait_exited(ex, a1)
+    finally:
+        await ex.close()
+
+
 async def test_without_mps_control_the_runs_run_time_sliced_and_say_so(node: Node) -> None:
     assert shutil.which(nodehelper.MPS_CONTROL) is None  # this machine has no NVIDIA driver tools
     ex = LocalExecutor()
