@@ -1164,6 +1164,9 @@ class _RoundState:
         busy for exclusive ones."""
         out: list[Decision] = []
         use = self._shared_use
+        # one user per shared GPU: CUDA MPS serves one user's clients at a time on a GPU (a second user's would
+        # wait behind the first's, whatever memory is left)
+        owner = {u: r.job.user for r in self.fleet.running if r.job.spec.resources.shared for u in r.devices}
         for job in jobs:
             res = job.spec.resources
             need = res.gpu_memory_mib or 0
@@ -1184,7 +1187,8 @@ class _RoundState:
                         continue
                     used = use.get(d.uuid)
                     if used is not None:
-                        if used + need > d.memory_total_mib or d.uuid in self.releasing:
+                        if (used + need > d.memory_total_mib or d.uuid in self.releasing
+                                or owner.get(d.uuid, job.user) != job.user):
                             continue
                         key = (0, -(used + need), node.name, d.uuid)  # the fullest that still fits
                     elif d.uuid not in self.busy:
@@ -1204,6 +1208,7 @@ class _RoundState:
             if uuid not in use:
                 self.hold((uuid,))
             use[uuid] = now_used
+            owner[uuid] = job.user
             if res.cpus:
                 self.cpus_used[node.name] = self.cpus_used.get(node.name, 0) + res.cpus
             if res.memory_mib:

@@ -100,3 +100,14 @@ async def test_shared_runs_get_their_gpu_and_mps_share(tmp_path: Path) -> None:
         await lab.round()
         await lab.round()
         assert (await lab.job(ex.id)).state is JobState.RUNNING
+
+
+def test_one_user_per_shared_gpu() -> None:
+    """CUDA MPS serves one user's clients at a time on a GPU: another user's shared job goes to another GPU."""
+    n = node(2)
+    bob = job(2, share_gb=10)
+    bob = Job(bob.id, bob.spec, "bob", bob.state, "", bob.submit_time)
+    got = schedule(FleetView((n,), frozenset(), {}, policy="hsched"), [job(1, share_gb=10), bob, job(3, share_gb=10)],
+                   0.0)
+    where = {d.job_id: d.placements[0].devices[0] for d in got if isinstance(d, Launch)}
+    assert where[1] == where[3] != where[2]
