@@ -23,8 +23,10 @@ from hsched.executors.base import StatusQuery
 from hsched.executors.slurm import SlurmExecutor
 
 from hsched.config import NodeConfig
+from hsched.controller.fleet import make_executor
 from hsched.errors import NodeRefused, Refusal
 from hsched.model import RunStatus
+from tests.conftest import Hs, wait_until
 from tests.e2e.ssh.hosts import TestHosts, sshd_available
 from tests.e2e.ssh.test_quoting import DUMP, corpus
 from tests.slurm.cluster import SlurmCluster
@@ -35,10 +37,12 @@ pytestmark = pytest.mark.slow  # a Slurm cluster, an sshd and their jobs
 
 
 @pytest.fixture(scope="module")
-def login_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestHosts]:
+def login_host(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestHosts]:
+    """The login node: its sessions find the test cluster's slurm.conf as a real login node finds its own."""
     if not sshd_available():
         pytest.skip("sshd and ssh-keygen are needed (apt-get install openssh-server)")
-    with TestHosts(tmp_path_factory.mktemp("login"), count=1, use_netns=False, prefix="login") as hosts:
+    with TestHosts(tmp_path_factory.mktemp("login"), count=1, use_netns=False, prefix="login",
+                   session_env={"SLURM_CONF": str(slurm_cluster.conf)}) as hosts:
         yield hosts
 
 
@@ -192,3 +196,64 @@ def test_an_unknown_login_host_key_is_refused_and_nothing_runs(slurm: SlurmClust
 
     run(main())
     assert not list(login_host[0].root.glob("runs/*/1-1-r0"))  # refused before any file or command
+
+
+FLEET = """
+[[node]]
+name = "cluster"
+executor = "slurm"
+partition = "{partition}"
+login = "{login}"
+"""
+
+
+def test_hsched_submits_to_a_group_reached_over_ssh_and_cancels_there(slurm: SlurmCluster, login_host: TestHosts,
+                                                                      tmp_path: Path) -> None:
+    """The CLI and a controller process whose fleet file's slurm group has `login`: the job runs under Slurm
+    through the login node, its exit code and log come back through `hsched`, `hsched cancel` ends a job in
+    Slurm within 5 s. The controller reaches the host through HSCHED_SSH_CONFIG (its alias, key, known_hosts)."""
+    nc = NodeConfig(name="cluster", executor="slurm", partition=slurm.partition, login=login_host[0].name)
+    if make_executor(nc).login is None:  # type: ignore[attr-defined]
+        pytest.skip("hsched/controller/fleet.py's make_executor does not build the group with its login yet "
+                    "(SlurmExecutor.from_config)")
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(FLEET.format(partition=slurm.partition, login=login_host[0].name))
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "settings.toml").write_text("poll_interval_s = 0.2\nkill_after_s = 2\n")
+    h = Hs(home, fleet)
+    h.env.update(login_host.env())
+    h.env.pop("SLURM_CONF", None)  # only the login node knows where the cluster is
+    try:
+        wait_until(lambda: [n for n in h.json("nodes") if n["state"] == "UP"], "the group UP")  # type: ignore[union-attr]
+        jid = h.run("submit", "--parsable", "--gpus", "1", "--", "sh", "-c",
+                    'echo "job=$HSCHED_JOB_ID dir=$HSCHED_RUN_DIR"; exit 3', check=True).stdout.strip()
+        assert h.run("wait", jid, "--timeout", "120").returncode != 0
+        shown = h.json("show", jid)
+        assert isinstance(shown, dict) and shown["state"] == "FAILED" and shown["exit_code"] == 3
+        sid = shown["runs"][0]["pid"]  # Slurm's job id
+        detail = slurm.job(sid)
+        assert detail["JobState"] == "FAILED" and detail["Comment"].startswith(f"hsched:{jid}:")
+        there = str(Path(detail["StdOut"]).parent)
+        assert there.startswith(str(login_host[0].root) + "/runs/")  # on the login node, not under HSCHED_HOME
+        assert h.run("logs", jid, check=True).stdout == f"job={jid} dir={there}\n"
+        # hsched cancel of a running job: it ends in Slurm within 5 s
+        jid = h.run("submit", "--parsable", "--gpus", "1", "--", "sleep", "300", check=True).stdout.strip()
+
+        def launched() -> int | None:
+            shown = h.json("show", jid)
+            assert isinstance(shown, dict)
+            runs = shown["runs"]
+            return int(runs[0]["pid"]) if shown["state"] == "RUNNING" and runs and runs[0].get("pid") else None
+
+        sid = wait_until(launched, "hsched's job running")
+        wait_until(lambda: slurm.job(sid)["JobState"] == "RUNNING", "the Slurm job running")
+        t0 = time.monotonic()
+        h.run("cancel", jid, check=True)
+        wait_until(lambda: slurm.job(sid)["JobState"] not in ("RUNNING", "COMPLETING"), "the Slurm job gone",
+                   every_s=0.05)
+        assert time.monotonic() - t0 < 5.0
+        assert h.run("wait", jid, "--timeout", "60").returncode != 0
+        assert h.json("show", jid)["state"] == "CANCELLED"  # type: ignore[index]
+    finally:
+        h.stop()

@@ -151,8 +151,11 @@ class TestHosts:
 
     __test__ = False
 
-    def __init__(self, base: Path, count: int = 3, *, use_netns: bool | None = None, prefix: str = "host") -> None:
+    def __init__(self, base: Path, count: int = 3, *, use_netns: bool | None = None, prefix: str = "host",
+                 session_env: dict[str, str] | None = None) -> None:
         self.base = Path(base)
+        self.session_env = dict(session_env or {})
+        """More variables for every session (SLURM_CONF on a login node host): values without spaces."""
         self.count = count
         self.use_netns = netns_available() if use_netns is None else use_netns
         self.prefix = prefix
@@ -257,7 +260,8 @@ class TestHosts:
             "Subsystem sftp internal-sftp",
             # a HOME of its own: no login script of this machine (pyenv's rehash, with its lock) runs in a host's
             # sessions, so killing a session at teardown cannot leave a lock that stalls every later login
-            f"SetEnv HSCHED_NODE_ROOT={root} HOME={d / 'home'}",
+            " ".join([f"SetEnv HSCHED_NODE_ROOT={root} HOME={d / 'home'}",
+                      *(f"{k}={v}" for k, v in self.session_env.items())]),
             "ClientAliveInterval 5",
             "ClientAliveCountMax 3",
             "MaxStartups 100",
