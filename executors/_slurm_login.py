@@ -25,11 +25,13 @@ there too, so a restarted controller finds its runs as it does locally. A checkp
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import posixpath
 import secrets
 import stat
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,11 +39,11 @@ from typing import Any
 import asyncssh
 
 from hsched.config import NodeConfig
-from hsched.errors import NodeRefused, Refusal
+from hsched.errors import NodeRefused, NodeUnreachable, Refusal
 
 from . import _confined, _sshfiles
 from ._slurm_site import LOG, SIGNALS, Result
-from .ssh import Remote, SSHExecutor, shell_command
+from .ssh import Remote, SSHExecutor, classify, shell_command, transfer_error
 
 ROOT_COMMAND = 'printf "%s" "${HSCHED_NODE_ROOT:-$HOME/.cache/hsched}"'
 """The one line of shell hsched sends that is not quoted word by word: a constant, expanded by the login shell
@@ -72,6 +74,10 @@ class LoginSite:
         self.env = dict(env)
         self.ssh = _LoginConnection(login, ssh_config=ssh_config, **ssh)
         self.where = f"login node {login.user + '@' if login.user else ''}{login.host}"
+        self._files: tuple[asyncssh.SSHClientConnection, asyncssh.SFTPClient] | None = None
+        """One SFTP session for the run folders' small files, kept while its connection lives: a session per
+        call costs a channel round trip each (a status call reads two files per run)."""
+        self._files_lock = asyncio.Lock()
 
     async def _root(self) -> str:
         _, remote = await self.ssh._connection()
@@ -99,10 +105,46 @@ class LoginSite:
     async def path(self, local_path: str) -> str:
         return _confined.mapped(await self._root(), "files", local_path)
 
-    async def _sftp(self, what: str, fn: Any, *args: Any, timeout_s: float | None = None) -> Any:
+    async def _session(self, conn: asyncssh.SSHClientConnection) -> asyncssh.SFTPClient:
+        """The kept SFTP session on `conn`, started if there is none (or it was on a connection now gone). It
+        holds one channel for good, beside the connection's max_channels (8 of sshd's 10 by default)."""
+        async with self._files_lock:
+            if self._files is not None and self._files[0] is conn:
+                return self._files[1]
+            self._drop()
+            sftp = await conn.start_sftp_client()
+            self._files = (conn, sftp)
+            return sftp
+
+    def _drop(self) -> None:
+        if self._files is not None:
+            self._files[1].exit()
+            self._files = None
+
+    async def _sftp(self, what: str, fn: Any, *args: Any) -> Any:
+        """A small file operation on the kept session, bounded and its errors typed as the SSH executor's."""
         conn, _ = await self.ssh._connection()
-        return await self.ssh._sftp_call(conn, self.ssh.command_timeout_s if timeout_s is None else timeout_s,
-                                         what, fn, *args)
+        timeout_s = self.ssh.command_timeout_s
+        try:
+            async with asyncio.timeout(timeout_s):
+                result = await fn(await self._session(conn), *args)
+        except TimeoutError:
+            self._drop()
+            raise NodeUnreachable(f"{self.name}: {what} did not finish within {timeout_s:g} s") from None
+        except (asyncssh.SFTPError, OSError) as e:
+            if isinstance(e, asyncssh.SFTPConnectionLost | asyncssh.SFTPNoConnection | OSError):
+                self._drop()  # the session went: the next call starts another
+            raise transfer_error(e, f"{self.name}: {what} {args[0] if args else ''}: {_one(e)}") from None
+        except asyncssh.Error as e:
+            self._drop()
+            raise classify(e, f"{self.name}: {what} failed: {_one(e)}") from None
+        self.ssh.last_contact = time.time()
+        return result
+
+    async def _transfer(self, what: str, fn: Any, src: str, dst: str, timeout_s: float) -> None:
+        """A checkpoint folder, on a session of its own (it may take long; small calls go on meanwhile)."""
+        conn, _ = await self.ssh._connection()
+        await self.ssh._sftp_call(conn, timeout_s, what, fn, src, dst)
 
     async def make_run_dir(self, path: str) -> bool:
         return bool(await self._sftp("make run folder", _make_run_dir, path))
@@ -136,13 +178,18 @@ class LoginSite:
         return found
 
     async def put(self, local: str, remote: str, timeout_s: float) -> None:
-        await self._sftp("put", _sshfiles.put, local, remote, timeout_s=timeout_s)
+        await self._transfer("put", _sshfiles.put, local, remote, timeout_s)
 
     async def get(self, remote: str, local: str, timeout_s: float) -> None:
-        await self._sftp("get", _sshfiles.get, remote, local, timeout_s=timeout_s)
+        await self._transfer("get", _sshfiles.get, remote, local, timeout_s)
 
     async def close(self) -> None:
+        self._drop()
         await self.ssh.close()
+
+
+def _one(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
 
 
 def _first(err: bytes) -> str:

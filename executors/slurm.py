@@ -240,7 +240,8 @@ class SlurmExecutor:
             from ._slurm_login import LoginSite
 
             self.env = {**(env or {}), "SLURM_TIME_FORMAT": "%s"}
-            site = LoginSite(name, login, self.env, ssh_config=ssh_config)
+            # one bound for a command and a file call alike; the connect has its own (the SSH executor's)
+            site = LoginSite(name, login, self.env, ssh_config=ssh_config, command_timeout_s=timeout_s)
         self._site = site
         self.timeout_s = timeout_s
         self.poll_s = poll_s

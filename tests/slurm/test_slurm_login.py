@@ -24,14 +24,14 @@ from hsched.executors.slurm import SlurmExecutor
 
 from hsched.config import NodeConfig
 from hsched.controller.fleet import make_executor
-from hsched.errors import NodeRefused, Refusal
+from hsched.errors import NodeRefused, NodeUnreachable, Refusal
 from hsched.model import RunStatus
 from tests.conftest import Hs, wait_until
 from tests.e2e.ssh.hosts import TestHosts, sshd_available
 from tests.e2e.ssh.test_quoting import DUMP, corpus
 from tests.slurm.cluster import SlurmCluster
 from tests.slurm.conftest import run
-from tests.slurm.test_slurm_executor import request, until, until_log
+from tests.slurm.test_slurm_executor import job_state, request, until, until_log
 
 pytestmark = pytest.mark.slow  # a Slurm cluster, an sshd and their jobs
 
@@ -196,6 +196,38 @@ def test_an_unknown_login_host_key_is_refused_and_nothing_runs(slurm: SlurmClust
 
     run(main())
     assert not list(login_host[0].root.glob("runs/*/1-1-r0"))  # refused before any file or command
+
+
+def test_a_silent_login_node_makes_the_group_unreachable_and_loses_no_job(slurm: SlurmCluster,
+                                                                         login_host: TestHosts, runs: Path) -> None:
+    """The login node stops answering (its sshd frozen: the connection stays open and goes silent, as a cut
+    link): calls fail within the command timeout as NodeUnreachable, one line; the job runs on in Slurm, and
+    once the node answers again its end is reported as if nothing happened."""
+    go = runs / "go"
+
+    async def main() -> None:
+        ex = over_ssh(slurm, login_host, timeout_s=2.0)
+        host = login_host[0]
+        try:
+            rd = runs / "4-1-r0"
+            h = await ex.launch(request(rd, ("sh", "-c", f'while [ ! -e "{go}" ]; do sleep 0.1; done; exit 4'),
+                                        job="4"))
+            await until(ex, str(rd), h, RunStatus.RUNNING)
+            await asyncio.to_thread(host.cut)
+            try:
+                with pytest.raises(NodeUnreachable) as e:
+                    await ex.status([StatusQuery(str(rd), h)])
+                assert "\n" not in str(e.value) and ex.last_error is e.value
+                await asyncio.to_thread(go.touch)  # the job ends while the login node is away
+                await job_state(slurm, h.pid, "FAILED")
+            finally:
+                await asyncio.to_thread(host.restore)
+            rep = await until(ex, str(rd), h, RunStatus.EXITED, limit_s=30)
+            assert (rep.exit_code, rep.handle) == (4, h) and ex.last_error is None
+        finally:
+            await ex.close()
+
+    run(main())
 
 
 FLEET = """
