@@ -85,16 +85,21 @@ class Hsched(Policy):
             _ORDER = (waiting, over, kept, waiting_sorted)
         keyed = list(waiting_sorted)
         append = keyed.append
+        last_qos: str | None = None  # (jobs of one class in a row: their rank looked up once)
+        rank = normal
         for j in jobs:
             if j.phase is running:
                 start = j.run_start_s
-                fresh = start is not None and now - start < min_run
+                qos = j.qos
+                if qos is not last_qos:
+                    last_qos, rank = qos, ranks.get(qos, normal)
                 # GPU-seconds attained: a gang of 8 that ran an hour has had as much as 8 single jobs that ran one
                 # (Tiresias's two-dimensional LAS); on the gang trace this ranks far better than seconds alone
                 # (las-hetero's), and on single-GPU traces the two are the same
                 # the user's priority orders jobs inside their QoS class, before fair share and attained service
-                append((ranks.get(j.qos, normal), -j.priority, j.user in over, not fresh, j.gpus * j.service_s,
-                        j.arrival_s, j.id, j))
+                # (the fourth: not fresh from a (re)start within the quantum)
+                append((rank, -j.priority, j.user in over, start is None or not (now - start < min_run),
+                        j.gpus * j.service_s, j.arrival_s, j.id, j))
         # (a sorted run and the running jobs' keys: the sort merges. Ids are unique: two keys never tie up to the
         # view, which is there to be handed back)
         keyed.sort()

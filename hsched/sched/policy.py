@@ -59,6 +59,12 @@ def select_by_capacity(ordered: Iterable[JobView], capacity: Mapping[str, int], 
     free = sum(capacity.values())
     biggest = max(capacity.values(), default=0)
     strict = inp.starts_only
+    if isinstance(ordered, list) and ordered:
+        # Every job fits, with a GPU to spare (so the loop below would neither stop nor skip anyone): the usual
+        # full round of a replay with free GPUs, counted at C speed
+        sizes = list(map(_GPUS, ordered))
+        if sum(sizes) < free and max(sizes) <= biggest:
+            return list(ordered)
     out: list[JobView] = []
     for j in ordered:
         if free <= 0:
@@ -74,6 +80,7 @@ def select_by_capacity(ordered: Iterable[JobView], capacity: Mapping[str, int], 
 
 _PROFILE_ON = attrgetter("job_type", "gpus", "gpu_types", "gpu_type")
 _ID = attrgetter("id")
+_GPUS = attrgetter("gpus")
 
 
 def hetero_assign(
