@@ -219,7 +219,7 @@ def round_latency(pending: int = 2000, gpus: int = 512, repeats: int = 15) -> No
 
 
 def scale_run(n_jobs: int = 100_000, gpus: int = 1024, policies: tuple[str, ...] = ("las-hetero", "hsched")) -> None:
-    """The synthetic scale replay (goal: under 2 minutes), each policy's wall time also as a ratio to the
+    """The synthetic scale replay (goal: under 2 minutes of CPU), each policy's CPU time also as a ratio to the
     first one's (las-hetero by default: Gavel's policy, time-sharing like hsched), measured in this run."""
     third = gpus // 3
     servers = parse_cluster(f"v100:{third},p100:{third},k80:{gpus - 2 * third}", 8)
@@ -228,15 +228,16 @@ def scale_run(n_jobs: int = 100_000, gpus: int = 1024, policies: tuple[str, ...]
     # hour (P100 0.6, K80 0.25 of a V100 by the prior), so gpus/64 = 16 jobs an hour offers ~81 % of its
     # capacity. The earlier gpus/8 offered ~650 %: the queue grew without bound and the run measured that.
     tr = synthetic(n_jobs, seed=0, jobs_per_hour=gpus / 64.0)
-    print(f"\nsynthetic {n_jobs:,} jobs on {gpus} GPUs at {gpus / 64.0:g} jobs/h (goal: under 120 s each)")
+    print(f"\nsynthetic {n_jobs:,} jobs on {gpus} GPUs at {gpus / 64.0:g} jobs/h (goal: under 120 s CPU each)")
     base = None
     for name in policies:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         s = simulate(tr, servers, make_policy(name), SimConfig()).summary
-        wall = time.perf_counter() - t0
-        base = base or wall
-        print(f"{name:12s} {wall:6.1f} s wall ({wall / base:4.2f}x {policies[0]}), {s['rounds']:,} rounds, "
-              f"{s['preemptions']:,} preemptions, avg JCT {s['avg_jct_s']:,.0f} s "
+        # (the goal is CPU time: on a shared machine wall time measures the neighbours too)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        base = base or cpu
+        print(f"{name:12s} {cpu:6.1f} s CPU ({cpu / base:4.2f}x {policies[0]}), {wall:6.1f} s wall, "
+              f"{s['rounds']:,} rounds, {s['preemptions']:,} preemptions, avg JCT {s['avg_jct_s']:,.0f} s "
               f"(bound {s['lower_bound_avg_jct_s']:,.0f}), utilization {s['utilization']:.3f}", flush=True)
 
 
