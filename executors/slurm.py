@@ -100,8 +100,7 @@ reaches a Slurm group as one node of T tasks.
 Not yet (issue 17): sbatch's `--signal` and `--constraint` from the job spec (hsched sends the warning signal
 itself, by scancel, and its constraints name the fleet file's labels, not Slurm's features; the time limit goes
 to sbatch's `--time` only as a safety net past hsched's own stop); lab mode (jobs as their owners: a launch for
-another user is refused rather than run as the controller's user); over SSH (login), a job of several ranks
-(refused with one line: its srun dispatch names the ranks' folders, which are not mapped to the login node yet).
+another user is refused rather than run as the controller's user), over SSH (login) too.
 """
 
 from __future__ import annotations
@@ -459,10 +458,6 @@ class SlurmExecutor:
         together); the last to come submits one sbatch for all (`--nodes N --ntasks-per-node T`), whose batch
         script runs srun, which starts every rank's own script as task SLURM_PROCID = RANK. Each rank keeps its
         run folder, log and handle (the Slurm job id, shared); the comment carries rank 0's token."""
-        if self.login is not None:
-            raise SlurmError(f"{self.name}: a job of {world} ranks on a Slurm group reached over SSH (login) is not "
-                             "supported yet: run it with --nodes 1, or reach this Slurm with its client commands "
-                             "on the controller's machine", "launch")
         placed = [n for n in (req.env.get("HSCHED_GANG_NODES") or "").split(",") if n]
         if not placed:
             raise SlurmError(f"{self.name}: a job of {world} ranks without HSCHED_GANG_NODES (where its ranks are "
@@ -475,7 +470,8 @@ class SlurmExecutor:
         if rank is None or not 0 <= rank < world or world % tpn:
             raise SlurmError(f"{self.name}: RANK {req.env.get('RANK')!r} of WORLD_SIZE {world} with LOCAL_WORLD_SIZE "
                              f"{tpn}: not a rank of a job of whole nodes", "launch")
-        created = await self._site.make_run_dir(req.run_dir)
+        rdir = await self._dir(req.run_dir)
+        created = await self._site.make_run_dir(rdir)
         if not created:
             # launched before: that rank's job, never a second sbatch
             ref = await self._read_ref(req.run_dir)
@@ -485,11 +481,11 @@ class SlurmExecutor:
                 return self._handle(req.run_dir, ref.job_id, await self._submitted(req.run_dir))
         # MASTER_ADDR: the gang's batch script sets it to the job's first node (hsched's names the group)
         env = {k: v for k, v in req.env.items()
-               if k not in DROPPED_ENV and k != "MASTER_ADDR" and not k.startswith("SLURM_")}
-        script, skipped = text.batch_script(req.command, env, req.workdir or req.run_dir, req.run_dir)
+               if k not in DROPPED_ENV and k not in ("MASTER_ADDR", "HSCHED_RUN_DIR") and not k.startswith("SLURM_")}
+        script, skipped = text.batch_script(req.command, env, req.workdir or rdir, rdir)
         if skipped:
             raise SlurmError(f"{self.name}: environment names a shell cannot export: {', '.join(skipped)}", "launch")
-        await self._site.write_file(os.path.join(req.run_dir, SCRIPT), script, 0o700)
+        await self._site.write_file(os.path.join(rdir, SCRIPT), script, 0o700)
         key = (req.env.get("HSCHED_JOB_ID", ""), req.env.get("HSCHED_RUN", ""))
         gang = self._gangs.get(key)
         if gang is None or gang.world != world or gang.submitted.done():
@@ -521,21 +517,22 @@ class SlurmExecutor:
         """One sbatch for every rank of `gang` (each rank's folder and script are written)."""
         r0 = gang.reqs[0]
         dirs = [gang.reqs[r].run_dir for r in range(gang.world)]
+        there = [await self._dir(d) for d in dirs]  # the ranks' folders where the job runs (the site's)
         comment = self._comment(r0.run_dir, r0.env)
         for r, rq in gang.reqs.items():
             # what is known before sbatch: every rank names the job by rank 0's token
             await self._merge_record(rq.run_dir, {
                 "job_id": None, "comment": comment, "cluster": self.cluster, "partition": self.partition,
                 "devices": list(rq.devices), "submitted": None, "token_dir": r0.run_dir, "ranks": dirs, "rank": r})
-        dispatch = os.path.join(r0.run_dir, RANKS)
+        dispatch = os.path.join(there[0], RANKS)
         await self._site.write_file(dispatch, text.rank_dispatch(
-            [(os.path.join(d, SCRIPT), os.path.join(d, LOG)) for d in dirs]), 0o700)
-        batch = os.path.join(r0.run_dir, GANG_SCRIPT)
-        workdir = r0.workdir or r0.run_dir
-        await self._site.write_file(batch, text.gang_script(dispatch, workdir, r0.run_dir, nodes, tpn), 0o700)
+            [(os.path.join(d, SCRIPT), os.path.join(d, LOG)) for d in there]), 0o700)
+        batch = os.path.join(there[0], GANG_SCRIPT)
+        workdir = r0.workdir or there[0]
+        await self._site.write_file(batch, text.gang_script(dispatch, workdir, there[0], nodes, tpn), 0o700)
         gpu_types = {self._gpu_type(d) for d in r0.devices}
         sb = text.SbatchRequest(
-            script=batch, output=os.path.join(r0.run_dir, GANG_LOG), workdir=workdir,
+            script=batch, output=os.path.join(there[0], GANG_LOG), workdir=workdir,
             job_name=text.job_name(r0.env.get("HSCHED_JOB_NAME") or "hsched"), comment=comment,
             partition=self.partition, account=self.account, qos=self.qos, cluster=self.cluster, nodes=nodes,
             ntasks_per_node=tpn, gpus_per_node=len(r0.devices),

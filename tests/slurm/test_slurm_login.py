@@ -32,6 +32,7 @@ from tests.e2e.ssh.test_quoting import DUMP, corpus
 from tests.slurm.cluster import SlurmCluster
 from tests.slurm.conftest import run
 from tests.slurm.test_slurm_executor import job_state, request, until, until_log
+from tests.slurm.test_slurm_gang import launch_all, ranks
 
 pytestmark = pytest.mark.slow  # a Slurm cluster, an sshd and their jobs
 
@@ -224,6 +225,46 @@ def test_a_silent_login_node_makes_the_group_unreachable_and_loses_no_job(slurm:
                 await asyncio.to_thread(host.restore)
             rep = await until(ex, str(rd), h, RunStatus.EXITED, limit_s=30)
             assert (rep.exit_code, rep.handle) == (4, h) and ex.last_error is None
+        finally:
+            await ex.close()
+
+    run(main())
+
+
+def test_a_gang_over_ssh_is_one_sbatch_each_rank_with_its_folder_log_and_exit_code(
+        slurm: SlurmCluster, login_host: TestHosts, runs: Path) -> None:
+    """A job of 2 nodes x 1 rank: one sbatch through the login node, srun starting each rank's script from its
+    folder there (the dispatch names the login node's folders), each rank's log and own exit code back (rank 1
+    fails once rank 0 has written its line; srun ends rank 0); a restarted executor finds the one job again."""
+
+    async def main() -> None:
+        ex = over_ssh(slurm, login_host)
+        try:
+            await ex.probe()
+            first = await ex._dir(str(runs / "41-1-r0"))
+            show = ('echo "rank=$RANK node=$SLURMD_NODENAME dir=$HSCHED_RUN_DIR"; if [ "$RANK" = 1 ]; then '
+                    f'until grep -q rank=0 "{first}/output.log"; do sleep 0.1; done; exit 3; fi; '
+                    'while :; do sleep 0.1; done')
+            reqs = ranks(runs, "41", 2, 1, ("sh", "-c", show))
+            handles = await launch_all(ex, reqs)
+            assert len({h.pid for h in handles}) == 1
+            job = slurm.job(handles[0].pid)
+            assert (job["NumNodes"].split("-")[0], job["NumTasks"]) == ("2", "2")
+            reps = [await until(ex, r.run_dir, h, RunStatus.EXITED) for r, h in zip(reqs, handles, strict=True)]
+            assert [(rep.exit_code, rep.signal) for rep in reps] == [(143, 15), (3, None)]
+            nodes = []
+            for r, req in enumerate(reqs):
+                there = await ex._dir(req.run_dir)
+                assert there.startswith(str(login_host[0].root) + "/runs/")
+                f = dict(x.split("=", 1) for x in (await ex.read_log(req.run_dir, 0)).decode().split())
+                assert (f["rank"], f["dir"]) == (str(r), there)
+                nodes.append(f["node"])
+            assert sorted(nodes) == ["n1", "n2"]  # one rank per Slurm node
+            again = over_ssh(slurm, login_host)
+            try:
+                assert [(await again.launch(r)).pid for r in reqs] == [handles[0].pid] * 2
+            finally:
+                await again.close()
         finally:
             await ex.close()
 
