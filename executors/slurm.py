@@ -398,8 +398,9 @@ class SlurmExecutor:
     async def launch(self, req: LaunchRequest) -> RunHandle:
         world = _int(req.env.get("WORLD_SIZE")) or 1
         if req.user is not None and (self.login is not None or req.user != _me()):
+            runs_as = "the login node's user" if self.login is not None else "the controller's user"
             raise SlurmError(f"{self.name}: lab mode (a run as {req.user}) is not supported on a Slurm node group "
-                             "yet: it would run as the controller's user", "launch")
+                             f"yet: it would run as {runs_as}", "launch")
         if world > 1:
             return await self._launch_rank(req, world)
         comment = self._comment(req.run_dir, req.env)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from hsched.executors.base import StatusQuery
-from hsched.executors.slurm import SlurmExecutor
+from hsched.executors.slurm import SlurmError, SlurmExecutor
 
 from hsched.config import NodeConfig
 from hsched.controller.fleet import make_executor
@@ -148,8 +148,8 @@ def test_hostile_strings_arrive_byte_exact_over_ssh(slurm: SlurmCluster, login_h
     assert not canary.exists()
 
 
-def test_a_checkpoint_folder_goes_to_the_login_node_and_back(slurm: SlurmCluster, login_host: TestHosts,
-                                                             tmp_path: Path) -> None:
+def test_checkpoints_go_to_the_login_node_and_back_and_its_accounts_are_the_groups(
+        slurm: SlurmCluster, login_host: TestHosts, tmp_path: Path) -> None:
     local = tmp_path / "home" / "checkpoints" / "9"
     local.mkdir(parents=True)
     (local / "step-1.pt").write_bytes(b"\x00weights" * 1000)
@@ -169,6 +169,10 @@ def test_a_checkpoint_folder_goes_to_the_login_node_and_back(slurm: SlurmCluster
             back = tmp_path / "back"
             await ex.get(remote, back)
             assert sorted(p.name for p in back.iterdir()) == ["step-1.pt", "step-2.pt"]
+            # the login node's accounts; a run as another user (lab mode) is refused, not run as the login user
+            assert await ex.users(["root", "hsched-no-such-user"]) == {"root": True, "hsched-no-such-user": False}
+            with pytest.raises(SlurmError, match=r"^grp: lab mode .* would run as the login node's user$"):
+                await ex.launch(request(tmp_path / "runs" / "1-1-r0", ("true",), user="someone"))
         finally:
             await ex.close()
 
