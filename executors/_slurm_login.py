@@ -149,6 +149,9 @@ class LoginSite:
     async def make_run_dir(self, path: str) -> bool:
         return bool(await self._sftp("make run folder", _make_run_dir, path))
 
+    async def make_dirs(self, path: str) -> None:
+        await self._sftp("make folder", _makedirs, path)
+
     async def write_file(self, path: str, data: str, mode: int) -> None:
         await self._sftp("write", _write, path, data.encode(errors="surrogateescape"), mode)
 

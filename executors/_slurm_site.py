@@ -65,6 +65,9 @@ class Site(Protocol):
     async def make_run_dir(self, path: str) -> bool:
         """Make the run folder (0700) with an empty output.log and signals.log; False if it was there."""
 
+    async def make_dirs(self, path: str) -> None:
+        """Make a folder and its parents (0700 each new one); nothing if it is there."""
+
     async def write_file(self, path: str, data: str, mode: int) -> None:
         """Write a whole file (synced before it is used)."""
 
@@ -135,6 +138,9 @@ class LocalSite:
 
     async def make_run_dir(self, path: str) -> bool:
         return await asyncio.to_thread(_make_run_dir, path)
+
+    async def make_dirs(self, path: str) -> None:
+        await asyncio.to_thread(os.makedirs, path, 0o700, True)
 
     async def write_file(self, path: str, data: str, mode: int) -> None:
         await asyncio.to_thread(_write_file, path, data, mode)

@@ -424,6 +424,7 @@ class SlurmExecutor:
             raise SlurmError(f"{self.name}: environment names a shell cannot export: {', '.join(skipped)}", "launch")
         path = os.path.join(rdir, SCRIPT)
         await self._site.write_file(path, script, 0o700)
+        await self._checkpoint_dir(req)
         # what is known before sbatch: a restarted controller finds the job by this comment, and counts it on these
         record = {"job_id": None, "comment": comment, "cluster": self.cluster, "partition": self.partition,
                   "devices": list(req.devices), "submitted": None}
@@ -487,6 +488,7 @@ class SlurmExecutor:
         if skipped:
             raise SlurmError(f"{self.name}: environment names a shell cannot export: {', '.join(skipped)}", "launch")
         await self._site.write_file(os.path.join(rdir, SCRIPT), script, 0o700)
+        await self._checkpoint_dir(req)
         key = (req.env.get("HSCHED_JOB_ID", ""), req.env.get("HSCHED_RUN", ""))
         gang = self._gangs.get(key)
         if gang is None or gang.world != world or gang.submitted.done():
@@ -513,6 +515,13 @@ class SlurmExecutor:
                 raise SlurmError(f"{self.name}: rank {rank} of job {key[0]} waited {GATHER_S:g} s for the launches of "
                                  f"its other ranks ({len(gang.reqs)} of {world} came)", "launch") from None
         return self._handle(req.run_dir, job_id, await self._submitted(req.run_dir))
+
+    async def _checkpoint_dir(self, req: LaunchRequest) -> None:
+        """The job's checkpoint folder, there before it starts (the controller makes its own; over SSH, the
+        login node's is made here, as a job on this machine finds its folder made)."""
+        ckpt = req.env.get("HSCHED_CHECKPOINT_DIR")
+        if ckpt and self.login is not None:
+            await self._site.make_dirs(ckpt)
 
     async def _submit_gang(self, gang: _Gang, nodes: int, tpn: int) -> int:
         """One sbatch for every rank of `gang` (each rank's folder and script are written)."""

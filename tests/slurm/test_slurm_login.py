@@ -169,10 +169,19 @@ def test_checkpoints_go_to_the_login_node_and_back_and_its_accounts_are_the_grou
             back = tmp_path / "back"
             await ex.get(remote, back)
             assert sorted(p.name for p in back.iterdir()) == ["step-1.pt", "step-2.pt"]
+            # a job writes its checkpoint in the folder made for it there; it comes back with get
+            ckpt = await ex.remote_path(str(tmp_path / "home" / "checkpoints" / "10"))
+            rd = tmp_path / "runs" / "10-1-r0"
+            h = await ex.launch(request(rd, ("sh", "-c", 'echo 3 > "$HSCHED_CHECKPOINT_DIR/step-3.pt"'), job="10",
+                                        env={"HSCHED_CHECKPOINT_DIR": ckpt}))
+            rep = await until(ex, str(rd), h, RunStatus.EXITED)
+            assert rep.exit_code == 0, await ex.read_log(str(rd), 0)
+            await ex.get(ckpt, tmp_path / "ck10")
+            assert read(tmp_path / "ck10" / "step-3.pt") == b"3\n"
             # the login node's accounts; a run as another user (lab mode) is refused, not run as the login user
             assert await ex.users(["root", "hsched-no-such-user"]) == {"root": True, "hsched-no-such-user": False}
             with pytest.raises(SlurmError, match=r"^grp: lab mode .* would run as the login node's user$"):
-                await ex.launch(request(tmp_path / "runs" / "1-1-r0", ("true",), user="someone"))
+                await ex.launch(request(tmp_path / "runs" / "1-1-r1", ("true",), user="someone"))
         finally:
             await ex.close()
 
