@@ -54,6 +54,10 @@ def _find_node(name: str) -> Any:
     fleet = load_fleet(home.fleet_file())
     for n in fleet.nodes:
         if n.name == name:
+            if n.executor == "slurm" and n.login:
+                from hsched.executors.slurm import login_config
+
+                return login_config(n)  # a Slurm group reached over SSH: its login node's key
             if n.executor != "ssh":
                 raise UserError(f"{fleet.source}: node {name!r} uses executor {n.executor!r}; only ssh nodes have "
                                 "host keys to trust")

@@ -113,8 +113,8 @@ def make_executor(cfg: NodeConfig, *, lab: bool = False) -> Executor:
     if cfg.executor == "slurm" and cfg.partition:
         from hsched.executors.slurm import SlurmExecutor
 
-        return SlurmExecutor(name=cfg.name, partition=cfg.partition, account=cfg.account, qos=cfg.slurm_qos,
-                             cluster=cfg.cluster)
+        # (through its `login` node over SSH where the entry names one)
+        return SlurmExecutor.from_config(cfg)
     raise UserError(f"node {cfg.name}: unknown executor {cfg.executor!r}")
 
 
