@@ -73,7 +73,7 @@ def test_dash_in_tmux(lab_home: Lab) -> None:
         tmux.wait_for("JOBID")
         tmux.wait_for("smoke-job")
         tmux("send-keys", "-t", "dash", "2")
-        tmux.wait_for("NVSwitch")  # Topology view of the first node
+        tmux.wait_for("nvlink0")  # Topology view of the first node: its NVLink domain (one graph, topo show's)
         tmux("send-keys", "-t", "dash", "?")
         tmux.wait_for("hsched dash: keys")
         tmux("send-keys", "-t", "dash", "Escape")

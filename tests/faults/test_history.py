@@ -1,4 +1,4 @@
-"""The randomized fault history: 8 seeded histories (HSCHED_FAULT_SEEDS) of submits, cancels, preemptions,
+"""The randomized fault history: 6 seeded histories (HSCHED_FAULT_SEEDS) of submits, cancels, preemptions,
 controller kills, partitions and host reboots against 3 sshd hosts (200 in tests/bench/bench_faults.py), each
 brought to rest and checked against every invariant. A failing seed writes a replayable report:
 `python -m tests.faults.history --replay REPORT`."""
@@ -16,7 +16,7 @@ from tests.faults.history import HISTORY_SETTINGS, run_history
 
 pytestmark = pytest.mark.slow  # sshd hosts, a controller killed again and again, real runs
 
-SEEDS = int(os.environ.get("HSCHED_FAULT_SEEDS", "8"))  # the suite stays under 20 min; bench_faults.py runs 200
+SEEDS = int(os.environ.get("HSCHED_FAULT_SEEDS", "6"))  # the suite stays under 20 min; bench_faults.py runs 200
 
 
 @pytest.fixture(scope="module")
