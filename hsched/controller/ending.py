@@ -49,11 +49,7 @@ async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_cod
     `gpu_left`: processes still on its GPUs after all of the run's were gone (those GPUs become dirty);
     `gpu_oom`: the line of its log that says a GPU ran out of memory."""
     end = true_end(run, ended_at, now)
-    if gpu_left:
-        # a GPU other jobs still hold (shared jobs, `--shared`) has their processes on it: those are not leftovers
-        active = await ctl.db(ctl.store.jobs, states=[s for s in JobState if s.is_active()])
-        theirs = {u for j in active if j.id != job.id for p in j.placement for u in p.devices}
-        gpu_left = tuple(h for h in gpu_left if h.uuid not in theirs)
+    # (a shared GPU's other runs and its MPS server are not this run's leftovers: the node helper leaves them out)
     if gpu_left:
         await mark_dirty(ctl, job, run, gpu_left, now)
     runs = await ctl.db(ctl.store.attempt_runs, job.id, run.attempt)

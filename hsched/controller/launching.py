@@ -236,6 +236,7 @@ async def still_valid(ctl: Controller, inp: RoundInput, decisions: Sequence[Deci
         ids = {d.job_id for d in acting} | {v for d in acting if isinstance(d, Preempt) for v in d.victims}
         current = await ctl.db(_jobs_now, ctl.store, ids)
     held: set[str] | None = None
+    exclusive: set[str] | None = None
     valid: set[int] = set()
     for d in acting:
         # (a move is of a running job; every other decision of a waiting one)
@@ -263,9 +264,11 @@ async def still_valid(ctl: Controller, inp: RoundInput, decisions: Sequence[Deci
         if isinstance(d, Launch) and inp.by_id[d.job_id].spec.resources.shared:
             # a shared job's GPU may hold other shared jobs (the round packed it so): only a process outside
             # hsched, or an exclusive job, makes it unusable
-            exclusive = {u for j in inp.active.values() if not j.spec.resources.shared
-                         for p in j.placement for u in p.devices}
-            if not any(u in exclusive or any(u in rt.foreign for rt in ctl.nodes.values()) for u in devices):
+            if exclusive is None:
+                exclusive = {u for j in inp.active.values() if not j.spec.resources.shared
+                             for p in j.placement for u in p.devices}
+                exclusive.update(u for rt in ctl.nodes.values() for u in rt.foreign)
+            if exclusive.isdisjoint(devices):
                 valid.add(d.job_id)
             continue
         if held.isdisjoint(devices):
