@@ -280,23 +280,39 @@ def unsatisfiable(res: Resources, nodes: Sequence[Node], *, labels: Mapping[str,
     if res.gpu_memory_mib is not None and gpu_mem and res.gpu_memory_mib > max(gpu_mem):
         return (f"no GPU has {_gpu_size(res.gpu_memory_mib)} of memory (largest: {_gpu_size(max(gpu_mem))}); "
                 "lower --gpu-memory")
-    if res.nodes > len(nodes):
-        return f"needs {res.nodes} nodes but {fleet} has {len(nodes)}; lower --nodes or add nodes"
+    # a gang's nodes are distinct nodes of the fleet, or Slurm nodes of one Slurm node group (never both: one
+    # sbatch starts all its ranks); a group's share of any job is on one of its Slurm nodes
+    groups = [n for n in nodes if n.executor == "slurm"] if res.nodes > 1 else []
+    room = max([len(nodes) - len(groups), *(_slurm_node_count(g) for g in groups)])
+    if res.nodes > room:
+        if not groups:
+            return f"needs {res.nodes} nodes but {fleet} has {len(nodes)}; lower --nodes or add nodes"
+        return (f"needs {res.nodes} nodes but {fleet} has {room} that one job may use (its nodes are all on one "
+                "Slurm node group or all elsewhere); lower --nodes or add nodes")
     fitting = []
     best = 0
+    in_groups: list[str] = []
     for n in nodes:
         elig = eligible_devices(n, res)
-        best = max(best, len(elig))
-        if len(elig) < res.gpus:
-            continue
+        hosts = _slurm_hosts(n)
+        # a Slurm group: each of its Slurm nodes is what a node's share of a job must fit on
+        parts = [elig] if hosts is None else list(_per_slurm_node(elig, hosts).values()) or [[]]
+        best = max(best, *map(len, parts))
         if res.cpus is not None and n.cpus is not None and res.cpus > n.cpus:
             continue
         if res.memory_mib is not None and n.memory_total_mib is not None and res.memory_mib > n.memory_total_mib:
             continue
         # the topology engine's own search (a clique of the NVLink graph): a job it could never place on the
         # empty node is refused now rather than left waiting for ever
-        if (res.interconnect is Interconnect.NVLINK and res.gpus > 1
-                and place_on_node(n, res.gpus, elig, Resources(gpus=res.gpus, interconnect=res.interconnect)) is None):
+        ok = [part for part in parts if len(part) >= res.gpus and not (
+            res.interconnect is Interconnect.NVLINK and res.gpus > 1
+            and place_on_node(n, res.gpus, part, Resources(gpus=res.gpus, interconnect=res.interconnect)) is None)]
+        if not ok:
+            continue
+        if hosts is not None and res.nodes > 1:
+            if len(ok) >= res.nodes:
+                return None  # the whole gang fits the group's Slurm nodes
+            in_groups.append(f"{len(ok)} of Slurm group {n.name}'s")
             continue
         fitting.append(n.name)
     if len(fitting) >= res.nodes:
@@ -309,8 +325,9 @@ def unsatisfiable(res: Resources, nodes: Sequence[Node], *, labels: Mapping[str,
     if res.cpus:
         what += f", {res.cpus} CPUs"
     if res.nodes > 1:
-        return (f"needs {res.nodes} nodes each with {what}, but only {len(fitting)} node(s) of {fleet} qualify; "
-                "lower --nodes/--gpus or add nodes")
+        also = f" (and {', '.join(in_groups)} nodes: one job's nodes are all on one group)" if in_groups else ""
+        return (f"needs {res.nodes} nodes each with {what}, but only {len(fitting)} node(s) of {fleet} qualify"
+                f"{also}; lower --nodes/--gpus or add nodes")
     return (f"needs {what} on one node, but no node of {fleet} has that (the most any node offers is {best}); "
             "lower --gpus, change --gpu-type or add a node")
 
@@ -1028,7 +1045,15 @@ class _RoundState:
         """The request on `node`, on devices not in `busy` or in `freed` (and in `among`, when given), or None.
 
         The device choice (the topology engine: the costly part) is asked once per node, request and free set in a
-        round: QoS preemption asks the same question of every node for every waiting job of a shape."""
+        round: QoS preemption asks the same question of every node for every waiting job of a shape.
+
+        On a Slurm node group (`_slurm_hosts`) a node's share of a job is on one Slurm node of the group (sbatch's
+        `--gpus-per-node` is per Slurm node: GPUs of two of them would never start), and a gang is placed there
+        only whole (`start_now`, `_gang_on_group`): one share of a gang is never placed on a group here, so a gang
+        never spans a group and another node (one sbatch starts all its ranks)."""
+        hosts = _slurm_hosts(node)
+        if hosts is not None and res.nodes > 1:
+            return None
         used = self.cpus_used.get(node.name, 0)
         if res.cpus is not None and node.cpus is not None and used + res.cpus > node.cpus:
             return None
@@ -1046,14 +1071,18 @@ class _RoundState:
             return None
         if res.gpus == 0:
             return Placement(node=node.name, devices=(), explanation="CPU only")
-        key = (node.name, res, tuple(free), used, mem_used)
-        if key in self._placed:
-            return self._placed[key]
-        chosen = self.choose(node, free, res)
-        placed = None if chosen is None else Placement(node=node.name, devices=chosen.devices,
-                                                       explanation=chosen.explanation, cpus=chosen.cpus)
-        self._placed[key] = placed
-        return placed
+        for part in ((free,) if hosts is None else _by_slurm_node(free, hosts, res.gpus)):
+            key = (node.name, res, tuple(part), used, mem_used)
+            if key in self._placed:
+                placed = self._placed[key]
+            else:
+                chosen = self.choose(node, part, res)
+                placed = None if chosen is None else Placement(node=node.name, devices=chosen.devices,
+                                                               explanation=chosen.explanation, cpus=chosen.cpus)
+                self._placed[key] = placed
+            if placed is not None:
+                return placed
+        return None
 
     def fit_free(self, node: Node, job: Job, free: Sequence[str], stoppable: Collection[str] = ()) -> Placement | None:
         """`job` on `node`, using only the given free devices (the core's placer asks this); `stoppable`: busy
@@ -1137,14 +1166,30 @@ class _RoundState:
                                           fragmentation_key(link(n), len(n.devices), free[n.name], g)))
         else:
             nodes = self.ranked(job)
+        # a gang goes whole to one Slurm node group (each share on another of its Slurm nodes), or to distinct
+        # other nodes, never to both: the first node in order that is a group and takes it whole wins; a group
+        # met once other nodes were chosen is tried only if those fall short
+        later: list[Node] = []
         for node in nodes:
             if len(placements) == res.nodes:
                 break
+            if res.nodes > 1 and node.executor == "slurm":
+                if placements:
+                    later.append(node)
+                    continue
+                whole = _gang_on_group(self, node, res, busy)
+                if whole is not None:
+                    return whole
+                continue
             p = self.fit(node, res, busy)
             if p is not None:
                 placements.append(p)
         if len(placements) == res.nodes:
             return tuple(placements)
+        for node in later:
+            whole = _gang_on_group(self, node, res, busy)
+            if whole is not None:
+                return whole
         self._missed[key] = self.version
         return None
 
@@ -1492,3 +1537,76 @@ def _could_hold(node: Node, res: Resources) -> bool:
     if res.cpus is not None and node.cpus is not None and res.cpus > node.cpus:
         return False
     return res.memory_mib is None or node.memory_total_mib is None or res.memory_mib <= node.memory_total_mib
+
+
+# ---------------------------------------------------------------- Slurm node groups (issue 17)
+
+_HOSTS: dict[str, tuple[tuple[object, ...], dict[str, str]]] = {}
+"""Group name -> (its devices, the very tuple; device UUID -> Slurm node): `_slurm_hosts`, once per probe."""
+
+
+def _slurm_hosts(node: Node) -> Mapping[str, str] | None:
+    """Device UUID -> the Slurm node it is on, when `node` is a Slurm node group (`executor = "slurm"`:
+    executors/slurm.py names its devices `slurm-<group>-<slurm node>-gpu<index>`); None for any other node. A
+    device not named so is on an unknown Slurm node of its own ("")."""
+    if node.executor != "slurm":
+        return None
+    hit = _HOSTS.get(node.name)
+    if hit is not None and hit[0] is node.devices:
+        return hit[1]
+    prefix = f"slurm-{node.name}-"
+    hosts: dict[str, str] = {}
+    for d in node.devices:
+        host, sep, index = d.uuid.removeprefix(prefix).rpartition("-gpu")
+        hosts[d.uuid] = host if d.uuid.startswith(prefix) and sep and host and index.isdigit() else ""
+    if len(_HOSTS) > 256:
+        _HOSTS.clear()  # (groups renamed over a long life: never more than the fleet's)
+    _HOSTS[node.name] = (node.devices, hosts)
+    return hosts
+
+
+def _per_slurm_node(devices: Iterable[str], hosts: Mapping[str, str]) -> dict[str, list[str]]:
+    """`devices` by the Slurm node they are on, in the order given."""
+    out: dict[str, list[str]] = {}
+    for u in devices:
+        out.setdefault(hosts.get(u, ""), []).append(u)
+    return out
+
+
+def _by_slurm_node(free: Sequence[str], hosts: Mapping[str, str], need: int) -> list[list[str]]:
+    """The free devices of each Slurm node with at least `need` of them, best fit first (the fewest free: a
+    Slurm node left whole stays for a larger job), then by name."""
+    parts = _per_slurm_node(free, hosts)
+    return [parts[h] for h in sorted((h for h, p in parts.items() if len(p) >= need), key=lambda h: (len(parts[h]), h))]
+
+
+def _slurm_node_count(node: Node) -> int:
+    """How many Slurm nodes of a group hsched knows (those with GPUs; at least one)."""
+    hosts = _slurm_hosts(node)
+    return max(1, len(set(hosts.values()))) if hosts else 1
+
+
+def _gang_on_group(st: _RoundState, node: Node, res: Resources, busy: Collection[str]) -> tuple[Placement, ...] | None:
+    """A gang whole on one Slurm node group: `res.nodes` placements on the group, each on another of its Slurm
+    nodes (what `sbatch --nodes=N --gpus-per-node=G` asks Slurm for; Slurm still picks which), or None. CPUs and
+    memory count once per share, as on distinct nodes."""
+    n = res.nodes
+    if res.cpus and node.cpus is not None and st.cpus_used.get(node.name, 0) + n * res.cpus > node.cpus:
+        return None
+    if (res.memory_mib and node.memory_total_mib is not None
+            and st.memory_used.get(node.name, 0) + n * res.memory_mib > node.memory_total_mib):
+        return None
+    share = replace(res, nodes=1)
+    if res.gpus == 0:
+        p = st.fit(node, share, busy)
+        return None if p is None else (p,) * n
+    hosts = _slurm_hosts(node) or {}
+    free = [u for u in st.eligible(node, res) if u not in busy]
+    out: list[Placement] = []
+    for part in _by_slurm_node(free, hosts, res.gpus):
+        p = st.fit(node, share, busy, among=frozenset(part))
+        if p is not None:
+            out.append(p)
+            if len(out) == n:
+                return tuple(out)
+    return None

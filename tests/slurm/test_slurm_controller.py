@@ -227,3 +227,32 @@ def test_a_job_of_two_tasks_is_one_slurm_job_whose_ranks_report_on_their_own(slu
                                                                                     (1, 3, int(sj["id"]))]
     assert h.run("logs", jid, check=True).stdout == "rank=0 procid=0 world=2\n"
     assert h.run("logs", jid, "--rank", "1", check=True).stdout == "rank=1 procid=1 world=2\n"
+
+
+def test_a_gang_of_two_nodes_is_one_slurm_job_over_both_slurm_nodes(slurm: SlurmCluster, hs_slurm: Hs) -> None:
+    """`hsched submit --nodes 2 --gpus-per-node 1` with the Slurm group the only node of that GPU model: the round
+    places both ranks on the group, one per Slurm node, and the executor submits them as ONE `sbatch --nodes=2`;
+    each rank runs on its own Slurm node and its log and exit code come back."""
+    h = hs_slurm
+    show = 'echo "rank=$RANK world=$WORLD_SIZE node=$SLURMD_NODENAME"; exit $((RANK * 3))'
+    jid = h.run("submit", "--parsable", "--nodes", "2", "--gpus-per-node", "1", "--gpu-type", "a100", "--", "sh",
+                "-c", show, check=True).stdout.strip()
+    assert h.run("wait", jid, "--timeout", "120").returncode != 0
+    shown = job(h, jid)
+    [sj] = slurm_jobs(slurm, h, jid)  # one Slurm job for both ranks
+    detail = slurm.job(sj["id"])
+    assert (detail["NumNodes"], detail["NumTasks"], detail["TresPerNode"]) == ("2", "2", "gres:gpu:a100:1")
+    assert sorted(slurm.run("scontrol", "show", "hostnames", detail["NodeList"]).stdout.split()) == ["n1", "n2"]
+    assert shown["state"] == "FAILED" and shown["exit_code"] == 3
+    assert sorted((r["rank"], r["node"], r["exit_code"], r["pid"]) for r in shown["runs"]) == [
+        (0, "cluster", 0, int(sj["id"])), (1, "cluster", 3, int(sj["id"]))]
+    # each rank's devices are on another Slurm node of the group (hsched's count; Slurm chose the real ones)
+    devices = [d for r in sorted(shown["runs"], key=lambda r: r["rank"]) for d in r["devices"]]
+    assert len(devices) == 2 and len({d.split("-")[2] for d in devices}) == 2, devices
+    logs = [h.run("logs", jid, "--rank", str(r), check=True).stdout for r in (0, 1)]
+    nodes = []
+    for r, text in enumerate(logs):
+        fields = dict(x.split("=", 1) for x in text.split())
+        assert (fields["rank"], fields["world"]) == (str(r), "2"), text
+        nodes.append(fields["node"])
+    assert sorted(nodes) == ["n1", "n2"]  # one rank on each Slurm node
