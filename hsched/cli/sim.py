@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,41 @@ _PREDICT = typer.Option(
     help="Policies that need durations get predictions from the jobs completed so far (the median of the "
          "last runs of the job type, as hsched predicts) instead of the truth: *-oracle policies' remaining "
          "times, backfill's runtime estimates.")
+_DATA_MODEL = typer.Option(
+    None, "--data-model", metavar="synthetic[:K[:LO-HI]]",
+    help="Jobs read datasets that live on servers, and a start where the data is not holds its GPUs for the copy: "
+         "K datasets (default 16) of LO-HI GB (default 50-500, log-uniform), one per job type (or user), each on "
+         "one server at first; drawn from --seed.")
+_LOCALITY = typer.Option(
+    None, "--locality", metavar="aware|ignore",
+    help="With --data-model: aware places jobs on servers holding their data and waits for a busy holder when it "
+         "is predicted to free before the copy would finish; ignore places as without data and pays every copy. "
+         "Default aware; `compare` takes aware,ignore to run both.")
+_LINK = typer.Option(10.0, "--data-link-gbps", help="With --data-model: link speed copies run at, Gbit/s.")
+_QUOTA = typer.Option(1000.0, "--data-quota", metavar="GB",
+                      help="With --data-model: GB of copies a server keeps (least recently used evicted past it).")
+
+
+def _data(tr: Any, servers: Any, data_model: str | None, locality: str | None, seed: int, link_gbps: float,
+          quota_gb: float) -> tuple[Any, list[Any]]:
+    """The data model (or None) and the locality modes to run (one None without a data model)."""
+    from hsched.sched.locality import Locality
+    from hsched.sim.data import parse_data_model, synthetic_data
+
+    if data_model is None:
+        if locality is not None:
+            raise UserError("--locality needs --data-model (for instance --data-model synthetic)")
+        return None, [None]
+    modes: list[Any] = []
+    for part in (locality or Locality.AWARE.value).split(","):
+        try:
+            mode = Locality(part.strip().lower())
+        except ValueError:
+            raise UserError(f"--locality {locality!r}: expected aware, ignore, or both as aware,ignore") from None
+        if mode not in modes:
+            modes.append(mode)
+    return synthetic_data(tr, servers, parse_data_model(data_model), seed=seed, link_gbps=link_gbps,
+                          quota_gb=quota_gb), modes
 
 
 def _load(trace: Path | None, throughputs: Path | None, columns: str | None, synthetic: int | None, seed: int,
@@ -142,7 +178,7 @@ def _check_learned_prior(learned_prior: str) -> str:
 
 def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, round_s: float, span: float,
              pcie: float, rule: Any, round_mode: str = "event", seed: int = 0, *, learned: bool = False,
-             learned_prior: str = "measured", predict: bool = False) -> Any:
+             learned_prior: str = "measured", predict: bool = False, data: Any = None, locality: Any = None) -> Any:
     from hsched.sim.engine import SimConfig, SimCosts, Simulator
     from hsched.sim.gavel import GAVEL_POLICIES
 
@@ -150,6 +186,9 @@ def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, ro
         raise UserError("hsched sim: --checkpoint-cost must be >= 0; --round-s, --span-factor, --pcie-factor > 0")
     name = policy_name.strip()
     if round_mode == "gavel" and name in GAVEL_POLICIES:
+        if data is not None:
+            raise UserError(f"--round-mode gavel replays Gavel's own allocation for {name}, which places no data; "
+                            f"--data-model applies to hsched's rounds (--round-mode event)")
         if learned or predict:
             raise UserError(f"--round-mode gavel replays Gavel's own allocation for {name}, which reads the "
                             f"throughput table; --learned and --predict apply to hsched's rounds (--round-mode "
@@ -159,9 +198,11 @@ def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, ro
         return result
     cfg = SimConfig(round_s=round_s, costs=SimCosts(checkpoint_cost, span, pcie), preempt=rule,
                     round_mode=round_mode, learned=learned, refine_prior=learned_prior == "measured",
-                    predict=predict)
+                    predict=predict, data=data)
+    if locality is not None:
+        cfg = replace(cfg, locality=locality)
     sim = Simulator(tr, servers, _policy(name), cfg)
-    result = _progress_run(sim, name)
+    result = _progress_run(sim, name if locality is None else f"{name} ({locality})")
     result.summary["round_mode"] = round_mode
     result.summary["gavel_allocation"] = False
     if learned:
@@ -201,6 +242,13 @@ _SHOWN = (
 )
 
 
+_DATA_SHOWN = (
+    ("data_gb_copied", "copied GB", "{:,.0f}"), ("data_copies", "copies", "{:d}"),
+    ("data_hit_rate", "hit rate", "{:.3f}"), ("data_copy_gpu_hours", "copy GPU h", "{:,.1f}"),
+    ("data_waits", "waits", "{:d}"),
+)
+
+
 def _check_plot(plot: Path | None) -> None:
     """Before the simulation: a missing matplotlib or folder should not cost minutes of simulating first."""
     if plot is not None:
@@ -228,16 +276,20 @@ def _table(summaries: list[dict[str, Any]]) -> None:
                      + (f" ({first.get('learned_prior', 'catalog')} prior)" if first.get("throughputs") == "learned"
                         else "")
                      + f", durations {first.get('durations')}")
+    if "data_model" in first:
+        knowledge += f"  data {first['data_model']}"
     table = Table(title=f"{first['trace']} on {first['cluster']}  (lower bounds: avg JCT "
                         f"{first['lower_bound_avg_jct_s']:,.0f} s, makespan {first['lower_bound_makespan_s']:,.0f} s)"
                         f"{knowledge}")
     table.add_column("policy")
-    for _, head, _ in _SHOWN:
+    shown = _SHOWN + (_DATA_SHOWN if "locality" in first else ())
+    for _, head, _ in shown:
         table.add_column(head, justify="right")
     for s in summaries:
-        table.add_row(s["policy"], *[fmt.format(s[k]) if s[k] is not None else "N/A" for k, _, fmt in _SHOWN])
+        label = s["policy"] + (f" ({s['locality']})" if "locality" in s else "")
+        table.add_row(label, *[fmt.format(s[k]) if s[k] is not None else "N/A" for k, _, fmt in shown])
     # wide enough for every column even when piped (rich assumes 80 columns off a terminal)
-    Console(width=max(Console().width, 170)).print(table)
+    Console(width=max(Console().width, 170 + 40 * ("locality" in first))).print(table)
     if first.get("prior_rate_jobs"):
         sys.stderr.write(f"hsched: {first['prior_rate_jobs']} job(s) have no throughput of their own in the table; "
                          f"they run at the table's scaling prior for their GPU count (or the GPU-type prior)\n")
@@ -277,6 +329,10 @@ def sim(
     learned: bool = _LEARNED,
     learned_prior: str = _LEARNED_PRIOR,
     predict: bool = _PREDICT,
+    data_model: str | None = _DATA_MODEL,
+    locality: str | None = _LOCALITY,
+    data_link_gbps: float = _LINK,
+    data_quota: float = _QUOTA,
 ) -> None:
     """Replay a trace under one policy (or run `hsched sim compare` for several)."""
     if ctx.invoked_subcommand is not None:
@@ -290,8 +346,11 @@ def sim(
     rule = _rule(settings, time_sharing)
     tr = _load(trace, throughputs, columns, synthetic, seed, jobs_per_hour, max_jobs)
     servers = _servers(fleet, cluster, gpus_per_node, tr.throughput.gpu_types)
+    data, modes = _data(tr, servers, data_model, locality, seed, data_link_gbps, data_quota)
+    if len(modes) > 1:
+        raise UserError(f"--locality {locality!r}: `hsched sim` runs one mode; `hsched sim compare` runs several")
     result = _run_one(tr, servers, policy, checkpoint_cost, round_s, span_factor, pcie_factor, rule, mode, seed,
-                      learned=learned, learned_prior=prior, predict=predict)
+                      learned=learned, learned_prior=prior, predict=predict, data=data, locality=modes[0])
     if jobs_csv is not None:
         result.write_jobs_csv(jobs_csv)
     summary = dict(result.summary)
@@ -333,6 +392,10 @@ def compare(
     learned: bool = _LEARNED,
     learned_prior: str = _LEARNED_PRIOR,
     predict: bool = _PREDICT,
+    data_model: str | None = _DATA_MODEL,
+    locality: str | None = _LOCALITY,
+    data_link_gbps: float = _LINK,
+    data_quota: float = _QUOTA,
 ) -> None:
     """Run several policies on the same trace and fleet; print them side by side with the bounds."""
     names = [p.strip() for p in policy.split(",") if p.strip()]
@@ -346,9 +409,10 @@ def compare(
     rule = _rule(settings, time_sharing)
     tr = _load(trace, throughputs, columns, synthetic, seed, jobs_per_hour, max_jobs)
     servers = _servers(fleet, cluster, gpus_per_node, tr.throughput.gpu_types)
+    data, modes = _data(tr, servers, data_model, locality, seed, data_link_gbps, data_quota)
     results = [_run_one(tr, servers, n, checkpoint_cost, round_s, span_factor, pcie_factor, rule, mode, seed,
-                        learned=learned, learned_prior=prior, predict=predict)
-               for n in names]
+                        learned=learned, learned_prior=prior, predict=predict, data=data, locality=loc)
+               for n in names for loc in modes]
     summaries = [dict(r.summary) for r in results]
     if plot is not None:
         _plot(results, plot)

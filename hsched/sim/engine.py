@@ -23,11 +23,13 @@ from dataclasses import dataclass, field, replace
 from hsched.config import Settings
 from hsched.kinds import MIN_WINDOW_S, PlacementClass
 from hsched.model import Placement
-from hsched.sched.placement import Placer
+from hsched.sched.locality import Locality
+from hsched.sched.placement import PackingPlacer, Placer
 from hsched.sched.policy import AnyPolicy
 from hsched.sched.preempt import PreemptRule
 from hsched.sched.round import build_input, schedule_round
 from hsched.sched.view import JobPhase, JobView, ServerView, Start
+from hsched.sim.data import DataModel, DataState, LocalityPlacer
 from hsched.sim.knowledge import Learner, Predictor
 from hsched.sim.metrics import JobRecord, SimResult, lower_bounds, summarize
 from hsched.sim.trace import Trace, TraceJob
@@ -79,13 +81,18 @@ class SimConfig:
     predict: bool = False
     """Policies that need durations get predictions from the jobs completed so far (hsched.sim.knowledge
     .Predictor): clairvoyant policies' remaining times, and every view's time limit (backfill's estimate)."""
+    data: DataModel | None = None
+    """Jobs read datasets that live on servers (hsched.sim.data): a start where the data is not pays its copy."""
+    locality: Locality = Locality.AWARE
+    """With `data`: AWARE places jobs by their data (and may wait for a busy holder), IGNORE places as without
+    data. A holder's free time is predicted from the running jobs' true ends, or with `predict` as predicted."""
 
 
 class _Job:
     """Mutable simulator-side state of one job (never handed to a policy)."""
 
     __slots__ = (
-        "allowed", "arrived", "busy_until", "end", "fastest_rate", "finish_at", "first_start", "gpu_type",
+        "allowed", "arrived", "busy_until", "copy_s", "end", "fastest_rate", "finish_at", "first_start", "gpu_type",
         "klass", "last_type", "measured", "migrations",
         "overhead_s", "placement", "predicted", "rate", "rel", "remaining", "restarts", "run_head", "run_s",
         "run_start", "run_tail", "service_s", "span_servers", "tj", "version", "view",
@@ -110,6 +117,7 @@ class _Job:
         self.restarts = 0
         self.migrations = 0
         self.overhead_s = 0.0
+        self.copy_s = 0.0  # seconds held waiting for data copies, over all starts
         self.span_servers = 0
         self.version = 0
         self.arrived = 0.0  # integral of active-job count at arrival (for the FTF metric)
@@ -163,6 +171,8 @@ class Simulator:
         self.learner: Learner | None = None
         """With SimConfig.learned: what the policy learnt (its table and model), after `run`."""
         self.predictor: Predictor | None = None
+        self.data: DataState | None = None
+        """With SimConfig.data: the copies made and their counters, after `run`."""
 
     # ------------------------------------------------------------------ feasibility
 
@@ -243,6 +253,33 @@ class Simulator:
                 ok = tuple(t for t in self.types if self._best_rate(job.tj, t))
                 if len(ok) < len(self.types):
                     job.allowed = ok
+        # Data locality (cfg.data): the copies, and under AWARE a placer that reads them and the running jobs'
+        # predicted ends (on_server: per server, running job id -> the GPUs it holds there)
+        data = self.data = DataState(cfg.data) if cfg.data is not None else None
+        on_server: dict[str, dict[int, int]] = {sv.name: {} for sv in self.servers}
+        placer: Placer | None = self.placer
+        if data is not None and cfg.locality is Locality.AWARE:
+
+            def free_in(server: str, gpus: int, free_now: int) -> float | None:
+                """When `server` is predicted to have `gpus` free: its running jobs' ends, soonest first (their
+                true ends, the oracle's knowledge as the throughput table is; with cfg.predict, predicted)."""
+                need = gpus - free_now
+                if need <= 0:
+                    return 0.0
+                ends: list[tuple[float, int]] = []
+                for jid, n in on_server[server].items():
+                    r = running[jid]
+                    end = r.finish_at if predictor is None else now + rest(r, r.run_s + (now - r.run_start))
+                    ends.append((end, n))
+                ends.sort()
+                for end, n in ends:
+                    need -= n
+                    if need <= 0:
+                        return max(0.0, end - now)
+                return None
+
+            placer = LocalityPlacer(data, self.servers, free_in, lambda name: len(free_on[name]), lambda: now,
+                                    self.placer or PackingPlacer())
 
         def measure(j: _Job, t: float) -> None:
             """The stint's speed joins the learned table: the live controller's measure of a run is its steps
@@ -284,6 +321,12 @@ class Simulator:
             j.run_s += run
             busy_gpu_s += run * j.tj.gpus
             held -= j.tj.gpus
+            if data is not None:
+                for p in j.placement:
+                    del on_server[p.node][j.tj.id]
+                ds = data.dataset(j.tj.id)
+                if ds is not None:
+                    data.release(ds, [p.node for p in j.placement])
             if len(users) > 1:
                 usage[j.tj.user] = usage.get(j.tj.user, 0.0) + run * j.tj.gpus
             for p in j.placement:
@@ -308,11 +351,19 @@ class Simulator:
             overhead = cfg.costs.checkpoint_s if j.run_s > 0 and j.tj.checkpointable else 0.0
             j.overhead_s += overhead
             lost_gpu_s += overhead * j.tj.gpus
+            copy = 0.0  # the data is copied before the checkpoint is restored: the two add up
+            if data is not None:
+                for p in s.placement:
+                    on_server[p.node][j.tj.id] = len(p.devices)
+                ds = data.dataset(j.tj.id)
+                if ds is not None:
+                    copy = data.acquire(ds, [p.node for p in s.placement], j.tj.gpus, t)
+                    j.copy_s += copy
             j.gpu_type, j.placement, j.rate, j.rel = s.gpu_type, s.placement, rate, rate / j.fastest_rate
             j.span_servers = len(s.placement)
             j.last_type = s.gpu_type
             j.run_start = t
-            j.busy_until = t + overhead
+            j.busy_until = t + copy + overhead
             j.finish_at = j.busy_until + j.remaining / rate
             if j.first_start is None:
                 j.first_start = t
@@ -463,7 +514,7 @@ class Simulator:
                 inp = build_input(now, [pending_view(j) for j in newcomers], free, pmodel,
                                   checkpoint_cost_s=cfg.costs.checkpoint_s, round_s=cfg.round_s,
                                   user_usage=usage if len(users) > 1 else None, starts_only=True)
-                decision = schedule_round(self.policy, inp, free, placer=self.placer, rule=rule)
+                decision = schedule_round(self.policy, inp, free, placer=placer, rule=rule)
                 rounds += 1
                 for s in decision.starts:
                     start(active[s.job_id], s, now)
@@ -495,7 +546,7 @@ class Simulator:
                     / j.fastest_rate
                     for j in active.values()
                 }
-            decision = schedule_round(self.policy, inp, self.servers, remaining_s=remaining, placer=self.placer,
+            decision = schedule_round(self.policy, inp, self.servers, remaining_s=remaining, placer=placer,
                                       rule=rule)
             rounds += 1
             last_round = now
@@ -553,6 +604,9 @@ class Simulator:
             summary["model_rebuilds"] = learner.rebuilds
         if predictor is not None:
             summary["prediction_mean_abs_error"] = predictor.mean_abs_error
+        if data is not None:
+            summary["locality"] = cfg.locality.value
+            summary.update(data.summary())
         return result
 
     def _record(self, j: _Job) -> JobRecord:
@@ -571,7 +625,7 @@ class Simulator:
             id=tj.id, name=tj.name, job_type=tj.job_type, gpus=tj.gpus, arrival_s=tj.arrival_s,
             start_s=j.first_start, end_s=j.end, jct_s=jct, queue_s=jct - j.run_s, run_s=j.run_s,
             restarts=j.restarts, migrations=j.migrations, last_gpu_type=j.last_type,
-            fastest_runtime_s=fastest, ftf_rho=jct / t_iso, overhead_s=j.overhead_s,
+            fastest_runtime_s=fastest, ftf_rho=jct / t_iso, overhead_s=j.overhead_s, copy_s=j.copy_s,
         )
 
 

@@ -40,6 +40,8 @@ class JobRecord:
     fastest_runtime_s: float
     ftf_rho: float
     overhead_s: float
+    copy_s: float = 0.0
+    """Seconds the job held its GPUs waiting for its data to be copied (hsched.sim.data), over all its starts."""
 
 
 @dataclass(frozen=True, slots=True)

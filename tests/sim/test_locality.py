@@ -1,0 +1,186 @@
+"""Data locality in the simulator (issue #15): the wait-or-copy rule, copies and their cache, aware vs ignore."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from hsched.cli import app
+from hsched.sched import make_policy
+from hsched.sched.locality import Locality, choose_wait, copy_seconds, link_bytes_per_s
+from hsched.sim.cluster import parse_cluster
+from hsched.sim.data import GB, DataModel, Dataset, DataState, SyntheticSpec, parse_data_model, synthetic_data
+from hsched.sim.engine import SimConfig, simulate
+from hsched.sim.trace import synthetic
+from tests.sched.handmade import model, trace
+from tests.sim.test_loaders import GAVEL
+
+LINK = link_bytes_per_s(10.0)  # 1.25 GB/s: 100 GB copies in 80 s
+
+
+# ---------------------------------------------------------------- the pure rule
+
+
+def test_copy_seconds():
+    assert LINK == 1.25e9
+    assert copy_seconds(100 * GB, LINK) == pytest.approx(80.0)
+    assert copy_seconds(0, LINK) == 0.0
+    assert copy_seconds(GB, 0.0) == math.inf
+
+
+def test_wait_rule_at_its_boundary():
+    assert choose_wait(80.0, 80.0)  # a tie: waiting moves no bytes for the same start
+    assert not choose_wait(80.0, math.nextafter(80.0, math.inf))
+    assert choose_wait(80.0, 79.0)
+    assert choose_wait(80.0, -5.0)  # an overdue prediction counts as now
+    assert not choose_wait(80.0, None)  # no holder can ever hold the job
+    assert not choose_wait(80.0, math.nan)
+    assert not choose_wait(0.0, 1.0)  # nothing to copy: never wait
+
+
+# ---------------------------------------------------------------- hand-made replays
+
+def _data(home: str, size_gb: float = 100.0, jobs: int = 2) -> DataModel:
+    return DataModel((Dataset("d0", round(size_gb * GB), home),), dict.fromkeys(range(jobs), 0), LINK, 10_000 * GB)
+
+
+def _run(tr, data: DataModel, locality: Locality):
+    # two one-GPU servers, fast-0 and fast-1; without data, best fit takes fast-0 first (by name)
+    cfg = SimConfig(data=data, locality=locality)
+    return simulate(tr, parse_cluster("fast:2", 1), make_policy("fifo-hetero"), cfg)
+
+
+def test_aware_takes_the_holder_ignore_pays_the_copy():
+    # one job of 100 s (A: 200 work at 2/s on fast) whose data is on fast-1
+    tr = trace(("A", 1, 0.0, 200.0))
+    aware, ignore = (_run(tr, _data("fast-1", jobs=1), m) for m in Locality)
+    assert aware.summary["avg_jct_s"] == pytest.approx(100.0)
+    assert ignore.summary["avg_jct_s"] == pytest.approx(100.0 + 80.0)  # the copy to fast-0, GPUs held
+    assert (aware.summary["data_copies"], ignore.summary["data_copies"]) == (0, 1)
+    assert ignore.summary["data_bytes_copied"] == 100 * GB
+    assert ignore.records[0].copy_s == pytest.approx(80.0)
+    assert (aware.summary["data_hit_rate"], ignore.summary["data_hit_rate"]) == (1.0, 0.0)
+
+
+@pytest.mark.parametrize(("arrival", "waits"), [(50.0, True), (20.0, True), (10.0, False)])
+def test_second_job_waits_for_the_holder_only_when_it_frees_before_the_copy(arrival, waits):
+    # job 0 runs 0..100 on fast-0, the data's home. Job 1, same data, arrives at `arrival`: the holder frees in
+    # 100 - arrival s; the copy to fast-1 takes 80 s. Aware waits when 100 - arrival <= 80 (JCT 200 - arrival),
+    # else copies as ignore always does (JCT 80 + 100).
+    tr = trace(("A", 1, 0.0, 200.0), ("A", 1, arrival, 200.0))
+    aware, ignore = (_run(tr, _data("fast-0"), m) for m in Locality)
+    jct1 = {m: {r.id: r.jct_s for r in res.records}[1] for m, res in zip(Locality, (aware, ignore), strict=True)}
+    assert jct1[Locality.IGNORE] == pytest.approx(180.0)
+    assert jct1[Locality.AWARE] == pytest.approx(200.0 - arrival if waits else 180.0)
+    assert ignore.summary["avg_jct_s"] - aware.summary["avg_jct_s"] == pytest.approx(
+        (arrival - 20.0) / 2 if waits else 0.0)
+    assert aware.summary["data_waits"] == (1 if waits else 0)
+    assert aware.summary["data_copies"] == (0 if waits else 1)
+
+
+def test_a_copy_arriving_is_waited_for_not_copied_again():
+    # fast-0 gets the data at 0..80 for job 0 (home fast-1 is busy with job 1); job 2 lands on fast-0 at 100
+    state = DataState(_data("fast-1", jobs=3))
+    assert state.acquire(0, ["fast-0"], 1, 0.0) == pytest.approx(80.0)
+    assert state.acquire(0, ["fast-0"], 1, 30.0) == pytest.approx(50.0)  # the rest of the copy under way
+    assert state.copies == 1
+    assert state.acquire(0, ["fast-1"], 1, 30.0) == 0.0  # the home copy
+    assert state.hits == 2 and state.starts == 3
+
+
+def test_least_recently_used_copies_go_past_the_quota_never_one_in_use():
+    datasets = tuple(Dataset(f"d{i}", 60 * GB, "home") for i in range(3))
+    state = DataState(DataModel(datasets, {0: 0, 1: 1, 2: 2}, LINK, 100 * GB))  # room for one copy
+    state.acquire(0, ["s"], 1, 0.0)
+    state.acquire(1, ["s"], 1, 0.0)  # over quota, but d0 is in use: both stay
+    assert set(state.cached["s"]) == {0, 1}
+    state.release(0, ["s"])  # d0 is no longer read: the cache goes back under quota, d0 out
+    assert set(state.cached["s"]) == {1}
+    state.release(1, ["s"])
+    state.acquire(2, ["s"], 1, 0.0)  # d1 least recently used and idle: evicted for d2
+    assert set(state.cached["s"]) == {2}
+    assert state.evictions == 2
+    assert state.ready_in("s", 0, 0.0) is None and state.ready_in("home", 0, 0.0) == 0.0
+
+
+# ---------------------------------------------------------------- the synthetic model, determinism
+
+
+def test_synthetic_data_is_reproducible_and_spans_its_sizes():
+    tr = synthetic(200, seed=1, jobs_per_hour=6.0, throughput=model(), reference_type="fast")
+    servers = parse_cluster("fast:8,slow:8", 4)
+    spec = SyntheticSpec(4, 50.0, 500.0)
+    a = synthetic_data(tr, servers, spec, seed=7)
+    assert a == synthetic_data(tr, servers, spec, seed=7)
+    assert a != synthetic_data(tr, servers, spec, seed=8)
+    assert all(50 * GB <= d.size_bytes <= 500 * GB for d in a.datasets)
+    assert {d.home for d in a.datasets} <= {s.name for s in servers}
+    # one dataset per job type: jobs of a type read the same data
+    by_type: dict[str, set[int]] = {}
+    for j in tr.jobs:
+        if j.job_type:  # (a job of no known type, here an 8-GPU gang, reads data of its own)
+            by_type.setdefault(j.job_type, set()).add(a.of_job[j.id])
+    assert len(by_type) > 1 and all(len(v) == 1 for v in by_type.values())
+
+
+@pytest.mark.parametrize("locality", list(Locality))
+def test_same_seed_same_replay(locality):
+    tr = synthetic(150, seed=3, jobs_per_hour=6.0, throughput=model(), reference_type="fast")
+    servers = parse_cluster("fast:8,slow:8", 4)
+    runs = []
+    for _ in range(2):
+        data = synthetic_data(tr, servers, SyntheticSpec(4, 50.0, 500.0), seed=5, quota_gb=300.0)
+        runs.append(simulate(tr, servers, make_policy("hsched"), SimConfig(data=data, locality=locality)))
+    a, b = runs
+    assert a.records == b.records
+    assert {k: v for k, v in a.summary.items() if k != "wall_s"} == {
+        k: v for k, v in b.summary.items() if k != "wall_s"}
+    assert a.summary["data_copies"] > 0
+
+
+def test_without_a_data_model_nothing_changes():
+    tr = synthetic(80, seed=2, jobs_per_hour=6.0, throughput=model(), reference_type="fast")
+    servers = parse_cluster("fast:8,slow:8", 4)
+    r = simulate(tr, servers, make_policy("hsched"))
+    assert "locality" not in r.summary and "data_copies" not in r.summary
+    assert all(x.copy_s == 0.0 for x in r.records)
+
+
+def test_parse_data_model():
+    assert parse_data_model("synthetic") == SyntheticSpec()
+    assert parse_data_model("synthetic:4") == SyntheticSpec(4)
+    assert parse_data_model("Synthetic:4:10-20") == SyntheticSpec(4, 10.0, 20.0)
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def test_cli_compares_aware_and_ignore():
+    r = CliRunner().invoke(app, ["sim", "compare", "--trace", str(GAVEL / "ed69ec.trace"), "--cluster",
+                                 "v100:4,p100:4,k80:4", "--policy", "hsched", "--max-jobs", "60", "--data-model",
+                                 "synthetic:8:50-500", "--locality", "aware,ignore", "--json"])
+    assert r.exit_code == 0, r.output
+    runs = json.loads(r.stdout)["runs"]
+    assert [x["locality"] for x in runs] == ["aware", "ignore"]
+    for x in runs:
+        for k in ("data_bytes_copied", "data_copies", "data_copy_s", "data_hit_rate", "data_model"):
+            assert k in x
+    assert runs[1]["data_waits"] == 0
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--locality", "aware"], "--locality needs --data-model"),
+    (["--data-model", "synth:3"], "--data-model 'synth:3'"),
+    (["--data-model", "synthetic:0"], "K >= 1"),
+    (["--data-model", "synthetic", "--locality", "near"], "--locality 'near'"),
+    (["--data-model", "synthetic", "--locality", "aware,ignore"], "`hsched sim compare` runs several"),
+    (["--data-model", "synthetic", "--data-link-gbps", "0"], "--data-link-gbps"),
+])
+def test_bad_data_options_exit_2_with_one_line(args, needle):
+    r = CliRunner().invoke(app, ["sim", "--synthetic", "5", "--cluster", "v100:4", *args])
+    assert r.exit_code == 2, r.output
+    assert needle in r.output
+    assert "Traceback" not in r.output
