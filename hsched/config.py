@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hsched.constraints import label_problem, parse_constraint
+from hsched.datasets import Dataset, datasets_from_table, parse_bytes
 from hsched.errors import ConfigError, UserError
 from hsched.fairshare import DEFAULT_HALF_LIFE_S, Account
 from hsched.model import (
@@ -259,7 +260,7 @@ def _converted(p: Problems, key: str, v: Any, fn: Callable[[Any], Any]) -> Any:
 _JOB_KEYS = frozenset(
     {"name", "command", "workdir", "env", "resources", "qos", "priority", "checkpoint_signal", "time",
      "time_limit", "hold", "signal", "retries", "dependency", "kill_on_invalid_dep", "array", "constraint",
-     "kind", "output", "error", "open_mode"}
+     "kind", "output", "error", "open_mode", "data"}
 )
 MAX_NAME_BYTES = 256
 OPEN_MODES = ("append", "truncate")
@@ -386,13 +387,33 @@ def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple
     open_mode = data.get("open_mode", "truncate")
     if open_mode not in OPEN_MODES:
         p.expected("open_mode", "append or truncate (as sbatch's --open-mode)", open_mode)
+    datasets = _data_names(p, data.get("data", []))
     p.raise_if_any()
     return JobSpec(
         command=command, name=name, workdir=workdir, env=tuple(env), resources=resources, qos=qos,
         priority=priority, checkpoint_signal=ck, time_limit_s=time_limit, warn_signal=warn, hold=hold,
         retries=retries, dependency=deps, dependency_any=any_of, kill_on_invalid_dep=kill_invalid, array=array,
         kind=kind, output=files["output"], error=files["error"], output_append=open_mode == "append",
+        data=datasets,
     )
+
+
+def _data_names(p: Problems, raw: Any) -> tuple[str, ...]:
+    """`data = ["imagenet", "coco"]` (or "imagenet,coco", as --data takes it): dataset names, checked here for their
+    spelling only; whether the fleet file defines them is the controller's to say (it reads the fleet file)."""
+    names = [s.strip() for s in raw.split(",")] if isinstance(raw, str) else raw
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        p.expected("data", 'a list of dataset names such as ["imagenet"] (the fleet file\'s [[dataset]] names)', raw)
+        return ()
+    out: list[str] = []
+    for n in names:
+        if not n:
+            continue
+        if not _NAME_RE.match(n):
+            p.expected("data", "dataset names of letters, digits, '.', '_' or '-' (at most 63)", n)
+        elif n not in out:
+            out.append(n)
+    return tuple(out)
 
 
 def _output_pattern(p: Problems, key: str, value: Any) -> str | None:
@@ -506,7 +527,7 @@ def load_job_spec(path: Path, overrides: Mapping[str, Any] | None = None) -> Job
 _SLURM_KEYS = ("partition", "account", "qos", "cluster", "login")
 _NODE_KEYS = frozenset(
     {"name", "executor", "host", "port", "user", "identity_file", "known_hosts", "simulate", "labels",
-     "shared_paths", "helper", *_SLURM_KEYS}
+     "shared_paths", "helper", "data_dir", "data_quota", *_SLURM_KEYS}
 )
 _SIM_KEYS = frozenset({"model", "count", "memory_mib", "topology", "numa_nodes", "cpus", "memory"})
 EXECUTORS = ("local", "ssh", "slurm")
@@ -552,12 +573,19 @@ class NodeConfig:
     """executor "local"/"ssh": the launcher of a helper installed on the node (root's, confined), run through
     `sudo -n` instead of shipping one: how a lab's controller that runs as a service account reaches its nodes
     (default /usr/local/libexec/hsched/hsched-node-helper in that case)."""
+    data_dir: str | None = None
+    """Where copies of datasets go on the node (absolute); None: a `data` folder of the node's hsched folder."""
+    data_quota_bytes: int | None = None
+    """At most this much of the node's disk for dataset copies (least recently used evicted first); None: what the
+    disk has free."""
 
 
 @dataclass(frozen=True, slots=True)
 class FleetConfig:
     nodes: tuple[NodeConfig, ...]
     source: str = "<built-in: this machine>"
+    datasets: tuple[Dataset, ...] = ()
+    """The fleet file's `[[dataset]]`s (hsched.datasets)."""
 
     @staticmethod
     def default() -> FleetConfig:
@@ -571,7 +599,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 def fleet_from_table(data: Mapping[str, Any], source: str, base_dir: Path) -> FleetConfig:
     p = Problems(source)
-    check_keys(p, data, frozenset({"node"}), "")
+    check_keys(p, data, frozenset({"node", "dataset"}), "")
     raw_nodes = data.get("node", [])
     if not isinstance(raw_nodes, list) or not raw_nodes:
         p.add("node", "expected at least one [[node]] table")
@@ -626,6 +654,17 @@ def fleet_from_table(data: Mapping[str, Any], source: str, base_dir: Path) -> Fl
         elif helper is not None and executor not in ("local", "ssh"):
             p.add(f"{key}.helper", 'only for executor = "local" or "ssh"')
             helper = None
+        data_dir = raw.get("data_dir")
+        if data_dir is not None and not (isinstance(data_dir, str) and data_dir.startswith("/")):
+            p.expected(f"{key}.data_dir", 'an absolute path on the node for dataset copies, such as "/scratch/hsched"',
+                       data_dir)
+            data_dir = None
+        quota = None
+        if "data_quota" in raw:
+            try:
+                quota = parse_bytes(raw["data_quota"])
+            except ValueError as e:
+                p.expected(f"{key}.data_quota", str(e), raw["data_quota"])
         nodes.append(
             NodeConfig(
                 name=name or f"node{i}", executor=str(executor), host=host if isinstance(host, str) else None,
@@ -633,10 +672,12 @@ def fleet_from_table(data: Mapping[str, Any], source: str, base_dir: Path) -> Fl
                 known_hosts=raw.get("known_hosts"), simulate=sim, shared_paths=tuple(shared),
                 labels=tuple(dict.fromkeys(labels)), partition=slurm.get("partition"), account=slurm.get("account"),
                 slurm_qos=slurm.get("qos"), cluster=slurm.get("cluster"), login=slurm.get("login"), helper=helper,
+                data_dir=data_dir, data_quota_bytes=quota,
             )
         )
+    datasets = datasets_from_table(p, data["dataset"], [n.name for n in nodes]) if "dataset" in data else ()
     p.raise_if_any()
-    return FleetConfig(nodes=tuple(nodes), source=source)
+    return FleetConfig(nodes=tuple(nodes), source=source, datasets=datasets)
 
 
 def _slurm_keys(p: Problems, raw: Mapping[str, Any], key: str, executor: Any) -> dict[str, str]:
@@ -793,6 +834,16 @@ class Settings:
     move_cost_s: float = 60.0
     """What a checkpoint and restart is taken to cost a job before one was measured (its time from the stop's
     decision to its GPUs free, plus from its restart to its first progress report)."""
+    data_link_mbps: float = 1000.0
+    """What copying a dataset between two nodes is taken to move per second (Mbit/s) until a copy between them was
+    measured: the copy time placement weighs against waiting for a node that holds the data."""
+    prefetch: bool = True
+    """Copy a waiting job's datasets ahead of time to the node it is predicted to start on (hsched.controller.data)."""
+    prefetch_horizon_s: float = 900.0
+    """How soon a waiting job must be predicted to start for its data to be copied ahead of time (the copy's own
+    modelled time is added: a long copy starts earlier)."""
+    data_limit_mbps: float = 0.0
+    """At most this many Mbit/s for each dataset copy (0: as fast as the link goes)."""
 
     @property
     def qos_names(self) -> tuple[str, ...]:
@@ -801,7 +852,7 @@ class Settings:
 
 _SETTINGS_FLOATS = ("poll_interval_s", "probe_interval_s", "probe_timeout_s", "lease_s", "heartbeat_timeout_s",
                     "kill_after_s", "monitor_interval_s", "retry_backoff_s", "retry_backoff_max_s", "idle_after_s",
-                    "move_min_run_s", "move_cost_s")
+                    "move_min_run_s", "move_cost_s", "data_link_mbps", "prefetch_horizon_s")
 
 
 def load_settings(path: Path) -> Settings:
@@ -811,14 +862,15 @@ def load_settings(path: Path) -> Settings:
     p = Problems(str(path))
     allowed = frozenset({*_SETTINGS_FLOATS, "checkpoint_exit_code", "max_restarts", "gpu_models", "qos",
                          "default_qos", "policy", "retries", "fatal_exit_codes", "metrics", "admins", "lab_group",
-                         "fairshare_half_life_s", "accounts", "moves", "history_days"})
+                         "fairshare_half_life_s", "accounts", "moves", "history_days", "prefetch",
+                         "data_limit_mbps"})
     check_keys(p, data, allowed, "")
     kwargs: dict[str, Any] = {}
     for k in _SETTINGS_FLOATS:
         if k in data:
             v = data[k]
             if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
-                p.expected(k, "a number of seconds > 0", v)
+                p.expected(k, "a number of seconds > 0" if k.endswith("_s") else "Mbit/s > 0, such as 1000", v)
             else:
                 kwargs[k] = float(v)
     for k in ("checkpoint_exit_code", "max_restarts", "retries"):
@@ -872,11 +924,18 @@ def load_settings(path: Path) -> Settings:
             p.expected("history_days", "a number of days >= 0 (180; 0 keeps everything)", v)
         else:
             kwargs["history_days"] = float(v)
-    if "moves" in data:
-        if not isinstance(data["moves"], bool):
-            p.expected("moves", "true or false", data["moves"])
+    for flag in ("moves", "prefetch"):
+        if flag in data:
+            if not isinstance(data[flag], bool):
+                p.expected(flag, "true or false", data[flag])
+            else:
+                kwargs[flag] = data[flag]
+    if "data_limit_mbps" in data:
+        v = data["data_limit_mbps"]
+        if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+            p.expected("data_limit_mbps", "Mbit/s >= 0 for each dataset copy (0: no limit)", v)
         else:
-            kwargs["moves"] = data["moves"]
+            kwargs["data_limit_mbps"] = float(v)
     if "accounts" in data:
         kwargs["accounts"] = _accounts(p, data["accounts"])
     if "qos" in data:

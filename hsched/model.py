@@ -324,6 +324,9 @@ class JobSpec:
     output_append: bool = False
     """`--open-mode=append`: never empty those files (by default the job's first start empties them; a requeued
     run appends either way)."""
+    data: tuple[str, ...] = ()
+    """`--data`: the datasets (the fleet file's `[[dataset]]` names) the job reads: placement weighs copying them
+    against waiting for a node that holds them, and the run finds each at `$HSCHED_DATA_<NAME>` (hsched.datasets)."""
 
     @property
     def dependency_text(self) -> str:

@@ -63,6 +63,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "output": spec.output,
         "error": spec.error,
         "open_mode": "append" if spec.output_append else "truncate",
+        "data": list(spec.data),
     }
 
 
@@ -105,6 +106,7 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
         output=d.get("output"),
         error=d.get("error"),
         output_append=d.get("open_mode") == "append",
+        data=tuple(d.get("data") or ()),
     )
 
 

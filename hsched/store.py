@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hsched.datasets import DataPlace, PlaceOrigin, PlaceState
 from hsched.fairshare import Ledger, RunUsage, Usage
 from hsched.model import (
     LIVE_RUN_STATES,
@@ -177,6 +178,16 @@ _MIGRATIONS: list[tuple[str, ...]] = [
     (
         "CREATE INDEX jobs_end ON jobs(end_time)",
         "CREATE INDEX events_time ON events(time)",
+    ),
+    # 10: where datasets are (a scan found them, a copy made them) and how fast copies went between two nodes
+    # (hsched.datasets, hsched.controller.data)
+    (
+        "CREATE TABLE data_places (dataset TEXT NOT NULL, node TEXT NOT NULL, path TEXT NOT NULL, "
+        "origin TEXT NOT NULL, state TEXT NOT NULL, bytes INTEGER, done_bytes INTEGER NOT NULL DEFAULT 0, "
+        "source TEXT, updated REAL NOT NULL, last_used REAL, message TEXT NOT NULL DEFAULT '', "
+        "PRIMARY KEY (dataset, node)) WITHOUT ROWID",
+        "CREATE TABLE link_speeds (src TEXT NOT NULL, dst TEXT NOT NULL, bytes_per_s REAL NOT NULL, "
+        "samples INTEGER NOT NULL, updated REAL NOT NULL, PRIMARY KEY (src, dst)) WITHOUT ROWID",
     ),
 ]
 
@@ -655,6 +666,51 @@ class Store:
                 "THEN ABS(predicted_s - duration_s) / duration_s END) FROM job_durations GROUP BY kind"):
             out[str(r[0])] = (int(r[1]), int(r[2]), float(r[3]) if r[3] is not None else None)
         return out
+
+    # ---------------------------------------------------------------------------------------------- datasets
+
+    def data_places(self) -> list[DataPlace]:
+        rows = self.db.execute("SELECT * FROM data_places ORDER BY dataset, node").fetchall()
+        return [DataPlace(dataset=r["dataset"], node=r["node"], path=r["path"], origin=PlaceOrigin(r["origin"]),
+                          state=PlaceState(r["state"]), bytes=r["bytes"], done_bytes=r["done_bytes"],
+                          source=r["source"], updated=r["updated"], last_used=r["last_used"], message=r["message"])
+                for r in rows]
+
+    def set_data_place(self, place: DataPlace, *, event: tuple[str, str, dict[str, Any] | None] | None = None,
+                       job_id: int | None = None) -> None:
+        """Record where a dataset is (or is being copied to), with its event in the same transaction."""
+        with self.tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO data_places(dataset, node, path, origin, state, bytes, done_bytes, source, "
+                "updated, last_used, message) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (place.dataset, place.node, place.path, place.origin.value, place.state.value, place.bytes,
+                 place.done_bytes, place.source, place.updated, place.last_used, place.message))
+            if event is not None:
+                kind, message, data = event
+                self._event(db, place.updated, kind, message, job_id=job_id, node=place.node, data=data)
+
+    def drop_data_place(self, dataset: str, node: str, now: float, *,
+                        event: tuple[str, str, dict[str, Any] | None] | None = None) -> None:
+        with self.tx() as db:
+            db.execute("DELETE FROM data_places WHERE dataset = ? AND node = ?", (dataset, node))
+            if event is not None:
+                kind, message, data = event
+                self._event(db, now, kind, message, node=node, data=data)
+
+    def link_speeds(self) -> dict[tuple[str, str], float]:
+        rows = self.db.execute("SELECT src, dst, bytes_per_s FROM link_speeds").fetchall()
+        return {(r["src"], r["dst"]): float(r["bytes_per_s"]) for r in rows}
+
+    def learn_link(self, src: str, dst: str, bytes_per_s: float, now: float) -> float:
+        """Fold one copy's measured speed into the pair's (an average weighing the last copy half, as links
+        change); returns the new figure."""
+        with self.tx() as db:
+            row = db.execute("SELECT bytes_per_s, samples FROM link_speeds WHERE src = ? AND dst = ?",
+                             (src, dst)).fetchone()
+            value = bytes_per_s if row is None else 0.5 * float(row["bytes_per_s"]) + 0.5 * bytes_per_s
+            db.execute("INSERT OR REPLACE INTO link_speeds(src, dst, bytes_per_s, samples, updated) "
+                       "VALUES (?,?,?,?,?)", (src, dst, value, 1 if row is None else row["samples"] + 1, now))
+        return value
 
     def live_runs(self) -> list[Run]:
         marks = ",".join("?" * len(_LIVE))

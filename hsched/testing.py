@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from hsched.controller.core import Controller
 from hsched.controller.fleet import build_fleet
 from hsched.controller.health import check_health, probe_all, record_sample
 from hsched.controller.loops import one_round
+from hsched.datasets import Dataset
 from hsched.dependencies import parse_dependency
 from hsched.executors.fake import FakeExecutor, FakeRun
 from hsched.model import GpuHolder, Job, JobSpec, Resources, Run
@@ -111,13 +112,15 @@ class Lab:
     @asynccontextmanager
     async def open(cls, root: Path, *, nodes: Sequence[CannedNode] = CANNED_FLEET,
                    settings: Settings | None = None, clock: FakeClock | None = None,
-                   lab_mode: bool = False) -> AsyncIterator[Lab]:
+                   lab_mode: bool = False, datasets: Sequence[Dataset] = ()) -> AsyncIterator[Lab]:
         """A controller over `root`'s store: open it again on the same `root` (and `clock`, so time goes on)
         for what a restarted controller finds. `lab_mode`: a lab controller's (every user's jobs, as their owners;
         its FakeExecutors' `accounts` say which users exist on each node)."""
         home = Home(root / "home", lab=lab_mode, lab_socket=root / "lab.sock" if lab_mode else None)
         home.ensure()
         cfg = canned_fleet(nodes)
+        if datasets:
+            cfg = replace(cfg, datasets=tuple(datasets))
         clock = clock or FakeClock()
         # the nodes' own record of contact runs on the same clock as the controller's heartbeat check
         executors = {n.name: FakeExecutor(cpus=n.cpus, name=n.name, clock=clock.time) for n in nodes}
@@ -172,7 +175,8 @@ class Lab:
                      name: str = "", user: str = "alice", checkpoint_signal: str = "TERM@30",
                      time_limit_s: float | None = None, warn: str | None = None, hold: bool = False,
                      retries: int | None = None, memory_mib: int | None = None, cpus: int | None = None,
-                     dependency: str = "", kill_on_invalid_dep: bool = False, kind: str = "") -> Job:
+                     dependency: str = "", kill_on_invalid_dep: bool = False, kind: str = "",
+                     data: Sequence[str] = ()) -> Job:
         """`checkpoint_signal`, `warn` and `dependency` as the CLI takes them ("USR1@60", "B:USR1@60",
         "afterok:3")."""
         deps, any_of = parse_dependency(dependency) if dependency else ((), False)
@@ -181,7 +185,7 @@ class Lab:
                        checkpoint_signal=parse_checkpoint_signal(checkpoint_signal), time_limit_s=time_limit_s,
                        warn_signal=parse_checkpoint_signal(warn) if warn is not None else None, hold=hold,
                        retries=retries, dependency=deps, dependency_any=any_of,
-                       kill_on_invalid_dep=kill_on_invalid_dep, kind=kind)
+                       kill_on_invalid_dep=kill_on_invalid_dep, kind=kind, data=tuple(data))
         return await commands.submit(self.ctl, spec, user, None)
 
     async def job(self, job_id: int) -> Job:

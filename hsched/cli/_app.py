@@ -45,6 +45,7 @@ def _register() -> None:
     from hsched.cli import eff; eff.register(app)  # noqa: E702, I001  (hsched eff: seff's role)
     from hsched.cli import kinds; kinds.register(app)  # noqa: E702, I001  (hsched kinds: learned speeds)
     from hsched.cli import replay; replay.register(app)  # noqa: E702, I001  (hsched replay: live vs simulator)
+    from hsched.cli import data; data.register(app)  # noqa: E702, I001  (hsched data: datasets and copies)
 
 
 _register()

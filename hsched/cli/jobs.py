@@ -160,6 +160,9 @@ def register(app: typer.Typer) -> None:
         hold: bool = typer.Option(False, "--hold", help="Queue the job held; `hsched release` lets it run."),
         kind: str | None = typer.Option(None, "--kind", help="What the job is (e.g. resnet50-bs64), for the "
                                         "speeds hsched learns; default: its script and model/batch arguments."),
+        data: str | None = typer.Option(None, "--data", help="Datasets the job reads, NAME[,NAME] (the fleet file's "
+                                        "[[dataset]]s): placed near them or copied first; $HSCHED_DATA_<NAME> "
+                                        "is the path on the node."),
         as_json: bool = typer.Option(False, "--json", help="Print the job as JSON."),
         parsable: bool = typer.Option(False, "--parsable", help="Print the job id alone."),
         test_only: bool = typer.Option(False, "--test-only", help="Queue nothing: say when and where the job "

@@ -58,6 +58,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str, int | None, int | None]] = {
     "env": (("--env",), MANY, None, None),
     "hold": (("--hold",), FLAG, None, None),
     "kind": (("--kind",), TEXT, None, None),
+    "data": (("--data",), TEXT, None, None),
     "test_only": (("--test-only",), FLAG, None, None),
     "as_json": (("--json",), FLAG, None, None),
     "parsable": (("--parsable",), FLAG, None, None),
@@ -149,7 +150,7 @@ def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict
     for key, opt in (("name", "name"), ("qos", "qos"), ("priority", "priority"),
                      ("checkpoint_signal", "checkpoint_signal"), ("time", "time_limit"), ("workdir", "workdir"),
                      ("signal", "warn_signal"), ("retries", "retries"), ("dependency", "dependency"),
-                     ("array", "array"), ("kind", "kind")):
+                     ("array", "array"), ("kind", "kind"), ("data", "data")):
         if o.get(opt) is not None:
             table[key] = o[opt]
     for key in ("output", "error"):

@@ -265,7 +265,17 @@ class Api:
             raise UserError(f"spec: expected a job spec object, found {_type_name(table)}")
         source = self.text(args, "source", "<command line>", limit=4096) or "<command line>"
         settings = self.ctl.settings
-        return job_spec_from_table(table, source, settings.qos_names, settings.default_qos)  # priority range too
+        spec = job_spec_from_table(table, source, settings.qos_names, settings.default_qos)  # priority range too
+        if spec.data:
+            # a dataset the fleet file does not declare has no place to come from: refused now, not a job that
+            # waits for ever
+            known = {d.name for d in self.ctl.fleet_cfg.datasets}
+            unknown = [n for n in spec.data if n not in known]
+            if unknown:
+                have = ", ".join(sorted(known)) or "none"
+                raise UserError(f"{source}: data: no dataset {unknown[0]!r} in the fleet file "
+                                f"{self.ctl.fleet_cfg.source} (datasets: {have}); declare it in a [[dataset]] table")
+        return spec
 
     @staticmethod
     def _environ(args: dict[str, Any]) -> dict[str, str] | None:
@@ -571,6 +581,18 @@ class Api:
         from hsched.controller.forecast import predicted_starts
 
         return {str(k): v for k, v in (await predicted_starts(self.ctl)).items()}
+
+    async def op_data(self, args: dict[str, Any], uid: int) -> Any:
+        """`hsched data`: every dataset of the fleet file, where it is, and the copies under way (their progress)."""
+        from hsched.controller import data
+
+        return await data.listing(self.ctl)
+
+    async def op_data_scan(self, args: dict[str, Any], uid: int) -> Any:
+        """`hsched data scan`: look at each dataset's declared path on every up node and record what is there."""
+        from hsched.controller import data
+
+        return await data.scan(self.ctl)
 
     async def op_test_only(self, args: dict[str, Any], uid: int) -> Any:
         """sbatch --test-only: when and where a job of `spec` would start if it were submitted now (nothing is

@@ -46,6 +46,7 @@ from hsched.kinds import kind_of
 from hsched.model import DEFAULT_QOS, EndReason, Interconnect, Job, Node, NodeState, Placement, Resources
 from hsched.sched.hsched_policy import Hsched
 from hsched.sched.limits import QosLimits, Tally
+from hsched.sched.locality import choose_wait, copy_seconds
 from hsched.sched.placement import fragmentation_key
 from hsched.sched.preempt import PreemptRule, Victims
 from hsched.sched.registry import make_policy
@@ -155,6 +156,17 @@ class FleetView:
     shared_use: Mapping[str, int] = field(default_factory=dict)
     """Device UUID -> GPU memory (MiB) promised to the shared jobs on it (`--shared`): more of them go there while
     their memory fits; no exclusive job does (the device is busy)."""
+    data_at: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Dataset -> the nodes holding it, ready (declared, found by a scan, or copied: hsched.controller.data). A
+    dataset not here (a shared mount, a name nobody declared) costs nothing anywhere."""
+    data_bytes: Mapping[str, int] = field(default_factory=dict)
+    """Dataset -> its size in bytes: what a copy of it moves."""
+    data_copying: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    """(dataset, node) -> the bytes a copy under way there (a prefetch) still has to move."""
+    link_bps: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    """(source node, target node) -> how fast copies between them went (bytes/s, measured)."""
+    default_bps: float = 125e6
+    """Copy speed between two nodes no copy was measured between yet (settings `data_link_mbps`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -953,6 +965,10 @@ class _RoundState:
         """Devices of the jobs started this round -> when they end (their time limit; inf without one)."""
         self._busy_reserved: tuple[int, set[str]] = (-1, set())
         self._links: dict[str, str] = {}
+        self._copy_s: dict[tuple[tuple[str, ...], str], float] = {}
+        self._running_on: dict[str, list[tuple[float, frozenset[str]]]] | None = None
+        self.data_waits: dict[int, str] = {}
+        """Jobs that wait for a node holding their data (`data_ok`), and why, as `why` says it."""
 
     # ------------------------------------------------------------------ indexes
 
@@ -1093,6 +1109,8 @@ class _RoundState:
 
     def take(self, job: Job, placements: Sequence[Placement]) -> bool:
         res = job.spec.resources
+        if job.spec.data and self.fleet.data_at and not self.data_ok(job, placements):
+            return False
         for p in placements:
             node = self.by_name.get(p.node)
             if node is None or any(u in self.busy for u in p.devices):
@@ -1116,6 +1134,81 @@ class _RoundState:
             self.reserved, self.shadow, self.head = frozenset(), math.inf, None
             self.version += 1
         return True
+
+    # ------------------------------------------------------------------ data locality (issue 15, item 1)
+
+    def data_copy_s(self, job: Job, node: str) -> float:
+        """Seconds to bring the job's datasets to `node` (the modelled copy: each dataset the node lacks, from its
+        fastest up holder, by the measured link speed; what a copy under way still has to move): 0 when all are
+        there, inf when one is on no node that is up."""
+        key = (job.spec.data, node)
+        got = self._copy_s.get(key)
+        if got is None:
+            fleet, total = self.fleet, 0.0
+            for name in job.spec.data:
+                at = fleet.data_at.get(name)
+                if at is None or node in at:
+                    continue  # a shared mount (not tracked), or here already
+                sources = [s for s in at if s in self.by_name]
+                if not sources:
+                    total = math.inf
+                    break
+                need = fleet.data_copying.get((name, node), fleet.data_bytes.get(name, 0))
+                bps = max(fleet.link_bps.get((s, node), fleet.default_bps) for s in sources)
+                total += copy_seconds(need, bps)
+            got = self._copy_s[key] = total
+        return got
+
+    def data_ok(self, job: Job, placements: Sequence[Placement]) -> bool:
+        """Whether the job may start on `placements` as far as its data goes: all of it is there, or no node holding
+        it is predicted to have room for the job before the copy would be done (hsched.sched.locality.choose_wait:
+        then waiting moves no bytes for the same start). Else it waits, and `data_waits` says for which node."""
+        copy_s = max(self.data_copy_s(job, p.node) for p in placements)
+        if copy_s == 0.0:
+            return True
+        names = ", ".join(job.spec.data)
+        if math.isinf(copy_s):
+            lost = [d for d in job.spec.data if not any(s in self.by_name for s in self.fleet.data_at.get(d, {""}))]
+            self.data_waits[job.id] = (f"Data ({', '.join(lost) or names} is on no node that is up; "
+                                       "`hsched data scan` looks for it)")
+            return False
+        if job.spec.resources.nodes != 1:
+            return True  # a gang's nodes copy in parallel: no single node to wait for
+        best: tuple[float, str] | None = None
+        for node in self.nodes_for(job):
+            if self.data_copy_s(job, node.name) == 0.0:
+                free_in = self.free_in(node, job)
+                if free_in is not None and (best is None or free_in < best[0]):
+                    best = (free_in, node.name)
+        if best is not None and choose_wait(copy_s, best[0]):
+            self.data_waits[job.id] = (f"Data (waiting for {best[1]}, which holds {names}: free in ~{_secs(best[0])}; "
+                                       f"a copy would take ~{_secs(copy_s)})")
+            return False
+        return True
+
+    def free_in(self, node: Node, job: Job) -> float | None:
+        """Seconds until `node` is predicted to have room for the job's GPUs: 0 when it fits now; else when enough of
+        its eligible devices free, by the running jobs' predicted ends (devices being released: now; the round's
+        starts: their time limits). None when never known (too small, or held by jobs with no predicted end)."""
+        res = job.spec.resources
+        if self.fit(node, res, self.busy_reserved()) is not None:
+            return 0.0
+        elig = self.eligible(node, res)
+        if len(elig) < res.gpus or not res.gpus:
+            return None
+        if self._running_on is None:
+            by_node: dict[str, list[tuple[float, frozenset[str]]]] = {}
+            ends = self.fleet.ends
+            for r in self.fleet.running:
+                for p in r.job.placement:
+                    by_node.setdefault(p.node, []).append((ends.get(r.id, math.inf), frozenset(p.devices)))
+            self._running_on = by_node
+        at = {u: end for end, devs in self._running_on.get(node.name, ()) for u in devs}
+        at.update(self._started)
+        at.update(dict.fromkeys(self.releasing, self.now))
+        when = sorted(at.get(u, math.inf) if u in self.busy else self.now for u in elig)
+        t = when[res.gpus - 1]
+        return None if math.isinf(t) else max(0.0, t - self.now)
 
     def missed(self, key: tuple[object, ...]) -> bool:
         """This search failed already, and nothing changed hands since."""
@@ -1357,6 +1450,8 @@ class _RoundState:
         where = self.where(job)
         if not where and (down := self.unavailable(job)):
             why = f"ReqNodeNotAvail, UnavailableNodes:{','.join(down)}"
+        elif job.id in self.data_waits:
+            why = self.data_waits[job.id]
         elif job.id == self.head:
             why = self.head_reason
         else:
@@ -1610,3 +1705,53 @@ def _gang_on_group(st: _RoundState, node: Node, res: Resources, busy: Collection
             if len(out) == n:
                 return tuple(out)
     return None
+
+
+PREFETCH_JOBS = 8
+"""How many waiting jobs with data, in queue order, a round looks ahead for (the ones that start next)."""
+
+
+def prefetch_targets(fleet: FleetView, queue: Sequence[Job], now: float, horizon_s: float,
+                     skip: Collection[int] = ()) -> list[tuple[int, str, tuple[str, ...]]]:
+    """(job, node, datasets to copy there) for the first PREFETCH_JOBS waiting jobs with data (queue order): the node
+    where each could compute soonest (predicted free time, or the copy's end when that is later: a copy started now
+    runs while the job waits) when it lacks the data and the job is predicted to start there within `horizon_s` plus
+    the copy's own time (a long copy starts earlier). Not when waiting for a node that holds the data is as good
+    (`choose_wait`): that node is where it goes. Pure: the controller starts the copies (hsched.controller.data)."""
+    if not fleet.data_at:
+        return []
+    st = _RoundState(fleet, default_chooser(), now)
+    out: list[tuple[int, str, tuple[str, ...]]] = []
+    looked = 0
+    for job in order([j for j in queue if j.spec.data and j.id not in skip]):
+        res = job.spec.resources
+        if res.nodes != 1 or not res.gpus or res.shared:
+            continue
+        looked += 1
+        if looked > PREFETCH_JOBS:
+            break
+        best: tuple[float, float, str] | None = None
+        holder: float | None = None
+        for node in st.nodes_for(job):
+            eta = st.free_in(node, job)
+            if eta is None:
+                continue
+            c = st.data_copy_s(job, node.name)
+            if c == 0.0:
+                holder = eta if holder is None else min(holder, eta)
+            if math.isinf(c):
+                continue
+            cand = (max(eta, c), c, node.name)
+            if best is None or cand < best:
+                best = cand
+        if best is None or best[1] == 0.0:
+            continue  # a node holding its data is where it starts soonest
+        _start_s, copy_s, node_name = best
+        eta = st.free_in(st.by_name[node_name], job) or 0.0
+        if choose_wait(copy_s, holder) or eta > horizon_s + copy_s:
+            continue
+        at = fleet.data_at
+        lacking = tuple(d for d in job.spec.data if d in at and node_name not in at[d])
+        if lacking:
+            out.append((job.id, node_name, lacking))
+    return out
