@@ -639,7 +639,9 @@ class Api:
                 "jobs": [job_to_dict(j) for j in jobs],
                 "nodes": [node_live_to_dict(rt.node, owners, host_load=host_load_to_dict(rt.host_load, rt.last_sample),
                                             processes=gpu_processes_to_list(rt.gpu_processes, owners, runs_root))
-                          for rt in self.ctl.nodes.values()]}
+                          for rt in self.ctl.nodes.values()],
+                # dataset copies under way (hsched.controller.data): the dashboard shows their progress
+                "transfers": _transfers(self.ctl)}
 
     async def op_share(self, args: dict[str, Any], uid: int) -> Any:
         """Fair share by user, as sshare shows it: account, shares, raw and decayed GPU-hours, the fair-share
@@ -666,6 +668,14 @@ class Api:
                 hosts[rt.name] = history_to_dict(rt.host_history, since, ("cpu_percent", "memory_used_mib"))
         return {"time": iso(self.ctl.clock.time()), "now": self.ctl.clock.time(),
                 "interval_s": self.ctl.settings.monitor_interval_s, "devices": devices, "hosts": hosts}
+
+
+def _transfers(ctl: Controller) -> list[dict[str, Any]]:
+    from hsched.controller.data import state
+
+    return [{"dataset": t.dataset, "from": t.source, "to": t.node, "done": t.done, "total": t.total,
+             "job_id": t.job_id, "why": t.why, "seconds": ctl.clock.monotonic() - t.started}
+            for t in state(ctl).transfers.values()]
 
 
 def _member_of_any(user: str, groups: tuple[str, ...]) -> bool:

@@ -104,7 +104,7 @@ class Controller:
         self._db_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hsched-db")
         self.launching: set[int] = set()
         """Run ids whose launch is in flight: the watcher leaves them alone, so nothing launches twice."""
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self.probes: set[asyncio.Task[None]] = set()
         """Probes in flight (at most one per node): apart from `_tasks`, since no request or round waits for
         them, and cancelled when the controller stops."""
@@ -257,7 +257,7 @@ class Controller:
             return False
         return self.lock_inode is None or st.st_ino == self.lock_inode
 
-    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run `coro` in the background, kept alive until it ends (asyncio holds only weak references)."""
         task = asyncio.create_task(coro)
         self._tasks.add(task)

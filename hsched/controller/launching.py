@@ -29,7 +29,7 @@ from pathlib import Path
 
 from hsched import outfiles
 from hsched.arrays import within_limits
-from hsched.controller import learning, moves
+from hsched.controller import data, learning, moves
 from hsched.controller.checkpoints import bring_along, is_shared, path_on, sees
 from hsched.controller.core import Controller
 from hsched.controller.ending import run_ended
@@ -54,6 +54,7 @@ from hsched.sched.live import (
     Running,
     Wait,
     gpu_type_of,
+    prefetch_targets,
     schedule,
 )
 from hsched.sched.throughput import ThroughputModel
@@ -88,6 +89,8 @@ class RoundInput:
     """The pending jobs by id."""
     mark: int
     """The store's change count when the jobs were read (`_changes`): still the same, no job changed since."""
+    prefetch_horizon_s: float | None = None
+    """Settings' `prefetch_horizon_s` when prefetch is on and some waiting job names datasets; else None."""
 
 
 SWITCH_INTERVAL_S = 0.001
@@ -105,7 +108,7 @@ _ROUNDS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hsched-round", i
 round at a time, and apart from the store's thread and asyncio's default pool (launches' file work)."""
 
 
-def _compute(inp: RoundInput) -> list[Decision]:
+def _compute(inp: RoundInput) -> tuple[list[Decision], list[tuple[int, str, tuple[str, ...]]]]:
     """The pure round, in the round's thread, with the cyclic garbage collector paused: a round makes ~10,000
     short-lived objects, and a collection in the middle of one would promote those alive at that moment towards the
     oldest generation, whose full collections (every minute or so, ~45 ms over a 2,000-job heap) then fell inside
@@ -115,7 +118,13 @@ def _compute(inp: RoundInput) -> list[Decision]:
     if paused:
         gc.disable()
     try:
-        return schedule(inp.view, inp.pending, inp.now)
+        decisions = schedule(inp.view, inp.pending, inp.now)
+        targets: list[tuple[int, str, tuple[str, ...]]] = []
+        if inp.view.data_at and inp.prefetch_horizon_s is not None:
+            # the copies that put waiting jobs' data where they are predicted to start (issue 15, item 2)
+            started = {d.job_id for d in decisions if isinstance(d, Launch)}
+            targets = prefetch_targets(inp.view, inp.pending, inp.now, inp.prefetch_horizon_s, started)
+        return decisions, targets
     finally:
         if paused:
             gc.enable()
@@ -128,7 +137,7 @@ async def _schedule_round(ctl: Controller) -> tuple[bool, int]:
         return False, 0
     # the pure part, without the lock: submits, cancels and drains go on meanwhile; what they change is checked
     # below before anything is applied
-    decisions = await asyncio.get_running_loop().run_in_executor(_ROUNDS, _compute, inp)
+    decisions, targets = await asyncio.get_running_loop().run_in_executor(_ROUNDS, _compute, inp)
     launches: list[tuple[Job, list[Run]]] = []
     async with ctl.lock:
         valid = await still_valid(ctl, inp, decisions)
@@ -167,6 +176,8 @@ async def _schedule_round(ctl: Controller) -> tuple[bool, int]:
         ctl.attempt_start[job.id] = ctl.clock.time()
         for run in runs:
             spawn_launch(ctl, job, run)
+    if targets:
+        data.prefetch(ctl, targets)
     return bool(decisions), sum(1 for d in decisions if isinstance(d, Preempt | Move) and d.job_id in valid)
 
 
@@ -198,15 +209,28 @@ async def round_input(ctl: Controller) -> RoundInput | None:
         # fair share over the store's history (decayed GPU-seconds per share), for this round's users
         view = replace(view, user_usage=await _usage(ctl, now, users, jobs.changes))
     resumed = [j.id for j in pending if j.restarts > 0]
+    prefer: dict[int, str] = {}
     if resumed:
         # a resumed job whose checkpoint sits on a node of its own goes back there when it can: no copy
         last = await ctl.db(ctl.store.last_nodes, resumed)
         prefer = {jid: node for jid, node in last.items()
                   if node in ctl.nodes and not is_shared(ctl.nodes[node], ctl.checkpoint_dir(jid))}
+    horizon = None
+    if ctl.fleet_cfg.datasets:
+        await data.load(ctl)
+        await data.resume(ctl)
+        with_data = [j for j in pending if j.spec.data]
+        if with_data:
+            # placement weighs copying a job's datasets against waiting for a node holding them (issue 15); the
+            # node holding most of them first (a dataset is most often bigger than a checkpoint)
+            view = replace(view, **data.view_fields(ctl))
+            prefer.update(data.prefer(ctl, with_data))
+            horizon = ctl.settings.prefetch_horizon_s if ctl.settings.prefetch else None
+    if prefer:
         view = replace(view, prefer=prefer)
     # the store's change count as the jobs were read: a write since (dependencies' reasons above, or anyone's while
     # the round computes) makes the checks read the jobs they act on again
-    return RoundInput(now, view, tuple(pending), jobs.active_by_id, pending_by_id, jobs.changes)
+    return RoundInput(now, view, tuple(pending), jobs.active_by_id, pending_by_id, jobs.changes, horizon)
 
 
 def rewrites(job: Job, d: Wait) -> bool:
@@ -531,11 +555,18 @@ async def launch(ctl: Controller, job: Job, run: Run) -> None:
     # an array's tasks share the environment saved once under the array's id
     submit_env = await asyncio.to_thread(ctl.load_env, job.array_id or job.id)
     try:
+        # its datasets on its node first (a copy may take long: outside the launch slots and their timeout)
+        data_env = await data.ensure(ctl, current, run)
+    except data.DataUnavailable as e:
+        await launch_failed(ctl, job, run, f"data: {e}")
+        return
+    try:
         async with ctl.launch_slots, asyncio.timeout(600):
             await bring_along(ctl, current, run)
             ckpt = await path_on(ctl, rt, job.id)
             env = job_env(ctl, current, run, current.placement, checkpoint_dir=ckpt, remote=remote,
                           submit_env=submit_env)
+            env.update(data_env)
             workdir = job.spec.workdir
             if workdir is None:
                 # where the user submitted from, if the node sees that folder; else the run folder
