@@ -336,6 +336,7 @@ class SbatchRequest:
     script: str
     """Path of the batch script (the run's own argv, written by batch_script)."""
     output: str
+    """sbatch's --output: the run folder's log, or the job's own `-o` file (and --error too, without `error`)."""
     workdir: str
     job_name: str
     comment: str
@@ -358,14 +359,21 @@ class SbatchRequest:
     requeue: bool = False
     """False: `--no-requeue`. hsched requeues a job by its own rules (a new run, a new sbatch); Slurm requeueing
     the same run behind its back would run an attempt twice."""
+    error: str | None = None
+    """sbatch's --error, the job's own `-e` file; None: stderr goes to `output`."""
+    open_mode: str | None = None
+    """sbatch's --open-mode (`append`, `truncate`) for the job's own files; None: Slurm's default."""
 
 
 def sbatch_argv(r: SbatchRequest) -> list[str]:
     """The argv of `sbatch` for `r`: one word per option, never through a shell."""
     argv = ["sbatch", "--parsable", f"--partition={r.partition}", f"--job-name={r.job_name}",
-            f"--comment={r.comment}", f"--output={slurm_path(r.output)}", f"--error={slurm_path(r.output)}",
-            f"--chdir={r.workdir}", "--export=NONE", f"--nodes={r.nodes}",
-            f"--ntasks-per-node={r.ntasks_per_node}", "--requeue" if r.requeue else "--no-requeue"]
+            f"--comment={r.comment}", f"--output={slurm_path(r.output)}",
+            f"--error={slurm_path(r.error or r.output)}", f"--chdir={r.workdir}", "--export=NONE",
+            f"--nodes={r.nodes}", f"--ntasks-per-node={r.ntasks_per_node}",
+            "--requeue" if r.requeue else "--no-requeue"]
+    if r.open_mode:
+        argv.append(f"--open-mode={r.open_mode}")
     if r.account:
         argv.append(f"--account={r.account}")
     if r.qos:
@@ -464,14 +472,18 @@ def srun_task_ends(log: str) -> dict[int, tuple[int, int | None]]:
     return out
 
 
-def rank_dispatch(ranks: Sequence[tuple[str, str]]) -> str:
+def rank_dispatch(ranks: Sequence[tuple[str, str]], errors: Sequence[str | None] = ()) -> str:
     """What srun runs as every task of a gang's Slurm job: task SLURM_PROCID becomes rank SLURM_PROCID, its own
-    script (`ranks[r]`: (script, log) of rank r, each rank's batch_script) with its output in its own log. `exec`
-    all the way: the rank's command is the task's process itself, which srun and scancel signal."""
+    script (`ranks[r]`: (script, log) of rank r, each rank's batch_script) with its output appended to its log
+    (its own folder's, or the job's `-o` file), and its stderr to `errors[r]` where given (the job's `-e` file),
+    else to the log too. `exec` all the way: the rank's command is the task's process itself, which srun and
+    scancel signal."""
     lines = ["#!/bin/sh", "# hsched: srun runs this as every task of the job; task N is rank N",
              'case "${SLURM_PROCID:-}" in']
     for r, (script, log) in enumerate(ranks):
-        lines.append(f"{r}) exec /bin/sh {shlex.quote(script)} >> {shlex.quote(log)} 2>&1 ;;")
+        err = errors[r] if r < len(errors) else None
+        to_err = f"2>> {shlex.quote(err)}" if err else "2>&1"
+        lines.append(f"{r}) exec /bin/sh {shlex.quote(script)} >> {shlex.quote(log)} {to_err} ;;")
     lines += ["esac", 'echo "hsched: task ${SLURM_PROCID:-?} is no rank of this job" >&2', "exit 1"]
     return "\n".join(lines) + "\n"
 

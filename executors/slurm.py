@@ -40,7 +40,10 @@ group no more GPUs than Slurm has free (a job that still does not fit waits in S
                   on), {job_id, submitted, argv} added as soon as sbatch answered (each write fsync, rename);
                   then `final` once the job has ended: {state, exit_status, exit_signal, end_time, nodes,
                   reason}, so its end is known even after Slurm forgot the job (MinJobAge, no accounting)
-    output.log    stdout and stderr of the job (sbatch --output/--error), what `hsched logs` reads
+    output.log    stdout and stderr of the job (sbatch --output/--error), what `hsched logs` reads; a job
+                  with `-o`/`-e` gives sbatch its own files instead (expanded by the controller: hsched's job id;
+                  relative to its working folder), with `--open-mode=truncate` at its first start and `append`
+                  for a requeued run, and `hsched logs` reads its `-o` file (slurm.json's `log`)
     signals.log   one JSON line per signal hsched sent, as the node helper writes it ($HSCHED_RUN_DIR)
 
 and submits `sbatch --parsable --export=NONE --no-requeue --comment=hsched:<job>:<token> ...`. The run's handle
@@ -94,8 +97,10 @@ Terminated`); a rank that failed ends the others (srun's kill-on-bad-exit, as hs
 goes to every task of the job (`scancel --signal` without `--batch`: srun is the batch step's process), once
 for all ranks (the other ranks' calls within GANG_SIGNAL_S record it in their signals.log only), and to every
 process of each task. All ranks must be placed on the group (a gang across the group and another node is
-refused with one line); hsched's scheduler still places a job's nodes on distinct fleet nodes, so today a gang
-reaches a Slurm group as one node of T tasks.
+refused with one line). hsched's round (hsched.sched.live) places a gang of N nodes whole on one group, each
+node's share on devices of another Slurm node (`sbatch --nodes=N --gpus-per-node=G`: Slurm picks which N), and
+never across a group and another node; any job's share of a group is on one Slurm node's devices, as
+`--gpus-per-node` asks.
 
 Not yet (issue 17): sbatch's `--signal` and `--constraint` from the job spec (hsched sends the warning signal
 itself, by scancel, and its constraints name the fleet file's labels, not Slurm's features; the time limit goes
@@ -258,6 +263,8 @@ class SlurmExecutor:
         self._gangs: dict[tuple[str, str], _Gang] = {}
         """(hsched job id, attempt) -> the ranks whose launches have come so far."""
         self._gang_signals: dict[tuple[int, str, str], float] = {}
+        self._logs: dict[str, str] = {}
+        """Run folder -> the file its stdout goes to (slurm.json's `log`), once known."""
 
     @classmethod
     def from_config(cls, cfg: NodeConfig, **kw: Any) -> SlurmExecutor:
@@ -425,17 +432,22 @@ class SlurmExecutor:
         path = os.path.join(rdir, SCRIPT)
         await self._site.write_file(path, script, 0o700)
         await self._checkpoint_dir(req)
-        # what is known before sbatch: a restarted controller finds the job by this comment, and counts it on these
+        out, err = _out_files(req, workdir, rdir)
+        # what is known before sbatch: a restarted controller finds the job by this comment, and counts it on these;
+        # `log`: where its stdout goes (what `hsched logs` reads)
         record = {"job_id": None, "comment": comment, "cluster": self.cluster, "partition": self.partition,
-                  "devices": list(req.devices), "submitted": None}
+                  "devices": list(req.devices), "submitted": None, "log": out}
         await self._merge_record(req.run_dir, record)
         sb = text.SbatchRequest(
-            script=path, output=os.path.join(rdir, LOG), workdir=workdir,
+            script=path, output=out, error=err, workdir=workdir,
             job_name=text.job_name(req.env.get("HSCHED_JOB_NAME") or "hsched"), comment=comment,
             partition=self.partition, account=self.account, qos=self.qos, cluster=self.cluster,
             gpus_per_node=len(req.devices), gpu_type=gpu_type,
             cpus_per_task=-(-int(req.cpu_limit * 1000) // 1000) if req.cpu_limit else None,
-            memory_mib=req.memory_mib, time_limit_s=req.time_limit_s)
+            memory_mib=req.memory_mib, time_limit_s=req.time_limit_s,
+            # the job's own files: emptied at its first start, appended to by a requeued run (hsched's rule, as
+            # the node helper's); the run folder's log is new for every run
+            open_mode=("truncate" if req.truncate_output else "append") if req.output or req.error else None)
         submitted = time.time()
         try:
             res = await self._run(*text.sbatch_argv(sb))
@@ -529,14 +541,18 @@ class SlurmExecutor:
         dirs = [gang.reqs[r].run_dir for r in range(gang.world)]
         there = [await self._dir(d) for d in dirs]  # the ranks' folders where the job runs (the site's)
         comment = self._comment(r0.run_dir, r0.env)
+        # each rank's stdout and stderr: its folder's log, or the job's own -o/-e files (appended: ranks may share one)
+        files = [_out_files(gang.reqs[r], gang.reqs[r].workdir or there[r], there[r]) for r in range(gang.world)]
         for r, rq in gang.reqs.items():
             # what is known before sbatch: every rank names the job by rank 0's token
             await self._merge_record(rq.run_dir, {
                 "job_id": None, "comment": comment, "cluster": self.cluster, "partition": self.partition,
-                "devices": list(rq.devices), "submitted": None, "token_dir": r0.run_dir, "ranks": dirs, "rank": r})
+                "devices": list(rq.devices), "submitted": None, "token_dir": r0.run_dir, "ranks": dirs, "rank": r,
+                "log": files[r][0]})
         dispatch = os.path.join(there[0], RANKS)
         await self._site.write_file(dispatch, text.rank_dispatch(
-            [(os.path.join(d, SCRIPT), os.path.join(d, LOG)) for d in there]), 0o700)
+            [(os.path.join(d, SCRIPT), out) for d, (out, _err) in zip(there, files, strict=True)],
+            [err for _out, err in files]), 0o700)
         batch = os.path.join(there[0], GANG_SCRIPT)
         workdir = r0.workdir or there[0]
         await self._site.write_file(batch, text.gang_script(dispatch, workdir, there[0], nodes, tpn), 0o700)
@@ -785,14 +801,32 @@ class SlurmExecutor:
 
     @recorded
     async def read_log(self, run_dir: str, offset: int, max_bytes: int = 1 << 20) -> bytes:
+        """The run's stdout: its folder's output.log, or the job's own `-o` file where Slurm wrote it instead
+        (slurm.json's `log`). With `-e` the run's stderr is in the job's error file only."""
         try:
-            return await self._site.read_at(await self._file(run_dir, LOG), offset, max_bytes)
+            path = self._logs.get(run_dir)
+            if path is None:
+                rec = await self._site.read_json(await self._file(run_dir, RECORD))
+                log = rec.get("log") if isinstance(rec, dict) else None
+                path = log if isinstance(log, str) and log else await self._file(run_dir, LOG)
+                if isinstance(rec, dict) and rec.get("submitted") is not None:
+                    if len(self._logs) > 10000:
+                        self._logs.clear()  # (a long-lived controller's ended runs: read again if asked)
+                    self._logs[run_dir] = path  # (settled once sbatch answered: before, a launch may be under way)
+            return await self._site.read_at(path, offset, max_bytes)
         except OSError as e:
             raise HelperError(f"{self.name}: cannot read the log of {run_dir}: {e.strerror or e}", "read") from None
 
     @recorded
     async def newest_mtime(self, path: str) -> float | None:
         return await self._site.newest(path)
+
+    @recorded
+    async def data(self, op: str, req: Mapping[str, Any], *, timeout_s: float = 120.0) -> dict[str, Any]:
+        """Refused: a Slurm group's jobs land on whichever of its nodes Slurm picks, so hsched places no dataset
+        on one of them; its datasets live on the group's shared file system."""
+        raise HelperError(f"{self.name}: a Slurm group keeps its datasets on its shared file system, not on one "
+                          "node: declare the dataset shared for this group (no copy to it)", f"data_{op}")
 
     @recorded
     async def remote_path(self, local_path: str) -> str:
@@ -985,6 +1019,15 @@ def _node_dict(n: text.SlurmNode) -> dict[str, Any]:
             "gres": [{"name": g.name, "type": g.type, "count": g.count} for g in n.gres],
             "gpus_used": list(n.gpus_used), "features": list(n.features), "active_features": list(n.active_features),
             "reason": n.reason}
+
+
+def _out_files(req: LaunchRequest, workdir: str, rdir: str) -> tuple[str, str | None]:
+    """sbatch's --output and --error for a run: the job's own `-o`/`-e` files (expanded by the controller, hsched's
+    ids; relative to its working folder, as a node makes them) where it gave them, else the run folder's log (stdout
+    and stderr both, what `hsched logs` reads); error None: with the output."""
+    out = os.path.join(workdir, req.output) if req.output else os.path.join(rdir, LOG)
+    err = os.path.join(workdir, req.error) if req.error and req.error != req.output else None
+    return out, err
 
 
 def _first_line(s: str) -> str:

@@ -256,3 +256,21 @@ def test_a_gang_of_two_nodes_is_one_slurm_job_over_both_slurm_nodes(slurm: Slurm
         assert (fields["rank"], fields["world"]) == (str(r), "2"), text
         nodes.append(fields["node"])
     assert sorted(nodes) == ["n1", "n2"]  # one rank on each Slurm node
+
+
+def test_output_and_error_files_go_to_sbatch_and_hsched_logs_reads_the_output(slurm: SlurmCluster, hs_slurm: Hs,
+                                                                              tmp_path: Path) -> None:
+    """`hsched submit -o DIR/slurm-%j.out -e DIR/slurm-%j.err` on the Slurm group: sbatch writes the files, named
+    with hsched's job id; `hsched logs` shows the output file."""
+    h = hs_slurm
+    out_dir = tmp_path / "outputs"
+    out_dir.mkdir()
+    jid = h.run("submit", "--parsable", "-o", f"{out_dir}/slurm-%j.out", "-e", f"{out_dir}/slurm-%j.err", "--gpus",
+                "1", "--gpu-type", "a100", "--", "sh", "-c", "echo to-out; echo to-err >&2", check=True).stdout.strip()
+    assert h.run("wait", jid, "--timeout", "120").returncode == 0
+    assert (out_dir / f"slurm-{jid}.out").read_text() == "to-out\n"
+    assert (out_dir / f"slurm-{jid}.err").read_text() == "to-err\n"
+    [sj] = slurm_jobs(slurm, h, jid)
+    detail = slurm.job(sj["id"])
+    assert (detail["StdOut"], detail["StdErr"]) == (f"{out_dir}/slurm-{jid}.out", f"{out_dir}/slurm-{jid}.err")
+    assert h.run("logs", jid, check=True).stdout == "to-out\n"
