@@ -330,7 +330,9 @@ class Api:
         runs = await self.ctl.db(self.ctl.store.runs, job.id)
         events = await self.ctl.db(self.ctl.store.events, job.id)
         d["runs"] = [run_to_dict(r) for r in runs]
-        d["events"] = [{"time": iso(e["time"]), "kind": e["kind"], "message": e["message"], "node": e["node"]}
+        # (an event's figures too, where it has some: a copy's bytes and seconds, a preemption's time to free)
+        d["events"] = [{"time": iso(e["time"]), "kind": e["kind"], "message": e["message"], "node": e["node"],
+                        **({"data": e["data"]} if e["data"] else {})}
                        for e in events]
         pre = [e["data"] or {} for e in events if e["kind"] == "preempted"]
         lost = [p["lost_gpu_s"] for p in pre if p.get("lost_gpu_s") is not None]
