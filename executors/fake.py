@@ -29,16 +29,18 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import platform
 import posixpath
 import signal as signals
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hsched import nodehelper
 from hsched.errors import ExecutorError, HelperError, NodeUnreachable, TransferError
 from hsched.model import GpuHolder, RunHandle, RunReport, RunStatus
 from hsched.nodehelper import HELPER_VERSION
@@ -140,6 +142,10 @@ class FakeExecutor:
         self.closed = 0
         self.accounts: set[str] | None = None
         """The user names that exist on this fake node (lab mode); None: every name does."""
+        self.free_bytes: int | None = None
+        """What data("free") answers (a full disk played); None: the real free space of the path's disk."""
+        self.data_hook: Callable[[str, Mapping[str, Any]], Awaitable[None]] | None = None
+        """Awaited before each data() request with its op and request (a test acts in the middle of a copy)."""
         self._pids = itertools.count(1000)
 
     def _check(self, call: str) -> None:
@@ -233,6 +239,31 @@ class FakeExecutor:
             return self.checkpoint_mtimes[path]
         times = [f.mtime for p, f in self.files.items() if _under(p, path)]
         return max(times) if times else None
+
+    @recorded
+    async def data(self, op: str, req: Mapping[str, Any], *, timeout_s: float = 120.0) -> dict[str, Any]:
+        """The node helper's own `data_<op>` on this machine's real files, in a thread (so in-process tests copy
+        real trees), with the request and reply passed through JSON as on the wire. `free_bytes`, when set, is
+        what `free` answers; `data_hook` runs before each request (a test's way to act mid-copy)."""
+        self._check(f"data_{op}")
+        command = f"data_{op}"
+        fn = nodehelper.COMMANDS.get(command) if op.isidentifier() else None
+        if fn is None:
+            raise HelperError(f"{self.name}: node helper '{command}': unknown request", command)
+        if self.data_hook is not None:
+            await self.data_hook(op, req)
+        if op == "free" and self.free_bytes is not None:
+            return {"free": self.free_bytes}
+        wire = json.loads(json.dumps(dict(req)))
+        try:
+            async with asyncio.timeout(timeout_s):
+                reply = await asyncio.to_thread(fn, wire)
+        except TimeoutError:
+            raise NodeUnreachable(f"{self.name}: node helper '{command}' did not answer within {timeout_s:g} s") \
+                from None
+        except Exception as e:  # as the helper answers a failed request: one error line, HelperError here
+            raise HelperError(f"{self.name}: node helper '{command}': {nodehelper._why(e)}", command) from None
+        return dict(json.loads(json.dumps(reply)))
 
     @recorded
     async def remote_path(self, local_path: str) -> str:

@@ -31,7 +31,7 @@ import logging
 import sys
 import time
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -339,21 +339,23 @@ class LocalExecutor:
         srv = await shared.get(self.name)
         return None if srv is None else (shared, srv)
 
-    async def _call(self, command: str, request: dict[str, Any]) -> dict[str, Any]:
+    async def _call(self, command: str, request: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
+        """The helper's reply within `timeout_s` (default: the executor's own)."""
+        limit = self.timeout_s if timeout_s is None else timeout_s
         got = await self._server_or_none()
         if got is not None:
             shared, srv = got
             try:
                 if command == "status":
-                    reply = await shared.status(srv, request["runs"], self.timeout_s)
+                    reply = await shared.status(srv, request["runs"], limit)
                 elif command == "probe":
-                    reply = await shared.probe(srv, request["gpu_timeout_s"], self.timeout_s)
+                    reply = await shared.probe(srv, request["gpu_timeout_s"], limit)
                 else:
-                    reply = await srv.call(command, request, self.timeout_s)
+                    reply = await srv.call(command, request, limit)
             except NodeUnreachable:
                 if srv.dead is None:  # alive but silent: a second helper would only wait as long
                     raise NodeUnreachable(
-                        f"node helper '{command}' did not answer within {self.timeout_s:g} s") from None
+                        f"node helper '{command}' did not answer within {limit:g} s") from None
                 if srv.closed and srv not in shared.dropped:  # close() while it waited: no helper after close
                     raise NodeUnreachable(f"node helper '{command}': the executor was closed") from None
                 # the server died under this request: once more on a helper of its own (launch is
@@ -364,11 +366,11 @@ class LocalExecutor:
                 shared.failures = 0
                 self.last_contact = time.time()
                 return check_reply(reply, "", command)
-        return await self._oneshot(command, request)
+        return await self._oneshot(command, request, limit)
 
-    async def _oneshot(self, command: str, request: dict[str, Any]) -> dict[str, Any]:
+    async def _oneshot(self, command: str, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with asyncio.timeout(timeout_s):
                 proc = await asyncio.create_subprocess_exec(
                     *self.argv, command,
                     stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -381,7 +383,7 @@ class LocalExecutor:
                             proc.kill()
                         await proc.wait()
         except TimeoutError:
-            raise NodeUnreachable(f"node helper '{command}' did not answer within {self.timeout_s:g} s") from None
+            raise NodeUnreachable(f"node helper '{command}' did not answer within {timeout_s:g} s") from None
         except (FileNotFoundError, PermissionError, NotADirectoryError) as e:
             raise NodeRefused(f"cannot run the node helper: {e}", Refusal.PYTHON) from None
         except OSError as e:  # out of processes or memory: this machine may recover
@@ -480,6 +482,11 @@ class LocalExecutor:
         reply = await self._call("newest", {"path": path})
         newest = reply.get("newest")
         return float(newest) if newest is not None else None
+
+    @recorded
+    async def data(self, op: str, req: Mapping[str, Any], *, timeout_s: float = 120.0) -> dict[str, Any]:
+        """A dataset request through the helper (an installed one too: then only under its folder's `data`)."""
+        return await self._call(f"data_{op}", dict(req), timeout_s)
 
     @recorded
     async def remote_path(self, local_path: str) -> str:

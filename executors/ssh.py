@@ -34,7 +34,7 @@ import logging
 import random
 import shlex
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -599,6 +599,11 @@ class SSHExecutor:
         reply = await self._helper("newest", {"path": path})
         newest = reply.get("newest")
         return float(newest) if newest is not None else None
+
+    @recorded
+    async def data(self, op: str, req: Mapping[str, Any], *, timeout_s: float = 120.0) -> dict[str, Any]:
+        """A dataset request through the node's helper (its server, else a channel of its own)."""
+        return await self._helper(f"data_{op}", dict(req), timeout_s)
 
     # ----------------------------------------------------------------------------------- monitoring
 

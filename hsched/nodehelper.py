@@ -20,6 +20,14 @@ JSON on stdout; a failure is a JSON `{"error": "..."}` and exit status 1.
     append          bytes onto a tar file in the transfer folder (a checkpoint coming in)
     unpack          a tar file of the transfer folder into a folder, replacing it (regular files and folders only)
     drop            remove a transfer file
+    data_scan       a dataset (a file or a folder tree): whether it is there, its bytes, files and newest mtime
+    data_list       a dataset's files (relative path, size, mtime, mode) and folders
+    data_free       bytes free where a dataset would go
+    data_read       up to 4 MiB of a dataset file from an offset, base64
+    data_write      bytes into a dataset file at an offset (cut there first), no link on the way
+    data_commit     a finished copy (DEST.partial: manifest + data) put at DEST whole, modes and mtimes restored
+    data_drop       remove a dataset or an abandoned copy
+    data_hash       sha256 over a dataset's files (sorted relative paths, each path, size and bytes)
     _wrap RUN_DIR   (internal) the wrapper that owns a run, contains it and writes its exit record atomically
     _probe_gpus     (internal) the GPU discovery that `probe` runs in a child process
 
@@ -3178,6 +3186,459 @@ def _unlink(path):
         pass
 
 
+# --------------------------------------------------------------------------------------------- datasets
+# A dataset (one file or a folder tree) copied from node to node by the controller (hsched/datacopy.py): it
+# reads chunks from one node's helper and writes them through another's into a partial folder beside the
+# destination, `DEST.partial/` = the copy's manifest (`.hsched-copy.json`: the source's files, sizes, mtimes
+# and modes, written by the controller before any byte) and `data` (the tree, or the file, so far). A copy that
+# stopped resumes from there; `data_commit` checks it against its manifest and renames it into place whole.
+#
+# Writing never follows a link: every folder on the way is opened by name with O_NOFOLLOW from / (from ROOT
+# under --confine), so a link laid anywhere on the path cannot send bytes elsewhere. Under --confine, reading
+# may name anything under ROOT (as `read` and `pack` may), but writing, committing and dropping only folders
+# under ROOT/data: the run folders beside it are root's own, and a handle.json the service account could
+# write would be one this helper signals as root.
+
+DATA_CHUNK_MAX = 4 << 20
+"""The most bytes one data_read answers or one data_write takes."""
+DATA_MANIFEST = ".hsched-copy.json"
+"""In a partial folder: what the copy is of (the controller writes it, data_commit reads and removes it)."""
+DATA_TREE = "data"
+"""In a partial folder: the tree (or the file) being copied."""
+DATA_FOLDER = "data"
+"""Under --confine: ROOT/data holds every dataset this helper writes."""
+_RENAME_EXCHANGE = 2
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+
+
+def _data_path(path):
+    """An absolute path a data request names, normalized; relative ones and `..` are refused (under --confine
+    also anything outside ROOT or through a link, as `_inside` refuses them)."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise Refused("%r is not an absolute path" % (path,))
+    if ".." in path.split("/"):
+        raise Refused("%s: a path with '..' is refused" % path)
+    return _inside(path)
+
+
+def _data_writable(path):
+    """`_data_path`, and under --confine only a path below ROOT/data."""
+    p = _data_path(path)
+    if CONFINE is not None:
+        base = os.path.join(CONFINE, DATA_FOLDER)
+        if not p.startswith(base + "/"):
+            raise Refused("%s: this helper writes datasets only under %s" % (path, base))
+    if p == "/":
+        raise Refused("/ is not a dataset")
+    return p
+
+
+def _rel_parts(rel):
+    """The names of a relative path from a manifest (the controller's word, so checked): no '', '.' or '..'."""
+    parts = str(rel).split("/") if rel else []
+    if any(p in ("", ".", "..") for p in parts) or "\0" in str(rel):
+        raise Refused("%r is not a path inside the copy" % (rel,))
+    return parts
+
+
+def _descend(fd, parts, create, shown, start=""):
+    """A new descriptor of the folder `parts` below the folder `fd` (left open), opened one name at a time
+    without following links; a missing folder is made 0755 when `create`. `shown` names the path in errors,
+    `start` the folder `fd` is."""
+    import errno
+    import stat as stat_
+
+    cur = os.dup(fd)
+    try:
+        for i, part in enumerate(parts):
+            made = False
+            try:
+                nfd = os.open(part, _DIR_FLAGS, dir_fd=cur)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                try:
+                    os.mkdir(part, 0o755, dir_fd=cur)
+                    made = True
+                except FileExistsError:
+                    pass
+                nfd = os.open(part, _DIR_FLAGS, dir_fd=cur)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                    try:
+                        link = stat_.S_ISLNK(os.stat(part, dir_fd=cur, follow_symlinks=False).st_mode)
+                    except OSError:
+                        link = False
+                    if link:
+                        raise Refused("%s: %s is a symbolic link (name the real path)"
+                                      % (shown, os.path.join(start, *parts[:i + 1]))) from None
+                raise
+            if made:
+                os.fchmod(nfd, 0o755)  # whatever the helper's umask: a job of any user reads a dataset
+            os.close(cur)
+            cur = nfd
+        return cur
+    except BaseException:
+        os.close(cur)
+        raise
+
+
+def _folder_fd(path, create=False):
+    """A descriptor of the folder `path` (absolute, normalized), opened from / (from ROOT under --confine,
+    which its launcher names) without following any link on the way: a path through a link is refused."""
+    start = "/"
+    if CONFINE is not None and (path == CONFINE or path.startswith(CONFINE.rstrip("/") + "/")):
+        start = CONFINE
+    rest = os.path.relpath(path, start)
+    top = os.open(start, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        return _descend(top, [] if rest == "." else rest.split("/"), create, path, start)
+    finally:
+        os.close(top)
+
+
+def _open_below(fd, parts, flags, shown, mode=0o600):
+    """A descriptor of the file `parts` below the folder `fd`, no link followed on the way or at its end."""
+    import errno
+
+    parent = _descend(fd, parts[:-1], flags & os.O_CREAT, shown)
+    try:
+        return os.open(parts[-1], flags | getattr(os, "O_NOFOLLOW", 0), mode, dir_fd=parent)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise Refused("%s is a symbolic link" % shown) from None
+        raise
+    finally:
+        os.close(parent)
+
+
+def _tree(path):
+    """What is at `path`: (None, [], []) for nothing, ("file", [("", stat)], []) for a file, ("dir", files, dirs)
+    for a folder: its regular files as [(rel, stat)] and its folders as [rel], sorted. Links below `path` are
+    not followed and are left out, as are devices, sockets and pipes; a link at `path` itself is followed
+    (unconfined: a dataset folder may be a link to a big disk; under --confine `_inside` refuses it)."""
+    import stat as stat_
+
+    p = _data_path(path)
+    try:
+        st = os.stat(p)
+    except (FileNotFoundError, NotADirectoryError):
+        return None, [], []
+    if stat_.S_ISREG(st.st_mode):
+        return "file", [("", st)], []
+    if not stat_.S_ISDIR(st.st_mode):
+        return None, [], []
+    files, dirs = [], []
+
+    def walk(fd, prefix):
+        for name in os.listdir(fd):
+            try:
+                est = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # gone meanwhile
+            rel = prefix + name
+            if stat_.S_ISREG(est.st_mode):
+                files.append((rel, est))
+            elif stat_.S_ISDIR(est.st_mode):
+                dirs.append(rel)
+                try:
+                    sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                try:
+                    walk(sub, rel + "/")
+                finally:
+                    os.close(sub)
+
+    top = os.open(os.path.realpath(p) if CONFINE is None else p, _DIR_FLAGS)
+    try:
+        walk(top, "")
+    finally:
+        os.close(top)
+    files.sort(key=lambda f: f[0])
+    dirs.sort()
+    return "dir", files, dirs
+
+
+def data_scan(req):
+    """The size of the file or folder req['path']: {exists, bytes, files, newest, is_dir} (regular files only;
+    `newest` the latest mtime of one, None for none)."""
+    kind, files, _dirs = _tree(req["path"])
+    return {"exists": kind is not None, "bytes": sum(st.st_size for _rel, st in files), "files": len(files),
+            "newest": max((st.st_mtime for _rel, st in files), default=None), "is_dir": kind == "dir"}
+
+
+def data_list(req):
+    """Every regular file of req['path'] ({rel, size, mtime, mode}; a file alone has rel "") and every folder
+    below it (rel), sorted; `is_dir` tells an empty folder from nothing."""
+    kind, files, dirs = _tree(req["path"])
+    return {"exists": kind is not None, "is_dir": kind == "dir", "dirs": dirs,
+            "files": [{"rel": rel, "size": st.st_size, "mtime": st.st_mtime, "mode": st.st_mode & 0o7777}
+                      for rel, st in files]}
+
+
+def data_free(req):
+    """Bytes free to this helper's user where req['path'] is (or would be made): its nearest existing folder."""
+    p = _data_path(req["path"])
+    while not os.path.isdir(p) and p != "/":
+        p = os.path.dirname(p)
+    st = os.statvfs(p)
+    return {"free": st.f_bavail * st.f_frsize, "at": p}
+
+
+def data_read(req):
+    """Up to max_bytes (at most 4 MiB) of the file req['path'] from req['offset'], base64: {data, eof}."""
+    import base64
+    import stat as stat_
+
+    path = _data_path(req["path"])
+    if CONFINE is None:
+        path = os.path.realpath(path)  # a dataset file may be a link to a big disk, as `_tree` takes it
+    offset = max(0, int(req.get("offset") or 0))
+    max_bytes = max(0, min(int(req.get("max_bytes", DATA_CHUNK_MAX)), DATA_CHUNK_MAX))
+    # O_NONBLOCK: a pipe laid where a file was must not hang the helper
+    with os.fdopen(_open_inside(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat_.S_ISREG(st.st_mode):
+            raise Refused("%s is not a regular file" % path)
+        f.seek(offset)
+        data = f.read(max_bytes)
+    return {"data": base64.b64encode(data).decode("ascii"), "eof": offset + len(data) >= st.st_size}
+
+
+def data_write(req):
+    """Base64 `data` into the file req['path'] at req['offset']: a longer file is cut there first (a resumed
+    chunk lands exactly), a shorter one refused (no hole); missing folders are made 0755; a link anywhere on
+    the path is refused. {size}: the file's size after."""
+    import base64
+    import stat as stat_
+
+    path = _data_writable(req["path"])
+    offset = int(req.get("offset") or 0)
+    data = base64.b64decode(req.get("data") or "")
+    if len(data) > DATA_CHUNK_MAX:
+        raise Refused("a data_write takes at most %d bytes" % DATA_CHUNK_MAX)
+    if offset < 0:
+        raise Refused("offset %d is negative" % offset)
+    top = _folder_fd(os.path.dirname(path), create=True)
+    try:
+        fd = _open_below(top, [os.path.basename(path)], os.O_WRONLY | os.O_CREAT, path)
+    finally:
+        os.close(top)
+    try:
+        st = os.fstat(fd)
+        if not stat_.S_ISREG(st.st_mode) or (CONFINE is not None and st.st_nlink > 1):
+            raise Refused("%s is not a file of its own" % path)
+        if st.st_size < offset:
+            raise Refused("%s has %d bytes: a write at %d would leave a hole" % (path, st.st_size, offset))
+        if st.st_size > offset:
+            os.ftruncate(fd, offset)
+        os.lseek(fd, offset, os.SEEK_SET)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)  # a resumed copy trusts the partial file's length: what it counts must be on the disk
+        return {"size": offset + len(data)}
+    finally:
+        os.close(fd)
+
+
+def _exchange(fd_a, name_a, fd_b, name_b):
+    """renameat2(RENAME_EXCHANGE): swap two names at once. False where this kernel, libc or file system cannot."""
+    import errno
+
+    if "renameat2" not in _LIBC:
+        try:
+            import ctypes
+
+            fn = ctypes.CDLL(None, use_errno=True).renameat2
+            fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+            fn.restype = ctypes.c_int
+            _LIBC["renameat2"] = fn
+        except Exception:
+            _LIBC["renameat2"] = None
+    fn = _LIBC["renameat2"]
+    if fn is None:
+        return False
+    import ctypes
+
+    if fn(fd_a, os.fsencode(name_a), fd_b, os.fsencode(name_b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), name_b)
+
+
+def _read_manifest(part_fd, shown):
+    """The partial folder's manifest, None if it has none; a manifest that does not read is refused."""
+    try:
+        fd = os.open(DATA_MANIFEST, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0), dir_fd=part_fd)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        try:
+            m = json.loads(f.read().decode("utf-8", "surrogateescape"))
+        except ValueError:
+            m = None
+    if not isinstance(m, dict) or m.get("kind") not in ("file", "dir") or not isinstance(m.get("files"), list):
+        raise Refused("%s: its manifest does not read; drop it and copy again" % shown)
+    return m
+
+
+def _finish(part_fd, manifest, shown):
+    """Check the partial tree against its manifest (every file there, at its size) and give files the modes and
+    mtimes the source had (no setuid; under --confine no write for others either). (files, bytes)."""
+    import stat as stat_
+
+    mask = 0o755 if CONFINE is not None else 0o777
+    total = 0
+    if manifest["kind"] == "dir":
+        os.close(_descend(part_fd, [DATA_TREE], True, shown))  # an empty source folder has no file to make it
+        for rel in manifest.get("dirs") or []:
+            os.close(_descend(part_fd, [DATA_TREE, *_rel_parts(rel)], True, shown))
+    for entry in manifest["files"]:
+        rel = entry.get("rel", "") if isinstance(entry, dict) else None
+        if rel is None or (manifest["kind"] == "file") != (rel == ""):
+            raise Refused("%s: its manifest names %r" % (shown, entry))
+        parts = [DATA_TREE, *_rel_parts(rel)]
+        try:
+            fd = _open_below(part_fd, parts, os.O_RDONLY | os.O_NONBLOCK, "%s/%s" % (shown, "/".join(parts)))
+        except FileNotFoundError:
+            raise Refused("%s: %s is missing: the copy is not finished" % (shown, rel or DATA_TREE)) from None
+        try:
+            st = os.fstat(fd)
+            size = int(entry.get("size", -1))
+            if not stat_.S_ISREG(st.st_mode) or st.st_size != size:
+                raise Refused("%s: %s has %d of %d bytes: the copy is not finished"
+                              % (shown, rel or DATA_TREE, st.st_size, size))
+            os.fchmod(fd, int(entry.get("mode", 0o644)) & mask)
+            mtime = entry.get("mtime")
+            if isinstance(mtime, (int, float)):
+                os.utime(fd, (mtime, mtime))
+            total += size
+        finally:
+            os.close(fd)
+    return len(manifest["files"]), total
+
+
+def data_commit(req):
+    """Put the finished copy req['partial'] at req['dest'] at once: with a manifest (a copy by the controller),
+    its `data` checked against it, given its modes and mtimes, the manifest removed, and then swapped with
+    what `dest` held (renameat2 RENAME_EXCHANGE: a reader sees the old tree or the new one, never none; where
+    the file system cannot, the old one is renamed aside first, as `unpack` does); without one, `partial`
+    itself. The partial folder (then holding the old tree) is removed after. {dest, files, bytes}."""
+    import stat as stat_
+
+    partial = _data_writable(req["partial"])
+    dest = _data_writable(req["dest"])
+    if partial == dest or dest.startswith(partial + "/") or partial.startswith(dest + "/"):
+        raise Refused("%s and %s: one lies in the other" % (partial, dest))
+    files, size, part_fd, aside = 0, 0, None, None
+    try:
+        pfd = _folder_fd(os.path.dirname(partial))
+    except FileNotFoundError:
+        raise Refused("%s: no such copy to commit" % partial) from None
+    try:
+        dfd = _folder_fd(os.path.dirname(dest), create=True)
+        try:
+            pname, dname = os.path.basename(partial), os.path.basename(dest)
+            try:
+                pst = os.stat(pname, dir_fd=pfd, follow_symlinks=False)
+            except FileNotFoundError:
+                raise Refused("%s: no such copy to commit" % partial) from None
+            src_fd, src_name = pfd, pname
+            if stat_.S_ISDIR(pst.st_mode):
+                part_fd = os.open(pname, _DIR_FLAGS, dir_fd=pfd)
+                manifest = _read_manifest(part_fd, partial)
+                if manifest is not None:
+                    files, size = _finish(part_fd, manifest, partial)
+                    # gone before the swap: a partial folder left holding the old tree must never pass for a copy
+                    os.unlink(DATA_MANIFEST, dir_fd=part_fd)
+                    os.fsync(part_fd)
+                    src_fd, src_name = part_fd, DATA_TREE
+            elif not stat_.S_ISREG(pst.st_mode):
+                raise Refused("%s is neither a file nor a folder" % partial)
+            try:
+                dst = os.stat(dname, dir_fd=dfd, follow_symlinks=False)
+            except FileNotFoundError:
+                dst = None
+            if dst is None:
+                os.rename(src_name, dname, src_dir_fd=src_fd, dst_dir_fd=dfd)
+            elif not _exchange(src_fd, src_name, dfd, dname):
+                both_files = not stat_.S_ISDIR(dst.st_mode) and not stat_.S_ISDIR(
+                    os.stat(src_name, dir_fd=src_fd, follow_symlinks=False).st_mode)
+                if not both_files:  # a folder cannot be replaced by one rename: the old one goes aside first
+                    aside = "%s.old-%s" % (dname, _new_token()[:8])
+                    os.rename(dname, aside, src_dir_fd=dfd, dst_dir_fd=dfd)
+                os.rename(src_name, dname, src_dir_fd=src_fd, dst_dir_fd=dfd)
+            os.fsync(dfd)
+        finally:
+            if part_fd is not None:
+                os.close(part_fd)
+            os.close(dfd)
+    finally:
+        os.close(pfd)
+    # what is left: the partial folder (with the old tree after a swap), the old tree set aside
+    for left in ([partial] if os.path.lexists(partial) else []) + ([os.path.join(os.path.dirname(dest), aside)]
+                                                                 if aside else []):
+        if os.path.isdir(left) and not os.path.islink(left):
+            shutil.rmtree(left, ignore_errors=True)
+        else:
+            _unlink(left)
+    return {"dest": dest, "files": files, "bytes": size}
+
+
+def data_drop(req):
+    """Remove the file or folder req['path'] (a dataset evicted, a copy abandoned); a link is removed, never
+    followed. {dropped}: whether there was something."""
+    import stat as stat_
+
+    path = _data_writable(req["path"])
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return {"dropped": False}
+    if stat_.S_ISDIR(st.st_mode):
+        shutil.rmtree(path)  # descriptor-based: a link inside is removed, not followed
+    else:
+        os.unlink(path)
+    return {"dropped": True}
+
+
+def data_hash(req):
+    """sha256 over the tree req['path']: for each regular file in the order of its relative path (a file
+    alone: ""), the path (UTF-8), NUL, its size in decimal, NUL, its bytes. {sha256, files, bytes}."""
+    import stat as stat_
+
+    kind, files, _dirs = _tree(req["path"])
+    if kind is None:
+        raise Refused("%s: no such file or folder" % req["path"])
+    base = _data_path(req["path"])
+    if CONFINE is None:
+        base = os.path.realpath(base)  # as `_tree` took it
+    h = hashlib.sha256()
+    total = 0
+    for rel, _st in files:
+        path = os.path.join(base, rel) if rel else base
+        with os.fdopen(_open_inside(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+            fst = os.fstat(f.fileno())
+            if not stat_.S_ISREG(fst.st_mode):
+                raise Refused("%s is not a regular file" % path)
+            h.update(rel.encode("utf-8", "surrogateescape") + b"\0" + str(fst.st_size).encode() + b"\0")
+            n = 0
+            while True:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    break
+                n += len(chunk)
+                h.update(chunk)
+            if n != fst.st_size:
+                raise Refused("%s changed while it was hashed" % path)
+        total += n
+    return {"sha256": h.hexdigest(), "files": len(files), "bytes": total}
+
+
 def serve():
     """Answer many requests on one channel: JSON lines {"id", "cmd", "req"} in, {"id", "reply"} out.
 
@@ -3226,6 +3687,9 @@ COMMANDS["read"] = read_file
 COMMANDS["watch"] = watch
 COMMANDS["newest"] = newest
 COMMANDS.update({"whoami": whoami, "pack": pack, "append": append, "unpack": unpack, "drop": drop})
+COMMANDS.update({"data_scan": data_scan, "data_list": data_list, "data_free": data_free, "data_read": data_read,
+                 "data_write": data_write, "data_commit": data_commit, "data_drop": data_drop,
+                 "data_hash": data_hash})
 
 
 if __name__ == "__main__":

@@ -1,0 +1,388 @@
+"""Datasets on the nodes (issue #15): their size, the free space for them, their hash, their removal, and a copy
+from one node to another that resumes where it stopped.
+
+Everything passes through the controller. `copy_tree` reads chunks from the source node's helper and writes them
+through the destination node's helper (the executors' `data`, nodehelper's `data_*` requests), each over the
+channel the controller already holds to that node (the local helper's pipes, one SSH connection per node). The
+issue suggests rsync where both ends have it, but nodes hold no SSH keys for one another (only the controller
+reaches them), and a lab's confined helper lets its service account run nothing but itself, so there is no
+node-to-node path for rsync to use. One way for every pair of executors (local, ssh, fake, a confined helper,
+the same node twice), at the price of each byte crossing the controller (base64 on the JSON channels: 4/3 of it
+on each side); a chunk is read from the source while the one before is written (`READ_AHEAD`).
+
+A copy lands in `DEST.partial`, beside its destination: `.hsched-copy.json`, the manifest (every source file's
+relative path, size, mtime and mode, and the folders), written before any byte of data, and `data`, the tree (or
+the file) so far. A copy stopped anywhere (cancelled, a node lost, the controller killed) resumes from there: a
+file whose manifest entry still matches the source (same size and mtime) and whose partial length is not longer
+continues at that length; any other file starts again, and what the source no longer has is removed. Those are
+removed *before* the new manifest is written, so a manifest never vouches for bytes of another version. Before
+any byte: room for what is left plus `headroom_bytes` (NoSpace). After the last: the source listed again (a file
+changed meanwhile: TransferError, and the next attempt restarts that file) and the partial tree's sizes checked;
+then the destination's helper commits it (`data_commit`: checked against the manifest, modes and mtimes restored,
+swapped into place at once). At every moment DEST holds the old tree or the new one, never part of one.
+
+One copy per destination at a time: two would share a partial folder (the caller, the controller's prefetch,
+sees to it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import posixpath
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hsched.errors import HelperError, TransferError
+from hsched.executors.base import Executor
+from hsched.nodehelper import DATA_CHUNK_MAX, DATA_MANIFEST, DATA_TREE
+
+PARTIAL_SUFFIX = ".partial"
+"""A copy to DEST is made in DEST + this (a sibling: same file system, so its commit is a rename)."""
+MANIFEST_VERSION = 1
+READ_AHEAD = 4
+"""Chunks read from the source before the destination has taken them: the two nodes' round trips overlap."""
+HASH_TIMEOUT_S = 3600.0
+"""A hash reads every byte of the tree on the node."""
+COMMIT_TIMEOUT_S = 600.0
+"""A commit sets every file's mode and mtime, and removes the old tree (many files: long)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TreeInfo:
+    """A file or folder on a node: its regular files (links are not followed), their bytes and newest mtime."""
+
+    exists: bool
+    bytes: int
+    files: int
+    newest: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class CopyResult:
+    bytes_total: int
+    """The source's bytes."""
+    bytes_copied: int
+    """Bytes this attempt moved."""
+    resumed_bytes: int
+    """Bytes an earlier attempt had already moved, kept."""
+    seconds: float
+    files: int
+
+
+class NoSpace(TransferError):
+    """The destination has not the room for a copy (nothing was written)."""
+
+    retryable = False  # not by itself: room must be made first (an eviction)
+
+    def __init__(self, node: str, path: str, needed: int, free: int) -> None:
+        super().__init__(f"{node}: no room for {path}: it needs {needed} bytes ({_mib(needed)}), "
+                         f"{free} bytes ({_mib(free)}) are free")
+        self.node = node
+        self.path = path
+        self.needed = needed
+        self.free = free
+
+
+@dataclass(frozen=True, slots=True)
+class _File:
+    rel: str
+    size: int
+    mtime: float
+    mode: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Listing:
+    is_dir: bool
+    files: tuple[_File, ...]
+    dirs: tuple[str, ...]
+
+    @property
+    def total(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def wire(self) -> list[dict[str, Any]]:
+        return [{"rel": f.rel, "size": f.size, "mtime": f.mtime, "mode": f.mode} for f in self.files]
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def _clean(path: str) -> str:
+    if not path.startswith("/"):
+        raise ValueError(f"{path!r}: a node path must be absolute")
+    return posixpath.normpath(path)
+
+
+def _safe_rel(rel: str, node: str, where: str) -> str:
+    """A relative path a node listed, checked: it names the path we write on another node."""
+    parts = rel.split("/") if rel else []
+    if any(p in ("", ".", "..") for p in parts) or "\0" in rel:
+        raise TransferError(f"{node}: {where} lists {rel!r}, not a path inside it")
+    return rel
+
+
+def _listing(reply: Mapping[str, Any], node: str, where: str) -> _Listing | None:
+    """A `data_list` reply, checked (it comes from a node), or None when nothing is there."""
+    if not reply.get("exists"):
+        return None
+    try:
+        files = tuple(_File(rel=_safe_rel(str(f["rel"]), node, where), size=int(f["size"]),
+                            mtime=float(f["mtime"]), mode=int(f["mode"]))
+                      for f in reply.get("files") or [])
+        dirs = tuple(_safe_rel(str(d), node, where) for d in reply.get("dirs") or [])
+    except (KeyError, TypeError, ValueError):
+        raise TransferError(f"{node}: {where}: the node's listing does not read") from None
+    is_dir = bool(reply.get("is_dir"))
+    if any(f.size < 0 for f in files) or (not is_dir and [f.rel for f in files] != [""]):
+        raise TransferError(f"{node}: {where}: the node's listing does not read")
+    return _Listing(is_dir=is_dir, files=files, dirs=dirs)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+# ------------------------------------------------------------------------------------------------- reads
+
+
+async def scan(ex: Executor, path: str) -> TreeInfo:
+    """The file or folder `path` on the node: whether it is there, its bytes, files and newest mtime."""
+    r = await ex.data("scan", {"path": _clean(path)})
+    newest = r.get("newest")
+    return TreeInfo(exists=bool(r.get("exists")), bytes=int(r.get("bytes") or 0), files=int(r.get("files") or 0),
+                    newest=float(newest) if newest is not None else None)
+
+
+async def free_bytes(ex: Executor, path: str) -> int:
+    """Bytes free on the node's file system where `path` is or would be (its nearest existing folder)."""
+    return int((await ex.data("free", {"path": _clean(path)}))["free"])
+
+
+async def tree_hash(ex: Executor, path: str) -> str:
+    """sha256 (hex) of the tree `path` on the node, as nodehelper.data_hash makes it: for each regular file in
+    the order of its relative path ("" for a file alone), the path in UTF-8, NUL, its size in decimal, NUL, its
+    bytes. The same content gives the same hash on any node; modes and mtimes do not count."""
+    return str((await ex.data("hash", {"path": _clean(path)}, timeout_s=HASH_TIMEOUT_S))["sha256"])
+
+
+async def remove(ex: Executor, path: str) -> None:
+    """Remove the tree `path` on the node (an eviction), and a copy of it left unfinished; no error if absent."""
+    path = _clean(path)
+    await ex.data("drop", {"path": path + PARTIAL_SUFFIX}, timeout_s=COMMIT_TIMEOUT_S)
+    await ex.data("drop", {"path": path}, timeout_s=COMMIT_TIMEOUT_S)
+
+
+# ------------------------------------------------------------------------------------------------- copy
+
+
+async def copy_tree(src: Executor, src_path: str, dst: Executor, dst_path: str, *,
+                    limit_bps: float | None = None,
+                    progress: Callable[[int, int], Awaitable[None]] | None = None,
+                    chunk: int = 1 << 20, headroom_bytes: int = 0,
+                    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                    monotonic: Callable[[], float] = time.monotonic) -> CopyResult:
+    """Copy the file or folder `src_path` of `src` to `dst_path` on `dst`, replacing what is there as a whole, and
+    resuming what an earlier attempt left (see the module's docstring).
+
+    `limit_bps`: at most this many bytes a second on average (from the first byte this attempt moves).
+    `progress(done, total)` is awaited after each chunk (done counts the resumed bytes). `chunk`: bytes per
+    request (at most 4 MiB). `headroom_bytes`: what must stay free on `dst` beyond the copy. `sleep` and
+    `monotonic` are the throttle's (a test's fake clock). Raises NoSpace (nothing written), TransferError (no
+    such source, it changed while copied, a listing that does not read), or what the executors raise."""
+    if not 0 < chunk <= DATA_CHUNK_MAX:
+        raise ValueError(f"chunk must be 1 to {DATA_CHUNK_MAX} bytes, not {chunk}")
+    if limit_bps is not None and limit_bps <= 0:
+        raise ValueError(f"limit_bps must be positive, not {limit_bps}")
+    started = monotonic()
+    src_path, dst_path = _clean(src_path), _clean(dst_path)
+    if src is dst and (dst_path == src_path or dst_path.startswith(src_path.rstrip("/") + "/")
+                       or src_path.startswith(dst_path.rstrip("/") + "/")):
+        raise TransferError(f"{src.name}: cannot copy {src_path} to {dst_path}: one lies in the other")
+    listing = _listing(await src.data("list", {"path": src_path}), src.name, src_path)
+    if listing is None:
+        raise TransferError(f"{src.name}: {src_path}: no such file or folder")
+    partial = dst_path + PARTIAL_SUFFIX
+
+    offsets = await _resumable(dst, partial, listing)
+    total = listing.total
+    resumed = sum(offsets.values())
+    needed = total - resumed + headroom_bytes
+    free = await free_bytes(dst, partial)
+    if free < needed:
+        raise NoSpace(dst.name, dst_path, needed, free)
+    await _write_manifest(dst, partial, listing, src.name, src_path, chunk)
+
+    copied = await _move(src, src_path, dst, partial, listing, offsets, chunk=chunk, limit_bps=limit_bps,
+                         progress=progress, total=total, resumed=resumed, sleep=sleep, monotonic=monotonic)
+
+    again = _listing(await src.data("list", {"path": src_path}), src.name, src_path)
+    changed = _changed(listing, again)
+    if changed:
+        raise TransferError(f"{src.name}: {src_path} changed while it was copied ({len(changed)} files, as "
+                            f"{changed[0]!r}); copy it again: those files start over")
+    await _check_partial(dst, partial, listing)
+    await dst.data("commit", {"partial": partial, "dest": dst_path}, timeout_s=COMMIT_TIMEOUT_S)
+    return CopyResult(bytes_total=total, bytes_copied=copied, resumed_bytes=resumed,
+                      seconds=monotonic() - started, files=len(listing.files))
+
+
+def _tree_path(partial: str, rel: str) -> str:
+    return f"{partial}/{DATA_TREE}/{rel}" if rel else f"{partial}/{DATA_TREE}"
+
+
+def _source_path(src_path: str, rel: str) -> str:
+    return f"{src_path}/{rel}" if rel else src_path
+
+
+async def _read_manifest(dst: Executor, partial: str) -> dict[str, Any] | None:
+    """The manifest an earlier attempt left in `partial`, or None (none, or one that does not read)."""
+    path = f"{partial}/{DATA_MANIFEST}"
+    body = bytearray()
+    try:
+        while True:
+            r = await dst.data("read", {"path": path, "offset": len(body), "max_bytes": DATA_CHUNK_MAX})
+            body += base64.b64decode(r.get("data") or "")
+            if r.get("eof") or not r.get("data"):
+                break
+    except HelperError:
+        return None  # no manifest (or no partial folder): nothing to resume
+    try:
+        m = json.loads(body.decode("utf-8", "surrogateescape"))
+    except ValueError:
+        return None  # cut short by a crash while it was written
+    if not isinstance(m, dict) or m.get("version") != MANIFEST_VERSION or m.get("kind") not in ("file", "dir"):
+        return None
+    return m
+
+
+async def _resumable(dst: Executor, partial: str, listing: _Listing) -> dict[str, int]:
+    """What of `partial` an earlier attempt left that may be kept: rel -> the bytes to keep. Everything else of
+    it is removed first (files that start over, files and folders the source no longer has)."""
+    manifest = await _read_manifest(dst, partial)
+    kind = "dir" if listing.is_dir else "file"
+    have = None
+    if manifest is not None and manifest.get("kind") == kind:
+        have = _listing(await dst.data("list", {"path": _tree_path(partial, "")}), dst.name, partial)
+    if manifest is None or have is None or have.is_dir != listing.is_dir:
+        await dst.data("drop", {"path": partial})  # nothing it holds can be vouched for
+        return {}
+    old: dict[str, tuple[int, float]] = {}
+    for e in manifest.get("files") or []:
+        if isinstance(e, dict) and isinstance(e.get("size"), int) and isinstance(e.get("mtime"), int | float):
+            old[str(e.get("rel"))] = (e["size"], float(e["mtime"]))
+    sizes = {f.rel: f.size for f in have.files}
+    offsets: dict[str, int] = {}
+    stale: list[str] = []
+    for f in listing.files:
+        length = sizes.get(f.rel)
+        if length is None:
+            continue
+        if old.get(f.rel) == (f.size, f.mtime) and length <= f.size:
+            offsets[f.rel] = length
+        else:
+            stale.append(f.rel)
+    wanted_files = {f.rel for f in listing.files}
+    wanted_dirs = set(listing.dirs)
+    stale_dirs = [d for d in have.dirs if d not in wanted_dirs]
+    stale += [rel for rel in sizes if rel not in wanted_files]
+    for rel in stale_dirs + stale:  # dropping a folder drops what is in it: a file after it is simply gone
+        await dst.data("drop", {"path": _tree_path(partial, rel)})
+    return offsets
+
+
+async def _write_manifest(dst: Executor, partial: str, listing: _Listing, node: str, src_path: str,
+                          chunk: int) -> None:
+    body = json.dumps({"version": MANIFEST_VERSION, "kind": "dir" if listing.is_dir else "file",
+                       "source": {"node": node, "path": src_path}, "files": listing.wire(),
+                       "dirs": list(listing.dirs)}).encode("utf-8", "surrogateescape")
+    path = f"{partial}/{DATA_MANIFEST}"
+    offset = 0
+    while True:  # the first write cuts an older manifest to nothing
+        piece = body[offset:offset + chunk]
+        await dst.data("write", {"path": path, "offset": offset, "data": _b64(piece)})
+        offset += len(piece)
+        if offset >= len(body):
+            return
+
+
+async def _move(src: Executor, src_path: str, dst: Executor, partial: str, listing: _Listing,
+                offsets: Mapping[str, int], *, chunk: int, limit_bps: float | None,
+                progress: Callable[[int, int], Awaitable[None]] | None, total: int, resumed: int,
+                sleep: Callable[[float], Awaitable[None]], monotonic: Callable[[], float]) -> int:
+    """Every byte not yet in `partial`, read from `src` (READ_AHEAD chunks ahead) and written to `dst`; the
+    bytes moved."""
+    queue: asyncio.Queue[tuple[str, int, bytes] | Exception | None] = asyncio.Queue(maxsize=READ_AHEAD)
+
+    async def reader() -> None:
+        try:
+            for f in listing.files:
+                offset = offsets.get(f.rel)
+                if offset is None and f.size == 0:
+                    await queue.put((f.rel, 0, b""))  # an empty file is made by writing nothing
+                    continue
+                offset = offset or 0
+                path = _source_path(src_path, f.rel)
+                while offset < f.size:
+                    want = min(chunk, f.size - offset)
+                    r = await src.data("read", {"path": path, "offset": offset, "max_bytes": want})
+                    data = base64.b64decode(r.get("data") or "")[:want]
+                    if not data:
+                        raise TransferError(f"{src.name}: {path} ended at {offset} of {f.size} bytes: it changed "
+                                            "while it was copied; copy it again")
+                    await queue.put((f.rel, offset, data))
+                    offset += len(data)
+            await queue.put(None)
+        except Exception as e:  # the writer raises it, in the copy's own task
+            await queue.put(e)
+
+    moved = 0
+    t0 = monotonic()
+    feeding = asyncio.create_task(reader())
+    try:
+        while True:
+            item = await queue.get()
+            if item is None:
+                break
+            if isinstance(item, Exception):
+                raise item
+            rel, offset, data = item
+            await dst.data("write", {"path": _tree_path(partial, rel), "offset": offset, "data": _b64(data)})
+            moved += len(data)
+            if limit_bps is not None:
+                ahead = moved / limit_bps - (monotonic() - t0)
+                if ahead > 0:
+                    await sleep(ahead)
+            if progress is not None:
+                await progress(resumed + moved, total)
+    finally:
+        feeding.cancel()
+        await asyncio.wait([feeding])  # never left running; our own cancellation still comes through
+    return moved
+
+
+def _changed(before: _Listing, after: _Listing | None) -> list[str]:
+    """The files whose size or mtime differ between two listings of the source (or that came or went)."""
+    if after is None:
+        return [f.rel for f in before.files]
+    a = {f.rel: (f.size, f.mtime) for f in before.files}
+    b = {f.rel: (f.size, f.mtime) for f in after.files}
+    return sorted(rel for rel in a.keys() | b.keys() if a.get(rel) != b.get(rel))
+
+
+async def _check_partial(dst: Executor, partial: str, listing: _Listing) -> None:
+    """The partial tree holds exactly the source's files at their sizes (the commit checks sizes again)."""
+    have = _listing(await dst.data("list", {"path": _tree_path(partial, "")}), dst.name, partial)
+    want = {f.rel: f.size for f in listing.files}
+    got = {f.rel: f.size for f in have.files} if have is not None else {}
+    if have is not None and have.is_dir != listing.is_dir:
+        got = {}
+    if got != want:
+        wrong = sorted(rel for rel in want.keys() | got.keys() if want.get(rel) != got.get(rel))
+        raise TransferError(f"{dst.name}: the copy in {partial} does not match its source ({len(wrong)} files, as "
+                            f"{wrong[0]!r}); copy it again")

@@ -1,0 +1,342 @@
+"""The node helper's dataset requests (`data_*`), in-process on real files: scan, list, free, read, write,
+commit, drop, hash; no link followed on a write; and under --confine, nothing outside ROOT, no write outside
+ROOT/data. Copies built on them are tests/executors/test_datacopy.py."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hsched import nodehelper as nh
+
+
+@pytest.fixture
+def base(tmp_path: Path) -> Path:
+    # a write refuses any link on its path from /: the real path, wherever pytest's folder is
+    return Path(os.path.realpath(tmp_path))
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def write(path: Path | str, offset: int, data: bytes) -> dict[str, Any]:
+    return nh.data_write({"path": str(path), "offset": offset, "data": b64(data)})
+
+
+def expected_hash(root: Path) -> str:
+    """data_hash's definition, computed here: sorted relative paths; each path, NUL, size, NUL, bytes."""
+    files = [root] if root.is_file() else [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()]
+    rels = sorted(("" if p == root else str(p.relative_to(root)), p) for p in files)
+    h = hashlib.sha256()
+    for rel, p in rels:
+        data = p.read_bytes()
+        h.update(rel.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
+    return h.hexdigest()
+
+
+def make_tree(root: Path) -> None:
+    (root / "sub" / "deep").mkdir(parents=True)
+    (root / "empty-dir").mkdir()
+    (root / "a.bin").write_bytes(os.urandom(5000))
+    (root / "sub" / "b.txt").write_text("bee\n")
+    (root / "sub" / "deep" / "c").write_bytes(b"")
+    os.utime(root / "a.bin", (1_600_000_000.25, 1_600_000_000.25))
+
+
+def test_scan_and_list_a_tree_without_following_links(base: Path) -> None:
+    root = base / "ds"
+    make_tree(root)
+    outside = base / "big"
+    outside.write_bytes(b"x" * 100_000)
+    (root / "link-to-big").symlink_to(outside)
+    (root / "link-to-dir").symlink_to(base)
+    os.mkfifo(root / "pipe")
+    s = nh.data_scan({"path": str(root)})
+    assert s == {"exists": True, "bytes": 5004, "files": 3, "is_dir": True,
+                 "newest": max(p.stat().st_mtime for p in (root / "sub" / "b.txt", root / "sub" / "deep" / "c"))}
+    ls = nh.data_list({"path": str(root)})
+    assert ls["exists"] and ls["is_dir"]
+    assert [f["rel"] for f in ls["files"]] == ["a.bin", "sub/b.txt", "sub/deep/c"]
+    assert ls["dirs"] == ["empty-dir", "sub", "sub/deep"]
+    a = ls["files"][0]
+    assert (a["size"], a["mtime"], a["mode"]) == (5000, 1_600_000_000.25, (root / "a.bin").stat().st_mode & 0o7777)
+    one = nh.data_list({"path": str(root / "a.bin")})
+    assert one["files"][0]["rel"] == "" and one["dirs"] == [] and not one["is_dir"]
+    assert nh.data_scan({"path": str(root / "a.bin")})["bytes"] == 5000
+    nothing = {"exists": False, "bytes": 0, "files": 0, "newest": None, "is_dir": False}
+    assert nh.data_scan({"path": str(base / "absent")}) == nothing
+    assert nh.data_scan({"path": str(root / "a.bin" / "below-a-file")}) == nothing
+    empty = base / "empty"
+    empty.mkdir()
+    assert nh.data_list({"path": str(empty)}) == {"exists": True, "is_dir": True, "dirs": [], "files": []}
+
+
+def test_a_dataset_that_is_a_link_is_followed_at_its_top_only(base: Path) -> None:
+    real = base / "disk" / "ds"
+    make_tree(real)
+    (base / "ds").symlink_to(real)
+    assert nh.data_scan({"path": str(base / "ds")})["files"] == 3
+    assert nh.data_hash({"path": str(base / "ds")})["sha256"] == expected_hash(real)
+
+
+def test_free_is_the_nearest_existing_folders(base: Path) -> None:
+    r = nh.data_free({"path": str(base / "not" / "yet" / "there")})
+    assert r["at"] == str(base)
+    st = os.statvfs(base)
+    # others write on this disk meanwhile: the same file system's figure, not the same byte
+    assert r["free"] > 0 and abs(r["free"] - st.f_bavail * st.f_frsize) < (1 << 30)
+
+
+def test_read_in_chunks_up_to_4_mib(base: Path) -> None:
+    f = base / "f"
+    data = os.urandom(5 << 20)
+    f.write_bytes(data)
+    r = nh.data_read({"path": str(f), "offset": 10, "max_bytes": 100})
+    assert base64.b64decode(r["data"]) == data[10:110] and r["eof"] is False
+    big = nh.data_read({"path": str(f), "offset": 0, "max_bytes": 64 << 20})
+    assert len(base64.b64decode(big["data"])) == 4 << 20 and big["eof"] is False
+    tail = nh.data_read({"path": str(f), "offset": 4 << 20, "max_bytes": 4 << 20})
+    assert base64.b64decode(tail["data"]) == data[4 << 20:] and tail["eof"] is True
+    past = nh.data_read({"path": str(f), "offset": 6 << 20, "max_bytes": 10})
+    assert past == {"data": "", "eof": True}
+    with pytest.raises(FileNotFoundError):
+        nh.data_read({"path": str(base / "absent"), "offset": 0, "max_bytes": 10})
+    os.mkfifo(base / "pipe")
+    with pytest.raises(nh.Refused, match="not a regular file"):  # and no hang on a pipe nobody writes
+        nh.data_read({"path": str(base / "pipe"), "offset": 0, "max_bytes": 10})
+
+
+def test_write_makes_folders_cuts_at_the_offset_and_refuses_holes(base: Path) -> None:
+    target = base / "new" / "deeper" / "f"
+    assert write(target, 0, b"hello world") == {"size": 11}
+    assert stat.S_IMODE((base / "new").stat().st_mode) == 0o755
+    assert stat.S_IMODE((base / "new" / "deeper").stat().st_mode) == 0o755
+    assert write(target, 5, b"!") == {"size": 6}  # longer than the offset: cut there first
+    assert target.read_bytes() == b"hello!"
+    assert write(target, 6, b"") == {"size": 6}
+    with pytest.raises(nh.Refused, match="would leave a hole"):
+        write(target, 10, b"x")
+    with pytest.raises(nh.Refused, match="at most"):
+        write(target, 0, b"x" * ((4 << 20) + 1))
+    assert write(base / "empty-file", 0, b"") == {"size": 0} and (base / "empty-file").read_bytes() == b""
+    with pytest.raises(nh.Refused, match="not an absolute path"):
+        nh.data_write({"path": "relative/f", "offset": 0, "data": ""})
+    with pytest.raises(nh.Refused, match=r"'\.\.'"):
+        write(f"{base}/new/../new/f", 0, b"x")
+
+
+def test_write_refuses_a_link_anywhere_on_its_path(base: Path) -> None:
+    elsewhere = base / "elsewhere"
+    elsewhere.mkdir()
+    victim = elsewhere / "victim"
+    victim.write_bytes(b"keep me")
+    (base / "d").mkdir()
+    (base / "d" / "hop").symlink_to(elsewhere)
+    (base / "d" / "file-link").symlink_to(victim)
+    (base / "d" / "dangling").symlink_to(base / "nowhere")
+    with pytest.raises(nh.Refused, match="hop is a symbolic link"):
+        write(base / "d" / "hop" / "victim", 0, b"overwritten")
+    with pytest.raises(nh.Refused, match="hop is a symbolic link"):
+        write(base / "d" / "hop" / "new" / "f", 0, b"x")
+    with pytest.raises(nh.Refused, match="is a symbolic link"):
+        write(base / "d" / "file-link", 0, b"overwritten")
+    with pytest.raises(nh.Refused, match="is a symbolic link"):
+        write(base / "d" / "dangling", 0, b"made")
+    assert victim.read_bytes() == b"keep me" and not (elsewhere / "new").exists()
+    assert not (base / "nowhere").exists()
+
+
+def manifest(kind: str, files: list[dict[str, Any]], dirs: list[str] | None = None) -> bytes:
+    return json.dumps({"version": 1, "kind": kind, "files": files, "dirs": dirs or []}).encode()
+
+
+def test_commit_checks_the_copy_restores_modes_and_mtimes_and_replaces_the_old_tree(base: Path) -> None:
+    dest, partial = base / "ds", base / "ds.partial"
+    (dest / "old-only").mkdir(parents=True)
+    (dest / "old-only" / "stale").write_text("old")
+    write(partial / "data" / "x" / "y", 0, b"new bytes")
+    write(partial / "data" / "top", 0, b"")
+    files = [{"rel": "top", "size": 0, "mtime": 1000.0, "mode": 0o640},
+             {"rel": "x/y", "size": 9, "mtime": 1234.5, "mode": 0o4755}]
+    write(partial / nh.DATA_MANIFEST, 0, manifest("dir", files, ["empty", "x"]))
+    r = nh.data_commit({"partial": str(partial), "dest": str(dest)})
+    assert r == {"dest": str(dest), "files": 2, "bytes": 9}
+    assert sorted(p.name for p in base.iterdir()) == ["ds"]  # no partial, no old tree aside
+    assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*")) == ["empty", "top", "x", "x/y"]
+    y = (dest / "x" / "y").stat()
+    assert stat.S_IMODE(y.st_mode) == 0o755 and y.st_mtime == 1234.5  # the setuid bit is never given
+    assert stat.S_IMODE((dest / "top").stat().st_mode) == 0o640 and (dest / "x" / "y").read_bytes() == b"new bytes"
+    assert not (dest / nh.DATA_MANIFEST).exists()
+
+
+def test_commit_refuses_an_unfinished_copy_and_leaves_the_old_tree(base: Path) -> None:
+    dest, partial = base / "ds", base / "ds.partial"
+    dest.mkdir()
+    (dest / "f").write_text("old")
+    write(partial / "data" / "f", 0, b"half")
+    write(partial / nh.DATA_MANIFEST, 0, manifest("dir", [{"rel": "f", "size": 8, "mtime": 1.0, "mode": 0o644}]))
+    with pytest.raises(nh.Refused, match="has 4 of 8 bytes: the copy is not finished"):
+        nh.data_commit({"partial": str(partial), "dest": str(dest)})
+    write(partial / nh.DATA_MANIFEST, 0, manifest("dir", [{"rel": "g", "size": 1, "mtime": 1.0, "mode": 0o644}]))
+    with pytest.raises(nh.Refused, match="g is missing"):
+        nh.data_commit({"partial": str(partial), "dest": str(dest)})
+    write(partial / nh.DATA_MANIFEST, 0, manifest("dir", [{"rel": "../f", "size": 1, "mtime": 1.0, "mode": 0}]))
+    with pytest.raises(nh.Refused, match="not a path inside the copy"):
+        nh.data_commit({"partial": str(partial), "dest": str(dest)})
+    write(partial / nh.DATA_MANIFEST, 0, b'{"kind": "dir", "fi')  # cut short by a crash
+    with pytest.raises(nh.Refused, match="manifest does not read"):
+        nh.data_commit({"partial": str(partial), "dest": str(dest)})
+    assert (dest / "f").read_text() == "old" and (partial / nh.DATA_MANIFEST).exists()
+    with pytest.raises(nh.Refused, match="no such copy"):
+        nh.data_commit({"partial": str(base / "nothing.partial"), "dest": str(dest)})
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "aside"])
+def test_commit_a_single_file_and_a_tree_without_manifest(base: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          exchange: bool) -> None:
+    swapped: list[bool] = []
+    real_exchange = nh._exchange
+
+    def spy(*args: Any) -> bool:
+        swapped.append(real_exchange(*args) if exchange else False)  # False: as a file system without it
+        return swapped[-1]
+
+    monkeypatch.setattr(nh, "_exchange", spy)
+    f, fp = base / "weights.bin", base / "weights.bin.partial"
+    f.write_bytes(b"old weights")
+    write(fp / "data", 0, b"new weights!")
+    write(fp / nh.DATA_MANIFEST, 0, manifest("file", [{"rel": "", "size": 12, "mtime": 77.0, "mode": 0o600}]))
+    assert nh.data_commit({"partial": str(fp), "dest": str(f)})["bytes"] == 12
+    assert f.read_bytes() == b"new weights!" and f.stat().st_mtime == 77.0
+    # a tree someone wrote without a manifest is committed as it is, over a folder
+    d, dp = base / "tree", base / "tree.partial"
+    (d / "old").mkdir(parents=True)
+    write(dp / "new", 0, b"n")
+    assert nh.data_commit({"partial": str(dp), "dest": str(d)}) == {"dest": str(d), "files": 0, "bytes": 0}
+    assert [p.name for p in d.iterdir()] == ["new"]
+    # a folder replaced by a file
+    write(dp / "data", 0, b"now a file")
+    write(dp / nh.DATA_MANIFEST, 0, manifest("file", [{"rel": "", "size": 10, "mtime": 5.0, "mode": 0o644}]))
+    nh.data_commit({"partial": str(dp), "dest": str(d)})
+    assert d.read_bytes() == b"now a file"
+    assert sorted(p.name for p in base.iterdir()) == ["tree", "weights.bin"]
+    with pytest.raises(nh.Refused, match="one lies in the other"):
+        nh.data_commit({"partial": str(d), "dest": f"{d}/inside"})
+    assert len(swapped) == 3  # every commit had an old one to replace
+    if exchange and not all(swapped):
+        pytest.skip("this file system cannot swap two names (RENAME_EXCHANGE): the 'aside' case covers it")
+
+
+def test_drop_removes_trees_files_and_links_never_their_targets(base: Path) -> None:
+    make_tree(base / "ds")
+    keep = base / "keep"
+    keep.mkdir()
+    (keep / "k").write_text("k")
+    (base / "ds" / "sub" / "to-keep").symlink_to(keep)
+    (base / "link").symlink_to(keep)
+    assert nh.data_drop({"path": str(base / "ds")}) == {"dropped": True}
+    assert nh.data_drop({"path": str(base / "link")}) == {"dropped": True}
+    assert nh.data_drop({"path": str(base / "ds")}) == {"dropped": False}
+    assert (keep / "k").read_text() == "k" and sorted(p.name for p in base.iterdir()) == ["keep"]
+    (base / "f").write_text("f")
+    assert nh.data_drop({"path": str(base / "f")}) == {"dropped": True}
+    with pytest.raises(nh.Refused):
+        nh.data_drop({"path": "/"})
+
+
+def test_hash_covers_paths_and_bytes_not_modes_or_mtimes(base: Path) -> None:
+    a = base / "a"
+    make_tree(a)
+    (a / "link").symlink_to(a / "a.bin")  # not followed: not hashed
+    h = nh.data_hash({"path": str(a)})
+    assert h == {"sha256": expected_hash(a), "files": 3, "bytes": 5004}
+    b = base / "elsewhere" / "b"
+    b.parent.mkdir()
+    shutil.copytree(a, b, symlinks=True, copy_function=shutil.copy)  # the same bytes, new mtimes
+    os.chmod(b / "sub" / "b.txt", 0o600)
+    assert nh.data_hash({"path": str(b)})["sha256"] == h["sha256"]
+    (b / "sub" / "b.txt").write_text("bea\n")  # same size, one byte differs
+    assert nh.data_hash({"path": str(b)})["sha256"] != h["sha256"]
+    (b / "sub" / "b.txt").write_text("bee\n")
+    (b / "sub" / "b.txt").rename(b / "sub" / "B.txt")  # same bytes under another name
+    assert nh.data_hash({"path": str(b)})["sha256"] != h["sha256"]
+    one = a / "a.bin"
+    assert nh.data_hash({"path": str(one)})["sha256"] == expected_hash(one)
+    with pytest.raises(nh.Refused, match="no such file"):
+        nh.data_hash({"path": str(base / "absent")})
+
+
+def test_every_data_request_is_served(base: Path) -> None:
+    assert {"data_scan", "data_list", "data_free", "data_read", "data_write", "data_commit", "data_drop",
+            "data_hash"} <= set(nh.COMMANDS)
+
+
+# ------------------------------------------------------------------------------------------ --confine
+
+
+@pytest.fixture
+def root(base: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    r = base / "node"
+    r.mkdir(mode=0o711)
+    monkeypatch.setattr(nh, "CONFINE", str(r))
+    monkeypatch.setattr(nh, "MIN_UID", 1000)
+    yield r
+
+
+def refused(fn: Any, req: dict[str, Any], why: str) -> None:
+    with pytest.raises(nh.Refused, match=why):
+        fn(req)
+
+
+def test_confined_data_requests_stay_under_root(root: Path, base: Path) -> None:
+    secret = base / "secret"
+    secret.write_text("root's")
+    (root / "files").mkdir()
+    (root / "files" / "link").symlink_to(base)
+    for fn, req in [(nh.data_scan, {"path": str(secret)}), (nh.data_list, {"path": str(base)}),
+                    (nh.data_free, {"path": "/"}), (nh.data_hash, {"path": str(secret)}),
+                    (nh.data_read, {"path": str(secret), "offset": 0, "max_bytes": 10}),
+                    (nh.data_write, {"path": str(secret), "offset": 0, "data": ""}),
+                    (nh.data_drop, {"path": str(secret)}),
+                    (nh.data_commit, {"partial": str(root / "data" / "x.partial"), "dest": str(secret)})]:
+        refused(fn, req, "outside this helper's folder")
+    refused(nh.data_read, {"path": f"{root}/files/link/secret", "offset": 0, "max_bytes": 10}, "symbolic link")
+    refused(nh.data_scan, {"path": f"{root}/files/link"}, "symbolic link")
+    refused(nh.data_read, {"path": f"{root}/data/../../secret"}, r"'\.\.'")
+    assert secret.read_text() == "root's"
+
+
+def test_confined_writes_only_under_root_data(root: Path) -> None:
+    # a run folder is root's own: a handle.json the account could write is one the helper would signal as root
+    runs = root / "runs" / "abc" / "1"
+    runs.mkdir(parents=True)
+    (runs / "handle.json").write_text("{}")
+    refused(nh.data_write, {"path": str(runs / "handle.json"), "offset": 0, "data": b64(b'{"pid": 1}')},
+            "only under")
+    refused(nh.data_drop, {"path": str(runs)}, "only under")
+    refused(nh.data_commit, {"partial": str(root / "data" / "p"), "dest": str(runs)}, "only under")
+    refused(nh.data_write, {"path": str(root / "data"), "offset": 0, "data": ""}, "only under")
+    assert (runs / "handle.json").read_text() == "{}"
+    # reads may name anything under ROOT, as `read` and `pack` may
+    assert nh.data_scan({"path": str(runs)})["files"] == 1
+    # a dataset: written, committed with no write bit for others, dropped
+    partial, dest = root / "data" / "ds.partial", root / "data" / "ds"
+    write(partial / "data" / "f", 0, b"shared")
+    write(partial / nh.DATA_MANIFEST, 0, manifest("dir", [{"rel": "f", "size": 6, "mtime": 3.0, "mode": 0o666}]))
+    nh.data_commit({"partial": str(partial), "dest": str(dest)})
+    assert stat.S_IMODE((dest / "f").stat().st_mode) == 0o644 and (dest / "f").read_bytes() == b"shared"
+    assert stat.S_IMODE((root / "data").stat().st_mode) == 0o755  # the users' jobs reach it
+    assert nh.data_read({"path": str(dest / "f"), "offset": 0, "max_bytes": 10})["data"] == b64(b"shared")
+    (root / "data" / "hop").symlink_to(root / "runs")
+    refused(nh.data_write, {"path": str(root / "data" / "hop" / "x"), "offset": 0, "data": ""}, "symbolic link")
+    assert nh.data_drop({"path": str(dest)}) == {"dropped": True}

@@ -1,0 +1,300 @@
+"""Copying a dataset from node to node through the controller (hsched/datacopy.py), on real files: two fake
+nodes run the node helper's own data requests on this machine's disk (in-process), two local nodes the helper
+itself (slow). Byte-identical trees, a copy cancelled mid-way that resumes with only the rest, a source that
+changed, no room, and the throttle on a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hsched.executors.base import Executor
+from hsched.executors.fake import FakeExecutor
+
+from hsched import nodehelper
+from hsched.datacopy import CopyResult, NoSpace, TreeInfo, copy_tree, free_bytes, remove, scan, tree_hash
+from hsched.errors import NodeUnreachable, TransferError
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def base(tmp_path: Path) -> Path:
+    return Path(os.path.realpath(tmp_path))  # a write refuses a link on its path: pytest's folder, as it really is
+
+
+def expected_hash(root: Path) -> str:
+    """The tree's hash computed here, as nodehelper.data_hash defines it."""
+    files = [root] if root.is_file() else [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()]
+    h = hashlib.sha256()
+    for rel, p in sorted(("" if p == root else str(p.relative_to(root)), p) for p in files):
+        data = p.read_bytes()
+        h.update(rel.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
+    return h.hexdigest()
+
+
+def make_dataset(root: Path) -> int:
+    """Several files (some MiB), an empty one, nested and empty folders; its bytes."""
+    (root / "train" / "shard-0").mkdir(parents=True)
+    (root / "val").mkdir()
+    (root / "empty-folder" / "inside").mkdir(parents=True)
+    (root / "a-big.bin").write_bytes(os.urandom(3 * MiB + 17))
+    (root / "train" / "shard-0" / "part.bin").write_bytes(os.urandom(2 * MiB))
+    (root / "train" / "labels.txt").write_text("cat\ndog\n" * 1000)
+    (root / "val" / "empty").write_bytes(b"")
+    (root / "zz-last.bin").write_bytes(os.urandom(MiB // 2))
+    os.chmod(root / "train" / "labels.txt", 0o640)
+    os.utime(root / "a-big.bin", (1_700_000_000.5, 1_700_000_000.5))
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+def nodes() -> tuple[FakeExecutor, FakeExecutor]:
+    return FakeExecutor(name="node-a"), FakeExecutor(name="node-b")
+
+
+def partial_lengths(partial: Path) -> dict[str, int]:
+    data = partial / nodehelper.DATA_TREE
+    return {str(p.relative_to(data)): p.stat().st_size for p in data.rglob("*") if p.is_file()}
+
+
+async def cancel_past(share: float, src: Executor, src_path: Path, dst: Executor, dst_path: Path,
+                      chunk: int = 256 << 10) -> int:
+    """Start a copy and cancel it once its progress passed `share` of the total (the callback sets an event
+    and then holds the copy where it is); the bytes it reported done."""
+    passed = asyncio.Event()
+    seen: list[int] = []
+
+    async def progress(done: int, total: int) -> None:
+        seen.append(done)
+        if done > share * total:
+            passed.set()
+            await asyncio.get_running_loop().create_future()  # held here until cancelled
+
+    task = asyncio.create_task(copy_tree(src, str(src_path), dst, str(dst_path), progress=progress, chunk=chunk))
+    waiter = asyncio.create_task(passed.wait())
+    done, _ = await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    assert waiter in done, "the copy ended before it passed the mark"
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    return seen[-1]
+
+
+async def test_a_tree_arrives_byte_identical_with_its_modes_and_mtimes(base: Path) -> None:
+    src_root, dst_root = base / "a" / "imagenet", base / "b" / "datasets" / "imagenet"
+    total = make_dataset(src_root)
+    dst_root.mkdir(parents=True)
+    (dst_root / "stale-from-an-old-version").write_text("old")  # replaced as a whole
+    a, b = nodes()
+    reports: list[tuple[int, int]] = []
+
+    async def progress(done: int, total: int) -> None:
+        reports.append((done, total))
+
+    r = await copy_tree(a, str(src_root), b, str(dst_root), progress=progress, chunk=MiB)
+    assert r == CopyResult(bytes_total=total, bytes_copied=total, resumed_bytes=0, seconds=r.seconds, files=5)
+    assert await tree_hash(b, str(dst_root)) == await tree_hash(a, str(src_root)) == expected_hash(src_root)
+    assert expected_hash(dst_root) == expected_hash(src_root)
+    assert (dst_root / "empty-folder" / "inside").is_dir() and not (dst_root / "stale-from-an-old-version").exists()
+    assert stat.S_IMODE((dst_root / "train" / "labels.txt").stat().st_mode) == 0o640
+    assert (dst_root / "a-big.bin").stat().st_mtime == 1_700_000_000.5
+    assert sorted(p.name for p in dst_root.parent.iterdir()) == ["imagenet"]  # no partial, no old tree left
+    dones = [d for d, _ in reports]
+    assert dones == sorted(dones) and reports[-1] == (total, total) and {t for _, t in reports} == {total}
+    info = await scan(b, str(dst_root))
+    assert info == TreeInfo(exists=True, bytes=total, files=5, newest=info.newest)
+    assert info.newest == max(p.stat().st_mtime for p in dst_root.rglob("*") if p.is_file())
+
+
+async def test_a_single_file_and_a_copy_on_the_same_node(base: Path) -> None:
+    weights = base / "a" / "weights.safetensors"
+    weights.parent.mkdir()
+    weights.write_bytes(os.urandom(MiB + 3))
+    a, _ = nodes()
+    r = await copy_tree(a, str(weights), a, str(base / "a" / "cache" / "weights.safetensors"), chunk=300_000)
+    assert (r.bytes_total, r.bytes_copied, r.files) == (MiB + 3, MiB + 3, 1)
+    assert (base / "a" / "cache" / "weights.safetensors").read_bytes() == weights.read_bytes()
+    with pytest.raises(TransferError, match="one lies in the other"):
+        await copy_tree(a, str(base / "a"), a, str(base / "a" / "cache" / "again"))
+    with pytest.raises(TransferError, match="no such file or folder"):
+        await copy_tree(a, str(base / "absent"), a, str(base / "x"))
+    assert not (base / "x").exists() and not (base / "x.partial").exists()
+
+
+async def test_a_cancelled_copy_resumes_with_only_the_rest(base: Path) -> None:
+    src_root, dst_root = base / "a" / "ds", base / "b" / "ds"
+    total = make_dataset(src_root)
+    dst_root.parent.mkdir()
+    a, b = nodes()
+    done = await cancel_past(0.3, a, src_root, b, dst_root)
+    assert 0.3 * total < done < total
+    assert not dst_root.exists()  # never a half tree at the destination
+    partial = base / "b" / "ds.partial"
+    kept = sum(partial_lengths(partial).values())
+    assert kept >= done  # every chunk reported was written (more may be: written before the cancel came)
+    r = await copy_tree(a, str(src_root), b, str(dst_root))
+    assert r.resumed_bytes == kept > 0 and r.bytes_copied == total - kept < total and r.bytes_total == total
+    assert expected_hash(dst_root) == expected_hash(src_root) and not partial.exists()
+
+
+async def test_a_file_changed_between_attempts_starts_over_and_the_rest_resumes(base: Path) -> None:
+    src_root, dst_root = base / "a" / "ds", base / "b" / "ds"
+    total = make_dataset(src_root)
+    dst_root.parent.mkdir()
+    a, b = nodes()
+    big = 3 * MiB + 17  # a-big.bin, copied first (sorted by path)
+    await cancel_past((big + MiB) / total, a, src_root, b, dst_root)  # past a-big.bin, inside the shard
+    before = partial_lengths(base / "b" / "ds.partial")
+    assert before["a-big.bin"] == big and before["train/labels.txt"] == 8000
+    assert 0 < before["train/shard-0/part.bin"] < 2 * MiB
+    # a new version of the finished file, same size: only its mtime tells
+    (src_root / "a-big.bin").write_bytes(os.urandom(big))
+    os.utime(src_root / "a-big.bin", (1_800_000_000.0, 1_800_000_000.0))
+    # and a file the source no longer has, left in the partial tree by some earlier attempt
+    (base / "b" / "ds.partial" / "data" / "gone.bin").write_bytes(b"old")
+    r = await copy_tree(a, str(src_root), b, str(dst_root))
+    assert r.resumed_bytes == before["train/labels.txt"] + before["train/shard-0/part.bin"]  # not a-big.bin's
+    assert r.bytes_copied == total - r.resumed_bytes
+    assert expected_hash(dst_root) == expected_hash(src_root) and not (dst_root / "gone.bin").exists()
+
+
+async def test_a_source_that_changes_during_the_copy_is_not_committed(base: Path) -> None:
+    src_root, dst_root = base / "a" / "ds", base / "b" / "ds"
+    make_dataset(src_root)
+    (dst_root / "old").mkdir(parents=True)
+    a, b = nodes()
+    changed = False
+
+    async def progress(done: int, total: int) -> None:
+        nonlocal changed
+        if not changed:  # a file of the source rewritten while the copy runs
+            (src_root / "zz-last.bin").write_bytes(os.urandom(MiB))
+            changed = True
+
+    with pytest.raises(TransferError, match=r"(ended at|changed while it was copied)"):
+        await copy_tree(a, str(src_root), b, str(dst_root), progress=progress)
+    assert [p.name for p in dst_root.iterdir()] == ["old"]  # the old tree, untouched
+    r = await copy_tree(a, str(src_root), b, str(dst_root))
+    assert expected_hash(dst_root) == expected_hash(src_root) and r.resumed_bytes > 0
+
+
+async def test_no_room_is_refused_before_any_byte_is_written(base: Path) -> None:
+    # FakeExecutor.free_bytes plays the destination's disk (this machine's real one has room to spare)
+    src_root, dst_root = base / "a" / "ds", base / "b" / "ds"
+    total = make_dataset(src_root)
+    a, b = nodes()
+    b.free_bytes = total - 1
+    with pytest.raises(NoSpace) as err:
+        await copy_tree(a, str(src_root), b, str(dst_root))
+    e = err.value
+    assert (e.node, e.path, e.needed, e.free) == ("node-b", str(dst_root), total, total - 1)
+    assert str(e).startswith(f"node-b: no room for {dst_root}: it needs {total} bytes")
+    assert f"{total - 1} bytes" in str(e)
+    assert not e.retryable and isinstance(e, TransferError)
+    assert not (base / "b").exists()  # nothing written: not even the partial folder
+    b.free_bytes = total + 100
+    with pytest.raises(NoSpace, match=f"needs {total + 101} bytes"):
+        await copy_tree(a, str(src_root), b, str(dst_root), headroom_bytes=101)
+    # a resumed copy needs room for what is left only
+    b.free_bytes = None
+    await cancel_past(0.5, a, src_root, b, dst_root)
+    kept = sum(partial_lengths(base / "b" / "ds.partial").values())
+    b.free_bytes = total - kept
+    r = await copy_tree(a, str(src_root), b, str(dst_root))
+    assert r.resumed_bytes == kept and expected_hash(dst_root) == expected_hash(src_root)
+    assert await free_bytes(b, str(dst_root)) == total - kept
+
+
+async def test_the_throttle_sleeps_bytes_over_the_limit_on_a_fake_clock(base: Path) -> None:
+    src_root = base / "a" / "ds"
+    total = make_dataset(src_root)
+    a, b = nodes()
+    now = 100.0
+    sleeps: list[float] = []
+
+    async def fake_sleep(s: float) -> None:
+        nonlocal now
+        sleeps.append(s)
+        now += s
+
+    limit = 2 * MiB
+    r = await copy_tree(a, str(src_root), b, str(base / "b" / "ds"), limit_bps=limit, chunk=256 << 10,
+                        sleep=fake_sleep, monotonic=lambda: now)
+    # the clock moves only when the copy sleeps: it sleeps exactly what the bytes take at the limit
+    assert sum(sleeps) == pytest.approx(total / limit) and r.seconds == pytest.approx(total / limit)
+    # one sleep per chunk that moved bytes: 13 (3 MiB + 17) + 1 (labels) + 8 (2 MiB) + 2 (512 KiB); none for the
+    # empty file
+    assert len(sleeps) == 24
+    sleeps.clear()
+    await copy_tree(a, str(src_root), b, str(base / "b" / "ds2"), sleep=fake_sleep, monotonic=lambda: now)
+    assert sleeps == []  # no limit, no sleep
+
+
+async def test_a_node_lost_mid_copy_fails_it_and_remove_drops_a_copy_and_its_partial(base: Path) -> None:
+    src_root, dst_root = base / "a" / "ds", base / "b" / "ds"
+    total = make_dataset(src_root)
+    a, b = nodes()
+    writes = 0
+
+    async def lost_after_five_writes(op: str, req: Mapping[str, Any]) -> None:
+        nonlocal writes
+        writes += op == "write"
+        if writes > 5:
+            raise NodeUnreachable("node-b: connection lost")
+
+    b.data_hook = lost_after_five_writes
+    with pytest.raises(NodeUnreachable, match="connection lost"):
+        await copy_tree(a, str(src_root), b, str(dst_root), chunk=256 << 10)
+    assert isinstance(b.last_error, NodeUnreachable) and not dst_root.exists()
+    # the manifest and four chunks of 256 KiB made it
+    assert sum(partial_lengths(base / "b" / "ds.partial").values()) == 4 * (256 << 10)
+    b.data_hook = None
+    r = await copy_tree(a, str(src_root), b, str(dst_root))
+    assert (r.resumed_bytes, r.bytes_copied) == (4 * (256 << 10), total - 4 * (256 << 10))
+    # eviction: the dataset and an unfinished copy of a new version of it, both gone
+    await cancel_past(0.3, a, src_root, b, dst_root)
+    assert dst_root.is_dir() and (base / "b" / "ds.partial").is_dir()
+    await remove(b, str(dst_root))
+    assert list((base / "b").iterdir()) == []
+    assert not (await scan(b, str(dst_root))).exists
+
+
+async def test_a_node_that_lists_a_path_outside_the_tree_is_not_followed(base: Path) -> None:
+    src_root, dst_root = base / "a" / "ds", base / "b" / "ds"
+    make_dataset(src_root)
+
+    class Lying(FakeExecutor):
+        async def data(self, op: str, req: Mapping[str, Any], *, timeout_s: float = 120.0) -> dict[str, Any]:
+            reply = await super().data(op, req, timeout_s=timeout_s)
+            if op == "list":
+                reply["files"].append({"rel": "../../escape", "size": 1, "mtime": 1.0, "mode": 0o644})
+            return reply
+
+    with pytest.raises(TransferError, match="not a path inside it"):
+        await copy_tree(Lying(name="liar"), str(src_root), FakeExecutor(name="b"), str(dst_root))
+    assert not (base / "escape").exists() and not (base / "b").exists()
+
+
+@pytest.mark.slow
+async def test_two_local_nodes_copy_resume_and_hash_through_the_helper(base: Path) -> None:
+    from hsched.executors.local import LocalExecutor
+
+    src_root, dst_root = base / "a" / "ds", base / "b" / "ds"
+    total = make_dataset(src_root)
+    dst_root.parent.mkdir()
+    a, b = LocalExecutor(node="a"), LocalExecutor(node="b")
+    try:
+        await cancel_past(0.3, a, src_root, b, dst_root)
+        r = await copy_tree(a, str(src_root), b, str(dst_root), chunk=4 * MiB)
+        assert 0 < r.resumed_bytes and r.resumed_bytes + r.bytes_copied == total
+        assert await tree_hash(b, str(dst_root)) == expected_hash(src_root)
+        assert (await scan(b, str(dst_root))).bytes == total
+    finally:
+        await a.close()
+        await b.close()
