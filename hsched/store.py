@@ -278,6 +278,19 @@ class Store:
             for r in rows
         ]
 
+    def last_events(self, kind: str, job_ids: Sequence[int]) -> dict[int, tuple[float, dict[str, Any]]]:
+        """Each job's last event of `kind`: (its time, its figures); jobs with none are left out."""
+        out: dict[int, tuple[float, dict[str, Any]]] = {}
+        for i in range(0, len(job_ids), 500):
+            chunk = list(job_ids[i:i + 500])
+            marks = ",".join("?" * len(chunk))
+            rows = self.db.execute(
+                f"SELECT job_id, time, data FROM events WHERE kind = ? AND job_id IN ({marks}) ORDER BY id",
+                (kind, *chunk)).fetchall()
+            for r in rows:
+                out[r["job_id"]] = (r["time"], json.loads(r["data"]) if r["data"] else {})
+        return out
+
     # -------------------------------------------------------------------------------------------- jobs
 
     def submit(self, spec: JobSpec, user: str, now: float, env: dict[str, str] | None = None) -> Job:

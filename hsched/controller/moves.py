@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -55,6 +55,8 @@ class Moves:
     """Job id -> (the devices its move promised it, until when on the controller's clock)."""
     attained: dict[int, tuple[int, float]] = field(default_factory=dict)
     """Job id -> (its restarts when read, the seconds its ended attempts ran)."""
+    held_read: bool = False
+    """Whether the holds of moves a previous controller made were read back from the store (their `move` events)."""
 
 
 _MOVES: weakref.WeakKeyDictionary[Controller, Moves] = weakref.WeakKeyDictionary()
@@ -91,6 +93,8 @@ async def round_fields(ctl: Controller, active: Iterable[Job], pending: Iterable
     active = list(active)
     # (a round's cost is per waiting job: only the requeued ones, and the few held for, are looked at twice)
     requeued = {j.id: j for js in (active, pending) for j in js if j.restarts}
+    if not mv.held_read:
+        await _read_held(ctl, active, pending)
     if mv.held:
         # the held devices of jobs no longer stopping or waiting (started, cancelled) or past their time go back
         stopping = {j.id for j in active if j.state is JobState.PREEMPTING} | {j.id for j in pending}
@@ -114,6 +118,32 @@ async def round_fields(ctl: Controller, active: Iterable[Job], pending: Iterable
         movable = {j.id: cost_of(ctl, j.id) for j in active
                    if j.id in proven and j.state is JobState.RUNNING and len(j.placement) == 1}
     return movable, held, attained
+
+
+async def _read_held(ctl: Controller, active: Sequence[Job], pending: Iterable[Job]) -> None:
+    """After a restart: the devices a previous controller's moves promised jobs still stopping or waiting to start
+    again, from their `move` events (the holds were in its memory only), while their time has not run out; a job that
+    restarted since its move is no longer held for."""
+    mv = moves_of(ctl)
+    mv.held_read = True
+    stopping = [j for j in active if j.state is JobState.PREEMPTING] + [j for j in pending if j.restarts]
+    if not stopping:
+        return
+    found = await ctl.db(ctl.store.last_events, "move", [j.id for j in stopping])
+    for job in stopping:
+        got = found.get(job.id)
+        if got is None or job.id in mv.held:
+            continue
+        at, data = got
+        if any(r.start_time is not None and r.start_time > at for r in await ctl.db(ctl.store.runs, job.id)):
+            continue  # started again after the move: nothing is held for it any more
+        ck = job.spec.checkpoint_signal
+        until = at + ck.grace_s + ctl.settings.kill_after_s + HOLD_MARGIN_S
+        nodes, devices = data.get("nodes") or [], data.get("devices") or []
+        if len(nodes) != 1 or not devices or until < ctl.clock.time():
+            continue
+        cpus = tuple(int(c) for c in data.get("cpus") or ())
+        mv.held[job.id] = ((Placement(str(nodes[0]), tuple(map(str, devices)), cpus=cpus),), until)
 
 
 async def may_move(ctl: Controller, active: Iterable[Job], now: float) -> bool:
@@ -173,7 +203,9 @@ async def apply(ctl: Controller, job: Job, d: Move) -> None:
     moves_of(ctl).held[job.id] = (d.placements, until)
     data = {"from": d.from_type, "to": d.to_type, "gain_s": None if d.gain_s == float("inf") else round(d.gain_s, 1),
             "cost_s": round(d.cost_s, 1), "nodes": [p.node for p in d.placements],
-            "devices": [u for p in d.placements for u in p.devices]}
+            "devices": [u for p in d.placements for u in p.devices],
+            # (a restarted controller holds them again from this event: hsched.controller.moves._read_held)
+            "cpus": [c for p in d.placements for c in p.cpus]}
     await ctl.db(ctl.store.add_event, now, "move", d.why, job_id=job.id, data=data)
     recorder(ctl).moves += 1
     log.info("job %d: %s", job.id, d.why)

@@ -6,6 +6,7 @@ minimum run time between stops. In-process, on a fake clock."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from hsched.config import Settings
@@ -205,3 +206,26 @@ def test_a_move_down_makes_room_for_a_job_that_gains_more_and_says_so() -> None:
     assert (mv.job_id, mv.from_type, mv.to_type, mv.placements[0].node) == (1, H100, A100, "slow")
     assert "go to job 2, which gain more there" in mv.why
     assert [d for d in got if isinstance(d, Wait) and d.job_id == 2]  # it waits for the H100 to be released
+
+
+async def test_a_restarted_controller_still_holds_the_moving_jobs_new_gpu(tmp_path: Path) -> None:
+    """The devices a move promised were in the controller's memory only: a controller restarted while the job
+    stopped gave the H100 to whoever came first. Now the `move` event holds them again."""
+    async with Lab.open(tmp_path, nodes=FLEET, settings=SETTINGS) as lab:
+        jid = await proven_on_slow(lab, total=200_000.0)
+        for ex in lab.executors.values():
+            ex.exit_on_signal.pop("TERM")
+        await lab.round()
+        assert (await lab.job(jid)).state is JobState.PREEMPTING
+        # one that comes first for everything else (priority) arrives: the H100 is not its
+        other = await lab.submit("python3", "other.py", gpus=1, kind="blocker", priority=100)
+        await lab.round()
+        assert (await lab.job(other.id)).state is JobState.PENDING
+        await lab.finish(jid, 85)  # it checkpoints; the controller stops before it sees that
+        clock = lab.clock
+    # (without a policy the next controller serves by priority: the other job first, the H100 first in the fleet)
+    async with Lab.open(tmp_path, nodes=FLEET, settings=replace(SETTINGS, policy=None), clock=clock) as lab:
+        await lab.round()
+        await lab.round()
+        assert await node_of(lab, jid) == "fast"
+        assert await node_of(lab, other.id) == "slow"
