@@ -8,6 +8,9 @@ command, the test plays the command's part for it (`node.plays`); everything els
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import json
 import os
 import sys
 import time
@@ -18,6 +21,7 @@ import pytest
 from hsched.executors.base import Executor, LaunchRequest, StatusQuery
 from hsched.executors.fake import FakeSignal
 
+from hsched import nodehelper
 from hsched.errors import HelperError, NodeRefused, NodeUnreachable, TransferError
 from hsched.model import RunStatus
 from tests.conftest import process_gone
@@ -226,6 +230,49 @@ async def test_remote_path_put_get_round_trip_and_newest_mtime(node: Node, tmp_p
             await ex.get(f"{remote}/absent", tmp_path / "absent")
         assert ex.last_error is err.value
     assert leftovers(tmp_path) == []
+
+
+async def test_dataset_requests_alike(node: Node, tmp_path: Path) -> None:
+    """The node helper's data_* requests through each transport (the node's paths: the test's folder, which the
+    ssh test host shares): chunks written into a copy, committed, read back, scanned, hashed, dropped; a link on
+    the way and an unknown request are the request's HelperError."""
+    base = node.runs.parent / "node-data"  # the real path (a write refuses a link on the way)
+    partial, dest = f"{base}/ds.partial", f"{base}/ds"
+    blob = os.urandom((2 << 20) + 5)
+    async with node.executor() as ex:
+        assert (await ex.data("scan", {"path": dest}))["exists"] is False
+        for off in range(0, len(blob), 1 << 20):
+            r = await ex.data("write", {"path": f"{partial}/data/x.bin", "offset": off,
+                                        "data": base64.b64encode(blob[off:off + (1 << 20)]).decode()})
+            assert r["size"] == min(off + (1 << 20), len(blob))
+        manifest = {"version": 1, "kind": "dir", "dirs": ["empty"],
+                    "files": [{"rel": "x.bin", "size": len(blob), "mtime": 1234.5, "mode": 0o644}]}
+        await ex.data("write", {"path": f"{partial}/{nodehelper.DATA_MANIFEST}", "offset": 0,
+                                "data": base64.b64encode(json.dumps(manifest).encode()).decode()})
+        assert (await ex.data("commit", {"partial": partial, "dest": dest}))["bytes"] == len(blob)
+        back, eof = b"", False
+        while not eof:
+            r = await ex.data("read", {"path": f"{dest}/x.bin", "offset": len(back), "max_bytes": 1 << 20})
+            back += base64.b64decode(r["data"])
+            eof = r["eof"]
+        assert back == blob
+        listing = await ex.data("list", {"path": dest})
+        assert listing["dirs"] == ["empty"]
+        assert [(f["rel"], f["mtime"]) for f in listing["files"]] == [("x.bin", 1234.5)]
+        scanned = await ex.data("scan", {"path": dest})
+        assert (scanned["exists"], scanned["bytes"], scanned["files"], scanned["is_dir"]) == (True, len(blob), 1, True)
+        digest = hashlib.sha256(b"x.bin\0%d\0" % len(blob) + blob).hexdigest()
+        assert (await ex.data("hash", {"path": dest}))["sha256"] == digest
+        assert (await ex.data("free", {"path": f"{dest}/not/yet"}))["free"] > 0
+        (base / "hop").symlink_to(tmp_path)
+        with pytest.raises(HelperError, match="symbolic link") as err:
+            await ex.data("write", {"path": f"{base}/hop/x", "offset": 0, "data": ""})
+        assert ex.last_error is err.value and err.value.command == "data_write"
+        with pytest.raises(HelperError, match="unknown request") as err:
+            await ex.data("nope", {})
+        assert err.value.command == "data_nope"
+        assert (await ex.data("drop", {"path": dest})) == {"dropped": True} and ex.last_error is None
+        assert sorted(p.name for p in base.iterdir()) == ["hop"]
 
 
 async def test_watch_yields_samples(node: Node) -> None:
