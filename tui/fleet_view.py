@@ -1,4 +1,5 @@
-"""Fleet view: every device of every node, nvitop-style bars, a history sparkline, and who holds it."""
+"""Fleet view: every device of every node, nvitop-style bars, a history sparkline, and who holds it; under it the
+dataset copies under way (only while there are some)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from hsched.tui.history import History
 from hsched.tui.history_panel import HistoryPanel
 from hsched.tui.model import DeviceView, Frame, NodeView, ts
 from hsched.tui.sync import RowSync
+from hsched.tui.transfers_view import TransfersView
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -38,6 +40,7 @@ class FleetView(Vertical):
         self.history = history
         self.table: DataTable[Any] = DataTable(id="fleet-table", cursor_type="row", zebra_stripes=False)
         self.panel = HistoryPanel(history, id="history-panel")
+        self.transfers = TransfersView(id="transfers-panel")
         self.sync = RowSync(self.table, [c[0] for c in COLUMNS])
         self._node_of: dict[str, str] = {}
         self.frame: Frame | None = None
@@ -46,6 +49,7 @@ class FleetView(Vertical):
         for key, label, width in COLUMNS:
             self.table.add_column(label, key=key, width=width)
         yield self.table
+        yield self.transfers
         yield self.panel
 
     def toggle_panel(self) -> None:
@@ -103,6 +107,7 @@ class FleetView(Vertical):
             self.sync.apply(sources, self._row_cells)
             if selected in sources:
                 self.table.move_cursor(row=list(sources).index(selected))
+        self.transfers.apply(frame.transfers)
         self.show_history()
 
     def _selected_key(self) -> str | None:

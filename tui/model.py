@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 
@@ -103,6 +104,37 @@ class EventView:
     message: str
 
 
+class TransferWhy(StrEnum):
+    """Why the controller copies a dataset to a node."""
+
+    START = "start"  # a job waits for it to start
+    PREFETCH = "prefetch"  # ahead of a job's start, while it still waits for GPUs
+    RESUME = "resume"  # a copy the controller found half done when it started again
+
+
+@dataclass(frozen=True, slots=True)
+class TransferView:
+    """A copy of a dataset to node `node` under way: `done` bytes of `total` in `seconds`."""
+
+    dataset: str
+    source: str
+    node: str
+    done: int
+    total: int | None  # None (or 0): the controller does not know the size yet
+    seconds: float | None
+    job_id: int | None
+    why: TransferWhy | None  # None: a reason this dashboard does not know (a newer controller)
+
+    @property
+    def fraction(self) -> float | None:
+        return min(1.0, self.done / self.total) if self.total else None
+
+    @property
+    def mb_per_s(self) -> float | None:
+        """Decimal MB a second since the copy began, as `hsched data` shows it."""
+        return self.done / self.seconds / 1e6 if self.seconds and self.seconds > 0 else None
+
+
 Point = tuple[float, float | None, float | None]
 """One history sample: (epoch seconds, utilization % or host CPU %, memory used MiB)."""
 
@@ -127,6 +159,7 @@ class Frame:
     events: tuple[EventView, ...] = ()  # only the events new since the previous frame
     can_preempt: bool = False
     history: HistoryDelta | None = None  # the controller's samples new since the previous frame, if it serves them
+    transfers: tuple[TransferView, ...] = ()  # dataset copies under way, by receiving node
 
     def job(self, job_id: int) -> JobView | None:
         return next((j for j in self.jobs if j.id == job_id), None)
@@ -246,6 +279,26 @@ def parse_history(reply: dict[str, Any]) -> HistoryDelta:
     )
 
 
+def _transfer(t: Any) -> TransferView | None:
+    if not isinstance(t, dict) or not t.get("dataset") or not t.get("to"):
+        return None  # not a copy this dashboard can name
+    why = next((w for w in TransferWhy if w.value == t.get("why")), None)
+    return TransferView(
+        dataset=str(t["dataset"]), source=str(t.get("from") or ""), node=str(t["to"]),
+        done=max(0, _whole(t.get("done")) or 0), total=_whole(t.get("total")), seconds=_number(t.get("seconds")),
+        job_id=_whole(t.get("job_id")), why=why,
+    )
+
+
+def parse_transfers(rows: Any) -> tuple[TransferView, ...]:
+    """The snapshot's `transfers` list, ordered by receiving node, dataset and source; () when the controller
+    sends none (an older one has no such key)."""
+    if not isinstance(rows, list):
+        return ()
+    views = (v for v in map(_transfer, rows) if v is not None)
+    return tuple(sorted(views, key=lambda v: (v.node, v.dataset, v.source)))
+
+
 def parse_snapshot(snap: dict[str, Any], events: list[dict[str, Any]] | None = None,
                    can_preempt: bool = False, history: dict[str, Any] | None = None) -> Frame:
     """The controller's `snapshot` answer (and new `events` rows, and its `history` answer) as one immutable
@@ -257,4 +310,5 @@ def parse_snapshot(snap: dict[str, Any], events: list[dict[str, Any]] | None = N
         events=tuple(event_from_dict(e) for e in events or []),
         can_preempt=can_preempt,
         history=parse_history(history) if history is not None else None,
+        transfers=parse_transfers(snap.get("transfers")),
     )
