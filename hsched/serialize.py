@@ -165,6 +165,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         # sbatch's -o/-e patterns as given (scontrol's StdOut/StdErr); None: `hsched logs` only
         "output": s.output,
         "error": s.error,
+        "data": list(s.data),
         "submit_time": iso(job.submit_time),
         "start_time": iso(job.start_time),
         "end_time": iso(job.end_time),

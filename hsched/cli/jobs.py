@@ -262,6 +262,7 @@ def register(app: typer.Typer) -> None:
             ("expected", _expected_line(job)),
             ("workdir", job.get("workdir") or "(the submit folder, where a node sees it)"),
             ("output", _files_line(job)),
+            ("data", ", ".join(job.get("data") or ()) or "-"),
             ("resources", _resources_line(job["resources"])),
             ("constraint", job.get("constraint") or "-"),  # --partition's labels too (hsched.constraints)
             ("submitted", job["submit_time"]), ("started", job["start_time"]), ("ended", job["end_time"]),
