@@ -8,12 +8,16 @@
     port = 22                            # optional, as for an ssh node
     identity_file = "~/.ssh/id_ed25519"  # optional
     known_hosts = "~/.ssh/known_hosts"   # optional
+    login_dir = "/scratch/$USER/hsched"  # optional: hsched's folder there ($HOME, $USER, ~ expanded there)
 
 The connection is the SSH executor's own (executors/ssh.py): one asyncssh connection, the host key always
 verified against known_hosts (never switched off), connects and commands bounded, failed connects backed off,
 every error one line of the class that says what happened. Nothing is shipped to the login node (no helper, no
-Python): first contact only asks where hsched's folder is there, `$HSCHED_NODE_ROOT` else `~/.cache/hsched`
-(it must be on the filesystem the cluster's nodes share, as a home is; a job reads its run folder there).
+Python): first contact only asks where hsched's folder is there: the entry's `login_dir` (its `~`, `$HOME` and
+`$USER` replaced by the login user's, as the login node says them; made 0700 if missing, or the group is refused
+in one line naming the key), else `$HSCHED_NODE_ROOT` there, else `~/.cache/hsched`. It must be on the
+filesystem the cluster's nodes share (a scratch or project filesystem, or a home): a job reads its run folder
+there.
 
 Each Slurm command is one exec request whose words are each `shlex.quote`d, prefixed by `env NAME=VALUE ...`
 (SLURM_TIME_FORMAT, and the executor's `env`): the login shell splits it back into the argv exactly. Run folders
@@ -43,25 +47,48 @@ from hsched.errors import NodeRefused, NodeUnreachable, Refusal
 
 from . import _confined, _sshfiles
 from ._slurm_site import LOG, SIGNALS, Result
+from ._slurm_text import expand_login_dir
 from .ssh import Remote, SSHExecutor, classify, shell_command, transfer_error
 
-ROOT_COMMAND = 'printf "%s" "${HSCHED_NODE_ROOT:-$HOME/.cache/hsched}"'
+ROOT_COMMAND = 'printf "%s\\n%s\\n%s\\n" "${HSCHED_NODE_ROOT:-$HOME/.cache/hsched}" "$HOME" "$(id -un)"'
 """The one line of shell hsched sends that is not quoted word by word: a constant, expanded by the login shell
-(where hsched's folder is), as the SSH executor's first contact asks it."""
+(where hsched's folder is by default, the login user's home and name: what `login_dir` is expanded with), as the
+SSH executor's first contact asks it. `login_dir` itself never reaches a shell."""
 NOT_FOUND = 127
 """A shell's exit status for a command it cannot find."""
 
 
 class _LoginConnection(SSHExecutor):
     """The SSH executor's connection (host keys, timeouts, backoff, typed errors) to a login node, whose first
-    contact ships nothing: it only learns where hsched's folder is."""
+    contact ships nothing: it only learns where hsched's folder is (and makes `login_dir` if it is missing)."""
+
+    login_dir: str | None = None
 
     async def _bootstrap(self, conn: asyncssh.SSHClientConnection) -> Remote:
         rc, out, err = await self._run(conn, ROOT_COMMAND, b"")
-        root = out.decode(errors="surrogateescape").strip()
-        if rc != 0 or not root.startswith("/"):
+        lines = out.decode(errors="surrogateescape").split("\n")
+        default, home, user = [*lines, "", "", ""][:3]
+        if rc != 0 or not default.startswith("/") or not home.startswith("/") or not user:
             raise NodeRefused(f"{self.name}: the login node did not say where its home is "
                               f"({err.decode(errors='replace').strip()[:200] or f'exit status {rc}'})", Refusal.CONFIG)
+        if self.login_dir is None:
+            return Remote(root=default, helper="", python=())
+        root = expand_login_dir(self.login_dir, home, user)
+        if not root.startswith("/"):
+            raise NodeRefused(f"{self.name}: login_dir {self.login_dir!r} is {root!r} on the login node, not an "
+                              "absolute folder: change login_dir in the fleet file", Refusal.CONFIG)
+        try:
+            async with asyncio.timeout(self.command_timeout_s), conn.start_sftp_client() as sftp:
+                await _makedirs(sftp, root)
+                usable = await sftp.isdir(root)
+        except (asyncssh.SFTPError, TimeoutError) as e:
+            why = "no answer" if isinstance(e, TimeoutError) else _one(e)
+            raise NodeRefused(f"{self.name}: login_dir {self.login_dir!r} ({root} on the login node) cannot be made "
+                              f"there ({why}): make it, or change login_dir in the fleet file",
+                              Refusal.CONFIG) from None
+        if not usable:
+            raise NodeRefused(f"{self.name}: login_dir {self.login_dir!r} ({root} on the login node) is not a "
+                              "folder: change login_dir in the fleet file", Refusal.CONFIG)
         return Remote(root=root, helper="", python=())
 
 
@@ -69,10 +96,11 @@ class LoginSite:
     """The Site (executors/_slurm_site.py) of a login node reached over SSH."""
 
     def __init__(self, name: str, login: NodeConfig, env: Mapping[str, str], *,
-                 ssh_config: str | Path | None = None, **ssh: Any) -> None:
+                 ssh_config: str | Path | None = None, login_dir: str | None = None, **ssh: Any) -> None:
         self.name = name
         self.env = dict(env)
         self.ssh = _LoginConnection(login, ssh_config=ssh_config, **ssh)
+        self.ssh.login_dir = login_dir
         self.where = f"login node {login.user + '@' if login.user else ''}{login.host}"
         self._files: tuple[asyncssh.SSHClientConnection, asyncssh.SFTPClient] | None = None
         """One SFTP session for the run folders' small files, kept while its connection lives: a session per

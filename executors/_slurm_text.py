@@ -8,6 +8,7 @@ executor for every command). Captured outputs of a real cluster pin each parser 
 
 from __future__ import annotations
 
+import posixpath
 import re
 import shlex
 import signal
@@ -512,3 +513,17 @@ def gang_script(dispatch: str, workdir: str, run_dir: str, nodes: int, tasks_per
 
 def _comment_safe(text: str) -> str:
     return "".join(c if c.isprintable() else "?" for c in text)
+
+
+# --------------------------------------------------------------------------------------- the login node
+
+_LOGIN_VARS = re.compile(r"\$(?:\{(HOME|USER)\}|(HOME|USER)(?![A-Za-z0-9_]))")
+
+
+def expand_login_dir(login_dir: str, home: str, user: str) -> str:
+    """A group's `login_dir` on its login node: `~` and `$HOME` (or `${HOME}`) are the login user's home, `$USER`
+    its name; nothing else is expanded (hsched.config.login_dir_problem refuses anything else)."""
+    if login_dir == "~" or login_dir.startswith("~/"):
+        login_dir = "$HOME" + login_dir[1:]
+    expanded = _LOGIN_VARS.sub(lambda m: home if (m.group(1) or m.group(2)) == "HOME" else user, login_dir)
+    return posixpath.normpath(expanded)

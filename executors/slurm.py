@@ -8,6 +8,7 @@
     qos = "normal"             # optional: sbatch --qos (Slurm's QoS, not hsched's class)
     cluster = "dept"           # optional: --clusters, for a multi-cluster Slurm (needs slurmdbd)
     login = "me@login1"        # optional: run Slurm's commands on this login node over SSH
+    login_dir = "/scratch/$USER/hsched"   # optional, with login: hsched's folder on the login node
 
 Slurm is reached through the client commands installed on this machine (sbatch, squeue, scontrol, scancel;
 `SLURM_CONF` as for any user of them). Each command is an asyncio subprocess with its own timeout, never a
@@ -82,8 +83,9 @@ a checkpoint or warning is not sent. Every signal is recorded in signals.log fir
 **Files**: run folders and checkpoint folders are used where they are: the controller's folder (HSCHED_HOME)
 must be on a filesystem the Slurm nodes share, as any sbatch user's home is (`remote_path` is the identity,
 `put`/`get` copy locally). Over SSH, a run folder is `<root>/runs/<hash>/<name>` on the login node (root:
-`$HSCHED_NODE_ROOT` there, else `~/.cache/hsched`, on the filesystem its compute nodes share), written and read
-over SFTP, slurm.json included; a checkpoint folder is `<root>/files/...`, moved with SFTP (`put`/`get`).
+the entry's `login_dir`, else `$HSCHED_NODE_ROOT` there, else `~/.cache/hsched`, on the filesystem its compute
+nodes share), written and read over SFTP, slurm.json included; a checkpoint folder is `<root>/files/...`, moved
+with SFTP (`put`/`get`).
 
 **A job of several ranks** (`--nodes` N, `--tasks-per-node` T: the controller launches one run per rank, each
 with its torchrun/Slurm environment) is one Slurm job per attempt, not one per rank. The ranks' launches gather
@@ -220,6 +222,8 @@ class SlurmExecutor:
         login: reach Slurm over SSH on this login node (an ssh node's settings: host, user, port, identity_file,
             known_hosts; executors/_slurm_login.py); None: the client commands of this machine.
         ssh_config: with `login`, an ssh config file to read instead of ~/.ssh/config (as SSHExecutor's).
+        login_dir: with `login`, hsched's folder on the login node (`~`, `$HOME`, `$USER` expanded there); None:
+            $HSCHED_NODE_ROOT there, else ~/.cache/hsched.
     """
 
     kind = "slurm"
@@ -227,7 +231,8 @@ class SlurmExecutor:
 
     def __init__(self, *, name: str, partition: str, account: str | None = None, qos: str | None = None,
                  cluster: str | None = None, env: Mapping[str, str] | None = None, timeout_s: float = 30.0,
-                 poll_s: float = 1.0, login: NodeConfig | None = None, ssh_config: str | Path | None = None) -> None:
+                 poll_s: float = 1.0, login: NodeConfig | None = None, ssh_config: str | Path | None = None,
+                 login_dir: str | None = None) -> None:
         self.name = name
         self.partition = partition
         self.account = account
@@ -245,7 +250,8 @@ class SlurmExecutor:
 
             self.env = {**(env or {}), "SLURM_TIME_FORMAT": "%s"}
             # one bound for a command and a file call alike; the connect has its own (the SSH executor's)
-            site = LoginSite(name, login, self.env, ssh_config=ssh_config, command_timeout_s=timeout_s)
+            site = LoginSite(name, login, self.env, ssh_config=ssh_config, login_dir=login_dir,
+                             command_timeout_s=timeout_s)
         self._site = site
         self.timeout_s = timeout_s
         self.poll_s = poll_s
@@ -270,7 +276,8 @@ class SlurmExecutor:
     def from_config(cls, cfg: NodeConfig, **kw: Any) -> SlurmExecutor:
         """The executor of a fleet file's slurm node group (its `login`, if any, through the ssh keys)."""
         return cls(name=cfg.name, partition=cfg.partition or "", account=cfg.account, qos=cfg.slurm_qos,
-                   cluster=cfg.cluster, login=login_config(cfg) if cfg.login else None, **kw)
+                   cluster=cfg.cluster, login=login_config(cfg) if cfg.login else None,
+                   login_dir=cfg.login_dir if cfg.login else None, **kw)
 
     @property
     def boot_id(self) -> str:

@@ -524,7 +524,9 @@ def load_job_spec(path: Path, overrides: Mapping[str, Any] | None = None) -> Job
 
 # ------------------------------------------------------------------------------------------------ fleet
 
-_SLURM_KEYS = ("partition", "account", "qos", "cluster", "login")
+_SLURM_KEYS = ("partition", "account", "qos", "cluster", "login", "login_dir")
+_LOGIN_DIR_VARS = re.compile(r"\$(?:\{(?:HOME|USER)\}|(?:HOME|USER)(?![A-Za-z0-9_]))")
+"""`$HOME`, `$USER` (or `${...}`): what a slurm group's `login_dir` may say, expanded on the login node."""
 _NODE_KEYS = frozenset(
     {"name", "executor", "host", "port", "user", "identity_file", "known_hosts", "simulate", "labels",
      "shared_paths", "helper", "data_dir", "data_quota", *_SLURM_KEYS}
@@ -569,6 +571,10 @@ class NodeConfig:
     login: str | None = None
     """executor "slurm": "user@host" of a login node whose Slurm commands are run over SSH (with the entry's
     port, identity_file, known_hosts as an ssh node's); None: this machine's (executors/_slurm_login.py)."""
+    login_dir: str | None = None
+    """executor "slurm" with `login`: hsched's folder on the login node (run folders, checkpoint copies), on a
+    filesystem the cluster's nodes share: absolute, `~/...`, `$HOME` and `$USER` expanded there
+    ("/scratch/$USER/hsched"); None: $HSCHED_NODE_ROOT there, else ~/.cache/hsched."""
     helper: str | None = None
     """executor "local"/"ssh": the launcher of a helper installed on the node (root's, confined), run through
     `sudo -n` instead of shipping one: how a lab's controller that runs as a service account reaches its nodes
@@ -671,7 +677,8 @@ def fleet_from_table(data: Mapping[str, Any], source: str, base_dir: Path) -> Fl
                 port=port, user=raw.get("user"), identity_file=raw.get("identity_file"),
                 known_hosts=raw.get("known_hosts"), simulate=sim, shared_paths=tuple(shared),
                 labels=tuple(dict.fromkeys(labels)), partition=slurm.get("partition"), account=slurm.get("account"),
-                slurm_qos=slurm.get("qos"), cluster=slurm.get("cluster"), login=slurm.get("login"), helper=helper,
+                slurm_qos=slurm.get("qos"), cluster=slurm.get("cluster"), login=slurm.get("login"),
+                login_dir=slurm.get("login_dir"), helper=helper,
                 data_dir=data_dir, data_quota_bytes=quota,
             )
         )
@@ -681,8 +688,8 @@ def fleet_from_table(data: Mapping[str, Any], source: str, base_dir: Path) -> Fl
 
 
 def _slurm_keys(p: Problems, raw: Mapping[str, Any], key: str, executor: Any) -> dict[str, str]:
-    """A slurm node group's keys: `partition` (required), `account`, `qos`, `cluster`, `login`; only for that
-    executor. The ssh keys (`port`, `identity_file`, `known_hosts`) go with `login`."""
+    """A slurm node group's keys: `partition` (required), `account`, `qos`, `cluster`, `login`, `login_dir`; only
+    for that executor. The ssh keys (`port`, `identity_file`, `known_hosts`) and `login_dir` go with `login`."""
     out: dict[str, str] = {}
     if executor != "slurm":
         for k in _SLURM_KEYS:
@@ -701,15 +708,32 @@ def _slurm_keys(p: Problems, raw: Mapping[str, Any], key: str, executor: Any) ->
                               or login.startswith(("@", "-"))):
         p.expected(f"{key}.login", 'a login node as "user@host" or "host" (an ~/.ssh/config alias works)', login)
         del out["login"]
+    login_dir = out.get("login_dir")
+    if login_dir is not None and (problem := login_dir_problem(login_dir)) is not None:
+        p.add(f"{key}.login_dir", f"expected {problem}, found {_show(login_dir)} (e.g. \"/scratch/$USER/hsched\")")
+        del out["login_dir"]
     for k in ("host", "simulate"):
         if k in raw:
             p.add(f"{key}.{k}", "not for a slurm node: it is reached through Slurm's commands (sbatch, squeue; "
                   'over SSH with login = "user@host") and its GPUs are Slurm\'s')
     if "login" not in raw:
-        for k in ("port", "identity_file", "known_hosts"):
+        for k in ("port", "identity_file", "known_hosts", "login_dir"):
             if k in raw:
                 p.add(f"{key}.{k}", 'only with login = "user@host" (a slurm node reached over SSH)')
     return out
+
+
+def login_dir_problem(value: str) -> str | None:
+    """Why `value` cannot be a slurm group's `login_dir`, or None: it must name an absolute folder once the login
+    node expands `~`, `$HOME` and `$USER` (nothing else: no other variable, no control character)."""
+    if any(not c.isprintable() for c in value):
+        return "a folder name without control characters"
+    rest = _LOGIN_DIR_VARS.sub("", value)
+    if "$" in rest:
+        return "an absolute folder on the login node where only $HOME and $USER (or ~) are expanded"
+    if not (value.startswith("/") or value == "~" or value.startswith(("~/", "$HOME", "${HOME}"))):
+        return "an absolute folder on the login node (/..., ~/... or $HOME/...)"
+    return None
 
 
 def _simulate(p: Problems, raw: Any, key: str, base_dir: Path) -> SimulatedDevices | None:

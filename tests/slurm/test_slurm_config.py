@@ -96,3 +96,40 @@ def test_problems_name_the_key(text: str, problem: str) -> None:
     with pytest.raises(ConfigError) as e:
         fleet(text)
     assert any(problem in p for p in e.value.problems), e.value.problems
+
+
+def test_login_dir_says_where_hscheds_folder_is_on_the_login_node() -> None:
+    from hsched.executors._slurm_text import expand_login_dir
+
+    [nc] = fleet(GROUP + 'login = "me@login1"\nlogin_dir = "/scratch/$USER/hsched"\n').nodes
+    assert nc.login_dir == "/scratch/$USER/hsched"
+    assert fleet(GROUP + 'login = "me@login1"\n').nodes[0].login_dir is None
+    for ok in ("~", "~/hsched", "$HOME/x", "${HOME}/x/${USER}", "/p/$USER-x/y"):
+        assert fleet(GROUP + f'login = "me@l"\nlogin_dir = "{ok}"\n').nodes[0].login_dir == ok
+    # expanded with what the login node says of its user (never by a shell)
+    assert expand_login_dir("/scratch/$USER/hsched", "/home/me", "me") == "/scratch/me/hsched"
+    assert expand_login_dir("~", "/home/me", "me") == "/home/me"
+    assert expand_login_dir("~/a/../b/", "/home/me", "me") == "/home/me/b"
+    assert expand_login_dir("${HOME}/x-${USER}", "/home/me", "me") == "/home/me/x-me"
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ("scratch/hsched", "node[0] (c).login_dir: expected an absolute folder on the login node (/..., ~/... or "
+                       "$HOME/...), found 'scratch/hsched' (e.g. \"/scratch/$USER/hsched\")"),
+    ("/scratch/$LOGNAME/h", "node[0] (c).login_dir: expected an absolute folder on the login node where only $HOME "
+                            "and $USER (or ~) are expanded, found '/scratch/$LOGNAME/h'"),
+    ("/x/$(id -un)", "where only $HOME and $USER"),
+    ("$HOMEX/h", "where only $HOME and $USER"),
+    ("~bob/h", "expected an absolute folder"),
+    ("/x\\ny", "expected a folder name without control characters"),
+    ("", "node[0] (c).login_dir: expected a non-empty string"),
+])
+def test_login_dir_problems_are_one_line_naming_the_key(value: str, problem: str) -> None:
+    text = f'[[node]]\nname = "c"\nexecutor = "slurm"\npartition = "gpu"\nlogin = "me@l"\nlogin_dir = "{value}"\n'
+    with pytest.raises(ConfigError) as e:
+        fleet(text)
+    assert any(problem in p for p in e.value.problems), e.value.problems
+    with pytest.raises(ConfigError) as e:
+        fleet('[[node]]\nname = "c"\nexecutor = "slurm"\npartition = "gpu"\nlogin_dir = "/scratch"\n')
+    assert e.value.problems == ['fleet.toml: node[0] (c).login_dir: only with login = "user@host" (a slurm node '
+                                'reached over SSH)'], e.value.problems

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ import pytest
 from hsched.executors.base import StatusQuery
 from hsched.executors.slurm import SlurmError, SlurmExecutor
 
-from hsched.config import NodeConfig
+from hsched.config import NodeConfig, fleet_from_table
 from hsched.controller.fleet import make_executor
 from hsched.errors import NodeRefused, NodeUnreachable, Refusal
 from hsched.model import RunStatus
@@ -341,3 +342,46 @@ def test_hsched_submits_to_a_group_reached_over_ssh_and_cancels_there(slurm: Slu
         assert h.json("show", jid)["state"] == "CANCELLED"  # type: ignore[index]
     finally:
         h.stop()
+
+
+def test_login_dir_holds_the_run_folders_and_one_that_cannot_be_made_is_refused_in_one_line(
+        slurm: SlurmCluster, login_host: TestHosts, runs: Path, tmp_path: Path) -> None:
+    """The fleet file's `login_dir = ".../$USER/hsched"` (over the host's HSCHED_NODE_ROOT): made on first contact
+    (0700), `$USER` the login user's; the job's run folder is under it. A login_dir that cannot be made (under a
+    file) refuses the group with one line naming the key; nothing is submitted."""
+    scratch = tmp_path / "scratch"
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+
+    def group(login_dir: str) -> SlurmExecutor:
+        text = FLEET.format(partition=slurm.partition, login=login_host[0].name) + f'login_dir = "{login_dir}"\n'
+        [nc] = fleet_from_table(tomllib.loads(text), "fleet.toml", tmp_path).nodes
+        return SlurmExecutor.from_config(nc, env={"SLURM_CONF": str(slurm.conf)}, ssh_config=login_host.ssh_config)
+
+    async def main() -> None:
+        ex = group(f"{scratch}/$USER/hsched")
+        try:
+            await ex.probe()
+            user = await ex._site.user()
+            root = scratch / user / "hsched"
+            assert await asyncio.to_thread(lambda: root.stat().st_mode & 0o777) == 0o700
+            rd = runs / "71-1-r0"
+            h = await ex.launch(request(rd, ("sh", "-c", 'echo "dir=$HSCHED_RUN_DIR"'), job="71"))
+            there = await ex._dir(str(rd))
+            assert there.startswith(f"{root}/runs/"), there
+            rep = await until(ex, str(rd), h, RunStatus.EXITED)
+            assert rep.exit_code == 0 and await ex.read_log(str(rd), 0) == f"dir={there}\n".encode()
+        finally:
+            await ex.close()
+        bad = group(f"{blocker}/hsched")
+        try:
+            with pytest.raises(NodeRefused) as e:
+                await bad.probe()
+            assert e.value.reason is Refusal.CONFIG and "\n" not in str(e.value)
+            assert str(e.value).startswith(f"cluster: login_dir '{blocker}/hsched' ({blocker}/hsched on the login node) "
+                                           "cannot be made there ("), str(e.value)
+            assert str(e.value).endswith("): make it, or change login_dir in the fleet file")
+        finally:
+            await bad.close()
+
+    run(main())
