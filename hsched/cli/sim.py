@@ -74,6 +74,28 @@ _LOCALITY = typer.Option(
 _LINK = typer.Option(10.0, "--data-link-gbps", help="With --data-model: link speed copies run at, Gbit/s.")
 _QUOTA = typer.Option(1000.0, "--data-quota", metavar="GB",
                       help="With --data-model: GB of copies a server keeps (least recently used evicted past it).")
+_SLURM_POOL = typer.Option(
+    None, "--slurm-pool", metavar="TYPE:N[:QUEUE_WAIT_S[:GPUS_PER_NODE]]",
+    help="Add a Slurm-backed pool of N GPUs that the policy sees as one server: jobs handed over reach Slurm's queue "
+         "QUEUE_WAIT_S later (default 0) and Slurm's FIFO with EASY backfill starts them on its nodes (of "
+         "GPUS_PER_NODE, default --gpus-per-node); they run there to their end. `compare` takes none,SPEC to run "
+         "the workstations alone and with the pool.")
+
+
+def _pools(spec: str | None, gpus_per_node: int, servers: Any) -> list[Any]:
+    """The Slurm pools to run with (None: the workstations alone), from `--slurm-pool`."""
+    from hsched.sim.slurm import POOL_NAME, parse_slurm_pool
+
+    if spec is None:
+        return [None]
+    out: list[Any] = []
+    for part in spec.split(","):
+        pool = None if part.strip().lower() == "none" else parse_slurm_pool(part, gpus_per_node)
+        if pool is not None and any(sv.name == POOL_NAME for sv in servers):
+            raise UserError(f"--slurm-pool: a server is already named {POOL_NAME!r}; rename it in the fleet file")
+        if pool not in out:
+            out.append(pool)
+    return out
 
 
 def _data(tr: Any, servers: Any, data_model: str | None, locality: str | None, seed: int, link_gbps: float,
@@ -178,7 +200,8 @@ def _check_learned_prior(learned_prior: str) -> str:
 
 def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, round_s: float, span: float,
              pcie: float, rule: Any, round_mode: str = "event", seed: int = 0, *, learned: bool = False,
-             learned_prior: str = "measured", predict: bool = False, data: Any = None, locality: Any = None) -> Any:
+             learned_prior: str = "measured", predict: bool = False, data: Any = None, locality: Any = None,
+             pool: Any = None) -> Any:
     from hsched.sim.engine import SimConfig, SimCosts, Simulator
     from hsched.sim.gavel import GAVEL_POLICIES
 
@@ -186,6 +209,9 @@ def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, ro
         raise UserError("hsched sim: --checkpoint-cost must be >= 0; --round-s, --span-factor, --pcie-factor > 0")
     name = policy_name.strip()
     if round_mode == "gavel" and name in GAVEL_POLICIES:
+        if pool is not None:
+            raise UserError(f"--round-mode gavel replays Gavel's own allocation for {name}, which has no Slurm pool; "
+                            f"--slurm-pool applies to hsched's rounds (--round-mode event)")
         if data is not None:
             raise UserError(f"--round-mode gavel replays Gavel's own allocation for {name}, which places no data; "
                             f"--data-model applies to hsched's rounds (--round-mode event)")
@@ -198,16 +224,22 @@ def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, ro
         return result
     cfg = SimConfig(round_s=round_s, costs=SimCosts(checkpoint_cost, span, pcie), preempt=rule,
                     round_mode=round_mode, learned=learned, refine_prior=learned_prior == "measured",
-                    predict=predict, data=data)
+                    predict=predict, data=data, slurm_pool=pool)
     if locality is not None:
         cfg = replace(cfg, locality=locality)
     sim = Simulator(tr, servers, _policy(name), cfg)
-    result = _progress_run(sim, name if locality is None else f"{name} ({locality})")
+    result = _progress_run(sim, _label(name, locality, pool))
     result.summary["round_mode"] = round_mode
     result.summary["gavel_allocation"] = False
     if learned:
         result.summary["learned_prior"] = learned_prior
     return result
+
+
+def _label(name: str, locality: Any, pool: Any) -> str:
+    """The run's name in the table: the policy, its locality mode, its Slurm pool."""
+    return (name + (f" ({locality})" if locality is not None else "")
+            + (f" +slurm {pool.gpu_type}:{pool.gpus}" if pool is not None else ""))
 
 
 def _run_gavel(tr: Any, servers: Any, name: str, checkpoint_cost: float, round_s: float, span: float, pcie: float,
@@ -248,6 +280,12 @@ _DATA_SHOWN = (
     ("data_waits", "waits", "{:d}"),
 )
 
+_POOL_SHOWN = (
+    ("workstation_avg_jct_s", "ws JCT s", "{:,.0f}"), ("pool_jobs", "pool jobs", "{:d}"),
+    ("pool_avg_jct_s", "pool JCT s", "{:,.0f}"), ("slurm_avg_wait_s", "slurm wait s", "{:,.0f}"),
+    ("slurm_backfilled", "backfilled", "{:d}"),
+)
+
 
 def _check_plot(plot: Path | None) -> None:
     """Before the simulation: a missing matplotlib or folder should not cost minutes of simulating first."""
@@ -282,14 +320,18 @@ def _table(summaries: list[dict[str, Any]]) -> None:
                         f"{first['lower_bound_avg_jct_s']:,.0f} s, makespan {first['lower_bound_makespan_s']:,.0f} s)"
                         f"{knowledge}")
     table.add_column("policy")
-    shown = _SHOWN + (_DATA_SHOWN if "locality" in first else ())
+    shown = (_SHOWN + (_DATA_SHOWN if "locality" in first else ())
+             + (_POOL_SHOWN if any("slurm_pool" in s for s in summaries) else ()))
     for _, head, _ in shown:
         table.add_column(head, justify="right")
     for s in summaries:
         label = s["policy"] + (f" ({s['locality']})" if "locality" in s else "")
-        table.add_row(label, *[fmt.format(s[k]) if s[k] is not None else "N/A" for k, _, fmt in shown])
+        if "slurm_pool" in s:
+            label += f" +slurm {s['slurm_pool']}"
+        table.add_row(label, *[fmt.format(s[k]) if s.get(k) is not None else "N/A" for k, _, fmt in shown])
     # wide enough for every column even when piped (rich assumes 80 columns off a terminal)
-    Console(width=max(Console().width, 170 + 40 * ("locality" in first))).print(table)
+    wide = 40 * ("locality" in first) + 50 * any("slurm_pool" in s for s in summaries)
+    Console(width=max(Console().width, 170 + wide)).print(table)
     if first.get("prior_rate_jobs"):
         sys.stderr.write(f"hsched: {first['prior_rate_jobs']} job(s) have no throughput of their own in the table; "
                          f"they run at the table's scaling prior for their GPU count (or the GPU-type prior)\n")
@@ -333,6 +375,7 @@ def sim(
     locality: str | None = _LOCALITY,
     data_link_gbps: float = _LINK,
     data_quota: float = _QUOTA,
+    slurm_pool: str | None = _SLURM_POOL,
 ) -> None:
     """Replay a trace under one policy (or run `hsched sim compare` for several)."""
     if ctx.invoked_subcommand is not None:
@@ -349,8 +392,14 @@ def sim(
     data, modes = _data(tr, servers, data_model, locality, seed, data_link_gbps, data_quota)
     if len(modes) > 1:
         raise UserError(f"--locality {locality!r}: `hsched sim` runs one mode; `hsched sim compare` runs several")
+    pools = _pools(slurm_pool, gpus_per_node, servers)
+    if len(pools) > 1:
+        raise UserError(f"--slurm-pool {slurm_pool!r}: `hsched sim` runs one fleet; `hsched sim compare` runs several")
+    if data is not None and pools[0] is not None:
+        raise UserError("--slurm-pool with --data-model: the pool does not model data yet; give one of them")
     result = _run_one(tr, servers, policy, checkpoint_cost, round_s, span_factor, pcie_factor, rule, mode, seed,
-                      learned=learned, learned_prior=prior, predict=predict, data=data, locality=modes[0])
+                      learned=learned, learned_prior=prior, predict=predict, data=data, locality=modes[0],
+                      pool=pools[0])
     if jobs_csv is not None:
         result.write_jobs_csv(jobs_csv)
     summary = dict(result.summary)
@@ -396,6 +445,7 @@ def compare(
     locality: str | None = _LOCALITY,
     data_link_gbps: float = _LINK,
     data_quota: float = _QUOTA,
+    slurm_pool: str | None = _SLURM_POOL,
 ) -> None:
     """Run several policies on the same trace and fleet; print them side by side with the bounds."""
     names = [p.strip() for p in policy.split(",") if p.strip()]
@@ -410,9 +460,12 @@ def compare(
     tr = _load(trace, throughputs, columns, synthetic, seed, jobs_per_hour, max_jobs)
     servers = _servers(fleet, cluster, gpus_per_node, tr.throughput.gpu_types)
     data, modes = _data(tr, servers, data_model, locality, seed, data_link_gbps, data_quota)
+    pools = _pools(slurm_pool, gpus_per_node, servers)
+    if data is not None and any(p is not None for p in pools):
+        raise UserError("--slurm-pool with --data-model: the pool does not model data yet; give one of them")
     results = [_run_one(tr, servers, n, checkpoint_cost, round_s, span_factor, pcie_factor, rule, mode, seed,
-                        learned=learned, learned_prior=prior, predict=predict, data=data, locality=loc)
-               for n in names for loc in modes]
+                        learned=learned, learned_prior=prior, predict=predict, data=data, locality=loc, pool=pool)
+               for n in names for loc in modes for pool in pools]
     summaries = [dict(r.summary) for r in results]
     if plot is not None:
         _plot(results, plot)

@@ -32,6 +32,7 @@ from hsched.sched.view import JobPhase, JobView, ServerView, Start
 from hsched.sim.data import DataModel, DataState, LocalityPlacer
 from hsched.sim.knowledge import Learner, Predictor
 from hsched.sim.metrics import JobRecord, SimResult, lower_bounds, summarize
+from hsched.sim.slurm import Alloc, SlurmPoolSpec, SlurmQueue
 from hsched.sim.trace import Trace, TraceJob
 
 
@@ -86,6 +87,9 @@ class SimConfig:
     locality: Locality = Locality.AWARE
     """With `data`: AWARE places jobs by their data (and may wait for a busy holder), IGNORE places as without
     data. A holder's free time is predicted from the running jobs' true ends, or with `predict` as predicted."""
+    slurm_pool: SlurmPoolSpec | None = None
+    """One more server, a Slurm-backed pool (hsched.sim.slurm): the round hands jobs over to it, and Slurm's FIFO
+    with EASY backfill starts them there, after the pool's submit latency; they run there to their end."""
 
 
 class _Job:
@@ -93,9 +97,9 @@ class _Job:
 
     __slots__ = (
         "allowed", "arrived", "busy_until", "copy_s", "end", "fastest_rate", "finish_at", "first_start", "gpu_type",
-        "klass", "last_type", "measured", "migrations",
-        "overhead_s", "placement", "predicted", "rate", "rel", "remaining", "restarts", "run_head", "run_s",
-        "run_start", "run_tail", "service_s", "span_servers", "tj", "version", "view",
+        "in_pool", "klass", "last_type", "measured", "migrations", "overhead_s", "placement", "pool_overhead",
+        "pool_wait_s", "predicted", "rate", "rel", "remaining", "restarts", "run_head", "run_s", "run_start",
+        "run_tail", "service_s", "span_servers", "tj", "version", "view",
     )
 
     def __init__(self, tj: TraceJob, fastest_rate: float) -> None:
@@ -118,6 +122,9 @@ class _Job:
         self.migrations = 0
         self.overhead_s = 0.0
         self.copy_s = 0.0  # seconds held waiting for data copies, over all starts
+        self.in_pool = False  # its current (or last) run was handed over to the Slurm pool
+        self.pool_overhead = 0.0  # the restore its Slurm start still owes
+        self.pool_wait_s = 0.0  # from hand-over to Slurm's start, over all its runs there
         self.span_servers = 0
         self.version = 0
         self.arrived = 0.0  # integral of active-job count at arrival (for the FTF metric)
@@ -156,9 +163,16 @@ class Simulator:
         progress: Callable[[int, int], None] | None = None,
     ) -> None:
         self.trace = trace
+        self.config = config or SimConfig()
+        pool = self.config.slurm_pool
+        if pool is not None:
+            if any(s.name == pool.name for s in servers):
+                raise ValueError(f"a server is named {pool.name!r}, the Slurm pool's name")
+            if self.config.data is not None:
+                raise ValueError("the Slurm pool does not model data locality yet: give data or a pool, not both")
+            servers = (*servers, pool.server())
         self.servers = servers
         self.policy = policy
-        self.config = config or SimConfig()
         self.placer = placer
         self.progress = progress
         self.model = trace.throughput
@@ -173,6 +187,8 @@ class Simulator:
         self.predictor: Predictor | None = None
         self.data: DataState | None = None
         """With SimConfig.data: the copies made and their counters, after `run`."""
+        self.slurm: SlurmQueue | None = None
+        """With SimConfig.slurm_pool: Slurm's side of the pool, after `run`."""
 
     # ------------------------------------------------------------------ feasibility
 
@@ -281,6 +297,29 @@ class Simulator:
             placer = LocalityPlacer(data, self.servers, free_in, lambda name: len(free_on[name]), lambda: now,
                                     self.placer or PackingPlacer())
 
+        # The Slurm pool (cfg.slurm_pool): Slurm's side of it; the round sees it as one more server
+        pool = cfg.slurm_pool
+        slurm = self.slurm = SlurmQueue(pool) if pool is not None else None
+
+        def slurm_started(j: _Job, alloc: Alloc, t: float) -> None:
+            """Slurm starts a job handed over: it progresses from now (after its restore), on Slurm's nodes."""
+            if len(alloc) > 1:  # a gang over Slurm nodes runs at the table's spanning rate
+                spanning = self.model.rate(j.tj.job_type, j.tj.gpus, j.gpu_type or "", spans=True)
+                if spanning:
+                    j.rate = spanning * cfg.costs.span_factor
+                    if learner is None:
+                        j.rel = j.rate / j.fastest_rate
+            j.pool_wait_s += t - j.run_start
+            j.busy_until = t + j.pool_overhead
+            j.finish_at = j.busy_until + j.remaining / j.rate
+            j.version += 1
+            heapq.heappush(heap, (j.finish_at, j.tj.id, j.version))
+
+        def pool_tick(t: float) -> None:
+            assert slurm is not None
+            for jid, alloc in slurm.schedule(t):
+                slurm_started(running[jid], alloc, t)
+
         def measure(j: _Job, t: float) -> None:
             """The stint's speed joins the learned table: the live controller's measure of a run is its steps
             between its first and last progress reports, which a restore (busy_until) precedes; here the rate
@@ -321,6 +360,9 @@ class Simulator:
             j.run_s += run
             busy_gpu_s += run * j.tj.gpus
             held -= j.tj.gpus
+            if j.in_pool:
+                assert slurm is not None
+                slurm.cancel(j.tj.id)
             if data is not None:
                 for p in j.placement:
                     del on_server[p.node][j.tj.id]
@@ -385,13 +427,26 @@ class Simulator:
             j.run_head = (tj.id, tj.job_type, tj.gpus, tj.arrival_s, JobPhase.RUNNING, tj.qos, tj.priority,
                           tj.user, j.gpu_type, j.placement, t)
             j.run_tail = (j.restarts, tj.time_limit_s, tj.max_servers, j.allowed, tj.checkpointable)
+            j.in_pool = pool is not None and s.placement[0].node == pool.name
+            if j.in_pool:
+                # handed over: Slurm's queue has it after the submit latency and starts it when its backfill says
+                # (slurm_started); until then it holds its GPUs in hsched's count and makes no progress. Slurm
+                # estimates its run by its time limit, else by its true running time there.
+                assert slurm is not None and pool is not None
+                estimate = tj.time_limit_s if tj.time_limit_s is not None else overhead + j.remaining / rate
+                slurm.submit(tj.id, tj.gpus, t + pool.queue_wait_s, estimate)
+                j.pool_overhead = overhead
+                j.busy_until = j.finish_at = math.inf
+                # hsched does not time-share a job it handed over (a new sbatch would queue again): pinned
+                j.run_tail = (*j.run_tail[:4], False)
             for p in s.placement:
                 taken = set(p.devices)
                 free_on[p.node] = [d for d in free_on[p.node] if d not in taken]
                 changed.add(p.node)
             held += j.tj.gpus
             running[j.tj.id] = j
-            heapq.heappush(heap, (j.finish_at, j.tj.id, j.version))
+            if not j.in_pool:
+                heapq.heappush(heap, (j.finish_at, j.tj.id, j.version))
 
         def pending_view(j: _Job) -> JobView:
             """Built once per wait: a pending job's view does not change while it waits."""
@@ -444,7 +499,8 @@ class Simulator:
             t_q = math.inf
             if moves_due or (time_sharing and len(running) < len(active)) or (boundaries and active):
                 t_q = last_round + cfg.round_s
-            t = min(t_arr, t_done, t_q)
+            t_pool = slurm.next_submit(now) if slurm is not None else math.inf
+            t = min(t_arr, t_done, t_q, t_pool)
             if math.isinf(t):
                 break  # only jobs that can never start are left; the policy keeps refusing them
             if cfg.max_time_s is not None and t > cfg.max_time_s:
@@ -470,6 +526,8 @@ class Simulator:
                 event = True
                 if self.progress and len(done) % tick == 0:
                     self.progress(len(done), total)
+            if slurm is not None:
+                pool_tick(now)  # Slurm's own cycle: jobs that reached its queue, GPUs its jobs freed
             queue_before = len(active) - len(running)  # jobs waiting before this instant's arrivals
             idle_before = not running
             newcomers: list[_Job] = []
@@ -518,6 +576,8 @@ class Simulator:
                 rounds += 1
                 for s in decision.starts:
                     start(active[s.job_id], s, now)
+                if slurm is not None:
+                    pool_tick(now)
                 note_busy(now)
                 continue
             if learner is not None:
@@ -569,6 +629,8 @@ class Simulator:
                     j.restarts += 1
                     j.migrations += 1
                 start(j, s, now)
+            if slurm is not None:
+                pool_tick(now)
             note_busy(now)
             if not running and ai == len(arrivals):
                 break  # nothing runs, nothing will arrive, and the policy starts nothing: stuck for good
@@ -607,6 +669,8 @@ class Simulator:
         if data is not None:
             summary["locality"] = cfg.locality.value
             summary.update(data.summary())
+        if slurm is not None and pool is not None:
+            summary.update(_pool_summary(pool, slurm, records))
         return result
 
     def _record(self, j: _Job) -> JobRecord:
@@ -626,7 +690,29 @@ class Simulator:
             start_s=j.first_start, end_s=j.end, jct_s=jct, queue_s=jct - j.run_s, run_s=j.run_s,
             restarts=j.restarts, migrations=j.migrations, last_gpu_type=j.last_type,
             fastest_runtime_s=fastest, ftf_rho=jct / t_iso, overhead_s=j.overhead_s, copy_s=j.copy_s,
+            pool=self.config.slurm_pool.name if j.in_pool and self.config.slurm_pool is not None else "",
+            slurm_wait_s=j.pool_wait_s,
         )
+
+
+def _pool_summary(pool: SlurmPoolSpec, slurm: SlurmQueue, records: list[JobRecord]) -> dict[str, object]:
+    """Per pool: jobs whose last run was in the Slurm pool, and the others (on the workstations)."""
+    there = [r for r in records if r.pool]
+    here = [r for r in records if not r.pool]
+
+    def avg(xs: list[float]) -> float | None:
+        return sum(xs) / len(xs) if xs else None
+
+    return {
+        "slurm_pool": f"{pool.gpu_type}:{pool.gpus}:{pool.queue_wait_s:g}:{pool.gpus_per_node}",
+        "pool_jobs": len(there),
+        "pool_avg_jct_s": avg([r.jct_s for r in there]),
+        "workstation_jobs": len(here),
+        "workstation_avg_jct_s": avg([r.jct_s for r in here]),
+        "slurm_avg_wait_s": avg([r.slurm_wait_s for r in there]),
+        "slurm_started": slurm.started,
+        "slurm_backfilled": slurm.backfilled,
+    }
 
 
 def simulate(trace: Trace, servers: tuple[ServerView, ...], policy: AnyPolicy,

@@ -42,6 +42,10 @@ class JobRecord:
     overhead_s: float
     copy_s: float = 0.0
     """Seconds the job held its GPUs waiting for its data to be copied (hsched.sim.data), over all its starts."""
+    pool: str = ""
+    """The Slurm pool its last run was handed over to (hsched.sim.slurm); "" on the workstations."""
+    slurm_wait_s: float = 0.0
+    """Seconds from hand-over to Slurm's start, over its runs in the pool (submit latency and Slurm's queue)."""
 
 
 @dataclass(frozen=True, slots=True)
