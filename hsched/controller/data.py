@@ -144,7 +144,12 @@ async def data_dir(ctl: Controller, rt: NodeRuntime) -> str:
     sees it (each node its own, even where several share this machine's disk)."""
     if rt.config.data_dir:
         return rt.config.data_dir
-    return await rt.executor.remote_path(str(ctl.home.root / "data" / rt.name))
+    mapped = await rt.executor.remote_path(str(ctl.home.root / "data" / rt.name))
+    if getattr(rt.executor, "helper", None) is not None:
+        # a service account's confined helper writes datasets only under ROOT/data (nodehelper._data_writable),
+        # and maps the controller's paths to ROOT/files/<hash>/<name> (executors/_confined.mapped)
+        return f"{mapped.rsplit('/', 3)[0]}/data/{rt.name}"
+    return mapped
 
 
 def _up(ctl: Controller, name: str) -> NodeRuntime | None:

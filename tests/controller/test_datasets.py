@@ -198,3 +198,24 @@ async def test_submit_refuses_an_undeclared_dataset(tmp_path: Path, bad: list[st
     async with Lab.open(tmp_path, nodes=ONE_GPU_NODES, settings=SETTINGS, datasets=[imagenet(src)]) as lab:
         with pytest.raises(UserError, match="data: no dataset 'zzz' in the fleet file"):
             await Api(lab.ctl).op_submit({"spec": {"command": ["true"], "data": bad}}, os.getuid())
+
+
+async def test_a_confined_helper_gets_its_copies_under_its_data_folder(tmp_path: Path) -> None:
+    """A service account's helper writes datasets only under ROOT/data: the default data_dir goes there."""
+    from hsched.executors import _confined
+
+    async with Lab.open(tmp_path, nodes=ONE_GPU_NODES, settings=SETTINGS) as lab:
+        rt = lab.ctl.nodes["b"]
+        ex = lab.executors["b"]
+        ex.remote_root = "/var/lib/hsched-node"
+        assert await data.data_dir(lab.ctl, rt) == await ex.remote_path(str(lab.ctl.home.root / "data" / "b"))
+        ex.helper = "/usr/local/libexec/hsched/hsched-node-helper"  # type: ignore[attr-defined]
+        mapped = _confined.mapped("/var/lib/hsched-node", "files", str(lab.ctl.home.root / "data" / "b"))
+        ex.remote_path = _mapped(mapped)  # type: ignore[method-assign]
+        assert await data.data_dir(lab.ctl, rt) == "/var/lib/hsched-node/data/b"
+
+
+def _mapped(path: str):  # type: ignore[no-untyped-def]
+    async def remote_path(_local: str) -> str:
+        return path
+    return remote_path
