@@ -46,7 +46,7 @@ from hsched.config import NodeConfig
 from hsched.errors import NodeRefused, NodeUnreachable, Refusal
 
 from . import _confined, _sshfiles
-from ._slurm_site import LOG, SIGNALS, Result
+from ._slurm_site import LOG, SIGNALS, Account, Result
 from ._slurm_text import expand_login_dir
 from .ssh import Remote, SSHExecutor, classify, shell_command, transfer_error
 
@@ -214,6 +214,20 @@ class LoginSite:
     async def get(self, remote: str, local: str, timeout_s: float) -> None:
         await self._transfer("get", _sshfiles.get, remote, local, timeout_s)
 
+    async def account(self, name: str) -> Account | None:
+        res = await self.exec(["getent", "passwd", name], self.ssh.command_timeout_s)
+        fields = res.out.strip().split(":") if res.rc == 0 else []
+        if len(fields) < 7 or fields[0] != name or not fields[2].isdigit() or not fields[3].isdigit():
+            return None
+        return Account(name, int(fields[2]), int(fields[3]), fields[5])
+
+    async def passable(self, base: str | None, leaf: str) -> None:
+        root = base or await self._root()
+        await self._sftp("make passable", _passable, root, leaf)
+
+    async def give(self, path: str, acct: Account, mode: int) -> None:
+        await self._sftp("give", _give, path, acct.uid, acct.gid, mode)
+
     async def close(self) -> None:
         self._drop()
         await self.ssh.close()
@@ -336,3 +350,61 @@ async def _newest(sftp: asyncssh.SFTPClient, path: str) -> float | None:
         if t is not None and (best is None or t > best):
             best = t
     return best
+
+
+# ----------------------------------------------------------------------- lab mode (the login user is root)
+
+
+async def _passable(sftp: asyncssh.SFTPClient, base: str, leaf: str) -> None:
+    """As the node helper's _passable_dirs, over SFTP: every folder from `base` down to `leaf` 0711, made if
+    missing; a link or a file on the way is refused (never followed)."""
+    base, leaf = posixpath.normpath(base), posixpath.normpath(leaf)
+    if leaf != base and not leaf.startswith(base.rstrip("/") + "/"):
+        raise asyncssh.SFTPFailure(f"{leaf} is not under {base}")
+    parts = [base]
+    rest = posixpath.relpath(leaf, base)
+    if rest != ".":
+        for part in rest.split("/"):
+            parts.append(posixpath.join(parts[-1], part))
+    for d in parts:
+        if not await sftp.exists(d):
+            with contextlib.suppress(asyncssh.SFTPFailure):  # made meanwhile by a concurrent launch
+                await sftp.mkdir(d, asyncssh.SFTPAttrs(permissions=0o711))
+        attrs = await sftp.lstat(d)
+        if attrs.permissions is None or not stat.S_ISDIR(attrs.permissions):
+            raise asyncssh.SFTPFailure(f"{d}: not a folder")
+        await sftp.chmod(d, 0o711, follow_symlinks=False)
+
+
+async def _give(sftp: asyncssh.SFTPClient, path: str, uid: int, gid: int, mode: int) -> None:
+    """As the node helper's _give, over SFTP: `path` made if missing (a folder when `mode` has x bits), the
+    account's with `mode`; in a folder, what root put there (a checkpoint copied in) becomes theirs too."""
+    folder = bool(mode & 0o111)
+    if not await sftp.exists(path):
+        if folder:
+            with contextlib.suppress(asyncssh.SFTPFailure):
+                await sftp.mkdir(path, asyncssh.SFTPAttrs(permissions=mode))
+        else:
+            async with sftp.open(path, "ab", asyncssh.SFTPAttrs(permissions=mode)):
+                pass
+    attrs = await sftp.lstat(path)
+    kind = attrs.permissions or 0
+    if stat.S_ISLNK(kind) or (stat.S_ISDIR(kind) != folder):
+        raise asyncssh.SFTPFailure(f"{path}: not a {'folder' if folder else 'file'}")
+    if folder:
+        await _chown_tree(sftp, path, uid, gid)
+    await sftp.chown(path, uid=uid, gid=gid, follow_symlinks=False)
+    await sftp.chmod(path, mode, follow_symlinks=False)
+
+
+async def _chown_tree(sftp: asyncssh.SFTPClient, path: str, uid: int, gid: int) -> None:
+    for entry in await sftp.readdir(path):
+        name = str(entry.filename)
+        if name in (".", ".."):
+            continue
+        child = posixpath.join(path, name)
+        kind = entry.attrs.permissions or 0
+        if stat.S_ISDIR(kind):
+            await _chown_tree(sftp, child, uid, gid)
+        if entry.attrs.uid == 0:  # root's (a copy): the user's; a link the user planted is changed, not followed
+            await sftp.chown(child, uid=uid, gid=gid, follow_symlinks=False)

@@ -92,7 +92,29 @@ class Site(Protocol):
 
     async def get(self, remote: str, local: str, timeout_s: float) -> None: ...
 
+    async def account(self, name: str) -> Account | None:
+        """Lab mode: the site's account `name` (by name, as a lab shares them), None if it has none."""
+
+    async def passable(self, base: str | None, leaf: str) -> None:
+        """Lab mode: every folder from `base` (None: the site's hsched folder) down to `leaf`, made if missing,
+        this account's and 0711: a user passes through to their own files and lists nothing."""
+
+    async def give(self, path: str, acct: Account, mode: int) -> None:
+        """Lab mode: `path` (a folder if `mode` has x bits, else a file), made if missing, the account's with
+        `mode`; a folder's content the site's user put there (a checkpoint copied in) becomes the account's too.
+        A link is never followed."""
+
     async def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Account:
+    """Lab mode: a user a run is submitted as, as the Slurm site knows them."""
+
+    name: str
+    uid: int
+    gid: int
+    home: str
 
 
 class LocalSite:
@@ -169,6 +191,17 @@ class LocalSite:
 
     async def get(self, remote: str, local: str, timeout_s: float) -> None:
         await copy_off_loop(self.name, "get", remote, local, timeout_s)
+
+    async def account(self, name: str) -> Account | None:
+        acct = await asyncio.to_thread(nodehelper.account, name)
+        return None if acct is None else Account(name, int(acct["uid"]), int(acct["gid"]), str(acct["home"]))
+
+    async def passable(self, base: str | None, leaf: str) -> None:
+        # the node helper's own (a lab's run folders are made so on its nodes too)
+        await asyncio.to_thread(nodehelper._passable_dirs, base or os.path.dirname(leaf.rstrip("/")), leaf)
+
+    async def give(self, path: str, acct: Account, mode: int) -> None:
+        await asyncio.to_thread(nodehelper._give, path, {"uid": acct.uid, "gid": acct.gid}, mode)
 
     async def close(self) -> None:
         """Nothing to let go of: every call is a command of its own."""

@@ -104,10 +104,19 @@ node's share on devices of another Slurm node (`sbatch --nodes=N --gpus-per-node
 never across a group and another node; any job's share of a group is on one Slurm node's devices, as
 `--gpus-per-node` asks.
 
+**Lab mode** (a run for another user, `LaunchRequest.user`): submitted as its owner, by name, where the Slurm
+commands run as root (the controller here, or `login = "root@..."`): `sbatch --uid=USER --gid=GID` where this
+Slurm's sbatch has them (asked once, `sbatch --usage`), else `runuser -u USER -- sbatch`; Slurm then runs the job
+as that user, in their home unless the job names a folder. Its run folder is made as the node helper makes a
+user's: root's and passable (0711) from the controller's folder (over SSH: from hsched's folder on the login node)
+down, slurm.json root's, the log, signals.log and the scripts Slurm's steps read the user's (0600), the checkpoint
+folder theirs (0700, what a copy brought in too). The folders above hsched's (HSCHED_HOME, `login_dir`) must let
+users through, as on any lab node. A user the site lacks, or a site whose user is not root, is refused in one line.
+
 Not yet (issue 17): sbatch's `--signal` and `--constraint` from the job spec (hsched sends the warning signal
 itself, by scancel, and its constraints name the fleet file's labels, not Slurm's features; the time limit goes
-to sbatch's `--time` only as a safety net past hsched's own stop); lab mode (jobs as their owners: a launch for
-another user is refused rather than run as the controller's user), over SSH (login) too.
+to sbatch's `--time` only as a safety net past hsched's own stop); lab mode over SSH through a login user that is
+not root (sudo -u on the login node).
 """
 
 from __future__ import annotations
@@ -131,7 +140,7 @@ from hsched.model import EndReason, RunHandle, RunReport, RunStatus
 
 from . import _slurm_text as text
 from ._contact import recorded
-from ._slurm_site import LOG, SIGNALS, LocalSite, Result, Site, SlurmError, SlurmUnreachable, nodehelper_user
+from ._slurm_site import LOG, SIGNALS, Account, LocalSite, Result, Site, SlurmError, SlurmUnreachable
 from .base import Executor, LaunchRequest, StatusQuery
 
 SCRIPT = "slurm.sh"
@@ -271,6 +280,8 @@ class SlurmExecutor:
         self._gang_signals: dict[tuple[int, str, str], float] = {}
         self._logs: dict[str, str] = {}
         """Run folder -> the file its stdout goes to (slurm.json's `log`), once known."""
+        self._uid_flag: bool | None = None
+        """Whether this Slurm's sbatch has --uid/--gid (asked once, in lab mode)."""
 
     @classmethod
     def from_config(cls, cfg: NodeConfig, **kw: Any) -> SlurmExecutor:
@@ -289,10 +300,12 @@ class SlurmExecutor:
     def _scoped(self, argv: Sequence[str]) -> list[str]:
         return [argv[0], f"--clusters={self.cluster}", *argv[1:]] if self.cluster else list(argv)
 
-    async def _run(self, *argv: str, check: bool = True) -> Result:
-        """Run one Slurm command (never through a shell). A failure is a SlurmError when slurmctld answers
-        `scontrol ping`, else SlurmUnreachable: chosen by exit statuses, not by Slurm's wording."""
-        res = await self._exec(self._scoped(argv))
+    async def _run(self, *argv: str, check: bool = True, as_user: str | None = None) -> Result:
+        """Run one Slurm command (never through a shell), as `as_user` through runuser (root) where given. A
+        failure is a SlurmError when slurmctld answers `scontrol ping`, else SlurmUnreachable: chosen by exit
+        statuses, not by Slurm's wording."""
+        words = self._scoped(argv)
+        res = await self._exec(["runuser", "-u", as_user, "--", *words] if as_user else words)
         if res.rc == 0:
             self.last_contact = time.time()
             return res
@@ -411,12 +424,9 @@ class SlurmExecutor:
     @recorded
     async def launch(self, req: LaunchRequest) -> RunHandle:
         world = _int(req.env.get("WORLD_SIZE")) or 1
-        if req.user is not None and (self.login is not None or req.user != _me()):
-            runs_as = "the login node's user" if self.login is not None else "the controller's user"
-            raise SlurmError(f"{self.name}: lab mode (a run as {req.user}) is not supported on a Slurm node group "
-                             f"yet: it would run as {runs_as}", "launch")
+        owner = await self._owner(req)
         if world > 1:
-            return await self._launch_rank(req, world)
+            return await self._launch_rank(req, world, owner)
         comment = self._comment(req.run_dir, req.env)
         rdir = await self._dir(req.run_dir)
         created = await self._site.make_run_dir(rdir)
@@ -432,18 +442,22 @@ class SlurmExecutor:
         # HSCHED_RUN_DIR: the batch script sets it to the run's folder where the job runs (the site's)
         env = {k: v for k, v in req.env.items()
                if k not in DROPPED_ENV and k != "HSCHED_RUN_DIR" and not k.startswith("SLURM_")}
-        workdir = req.workdir or rdir
+        # a user's run starts in their home when the job names no folder (as the node helper's)
+        workdir = req.workdir or (owner.home if owner is not None else rdir)
         script, skipped = text.batch_script(req.command, env, workdir, rdir)
         if skipped:
             raise SlurmError(f"{self.name}: environment names a shell cannot export: {', '.join(skipped)}", "launch")
         path = os.path.join(rdir, SCRIPT)
         await self._site.write_file(path, script, 0o700)
         await self._checkpoint_dir(req)
+        if owner is not None:
+            await self._hand_over(req, owner, rdir, [SCRIPT])
         out, err = _out_files(req, workdir, rdir)
         # what is known before sbatch: a restarted controller finds the job by this comment, and counts it on these;
-        # `log`: where its stdout goes (what `hsched logs` reads)
+        # `log`: where its stdout goes (what `hsched logs` reads); `user`: whose job it is in Slurm (lab mode)
         record = {"job_id": None, "comment": comment, "cluster": self.cluster, "partition": self.partition,
-                  "devices": list(req.devices), "submitted": None, "log": out}
+                  "devices": list(req.devices), "submitted": None, "log": out,
+                  "user": owner.name if owner is not None else None}
         await self._merge_record(req.run_dir, record)
         sb = text.SbatchRequest(
             script=path, output=out, error=err, workdir=workdir,
@@ -457,7 +471,7 @@ class SlurmExecutor:
             open_mode=("truncate" if req.truncate_output else "append") if req.output or req.error else None)
         submitted = time.time()
         try:
-            res = await self._run(*text.sbatch_argv(sb))
+            res = await self._sbatch(sb, owner)
         except SlurmUnreachable:
             # no answer: the job may have been queued all the same (its answer lost); if Slurm has it, it is this run
             with contextlib.suppress(ExecutorError):
@@ -474,7 +488,7 @@ class SlurmExecutor:
         self._queue_at = float("-inf")  # the next status asks Slurm: this job is not in the last answer
         return self._handle(req.run_dir, job_id, submitted)
 
-    async def _launch_rank(self, req: LaunchRequest, world: int) -> RunHandle:
+    async def _launch_rank(self, req: LaunchRequest, world: int, owner: Account | None) -> RunHandle:
         """One rank of a job of several ranks. The ranks of an attempt gather here (the controller launches them
         together); the last to come submits one sbatch for all (`--nodes N --ntasks-per-node T`), whose batch
         script runs srun, which starts every rank's own script as task SLURM_PROCID = RANK. Each rank keeps its
@@ -503,11 +517,14 @@ class SlurmExecutor:
         # MASTER_ADDR: the gang's batch script sets it to the job's first node (hsched's names the group)
         env = {k: v for k, v in req.env.items()
                if k not in DROPPED_ENV and k not in ("MASTER_ADDR", "HSCHED_RUN_DIR") and not k.startswith("SLURM_")}
-        script, skipped = text.batch_script(req.command, env, req.workdir or rdir, rdir)
+        workdir = req.workdir or (owner.home if owner is not None else rdir)
+        script, skipped = text.batch_script(req.command, env, workdir, rdir)
         if skipped:
             raise SlurmError(f"{self.name}: environment names a shell cannot export: {', '.join(skipped)}", "launch")
         await self._site.write_file(os.path.join(rdir, SCRIPT), script, 0o700)
         await self._checkpoint_dir(req)
+        if owner is not None:
+            await self._hand_over(req, owner, rdir, [SCRIPT])
         key = (req.env.get("HSCHED_JOB_ID", ""), req.env.get("HSCHED_RUN", ""))
         gang = self._gangs.get(key)
         if gang is None or gang.world != world or gang.submitted.done():
@@ -518,7 +535,7 @@ class SlurmExecutor:
         if len(gang.reqs) == world:
             del self._gangs[key]
             try:
-                job_id = await self._submit_gang(gang, world // tpn, tpn)
+                job_id = await self._submit_gang(gang, world // tpn, tpn, owner)
             except asyncio.CancelledError:
                 gang.submitted.cancel()
                 raise
@@ -535,6 +552,63 @@ class SlurmExecutor:
                                  f"its other ranks ({len(gang.reqs)} of {world} came)", "launch") from None
         return self._handle(req.run_dir, job_id, await self._submitted(req.run_dir))
 
+    async def _owner(self, req: LaunchRequest) -> Account | None:
+        """Lab mode: the account the run is submitted as (None: as the site's own user, personal mode or the
+        user's own). Submitting as another user takes root where the Slurm commands run (as a lab's node helper
+        runs as root): else the run is refused in one line rather than run as the wrong user."""
+        if req.user is None:
+            return None
+        me = await self._site.user()
+        if req.user == me:
+            return None
+        acct = await self._site.account(req.user)
+        if acct is None:
+            raise SlurmError(f"{self.name}: user {req.user} does not exist on {self._site.where}", "launch")
+        mine = await self._site.account(me)
+        if mine is None or mine.uid != 0:
+            runs_as = "the login node's user" if self.login is not None else "the controller"
+            raise SlurmError(f"{self.name}: lab mode: a run as {req.user} is submitted as its owner, which takes "
+                             f"root; {runs_as} runs as {me}" + (" (login = \"root@...\")" if self.login else ""),
+                             "launch")
+        return acct
+
+    async def _give(self, path: str, owner: Account, mode: int) -> None:
+        try:
+            await self._site.give(path, owner, mode)
+        except (ValueError, OSError) as e:
+            raise SlurmError(f"{self.name}: cannot hand {path} to {owner.name}: {e}", "launch") from None
+
+    async def _hand_over(self, req: LaunchRequest, owner: Account, rdir: str, scripts: Sequence[str]) -> None:
+        """Lab mode: the run folder as the node helper makes a user's: root's and passable (0711) from the
+        controller's folder down, its control files (slurm.json) root's; the log, the signals file and the scripts
+        Slurm runs as the user theirs; the checkpoint folder theirs (0700)."""
+        base = req.base_dir if self.login is None else None  # (over SSH: hsched's folder on the login node)
+        try:
+            await self._site.passable(base, rdir)
+            ckpt = req.env.get("HSCHED_CHECKPOINT_DIR")
+            if ckpt:
+                there = await self._site.path(ckpt)
+                await self._site.passable(base, os.path.dirname(there.rstrip("/")))
+                await self._site.give(there, owner, 0o700)
+        except (ValueError, OSError) as e:
+            raise SlurmError(f"{self.name}: cannot make {rdir} {owner.name}'s: {e}", "launch") from None
+        # (the scripts are read by sbatch and /bin/sh, never executed themselves: 0600 like the log)
+        for name, mode in ((LOG, 0o600), (SIGNALS, 0o600), *((n, 0o600) for n in scripts)):
+            await self._give(os.path.join(rdir, name), owner, mode)
+
+    async def _sbatch(self, sb: text.SbatchRequest, owner: Account | None) -> Result:
+        """sbatch of `sb`, as `owner` in lab mode: `--uid/--gid` where this Slurm's sbatch has them (as root),
+        else through `runuser -u USER --` (util-linux, root only)."""
+        argv = text.sbatch_argv(sb)
+        if owner is None:
+            return await self._run(*argv)
+        if self._uid_flag is None:
+            usage = await self._run("sbatch", "--usage", check=False)
+            self._uid_flag = "--uid" in usage.out + usage.err
+        if self._uid_flag:
+            return await self._run(argv[0], f"--uid={owner.name}", f"--gid={owner.gid}", *argv[1:])
+        return await self._run(*argv, as_user=owner.name)
+
     async def _checkpoint_dir(self, req: LaunchRequest) -> None:
         """The job's checkpoint folder, there before it starts (the controller makes its own; over SSH, the
         login node's is made here, as a job on this machine finds its folder made)."""
@@ -542,27 +616,33 @@ class SlurmExecutor:
         if ckpt and self.login is not None:
             await self._site.make_dirs(ckpt)
 
-    async def _submit_gang(self, gang: _Gang, nodes: int, tpn: int) -> int:
+    async def _submit_gang(self, gang: _Gang, nodes: int, tpn: int, owner: Account | None) -> int:
         """One sbatch for every rank of `gang` (each rank's folder and script are written)."""
         r0 = gang.reqs[0]
         dirs = [gang.reqs[r].run_dir for r in range(gang.world)]
         there = [await self._dir(d) for d in dirs]  # the ranks' folders where the job runs (the site's)
         comment = self._comment(r0.run_dir, r0.env)
         # each rank's stdout and stderr: its folder's log, or the job's own -o/-e files (appended: ranks may share one)
-        files = [_out_files(gang.reqs[r], gang.reqs[r].workdir or there[r], there[r]) for r in range(gang.world)]
+        home = owner.home if owner is not None else None
+        files = [_out_files(gang.reqs[r], gang.reqs[r].workdir or home or there[r], there[r])
+                 for r in range(gang.world)]
         for r, rq in gang.reqs.items():
             # what is known before sbatch: every rank names the job by rank 0's token
             await self._merge_record(rq.run_dir, {
                 "job_id": None, "comment": comment, "cluster": self.cluster, "partition": self.partition,
                 "devices": list(rq.devices), "submitted": None, "token_dir": r0.run_dir, "ranks": dirs, "rank": r,
-                "log": files[r][0]})
+                "log": files[r][0], "user": owner.name if owner is not None else None})
         dispatch = os.path.join(there[0], RANKS)
         await self._site.write_file(dispatch, text.rank_dispatch(
             [(os.path.join(d, SCRIPT), out) for d, (out, _err) in zip(there, files, strict=True)],
             [err for _out, err in files]), 0o700)
         batch = os.path.join(there[0], GANG_SCRIPT)
-        workdir = r0.workdir or there[0]
+        workdir = r0.workdir or home or there[0]
         await self._site.write_file(batch, text.gang_script(dispatch, workdir, there[0], nodes, tpn), 0o700)
+        if owner is not None:
+            # srun's tasks run the dispatch as the user; slurmstepd opens the batch script's log as the user
+            for name in (RANKS, GANG_SCRIPT, GANG_LOG):
+                await self._give(os.path.join(there[0], name), owner, 0o600)
         gpu_types = {self._gpu_type(d) for d in r0.devices}
         sb = text.SbatchRequest(
             script=batch, output=os.path.join(there[0], GANG_LOG), workdir=workdir,
@@ -576,7 +656,7 @@ class SlurmExecutor:
         submitted = time.time()
         job_id: int | None
         try:
-            job_id = _int((await self._run(*text.sbatch_argv(sb))).out.strip().split(";", 1)[0])
+            job_id = _int((await self._sbatch(sb, owner)).out.strip().split(";", 1)[0])
         except SlurmUnreachable:
             with contextlib.suppress(ExecutorError):  # sbatch's answer lost: the job may be queued all the same
                 job_id = (await self._find(r0.run_dir)).job_id
@@ -608,7 +688,10 @@ class SlurmExecutor:
         """A run whose sbatch may have gone through with no slurm.json written (the controller died while
         sbatch answered): the token in its comment, among the jobs of ours that squeue still knows."""
         owner = (await self._read_ref(run_dir)).owner
-        res = await self._run("squeue", "-h", "-t", "all", "-u", await self._site.user(), "-o", text.SQUEUE_FORMAT)
+        rec = await self._site.read_json(await self._file(run_dir, RECORD))
+        user = rec.get("user") if isinstance(rec, dict) and isinstance(rec.get("user"), str) else None
+        res = await self._run("squeue", "-h", "-t", "all", "-u", user or await self._site.user(), "-o",
+                              text.SQUEUE_FORMAT)
         for entry in text.parse_squeue(res.out).values():
             if _same_job(entry.comment, owner):
                 await self._merge_record(run_dir, {
@@ -975,7 +1058,10 @@ def _rank_end(log: str, rank: int | None, final: dict[str, Any]) -> dict[str, An
     """A gang rank's end from the batch script's output (`log`, srun's messages) and the Slurm job's `final`."""
     if rank is None or "srun: " not in log or final.get("state") not in ("COMPLETED", "FAILED"):
         return final  # srun never ran, or Slurm ended the job (cancel, time limit, node failure): the job's end
-    code, sig = text.srun_task_ends(log).get(rank, (0, None))
+    ends = text.srun_task_ends(log)
+    if not ends and final.get("state") == "FAILED":
+        return final  # srun failed before any task ended (no allocation, no credential): every rank failed with it
+    code, sig = ends.get(rank, (0, None))
     return {**final, "exit_status": 0 if sig else code, "exit_signal": sig or 0}
 
 
@@ -1057,10 +1143,6 @@ def login_config(cfg: NodeConfig) -> NodeConfig:
     user, _, host = (cfg.login or "").rpartition("@")
     return NodeConfig(name=cfg.name, executor="ssh", host=host, user=user or cfg.user, port=cfg.port,
                       identity_file=cfg.identity_file, known_hosts=cfg.known_hosts)
-
-
-def _me() -> str:
-    return nodehelper_user()
 
 
 def _conforms(ex: SlurmExecutor) -> Executor:

@@ -179,10 +179,13 @@ def test_checkpoints_go_to_the_login_node_and_back_and_its_accounts_are_the_grou
             assert rep.exit_code == 0, await ex.read_log(str(rd), 0)
             await ex.get(ckpt, tmp_path / "ck10")
             assert read(tmp_path / "ck10" / "step-3.pt") == b"3\n"
-            # the login node's accounts; a run as another user (lab mode) is refused, not run as the login user
+            # the login node's accounts; a run as a user it lacks (lab mode) is refused in one line, never run as
+            # the login user (a run as one it has: tests/slurm/test_slurm_lab.py)
             assert await ex.users(["root", "hsched-no-such-user"]) == {"root": True, "hsched-no-such-user": False}
-            with pytest.raises(SlurmError, match=r"^grp: lab mode .* would run as the login node's user$"):
-                await ex.launch(request(tmp_path / "runs" / "1-1-r1", ("true",), user="someone"))
+            with pytest.raises(SlurmError, match=r"^grp: user hsched-no-such-user does not exist on login node "
+                                                 rf"{login_host[0].name}$"):
+                await ex.launch(request(tmp_path / "runs" / "1-1-r1", ("true",), user="hsched-no-such-user"))
+            assert not await asyncio.to_thread((tmp_path / "runs" / "1-1-r1").exists)
         finally:
             await ex.close()
 
@@ -378,8 +381,8 @@ def test_login_dir_holds_the_run_folders_and_one_that_cannot_be_made_is_refused_
             with pytest.raises(NodeRefused) as e:
                 await bad.probe()
             assert e.value.reason is Refusal.CONFIG and "\n" not in str(e.value)
-            assert str(e.value).startswith(f"cluster: login_dir '{blocker}/hsched' ({blocker}/hsched on the login node) "
-                                           "cannot be made there ("), str(e.value)
+            assert str(e.value).startswith(f"cluster: login_dir '{blocker}/hsched' ({blocker}/hsched on the login "
+                                           "node) cannot be made there ("), str(e.value)
             assert str(e.value).endswith("): make it, or change login_dir in the fleet file")
         finally:
             await bad.close()
