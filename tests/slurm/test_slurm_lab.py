@@ -166,3 +166,20 @@ def test_over_ssh_a_run_is_submitted_as_its_owner_under_login_dir(slurm: SlurmCl
         assert owned(there / "output.log") == ("hslab1", 0o600) and owned(there / "slurm.sh") == ("hslab1", 0o600)
 
     run(main())
+
+
+def test_without_sbatchs_uid_option_the_run_is_submitted_through_runuser(slurm: SlurmCluster, users: LabUsers,
+                                                                          base: Path) -> None:
+    """A Slurm whose sbatch has no --uid (newer releases dropped it): sbatch itself runs as the user."""
+    run_dir = base / "runs" / "cluster" / "95-1-r0"
+
+    async def main() -> None:
+        ex = executor(slurm)
+        await ex.probe()
+        ex._uid_flag = False  # as `sbatch --usage` would say there
+        h = await ex.launch(request(run_dir, ("id", "-un"), job="95", user="hslab2", base_dir=str(base)))
+        assert slurm.job(h.pid)["UserId"].startswith("hslab2(")
+        rep = await until(ex, str(run_dir), h, RunStatus.EXITED)
+        assert rep.exit_code == 0 and await ex.read_log(str(run_dir), 0) == b"hslab2\n"
+
+    run(main())

@@ -197,3 +197,15 @@ def test_a_gangs_scripts_start_each_rank_by_its_task_number() -> None:
     batch = text.gang_script("/r/0/slurm-ranks.sh", "/w", "/r/0", 2, 4).splitlines()
     assert batch[2] == ":" and batch[-1] == ("exec srun --kill-on-bad-exit=1 --nodes=2 --ntasks=8 --ntasks-per-node=4 "
                                              "/bin/sh /r/0/slurm-ranks.sh")
+
+
+def test_a_gang_whose_srun_failed_before_any_task_ended_fails_every_rank() -> None:
+    from hsched.executors.slurm import _rank_end
+
+    failed = {"state": "FAILED", "exit_status": 1, "exit_signal": 0}
+    log = ("srun: error: Munge encode failed: Permission denied\n"
+           "srun: error: Unable to confirm allocation for job 1: Protocol authentication error\n")
+    assert _rank_end(log, 0, failed) == failed and _rank_end(log, 1, failed) == failed
+    # a task that failed by itself: the others that srun says nothing of exited 0
+    one = "srun: error: n1: task 1: Exited with exit code 3\n"
+    assert (_rank_end(one, 0, failed)["exit_status"], _rank_end(one, 1, failed)["exit_status"]) == (0, 3)
