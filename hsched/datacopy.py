@@ -8,14 +8,17 @@ issue suggests rsync where both ends have it, but nodes hold no SSH keys for one
 reaches them), and a lab's confined helper lets its service account run nothing but itself, so there is no
 node-to-node path for rsync to use. One way for every pair of executors (local, ssh, fake, a confined helper,
 the same node twice), at the price of each byte crossing the controller (base64 on the JSON channels: 4/3 of it
-on each side); a chunk is read from the source while the one before is written (`READ_AHEAD`).
+on each side); a file's next chunk is read while the one before is written, and FILES_AT_ONCE files go at once.
 
 A copy lands in `DEST.partial`, beside its destination: `.hsched-copy.json`, the manifest (every source file's
 relative path, size, mtime and mode, and the folders), written before any byte of data, and `data`, the tree (or
 the file) so far. A copy stopped anywhere (cancelled, a node lost, the controller killed) resumes from there: a
 file whose manifest entry still matches the source (same size and mtime) and whose partial length is not longer
 continues at that length; any other file starts again, and what the source no longer has is removed. Those are
-removed *before* the new manifest is written, so a manifest never vouches for bytes of another version. Before
+removed *before* the new manifest is written, so a manifest never vouches for bytes of another version. And
+before it looks at what is there, an attempt claims the partial folder (`data_claim`): every write carries its
+claim, and the node refuses one of an earlier attempt that arrives late (a helper still working through what a
+lost connection had sent it), which could otherwise land in a file this attempt resumes. Before
 any byte: room for what is left plus `headroom_bytes` (NoSpace). After the last: the source listed again (a file
 changed meanwhile: TransferError, and the next attempt restarts that file) and the partial tree's sizes checked;
 then the destination's helper commits it (`data_commit`: checked against the manifest, modes and mtimes restored,
@@ -31,6 +34,7 @@ import asyncio
 import base64
 import json
 import posixpath
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -43,12 +47,17 @@ from hsched.nodehelper import DATA_CHUNK_MAX, DATA_MANIFEST, DATA_TREE
 PARTIAL_SUFFIX = ".partial"
 """A copy to DEST is made in DEST + this (a sibling: same file system, so its commit is a rename)."""
 MANIFEST_VERSION = 1
-READ_AHEAD = 4
-"""Chunks read from the source before the destination has taken them: the two nodes' round trips overlap."""
+FILES_AT_ONCE = 8
+"""Files copied at the same time: a tree of many small files costs round trips, not bytes (each file at least a
+read and a write), and these overlap."""
 HASH_TIMEOUT_S = 3600.0
 """A hash reads every byte of the tree on the node."""
 COMMIT_TIMEOUT_S = 600.0
 """A commit sets every file's mode and mtime, and removes the old tree (many files: long)."""
+LIST_PAGE = 100_000
+"""Files per listing request (about 10 MB of JSON: well under the local helper pipe's 64 MiB line limit)."""
+LIST_TIMEOUT_S = 600.0
+"""A listing walks the whole tree on the node (a page of it too)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,21 +136,33 @@ def _safe_rel(rel: str, node: str, where: str) -> str:
     return rel
 
 
-def _listing(reply: Mapping[str, Any], node: str, where: str) -> _Listing | None:
-    """A `data_list` reply, checked (it comes from a node), or None when nothing is there."""
-    if not reply.get("exists"):
-        return None
-    try:
-        files = tuple(_File(rel=_safe_rel(str(f["rel"]), node, where), size=int(f["size"]),
-                            mtime=float(f["mtime"]), mode=int(f["mode"]))
-                      for f in reply.get("files") or [])
-        dirs = tuple(_safe_rel(str(d), node, where) for d in reply.get("dirs") or [])
-    except (KeyError, TypeError, ValueError):
-        raise TransferError(f"{node}: {where}: the node's listing does not read") from None
-    is_dir = bool(reply.get("is_dir"))
+async def _list(ex: Executor, path: str) -> _Listing | None:
+    """The file or tree `path` on the node, listed a page at a time, checked (it comes from a node); None when
+    nothing is there."""
+    files: list[_File] = []
+    dirs: tuple[str, ...] = ()
+    is_dir = False
+    while True:
+        reply = await ex.data("list", {"path": path, "start": len(files), "limit": LIST_PAGE},
+                              timeout_s=LIST_TIMEOUT_S)
+        if not reply.get("exists"):
+            return None
+        try:
+            page = [_File(rel=_safe_rel(str(f["rel"]), ex.name, path), size=int(f["size"]),
+                          mtime=float(f["mtime"]), mode=int(f["mode"]))
+                    for f in reply.get("files") or []]
+            if not files:
+                dirs = tuple(_safe_rel(str(d), ex.name, path) for d in reply.get("dirs") or [])
+                is_dir = bool(reply.get("is_dir"))
+            total = int(reply.get("total_files", len(files) + len(page)))
+        except (KeyError, TypeError, ValueError):
+            raise TransferError(f"{ex.name}: {path}: the node's listing does not read") from None
+        files += page
+        if len(files) >= total or not page:
+            break
     if any(f.size < 0 for f in files) or (not is_dir and [f.rel for f in files] != [""]):
-        raise TransferError(f"{node}: {where}: the node's listing does not read")
-    return _Listing(is_dir=is_dir, files=files, dirs=dirs)
+        raise TransferError(f"{ex.name}: {path}: the node's listing does not read")
+    return _Listing(is_dir=is_dir, files=tuple(files), dirs=dirs)
 
 
 def _b64(data: bytes) -> str:
@@ -211,24 +232,29 @@ async def copy_tree(src: Executor, src_path: str, dst: Executor, dst_path: str, 
     if src is dst and (dst_path == src_path or dst_path.startswith(src_path.rstrip("/") + "/")
                        or src_path.startswith(dst_path.rstrip("/") + "/")):
         raise TransferError(f"{src.name}: cannot copy {src_path} to {dst_path}: one lies in the other")
-    listing = _listing(await src.data("list", {"path": src_path}), src.name, src_path)
+    listing = await _list(src, src_path)
     if listing is None:
         raise TransferError(f"{src.name}: {src_path}: no such file or folder")
     partial = dst_path + PARTIAL_SUFFIX
-
-    offsets = await _resumable(dst, partial, listing)
     total = listing.total
-    resumed = sum(offsets.values())
-    needed = total - resumed + headroom_bytes
+
+    # the room it needs, from what an earlier attempt left as it is now: NoSpace before anything is made
+    kept, _ = await _survey(dst, partial, listing)
+    needed = total - sum(kept.values()) + headroom_bytes
     free = await free_bytes(dst, partial)
     if free < needed:
         raise NoSpace(dst.name, dst_path, needed, free)
-    await _write_manifest(dst, partial, listing, src.name, src_path, chunk)
+    # this attempt's from here on: late writes of an earlier one are refused, then what they left is looked at
+    claim = {"partial": partial, "token": secrets.token_hex(16)}
+    await dst.data("claim", claim)
+    offsets = await _resumable(dst, partial, listing)
+    resumed = sum(offsets.values())
+    await _write_manifest(dst, partial, listing, src.name, src_path, chunk, claim)
 
-    copied = await _move(src, src_path, dst, partial, listing, offsets, chunk=chunk, limit_bps=limit_bps,
+    copied = await _move(src, src_path, dst, partial, listing, offsets, claim, chunk=chunk, limit_bps=limit_bps,
                          progress=progress, total=total, resumed=resumed, sleep=sleep, monotonic=monotonic)
 
-    again = _listing(await src.data("list", {"path": src_path}), src.name, src_path)
+    again = await _list(src, src_path)
     changed = _changed(listing, again)
     if changed:
         raise TransferError(f"{src.name}: {src_path} changed while it was copied ({len(changed)} files, as "
@@ -269,16 +295,24 @@ async def _read_manifest(dst: Executor, partial: str) -> dict[str, Any] | None:
 
 
 async def _resumable(dst: Executor, partial: str, listing: _Listing) -> dict[str, int]:
-    """What of `partial` an earlier attempt left that may be kept: rel -> the bytes to keep. Everything else of
-    it is removed first (files that start over, files and folders the source no longer has)."""
+    """What of `partial` an earlier attempt left that may be kept (rel -> its bytes), once everything else of it
+    is removed (files that start over, files and folders the source no longer has)."""
+    offsets, stale = await _survey(dst, partial, listing)
+    for path in stale:  # a folder first: what is in it is gone with it
+        await dst.data("drop", {"path": path})
+    return offsets
+
+
+async def _survey(dst: Executor, partial: str, listing: _Listing) -> tuple[dict[str, int], list[str]]:
+    """What of `partial` may be kept (rel -> the bytes to keep) and the paths of what must go, changing nothing."""
     manifest = await _read_manifest(dst, partial)
     kind = "dir" if listing.is_dir else "file"
     have = None
     if manifest is not None and manifest.get("kind") == kind:
-        have = _listing(await dst.data("list", {"path": _tree_path(partial, "")}), dst.name, partial)
+        have = await _list(dst, _tree_path(partial, ""))
     if manifest is None or have is None or have.is_dir != listing.is_dir:
-        await dst.data("drop", {"path": partial})  # nothing it holds can be vouched for
-        return {}
+        # nothing it holds can be vouched for (its claim stays: the attempt that made it holds it)
+        return {}, [_tree_path(partial, ""), f"{partial}/{DATA_MANIFEST}"]
     old: dict[str, tuple[int, float]] = {}
     for e in manifest.get("files") or []:
         if isinstance(e, dict) and isinstance(e.get("size"), int) and isinstance(e.get("mtime"), int | float):
@@ -298,13 +332,11 @@ async def _resumable(dst: Executor, partial: str, listing: _Listing) -> dict[str
     wanted_dirs = set(listing.dirs)
     stale_dirs = [d for d in have.dirs if d not in wanted_dirs]
     stale += [rel for rel in sizes if rel not in wanted_files]
-    for rel in stale_dirs + stale:  # dropping a folder drops what is in it: a file after it is simply gone
-        await dst.data("drop", {"path": _tree_path(partial, rel)})
-    return offsets
+    return offsets, [_tree_path(partial, rel) for rel in stale_dirs + stale]
 
 
 async def _write_manifest(dst: Executor, partial: str, listing: _Listing, node: str, src_path: str,
-                          chunk: int) -> None:
+                          chunk: int, claim: Mapping[str, str]) -> None:
     body = json.dumps({"version": MANIFEST_VERSION, "kind": "dir" if listing.is_dir else "file",
                        "source": {"node": node, "path": src_path}, "files": listing.wire(),
                        "dirs": list(listing.dirs)}).encode("utf-8", "surrogateescape")
@@ -312,73 +344,90 @@ async def _write_manifest(dst: Executor, partial: str, listing: _Listing, node: 
     offset = 0
     while True:  # the first write cuts an older manifest to nothing
         piece = body[offset:offset + chunk]
-        await dst.data("write", {"path": path, "offset": offset, "data": _b64(piece)})
+        await dst.data("write", {"path": path, "offset": offset, "data": _b64(piece), "claim": claim})
         offset += len(piece)
         if offset >= len(body):
             return
 
 
 async def _move(src: Executor, src_path: str, dst: Executor, partial: str, listing: _Listing,
-                offsets: Mapping[str, int], *, chunk: int, limit_bps: float | None,
+                offsets: Mapping[str, int], claim: Mapping[str, str], *, chunk: int, limit_bps: float | None,
                 progress: Callable[[int, int], Awaitable[None]] | None, total: int, resumed: int,
                 sleep: Callable[[float], Awaitable[None]], monotonic: Callable[[], float]) -> int:
-    """Every byte not yet in `partial`, read from `src` (READ_AHEAD chunks ahead) and written to `dst`; the
-    bytes moved."""
-    # a chunk goes on as the source's base64 came: decoding it here only to encode it again costs the
-    # controller's CPU twice per byte
-    queue: asyncio.Queue[tuple[str, int, str, int] | Exception | None] = asyncio.Queue(maxsize=READ_AHEAD)
-
-    async def reader() -> None:
-        try:
-            for f in listing.files:
-                offset = offsets.get(f.rel)
-                if offset is None and f.size == 0:
-                    await queue.put((f.rel, 0, "", 0))  # an empty file is made by writing nothing
-                    continue
-                offset = offset or 0
-                path = _source_path(src_path, f.rel)
-                while offset < f.size:
-                    want = min(chunk, f.size - offset)
-                    r = await src.data("read", {"path": path, "offset": offset, "max_bytes": want})
-                    data = str(r.get("data") or "")
-                    n = _b64_length(data)
-                    if n is None or n > want:
-                        raise TransferError(f"{src.name}: {path}: the node's answer at {offset} does not read")
-                    if not n:
-                        raise TransferError(f"{src.name}: {path} ended at {offset} of {f.size} bytes: it changed "
-                                            "while it was copied; copy it again")
-                    await queue.put((f.rel, offset, data, n))
-                    offset += n
-            await queue.put(None)
-        except Exception as e:  # the writer raises it, in the copy's own task
-            await queue.put(e)
-
+    """Every byte not yet in `partial`, read from `src` and written to `dst`, FILES_AT_ONCE files at a time (a tree
+    of small files: their round trips overlap), each file's next chunk read while the one before is written;
+    the bytes moved. A chunk goes on as the source's base64 came: decoding it here only to encode it again
+    would cost the controller's CPU twice per byte."""
+    todo = iter([(f, offsets.get(f.rel)) for f in listing.files if offsets.get(f.rel, -1) < f.size])
     moved = 0
     t0 = monotonic()
-    feeding = asyncio.create_task(reader())
-    try:
-        while True:
-            item = await queue.get()
-            if item is None:
-                break
-            if isinstance(item, Exception):
-                raise item
-            rel, offset, data, n = item
-            path = _tree_path(partial, rel)
-            r = await dst.data("write", {"path": path, "offset": offset, "data": data})
-            if r.get("size") != offset + n:
-                raise TransferError(f"{dst.name}: {path} has {r.get('size')} bytes after a write, not {offset + n}")
-            moved += n
-            if limit_bps is not None:
+    pace = asyncio.Lock()
+
+    async def read(path: str, offset: int, size: int) -> tuple[str, int]:
+        want = min(chunk, size - offset)
+        r = await src.data("read", {"path": path, "offset": offset, "max_bytes": want})
+        data = str(r.get("data") or "")
+        n = _b64_length(data)
+        if n is None or n > want:
+            raise TransferError(f"{src.name}: {path}: the node's answer at {offset} does not read")
+        if not n:
+            raise TransferError(f"{src.name}: {path} ended at {offset} of {size} bytes: it changed while it was "
+                                "copied; copy it again")
+        return data, n
+
+    async def write(path: str, offset: int, data: str, n: int) -> None:
+        nonlocal moved
+        r = await dst.data("write", {"path": path, "offset": offset, "data": data, "claim": claim})
+        if r.get("size") != offset + n:
+            raise TransferError(f"{dst.name}: {path} has {r.get('size')} bytes after a write, not {offset + n}")
+        moved += n
+        if limit_bps is not None:
+            async with pace:  # one sleeper at a time: the sleeps add up to the bytes over the limit
                 ahead = moved / limit_bps - (monotonic() - t0)
                 if ahead > 0:
                     await sleep(ahead)
-            if progress is not None:
-                await progress(resumed + moved, total)
-    finally:
-        feeding.cancel()
-        await asyncio.wait([feeding])  # never left running; our own cancellation still comes through
+        if progress is not None and n:
+            await progress(resumed + moved, total)
+
+    async def one_file(f: _File, start: int | None) -> None:
+        target = _tree_path(partial, f.rel)
+        if f.size == 0:
+            await write(target, 0, "", 0)  # an empty file is made by writing nothing
+            return
+        path = _source_path(src_path, f.rel)
+        offset = start or 0
+        reading: asyncio.Task[tuple[str, int]] | None = asyncio.create_task(read(path, offset, f.size))
+        try:
+            while reading is not None:
+                data, n = await reading
+                following = offset + n
+                reading = asyncio.create_task(read(path, following, f.size)) if following < f.size else None
+                await write(target, offset, data, n)
+                offset = following
+        finally:
+            if reading is not None:  # a write failed, or the copy was cancelled: the read ahead goes too
+                reading.cancel()
+                await asyncio.wait([reading])
+                if not reading.cancelled():
+                    reading.exception()  # seen: the copy's own error is the one raised
+
+    async def worker() -> None:
+        for f, start in todo:  # one iterator for all: each file goes to one worker
+            await one_file(f, start)
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for _ in range(FILES_AT_ONCE):
+                group.create_task(worker())
+    except BaseExceptionGroup as errors:
+        raise _first(errors) from None
     return moved
+
+
+def _first(errors: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first error of a task group's (its workers fail one by one: the first stopped the copy)."""
+    e = errors.exceptions[0]
+    return _first(e) if isinstance(e, BaseExceptionGroup) else e
 
 
 def _changed(before: _Listing, after: _Listing | None) -> list[str]:
@@ -392,7 +441,7 @@ def _changed(before: _Listing, after: _Listing | None) -> list[str]:
 
 async def _check_partial(dst: Executor, partial: str, listing: _Listing) -> None:
     """The partial tree holds exactly the source's files at their sizes (the commit checks sizes again)."""
-    have = _listing(await dst.data("list", {"path": _tree_path(partial, "")}), dst.name, partial)
+    have = await _list(dst, _tree_path(partial, ""))
     want = {f.rel: f.size for f in listing.files}
     got = {f.rel: f.size for f in have.files} if have is not None else {}
     if have is not None and have.is_dir != listing.is_dir:

@@ -23,8 +23,10 @@ JSON on stdout; a failure is a JSON `{"error": "..."}` and exit status 1.
     data_scan       a dataset (a file or a folder tree): whether it is there, its bytes, files and newest mtime
     data_list       a dataset's files (relative path, size, mtime, mode) and folders
     data_free       bytes free where a dataset would go
+    data_root       where this helper writes datasets (ROOT/data under --confine, else anywhere: null)
     data_read       up to 4 MiB of a dataset file from an offset, base64
     data_write      bytes into a dataset file at an offset (cut there first), no link on the way
+    data_claim      a partial copy made one attempt's: writes that carry another's claim are refused from then on
     data_commit     a finished copy (DEST.partial: manifest + data) put at DEST whole, modes and mtimes restored
     data_drop       remove a dataset or an abandoned copy
     data_hash       sha256 over a dataset's files (sorted relative paths, each path, size and bytes)
@@ -3190,8 +3192,9 @@ def _unlink(path):
 # A dataset (one file or a folder tree) copied from node to node by the controller (hsched/datacopy.py): it
 # reads chunks from one node's helper and writes them through another's into a partial folder beside the
 # destination, `DEST.partial/` = the copy's manifest (`.hsched-copy.json`: the source's files, sizes, mtimes
-# and modes, written by the controller before any byte) and `data` (the tree, or the file, so far). A copy that
-# stopped resumes from there; `data_commit` checks it against its manifest and renames it into place whole.
+# and modes, written by the controller before any byte), its claim (`.hsched-claim`: the attempt it is now) and
+# `data` (the tree, or the file, so far). A copy that stopped resumes from there; `data_commit` checks it against
+# its manifest and renames it into place whole.
 #
 # Writing never follows a link: every folder on the way is opened by name with O_NOFOLLOW from / (from ROOT
 # under --confine), so a link laid anywhere on the path cannot send bytes elsewhere. Under --confine, reading
@@ -3205,6 +3208,8 @@ DATA_MANIFEST = ".hsched-copy.json"
 """In a partial folder: what the copy is of (the controller writes it, data_commit reads and removes it)."""
 DATA_TREE = "data"
 """In a partial folder: the tree (or the file) being copied."""
+DATA_CLAIM = ".hsched-claim"
+"""In a partial folder: the attempt whose copy it is now (data_claim), fencing off late writes of earlier ones."""
 DATA_FOLDER = "data"
 """Under --confine: ROOT/data holds every dataset this helper writes."""
 _RENAME_EXCHANGE = 2
@@ -3370,11 +3375,22 @@ def data_scan(req):
 
 def data_list(req):
     """Every regular file of req['path'] ({rel, size, mtime, mode}; a file alone has rel "") and every folder
-    below it (rel), sorted; `is_dir` tells an empty folder from nothing."""
+    below it (rel), sorted; `is_dir` tells an empty folder from nothing. With `limit`, one page: the files from
+    index `start` (`total_files` says how many there are; the folders come with the first page only), so that a
+    tree of a million files does not make one reply line of a hundred MB."""
     kind, files, dirs = _tree(req["path"])
-    return {"exists": kind is not None, "is_dir": kind == "dir", "dirs": dirs,
+    start = max(0, int(req.get("start") or 0))
+    limit = req.get("limit")
+    page = files[start:start + int(limit)] if limit is not None else files[start:]
+    return {"exists": kind is not None, "is_dir": kind == "dir", "dirs": dirs if start == 0 else [],
+            "total_files": len(files),
             "files": [{"rel": rel, "size": st.st_size, "mtime": st.st_mtime, "mode": st.st_mode & 0o7777}
-                      for rel, st in files]}
+                      for rel, st in page]}
+
+
+def data_root(req):
+    """Where this helper writes datasets: ROOT/data under --confine, None (anywhere) otherwise. {root}."""
+    return {"root": os.path.join(CONFINE, DATA_FOLDER) if CONFINE is not None else None}
 
 
 def data_free(req):
@@ -3406,12 +3422,49 @@ def data_read(req):
     return {"data": base64.b64encode(data).decode("ascii"), "eof": offset + len(data) >= st.st_size}
 
 
+def _claim_fd(partial, create):
+    """A descriptor of the partial folder's claim file (made, with the folder, when `create`)."""
+    top = _folder_fd(partial, create=create)
+    try:
+        return _open_below(top, [DATA_CLAIM], os.O_RDWR | (os.O_CREAT if create else 0),
+                           "%s/%s" % (partial, DATA_CLAIM))
+    finally:
+        os.close(top)
+
+
+def _token(value):
+    token = str(value or "")
+    if not 8 <= len(token) <= 64 or any(c not in "0123456789abcdef" for c in token):
+        raise Refused("%r is not a copy's claim" % (value,))
+    return token
+
+
+def data_claim(req):
+    """Make req['partial'] (made if missing) the copy of attempt req['token']: once this answers, a data_write
+    carrying another attempt's claim is refused, and none is still under way. A request of an earlier attempt
+    can reach the node late (a helper still working through what a lost connection had sent it); it must not
+    land in the files this attempt resumes. {claimed}."""
+    import fcntl
+
+    partial = _data_writable(req["partial"])
+    token = _token(req.get("token"))
+    fd = _claim_fd(partial, True)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits for the writes under way (each holds it shared)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, token.encode("ascii"), 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)  # and the lock with it
+    return {"claimed": token}
+
+
 def data_write(req):
     """Base64 `data` into the file req['path'] at req['offset']: a longer file is cut there first (a resumed
     chunk lands exactly), a shorter one refused (no hole); missing folders are made 0755; a link anywhere on
-    the path is refused. {size}: the file's size after."""
+    the path is refused. With `claim` ({partial, token}), only while that partial folder is still that
+    attempt's (data_claim). {size}: the file's size after."""
     import base64
-    import stat as stat_
 
     path = _data_writable(req["path"])
     offset = int(req.get("offset") or 0)
@@ -3420,6 +3473,30 @@ def data_write(req):
         raise Refused("a data_write takes at most %d bytes" % DATA_CHUNK_MAX)
     if offset < 0:
         raise Refused("offset %d is negative" % offset)
+    claim = req.get("claim")
+    if claim is None:
+        return _write_at(path, offset, data)
+    import fcntl
+
+    partial = _data_writable(claim.get("partial") if isinstance(claim, dict) else None)
+    token = _token(claim.get("token"))
+    try:
+        cfd = _claim_fd(partial, False)
+    except FileNotFoundError:
+        raise Refused("%s is no copy's now (claim %s)" % (partial, token)) from None
+    try:
+        fcntl.flock(cfd, fcntl.LOCK_SH)
+        held = os.pread(cfd, 128, 0).decode("ascii", "replace")
+        if held != token:
+            raise Refused("%s is another attempt's copy now (%s, not %s)" % (partial, held, token))
+        return _write_at(path, offset, data)
+    finally:
+        os.close(cfd)
+
+
+def _write_at(path, offset, data):
+    import stat as stat_
+
     top = _folder_fd(os.path.dirname(path), create=True)
     try:
         fd = _open_below(top, [os.path.basename(path)], os.O_WRONLY | os.O_CREAT, path)
@@ -3688,8 +3765,8 @@ COMMANDS["watch"] = watch
 COMMANDS["newest"] = newest
 COMMANDS.update({"whoami": whoami, "pack": pack, "append": append, "unpack": unpack, "drop": drop})
 COMMANDS.update({"data_scan": data_scan, "data_list": data_list, "data_free": data_free, "data_read": data_read,
-                 "data_write": data_write, "data_commit": data_commit, "data_drop": data_drop,
-                 "data_hash": data_hash})
+                 "data_write": data_write, "data_claim": data_claim, "data_commit": data_commit,
+                 "data_drop": data_drop, "data_hash": data_hash, "data_root": data_root})
 
 
 if __name__ == "__main__":

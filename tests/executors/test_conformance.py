@@ -264,6 +264,7 @@ async def test_dataset_requests_alike(node: Node, tmp_path: Path) -> None:
         digest = hashlib.sha256(b"x.bin\0%d\0" % len(blob) + blob).hexdigest()
         assert (await ex.data("hash", {"path": dest}))["sha256"] == digest
         assert (await ex.data("free", {"path": f"{dest}/not/yet"}))["free"] > 0
+        assert (await ex.data("root", {})) == {"root": None}  # no confined helper: datasets anywhere
         (base / "hop").symlink_to(tmp_path)
         with pytest.raises(HelperError, match="symbolic link") as err:
             await ex.data("write", {"path": f"{base}/hop/x", "offset": 0, "data": ""})

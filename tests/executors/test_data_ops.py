@@ -70,6 +70,9 @@ def test_scan_and_list_a_tree_without_following_links(base: Path) -> None:
     assert ls["dirs"] == ["empty-dir", "sub", "sub/deep"]
     a = ls["files"][0]
     assert (a["size"], a["mtime"], a["mode"]) == (5000, 1_600_000_000.25, (root / "a.bin").stat().st_mode & 0o7777)
+    pages = [nh.data_list({"path": str(root), "start": i, "limit": 2}) for i in (0, 2, 4)]
+    assert [[f["rel"] for f in p["files"]] for p in pages] == [["a.bin", "sub/b.txt"], ["sub/deep/c"], []]
+    assert [p["dirs"] for p in pages] == [ls["dirs"], [], []] and {p["total_files"] for p in pages} == {3}
     one = nh.data_list({"path": str(root / "a.bin")})
     assert one["files"][0]["rel"] == "" and one["dirs"] == [] and not one["is_dir"]
     assert nh.data_scan({"path": str(root / "a.bin")})["bytes"] == 5000
@@ -78,7 +81,8 @@ def test_scan_and_list_a_tree_without_following_links(base: Path) -> None:
     assert nh.data_scan({"path": str(root / "a.bin" / "below-a-file")}) == nothing
     empty = base / "empty"
     empty.mkdir()
-    assert nh.data_list({"path": str(empty)}) == {"exists": True, "is_dir": True, "dirs": [], "files": []}
+    assert nh.data_list({"path": str(empty)}) == {"exists": True, "is_dir": True, "dirs": [], "files": [],
+                                                 "total_files": 0}
 
 
 def test_a_dataset_that_is_a_link_is_followed_at_its_top_only(base: Path) -> None:
@@ -154,6 +158,24 @@ def test_write_refuses_a_link_anywhere_on_its_path(base: Path) -> None:
         write(base / "d" / "dangling", 0, b"made")
     assert victim.read_bytes() == b"keep me" and not (elsewhere / "new").exists()
     assert not (base / "nowhere").exists()
+
+
+def test_a_claim_fences_off_the_writes_of_earlier_attempts(base: Path) -> None:
+    partial = base / "ds.partial"
+    first, second = "a" * 32, "b" * 32
+    assert nh.data_claim({"partial": str(partial), "token": first}) == {"claimed": first}
+    req = {"path": str(partial / "data" / "f"), "offset": 0, "data": b64(b"one"),
+           "claim": {"partial": str(partial), "token": first}}
+    assert nh.data_write(req) == {"size": 3}
+    nh.data_claim({"partial": str(partial), "token": second})
+    with pytest.raises(nh.Refused, match="another attempt's copy now"):
+        nh.data_write({**req, "data": b64(b"late")})  # the first attempt's, arriving after the second claimed
+    assert nh.data_write({**req, "offset": 3, "claim": {"partial": str(partial), "token": second}}) == {"size": 6}
+    assert (partial / "data" / "f").read_bytes() == b"oneone"
+    with pytest.raises(nh.Refused, match="no copy's now"):
+        nh.data_write({**req, "claim": {"partial": str(base / "other.partial"), "token": first}})
+    with pytest.raises(nh.Refused, match="not a copy's claim"):
+        nh.data_claim({"partial": str(partial), "token": "../x"})
 
 
 def manifest(kind: str, files: list[dict[str, Any]], dirs: list[str] | None = None) -> bytes:
@@ -277,8 +299,9 @@ def test_hash_covers_paths_and_bytes_not_modes_or_mtimes(base: Path) -> None:
 
 
 def test_every_data_request_is_served(base: Path) -> None:
-    assert {"data_scan", "data_list", "data_free", "data_read", "data_write", "data_commit", "data_drop",
-            "data_hash"} <= set(nh.COMMANDS)
+    assert {"data_scan", "data_list", "data_free", "data_read", "data_write", "data_claim", "data_commit",
+            "data_drop", "data_hash", "data_root"} <= set(nh.COMMANDS)
+    assert nh.data_root({}) == {"root": None}  # unconfined: datasets anywhere
 
 
 # ------------------------------------------------------------------------------------------ --confine
@@ -340,3 +363,4 @@ def test_confined_writes_only_under_root_data(root: Path) -> None:
     (root / "data" / "hop").symlink_to(root / "runs")
     refused(nh.data_write, {"path": str(root / "data" / "hop" / "x"), "offset": 0, "data": ""}, "symbolic link")
     assert nh.data_drop({"path": str(dest)}) == {"dropped": True}
+    assert nh.data_root({}) == {"root": f"{root}/data"}  # what the controller asks, to place its copies

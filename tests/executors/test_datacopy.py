@@ -17,7 +17,7 @@ import pytest
 from hsched.executors.base import Executor
 from hsched.executors.fake import FakeExecutor
 
-from hsched import nodehelper
+from hsched import datacopy, nodehelper
 from hsched.datacopy import CopyResult, NoSpace, TreeInfo, copy_tree, free_bytes, remove, scan, tree_hash
 from hsched.errors import NodeUnreachable, TransferError
 
@@ -66,7 +66,9 @@ def partial_lengths(partial: Path) -> dict[str, int]:
 async def cancel_past(share: float, src: Executor, src_path: Path, dst: Executor, dst_path: Path,
                       chunk: int = 256 << 10) -> int:
     """Start a copy and cancel it once its progress passed `share` of the total (the callback sets an event
-    and then holds the copy where it is); the bytes it reported done."""
+    and then holds the copy where it is), and settle its partial folder: a claim of another attempt waits for
+    the writes still under way on the node and fences off any later one (as the next attempt's does). The bytes
+    it reported done."""
     passed = asyncio.Event()
     seen: list[int] = []
 
@@ -83,6 +85,7 @@ async def cancel_past(share: float, src: Executor, src_path: Path, dst: Executor
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    await dst.data("claim", {"partial": f"{dst_path}.partial", "token": "0" * 32})
     return seen[-1]
 
 
@@ -127,7 +130,8 @@ async def test_a_single_file_and_a_copy_on_the_same_node(base: Path) -> None:
     assert not (base / "x").exists() and not (base / "x.partial").exists()
 
 
-async def test_a_cancelled_copy_resumes_with_only_the_rest(base: Path) -> None:
+async def test_a_cancelled_copy_resumes_with_only_the_rest(base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(datacopy, "LIST_PAGE", 2)  # every listing (source, partial tree) in pages
     src_root, dst_root = base / "a" / "ds", base / "b" / "ds"
     total = make_dataset(src_root)
     dst_root.parent.mkdir()
@@ -143,7 +147,9 @@ async def test_a_cancelled_copy_resumes_with_only_the_rest(base: Path) -> None:
     assert expected_hash(dst_root) == expected_hash(src_root) and not partial.exists()
 
 
-async def test_a_file_changed_between_attempts_starts_over_and_the_rest_resumes(base: Path) -> None:
+async def test_a_file_changed_between_attempts_starts_over_and_the_rest_resumes(
+        base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(datacopy, "FILES_AT_ONCE", 1)  # one file after another: where the cut lands is known
     src_root, dst_root = base / "a" / "ds", base / "b" / "ds"
     total = make_dataset(src_root)
     dst_root.parent.mkdir()
@@ -228,15 +234,16 @@ async def test_the_throttle_sleeps_bytes_over_the_limit_on_a_fake_clock(base: Pa
                         sleep=fake_sleep, monotonic=lambda: now)
     # the clock moves only when the copy sleeps: it sleeps exactly what the bytes take at the limit
     assert sum(sleeps) == pytest.approx(total / limit) and r.seconds == pytest.approx(total / limit)
-    # one sleep per chunk that moved bytes: 13 (3 MiB + 17) + 1 (labels) + 8 (2 MiB) + 2 (512 KiB); none for the
-    # empty file
-    assert len(sleeps) == 24
+    # paced along the way, never a burst of more than one chunk per file under way
+    assert len(sleeps) > 1 and max(sleeps) <= datacopy.FILES_AT_ONCE * (256 << 10) / limit
     sleeps.clear()
     await copy_tree(a, str(src_root), b, str(base / "b" / "ds2"), sleep=fake_sleep, monotonic=lambda: now)
     assert sleeps == []  # no limit, no sleep
 
 
-async def test_a_node_lost_mid_copy_fails_it_and_remove_drops_a_copy_and_its_partial(base: Path) -> None:
+async def test_a_node_lost_mid_copy_fails_it_and_remove_drops_a_copy_and_its_partial(
+        base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(datacopy, "FILES_AT_ONCE", 1)  # no other write under way when the node goes
     src_root, dst_root = base / "a" / "ds", base / "b" / "ds"
     total = make_dataset(src_root)
     a, b = nodes()
@@ -252,17 +259,45 @@ async def test_a_node_lost_mid_copy_fails_it_and_remove_drops_a_copy_and_its_par
     with pytest.raises(NodeUnreachable, match="connection lost"):
         await copy_tree(a, str(src_root), b, str(dst_root), chunk=256 << 10)
     assert isinstance(b.last_error, NodeUnreachable) and not dst_root.exists()
-    # the manifest and four chunks of 256 KiB made it
-    assert sum(partial_lengths(base / "b" / "ds.partial").values()) == 4 * (256 << 10)
+    kept = sum(partial_lengths(base / "b" / "ds.partial").values())
+    assert kept == 4 * (256 << 10)  # the manifest and four chunks made it
     b.data_hook = None
     r = await copy_tree(a, str(src_root), b, str(dst_root))
-    assert (r.resumed_bytes, r.bytes_copied) == (4 * (256 << 10), total - 4 * (256 << 10))
+    assert (r.resumed_bytes, r.bytes_copied) == (kept, total - kept)
+    assert expected_hash(dst_root) == expected_hash(src_root)
     # eviction: the dataset and an unfinished copy of a new version of it, both gone
     await cancel_past(0.3, a, src_root, b, dst_root)
     assert dst_root.is_dir() and (base / "b" / "ds.partial").is_dir()
     await remove(b, str(dst_root))
     assert list((base / "b").iterdir()) == []
     assert not (await scan(b, str(dst_root))).exists
+
+
+async def test_a_late_write_of_an_earlier_attempt_is_refused_once_a_new_one_claimed_the_copy(base: Path) -> None:
+    src_root, dst_root = base / "a" / "ds", base / "b" / "ds"
+    make_dataset(src_root)
+    a, b = nodes()
+    writes: list[dict[str, Any]] = []
+    refusals: list[str] = []
+
+    async def record(op: str, req: Mapping[str, Any]) -> None:
+        if op != "write":
+            return
+        if writes and req["claim"] != writes[0]["claim"] and not refusals:
+            # the new attempt's first write: the earlier attempt's last one reaches the node only now
+            late = dict(writes[-1])
+            with pytest.raises(nodehelper.Refused, match="another attempt's copy now") as err:
+                await asyncio.to_thread(nodehelper.data_write, late)
+            refusals.append(str(err.value))
+        writes.append(dict(req))
+
+    b.data_hook = record
+    await cancel_past(0.3, a, src_root, b, dst_root)
+    first = writes[0]["claim"]
+    assert all(w["claim"] == first for w in writes) and len(first["token"]) == 32
+    r = await copy_tree(a, str(src_root), b, str(dst_root))
+    assert len(refusals) == 1 and writes[-1]["claim"] != first and r.resumed_bytes > 0
+    assert expected_hash(dst_root) == expected_hash(src_root)
 
 
 async def test_a_node_that_lists_a_path_outside_the_tree_is_not_followed(base: Path) -> None:
