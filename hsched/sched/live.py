@@ -1572,16 +1572,33 @@ class _RoundState:
                     found.append((t, frag, idx, p))
                     best = min(best, (t, frag))
                     break
-        if len(found) < res.nodes:
-            return
         found.sort(key=lambda f: f[:3])
         chosen = found[:res.nodes]
-        self.shadow = max(f[0] for f in chosen)
-        self.reserved = frozenset(u for f in chosen for u in f[3].devices)
+        placed = [f[3] for f in chosen] if len(found) >= res.nodes else []
+        shadow = max((f[0] for f in chosen), default=inf) if placed else inf
+        if res.nodes > 1:
+            # a gang may also go whole to one Slurm node group (a share on each of N of its Slurm nodes): the
+            # earliest time one takes it, if sooner (without this a gang only a group can hold was never reserved
+            # for, and a stream of smaller jobs could keep it waiting for ever)
+            for node in self.nodes_for(job):
+                if node.executor != "slurm":
+                    continue
+                when_of = {u: at.get(u, inf) if u in busy else now for u in self.eligible(node, res)}
+                for t in sorted(set(when_of.values())):
+                    if t >= shadow or t == inf:
+                        break
+                    whole = _gang_on_group(self, node, res, frozenset(u for u, w in when_of.items() if w > t))
+                    if whole is not None:
+                        shadow, placed = t, list(whole)
+                        break
+        if not placed:
+            return
+        self.shadow = shadow
+        self.reserved = frozenset(u for p in placed for u in p.devices)
         self.version += 1
         if self.shadow < inf:
             # (with no known start it says Resources, as squeue does for the job a reservation is for)
-            nodes = ", ".join(f[3].node for f in chosen)
+            nodes = ", ".join(dict.fromkeys(p.node for p in placed))
             self.head_reason = f"{_RESOURCES} (reserved on {nodes} from {_minute(self.shadow)})"
         _RESERVED = (sig, (self.shadow, self.reserved, self.head_reason))
 

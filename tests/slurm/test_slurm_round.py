@@ -126,3 +126,21 @@ def test_unsatisfiable_a_job_of_one_node_must_fit_one_slurm_node() -> None:
     assert unsatisfiable(Resources(gpus=3), [g]) == (
         "needs 3 GPU(s) on one node, but no node of the fleet has that (the most any node offers is 2); lower "
         "--gpus, change --gpu-type or add a node")
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_gang_only_a_group_can_hold_is_reserved_for_and_not_starved(policy: str | None) -> None:
+    """n2 is full until t=1000 (a running job's predicted end); the gang of two needs a share on n1 and on n2: it is
+    reserved for (one GPU of each), so of two one-GPU jobs behind it with no known end, one takes n1's other GPU and
+    the other waits, rather than both taking n1 and the gang waiting for ever."""
+    from hsched.sched.live import Running
+
+    g = group()
+    n2 = ("slurm-cluster-n2-gpu0", "slurm-cluster-n2-gpu1")
+    held = Job(9, JobSpec(command=("x",), resources=Resources(gpus=2)), "bob", JobState.RUNNING, "", 0.0,
+               start_time=0.0, placement=(Placement("cluster", n2),))
+    view = FleetView((g,), frozenset(n2), {}, running=(Running(held, 0.0),), policy=policy, ends={9: 1000.0})
+    got = {d.job_id: d for d in schedule(view, [job(1, gpus=1, nodes=2), job(2), job(3)], 0.0)}
+    gang = got[1]
+    assert isinstance(gang, Wait) and gang.reason.startswith("Resources (reserved on cluster from"), got
+    assert isinstance(got[2], Launch) and isinstance(got[3], Wait), got
