@@ -359,7 +359,8 @@ class LocalExecutor:
                 if srv.closed and srv not in shared.dropped:  # close() while it waited: no helper after close
                     raise NodeUnreachable(f"node helper '{command}': the executor was closed") from None
                 # the server died under this request: once more on a helper of its own (launch is
-                # idempotent per run folder; the rest only read, or signal a run that is still there)
+                # idempotent per run folder, and so is a data_write: it lands at its offset, the file cut there
+                # first; the rest only read, or signal a run that is still there)
                 log.warning("%s: the helper server died (%s); starting another", self.name, srv.dead)
                 shared.drop(srv)
             else:

@@ -173,7 +173,7 @@ def _b64_length(data: str) -> int | None:
     """The bytes a padded base64 text holds (None: not such a text); the text itself stays undecoded."""
     if len(data) % 4:
         return None
-    return len(data) // 4 * 3 - (len(data) - len(data.rstrip("="))) if data else 0
+    return len(data) // 4 * 3 - (data[-1:] == "=") - (data[-2:] == "==")
 
 
 # ------------------------------------------------------------------------------------------------- reads

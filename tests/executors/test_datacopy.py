@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import os
 import stat
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -333,3 +334,45 @@ async def test_two_local_nodes_copy_resume_and_hash_through_the_helper(base: Pat
     finally:
         await a.close()
         await b.close()
+
+
+@pytest.mark.slow
+async def test_a_copy_into_a_confined_helpers_data_folder(base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lab's service account reaches a node through the installed helper confined to ROOT (`sudo -n LAUNCHER`;
+    a stand-in sudo here runs the launcher as this user): datasets go under ROOT/data, nowhere else."""
+    from hsched.executors.local import HELPER_PATH, LocalExecutor
+
+    from hsched.errors import HelperError
+
+    root = base / "node-root"
+    root.mkdir(mode=0o711)
+    launcher = base / "hsched-node-helper"
+    launcher.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{HELPER_PATH}" --confine "{root}" "$@"\n')
+    launcher.chmod(0o755)
+    bin_dir = base / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sudo").write_text('#!/bin/sh\n[ "$1" = "-n" ] && shift\nexec "$@"\n')
+    (bin_dir / "sudo").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    src_root = base / "a" / "ds"
+    total = make_dataset(src_root)
+    os.chmod(src_root / "zz-last.bin", 0o666)
+    here, lab = LocalExecutor(node="here"), LocalExecutor(node="lab", helper=str(launcher))
+    try:
+        assert await lab.data("root", {}) == {"root": f"{root}/data"}
+        dest = f"{root}/data/here/ds"
+        r = await copy_tree(here, str(src_root), lab, dest)
+        assert r.bytes_copied == total and await tree_hash(lab, dest) == expected_hash(src_root)
+        assert stat.S_IMODE(os.stat(f"{dest}/zz-last.bin").st_mode) == 0o644  # no write for the lab's users
+        with pytest.raises(HelperError, match="writes datasets only under"):
+            await copy_tree(here, str(src_root), lab, f"{root}/runs/x")
+        with pytest.raises(HelperError, match="outside this helper's folder"):
+            await copy_tree(here, str(src_root), lab, str(base / "elsewhere"))
+        with pytest.raises(HelperError, match="outside this helper's folder"):
+            await copy_tree(lab, str(src_root), here, str(base / "stolen"))
+        r = await copy_tree(lab, dest, here, str(base / "back"))
+        assert expected_hash(base / "back") == expected_hash(src_root)
+    finally:
+        await here.close()
+        await lab.close()
+    assert not (base / "elsewhere").exists() and not (base / "stolen").exists() and not (root / "runs").exists()
