@@ -3214,6 +3214,8 @@ DATA_FOLDER = "data"
 """Under --confine: ROOT/data holds every dataset this helper writes."""
 _RENAME_EXCHANGE = 2
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+# O_PATH: passing through a folder needs only its x bit, as a path does (a lab's /scratch may be 0711)
+_WALK_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 
 def _data_path(path):
@@ -3258,7 +3260,7 @@ def _descend(fd, parts, create, shown, start=""):
         for i, part in enumerate(parts):
             made = False
             try:
-                nfd = os.open(part, _DIR_FLAGS, dir_fd=cur)
+                nfd = os.open(part, _WALK_FLAGS, dir_fd=cur)
             except FileNotFoundError:
                 if not create:
                     raise
@@ -3267,7 +3269,7 @@ def _descend(fd, parts, create, shown, start=""):
                     made = True
                 except FileExistsError:
                     pass
-                nfd = os.open(part, _DIR_FLAGS, dir_fd=cur)
+                nfd = os.open(part, _WALK_FLAGS, dir_fd=cur)
             except OSError as e:
                 if e.errno in (errno.ELOOP, errno.ENOTDIR):
                     try:
@@ -3278,8 +3280,12 @@ def _descend(fd, parts, create, shown, start=""):
                         raise Refused("%s: %s is a symbolic link (name the real path)"
                                       % (shown, os.path.join(start, *parts[:i + 1]))) from None
                 raise
-            if made:
-                os.fchmod(nfd, 0o755)  # whatever the helper's umask: a job of any user reads a dataset
+            if made:  # 0755 whatever the helper's umask: a job of any user reads a dataset
+                ours = os.open(part, _DIR_FLAGS, dir_fd=cur)
+                try:
+                    os.fchmod(ours, 0o755)
+                finally:
+                    os.close(ours)
             os.close(cur)
             cur = nfd
         return cur
@@ -3295,11 +3301,23 @@ def _folder_fd(path, create=False):
     if CONFINE is not None and (path == CONFINE or path.startswith(CONFINE.rstrip("/") + "/")):
         start = CONFINE
     rest = os.path.relpath(path, start)
-    top = os.open(start, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    top = os.open(start, getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0))
     try:
         return _descend(top, [] if rest == "." else rest.split("/"), create, path, start)
     finally:
         os.close(top)
+
+
+def _sync_folder(fd):
+    """fsync a folder held as a path (O_PATH) where it can be read: the names renamed in it are on the disk."""
+    try:
+        readable = os.open(".", os.O_RDONLY, dir_fd=fd)
+    except OSError:
+        return  # a folder we may write but not read: the rename stands, its durability is the file system's
+    try:
+        os.fsync(readable)
+    finally:
+        os.close(readable)
 
 
 def _open_below(fd, parts, flags, shown, mode=0o600):
@@ -3649,7 +3667,7 @@ def data_commit(req):
                     aside = "%s.old-%s" % (dname, _new_token()[:8])
                     os.rename(dname, aside, src_dir_fd=dfd, dst_dir_fd=dfd)
                 os.rename(src_name, dname, src_dir_fd=src_fd, dst_dir_fd=dfd)
-            os.fsync(dfd)
+            _sync_folder(dfd)
         finally:
             if part_fd is not None:
                 os.close(part_fd)
