@@ -28,7 +28,7 @@ from hsched import datacopy
 from hsched.controller.core import Controller
 from hsched.controller.fleet import NodeRuntime
 from hsched.datasets import DataPlace, Dataset, PlaceOrigin, PlaceState, copy_path, env_name, show_bytes
-from hsched.errors import ExecutorError
+from hsched.errors import ExecutorError, HelperError
 from hsched.model import Job, NodeState, Run
 
 log = logging.getLogger("hsched.data")
@@ -144,12 +144,14 @@ async def data_dir(ctl: Controller, rt: NodeRuntime) -> str:
     sees it (each node its own, even where several share this machine's disk)."""
     if rt.config.data_dir:
         return rt.config.data_dir
-    mapped = await rt.executor.remote_path(str(ctl.home.root / "data" / rt.name))
-    if getattr(rt.executor, "helper", None) is not None:
-        # a service account's confined helper writes datasets only under ROOT/data (nodehelper._data_writable),
-        # and maps the controller's paths to ROOT/files/<hash>/<name> (executors/_confined.mapped)
-        return f"{mapped.rsplit('/', 3)[0]}/data/{rt.name}"
-    return mapped
+    # a service account's confined helper writes datasets only under ROOT/data (nodehelper.data_root says where)
+    try:
+        confined = (await rt.executor.data("root", {})).get("root")
+    except HelperError:  # a node that keeps no datasets of its own (Slurm), or a helper from before datasets
+        confined = None
+    if confined:
+        return f"{confined}/{rt.name}"
+    return await rt.executor.remote_path(str(ctl.home.root / "data" / rt.name))
 
 
 def _up(ctl: Controller, name: str) -> NodeRuntime | None:

@@ -201,21 +201,16 @@ async def test_submit_refuses_an_undeclared_dataset(tmp_path: Path, bad: list[st
 
 
 async def test_a_confined_helper_gets_its_copies_under_its_data_folder(tmp_path: Path) -> None:
-    """A service account's helper writes datasets only under ROOT/data: the default data_dir goes there."""
-    from hsched.executors import _confined
-
+    """A service account's helper writes datasets only under ROOT/data (its `data_root` answer): the default data_dir
+    goes there; any other node's is a `data/<node>` folder of the controller's home as the node sees it."""
     async with Lab.open(tmp_path, nodes=ONE_GPU_NODES, settings=SETTINGS) as lab:
         rt = lab.ctl.nodes["b"]
         ex = lab.executors["b"]
-        ex.remote_root = "/var/lib/hsched-node"
-        assert await data.data_dir(lab.ctl, rt) == await ex.remote_path(str(lab.ctl.home.root / "data" / "b"))
-        ex.helper = "/usr/local/libexec/hsched/hsched-node-helper"  # type: ignore[attr-defined]
-        mapped = _confined.mapped("/var/lib/hsched-node", "files", str(lab.ctl.home.root / "data" / "b"))
-        ex.remote_path = _mapped(mapped)  # type: ignore[method-assign]
+        assert await data.data_dir(lab.ctl, rt) == str(lab.ctl.home.root / "data" / "b")
+        plain = ex.data
+
+        async def confined(op: str, req: dict[str, object], *, timeout_s: float = 120.0) -> dict[str, object]:
+            return {"root": "/var/lib/hsched-node/data"} if op == "root" else await plain(op, req, timeout_s=timeout_s)
+
+        ex.data = confined  # type: ignore[method-assign,assignment]
         assert await data.data_dir(lab.ctl, rt) == "/var/lib/hsched-node/data/b"
-
-
-def _mapped(path: str):  # type: ignore[no-untyped-def]
-    async def remote_path(_local: str) -> str:
-        return path
-    return remote_path
