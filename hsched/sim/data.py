@@ -13,8 +13,12 @@ are). A start on a server where a copy is still arriving waits for the rest of i
 
 `LocalityPlacer` is placement under `Locality.AWARE`: among the servers of the GPU type the policy chose, those
 holding the job's data come first; when none has room, a waiting job waits for a holder if the holder is
-predicted to free no later than the copy would finish (`hsched.sched.locality.choose_wait`, the live rule),
-else starts elsewhere and pays the copy. Under `Locality.IGNORE` the usual placer places, and copies are paid.
+predicted to free no later than the copy would finish, counting what it has waited already
+(`hsched.sched.locality.choose_wait`, the live rule), else starts elsewhere and pays the copy. A job that waits
+holds that holder (a `Reservation`): other jobs keep off its free GPUs unless it still has room for the waiting
+job in time (`leaves_room`), and nobody else waits for it. The engine runs the round again without the jobs that
+chose to wait, so the GPUs the policy counted for them go to the jobs behind. Under `Locality.IGNORE` the usual
+placer places, and copies are paid.
 
 Simplifications: copies do not share bandwidth (each runs at the link speed), and a copy comes from any holder.
 """
@@ -31,7 +35,7 @@ from typing import Any
 
 from hsched.errors import UserError
 from hsched.model import Placement
-from hsched.sched.locality import choose_wait, copy_seconds, link_bytes_per_s
+from hsched.sched.locality import choose_wait, copy_seconds, leaves_room, link_bytes_per_s
 from hsched.sched.placement import PackingPlacer, Placer, best_fit_key
 from hsched.sched.view import JobView, ServerView
 from hsched.sim.trace import Trace
@@ -150,6 +154,14 @@ class DataState:
         self.evictions = 0
         self.waits = 0
         """Times a job waited for a busy holder rather than copy (decisions, one per round it waited)."""
+        self.wait_jobs = 0
+        """Jobs that waited for a holder at least once (per start: a job preempted may wait again)."""
+        self.wait_s = 0.0
+        """Seconds from a job's first decision to wait to its start, summed."""
+        self.gave_up = 0
+        """Starts after a wait where the data was not: the holder did not free in time (`choose_wait`'s bound)."""
+        self.backfills = 0
+        """Starts on a holder held for another waiting job, which left it room in time (`leaves_room`)."""
 
     def dataset(self, job_id: int) -> int | None:
         return self.model.of_job.get(job_id)
@@ -230,11 +242,27 @@ class DataState:
             "data_hit_rate": self.hits / self.starts if self.starts else None,
             "data_evictions": self.evictions,
             "data_waits": self.waits,
+            "data_wait_jobs": self.wait_jobs,
+            "data_wait_s": self.wait_s,
+            "data_gave_up": self.gave_up,
+            "data_backfills": self.backfills,
         }
 
 
 FreeIn = Callable[[str, int, int], float | None]
 """(server, GPUs wanted, GPUs free there now) -> predicted seconds until that many are free, None if never."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A waiting job's hold on a server holding its data."""
+
+    job_id: int
+    gpus: int
+    at_s: float
+    """When the holder is predicted to have room for it (simulated time)."""
+    until_s: float
+    """Its first wait plus its copy: past this it copies instead (`choose_wait`'s bound), and the hold lapses."""
 
 
 class LocalityPlacer:
@@ -247,6 +275,8 @@ class LocalityPlacer:
         free_in: the simulator's prediction of when a server will have room.
         free_now: the simulator's count of free devices per server, for servers a round does not list.
         clock: the simulated time now.
+
+    The engine calls `started` for every start, and reads and clears `round_waiters` after each round.
     """
 
     def __init__(self, state: DataState, servers: Sequence[ServerView], free_in: FreeIn,
@@ -257,13 +287,26 @@ class LocalityPlacer:
         self.free_in = free_in
         self.free_now = free_now
         self.clock = clock
+        self.reserved: dict[str, Reservation] = {}
+        """Holder -> the waiting job it is held for (one per holder: the first in line)."""
+        self.waiting_since: dict[int, float] = {}
+        """Job -> when it first chose to wait, until it starts."""
+        self.round_waiters: set[int] = set()
+        """Jobs that chose to wait since the engine last cleared it."""
 
     def place(self, gpus: int, servers: Sequence[ServerView], free: Mapping[str, Sequence[str]],
               max_servers: int | None, job: JobView | None = None) -> tuple[Placement, ...] | None:
+        now = self.clock()
+        jid = None if job is None else job.id
+        if self.reserved:
+            held = self._held_from(jid, gpus, servers, free, now)
+            if held:
+                servers = [s for s in servers if s.name not in held]
+                free = {k: v for k, v in free.items() if k not in held}
         ds = None if job is None else self.state.dataset(job.id)
         if ds is None or not servers:
             return self.base.place(gpus, servers, free, max_servers, job=job)
-        state, now = self.state, self.clock()
+        state = self.state
         best: tuple[float, tuple[int, int, str], ServerView] | None = None
         for s in servers:
             n = len(free.get(s.name, ()))
@@ -279,18 +322,69 @@ class LocalityPlacer:
             s = best[2]
             return (Placement(s.name, tuple(free[s.name][:gpus])),)
         if job is not None and not job.running:
-            # no holder of this type has room: wait for one that frees before the copy would be done
+            # no holder of this type has room: wait for the one that frees soonest, unless it is held for another
+            # waiting job (first in line) or the wait would outlast the copy
             gpu_type = servers[0].gpu_type
             listed = {s.name for s in servers}
-            soonest: float | None = None
+            soonest: tuple[float, str] | None = None
             for name, s in self.servers.items():
                 if s.gpu_type != gpu_type or len(s.devices) < gpus or state.ready_in(name, ds, now) is None:
                     continue
+                r = self.reserved.get(name)
+                if r is not None and r.job_id != job.id:
+                    continue
                 n = len(free.get(name, ())) if name in listed else self.free_now(name)
                 t = self.free_in(name, gpus, n)
-                if t is not None and (soonest is None or t < soonest):
-                    soonest = t
-            if choose_wait(self.state.model.copy_s(ds), soonest):
+                if t is not None and (soonest is None or t < soonest[0]):
+                    soonest = (t, name)
+            copy_s = state.model.copy_s(ds)
+            since = self.waiting_since.get(job.id)
+            waited = 0.0 if since is None else now - since
+            self._release(job.id)
+            if choose_wait(copy_s, None if soonest is None else soonest[0], waited):
+                assert soonest is not None
                 state.waits += 1
+                if since is None:
+                    state.wait_jobs += 1
+                    since = self.waiting_since[job.id] = now
+                self.round_waiters.add(job.id)
+                self.reserved[soonest[1]] = Reservation(job.id, gpus, now + max(0.0, soonest[0]), since + copy_s)
                 return None
         return self.base.place(gpus, servers, free, max_servers, job=job)
+
+    def started(self, job_id: int, nodes: Sequence[str], now: float) -> None:
+        """The engine starts `job_id` on `nodes` (before its data is acquired there): its wait, if it waited, is
+        over (and was given up if the data is not there), and its hold lapses."""
+        state = self.state
+        since = self.waiting_since.pop(job_id, None)
+        if since is not None:
+            state.wait_s += now - since
+            ds = state.dataset(job_id)
+            if ds is not None and any(state.ready_in(n, ds, now) is None for n in nodes):
+                state.gave_up += 1
+        self._release(job_id)
+        for n in nodes:
+            r = self.reserved.get(n)
+            if r is not None and r.job_id != job_id:
+                self.state.backfills += 1
+
+    def _release(self, job_id: int) -> None:
+        for name in [n for n, r in self.reserved.items() if r.job_id == job_id]:
+            del self.reserved[name]
+
+    def _held_from(self, job_id: int | None, gpus: int, servers: Sequence[ServerView],
+                   free: Mapping[str, Sequence[str]], now: float) -> set[str]:
+        """The holders held for other waiting jobs that `job_id` may not use: taking `gpus` of their free GPUs
+        would leave no room for the waiting job by its time. Holds past their bound lapse here."""
+        listed = {s.name for s in servers}
+        out: set[str] = set()
+        for name, r in list(self.reserved.items()):
+            if r.job_id == job_id or name not in listed:
+                continue
+            if now > r.until_s:
+                del self.reserved[name]
+                continue
+            n = len(free.get(name, ()))
+            if n < gpus or not leaves_room(self.free_in(name, r.gpus, n - gpus), r.at_s - now):
+                out.add(name)
+        return out

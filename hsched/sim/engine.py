@@ -28,7 +28,7 @@ from hsched.sched.placement import PackingPlacer, Placer
 from hsched.sched.policy import AnyPolicy
 from hsched.sched.preempt import PreemptRule
 from hsched.sched.round import build_input, schedule_round
-from hsched.sched.view import JobPhase, JobView, ServerView, Start
+from hsched.sched.view import JobPhase, JobView, PolicyInput, RoundDecision, ServerView, Start
 from hsched.sim.data import DataModel, DataState, LocalityPlacer
 from hsched.sim.knowledge import Learner, Predictor
 from hsched.sim.metrics import JobRecord, SimResult, lower_bounds, summarize
@@ -274,6 +274,7 @@ class Simulator:
         data = self.data = DataState(cfg.data) if cfg.data is not None else None
         on_server: dict[str, dict[int, int]] = {sv.name: {} for sv in self.servers}
         placer: Placer | None = self.placer
+        aware: LocalityPlacer | None = None
         if data is not None and cfg.locality is Locality.AWARE:
 
             def free_in(server: str, gpus: int, free_now: int) -> float | None:
@@ -294,8 +295,24 @@ class Simulator:
                         return max(0.0, end - now)
                 return None
 
-            placer = LocalityPlacer(data, self.servers, free_in, lambda name: len(free_on[name]), lambda: now,
-                                    self.placer or PackingPlacer())
+            placer = aware = LocalityPlacer(data, self.servers, free_in, lambda name: len(free_on[name]), lambda: now,
+                                            self.placer or PackingPlacer())
+
+        def data_round(decision: RoundDecision, inp: PolicyInput, servers: tuple[ServerView, ...],
+                       remaining: dict[int, float] | None) -> RoundDecision:
+            """Under AWARE, a job that chose to wait for a busy holder of its data takes no part in the round: the
+            round runs again without it (until nobody new chooses to wait), so the GPUs the policy counted for it go
+            to the jobs behind it, as the live round's devices stay free for the next jobs when `take` refuses a
+            start for its data. (Without this, a waiting job kept its share of GPUs idle every round it waited.)"""
+            if aware is None:
+                return decision
+            out: set[int] = set()
+            while aware.round_waiters - out:
+                out |= aware.round_waiters
+                aware.round_waiters.clear()
+                inp = replace(inp, jobs=tuple(v for v in inp.jobs if v.id not in out))
+                decision = schedule_round(self.policy, inp, servers, remaining_s=remaining, placer=placer, rule=rule)
+            return decision
 
         # The Slurm pool (cfg.slurm_pool): Slurm's side of it; the round sees it as one more server
         pool = cfg.slurm_pool
@@ -398,6 +415,8 @@ class Simulator:
                 for p in s.placement:
                     on_server[p.node][j.tj.id] = len(p.devices)
                 ds = data.dataset(j.tj.id)
+                if aware is not None:
+                    aware.started(j.tj.id, [p.node for p in s.placement], t)
                 if ds is not None:
                     copy = data.acquire(ds, [p.node for p in s.placement], j.tj.gpus, t)
                     j.copy_s += copy
@@ -572,7 +591,9 @@ class Simulator:
                 inp = build_input(now, [pending_view(j) for j in newcomers], free, pmodel,
                                   checkpoint_cost_s=cfg.costs.checkpoint_s, round_s=cfg.round_s,
                                   user_usage=usage if len(users) > 1 else None, starts_only=True)
-                decision = schedule_round(self.policy, inp, free, placer=placer, rule=rule)
+                if aware is not None:
+                    aware.round_waiters.clear()
+                decision = data_round(schedule_round(self.policy, inp, free, placer=placer, rule=rule), inp, free, None)
                 rounds += 1
                 for s in decision.starts:
                     start(active[s.job_id], s, now)
@@ -606,8 +627,10 @@ class Simulator:
                     / j.fastest_rate
                     for j in active.values()
                 }
-            decision = schedule_round(self.policy, inp, self.servers, remaining_s=remaining, placer=placer,
-                                      rule=rule)
+            if aware is not None:
+                aware.round_waiters.clear()
+            decision = data_round(schedule_round(self.policy, inp, self.servers, remaining_s=remaining, placer=placer,
+                                                 rule=rule), inp, self.servers, remaining)
             rounds += 1
             last_round = now
             moves_due = False

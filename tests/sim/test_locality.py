@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from hsched.cli import app
 from hsched.sched import make_policy
-from hsched.sched.locality import Locality, choose_wait, copy_seconds, link_bytes_per_s
+from hsched.sched.locality import Locality, choose_wait, copy_seconds, leaves_room, link_bytes_per_s
 from hsched.sim.cluster import parse_cluster
 from hsched.sim.data import GB, DataModel, Dataset, DataState, SyntheticSpec, parse_data_model, synthetic_data
 from hsched.sim.engine import SimConfig, simulate
@@ -39,6 +39,20 @@ def test_wait_rule_at_its_boundary():
     assert not choose_wait(80.0, None)  # no holder can ever hold the job
     assert not choose_wait(80.0, math.nan)
     assert not choose_wait(0.0, 1.0)  # nothing to copy: never wait
+
+
+def test_the_wait_so_far_counts_against_the_copy():
+    assert choose_wait(160.0, 50.0, 110.0)  # 110 s waited + 50 s to go = the copy: still a tie
+    assert not choose_wait(160.0, 50.0, 110.001)
+    assert not choose_wait(160.0, 0.0, 200.0)  # waited past the copy: copy even if the holder is free now
+    assert not choose_wait(160.0, 10.0, math.nan)
+
+
+def test_a_held_holder_takes_others_only_when_it_still_has_room_in_time():
+    assert leaves_room(30.0, 30.0)  # room for the waiting job exactly when promised
+    assert not leaves_room(math.nextafter(30.0, math.inf), 30.0)
+    assert not leaves_room(None, 30.0)  # never room again: the other job would take the waiting job's place
+    assert not leaves_room(math.nan, 30.0)
 
 
 # ---------------------------------------------------------------- hand-made replays
@@ -79,6 +93,48 @@ def test_second_job_waits_for_the_holder_only_when_it_frees_before_the_copy(arri
         (arrival - 20.0) / 2 if waits else 0.0)
     assert aware.summary["data_waits"] == (1 if waits else 0)
     assert aware.summary["data_copies"] == (0 if waits else 1)
+
+
+def _holder_and_stream() -> tuple:
+    """Two 2-GPU servers, all data (200 GB: 160 s to copy) on fast-0. Jobs 0 and 1 (one GPU each) hold fast-0
+    until 100 and 150 s. Job 2 (two GPUs, arrives at 10) finds only fast-1 free: fast-0 has room for it in 140 s,
+    before the copy would end (160 s), so it waits for fast-0. Job 3 (one GPU, reads nothing) arrives at 20. A stream
+    of one-GPU jobs (4 to 9) reading the same data arrives every 50 s from 100 s, each as a GPU of fast-0 frees, and
+    runs 100 s."""
+    jobs = [("A", 1, 0.0, 200.0), ("A", 1, 0.0, 300.0), ("G", 2, 10.0, 800.0), ("B", 1, 20.0, 200.0)]
+    jobs += [("A", 1, 100.0 + 50.0 * k, 200.0) for k in range(6)]
+    reads = {i: 0 for i in range(len(jobs)) if i != 3}
+    data = DataModel((Dataset("d0", 200 * GB, "fast-0"),), reads, LINK, 10_000 * GB)
+    return trace(*jobs), data
+
+
+def test_a_waiting_job_holds_its_holder_against_the_jobs_behind_it():
+    # Before the fix (the wait rule alone, reserving nothing), each stream job took the GPU fast-0 freed, the
+    # prediction for job 2 slid by 50 s each time and stayed under the copy, so job 2 waited 10 times, until the
+    # stream ended: it started at 500 s, 490 s after it arrived, where a copy would have cost 160 s (mean JCT 202 s;
+    # now 188 s).
+    tr, data = _holder_and_stream()
+    res = simulate(tr, parse_cluster("fast:4", 2), make_policy("fifo-hetero"),
+                   SimConfig(data=data, locality=Locality.AWARE))
+    rec = {r.id: r for r in res.records}
+    assert rec[2].start_s == pytest.approx(150.0)  # on fast-0 as soon as job 1 left it, no copy
+    assert rec[2].copy_s == 0.0
+    # job 4 (at 100 s) was kept off the GPU job 0 freed, held for job 2: it went to fast-1 and copied there
+    assert rec[4].start_s == pytest.approx(100.0) and rec[4].copy_s == pytest.approx(160.0)
+    s = res.summary
+    assert (s["data_wait_jobs"], s["data_gave_up"], s["data_backfills"]) == (1, 0, 0)
+    assert s["data_wait_s"] == pytest.approx(140.0)
+
+
+def test_the_gpus_a_waiting_job_was_counted_go_to_the_job_behind_it():
+    # FIFO grants job 2 the two free GPUs (of fast-1) at 20 s too; it waits for fast-0 instead, and the round runs
+    # again without it, so job 3 (one GPU, no data) starts at once rather than at the next event (100 s)
+    tr, data = _holder_and_stream()
+    res = simulate(tr, parse_cluster("fast:4", 2), make_policy("fifo-hetero"),
+                   SimConfig(data=data, locality=Locality.AWARE))
+    rec = {r.id: r for r in res.records}
+    assert rec[3].start_s == pytest.approx(20.0)
+    assert rec[3].copy_s == 0.0
 
 
 def test_a_copy_arriving_is_waited_for_not_copied_again():
