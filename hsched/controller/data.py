@@ -30,6 +30,7 @@ from hsched.controller.fleet import NodeRuntime
 from hsched.datasets import DataPlace, Dataset, PlaceOrigin, PlaceState, copy_path, env_name, show_bytes
 from hsched.errors import ExecutorError, HelperError
 from hsched.model import Job, NodeState, Run
+from hsched.sched.live import Decision, Wait
 
 log = logging.getLogger("hsched.data")
 
@@ -65,6 +66,12 @@ class DataState:
     transfers: dict[tuple[str, str], Transfer] = field(default_factory=dict)
     loaded: bool = False
     resumed: bool = False
+    waiting_since: dict[int, float] = field(default_factory=dict)
+    """Job id -> when a round first made it wait for a node holding its data: its whole wait is bounded by its copy
+    (hsched.sched.locality.choose_wait); forgotten when it starts or leaves the queue."""
+
+
+WAITING_FOR_A_HOLDER = "Data (waiting for "
 
 
 _STATES: weakref.WeakKeyDictionary[Controller, DataState] = weakref.WeakKeyDictionary()
@@ -107,9 +114,13 @@ def size_of(ctl: Controller, ds: Dataset) -> int:
     return max(measured) if measured else (ds.size_bytes or 0)
 
 
-def view_fields(ctl: Controller) -> dict[str, Any]:
-    """What the round's FleetView needs of the data: holders, sizes, copies under way, link speeds."""
+def view_fields(ctl: Controller, now: float, pending: Iterable[Job]) -> dict[str, Any]:
+    """What the round's FleetView needs of the data: holders, sizes, copies under way, link speeds, how long each
+    waiting job has waited for a holder (`pending`: the jobs that may start; others are forgotten)."""
     st = state(ctl)
+    if st.waiting_since:
+        ids = {j.id for j in pending}
+        st.waiting_since = {i: t for i, t in st.waiting_since.items() if i in ids}
     at: dict[str, frozenset[str]] = {}
     sizes: dict[str, int] = {}
     for ds in ctl.fleet_cfg.datasets:
@@ -119,7 +130,19 @@ def view_fields(ctl: Controller) -> dict[str, Any]:
         sizes[ds.name] = size_of(ctl, ds)
     copying = {key: max(0, t.total - t.done) for key, t in st.transfers.items()}
     return {"data_at": at, "data_bytes": sizes, "data_copying": copying, "link_bps": dict(st.links),
-            "default_bps": ctl.settings.data_link_mbps * 1e6 / 8}
+            "default_bps": ctl.settings.data_link_mbps * 1e6 / 8,
+            "data_waited": {i: max(0.0, now - t) for i, t in st.waiting_since.items()}}
+
+
+def note_waits(ctl: Controller, decisions: Iterable[Decision], now: float) -> None:
+    """After a round: when each job the round made wait for a holder first did so; a job that starts is forgotten."""
+    since = state(ctl).waiting_since
+    for d in decisions:
+        if isinstance(d, Wait):
+            if d.reason.startswith(WAITING_FOR_A_HOLDER):
+                since.setdefault(d.job_id, now)
+        elif d.job_id in since:
+            del since[d.job_id]
 
 
 def prefer(ctl: Controller, jobs: Iterable[Job]) -> dict[int, str]:

@@ -178,6 +178,8 @@ async def _schedule_round(ctl: Controller) -> tuple[bool, int]:
             spawn_launch(ctl, job, run)
     if targets:
         data.prefetch(ctl, targets)
+    if inp.view.data_at:
+        data.note_waits(ctl, decisions, inp.now)
     return bool(decisions), sum(1 for d in decisions if isinstance(d, Preempt | Move) and d.job_id in valid)
 
 
@@ -223,7 +225,7 @@ async def round_input(ctl: Controller) -> RoundInput | None:
         if with_data:
             # placement weighs copying a job's datasets against waiting for a node holding them (issue 15); the
             # node holding most of them first (a dataset is most often bigger than a checkpoint)
-            view = replace(view, **data.view_fields(ctl))
+            view = replace(view, **data.view_fields(ctl, now, with_data))
             prefer.update(data.prefer(ctl, with_data))
             horizon = ctl.settings.prefetch_horizon_s if ctl.settings.prefetch else None
     if prefer:

@@ -46,7 +46,7 @@ from hsched.kinds import kind_of
 from hsched.model import DEFAULT_QOS, EndReason, Interconnect, Job, Node, NodeState, Placement, Resources
 from hsched.sched.hsched_policy import Hsched
 from hsched.sched.limits import QosLimits, Tally
-from hsched.sched.locality import choose_wait, copy_seconds
+from hsched.sched.locality import choose_wait, copy_seconds, leaves_room
 from hsched.sched.placement import fragmentation_key
 from hsched.sched.preempt import PreemptRule, Victims
 from hsched.sched.registry import make_policy
@@ -83,6 +83,7 @@ __all__ = [
 
 _NONE: Mapping[int, float] = {}
 """No figures (a default that is never written to)."""
+_NO_DEVICES: Mapping[str, float] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +168,9 @@ class FleetView:
     """(source node, target node) -> how fast copies between them went (bytes/s, measured)."""
     default_bps: float = 125e6
     """Copy speed between two nodes no copy was measured between yet (settings `data_link_mbps`)."""
+    data_waited: Mapping[int, float] = field(default_factory=dict)
+    """Job id -> seconds it has waited for a node holding its data so far (since the first round that made it wait):
+    its whole wait is bounded by its copy (`choose_wait`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -969,6 +973,11 @@ class _RoundState:
         self._running_on: dict[str, list[tuple[float, frozenset[str]]]] | None = None
         self.data_waits: dict[int, str] = {}
         """Jobs that wait for a node holding their data (`data_ok`), and why, as `why` says it."""
+        self._data_wait_node: dict[int, str] = {}
+        """Job id -> the node holding its data it waits for (its reservation goes there if it is the head)."""
+        self._data_held: dict[str, tuple[Job, float]] = {}
+        """Node -> the job waiting for it (first in line) and when it is predicted to have room for that job (seconds
+        from now): others may take its free devices only if that stays so (`take`, EASY backfill's rule)."""
 
     # ------------------------------------------------------------------ indexes
 
@@ -1111,6 +1120,8 @@ class _RoundState:
         res = job.spec.resources
         if job.spec.data and self.fleet.data_at and not self.data_ok(job, placements):
             return False
+        if self._data_held and not self._leaves_data_room(job, placements):
+            return False
         for p in placements:
             node = self.by_name.get(p.node)
             if node is None or any(u in self.busy for u in p.devices):
@@ -1175,23 +1186,46 @@ class _RoundState:
         if job.spec.resources.nodes != 1:
             return True  # a gang's nodes copy in parallel: no single node to wait for
         best: tuple[float, str] | None = None
+        held = self._data_held
         for node in self.nodes_for(job):
-            if self.data_copy_s(job, node.name) == 0.0:
+            # (first in line: a holder another job already waits for is not waited for again this round)
+            if self.data_copy_s(job, node.name) == 0.0 and (node.name not in held or held[node.name][0] is job):
                 free_in = self.free_in(node, job)
                 if free_in is not None and (best is None or free_in < best[0]):
                     best = (free_in, node.name)
-        if best is not None and choose_wait(copy_s, best[0]):
+        # the whole wait is bounded by the copy: a holder whose predicted free time keeps slipping (taken by others,
+        # runs longer than predicted) never makes the job wait longer than copying at once would have
+        if best is not None and choose_wait(copy_s, best[0], self.fleet.data_waited.get(job.id, 0.0)):
             self.data_waits[job.id] = (f"Data (waiting for {best[1]}, which holds {names}: free in ~{_secs(best[0])}; "
                                        f"a copy would take ~{_secs(copy_s)})")
+            held[best[1]] = (job, best[0])
+            self._data_wait_node[job.id] = best[1]
             return False
         return True
 
-    def free_in(self, node: Node, job: Job) -> float | None:
+    def _leaves_data_room(self, job: Job, placements: Sequence[Placement]) -> bool:
+        """`job` may take devices on a node held for a job waiting for its data only if that job is still predicted
+        to have room there by when it was promised (its devices counted busy until the end of `job`'s time limit)."""
+        limit = job.spec.time_limit_s
+        end = self.now + limit if limit is not None else math.inf
+        for p in placements:
+            got = self._data_held.get(p.node)
+            if got is None or got[0] is job:
+                continue
+            waiting, promised = got
+            after = self.free_in(self.by_name[p.node], waiting, dict.fromkeys(p.devices, end))
+            if not leaves_room(after, promised):
+                return False
+        return True
+
+    def free_in(self, node: Node, job: Job, extra: Mapping[str, float] = _NO_DEVICES) -> float | None:
         """Seconds until `node` is predicted to have room for the job's GPUs: 0 when it fits now; else when enough of
         its eligible devices free, by the running jobs' predicted ends (devices being released: now; the round's
-        starts: their time limits). None when never known (too small, or held by jobs with no predicted end)."""
+        starts: their time limits; `extra`: devices taken too, until when). None when never known (too small, or
+        held by jobs with no predicted end)."""
         res = job.spec.resources
-        if self.fit(node, res, self.busy_reserved()) is not None:
+        busy = self.busy_reserved() | extra.keys() if extra else self.busy_reserved()
+        if self.fit(node, res, busy) is not None:
             return 0.0
         elig = self.eligible(node, res)
         if len(elig) < res.gpus or not res.gpus:
@@ -1206,7 +1240,8 @@ class _RoundState:
         at = {u: end for end, devs in self._running_on.get(node.name, ()) for u in devs}
         at.update(self._started)
         at.update(dict.fromkeys(self.releasing, self.now))
-        when = sorted(at.get(u, math.inf) if u in self.busy else self.now for u in elig)
+        at.update(extra)
+        when = sorted(at.get(u, math.inf) if u in self.busy or u in extra else self.now for u in elig)
         t = when[res.gpus - 1]
         return None if math.isinf(t) else max(0.0, t - self.now)
 
@@ -1240,7 +1275,8 @@ class _RoundState:
             return None  # no node has that many devices free: nothing to search
         exempt = self.exempt(job)
         # whether enough nodes fit does not depend on the order they are tried in, only which ones are chosen
-        key = ("now", res, self.nodes_key(job), exempt)
+        # (with nodes held for jobs waiting for their data, what a job may take there depends on its time limit)
+        key = ("now", res, self.nodes_key(job), exempt, job.spec.time_limit_s if self._data_held else None)
         if self.missed(key):
             return None
         placements: list[Placement] = []
@@ -1275,7 +1311,7 @@ class _RoundState:
                     return whole
                 continue
             p = self.fit(node, res, busy)
-            if p is not None:
+            if p is not None and (not self._data_held or self._leaves_data_room(job, (p,))):
                 placements.append(p)
         if len(placements) == res.nodes:
             return tuple(placements)
@@ -1555,7 +1591,12 @@ class _RoundState:
         found: list[tuple[float, tuple[int, int, int], int, Placement]] = []
         best: tuple[float, tuple[int, int, int]] = (inf, (inf, inf, inf))  # type: ignore[assignment]
         one = res.nodes == 1
-        for idx, node in enumerate(self.nodes_for(job)):
+        candidates = self.nodes_for(job)
+        waits_for = self._data_wait_node.get(job.id)
+        if waits_for is not None:
+            # a head waiting for a node holding its data is reserved for there, where it chose to start
+            candidates = [n for n in candidates if n.name == waits_for]
+        for idx, node in enumerate(candidates):
             elig = self.eligible(node, res)
             if len(elig) < g:
                 continue
