@@ -23,11 +23,13 @@ def render_data(items: list[dict[str, Any]]) -> None:
 
     con = Console(highlight=False)
     if not items:
-        con.print("no datasets: declare them in the fleet file's [[dataset]] tables (README: Datasets)", style="dim")
+        con.print(Text("no datasets: declare them in the fleet file's [[dataset]] tables (README: Datasets)",
+                       style="dim"))
         return
     table = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("DATASET", "SIZE", "NODE", "STATE", "HOW", "PATH"):
-        table.add_column(col, justify="right" if col == "SIZE" else "left")
+        table.add_column(col, justify="right" if col == "SIZE" else "left", overflow="fold")
+    copies: list[Text] = []
     for d in items:
         rows: list[tuple[str, str, str, str]] = []
         if d["shared"]:
@@ -36,18 +38,24 @@ def render_data(items: list[dict[str, Any]]) -> None:
             state = w["state"] if not w["message"] else f"{w['state']}: {w['message']}"
             rows.append((w["node"], state, w["origin"], w["path"]))
         for t in d["transfers"]:
+            rows.append((t["node"], "copying", t["why"], ""))
             pct = 100.0 * t["done"] / t["total"] if t["total"] else 0.0
             rate = t["done"] / t["seconds"] / 1e6 if t["seconds"] > 0 else 0.0
             who = f" for job {t['job_id']}" if t["job_id"] is not None else ""
-            rows.append((t["node"], f"copying {pct:.0f}% ({_size(t['done'])} of {_size(t['total'])}, {rate:.0f} MB/s)",
-                         f"{t['why']} from {t['from']}{who}", ""))
+            copies.append(Text(f"{d['name']} {t['from']} -> {t['node']}: {pct:.0f}% ({_size(t['done'])} of "
+                               f"{_size(t['total'])}, {rate:.0f} MB/s), {t['why']}{who}"))
         if not rows:
-            rows.append(("-", "nowhere yet", "", "`hsched data scan` looks at the declared paths"))
+            rows.append(("-", "nowhere yet", "", "hsched data scan looks at the declared paths"))
         for i, (node, state, how, path) in enumerate(rows):
             # names and paths are the lab's text: shown as written, never read as markup
             table.add_row(Text(d["name"]) if i == 0 else Text(""), _size(d["size"]) if i == 0 else "",
                           Text(node), Text(state), Text(how), Text(path))
     con.print(table)
+    if copies:
+        con.print()
+        con.print(Text("copies under way:", style="bold"))
+        for line in copies:
+            con.print(Text("  ") + line)
 
 
 def register(app: typer.Typer) -> None:
