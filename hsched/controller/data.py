@@ -27,6 +27,7 @@ from typing import Any
 from hsched import datacopy
 from hsched.controller.core import Controller
 from hsched.controller.fleet import NodeRuntime
+from hsched.controller.metrics import recorder
 from hsched.datasets import DataPlace, Dataset, PlaceOrigin, PlaceState, copy_path, env_name, show_bytes
 from hsched.errors import ExecutorError, HelperError
 from hsched.model import Job, NodeState, Run
@@ -290,12 +291,18 @@ async def _copy(ctl: Controller, ds: Dataset, t: Transfer, src: NodeRuntime, src
                                               progress=progress)
             seconds = ctl.clock.monotonic() - t0
         except (ExecutorError, OSError, DataUnavailable) as e:
+            rec = recorder(ctl)
+            rec.data_copies["failed"] = rec.data_copies.get("failed", 0) + 1
             place = replace(place, state=PlaceState.FAILED, updated=now(), message=str(e))
             st.places[key] = place
             await ctl.db(ctl.store.set_data_place, place, job_id=t.job_id, event=(
                 "data_copy_failed", f"copy of {ds.name} {src.name} -> {t.node} failed: {e}",
                 {"dataset": ds.name, "from": src.name, "to": t.node}))
             return place
+        rec = recorder(ctl)
+        rec.data_copies["copied"] = rec.data_copies.get("copied", 0) + 1
+        rec.data_bytes += result.bytes_copied
+        rec.data_copy_s += seconds
         place = replace(place, state=PlaceState.READY, bytes=result.bytes_total, done_bytes=result.bytes_total,
                         updated=now())
         st.places[key] = place

@@ -66,6 +66,12 @@ class Recorder:
     preemptions: int = 0
     moves: int = 0
     """Running jobs the policy moved to faster GPUs (hsched.controller.moves; each is a preemption too)."""
+    data_copies: dict[str, int] = field(default_factory=dict)
+    """Dataset copies ended, by outcome ("copied", "failed"; hsched.controller.data)."""
+    data_bytes: int = 0
+    """Bytes dataset copies moved (resumed bytes not counted again)."""
+    data_copy_s: float = 0.0
+    """Seconds dataset copies took, those that ended well."""
     snapshot: Snapshot | None = None
 
     def observe_round(self, seconds: float) -> None:
@@ -161,6 +167,17 @@ def families(snap: Snapshot | None, rec: Recorder) -> Iterator[Any]:
     moved = CounterMetricFamily("hsched_moves", "Running jobs moved to faster GPUs by the policy (preemptions too)")
     moved.add_metric([], rec.moves)
     yield moved
+    copies = CounterMetricFamily("hsched_data_copies", "Dataset copies to nodes that ended, by outcome",
+                                 labels=["outcome"])
+    for outcome in ("copied", "failed"):
+        copies.add_metric([outcome], rec.data_copies.get(outcome, 0))
+    yield copies
+    moved_bytes = CounterMetricFamily("hsched_data_copied_bytes", "Bytes dataset copies moved between nodes")
+    moved_bytes.add_metric([], rec.data_bytes)
+    yield moved_bytes
+    copy_s = CounterMetricFamily("hsched_data_copy_seconds", "Seconds dataset copies took (those that ended well)")
+    copy_s.add_metric([], rec.data_copy_s)
+    yield copy_s
 
 
 class _Collector:

@@ -102,6 +102,12 @@ async def test_goes_elsewhere_with_a_copy_when_the_holder_frees_later(tmp_path: 
         assert place.state is PlaceState.READY and place.bytes == 300_000 + len("cat\ndog\n")
         listing = await data.listing(lab.ctl)
         assert {w["node"]: w["origin"] for w in listing[0]["where"]} == {"a": "declared", "b": "copy"}
+        # and the metrics count it (hsched_data_copies_total{outcome="copied"}, hsched_data_copied_bytes_total)
+        from hsched.controller.metrics import render
+
+        text = render(lab.ctl, None).decode()
+        assert 'hsched_data_copies_total{outcome="copied"} 1.0' in text
+        assert "hsched_data_copied_bytes_total 300008.0" in text
         assert blocker.id != job.id
 
 
