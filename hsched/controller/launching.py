@@ -339,18 +339,20 @@ _RUNNING: dict[int, Running] = {}
 """The last view's running jobs, by id: the same Running while its job (the very object) and start are."""
 
 
-_HELD: weakref.WeakKeyDictionary[Controller, tuple[object, int, tuple[Any, ...]]] = weakref.WeakKeyDictionary()
+_HELD: weakref.WeakKeyDictionary[Controller, tuple[object, dict[int, float], tuple[Any, ...]]] = \
+    weakref.WeakKeyDictionary()
 """What the active jobs hold (devices, CPUs, memory, shared GPUs, the running ones), per controller, for the very
 tuple of jobs the job cache handed out: while no job changed a round reads it, not 512 jobs' placements (~2 ms)."""
 
 
 def fleet_view(ctl: Controller, active: Sequence[Job], dirty: frozenset[str] = frozenset()) -> FleetView:
     hit = _HELD.get(ctl)
-    if hit is not None and hit[0] is active and hit[1] == len(ctl.attempt_start) and isinstance(active, tuple):
+    # (the attempts' start times too: a Slurm job still queued there restarts its clock at every report)
+    if hit is not None and hit[0] is active and hit[1] == ctl.attempt_start and isinstance(active, tuple):
         held_busy, frozen_releasing, cpus_used, memory_used, shared_use, running_t = hit[2]
     else:
         held_busy, frozen_releasing, cpus_used, memory_used, shared_use, running_t = _held_by(ctl, active)
-        _HELD[ctl] = (active, len(ctl.attempt_start),
+        _HELD[ctl] = (active, dict(ctl.attempt_start),
                       (held_busy, frozen_releasing, cpus_used, memory_used, shared_use, running_t))
     busy = set(held_busy)
     for rt in ctl.nodes.values():
