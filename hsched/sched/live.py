@@ -1230,6 +1230,16 @@ class _RoundState:
         elig = self.eligible(node, res)
         if len(elig) < res.gpus or not res.gpus:
             return None
+        at = {u: end for end, devs in self._running_by_node().get(node.name, ()) for u in devs}
+        at.update(self._started)
+        at.update(dict.fromkeys(self.releasing, self.now))
+        at.update(extra)
+        when = sorted(at.get(u, math.inf) if u in self.busy or u in extra else self.now for u in elig)
+        t = when[res.gpus - 1]
+        return None if math.isinf(t) else max(0.0, t - self.now)
+
+    def _running_by_node(self) -> dict[str, list[tuple[float, frozenset[str]]]]:
+        """Node -> (predicted end, devices) of each running job there, made once per round on first need."""
         if self._running_on is None:
             by_node: dict[str, list[tuple[float, frozenset[str]]]] = {}
             ends = self.fleet.ends
@@ -1237,13 +1247,21 @@ class _RoundState:
                 for p in r.job.placement:
                     by_node.setdefault(p.node, []).append((ends.get(r.id, math.inf), frozenset(p.devices)))
             self._running_on = by_node
-        at = {u: end for end, devs in self._running_on.get(node.name, ()) for u in devs}
+        return self._running_on
+
+    def soonest_devices(self, node: Node, job: Job, extra: Mapping[str, float] = _NO_DEVICES) -> list[str]:
+        """The job's GPU count of the node's eligible devices that free first (free ones now; `extra`: taken until
+        then): where a forecast puts it (`prefetch_targets`)."""
+        res = job.spec.resources
+        at = {u: end for end, devs in self._running_by_node().get(node.name, ()) for u in devs}
         at.update(self._started)
         at.update(dict.fromkeys(self.releasing, self.now))
         at.update(extra)
-        when = sorted(at.get(u, math.inf) if u in self.busy or u in extra else self.now for u in elig)
-        t = when[res.gpus - 1]
-        return None if math.isinf(t) else max(0.0, t - self.now)
+
+        def when(u: str) -> float:
+            return at.get(u, math.inf) if u in self.busy or u in extra else self.now
+
+        return sorted(self.eligible(node, res), key=when)[:res.gpus]
 
     def missed(self, key: tuple[object, ...]) -> bool:
         """This search failed already, and nothing changed hands since."""
@@ -1767,6 +1785,9 @@ def _gang_on_group(st: _RoundState, node: Node, res: Resources, busy: Collection
 
 PREFETCH_JOBS = 8
 """How many waiting jobs with data, in queue order, a round looks ahead for (the ones that start next)."""
+PREFETCH_LOOKAHEAD = 64
+"""How many waiting jobs, in queue order, are given the GPUs they would take first, before the jobs with data behind
+them are: a copy to a node a job ahead of it will take is a copy wasted."""
 
 
 def prefetch_targets(fleet: FleetView, queue: Sequence[Job], now: float, horizon_s: float,
@@ -1775,26 +1796,31 @@ def prefetch_targets(fleet: FleetView, queue: Sequence[Job], now: float, horizon
     where each could compute soonest (predicted free time, or the copy's end when that is later: a copy started now
     runs while the job waits) when it lacks the data and the job is predicted to start there within `horizon_s` plus
     the copy's own time (a long copy starts earlier). Not when waiting for a node that holds the data is as good
-    (`choose_wait`): that node is where it goes. Pure: the controller starts the copies (hsched.controller.data)."""
+    (`choose_wait`): that node is where it goes. The waiting jobs ahead of it (up to PREFETCH_LOOKAHEAD) are given
+    first the devices they would take soonest, held for as long as nobody knows (their durations are not known
+    here): a node a job ahead will take is not where this one starts. Pure: the controller starts the copies
+    (hsched.controller.data)."""
     if not fleet.data_at:
         return []
     st = _RoundState(fleet, default_chooser(), now)
     out: list[tuple[int, str, tuple[str, ...]]] = []
+    taken: dict[str, float] = {}
+    """Devices the jobs ahead are predicted to take (held for ever, as far as this forecast knows)."""
     looked = 0
-    for job in order([j for j in queue if j.spec.data and j.id not in skip]):
+    for n, job in enumerate(order([j for j in queue if j.id not in skip])):
+        if looked >= PREFETCH_JOBS or n >= PREFETCH_LOOKAHEAD:
+            break
         res = job.spec.resources
         if res.nodes != 1 or not res.gpus or res.shared:
             continue
-        looked += 1
-        if looked > PREFETCH_JOBS:
-            break
+        data = bool(job.spec.data)
         best: tuple[float, float, str] | None = None
         holder: float | None = None
         for node in st.nodes_for(job):
-            eta = st.free_in(node, job)
+            eta = st.free_in(node, job, taken)
             if eta is None:
                 continue
-            c = st.data_copy_s(job, node.name)
+            c = st.data_copy_s(job, node.name) if data else 0.0
             if c == 0.0:
                 holder = eta if holder is None else min(holder, eta)
             if math.isinf(c):
@@ -1802,12 +1828,18 @@ def prefetch_targets(fleet: FleetView, queue: Sequence[Job], now: float, horizon
             cand = (max(eta, c), c, node.name)
             if best is None or cand < best:
                 best = cand
-        if best is None or best[1] == 0.0:
-            continue  # a node holding its data is where it starts soonest
-        _start_s, copy_s, node_name = best
-        eta = st.free_in(st.by_name[node_name], job) or 0.0
-        if choose_wait(copy_s, holder) or eta > horizon_s + copy_s:
+        if best is None:
             continue
+        _start_s, copy_s, node_name = best
+        node = st.by_name[node_name]
+        eta = st.free_in(node, job, taken) or 0.0
+        # the devices it would take there, first to free: the jobs behind it do not count on them
+        taken.update(dict.fromkeys(st.soonest_devices(node, job, taken), math.inf))
+        if not data:
+            continue
+        looked += 1
+        if copy_s == 0.0 or choose_wait(copy_s, holder) or eta > horizon_s + copy_s:
+            continue  # its data is where it starts soonest, or waiting for a holder is as good, or not soon
         at = fleet.data_at
         lacking = tuple(d for d in job.spec.data if d in at and node_name not in at[d])
         if lacking:

@@ -78,3 +78,22 @@ def test_the_next_job_does_not_wait_for_a_holder_held_for_another(policy: str | 
     launched = [i for i, d in got.items() if isinstance(d, Launch)]
     assert len(waits) == 1 and len(launched) == 1, got
     assert got[waits[0]].reason.startswith("Data (waiting for a")
+
+
+def test_prefetch_goes_where_the_job_will_start_not_where_a_job_ahead_will() -> None:
+    """a (holding the data) is busy for 2 h, b frees in 10 min: a data job alone is prefetched to b; behind a job that
+    will take b first, it is not (that copy would be wasted), and a one-GPU job ahead on a two-GPU b leaves room."""
+    from hsched.sched.live import prefetch_targets
+
+    runs = (running(8, "a", ("GPU-a-0",)), running(9, "b", ("GPU-b-0",)))
+    ends = {8: 7200.0, 9: 600.0}
+    fleet = view((node("a", 1), node("b", 1)), runs, ends, None)
+    alone = prefetch_targets(fleet, [job(2, data=("imagenet",))], 0.0, 900.0)
+    assert alone == [(2, "b", ("imagenet",))]
+    assert prefetch_targets(fleet, [job(1), job(2, data=("imagenet",))], 0.0, 900.0) == []
+    runs2 = (running(8, "a", ("GPU-a-0",)), running(9, "b", ("GPU-b-0", "GPU-b-1")))
+    roomy = view((node("a", 1), node("b", 2)), runs2, ends, None)
+    assert prefetch_targets(roomy, [job(1), job(2, data=("imagenet",))], 0.0, 900.0) == [(2, "b", ("imagenet",))]
+    # not soon: b frees only past the horizon plus the copy
+    late = view((node("a", 1), node("b", 1)), runs, {8: 7200.0, 9: 5000.0}, None)
+    assert prefetch_targets(late, [job(2, data=("imagenet",))], 0.0, 900.0) == []
