@@ -9,6 +9,9 @@ reaches them), and a lab's confined helper lets its service account run nothing 
 node-to-node path for rsync to use. One way for every pair of executors (local, ssh, fake, a confined helper,
 the same node twice), at the price of each byte crossing the controller (base64 on the JSON channels: 4/3 of it
 on each side); a file's next chunk is read while the one before is written, and FILES_AT_ONCE files go at once.
+Small files go many at a time (`data_read_many`, `data_write_many`: up to a chunk's bytes, BATCH_FILES files), so
+that a tree of a million of them costs a few thousand round trips, not two million; a node whose helper predates
+those requests gets every file chunk by chunk as before.
 
 A copy lands in `DEST.partial`, beside its destination: `.hsched-copy.json`, the manifest (every source file's
 relative path, size, mtime and mode, and the folders), written before any byte of data, and `data`, the tree (or
@@ -58,6 +61,12 @@ LIST_PAGE = 100_000
 """Files per listing request (about 10 MB of JSON: well under the local helper pipe's 64 MiB line limit)."""
 LIST_TIMEOUT_S = 600.0
 """A listing walks the whole tree on the node (a page of it too)."""
+BATCH_FILE_MAX = 256 << 10
+"""A file with at most this many bytes left to copy (and at most a chunk) goes in a batch with others: one
+data_read_many and one data_write_many for all of them, where chunk by chunk each file costs a round trip to
+each node (issue #15: 10,000 files of 4 KiB went at ~600 files/s). Bigger files go chunk by chunk."""
+BATCH_FILES = 1024
+"""Files in one batch at most (its bytes: at most a chunk)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,10 +228,11 @@ async def copy_tree(src: Executor, src_path: str, dst: Executor, dst_path: str, 
     resuming what an earlier attempt left (see the module's docstring).
 
     `limit_bps`: at most this many bytes a second on average (from the first byte this attempt moves).
-    `progress(done, total)` is awaited after each chunk (done counts the resumed bytes). `chunk`: bytes per
-    request (at most 4 MiB). `headroom_bytes`: what must stay free on `dst` beyond the copy. `sleep` and
-    `monotonic` are the throttle's (a test's fake clock). Raises NoSpace (nothing written), TransferError (no
-    such source, it changed while copied, a listing that does not read), or what the executors raise."""
+    `progress(done, total)` is awaited after each chunk or batch of small files (done counts the resumed bytes).
+    `chunk`: bytes per request (at most 4 MiB; a batch's too). `headroom_bytes`: what must stay free on `dst`
+    beyond the copy. `sleep` and `monotonic` are the throttle's (a test's fake clock). Raises NoSpace (nothing
+    written), TransferError (no such source, it changed while copied, a listing that does not read), or what the
+    executors raise."""
     if not 0 < chunk <= DATA_CHUNK_MAX:
         raise ValueError(f"chunk must be 1 to {DATA_CHUNK_MAX} bytes, not {chunk}")
     if limit_bps is not None and limit_bps <= 0:
@@ -350,18 +360,82 @@ async def _write_manifest(dst: Executor, partial: str, listing: _Listing, node: 
             return
 
 
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """A file to copy from `start` (the bytes an earlier attempt left: 0 for none)."""
+
+    file: _File
+    start: int
+
+    @property
+    def left(self) -> int:
+        return self.file.size - self.start
+
+
+def _units(parts: list[_Part], chunk: int) -> list[tuple[_Part, ...]]:
+    """The files to copy, in the listing's order, as units a worker takes whole: a file of its own, or a batch of
+    small ones (each at most BATCH_FILE_MAX and a chunk left, together at most a chunk and BATCH_FILES), which
+    stays where its first file is while later small files fill it."""
+    small = min(BATCH_FILE_MAX, chunk)
+    units: list[list[_Part]] = []
+    batch: list[_Part] | None = None
+    batch_bytes = 0
+    for p in parts:
+        if p.left > small:
+            units.append([p])
+            continue
+        if batch is None or len(batch) >= BATCH_FILES or batch_bytes + p.left > chunk:
+            batch, batch_bytes = [], 0
+            units.append(batch)
+        batch.append(p)
+        batch_bytes += p.left
+    return [tuple(u) for u in units]
+
+
+def _unknown_request(e: HelperError) -> bool:
+    """An older helper's answer to a request it does not have (its server's, or its one-shot usage line)."""
+    return "unknown request" in str(e) or "usage: nodehelper.py" in str(e)
+
+
+async def _batches_taken(src: Executor, src_path: str, dst: Executor, claim: Mapping[str, str]) -> bool:
+    """Whether both nodes' helpers take many files a request (an empty one of each asked); False where one
+    predates them (a lab's installed helper not yet updated): that copy goes chunk by chunk."""
+    try:
+        await src.data("read_many", {"root": src_path, "files": []})
+        await dst.data("write_many", {"claim": claim, "files": []})
+    except HelperError as e:
+        if _unknown_request(e):
+            return False
+        raise
+    return True
+
+
 async def _move(src: Executor, src_path: str, dst: Executor, partial: str, listing: _Listing,
                 offsets: Mapping[str, int], claim: Mapping[str, str], *, chunk: int, limit_bps: float | None,
                 progress: Callable[[int, int], Awaitable[None]] | None, total: int, resumed: int,
                 sleep: Callable[[float], Awaitable[None]], monotonic: Callable[[], float]) -> int:
-    """Every byte not yet in `partial`, read from `src` and written to `dst`, FILES_AT_ONCE files at a time (a tree
-    of small files: their round trips overlap), each file's next chunk read while the one before is written;
-    the bytes moved. A chunk goes on as the source's base64 came: decoding it here only to encode it again
-    would cost the controller's CPU twice per byte."""
-    todo = iter([(f, offsets.get(f.rel)) for f in listing.files if offsets.get(f.rel, -1) < f.size])
+    """Every byte not yet in `partial`, read from `src` and written to `dst`, FILES_AT_ONCE units at a time (a
+    tree of small files: their round trips overlap): a big file chunk by chunk, each next chunk read while the one
+    before is written; small files a batch at a time (`_units`). The bytes moved. Data goes on as the source's
+    base64 came: decoding it here only to encode it again would cost the controller's CPU twice per byte."""
+    parts = [_Part(f, offsets.get(f.rel) or 0) for f in listing.files if offsets.get(f.rel, -1) < f.size]
+    units = _units(parts, chunk)
+    batched = any(len(u) > 1 for u in units) and await _batches_taken(src, src_path, dst, claim)
+    todo = iter(units)
     moved = 0
     t0 = monotonic()
     pace = asyncio.Lock()
+
+    async def moved_bytes(n: int) -> None:
+        nonlocal moved
+        moved += n
+        if limit_bps is not None:
+            async with pace:  # one sleeper at a time: the sleeps add up to the bytes over the limit
+                ahead = moved / limit_bps - (monotonic() - t0)
+                if ahead > 0:
+                    await sleep(ahead)
+        if progress is not None and n:
+            await progress(resumed + moved, total)
 
     async def read(path: str, offset: int, size: int) -> tuple[str, int]:
         want = min(chunk, size - offset)
@@ -376,26 +450,18 @@ async def _move(src: Executor, src_path: str, dst: Executor, partial: str, listi
         return data, n
 
     async def write(path: str, offset: int, data: str, n: int) -> None:
-        nonlocal moved
         r = await dst.data("write", {"path": path, "offset": offset, "data": data, "claim": claim})
         if r.get("size") != offset + n:
             raise TransferError(f"{dst.name}: {path} has {r.get('size')} bytes after a write, not {offset + n}")
-        moved += n
-        if limit_bps is not None:
-            async with pace:  # one sleeper at a time: the sleeps add up to the bytes over the limit
-                ahead = moved / limit_bps - (monotonic() - t0)
-                if ahead > 0:
-                    await sleep(ahead)
-        if progress is not None and n:
-            await progress(resumed + moved, total)
+        await moved_bytes(n)
 
-    async def one_file(f: _File, start: int | None) -> None:
+    async def one_file(f: _File, start: int) -> None:
         target = _tree_path(partial, f.rel)
         if f.size == 0:
             await write(target, 0, "", 0)  # an empty file is made by writing nothing
             return
         path = _source_path(src_path, f.rel)
-        offset = start or 0
+        offset = start
         reading: asyncio.Task[tuple[str, int]] | None = asyncio.create_task(read(path, offset, f.size))
         try:
             while reading is not None:
@@ -411,9 +477,45 @@ async def _move(src: Executor, src_path: str, dst: Executor, partial: str, listi
                 if not reading.cancelled():
                     reading.exception()  # seen: the copy's own error is the one raised
 
+    async def one_batch(batch: tuple[_Part, ...]) -> None:
+        """Small files whole (from where an earlier attempt left each): one request to each node."""
+        r = await src.data("read_many", {"root": src_path, "files": [
+            {"rel": p.file.rel, "offset": p.start, "max_bytes": p.left} for p in batch]})
+        got = r.get("files")
+        if not isinstance(got, list) or len(got) != len(batch):
+            raise TransferError(f"{src.name}: {src_path}: the node's answer to a batch of {len(batch)} files "
+                                "does not read")
+        files: list[dict[str, Any]] = []
+        for p, g in zip(batch, got, strict=True):
+            data = g.get("data") if isinstance(g, dict) else None
+            n = _b64_length(data) if isinstance(data, str) else None
+            size = g.get("size") if isinstance(g, dict) else None
+            path = _source_path(src_path, p.file.rel)
+            if n is None or not isinstance(size, int) or n > p.left:
+                raise TransferError(f"{src.name}: {path}: the node's answer at {p.start} does not read")
+            if size != p.file.size:
+                raise TransferError(f"{src.name}: {path} has {size} bytes, not {p.file.size}: it changed while it "
+                                    "was copied; copy it again")
+            if n != p.left:
+                raise TransferError(f"{src.name}: {path} ended at {p.start + n} of {size} bytes: it changed while "
+                                    "it was copied; copy it again")
+            files.append({"rel": p.file.rel, "offset": p.start, "data": data})
+        w = await dst.data("write_many", {"claim": claim, "files": files})
+        sizes = w.get("sizes")
+        sizes = sizes if isinstance(sizes, list) else []
+        for i, p in enumerate(batch):
+            if i >= len(sizes) or sizes[i] != p.file.size:
+                raise TransferError(f"{dst.name}: {_tree_path(partial, p.file.rel)} has "
+                                    f"{sizes[i] if i < len(sizes) else None} bytes after a write, not {p.file.size}")
+        await moved_bytes(sum(p.left for p in batch))
+
     async def worker() -> None:
-        for f, start in todo:  # one iterator for all: each file goes to one worker
-            await one_file(f, start)
+        for unit in todo:  # one iterator for all: each unit goes to one worker
+            if batched and len(unit) > 1:
+                await one_batch(unit)
+            else:
+                for p in unit:
+                    await one_file(p.file, p.start)
 
     try:
         async with asyncio.TaskGroup() as group:

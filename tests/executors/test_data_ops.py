@@ -298,9 +298,120 @@ def test_hash_covers_paths_and_bytes_not_modes_or_mtimes(base: Path) -> None:
         nh.data_hash({"path": str(base / "absent")})
 
 
+# ------------------------------------------------------------------------------- many small files at once
+
+
+def read_many(root: Path, *files: tuple[str, int, int]) -> list[tuple[bytes, int]]:
+    r = nh.data_read_many({"root": str(root), "files": [{"rel": rel, "offset": offset, "max_bytes": n}
+                                                         for rel, offset, n in files]})
+    return [(base64.b64decode(f["data"]), f["size"]) for f in r["files"]]
+
+
+def test_read_many_answers_several_files_from_their_offsets_with_their_sizes_now(base: Path) -> None:
+    root = base / "ds"
+    make_tree(root)
+    a = (root / "a.bin").read_bytes()
+    got = read_many(root, ("a.bin", 0, 5000), ("sub/b.txt", 1, 100), ("sub/deep/c", 0, 0), ("a.bin", 4990, 10))
+    assert got == [(a, 5000), (b"ee\n", 4), (b"", 0), (a[4990:], 5000)]
+    assert read_many(root / "a.bin", ("", 10, 20)) == [(a[10:30], 5000)]  # a dataset of one file
+    assert nh.data_read_many({"root": str(root), "files": []}) == {"files": []}  # what the controller asks first
+    # a link at the root is followed (as data_list takes it), never one below it (data_list leaves those out)
+    (base / "to-ds").symlink_to(root)
+    assert read_many(base / "to-ds", ("sub/b.txt", 0, 4)) == [(b"bee\n", 4)]
+    (root / "hop").symlink_to(base)
+    (base / "secret").write_text("not in the dataset")
+    with pytest.raises(nh.Refused, match="hop is a symbolic link"):
+        read_many(root, ("a.bin", 0, 10), ("hop/secret", 0, 10))
+    (root / "sub" / "to-a").symlink_to(root / "a.bin")
+    with pytest.raises(nh.Refused, match="is a symbolic link"):
+        read_many(root, ("sub/to-a", 0, 10))
+    os.mkfifo(root / "pipe")
+    with pytest.raises(nh.Refused, match="not a regular file"):  # and no hang on a pipe nobody writes
+        read_many(root, ("pipe", 0, 10))
+    with pytest.raises(FileNotFoundError):
+        read_many(root, ("absent", 0, 10))
+    for files, why in [([("../secret", 0, 10)], "not a path inside"),
+                       ([("a.bin", 0, 3 << 20), ("sub/b.txt", 0, (1 << 20) + 1)], "at most 4194304 bytes"),
+                       ([("sub/deep/c", 0, 0)] * (nh.DATA_BATCH_FILES + 1), "at most 4096 files")]:
+        with pytest.raises(nh.Refused, match=why):
+            read_many(root, *files)
+    with pytest.raises(nh.Refused, match="not an absolute path"):
+        nh.data_read_many({"root": "ds", "files": []})
+
+
+def write_many(partial: Path, token: str, *files: tuple[str, int, bytes]) -> dict[str, Any]:
+    return nh.data_write_many({"claim": {"partial": str(partial), "token": token},
+                               "files": [{"rel": rel, "offset": offset, "data": b64(data)}
+                                         for rel, offset, data in files]})
+
+
+def test_write_many_writes_and_fsyncs_every_file_under_the_claim(base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    partial, token = base / "ds.partial", "c" * 32
+    nh.data_claim({"partial": str(partial), "token": token})
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    tree = partial / "data"
+    r = write_many(partial, token, ("a.bin", 0, b"A" * 5000), ("sub/deep/c", 0, b""), ("sub/b.txt", 0, b"bee\n"))
+    assert r == {"sizes": [5000, 0, 4]}
+    assert sorted(synced) == sorted(str(tree / rel) for rel in ("a.bin", "sub/deep/c", "sub/b.txt"))
+    assert (tree / "a.bin").read_bytes() == b"A" * 5000 and (tree / "sub" / "b.txt").read_text() == "bee\n"
+    assert stat.S_IMODE((tree / "sub" / "deep").stat().st_mode) == 0o755
+    # a resumed file: cut at its offset first, the rest written there (a retried batch lands the same)
+    assert write_many(partial, token, ("sub/b.txt", 2, b"ar\n"), ("a.bin", 10, b"z")) == {"sizes": [5, 11]}
+    assert write_many(partial, token, ("sub/b.txt", 2, b"ar\n")) == {"sizes": [5]}
+    assert (tree / "sub" / "b.txt").read_text() == "bear\n" and (tree / "a.bin").read_bytes() == b"A" * 10 + b"z"
+    # a hole is refused: the batch stops at that file, those before it stay written (as a batch cut short would)
+    with pytest.raises(nh.Refused, match="would leave a hole"):
+        write_many(partial, token, ("new", 0, b"n"), ("sub/b.txt", 9, b"x"))
+    assert (tree / "new").read_bytes() == b"n" and (tree / "sub" / "b.txt").read_text() == "bear\n"
+    assert nh.data_write_many({"claim": {"partial": str(partial), "token": token}, "files": []}) == {"sizes": []}
+    # a dataset of one file: rel "" is the partial folder's `data` itself
+    one = base / "one.partial"
+    nh.data_claim({"partial": str(one), "token": token})
+    assert write_many(one, token, ("", 0, b"weights")) == {"sizes": [7]}
+    assert (one / "data").read_bytes() == b"weights"
+
+
+def test_write_many_refuses_another_attempts_claim_links_and_oversized_batches(base: Path) -> None:
+    partial, first, second = base / "ds.partial", "a" * 32, "b" * 32
+    with pytest.raises(nh.Refused, match="no copy's now"):  # never claimed: nothing made
+        write_many(partial, first, ("f", 0, b"x"))
+    assert not partial.exists()
+    nh.data_claim({"partial": str(partial), "token": first})
+    write_many(partial, first, ("f", 0, b"one"))
+    nh.data_claim({"partial": str(partial), "token": second})
+    with pytest.raises(nh.Refused, match="another attempt's copy now"):  # refused whole: no file of it written
+        write_many(partial, first, ("f", 0, b"late"), ("g", 0, b"late"))
+    assert (partial / "data" / "f").read_bytes() == b"one" and not (partial / "data" / "g").exists()
+    with pytest.raises(nh.Refused, match="needs the copy's claim"):
+        nh.data_write_many({"files": []})
+    elsewhere = base / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "victim").write_bytes(b"keep me")
+    (partial / "data" / "hop").symlink_to(elsewhere)
+    (partial / "data" / "file-link").symlink_to(elsewhere / "victim")
+    for rel in ("hop/victim", "hop/new/f", "file-link"):
+        with pytest.raises(nh.Refused, match="is a symbolic link"):
+            write_many(partial, second, (rel, 0, b"overwritten"))
+    assert (elsewhere / "victim").read_bytes() == b"keep me" and sorted(os.listdir(elsewhere)) == ["victim"]
+    for files, why in [([("../escape", 0, b"x")], "not a path inside"),
+                       ([("f", -1, b"x")], "negative"),
+                       ([("f", 0, b"x" * (3 << 20)), ("g", 0, b"x" * ((1 << 20) + 1))], "at most 4194304 bytes"),
+                       ([("f", 0, b"")] * (nh.DATA_BATCH_FILES + 1), "at most 4096 files")]:
+        with pytest.raises(nh.Refused, match=why):
+            write_many(partial, second, *files)
+    assert not (base / "escape").exists() and (partial / "data" / "f").read_bytes() == b"one"
+
+
 def test_every_data_request_is_served(base: Path) -> None:
     assert {"data_scan", "data_list", "data_free", "data_read", "data_write", "data_claim", "data_commit",
-            "data_drop", "data_hash", "data_root"} <= set(nh.COMMANDS)
+            "data_drop", "data_hash", "data_root", "data_read_many", "data_write_many"} <= set(nh.COMMANDS)
     assert nh.data_root({}) == {"root": None}  # unconfined: datasets anywhere
 
 
@@ -326,15 +437,21 @@ def test_confined_data_requests_stay_under_root(root: Path, base: Path) -> None:
     secret.write_text("root's")
     (root / "files").mkdir()
     (root / "files" / "link").symlink_to(base)
-    for fn, req in [(nh.data_scan, {"path": str(secret)}), (nh.data_list, {"path": str(base)}),
-                    (nh.data_free, {"path": "/"}), (nh.data_hash, {"path": str(secret)}),
-                    (nh.data_read, {"path": str(secret), "offset": 0, "max_bytes": 10}),
-                    (nh.data_write, {"path": str(secret), "offset": 0, "data": ""}),
-                    (nh.data_drop, {"path": str(secret)}),
-                    (nh.data_commit, {"partial": str(root / "data" / "x.partial"), "dest": str(secret)})]:
+    cases: list[tuple[Any, dict[str, Any]]] = [
+        (nh.data_scan, {"path": str(secret)}), (nh.data_list, {"path": str(base)}),
+        (nh.data_free, {"path": "/"}), (nh.data_hash, {"path": str(secret)}),
+        (nh.data_read, {"path": str(secret), "offset": 0, "max_bytes": 10}),
+        (nh.data_write, {"path": str(secret), "offset": 0, "data": ""}),
+        (nh.data_drop, {"path": str(secret)}),
+        (nh.data_commit, {"partial": str(root / "data" / "x.partial"), "dest": str(secret)}),
+        (nh.data_read_many, {"root": str(base), "files": [{"rel": "secret", "max_bytes": 10}]}),
+        (nh.data_write_many, {"claim": {"partial": f"{secret}.partial", "token": "a" * 32}, "files": []})]
+    for fn, req in cases:
         refused(fn, req, "outside this helper's folder")
     refused(nh.data_read, {"path": f"{root}/files/link/secret", "offset": 0, "max_bytes": 10}, "symbolic link")
     refused(nh.data_scan, {"path": f"{root}/files/link"}, "symbolic link")
+    refused(nh.data_read_many, {"root": f"{root}/files", "files": [{"rel": "link/secret", "max_bytes": 10}]},
+            "symbolic link")
     refused(nh.data_read, {"path": f"{root}/data/../../secret"}, r"'\.\.'")
     assert secret.read_text() == "root's"
 
@@ -349,6 +466,8 @@ def test_confined_writes_only_under_root_data(root: Path) -> None:
     refused(nh.data_drop, {"path": str(runs)}, "only under")
     refused(nh.data_commit, {"partial": str(root / "data" / "p"), "dest": str(runs)}, "only under")
     refused(nh.data_write, {"path": str(root / "data"), "offset": 0, "data": ""}, "only under")
+    refused(nh.data_write_many, {"claim": {"partial": str(runs), "token": "a" * 32},
+                                 "files": [{"rel": "handle.json", "data": b64(b"{}")}]}, "only under")
     assert (runs / "handle.json").read_text() == "{}"
     # reads may name anything under ROOT, as `read` and `pack` may
     assert nh.data_scan({"path": str(runs)})["files"] == 1

@@ -6,6 +6,7 @@ changed, no room, and the throttle on a fake clock."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import os
 import stat
@@ -20,7 +21,7 @@ from hsched.executors.fake import FakeExecutor
 
 from hsched import datacopy, nodehelper
 from hsched.datacopy import CopyResult, NoSpace, TreeInfo, copy_tree, free_bytes, remove, scan, tree_hash
-from hsched.errors import NodeUnreachable, TransferError
+from hsched.errors import HelperError, NodeUnreachable, TransferError
 
 MiB = 1 << 20
 
@@ -317,6 +318,177 @@ async def test_a_node_that_lists_a_path_outside_the_tree_is_not_followed(base: P
     assert not (base / "escape").exists() and not (base / "b").exists()
 
 
+# ------------------------------------------------------------------------------- many small files at once
+
+
+def make_small_files(root: Path, n: int = 300) -> int:
+    """n small files (some empty) in folders of 100, and one big file; their bytes."""
+    for i in range(n):
+        folder = root / f"class-{i // 100}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"img-{i:04d}.jpg").write_bytes(os.urandom(i * 37 % 5000))
+    (root / "big.bin").write_bytes(os.urandom(300_000))
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+def recorder(log: list[tuple[str, dict[str, Any]]]) -> Any:
+    async def hook(op: str, req: Mapping[str, Any]) -> None:
+        log.append((op, dict(req)))
+    return hook
+
+
+async def test_small_files_go_many_a_request_and_big_ones_chunk_by_chunk(
+        base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(datacopy, "BATCH_FILES", 50)
+    src_root, dst_root = base / "a" / "ds", base / "b" / "ds"
+    total = make_small_files(src_root)
+    a, b = nodes()
+    reads: list[tuple[str, dict[str, Any]]] = []
+    writes: list[tuple[str, dict[str, Any]]] = []
+    a.data_hook, b.data_hook = recorder(reads), recorder(writes)
+    reports: list[int] = []
+
+    async def progress(done: int, total: int) -> None:
+        reports.append(done)
+
+    chunk = 64 << 10
+    r = await copy_tree(a, str(src_root), b, str(dst_root), chunk=chunk, progress=progress)
+    assert (r.bytes_total, r.bytes_copied, r.files) == (total, total, 301)
+    assert expected_hash(dst_root) == expected_hash(src_root)
+    # big.bin alone goes chunk by chunk (300,000 bytes: 5 chunks); the 300 small files in batches
+    assert [req["path"] for op, req in reads if op == "read"] == [str(src_root / "big.bin")] * 5
+    batches = [req["files"] for op, req in writes if op == "write_many" and req["files"]]
+    assert sorted(f["rel"] for batch in batches for f in batch) == sorted(
+        str(p.relative_to(src_root)) for p in src_root.rglob("*.jpg"))
+    assert all(len(batch) <= 50 and sum(len(base64.b64decode(f["data"])) for f in batch) <= chunk
+               for batch in batches)
+    assert len(batches) <= (total - 300_000) // chunk + 300 // 50 + 1  # full batches, none of one file by mistake
+    assert [op for op, _ in writes].count("write") == 6  # the manifest and big.bin's 5 chunks
+    assert reports == sorted(reports) and reports[-1] == total
+
+
+async def test_a_batch_cut_short_resumes_each_file_from_its_own_length(
+        base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(datacopy, "FILES_AT_ONCE", 1)  # one batch after another: where the cut lands is known
+    src_root, dst_root = base / "a" / "ds", base / "b" / "ds"
+    total = make_small_files(src_root)
+    a, b = nodes()
+    batches = 0
+    cut: dict[str, Any] = {}
+
+    async def lost_in_the_third_batch(op: str, req: Mapping[str, Any]) -> None:
+        nonlocal batches
+        if op != "write_many" or not req["files"]:
+            return
+        batches += 1
+        if batches == 3:  # the node wrote 5 files of it whole and half of the 6th, then the connection went
+            files = [f for f in req["files"] if f["data"]]
+            await asyncio.to_thread(nodehelper.data_write_many, {**req, "files": files[:5]})
+            sixth = files[5]
+            half = base64.b64decode(sixth["data"])[:len(base64.b64decode(sixth["data"])) // 2]
+            await asyncio.to_thread(nodehelper.data_write_many, {**req, "files": [
+                {"rel": sixth["rel"], "offset": 0, "data": base64.b64encode(half).decode()}]})
+            cut.update(rel=sixth["rel"], half=len(half), rest=[f["rel"] for f in files[6:]])
+            raise NodeUnreachable("node-b: connection lost")
+
+    b.data_hook = lost_in_the_third_batch
+    with pytest.raises(NodeUnreachable, match="connection lost"):
+        await copy_tree(a, str(src_root), b, str(dst_root), chunk=64 << 10)
+    lengths = partial_lengths(base / "b" / "ds.partial")
+    assert lengths[cut["rel"]] == cut["half"] > 0 and not any(rel in lengths for rel in cut["rest"])
+    kept = sum(lengths.values())
+    reads: list[tuple[str, dict[str, Any]]] = []
+    a.data_hook, b.data_hook = recorder(reads), None
+    r = await copy_tree(a, str(src_root), b, str(dst_root), chunk=64 << 10)
+    assert (r.resumed_bytes, r.bytes_copied) == (kept, total - kept)
+    asked = {f["rel"]: f for op, req in reads if op == "read_many" for f in req["files"]}
+    assert asked[cut["rel"]]["offset"] == cut["half"]  # the half-written file goes on from its length
+    assert not any(rel in asked for rel, n in lengths.items() if n == (src_root / rel).stat().st_size)
+    assert expected_hash(dst_root) == expected_hash(src_root)
+
+
+async def test_a_small_file_that_changes_during_the_copy_fails_it_and_starts_over(base: Path) -> None:
+    src_root, dst_root = base / "a" / "ds", base / "b" / "ds"
+    make_small_files(src_root, n=20)
+    a, b = nodes()
+    changed: list[str] = []
+
+    async def rewrite_one(op: str, req: Mapping[str, Any]) -> None:
+        if op == "read_many" and req["files"] and not changed:
+            rel = req["files"][-1]["rel"]
+            (src_root / rel).write_bytes(os.urandom(7777))  # between the listing and the read
+            changed.append(rel)
+
+    a.data_hook = rewrite_one
+    with pytest.raises(TransferError, match=r"has 7777 bytes, not .*changed while it was copied"):
+        await copy_tree(a, str(src_root), b, str(dst_root))
+    assert not dst_root.exists()
+    a.data_hook = None
+    await copy_tree(a, str(src_root), b, str(dst_root))
+    assert expected_hash(dst_root) == expected_hash(src_root) and (dst_root / changed[0]).stat().st_size == 7777
+
+
+
+@pytest.mark.parametrize("lie", ["short read", "long read", "write size"])
+async def test_batch_answers_that_do_not_add_up_fail_the_copy(base: Path, lie: str) -> None:
+    src_root, dst_root = base / "a" / "ds", base / "b" / "ds"
+    make_small_files(src_root, n=20)
+
+    class Lying(FakeExecutor):
+        async def data(self, op: str, req: Mapping[str, Any], *, timeout_s: float = 120.0) -> dict[str, Any]:
+            reply = await super().data(op, req, timeout_s=timeout_s)
+            if op == "read_many" and reply["files"] and lie == "short read":
+                reply["files"][-1]["data"] = reply["files"][-1]["data"][:-4]  # 3 bytes short, the size as listed
+            elif op == "read_many" and reply["files"] and lie == "long read":
+                reply["files"][-1]["data"] += "AAAA"
+            elif op == "write_many" and reply["sizes"]:
+                reply["sizes"][-1] -= 1
+            return reply
+
+    liar, honest = Lying(name="liar"), FakeExecutor(name="honest")
+    a, b = (liar, honest) if "read" in lie else (honest, liar)
+    why = {"short read": "ended at .* it changed while it was copied", "long read": "answer at 0 does not read",
+           "write size": "bytes after a write, not"}[lie]
+    with pytest.raises(TransferError, match=why):
+        await copy_tree(a, str(src_root), b, str(dst_root))
+    assert not dst_root.exists()
+
+class OlderHelper(FakeExecutor):
+    """A node whose helper predates data_read_many and data_write_many (a lab's installed one), answering as it
+    would: its server's "unknown request", or its one-shot usage line."""
+
+    def __init__(self, name: str, answer: str) -> None:
+        super().__init__(name=name)
+        self.answer = answer
+
+    async def data(self, op: str, req: Mapping[str, Any], *, timeout_s: float = 120.0) -> dict[str, Any]:
+        if op in ("read_many", "write_many"):
+            self.calls.append(f"data_{op}")
+            raise HelperError(f"{self.name}: node helper 'data_{op}': {self.answer}", f"data_{op}")
+        return await super().data(op, req, timeout_s=timeout_s)
+
+
+@pytest.mark.parametrize("old", ["source", "destination"])
+async def test_an_older_helper_gets_every_file_chunk_by_chunk(base: Path, old: str) -> None:
+    src_root, dst_root = base / "a" / "ds", base / "b" / "ds"
+    total = make_small_files(src_root, n=40)
+    a: FakeExecutor = FakeExecutor(name="node-a")
+    b: FakeExecutor = FakeExecutor(name="node-b")
+    if old == "source":
+        a = OlderHelper("node-a", "unknown request 'data_read_many'")
+    else:
+        b = OlderHelper("node-b", "usage: nodehelper.py probe|launch|status|signal|users|read")
+    r = await copy_tree(a, str(src_root), b, str(dst_root), chunk=64 << 10)
+    assert r.bytes_copied == total and expected_hash(dst_root) == expected_hash(src_root)
+    # asked once (the newer side answered its empty one, or was not asked), then every file on its own
+    assert a.calls.count("data_read_many") == 1 and b.calls.count("data_write_many") == (old == "destination")
+    assert a.calls.count("data_read") == 39 + 5  # every non-empty small file, and big.bin's 5 chunks
+    # an error of another kind is no older helper's: the copy fails with it
+    a = OlderHelper("node-a", "outside this helper's folder")
+    with pytest.raises(HelperError, match="outside this helper's folder"):
+        await copy_tree(a, str(src_root), FakeExecutor(name="node-b"), str(base / "b" / "again"))
+
+
 @pytest.mark.slow
 async def test_two_local_nodes_copy_resume_and_hash_through_the_helper(base: Path) -> None:
     from hsched.executors.local import LocalExecutor
@@ -376,3 +548,34 @@ async def test_a_copy_into_a_confined_helpers_data_folder(base: Path, monkeypatc
         await here.close()
         await lab.close()
     assert not (base / "elsewhere").exists() and not (base / "stolen").exists() and not (root / "runs").exists()
+
+
+@pytest.mark.slow
+async def test_a_node_running_an_older_helper_process_gets_its_files_chunk_by_chunk(base: Path) -> None:
+    """A real helper process without the batch requests (this helper, those two taken out of its COMMANDS), as
+    a lab's installed helper is until it is updated: copies to it and from it go file by file."""
+    from hsched.executors.local import HELPER_PATH, LocalExecutor
+
+    old = base / "old_helper.py"
+    old.write_text("import importlib.util, sys\n"
+                   f"spec = importlib.util.spec_from_file_location('nodehelper', {str(HELPER_PATH)!r})\n"
+                   "nh = importlib.util.module_from_spec(spec)\n"
+                   "spec.loader.exec_module(nh)\n"
+                   "del nh.COMMANDS['data_read_many'], nh.COMMANDS['data_write_many']\n"
+                   "sys.exit(nh.main(sys.argv))\n")
+    python = base / "old-python"  # LocalExecutor runs PYTHON HELPER_PATH ...: this one runs the old helper
+    python.write_text(f'#!/bin/sh\nshift\nexec "{sys.executable}" "{old}" "$@"\n')
+    python.chmod(0o755)
+    src_root = base / "a" / "ds"
+    total = make_small_files(src_root, n=120)
+    new, older = LocalExecutor(node="new"), LocalExecutor(node="old", python=str(python))
+    try:
+        with pytest.raises(HelperError, match="unknown request 'data_read_many'"):
+            await older.data("read_many", {"root": str(src_root), "files": []})
+        r = await copy_tree(new, str(src_root), older, str(base / "b" / "ds"), chunk=64 << 10)
+        assert r.bytes_copied == total and expected_hash(base / "b" / "ds") == expected_hash(src_root)
+        r = await copy_tree(older, str(base / "b" / "ds"), new, str(base / "c" / "ds"), chunk=64 << 10)
+        assert r.bytes_copied == total and expected_hash(base / "c" / "ds") == expected_hash(src_root)
+    finally:
+        await new.close()
+        await older.close()
