@@ -189,7 +189,8 @@ class Executor(Protocol):
 
     async def data(self, op: str, req: Mapping[str, Any], *, timeout_s: float = 120.0) -> dict[str, Any]:
         """A dataset request the node helper answers (hsched/nodehelper.py `data_<op>`): `scan`, `list`, `free`,
-        `read`, `write`, `commit`, `drop` or `hash`, with the node's own absolute paths; its reply as it came.
+        `root`, `read`, `write`, `read_many`, `write_many`, `claim`, `commit`, `drop` or `hash`, with the node's own
+        absolute paths; its reply as it came (an older helper answers "unknown request" to the newer ones).
         hsched/datacopy.py builds copies, scans and eviction on it. Within `timeout_s`, else NodeUnreachable;
         HelperError for a request the node refused (no such file, a link on the way, outside a confined
         helper's folder, an unknown op); a node that keeps no datasets of its own (Slurm) refuses them all."""
