@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -74,6 +75,16 @@ _LOCALITY = typer.Option(
 _LINK = typer.Option(10.0, "--data-link-gbps", help="With --data-model: link speed copies run at, Gbit/s.")
 _QUOTA = typer.Option(1000.0, "--data-quota", metavar="GB",
                       help="With --data-model: GB of copies a server keeps (least recently used evicted past it).")
+_PREFETCH = typer.Option(
+    False, "--prefetch",
+    help="With --data-model: after each round, copy the data of the first waiting jobs ahead (no GPUs held) to where "
+         "each is predicted to start within --prefetch-horizon plus the copy's time, as the live controller's "
+         "prefetch does; a job that starts there waits only for the rest. Default: off.")
+# (a separate option, not --prefetch [HORIZON_S]: Typer has no option whose value may be left out)
+_PREFETCH_HORIZON = typer.Option(
+    900.0, "--prefetch-horizon", metavar="S",
+    help="With --prefetch: how far ahead, in seconds, a job must be predicted to start for its data to be copied "
+         "ahead (plus the copy's own time); the live setting prefetch_horizon_s, 900 by default.")
 _SLURM_POOL = typer.Option(
     None, "--slurm-pool", metavar="TYPE:N[:QUEUE_WAIT_S[:GPUS_PER_NODE]]",
     help="Add a Slurm-backed pool of N GPUs that the policy sees as one server: jobs handed over reach Slurm's queue "
@@ -118,6 +129,17 @@ def _data(tr: Any, servers: Any, data_model: str | None, locality: str | None, s
             modes.append(mode)
     return synthetic_data(tr, servers, parse_data_model(data_model), seed=seed, link_gbps=link_gbps,
                           quota_gb=quota_gb), modes
+
+
+def _prefetch(on: bool, horizon_s: float, data: Any) -> float | None:
+    """`--prefetch` and `--prefetch-horizon`: the horizon in seconds, or None when off."""
+    if not horizon_s >= 0 or math.isinf(horizon_s):
+        raise UserError(f"--prefetch-horizon {horizon_s:g}: expected seconds >= 0, such as --prefetch-horizon 900")
+    if not on:
+        return None
+    if data is None:
+        raise UserError("--prefetch needs --data-model (for instance --data-model synthetic)")
+    return horizon_s
 
 
 def _load(trace: Path | None, throughputs: Path | None, columns: str | None, synthetic: int | None, seed: int,
@@ -201,7 +223,7 @@ def _check_learned_prior(learned_prior: str) -> str:
 def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, round_s: float, span: float,
              pcie: float, rule: Any, round_mode: str = "event", seed: int = 0, *, learned: bool = False,
              learned_prior: str = "measured", predict: bool = False, data: Any = None, locality: Any = None,
-             pool: Any = None) -> Any:
+             pool: Any = None, prefetch_s: float | None = None) -> Any:
     from hsched.sim.engine import SimConfig, SimCosts, Simulator
     from hsched.sim.gavel import GAVEL_POLICIES
 
@@ -224,7 +246,7 @@ def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, ro
         return result
     cfg = SimConfig(round_s=round_s, costs=SimCosts(checkpoint_cost, span, pcie), preempt=rule,
                     round_mode=round_mode, learned=learned, refine_prior=learned_prior == "measured",
-                    predict=predict, data=data, slurm_pool=pool)
+                    predict=predict, data=data, slurm_pool=pool, prefetch_s=prefetch_s)
     if locality is not None:
         cfg = replace(cfg, locality=locality)
     sim = Simulator(tr, servers, _policy(name), cfg)
@@ -280,6 +302,11 @@ _DATA_SHOWN = (
     ("data_waits", "waits", "{:d}"),
 )
 
+_PREFETCH_SHOWN = (
+    ("data_prefetches", "prefetches", "{:d}"), ("data_prefetch_gb", "prefetched GB", "{:,.0f}"),
+    ("data_prefetch_hits", "pf hits", "{:d}"), ("data_prefetch_wasted", "pf wasted", "{:d}"),
+)
+
 _POOL_SHOWN = (
     ("workstation_avg_jct_s", "ws JCT s", "{:,.0f}"), ("pool_jobs", "pool jobs", "{:d}"),
     ("pool_avg_jct_s", "pool JCT s", "{:,.0f}"), ("slurm_avg_wait_s", "slurm wait s", "{:,.0f}"),
@@ -316,11 +343,14 @@ def _table(summaries: list[dict[str, Any]]) -> None:
                      + f", durations {first.get('durations')}")
     if "data_model" in first:
         knowledge += f"  data {first['data_model']}"
+        if first.get("data_prefetch_horizon_s") is not None:
+            knowledge += f" prefetch={first['data_prefetch_horizon_s']:g}s"
     table = Table(title=f"{first['trace']} on {first['cluster']}  (lower bounds: avg JCT "
                         f"{first['lower_bound_avg_jct_s']:,.0f} s, makespan {first['lower_bound_makespan_s']:,.0f} s)"
                         f"{knowledge}")
     table.add_column("policy")
-    shown = (_SHOWN + (_DATA_SHOWN if "locality" in first else ())
+    prefetching = first.get("data_prefetch_horizon_s") is not None
+    shown = (_SHOWN + (_DATA_SHOWN if "locality" in first else ()) + (_PREFETCH_SHOWN if prefetching else ())
              + (_POOL_SHOWN if any("slurm_pool" in s for s in summaries) else ()))
     for _, head, _ in shown:
         table.add_column(head, justify="right")
@@ -330,7 +360,7 @@ def _table(summaries: list[dict[str, Any]]) -> None:
             label += f" +slurm {s['slurm_pool']}"
         table.add_row(label, *[fmt.format(s[k]) if s.get(k) is not None else "N/A" for k, _, fmt in shown])
     # wide enough for every column even when piped (rich assumes 80 columns off a terminal)
-    wide = 40 * ("locality" in first) + 50 * any("slurm_pool" in s for s in summaries)
+    wide = 40 * ("locality" in first) + 40 * prefetching + 50 * any("slurm_pool" in s for s in summaries)
     Console(width=max(Console().width, 170 + wide)).print(table)
     if first.get("prior_rate_jobs"):
         sys.stderr.write(f"hsched: {first['prior_rate_jobs']} job(s) have no throughput of their own in the table; "
@@ -375,6 +405,8 @@ def sim(
     locality: str | None = _LOCALITY,
     data_link_gbps: float = _LINK,
     data_quota: float = _QUOTA,
+    prefetch: bool = _PREFETCH,
+    prefetch_horizon: float = _PREFETCH_HORIZON,
     slurm_pool: str | None = _SLURM_POOL,
 ) -> None:
     """Replay a trace under one policy (or run `hsched sim compare` for several)."""
@@ -390,6 +422,7 @@ def sim(
     tr = _load(trace, throughputs, columns, synthetic, seed, jobs_per_hour, max_jobs)
     servers = _servers(fleet, cluster, gpus_per_node, tr.throughput.gpu_types)
     data, modes = _data(tr, servers, data_model, locality, seed, data_link_gbps, data_quota)
+    prefetch_s = _prefetch(prefetch, prefetch_horizon, data)
     if len(modes) > 1:
         raise UserError(f"--locality {locality!r}: `hsched sim` runs one mode; `hsched sim compare` runs several")
     pools = _pools(slurm_pool, gpus_per_node, servers)
@@ -399,7 +432,7 @@ def sim(
         raise UserError("--slurm-pool with --data-model: the pool does not model data yet; give one of them")
     result = _run_one(tr, servers, policy, checkpoint_cost, round_s, span_factor, pcie_factor, rule, mode, seed,
                       learned=learned, learned_prior=prior, predict=predict, data=data, locality=modes[0],
-                      pool=pools[0])
+                      pool=pools[0], prefetch_s=prefetch_s)
     if jobs_csv is not None:
         result.write_jobs_csv(jobs_csv)
     summary = dict(result.summary)
@@ -445,6 +478,8 @@ def compare(
     locality: str | None = _LOCALITY,
     data_link_gbps: float = _LINK,
     data_quota: float = _QUOTA,
+    prefetch: bool = _PREFETCH,
+    prefetch_horizon: float = _PREFETCH_HORIZON,
     slurm_pool: str | None = _SLURM_POOL,
 ) -> None:
     """Run several policies on the same trace and fleet; print them side by side with the bounds."""
@@ -460,11 +495,13 @@ def compare(
     tr = _load(trace, throughputs, columns, synthetic, seed, jobs_per_hour, max_jobs)
     servers = _servers(fleet, cluster, gpus_per_node, tr.throughput.gpu_types)
     data, modes = _data(tr, servers, data_model, locality, seed, data_link_gbps, data_quota)
+    prefetch_s = _prefetch(prefetch, prefetch_horizon, data)
     pools = _pools(slurm_pool, gpus_per_node, servers)
     if data is not None and any(p is not None for p in pools):
         raise UserError("--slurm-pool with --data-model: the pool does not model data yet; give one of them")
     results = [_run_one(tr, servers, n, checkpoint_cost, round_s, span_factor, pcie_factor, rule, mode, seed,
-                        learned=learned, learned_prior=prior, predict=predict, data=data, locality=loc, pool=pool)
+                        learned=learned, learned_prior=prior, predict=predict, data=data, locality=loc, pool=pool,
+                        prefetch_s=prefetch_s)
                for n in names for loc in modes for pool in pools]
     summaries = [dict(r.summary) for r in results]
     if plot is not None:

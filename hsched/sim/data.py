@@ -20,7 +20,17 @@ job in time (`leaves_room`), and nobody else waits for it. The engine runs the r
 chose to wait, so the GPUs the policy counted for them go to the jobs behind. Under `Locality.IGNORE` the usual
 placer places, and copies are paid.
 
-Simplifications: copies do not share bandwidth (each runs at the link speed), and a copy comes from any holder.
+Prefetch (`prefetch_targets`, `DataState.prefetch`; the engine's `SimConfig.prefetch_s`) mirrors the live
+controller's (hsched.sched.live.prefetch_targets): after each round, for the first PREFETCH_JOBS waiting jobs with
+data (the live queue order: QoS class, priority, arrival), the server where each could compute soonest (its predicted
+free time, or the copy's end when later; the GPUs the jobs ahead would take first count as taken) when it lacks the
+data and the job is predicted to have room there within the horizon plus the copy's time, unless waiting for a
+holder is as good (`choose_wait`). The copy starts at once,
+in the background (no GPUs held), and lands in that server's copies under the LRU quota; a job that starts there
+waits only for the rest of it. A prefetch that no job uses before it is evicted, or by the end, is wasted.
+
+Simplifications: copies do not share bandwidth (each runs at the link speed, all at once, as the live controller
+runs its copies in parallel), and a copy comes from any holder.
 """
 
 from __future__ import annotations
@@ -29,12 +39,13 @@ import math
 import random
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from hsched.errors import UserError
 from hsched.model import Placement
+from hsched.sched.live import PREFETCH_JOBS, PREFETCH_LOOKAHEAD
 from hsched.sched.locality import choose_wait, copy_seconds, leaves_room, link_bytes_per_s
 from hsched.sched.placement import PackingPlacer, Placer, best_fit_key
 from hsched.sched.view import JobView, ServerView
@@ -162,6 +173,18 @@ class DataState:
         """Starts after a wait where the data was not: the holder did not free in time (`choose_wait`'s bound)."""
         self.backfills = 0
         """Starts on a holder held for another waiting job, which left it room in time (`leaves_room`)."""
+        self.prefetches = 0
+        """Copies started ahead of a job's start (`prefetch`); they count in `copies` and `bytes_copied` too."""
+        self.prefetch_bytes = 0
+        self.prefetch_hits = 0
+        """Prefetched copies a start used (the first start there: a job started where its data was prefetched).
+        Every prefetch ends up a hit or wasted."""
+        self.prefetch_refused = 0
+        """Prefetches not started: the copy would not fit the server's quota."""
+        self.prefetch_evicted = 0
+        """Prefetched copies evicted before any start used them (wasted; `summary` adds those unused at the end)."""
+        self.unused: set[tuple[str, int]] = set()
+        """(server, dataset) prefetched there and not used by a start yet."""
 
     def dataset(self, job_id: int) -> int | None:
         return self.model.of_job.get(job_id)
@@ -181,6 +204,9 @@ class DataState:
         size = self.model.datasets[ds].size_bytes
         for n in nodes:
             r = self.ready_in(n, ds, now)
+            if r is not None and (n, ds) in self.unused:
+                self.unused.discard((n, ds))
+                self.prefetch_hits += 1
             if r is None:
                 r = self.model.copy_s(ds)
                 self.bytes_copied += size
@@ -193,7 +219,7 @@ class DataState:
                 self.cached[n].move_to_end(ds)
             self.in_use[(n, ds)] = self.in_use.get((n, ds), 0) + 1
             if copied:
-                self._evict(n)
+                self._evict(n, now)
             wait = max(wait, r)
         self.starts += 1
         self.hits += not copied
@@ -201,7 +227,7 @@ class DataState:
         self.copy_gpu_s += wait * gpus
         return wait
 
-    def release(self, ds: int, nodes: Sequence[str]) -> None:
+    def release(self, ds: int, nodes: Sequence[str], now: float) -> None:
         """The job reading `ds` on `nodes` stopped: its copies become evictable, as the most recently used."""
         for n in nodes:
             k = (n, ds)
@@ -214,10 +240,34 @@ class DataState:
             if lru is not None and ds in lru:
                 lru.move_to_end(ds)
         for n in nodes:
-            self._evict(n)
+            self._evict(n, now)
 
-    def _evict(self, server: str) -> None:
-        """Least recently used copies not in use go until the server is within its quota (or none is left)."""
+    def prefetch(self, ds: int, server: str, now: float) -> bool:
+        """Start copying `ds` to `server` ahead of a start (no GPUs held). False when it is there or arriving, or
+        when it would not fit the quota even with every copy there that nobody reads evicted: the live controller's
+        copy fails then (hsched.controller.data._make_room), where a start's copy here still goes over."""
+        if self.ready_in(server, ds, now) is not None:
+            return False
+        size = self.model.datasets[ds].size_bytes
+        lru = self.cached.setdefault(server, OrderedDict())
+        idle = sum(self.model.datasets[d].size_bytes for d, at in lru.items()
+                   if at <= now and (server, d) not in self.in_use)
+        if self.used.get(server, 0) - idle + size > self.model.quota_bytes:
+            self.prefetch_refused += 1
+            return False
+        lru[ds] = now + self.model.copy_s(ds)
+        self.used[server] = self.used.get(server, 0) + size
+        self.unused.add((server, ds))
+        self.prefetches += 1
+        self.prefetch_bytes += size
+        self.copies += 1
+        self.bytes_copied += size
+        self._evict(server, now)
+        return True
+
+    def _evict(self, server: str, now: float) -> None:
+        """Least recently used copies not in use go until the server is within its quota (or none is left). A
+        prefetch still arriving is not evicted: like a copy in use, it is not there to be dropped yet."""
         lru = self.cached.get(server)
         if lru is None:
             return
@@ -226,9 +276,15 @@ class DataState:
                 return
             if (server, ds) in self.in_use:
                 continue
+            unused = (server, ds) in self.unused
+            if unused and lru[ds] > now:
+                continue
             del lru[ds]
             self.used[server] -= self.model.datasets[ds].size_bytes
             self.evictions += 1
+            if unused:
+                self.unused.discard((server, ds))
+                self.prefetch_evicted += 1
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -246,7 +302,79 @@ class DataState:
             "data_wait_s": self.wait_s,
             "data_gave_up": self.gave_up,
             "data_backfills": self.backfills,
+            "data_prefetches": self.prefetches,
+            "data_prefetch_bytes": self.prefetch_bytes,
+            "data_prefetch_gb": self.prefetch_bytes / GB,
+            "data_prefetch_hits": self.prefetch_hits,
+            "data_prefetch_wasted": self.prefetch_evicted + len(self.unused),
+            "data_prefetch_refused": self.prefetch_refused,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A waiting job as `prefetch_targets` sees it."""
+
+    job_id: int
+    gpus: int
+    servers: tuple[str, ...]
+    """The servers it may run on whole (a GPU type it runs on, enough devices), in fleet order; none for a gang
+    that must span servers (the live rule looks at one-node jobs only)."""
+
+
+def prefetch_targets(state: DataState, queue: Iterable[Waiting], free_in: Callable[[str, int], float | None],
+                     now: float, horizon_s: float) -> list[tuple[int, str, int]]:
+    """(job, server, dataset to copy there): the live rule (hsched.sched.live.prefetch_targets) on the simulator's
+    state, for the first PREFETCH_JOBS waiting jobs with data among the first PREFETCH_LOOKAHEAD of `queue` (in the
+    live queue order).
+
+    Each job in turn goes where it could compute soonest, (max(free in, copy), copy, name) smallest, the copy being
+    what is still to move there (none without data), and takes the GPUs there that free first, for ever as far as
+    this forecast knows, so a server a job ahead will take is not where the next one starts. A job with data gets a
+    copy there unless that server holds it, waiting for a holder is as good (`choose_wait`), or it is not predicted
+    to have room there within `horizon_s` plus the copy.
+
+    `free_in(server, n)` predicts when `n` GPUs of the server are free (the running jobs' ends): the GPUs the jobs
+    ahead took are the first to free, so a job of g GPUs behind k taken ones has room when k + g are free.
+    """
+    out: list[tuple[int, str, int]] = []
+    taken: dict[str, int] = {}
+    looked = 0
+    for n, w in enumerate(queue):
+        if looked >= PREFETCH_JOBS or n >= PREFETCH_LOOKAHEAD:
+            break
+        if not w.servers:
+            continue
+        ds = state.dataset(w.job_id)
+        full = 0.0 if ds is None else state.model.copy_s(ds)
+        best: tuple[float, float, str] | None = None
+        holder: float | None = None
+        for name in w.servers:
+            eta = free_in(name, taken.get(name, 0) + w.gpus)
+            if eta is None:
+                continue
+            ready = None if ds is None else state.ready_in(name, ds, now)
+            c = 0.0 if ds is None else full if ready is None else ready
+            if c == 0.0:
+                holder = eta if holder is None else min(holder, eta)
+            if math.isinf(c):
+                continue
+            cand = (max(eta, c), c, name)
+            if best is None or cand < best:
+                best = cand
+        if best is None:
+            continue
+        _start_s, copy_s, name = best
+        eta = free_in(name, taken.get(name, 0) + w.gpus) or 0.0
+        taken[name] = taken.get(name, 0) + w.gpus
+        if ds is None:
+            continue
+        looked += 1
+        if copy_s == 0.0 or choose_wait(copy_s, holder) or eta > horizon_s + copy_s:
+            continue  # its data is where it starts soonest, or waiting for a holder is as good, or not soon
+        if state.ready_in(name, ds, now) is None:  # (a copy under way there is not started again)
+            out.append((w.job_id, name, ds))
+    return out
 
 
 FreeIn = Callable[[str, int, int], float | None]
@@ -335,6 +463,8 @@ class LocalityPlacer:
                     continue
                 n = len(free.get(name, ())) if name in listed else self.free_now(name)
                 t = self.free_in(name, gpus, n)
+                if t is not None:
+                    t = max(t, state.ready_in(name, ds, now) or 0.0)  # a copy arriving (a prefetch): its rest too
                 if t is not None and (soonest is None or t < soonest[0]):
                     soonest = (t, name)
             copy_s = state.model.copy_s(ds)

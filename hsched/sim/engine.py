@@ -14,6 +14,7 @@ loses counts in `gpu_hours_lost`, with the checkpoint costs of the others.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import time
@@ -28,8 +29,15 @@ from hsched.sched.placement import PackingPlacer, Placer
 from hsched.sched.policy import AnyPolicy
 from hsched.sched.preempt import PreemptRule
 from hsched.sched.round import build_input, schedule_round
-from hsched.sched.view import JobPhase, JobView, PolicyInput, RoundDecision, ServerView, Start
-from hsched.sim.data import DataModel, DataState, LocalityPlacer
+from hsched.sched.view import JobPhase, JobView, PolicyInput, RoundDecision, ServerView, Start, qos_rank
+from hsched.sim.data import (
+    PREFETCH_LOOKAHEAD,
+    DataModel,
+    DataState,
+    LocalityPlacer,
+    Waiting,
+    prefetch_targets,
+)
 from hsched.sim.knowledge import Learner, Predictor
 from hsched.sim.metrics import JobRecord, SimResult, lower_bounds, summarize
 from hsched.sim.slurm import Alloc, SlurmPoolSpec, SlurmQueue
@@ -87,6 +95,10 @@ class SimConfig:
     locality: Locality = Locality.AWARE
     """With `data`: AWARE places jobs by their data (and may wait for a busy holder), IGNORE places as without
     data. A holder's free time is predicted from the running jobs' true ends, or with `predict` as predicted."""
+    prefetch_s: float | None = None
+    """With `data`: after each round, copy data ahead to where the first waiting jobs are predicted to start within
+    this horizon (seconds, plus the copy's time), as the live controller's prefetch (settings prefetch_horizon_s;
+    hsched.sim.data.prefetch_targets). None: no prefetch."""
     slurm_pool: SlurmPoolSpec | None = None
     """One more server, a Slurm-backed pool (hsched.sim.slurm): the round hands jobs over to it, and Slurm's FIFO
     with EASY backfill starts them there, after the pool's submit latency; they run there to their end."""
@@ -232,6 +244,7 @@ class Simulator:
         ai = 0
         last_round = -math.inf
         moves_due = False  # a completion freed GPUs while nobody waited: running jobs may move next round
+        unstuck_at = -math.inf  # when holds for jobs waiting for data were dropped to end a stall (once an instant)
         rounds = preemptions = 0
         busy_gpu_s = 0.0
         lost_gpu_s = 0.0
@@ -275,7 +288,7 @@ class Simulator:
         on_server: dict[str, dict[int, int]] = {sv.name: {} for sv in self.servers}
         placer: Placer | None = self.placer
         aware: LocalityPlacer | None = None
-        if data is not None and cfg.locality is Locality.AWARE:
+        if data is not None:
 
             def free_in(server: str, gpus: int, free_now: int) -> float | None:
                 """When `server` is predicted to have `gpus` free: its running jobs' ends, soonest first (their
@@ -295,8 +308,51 @@ class Simulator:
                         return max(0.0, end - now)
                 return None
 
+        if data is not None and cfg.locality is Locality.AWARE:
             placer = aware = LocalityPlacer(data, self.servers, free_in, lambda name: len(free_on[name]), lambda: now,
                                             self.placer or PackingPlacer())
+
+        # Prefetch (cfg.prefetch_s): the jobs in the live queue order, running ones too (they may wait again),
+        # finished ones dropped as met. Kept sorted as jobs arrive, so that a round reads the running jobs ahead and
+        # the first waiting ones (PREFETCH_LOOKAHEAD at most), not the whole queue.
+        prefetching = data is not None and cfg.prefetch_s is not None
+        queue_order: list[tuple[tuple[int, int, float, int], Waiting]] = []
+        capacity = {sv.name: len(sv.devices) for sv in self.servers}
+
+        def enqueue(j: _Job) -> None:
+            tj = j.tj
+            assert data is not None
+            names = tuple(sv.name for sv in self.servers
+                          if len(sv.devices) >= tj.gpus and self.model.rate(tj.job_type, tj.gpus, sv.gpu_type))
+            bisect.insort(queue_order, ((qos_rank(tj.qos), -tj.priority, tj.arrival_s, tj.id),
+                                        Waiting(tj.id, tj.gpus, names)))
+
+        def prefetch(t: float) -> None:
+            """After a round: start the copies the live rule asks for (all at once, in the background)."""
+            if data is None or cfg.prefetch_s is None:
+                return
+            first: list[Waiting] = []
+            gone: list[int] = []
+            for i, (_key, w) in enumerate(queue_order):
+                j = active.get(w.job_id)
+                if j is None:
+                    gone.append(i)
+                elif j.gpu_type is None:
+                    first.append(w)
+                    if len(first) == PREFETCH_LOOKAHEAD:
+                        break
+            for i in reversed(gone):
+                del queue_order[i]
+            known: dict[tuple[str, int], float | None] = {}
+
+            def soonest(name: str, gpus: int) -> float | None:
+                key = (name, gpus)
+                if key not in known:
+                    known[key] = free_in(name, gpus, len(free_on[name])) if gpus <= capacity[name] else None
+                return known[key]
+
+            for _jid, name, ds in prefetch_targets(data, first, soonest, t, cfg.prefetch_s):
+                data.prefetch(ds, name, t)
 
         def data_round(decision: RoundDecision, inp: PolicyInput, servers: tuple[ServerView, ...],
                        remaining: dict[int, float] | None) -> RoundDecision:
@@ -385,7 +441,7 @@ class Simulator:
                     del on_server[p.node][j.tj.id]
                 ds = data.dataset(j.tj.id)
                 if ds is not None:
-                    data.release(ds, [p.node for p in j.placement])
+                    data.release(ds, [p.node for p in j.placement], t)
             if len(users) > 1:
                 usage[j.tj.user] = usage.get(j.tj.user, 0.0) + run * j.tj.gpus
             for p in j.placement:
@@ -555,6 +611,8 @@ class Simulator:
                 j.arrived = active_integral
                 active[j.tj.id] = j
                 newcomers.append(j)
+                if prefetching:
+                    enqueue(j)
                 ai += 1
                 event = arrived = True
             note_busy(now)
@@ -597,6 +655,7 @@ class Simulator:
                 rounds += 1
                 for s in decision.starts:
                     start(active[s.job_id], s, now)
+                prefetch(now)
                 if slurm is not None:
                     pool_tick(now)
                 note_busy(now)
@@ -652,10 +711,20 @@ class Simulator:
                     j.restarts += 1
                     j.migrations += 1
                 start(j, s, now)
+            prefetch(now)
             if slurm is not None:
                 pool_tick(now)
             note_busy(now)
             if not running and ai == len(arrivals):
+                if aware is not None and aware.reserved and unstuck_at != now:
+                    # A job refused a server held for a job waiting for its data, which the policy never offered
+                    # it (a blocked head ahead of it): with nothing running no event comes to lapse the hold, and
+                    # the replay ended with jobs never run. The holders are free: drop the holds, round again now.
+                    aware.reserved.clear()
+                    unstuck_at = now
+                    moves_due = True
+                    last_round = now - cfg.round_s
+                    continue
                 break  # nothing runs, nothing will arrive, and the policy starts nothing: stuck for good
 
         for j in list(running.values()):
@@ -691,6 +760,7 @@ class Simulator:
             summary["prediction_mean_abs_error"] = predictor.mean_abs_error
         if data is not None:
             summary["locality"] = cfg.locality.value
+            summary["data_prefetch_horizon_s"] = cfg.prefetch_s
             summary.update(data.summary())
         if slurm is not None and pool is not None:
             summary.update(_pool_summary(pool, slurm, records))
