@@ -123,8 +123,9 @@ def _compute(inp: RoundInput) -> tuple[list[Decision], list[tuple[int, str, tupl
         targets: list[tuple[int, str, tuple[str, ...]]] = []
         if inp.view.data_at and inp.prefetch_horizon_s is not None:
             # the copies that put waiting jobs' data where they are predicted to start (issue 15, item 2)
-            started = {d.job_id for d in decisions if isinstance(d, Launch)}
-            targets = prefetch_targets(inp.view, inp.pending, inp.now, inp.prefetch_horizon_s, started)
+            # the waiting jobs in the order the round served them (the policy's): who is ahead of whom
+            waiting = [inp.by_id[d.job_id] for d in decisions if isinstance(d, Wait) and d.job_id in inp.by_id]
+            targets = prefetch_targets(inp.view, waiting, inp.now, inp.prefetch_horizon_s, served=True)
         return decisions, targets
     finally:
         if paused:

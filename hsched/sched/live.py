@@ -1791,15 +1791,16 @@ them are: a copy to a node a job ahead of it will take is a copy wasted."""
 
 
 def prefetch_targets(fleet: FleetView, queue: Sequence[Job], now: float, horizon_s: float,
-                     skip: Collection[int] = ()) -> list[tuple[int, str, tuple[str, ...]]]:
+                     skip: Collection[int] = (), *, served: bool = False) -> list[tuple[int, str, tuple[str, ...]]]:
     """(job, node, datasets to copy there) for the first PREFETCH_JOBS waiting jobs with data (queue order): the node
     where each could compute soonest (predicted free time, or the copy's end when that is later: a copy started now
     runs while the job waits) when it lacks the data and the job is predicted to start there within `horizon_s` plus
     the copy's own time (a long copy starts earlier). Not when waiting for a node that holds the data is as good
     (`choose_wait`): that node is where it goes. The waiting jobs ahead of it (up to PREFETCH_LOOKAHEAD) are given
     first the devices they would take soonest, held for as long as nobody knows (their durations are not known
-    here): a node a job ahead will take is not where this one starts. Pure: the controller starts the copies
-    (hsched.controller.data)."""
+    here): a node a job ahead will take is not where this one starts. `served`: `queue` is in the order the round
+    served it (the policy's: fair share, attained service), else it is put in QoS, priority and submit order. Pure:
+    the controller starts the copies (hsched.controller.data)."""
     if not fleet.data_at:
         return []
     st = _RoundState(fleet, default_chooser(), now)
@@ -1807,7 +1808,8 @@ def prefetch_targets(fleet: FleetView, queue: Sequence[Job], now: float, horizon
     taken: dict[str, float] = {}
     """Devices the jobs ahead are predicted to take (held for ever, as far as this forecast knows)."""
     looked = 0
-    for n, job in enumerate(order([j for j in queue if j.id not in skip])):
+    ahead = [j for j in queue if j.id not in skip]
+    for n, job in enumerate(ahead if served else order(ahead)):
         if looked >= PREFETCH_JOBS or n >= PREFETCH_LOOKAHEAD:
             break
         res = job.spec.resources

@@ -97,3 +97,18 @@ def test_prefetch_goes_where_the_job_will_start_not_where_a_job_ahead_will() -> 
     # not soon: b frees only past the horizon plus the copy
     late = view((node("a", 1), node("b", 1)), runs, {8: 7200.0, 9: 5000.0}, None)
     assert prefetch_targets(late, [job(2, data=("imagenet",))], 0.0, 900.0) == []
+
+
+def test_prefetch_follows_the_order_the_round_served() -> None:
+    """Who is ahead is the policy's order when the round hands it over (`served`), not QoS/priority/submit order."""
+    from dataclasses import replace
+
+    from hsched.sched.live import prefetch_targets
+
+    runs = (running(8, "a", ("GPU-a-0",)), running(9, "b", ("GPU-b-0",)))
+    fleet = view((node("a", 1), node("b", 1)), runs, {8: 7200.0, 9: 600.0}, None)
+    first = job(1)
+    urgent = replace(first, spec=replace(first.spec, priority=10))
+    queue = [job(2, data=("imagenet",)), urgent]
+    assert prefetch_targets(fleet, queue, 0.0, 900.0) == []  # by priority the other job takes b first
+    assert prefetch_targets(fleet, queue, 0.0, 900.0, served=True) == [(2, "b", ("imagenet",))]
