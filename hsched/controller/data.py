@@ -290,7 +290,11 @@ async def _copy(ctl: Controller, ds: Dataset, t: Transfer, src: NodeRuntime, src
             result = await datacopy.copy_tree(src.executor, src_path, dst.executor, t.path, limit_bps=limit,
                                               progress=progress)
             seconds = ctl.clock.monotonic() - t0
-        except (ExecutorError, OSError, DataUnavailable) as e:
+        except Exception as e:
+            # whatever went wrong, the copy fails as a copy: the run waiting for it is told, never left launching; an
+            # unexpected error is logged whole
+            if not isinstance(e, ExecutorError | OSError | DataUnavailable):
+                log.exception("copy of %s to %s failed", ds.name, t.node)
             rec = recorder(ctl)
             rec.data_copies["failed"] = rec.data_copies.get("failed", 0) + 1
             place = replace(place, state=PlaceState.FAILED, updated=now(), message=str(e))
