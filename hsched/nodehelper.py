@@ -292,19 +292,25 @@ def whoami(req):
 _LIBC = {}  # type: dict
 
 
-def _prctl():
-    """libc's prctl through ctypes, or None where there is none (not Linux, no ctypes)."""
-    if "prctl" not in _LIBC:
+def _libc(name, argtypes):
+    """libc's function `name` through ctypes (its errno kept), once; None where there is none (not Linux, an old
+    libc, no ctypes). `argtypes`: a function of the ctypes module giving the argument types."""
+    if name not in _LIBC:
         try:
             import ctypes
 
-            fn = ctypes.CDLL(None, use_errno=True).prctl
-            fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+            fn = getattr(ctypes.CDLL(None, use_errno=True), name)
+            fn.argtypes = argtypes(ctypes)
             fn.restype = ctypes.c_int
-            _LIBC["prctl"] = fn
+            _LIBC[name] = fn
         except Exception:
-            _LIBC["prctl"] = None
-    return _LIBC["prctl"]
+            _LIBC[name] = None
+    return _LIBC[name]
+
+
+def _prctl():
+    """libc's prctl, or None where there is none."""
+    return _libc("prctl", lambda c: [c.c_int, c.c_ulong, c.c_ulong, c.c_ulong, c.c_ulong])
 
 
 # ------------------------------------------------------------------------- children with a time limit
@@ -3663,17 +3669,7 @@ def _exchange(fd_a, name_a, fd_b, name_b):
     """renameat2(RENAME_EXCHANGE): swap two names at once. False where this kernel, libc or file system cannot."""
     import errno
 
-    if "renameat2" not in _LIBC:
-        try:
-            import ctypes
-
-            fn = ctypes.CDLL(None, use_errno=True).renameat2
-            fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-            fn.restype = ctypes.c_int
-            _LIBC["renameat2"] = fn
-        except Exception:
-            _LIBC["renameat2"] = None
-    fn = _LIBC["renameat2"]
+    fn = _libc("renameat2", lambda c: [c.c_int, c.c_char_p, c.c_int, c.c_char_p, c.c_uint])
     if fn is None:
         return False
     import ctypes

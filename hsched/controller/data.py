@@ -30,7 +30,7 @@ from hsched.controller.fleet import NodeRuntime
 from hsched.controller.metrics import recorder
 from hsched.datasets import DataPlace, Dataset, PlaceOrigin, PlaceState, copy_path, env_name, show_bytes
 from hsched.errors import ExecutorError, HelperError
-from hsched.model import Job, NodeState, Run
+from hsched.model import Job, JobState, NodeState, Run
 from hsched.sched.live import Decision, Wait
 
 log = logging.getLogger("hsched.data")
@@ -149,13 +149,13 @@ def note_waits(ctl: Controller, decisions: Iterable[Decision], now: float) -> No
 def prefer(ctl: Controller, jobs: Iterable[Job]) -> dict[int, str]:
     """Job -> the node holding the most of its data (placement tries it first, as a checkpoint's home)."""
     out: dict[int, str] = {}
-    known = datasets(ctl)
+    known = {d.name: d for d in ctl.fleet_cfg.datasets if not d.shared}
+    sizes = {name: size_of(ctl, ds) or 1 for name, ds in known.items()}  # (once, not per job and node)
     for job in jobs:
         best: tuple[int, str] | None = None
         for node in ctl.nodes:
-            held = sum(size_of(ctl, ds) or 1 for name in job.spec.data
-                       if (ds := known.get(name)) is not None and not ds.shared
-                       and path_on(ctl, ds, node) is not None)
+            held = sum(sizes[name] for name in job.spec.data
+                       if (ds := known.get(name)) is not None and path_on(ctl, ds, node) is not None)
             if held and (best is None or held > best[0]):
                 best = (held, node)
         if best is not None:
@@ -360,13 +360,8 @@ async def _make_room(ctl: Controller, ds: Dataset, rt: NodeRuntime, need: int) -
                               f"({show_bytes(quota)}, {show_bytes(used)} held by copies in use)")
 
 
-def _holding() -> tuple[Any, ...]:
-    from hsched.model import JobState
-
-    return tuple(s for s in JobState if s.is_active() and s is not JobState.PENDING)
-
-
-_HOLDING = _holding()
+_HOLDING = tuple(s for s in JobState if s.is_active() and s is not JobState.PENDING)
+"""The states of jobs that hold devices (their datasets on their nodes are in use)."""
 
 
 async def resume(ctl: Controller) -> None:
