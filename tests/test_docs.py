@@ -40,3 +40,13 @@ def test_no_document_points_outside_the_repository() -> None:
 
 def test_the_check_can_fail(tmp_path: Path) -> None:
     assert links("see [x](nowhere.md) and ```\n[y](z.md)\n```") == ["nowhere.md"]
+
+
+def test_the_version_is_the_changelogs_latest_release() -> None:
+    import tomllib
+
+    import hsched
+
+    released = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - \d{4}-\d{2}-\d{2}$", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert released and released[0] == project == hsched.__version__
