@@ -112,7 +112,7 @@ def register(app: typer.Typer) -> None:
             # not root: a service account's lab, every node (this one included) reached through its installed
             # helper; say so, since a node without it is refused at its first probe
             print(f"hsched: the lab controller runs as {_me()}: it reaches every node through the helper "
-                  "`hsched node helper-script` installs there (README: Set up a lab)", file=sys.stderr)
+                  "`hsched node helper-script` installs there (docs/lab.md: Set up a lab)", file=sys.stderr)
         with Client(home) as c:
             info = _wait_ready(c, c.call("ping"))
         _started(as_json, info)
@@ -122,7 +122,7 @@ def register(app: typer.Typer) -> None:
     def install(
         print_only: bool = typer.Option(False, "--print", help="Print the unit instead of writing it."),
         user: str = typer.Option("root", "--user", help="The account the controller runs as (a service account "
-                                 "needs the sudo rule of README: Set up a lab on every node)."),
+                                 "needs the sudo rule of docs/lab.md (a service account) on every node)."),
     ) -> None:
         """Install the lab controller as a systemd service (hsched.service): restarted on failure, jobs kept
         running across its restarts (KillMode=process), its socket in /run/hsched."""

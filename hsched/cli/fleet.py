@@ -97,7 +97,7 @@ def register(app: typer.Typer) -> None:
         """The script that prepares a node for a lab controller running as a service account (not root): run
         it as root on every node, this machine included. It installs the node helper root-owned, confined to
         one folder and starting jobs only as the lab's users, and a sudo rule that lets the account run
-        exactly that helper (README: Set up a lab)."""
+        exactly that helper (docs/lab.md: Set up a lab)."""
         import os
         import subprocess
         import sys
