@@ -23,7 +23,7 @@ def render_data(items: list[dict[str, Any]]) -> None:
 
     con = Console(highlight=False)
     if not items:
-        con.print(Text("no datasets: declare them in the fleet file's [[dataset]] tables (docs/user-guide.md: Datasets)",
+        con.print(Text("no datasets: declare them in the fleet file's [[dataset]] tables (docs/user-guide.md)",
                        style="dim"))
         return
     table = Table(box=None, header_style="bold", pad_edge=False)

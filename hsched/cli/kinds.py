@@ -46,7 +46,7 @@ def render_kinds(kinds: list[dict[str, Any]]) -> None:
         con.print()
         con.print(usual)
     if not kinds:
-        con.print("no job kinds yet: jobs report progress with hsched.progress (docs/user-guide.md: Progress, kinds and what hsched learns)",
+        con.print("no job kinds yet: jobs report progress with hsched.progress (docs/user-guide.md)",
                   style="dim")
 
 
