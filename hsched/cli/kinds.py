@@ -11,43 +11,43 @@ from hsched.cli._common import handle_errors, print_json
 
 
 def render_kinds(kinds: list[dict[str, Any]]) -> None:
+    """One table: a kind's first row has its job counts (NOW: queued or running, DONE: completed, the jobs its
+    predictions learn from) and its usual profile; then one row per measured speed. (Two tables counted different
+    jobs under one heading, and read as if they disagreed.)"""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("KIND", "JOBS", "GPU", "GPUS", "PLACED", "STEPS/S", "RUNS"):
-        table.add_column(col, justify="right" if col in ("JOBS", "GPUS", "STEPS/S", "RUNS") else "left")
+    for col in ("KIND", "NOW", "DONE", "PROFILE", "GPU", "GPUS", "PLACED", "STEPS/S", "RUNS"):
+        table.add_column(col, justify="right" if col in ("NOW", "DONE", "GPUS", "STEPS/S", "RUNS") else "left")
     for k in kinds:
         rates = k["rates"] or [None]
         for i, r in enumerate(rates):
             # a kind is the lab's text (a command's words): shown as written, never read as markup
-            name = Text(k["kind"] or "(no command)") if i == 0 else Text("")
-            jobs = str(k["jobs_now"]) if i == 0 else ""
+            name = Text(k["kind"] or "(no kind)") if i == 0 else Text("")
+            now = str(k["jobs_now"]) if i == 0 else ""
+            done = str(k.get("completed", 0)) if i == 0 else ""
+            profile = _profile(k) if i == 0 else ""
             if r is None:
-                table.add_row(name, jobs, "-", "-", "-", "not measured yet", "0")
+                table.add_row(name, now, done, profile, "-", "-", "-", "not measured", "0")
             else:
-                table.add_row(name, jobs, r["gpu_type"], str(r["gpus"]), r["class"], f"{r['steps_per_s']:.3g}",
-                              str(r["runs"]))
+                table.add_row(name, now, done, profile, r["gpu_type"], str(r["gpus"]), r["class"],
+                              f"{r['steps_per_s']:.3g}", str(r["runs"]))
     con = Console(highlight=False)
     con.print(table)
-    # the usual profiles in a table of their own: a column more would squeeze the speeds' table past 80 columns
-    profiled = [k for k in kinds if k.get("profiles")]
-    if profiled:
-        usual = Table(box=None, header_style="bold", pad_edge=False)
-        usual.add_column("KIND")
-        usual.add_column("USUAL PROFILE")
-        usual.add_column("OF JOBS", justify="right")
-        for k in profiled:
-            counts = k["profiles"]
-            best = k.get("profile")
-            usual.add_row(Text(k["kind"] or "(no command)"), best or "unknown",
-                          f"{counts.get(best or 'unknown', 0)}/{sum(counts.values())}")
-        con.print()
-        con.print(usual)
     if not kinds:
         con.print("no job kinds yet: jobs report progress with hsched.progress (docs/user-guide.md)",
                   style="dim")
+
+
+def _profile(k: dict[str, Any]) -> str:
+    """The kind's usual profile, short (`compute 4/5`: 4 of its last 5 profiled jobs), or `-`."""
+    counts = k.get("profiles") or {}
+    if not counts:
+        return "-"
+    best = k.get("profile") or "unknown"
+    return f"{best.removesuffix('-bound')} {counts.get(best, 0)}/{sum(counts.values())}"
 
 
 def register(app: typer.Typer) -> None:

@@ -198,7 +198,7 @@ def _flush_ended(ctl: Controller, lr: Learning, now: float) -> None:
             try:
                 await ctl.db(ctl.store.save_run_progress, rp.job_id, rp.attempt, rp.to_dict())
                 speed = rp.steps_per_s
-                if speed is not None:
+                if speed is not None and rp.key[0]:  # a job of no kind (a shell line of echo, id...) teaches nothing
                     rate = await ctl.db(ctl.store.learn_kind_rate, *rp.key, speed, now)
                     table = await rates(ctl)
                     table[rp.key] = rate
@@ -269,6 +269,8 @@ def progress_of(ctl: Controller, job_id: int, attempt: int) -> dict[str, Any] | 
 
 async def history_of(ctl: Controller, kind: str) -> list[tuple[str, float]]:
     """(user, running time) of the kind's last completed jobs (the store's, read once per kind)."""
+    if not kind:
+        return []  # jobs of no kind share no history (a store from before kinds were refused may hold some)
     lr = learning(ctl)
     got = lr.history.get(kind)
     if got is None:
@@ -302,6 +304,8 @@ async def note_end(ctl: Controller, job: Job, running_s: float, now: float,
     lr = learning(ctl)
     kind = job_kind(job)
     predicted = lr.predicted.pop(job.id, None)
+    if not kind:
+        return  # no kind, no history: unrelated shell lines must not predict one another
     history = await history_of(ctl, kind)
     history.append((job.user, running_s))
     del history[:-200]

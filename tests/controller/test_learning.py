@@ -29,6 +29,15 @@ from hsched.testing import CannedNode, Lab
     (["sh", "-c", "python3 bert.py --dataset squad --bs 32 > log"], "bert.py dataset=squad bs=32"),
     (["./run.sh"], "run.sh"),
     ([], ""),
+    # issue 29: a shell line is named by the program it runs, not by its first word; one that runs none of its
+    # own (echo, a loop of shell words, id) has no kind; a batch script is named by its file, not `#SBATCH`
+    (["sh", "-c", "echo hello"], ""),
+    (["sh", "-c", "for i in 1 2 3; do echo $i; done"], ""),
+    (["sh", "-c", "id; hostname"], ""),
+    (["sh", "-c", "for f in a b; do python3 prep.py --data $f; done"], "prep.py data=$f"),
+    (["sh", "-c", "cd /w && FOO=1 ./bench --model gpt2 | tee out"], "bench model=gpt2"),
+    (["/bin/bash", "-c", "#!/bin/bash\n#SBATCH -G 2\n#SBATCH -J x\nsrun python train.py\n", "/home/a/run_bert.sh",
+      "--model", "bert"], "run_bert.sh model=bert"),
 ])
 def test_a_kind_is_the_script_and_its_model_and_batch_arguments(command: list[str], kind: str) -> None:
     assert derive_kind(command) == kind

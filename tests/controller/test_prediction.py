@@ -140,3 +140,21 @@ async def test_queue_start_predicts_each_waiting_job(tmp_path: Path) -> None:
         started = (await lab.job(gang.id)).start_time
         assert got[str(big.id)] == iso(started + 1000.0)  # the gang's time limit is all that is known of it
         assert got[str(small.id)] is None  # behind a job whose length nobody knows, on every node
+
+
+async def test_jobs_of_no_kind_share_no_history(tmp_path: Path) -> None:
+    # issue 29: `sh -c 'echo ...'` jobs used to be kind "echo" and predicted one another; a shell line that runs
+    # no program of its own has no kind, keeps no history and predicts nothing
+    async with Lab.open(tmp_path) as lab:
+        api = Api(lab.ctl)
+        for seconds in (100.0, 120.0, 110.0):
+            j = await lab.submit("sh", "-c", f"echo {seconds}; id", gpus=1)
+            await lab.round()
+            await _complete(lab, j.id, seconds)
+        nxt = await lab.submit("sh", "-c", "echo other", gpus=1)
+        await lab.round()
+        shown = await api.handle("show", {"id": nxt.id}, os.getuid())
+        assert shown["expected_duration_s"] is None
+        assert await lab.ctl.db(lab.ctl.store.durations, "") == []
+        kinds = {k["kind"]: k for k in await api.handle("kinds", {}, os.getuid())}
+        assert "echo" not in kinds and kinds.get("", {"completed": 0})["completed"] == 0
