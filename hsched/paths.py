@@ -11,8 +11,9 @@ Two modes, one layout:
   checkpoint folders (each theirs, 0700) but list nothing; the database and log stay 0600.
 
 Both are tightened at every controller start, whatever existed. A CLI finds its controller in this order:
-HSCHED_HOME (its mode from its marker), then the lab's socket if a lab controller made one, then the user's own
-personal home.
+HSCHED_HOME (its mode from its marker), then the lab's socket if a lab controller made one, then the lab's home if
+one is marked on this machine (its controller is down: every command says so, none starts a private one), then the
+user's own personal home.
 """
 
 from __future__ import annotations
@@ -38,6 +39,13 @@ def lab_socket() -> Path:
     well-known /run/hsched/hsched.sock."""
     env = os.environ.get("HSCHED_LAB_SOCKET")
     return Path(env).expanduser().absolute() if env else LAB_SOCKET
+
+
+def lab_home() -> Path:
+    """Where this machine's lab keeps its state: HSCHED_LAB_HOME (tests, a second lab on one machine), else the
+    well-known /var/lib/hsched."""
+    env = os.environ.get("HSCHED_LAB_HOME")
+    return Path(env).expanduser().absolute() if env else LAB_HOME
 
 
 def _is_socket(path: Path) -> bool:
@@ -102,7 +110,11 @@ class Home:
         if _is_socket(sock):
             # a lab controller serves this machine: its queue is everyone's (its home is its own business;
             # `daemon status` asks it where it is)
-            return cls(LAB_HOME, lab=True, lab_socket=sock)
+            return cls(lab_home(), lab=True, lab_socket=sock)
+        if (lab_home() / LAB_MARKER).is_file():
+            # a lab lives here but its controller is down: its home still, so that every command says so and
+            # none starts a private controller nobody else sees (a lab that silently splits in two)
+            return cls.at(lab_home())
         return cls.personal()
 
     @classmethod
@@ -114,7 +126,7 @@ class Home:
     def for_lab(cls) -> Home:
         """The home `daemon start --lab` makes: HSCHED_HOME or /var/lib/hsched, listening on lab_socket()."""
         env = os.environ.get("HSCHED_HOME")
-        root = Path(env).expanduser().absolute() if env else LAB_HOME
+        root = Path(env).expanduser().absolute() if env else lab_home()
         return cls(root, lab=True, lab_socket=lab_socket())
 
     @property

@@ -113,7 +113,7 @@ def register(app: typer.Typer) -> None:
             # helper; say so, since a node without it is refused at its first probe
             print(f"hsched: the lab controller runs as {_me()}: it reaches every node through the helper "
                   "`hsched node helper-script` installs there (docs/lab.md: Set up a lab)", file=sys.stderr)
-        with Client(home) as c:
+        with Client(home, start_lab=True) as c:
             info = _wait_ready(c, c.call("ping"))
         _started(as_json, info)
 
@@ -170,7 +170,9 @@ def register(app: typer.Typer) -> None:
         from hsched.client import Client
 
         old = _stop(timeout)
-        with Client() as c:
+        # the controller it stopped: a lab's home is found by its marker once its socket is gone, so a lab started
+        # without systemd restarts as the lab, never as root's personal controller
+        with Client(start_lab=True) as c:
             info = _wait_ready(c, c.call("ping"))
         if old is not None and not as_json:
             print(f"controller {old} stopped", file=sys.stderr)
