@@ -25,7 +25,7 @@ import pwd
 from typing import Any
 
 from hsched import __version__
-from hsched.config import PRIORITY_MAX, PRIORITY_MIN, job_spec_from_table
+from hsched.config import PRIORITY_MAX, PRIORITY_MIN, beyond_limits, job_spec_from_table
 from hsched.controller import commands
 from hsched.controller.core import ACTIVE_STATES, Controller, Stopping
 from hsched.controller.health import check_health
@@ -266,6 +266,10 @@ class Api:
         source = self.text(args, "source", "<command line>", limit=4096) or "<command line>"
         settings = self.ctl.settings
         spec = job_spec_from_table(table, source, settings.qos_names, settings.default_qos)  # priority range too
+        # the request's size, bounded by settings (a million tasks was a million run rows and minutes of no answers)
+        over = [f"{source}: {line}" for line in beyond_limits(spec, settings)]
+        if over:
+            raise UserError(over[0], problems=over)
         if spec.data:
             # a dataset the fleet file does not declare has no place to come from: refused now, not a job that
             # waits for ever
