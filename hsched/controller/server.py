@@ -190,10 +190,11 @@ class Door:
         task = asyncio.current_task()
         assert task is not None
         peer: Peer | None = None
+        uid = os.getuid()
         try:
             sock = writer.get_extra_info("socket")
-            uid = peer_uid(sock) if sock is not None else None
-            uid = os.getuid() if uid is None else uid
+            attested = peer_uid(sock) if sock is not None else None
+            uid = uid if attested is None else attested
             if uid != os.getuid() and not self.ctl.home.lab:
                 await self._send(writer, _error(Kind.FAILED, f"permission denied: this controller serves uid "
                                                              f"{os.getuid()} only"))
