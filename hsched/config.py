@@ -938,6 +938,8 @@ class Settings:
     """A job's `--cpus` at most."""
     max_array_tasks: int = 10_000
     """Tasks of one `--array` at most (each is a job)."""
+    max_jobs_per_request: int = 10_000
+    """Jobs one request may queue at most (a submit_many's jobs, each array's tasks counted)."""
     max_dependencies: int = 1000
     """Jobs one `--dependency` may name at most."""
     max_command_bytes: int = 131_072
@@ -957,7 +959,7 @@ _SETTINGS_BOUNDS = {
     "max_subscriptions_per_user": (0, 100_000), "max_requests_per_user": (1, 100_000),
     "max_nodes": (1, 100_000), "max_tasks_per_node": (1, 100_000), "max_tasks": (1, 1_000_000),
     "max_gpus": (1, 1_000_000), "max_cpus": (1, 10_000_000), "max_array_tasks": (1, MAX_ARRAY_TASKS),
-    "max_dependencies": (1, 100_000), "max_command_bytes": (1, 1 << 20),
+    "max_dependencies": (1, 100_000), "max_command_bytes": (1, 1 << 20), "max_jobs_per_request": (1, 1_000_000),
 }
 """The integer limits of settings (issue 27) and the range each may be set in."""
 

@@ -147,6 +147,9 @@ class Api:
         v = args.get(key)
         if not isinstance(v, list):
             raise UserError(f"{key}: expected a list of job ids, found {_type_name(v)} {_shown(v)}")
+        most = self.ctl.settings.max_jobs_per_request
+        if len(v) > most:  # a `wait` reads each of them at every change: a hundred thousand was a busy loop
+            raise UserError(f"{key}: {len(v)} job ids is over the limit of {most} (settings max_jobs_per_request)")
         return [self.job_id({key: i}, key) for i in v]
 
     async def user_name(self, uid: int) -> str:
@@ -238,6 +241,12 @@ class Api:
                 specs.append(self._spec(item))
             except UserError as e:
                 raise UserError(f"jobs[{i}]: {e}", problems=[f"jobs[{i}]: {p}" for p in e.problems]) from None
+        # each array is its tasks' jobs: ten thousand arrays of ten thousand in one request were 10^8 jobs
+        total = sum(len(s.array.indices) if s.array is not None else 1 for s in specs)
+        if total > self.ctl.settings.max_jobs_per_request:
+            raise UserError(f"jobs: {total} jobs in one request (arrays' tasks counted) is over the limit of "
+                            f"{self.ctl.settings.max_jobs_per_request} (settings max_jobs_per_request); submit "
+                            "them in parts")
         specs = [await self._learned_memory(s) for s in specs]
         for spec in specs:
             await self._hear_first_probes(spec.resources)

@@ -248,6 +248,20 @@ async def test_huge_requests_are_refused_in_one_line(tmp_path: Path) -> None:
         assert await lab.ctl.db(lab.ctl.store.job_rows, active_only=False) == []  # nothing was queued
 
 
+async def test_many_arrays_in_one_request_are_bounded_together(tmp_path: Path) -> None:
+    async with Lab.open(tmp_path) as lab:
+        jobs = [{"spec": {"command": ["true"], "array": "0-9999"}} for _ in range(3)]
+        with pytest.raises(UserError) as e:
+            await Api(lab.ctl).handle("submit_many", {"jobs": jobs}, os.getuid())
+        assert e.value.problems == ["jobs: 30000 jobs in one request (arrays' tasks counted) is over the limit of "
+                                    "10000 (settings max_jobs_per_request); submit them in parts"]
+        assert await lab.ctl.db(lab.ctl.store.job_rows, active_only=False) == []
+        # a `wait` on a hundred thousand ids read each of them at every change
+        with pytest.raises(UserError) as e:
+            await Api(lab.ctl).handle("wait", {"ids": list(range(1, 100_001)), "timeout": 0}, os.getuid())
+        assert e.value.problems == ["ids: 100000 job ids is over the limit of 10000 (settings max_jobs_per_request)"]
+
+
 async def test_an_array_over_the_settings_bound_is_refused(tmp_path: Path) -> None:
     async with Lab.open(tmp_path, settings=Settings(max_array_tasks=100)) as lab:
         with pytest.raises(UserError) as e:
