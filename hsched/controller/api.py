@@ -6,8 +6,10 @@ PROBING, one whose probe hung is UNHEALTHY), so a hung nvidia-smi never holds up
 Every argument is checked before it is used: a missing, mistyped or out-of-range one is a UserError naming
 the field (the CLI exits 2 with that one line), never an internal error. Ranges: job ids 1 to 2^63-1,
 priority PRIORITY_MIN to PRIORITY_MAX (as in a spec file), `wait` timeouts up to a week, log chunks up to
-16 MiB. The submitting user is the connecting process's uid (SO_PEERCRED) mapped to its name, never a name
-sent in the request.
+16 MiB. A job's size is bounded by the settings (max_nodes, max_tasks_per_node, max_tasks, max_gpus, max_cpus,
+max_array_tasks, max_dependencies, max_command_bytes; hsched.config.beyond_limits) and a request's jobs or ids by
+max_jobs_per_request: past one, one line names the key, the option and the setting. The submitting user is the
+connecting process's uid (SO_PEERCRED) mapped to its name, never a name sent in the request.
 
 Lab mode (one controller for every local user): anyone may look (queue, show, nodes, events, as squeue shows
 all), but a job is acted on (cancel, hold, release, requeue, priority, preempt, checkpoint, logs) by its owner,
