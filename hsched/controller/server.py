@@ -118,9 +118,9 @@ ADMIN_CACHE_S = 10.0
 groups up once each)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Peer:
-    """What one uid holds of the door."""
+    """What one uid holds of the door (counters the door moves, so not frozen)."""
 
     connections: int = 0
     subscriptions: int = 0
