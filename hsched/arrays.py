@@ -33,7 +33,11 @@ def parse_array(text: str) -> ArraySpec:
         step = int(m.group(3) or 1)
         if hi < lo or step < 1:
             raise ValueError(f"a range from low to high with a step >= 1 (found {part.strip()!r})")
-        indices.update(range(lo, hi + 1, step))
+        span = range(lo, hi + 1, step)
+        # counted before it is made: `0-1000000000` must be refused at once, not after a billion-element set
+        if len(span) > MAX_ARRAY_TASKS:
+            raise ValueError(f"at most {MAX_ARRAY_TASKS} tasks")
+        indices.update(span)
         if len(indices) > MAX_ARRAY_TASKS:
             raise ValueError(f"at most {MAX_ARRAY_TASKS} tasks")
     max_running = None

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from hsched.arrays import MAX_ARRAY_TASKS
 from hsched.constraints import label_problem, parse_constraint
 from hsched.datasets import Dataset, datasets_from_table, parse_bytes
 from hsched.errors import ConfigError, UserError
@@ -28,6 +29,7 @@ from hsched.model import (
     JobSpec,
     Resources,
 )
+from hsched.protocol import IDLE_TIMEOUT_S, MAX_CONNECTIONS
 
 # ---------------------------------------------------------------------------------------------- parsing
 
@@ -398,6 +400,36 @@ def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple
     )
 
 
+def beyond_limits(spec: JobSpec, settings: Settings) -> list[str]:
+    """What of `spec` is over the settings' request bounds (max_nodes, max_tasks_per_node, ...), one line each naming
+    the spec key, the option and the setting; empty when it is within them. The controller refuses such a submit,
+    and ends a stored job beyond them (one queued before the bounds) rather than making its runs."""
+    out = []
+    res = spec.resources
+
+    def over(key: str, option: str, found: int, setting: str, what: str = "") -> None:
+        limit = getattr(settings, setting)
+        if found > limit:
+            out.append(f"{key} ({option}): {found}{what} is over the limit of {limit} (settings {setting}); ask for "
+                       "less, or an admin raises it in settings.toml")
+
+    over("resources.nodes", "--nodes", res.nodes, "max_nodes")
+    over("resources.tasks_per_node", "--tasks-per-node", res.tasks_per_node, "max_tasks_per_node")
+    if res.nodes <= settings.max_nodes and res.tasks_per_node <= settings.max_tasks_per_node:
+        over("resources.nodes x resources.tasks_per_node", "--nodes x --tasks-per-node", res.nodes * res.tasks_per_node,
+             "max_tasks", " tasks")
+    over("resources.gpus x resources.nodes", "--gpus", res.gpus * res.nodes, "max_gpus", " GPUs")
+    if res.cpus is not None:
+        over("resources.cpus", "--cpus", res.cpus, "max_cpus")
+    if spec.array is not None:
+        over("array", "--array", len(spec.array.indices), "max_array_tasks", " tasks")
+    named = sum(len(d.job_ids) for d in spec.dependency)
+    over("dependency", "--dependency", max(named, len(spec.dependency)), "max_dependencies", " jobs")
+    over("command", "the command", sum(len(a.encode("utf-8", "surrogatepass")) + 1 for a in spec.command),
+         "max_command_bytes", " bytes")
+    return out
+
+
 def _data_names(p: Problems, raw: Any) -> tuple[str, ...]:
     """`data = ["imagenet", "coco"]` (or "imagenet,coco", as --data takes it): dataset names, checked here for their
     spelling only; whether the fleet file defines them is the controller's to say (it reads the fleet file)."""
@@ -532,6 +564,8 @@ _NODE_KEYS = frozenset(
      "shared_paths", "helper", "data_dir", "data_quota", *_SLURM_KEYS}
 )
 _SIM_KEYS = frozenset({"model", "count", "memory_mib", "topology", "numa_nodes", "cpus", "memory"})
+MAX_SIMULATED_DEVICES = 1024
+"""A simulated node's GPUs at most (`simulate.count`)."""
 EXECUTORS = ("local", "ssh", "slurm")
 
 
@@ -743,6 +777,10 @@ def _simulate(p: Problems, raw: Any, key: str, base_dir: Path) -> SimulatedDevic
     check_keys(p, raw, _SIM_KEYS, f"{key}.")
     model = _str(p, f"{key}.model", raw.get("model"), nonempty=True)
     count = _int(p, f"{key}.count", raw.get("count", 1), minimum=1)
+    if count is not None and count > MAX_SIMULATED_DEVICES:
+        # each simulated GPU is state the controller keeps and samples every second: 100,000,000 of them hung it
+        p.expected(f"{key}.count", f"an integer from 1 to {MAX_SIMULATED_DEVICES} (GPUs of one simulated node)", count)
+        count = None
     mem = None
     if "memory_mib" in raw:
         mem = _int(p, f"{key}.memory_mib", raw["memory_mib"], minimum=1)
@@ -869,6 +907,44 @@ class Settings:
     data_limit_mbps: float = 0.0
     """At most this many Mbit/s for each dataset copy (0: as fast as the link goes)."""
 
+    # What one lab member may take of the controller (issue 27): the socket's connections, subscriptions and requests
+    # being answered are counted per uid (the kernel's, SO_PEERCRED), so one member's flood never locks out the others
+    # or the admins; and every request is bounded, so that no single submit makes the controller work for minutes.
+    max_connections: int = MAX_CONNECTIONS
+    """Connections to the socket at once, everyone's together (a newcomer past it is told so and closed)."""
+    max_connections_per_user: int = 32
+    """Connections one lab member may hold at once (root, the controller's account and `admins` are not counted
+    against it)."""
+    admin_reserve: int = 32
+    """Of max_connections, how many only root, the controller's account and `admins` may use: the others together
+    never hold more than max_connections - admin_reserve, so an admin always gets in."""
+    max_subscriptions_per_user: int = 16
+    """Streams (`subscribe`: the dashboard) and `wait`s one lab member may have open at once."""
+    max_requests_per_user: int = 8
+    """Requests of one lab member being answered at once; the next wait their turn (a member cannot keep the
+    controller busy with hundreds of `queue --all` at a time)."""
+    idle_timeout_s: float = IDLE_TIMEOUT_S
+    """A connection that sends no whole request for this long is closed; a subscription whose reader takes none of
+    what it is sent for this long is closed too."""
+    max_nodes: int = 256
+    """A job's `--nodes` at most."""
+    max_tasks_per_node: int = 512
+    """A job's `--tasks-per-node` at most (each task is a run: a row in the store and a process)."""
+    max_tasks: int = 4096
+    """A job's tasks (`--nodes` x `--tasks-per-node`) at most."""
+    max_gpus: int = 1024
+    """A job's GPUs (`--gpus`, all its nodes together) at most."""
+    max_cpus: int = 8192
+    """A job's `--cpus` at most."""
+    max_array_tasks: int = 10_000
+    """Tasks of one `--array` at most (each is a job)."""
+    max_jobs_per_request: int = 10_000
+    """Jobs one request may queue at most (a submit_many's jobs, each array's tasks counted)."""
+    max_dependencies: int = 1000
+    """Jobs one `--dependency` may name at most."""
+    max_command_bytes: int = 131_072
+    """A job's command line (all its words together) at most, in bytes (Linux takes one word of at most 128 KiB)."""
+
     @property
     def qos_names(self) -> tuple[str, ...]:
         return tuple(self.qos)
@@ -876,7 +952,16 @@ class Settings:
 
 _SETTINGS_FLOATS = ("poll_interval_s", "probe_interval_s", "probe_timeout_s", "lease_s", "heartbeat_timeout_s",
                     "kill_after_s", "monitor_interval_s", "retry_backoff_s", "retry_backoff_max_s", "idle_after_s",
-                    "move_min_run_s", "move_cost_s", "data_link_mbps", "prefetch_horizon_s")
+                    "move_min_run_s", "move_cost_s", "data_link_mbps", "prefetch_horizon_s", "idle_timeout_s")
+_SETTINGS_BOUNDS = {
+    # key: (least, most): a bound beyond the most would let the request it bounds hang the controller again
+    "max_connections": (1, 100_000), "max_connections_per_user": (1, 100_000), "admin_reserve": (0, 100_000),
+    "max_subscriptions_per_user": (0, 100_000), "max_requests_per_user": (1, 100_000),
+    "max_nodes": (1, 100_000), "max_tasks_per_node": (1, 100_000), "max_tasks": (1, 1_000_000),
+    "max_gpus": (1, 1_000_000), "max_cpus": (1, 10_000_000), "max_array_tasks": (1, MAX_ARRAY_TASKS),
+    "max_dependencies": (1, 100_000), "max_command_bytes": (1, 1 << 20), "max_jobs_per_request": (1, 1_000_000),
+}
+"""The integer limits of settings (issue 27) and the range each may be set in."""
 
 
 def load_settings(path: Path) -> Settings:
@@ -887,7 +972,7 @@ def load_settings(path: Path) -> Settings:
     allowed = frozenset({*_SETTINGS_FLOATS, "checkpoint_exit_code", "max_restarts", "gpu_models", "qos",
                          "default_qos", "policy", "retries", "fatal_exit_codes", "metrics", "admins", "lab_group",
                          "fairshare_half_life_s", "accounts", "moves", "history_days", "prefetch",
-                         "data_limit_mbps"})
+                         "data_limit_mbps", *_SETTINGS_BOUNDS})
     check_keys(p, data, allowed, "")
     kwargs: dict[str, Any] = {}
     for k in _SETTINGS_FLOATS:
@@ -902,6 +987,16 @@ def load_settings(path: Path) -> Settings:
             v = _int(p, k, data[k], minimum=0)
             if v is not None:
                 kwargs[k] = v
+    for k, (least, most) in _SETTINGS_BOUNDS.items():
+        if k in data:
+            v = data[k]
+            if isinstance(v, bool) or not isinstance(v, int) or not least <= v <= most:
+                p.expected(k, f"an integer from {least} to {most}", v)
+            else:
+                kwargs[k] = v
+    if kwargs.get("admin_reserve", 0) >= kwargs.get("max_connections", MAX_CONNECTIONS):
+        p.add("admin_reserve", f"must be below max_connections ({kwargs.get('max_connections', MAX_CONNECTIONS)}): "
+                               "the lab's members need some connections too")
     if "metrics" in data:
         m = data["metrics"]
         _host, sep, port = str(m).rpartition(":")

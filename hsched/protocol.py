@@ -14,7 +14,8 @@ the request again once it is back).
 A connection may carry many requests, answered in order. Peers of another uid are refused (SO_PEERCRED);
 the submitting user is the peer's uid, never a name in the request. Limits (the controller enforces them):
 one request line at most `MAX_LINE` bytes, `IDLE_TIMEOUT_S` without a whole request closes the connection,
-at most `MAX_CONNECTIONS` open at once.
+at most `MAX_CONNECTIONS` open at once, and per uid at most settings `max_connections_per_user` of them (the
+controller's settings hold all these numbers; these are their defaults).
 """
 
 from __future__ import annotations

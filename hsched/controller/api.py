@@ -6,8 +6,10 @@ PROBING, one whose probe hung is UNHEALTHY), so a hung nvidia-smi never holds up
 Every argument is checked before it is used: a missing, mistyped or out-of-range one is a UserError naming
 the field (the CLI exits 2 with that one line), never an internal error. Ranges: job ids 1 to 2^63-1,
 priority PRIORITY_MIN to PRIORITY_MAX (as in a spec file), `wait` timeouts up to a week, log chunks up to
-16 MiB. The submitting user is the connecting process's uid (SO_PEERCRED) mapped to its name, never a name
-sent in the request.
+16 MiB. A job's size is bounded by the settings (max_nodes, max_tasks_per_node, max_tasks, max_gpus, max_cpus,
+max_array_tasks, max_dependencies, max_command_bytes; hsched.config.beyond_limits) and a request's jobs or ids by
+max_jobs_per_request: past one, one line names the key, the option and the setting. The submitting user is the
+connecting process's uid (SO_PEERCRED) mapped to its name, never a name sent in the request.
 
 Lab mode (one controller for every local user): anyone may look (queue, show, nodes, events, as squeue shows
 all), but a job is acted on (cancel, hold, release, requeue, priority, preempt, checkpoint, logs) by its owner,
@@ -25,7 +27,7 @@ import pwd
 from typing import Any
 
 from hsched import __version__
-from hsched.config import PRIORITY_MAX, PRIORITY_MIN, job_spec_from_table
+from hsched.config import PRIORITY_MAX, PRIORITY_MIN, beyond_limits, job_spec_from_table
 from hsched.controller import commands
 from hsched.controller.core import ACTIVE_STATES, Controller, Stopping
 from hsched.controller.health import check_health
@@ -147,6 +149,9 @@ class Api:
         v = args.get(key)
         if not isinstance(v, list):
             raise UserError(f"{key}: expected a list of job ids, found {_type_name(v)} {_shown(v)}")
+        most = self.ctl.settings.max_jobs_per_request
+        if len(v) > most:  # a `wait` reads each of them at every change: a hundred thousand was a busy loop
+            raise UserError(f"{key}: {len(v)} job ids is over the limit of {most} (settings max_jobs_per_request)")
         return [self.job_id({key: i}, key) for i in v]
 
     async def user_name(self, uid: int) -> str:
@@ -238,6 +243,12 @@ class Api:
                 specs.append(self._spec(item))
             except UserError as e:
                 raise UserError(f"jobs[{i}]: {e}", problems=[f"jobs[{i}]: {p}" for p in e.problems]) from None
+        # each array is its tasks' jobs: ten thousand arrays of ten thousand in one request were 10^8 jobs
+        total = sum(len(s.array.indices) if s.array is not None else 1 for s in specs)
+        if total > self.ctl.settings.max_jobs_per_request:
+            raise UserError(f"jobs: {total} jobs in one request (arrays' tasks counted) is over the limit of "
+                            f"{self.ctl.settings.max_jobs_per_request} (settings max_jobs_per_request); submit "
+                            "them in parts")
         specs = [await self._learned_memory(s) for s in specs]
         for spec in specs:
             await self._hear_first_probes(spec.resources)
@@ -266,6 +277,10 @@ class Api:
         source = self.text(args, "source", "<command line>", limit=4096) or "<command line>"
         settings = self.ctl.settings
         spec = job_spec_from_table(table, source, settings.qos_names, settings.default_qos)  # priority range too
+        # the request's size, bounded by settings (a million tasks was a million run rows and minutes of no answers)
+        over = [f"{source}: {line}" for line in beyond_limits(spec, settings)]
+        if over:
+            raise UserError(over[0], problems=over)
         if spec.data:
             # a dataset the fleet file does not declare has no place to come from: refused now, not a job that
             # waits for ever

@@ -30,6 +30,7 @@ from typing import Any
 
 from hsched import outfiles
 from hsched.arrays import within_limits
+from hsched.config import beyond_limits
 from hsched.controller import data, learning, moves
 from hsched.controller.checkpoints import bring_along, is_shared, path_on, sees
 from hsched.controller.core import Controller
@@ -164,6 +165,14 @@ async def _schedule_round(ctl: Controller) -> tuple[bool, int]:
                                      f"{victim.spec.checkpoint_signal.grace_s:g} s to checkpoint")
                 continue
             assert isinstance(d, Launch)
+            over = beyond_limits(job.spec, ctl.settings)
+            if over:
+                # queued before the request bounds existed (or before an admin lowered them): ended with the reason,
+                # never a million run rows made under the lock
+                await ctl.db(ctl.store.set_job, job.id, inp.now, state=JobState.FAILED,
+                             reason=EndReason.LAUNCH_FAILED.value, end_time=inp.now,
+                             event=("ended", f"failed: the job is over the controller's request bounds: {over[0]}"))
+                continue
             ranks = []
             tpn = job.spec.resources.tasks_per_node
             attempt = job.restarts + 1

@@ -5,7 +5,9 @@
 What a scrape reads is a snapshot taken on the controller's event loop (nodes, GPUs, jobs from the store),
 rendered at most every SNAPSHOT_TTL_S: the HTTP server runs in a thread of its own and never touches the
 store or the controller's state itself, so a scraper hammering the endpoint costs the scheduling loop one
-small snapshot and one render per TTL. Round latencies and preemptions are counted as they happen.
+small snapshot and one render per TTL. Round latencies and preemptions are counted as they happen. The server
+is two threads whatever comes (an event loop of its own and one renderer), with a bounded number of
+connections, each closed when idle (issue 27: a thread per connection was 1,009 threads for 1,000 idle ones).
 
 Names follow the client library's conventions: `hsched_` prefix, base units in the name, `_total` counters.
 """
@@ -13,6 +15,7 @@ Names follow the client library's conventions: `hsched_` prefix, base units in t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -245,49 +248,181 @@ class _Cache:
             return self.body
 
 
+METRICS_CONNECTIONS = 128
+"""Connections the endpoint holds at once: past it, the one idle longest is closed for the newcomer (a scraper that
+just connected is served; a thousand idle connections cost the oldest of them their place, not a thread each)."""
+METRICS_IDLE_S = 10.0
+"""A connection that sends no whole request head for this long (or reads no reply) is closed."""
+METRICS_MAX_HEAD = 8192
+"""The longest request head (request line and headers) read; a longer one is answered 431 and closed."""
+METRICS_BACKLOG = 512
+"""Connections the kernel queues for the endpoint: past a full queue a client's SYN is dropped and retried a second
+later, so a burst of idle connections would otherwise keep a scraper waiting seconds before it is even accepted."""
+
+
+class Endpoint:
+    """The HTTP endpoint: one event loop of its own, in one thread, and one worker thread that renders (a render
+    waits up to a second for the controller's loop): two threads however many connections come, each connection a
+    coroutine with a deadline. GET (or HEAD) / or /metrics; keep-alive as HTTP/1.1 has it."""
+
+    def __init__(self, listener: Any, body: Any, *, connections: int = METRICS_CONNECTIONS,
+                 idle_s: float = METRICS_IDLE_S) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.listener = listener
+        self.server_address = listener.getsockname()
+        self.body = body
+        self.connections = connections
+        self.idle_s = idle_s
+        self.loop = asyncio.new_event_loop()
+        self.renderer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hsched-metrics-render")
+        self.idle: dict[asyncio.Task[Any], Any] = {}
+        """Connections waiting for a request (oldest first: dicts keep order), and their writers."""
+        self.open: set[asyncio.Task[Any]] = set()
+        self._stop: asyncio.Event | None = None
+
+    def run(self) -> None:
+        """The thread's body: serve until shutdown()."""
+        try:
+            self.loop.run_until_complete(self._main())
+        finally:
+            self.loop.close()
+
+    async def _main(self) -> None:
+        self._stop = asyncio.Event()
+        server = await asyncio.start_server(self._serve, sock=self.listener, limit=METRICS_MAX_HEAD,
+                                            backlog=METRICS_BACKLOG)
+        try:
+            await self._stop.wait()
+        finally:
+            server.close()
+            for task in list(self.open):
+                task.cancel()
+            await asyncio.gather(*self.open, return_exceptions=True)
+            await server.wait_closed()
+
+    def shutdown(self) -> None:
+        """Stop serving (from any thread)."""
+        def stop() -> None:
+            if self._stop is not None:
+                self._stop.set()
+
+        with contextlib.suppress(RuntimeError):  # the loop already closed
+            self.loop.call_soon_threadsafe(stop)
+
+    def server_close(self) -> None:
+        self.renderer.shutdown(wait=False, cancel_futures=True)
+        with contextlib.suppress(OSError):
+            self.listener.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if len(self.open) >= self.connections:
+            if not self.idle:
+                writer.close()  # every place is in a request: this one waits for none
+                return
+            oldest = next(iter(self.idle))
+            self.idle.pop(oldest).close()
+            oldest.cancel()
+        self.open.add(task)
+        try:
+            while True:
+                self.idle[task] = writer
+                try:
+                    async with asyncio.timeout(self.idle_s):
+                        head = await reader.readuntil(b"\r\n\r\n")
+                except asyncio.LimitOverrunError:
+                    await self._reply(writer, 431, b"request head too large\n", close=True)
+                    return
+                except (TimeoutError, asyncio.IncompleteReadError):
+                    return
+                finally:
+                    self.idle.pop(task, None)
+                if not await self._answer(head, writer):
+                    return
+        except (ConnectionError, TimeoutError, asyncio.CancelledError):
+            return
+        finally:
+            self.open.discard(task)
+            self.idle.pop(task, None)
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _answer(self, head: bytes, writer: asyncio.StreamWriter) -> bool:
+        """Answer one request head; whether the connection stays open for the next."""
+        line, _, headers = head.decode("latin-1").partition("\r\n")
+        parts = line.split()
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            await self._reply(writer, 400, b"bad request\n", close=True)
+            return False
+        method, target, version = parts
+        fields = {k.strip().lower(): v.strip().lower()
+                  for k, _, v in (h.partition(":") for h in headers.split("\r\n")) if k}
+        close = fields.get("connection") == "close" or (version == "HTTP/1.0"
+                                                         and fields.get("connection") != "keep-alive")
+        if "content-length" in fields or "transfer-encoding" in fields:
+            close = True  # a body this endpoint never reads: the connection cannot carry a next request
+        if method not in ("GET", "HEAD"):
+            await self._reply(writer, 405, b"GET /metrics\n", close=True)
+            return False
+        if target.split("?", 1)[0] not in ("/", "/metrics"):
+            await self._reply(writer, 404, b"try /metrics\n", close=close)
+            return not close
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        body = await asyncio.get_running_loop().run_in_executor(self.renderer, self.body)
+        await self._reply(writer, 200, body, close=close, content_type=CONTENT_TYPE_LATEST, head=method == "HEAD")
+        return not close
+
+    async def _reply(self, writer: asyncio.StreamWriter, status: int, body: bytes, *, close: bool,
+                     content_type: str = "text/plain; charset=utf-8", head: bool = False) -> None:
+        from http import HTTPStatus
+
+        lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", f"Content-Type: {content_type}",
+                 f"Content-Length: {len(body)}", f"Connection: {'close' if close else 'keep-alive'}", "", ""]
+        writer.write("\r\n".join(lines).encode("latin-1") + (b"" if head else body))
+        async with asyncio.timeout(self.idle_s):  # a scraper that reads nothing does not hold its place for ever
+            await writer.drain()
+
+
 @dataclass
 class MetricsServer:
-    server: Any
+    server: Endpoint
     thread: Any
 
     def close(self) -> None:
         self.server.shutdown()
-        self.server.server_close()
         self.thread.join(timeout=5)
+        self.server.server_close()
 
 
 def serve(ctl: Controller, address: str, loop: asyncio.AbstractEventLoop) -> MetricsServer:
-    """Start the endpoint in a thread of its own; `close()` it when the controller stops."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    """Start the endpoint in a thread of its own; `close()` it when the controller stops. OSError when the address
+    cannot be bound (a port in use)."""
+    import socket
 
-    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
+    from prometheus_client import CollectorRegistry
 
     host, port = parse_address(address)
     reg = CollectorRegistry(auto_describe=False)
     reg.register(_Collector(ctl, loop))
     cache = _Cache(reg)
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path.split("?", 1)[0] not in ("/", "/metrics"):
-                self.send_error(404, "try /metrics")
-                return
-            body = cache.get()
-            self.send_response(200)
-            self.send_header("Content-Type", CONTENT_TYPE_LATEST)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return  # a scrape a second is not news for the controller's log
-
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, name="hsched-metrics", daemon=True)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen(METRICS_BACKLOG)
+        listener.setblocking(False)
+    except OSError:
+        listener.close()
+        raise
+    endpoint = Endpoint(listener, cache.get)
+    thread = threading.Thread(target=endpoint.run, name="hsched-metrics", daemon=True)
     thread.start()
-    log.info("metrics on http://%s:%d/metrics", host, server.server_address[1])
-    return MetricsServer(server, thread)
+    log.info("metrics on http://%s:%d/metrics", host, endpoint.server_address[1])
+    return MetricsServer(endpoint, thread)
 
 
 def note_round(ctl: Controller, seconds: float, preemptions: int) -> None:

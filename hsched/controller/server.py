@@ -7,8 +7,10 @@ The socket is the controller's one door, so it holds under abuse (hsched.protoco
 personal mode a peer of another uid is refused (in lab mode every local user may connect, or the members of
 settings `lab_group`, and each request acts as the peer's uid, which the kernel attests: SO_PEERCRED); a
 request line longer than MAX_LINE is answered with one clear error and the connection closed, never buffered
-whole; a connection that sends no whole request for IDLE_TIMEOUT_S is
-closed; past MAX_CONNECTIONS a newcomer is told so and closed. Every argument is checked in api.py.
+whole; a connection that sends no whole request for settings `idle_timeout_s` is closed; connections,
+subscriptions and requests being answered are capped per uid, with a reserve of connections that only root and
+the admins may use (Door), so that no member's flood locks out the others; past a cap a newcomer is told so in one
+line and closed. Every argument is checked in api.py, every request's size against the settings' bounds.
 
 Restart: when hsched is reinstalled under a running controller (hsched.controller.loops notices, or a client
 of another version does), it stops as `daemon stop` stops it (runs go on; probes cancelled, executors closed,
@@ -28,11 +30,11 @@ import signal
 import stat
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from hsched.config import load_fleet, load_settings
+from hsched.config import Settings, load_fleet, load_settings
 from hsched.controller.api import Api
 from hsched.controller.core import Controller, Stopping, installed_fingerprint
 from hsched.controller.health import monitor
@@ -41,8 +43,6 @@ from hsched.controller.metrics import serve as serve_metrics
 from hsched.errors import HschedError, PermissionDenied, UserError
 from hsched.paths import Home
 from hsched.protocol import (
-    IDLE_TIMEOUT_S,
-    MAX_CONNECTIONS,
     MAX_LINE,
     OPS_ANY_PROTOCOL,
     PACKAGE_VERSION,
@@ -73,13 +73,71 @@ class AlreadyRunning(HschedError):
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """The socket's limits (hsched.protocol's values; tests shrink them)."""
+    """The socket's limits. None: the controller's settings say (hsched.config.Settings, whose defaults are
+    hsched.protocol's values); tests shrink them."""
 
     max_line: int = MAX_LINE
-    idle_timeout_s: float = IDLE_TIMEOUT_S
-    max_connections: int = MAX_CONNECTIONS
+    idle_timeout_s: float | None = None
+    max_connections: int | None = None
     drain_s: float = 10.0
     """At a stop, how long requests being answered get to finish."""
+    max_connections_per_user: int | None = None
+    admin_reserve: int | None = None
+    max_subscriptions_per_user: int | None = None
+    max_requests_per_user: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Caps:
+    """The limits a Door enforces: a Limits with what it leaves open taken from the settings."""
+
+    idle_timeout_s: float
+    max_connections: int
+    max_connections_per_user: int
+    admin_reserve: int
+    max_subscriptions_per_user: int
+    max_requests_per_user: int
+
+    @classmethod
+    def of(cls, limits: Limits, settings: Settings) -> Caps:
+        def pick(name: str) -> Any:
+            mine = getattr(limits, name)
+            return getattr(settings, name) if mine is None else mine
+
+        caps = cls(**{name: pick(name) for name in cls.__slots__})
+        # a total cap shrunk under the reserve (tests) leaves the members at least one connection
+        return replace(caps, admin_reserve=min(caps.admin_reserve, caps.max_connections - 1))
+
+
+SUBSCRIPTIONS = frozenset({"subscribe", "wait"})
+"""Requests that hold their connection until something happens (a stream, jobs ending): counted per user."""
+HANGUP_POLL_S = 1.0
+"""How often a subscription looks whether its client hung up (a `wait` of a week for a client long gone)."""
+ADMIN_CACHE_S = 10.0
+"""How long the door trusts its answer to "is this uid an admin" (a flood of refused connections must not look the
+groups up once each)."""
+
+
+@dataclass(slots=True)
+class Peer:
+    """What one uid holds of the door (counters the door moves, so not frozen)."""
+
+    connections: int = 0
+    subscriptions: int = 0
+    requests: asyncio.Semaphore | None = None
+
+
+def hung_up(sock: Any) -> bool:
+    """Whether the client at the other end of `sock` closed it (POLLHUP: a Unix socket's peer closed both ways; one
+    that only shut its writing side still reads its replies, and is not hung up)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sock.fileno(), 0)
+        return any(mask & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, mask in poller.poll(0))
+    except (OSError, ValueError):
+        return True
 
 
 LOCK_TRIES = 50
@@ -111,50 +169,106 @@ def _error(kind: Kind, message: str, **extra: Any) -> dict[str, Any]:
 
 
 class Door:
-    """The socket's connections: who is connected, who is being answered, and the limits on both."""
+    """The socket's connections: who is connected, who is being answered, and the limits on both, per uid (the
+    kernel's, SO_PEERCRED): a lab member holds at most `max_connections_per_user` connections, `max_subscriptions_
+    per_user` streams and waits, and `max_requests_per_user` requests being answered (the next wait their turn);
+    all members together never take the last `admin_reserve` connections, kept for root, the controller's account
+    and the admins (who are held to the total only)."""
 
     def __init__(self, api: Api, limits: Limits) -> None:
         self.api = api
         self.ctl = api.ctl
         self.limits = limits
+        self.caps = Caps.of(limits, self.ctl.settings)
         self.connections: set[asyncio.Task[Any]] = set()
         self.busy: set[asyncio.Task[Any]] = set()
         """Connections in the middle of a request (a stop lets them finish; the idle ones are closed)."""
+        self.peers: dict[int, Peer] = {}
+        self._admins: dict[int, tuple[bool, float]] = {}
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        peer: Peer | None = None
+        uid = os.getuid()
         try:
-            if len(self.connections) >= self.limits.max_connections:
-                await self._send(writer, _error(Kind.FAILED, f"too many connections to the controller "
-                                                             f"({self.limits.max_connections} open); try again"))
-                return
-            self.connections.add(task)
             sock = writer.get_extra_info("socket")
-            uid = peer_uid(sock) if sock is not None else None
-            if uid is not None and uid != os.getuid() and not self.ctl.home.lab:
+            attested = peer_uid(sock) if sock is not None else None
+            uid = uid if attested is None else attested
+            if uid != os.getuid() and not self.ctl.home.lab:
                 await self._send(writer, _error(Kind.FAILED, f"permission denied: this controller serves uid "
                                                              f"{os.getuid()} only"))
                 return
-            await self._requests(reader, writer, uid if uid is not None else os.getuid(), task)
+            refusal = await self._admit(uid)
+            if refusal is not None:
+                await self._send(writer, _error(Kind.FAILED, refusal))
+                return
+            self.connections.add(task)
+            peer = self.peers.setdefault(uid, Peer())
+            peer.connections += 1
+            await self._requests(reader, writer, uid, task)
         except (ConnectionError, TimeoutError, asyncio.IncompleteReadError):
             return  # the client went away, or stopped reading its replies
         finally:
             self.connections.discard(task)
             self.busy.discard(task)
+            if peer is not None:
+                peer.connections -= 1
+                if peer.connections <= 0:
+                    self.peers.pop(uid, None)
             with contextlib.suppress(Exception):
                 writer.close()
+
+    async def _admit(self, uid: int) -> str | None:
+        """None when `uid` may open one more connection; else the one line that says why not."""
+        caps = self.caps
+        total = len(self.connections)
+        if total >= caps.max_connections:
+            return f"too many connections to the controller ({caps.max_connections} open); try again"
+        peer = self.peers.get(uid)
+        mine = peer.connections if peer is not None else 0
+        if mine < caps.max_connections_per_user and total < caps.max_connections - caps.admin_reserve:
+            return None
+        if await self._privileged(uid):
+            return None  # the reserve is theirs
+        if mine >= caps.max_connections_per_user:
+            return (f"too many connections from {await self.api.user_name(uid)} ({mine} open; settings "
+                    f"max_connections_per_user = {caps.max_connections_per_user}): close some and try again")
+        return (f"too many connections to the controller ({total} open; the last {caps.admin_reserve} are kept for "
+                "admins, settings admin_reserve); try again")
+
+    async def _privileged(self, uid: int) -> bool:
+        """Root, the controller's own account and settings `admins`: held to the total cap only."""
+        if uid in (0, os.getuid()):
+            return True
+        now = time.monotonic()
+        hit = self._admins.get(uid)
+        if hit is not None and now - hit[1] < ADMIN_CACHE_S:
+            return hit[0]
+        verdict = await self.api.is_admin(uid)
+        self._admins[uid] = (verdict, now)
+        return verdict
+
+    def _slot(self, uid: int) -> contextlib.AbstractAsyncContextManager[Any]:
+        """A turn among `uid`'s requests being answered (root's and the controller account's are not counted)."""
+        if uid in (0, os.getuid()):
+            return contextlib.nullcontext()
+        peer = self.peers.setdefault(uid, Peer())
+        if peer.requests is None:
+            peer.requests = asyncio.Semaphore(self.caps.max_requests_per_user)
+        return peer.requests
 
     async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, uid: int,
                         task: asyncio.Task[Any]) -> None:
         # a request that reached a stopping controller is still answered (told "restarting" where it restarts);
         # then the connection closes
+        idle = self.caps.idle_timeout_s
         while True:
             try:
-                async with asyncio.timeout(self.limits.idle_timeout_s):
+                async with asyncio.timeout(idle):
                     line = await reader.readuntil(b"\n")
             except TimeoutError:
-                log.info("closing a connection idle for %g s", self.limits.idle_timeout_s)
+                log.info("closing a connection idle for %g s", idle)
                 return
             except asyncio.IncompleteReadError:
                 return  # end of stream (what came without a newline is not a request)
@@ -187,7 +301,7 @@ class Door:
         else:
             writer.write(encode(stamped(reply)))
         # a client that stops reading its replies must not hold the controller's memory forever
-        async with asyncio.timeout(self.limits.idle_timeout_s):
+        async with asyncio.timeout(self.caps.idle_timeout_s):
             await writer.drain()
 
     async def _answer(self, line: bytes, uid: int, writer: asyncio.StreamWriter) -> dict[str, Any] | None:
@@ -210,13 +324,54 @@ class Door:
             skew = await self._skew(req.get("protocol", 1), req.get("hsched"))
             if skew is not None:
                 return skew
-        if op == "subscribe":
-            try:
-                interval = self.api.number(args, "interval", 1.0, low=0.1, high=3600.0)
-            except UserError as e:
-                return _error(Kind.USER, str(e), problems=e.problems)
-            await self._stream(writer, interval)
-            return None
+        if op in SUBSCRIPTIONS:
+            return await self._subscription(op, args, uid, writer)
+        async with self._slot(uid):
+            return await self._handle(op, args, uid)
+
+    async def _subscription(self, op: str, args: dict[str, Any], uid: int,
+                            writer: asyncio.StreamWriter) -> dict[str, Any] | None:
+        """A stream or a `wait`: counted against `uid`'s subscriptions, and ended when its client hangs up."""
+        peer = self.peers.setdefault(uid, Peer())
+        cap = self.caps.max_subscriptions_per_user
+        if peer.subscriptions >= cap and not await self._privileged(uid):
+            return _error(Kind.FAILED, f"too many subscriptions from {await self.api.user_name(uid)} "
+                                       f"({peer.subscriptions} streams and waits open; settings "
+                                       f"max_subscriptions_per_user = {cap}): end one and try again")
+        peer.subscriptions += 1
+        try:
+            if op == "subscribe":
+                try:
+                    interval = self.api.number(args, "interval", 1.0, low=0.1, high=3600.0)
+                except UserError as e:
+                    return _error(Kind.USER, str(e), problems=e.problems)
+                await self._while_heard(writer, self._stream(writer, interval))
+                return None
+            done, reply = await self._while_heard(writer, self._handle(op, args, uid))
+            if not done:
+                raise ConnectionResetError("the client hung up")  # no one to answer
+            return reply
+        finally:
+            peer.subscriptions -= 1
+
+    async def _while_heard(self, writer: asyncio.StreamWriter, work: Any) -> tuple[bool, Any]:
+        """(True, what `work` returned), or (False, None) once its client hung up (then it is cancelled)."""
+        sock = writer.get_extra_info("socket")
+        task = asyncio.ensure_future(work)
+        try:
+            while True:
+                finished, _ = await asyncio.wait([task], timeout=HANGUP_POLL_S)
+                if finished:
+                    return True, task.result()
+                if sock is not None and hung_up(sock):
+                    return False, None
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    async def _handle(self, op: str, args: dict[str, Any], uid: int) -> dict[str, Any]:
         try:
             return {"ok": True, "result": await self.api.handle(op, args, uid)}
         except UserError as e:
@@ -260,7 +415,7 @@ class Door:
             while not ctl.stopping.is_set():
                 snap = await self.api.op_snapshot({}, os.getuid())
                 writer.write(encode({"type": "snapshot", **snap}))
-                async with asyncio.timeout(self.limits.idle_timeout_s):
+                async with asyncio.timeout(self.caps.idle_timeout_s):
                     await writer.drain()
                 await ctl.clock.wait(ctl.stopping, max(0.1, interval))
         except (ConnectionError, RuntimeError, TimeoutError):
