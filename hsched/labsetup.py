@@ -112,6 +112,29 @@ MIN_UID = 1000
 """login.defs' UID_MIN: the first uid of a person; the confined helper runs no job as anyone below it."""
 
 
+def launcher_commands() -> tuple[str, ...]:
+    """The helper commands the service account may ask for through sudo, one argument each (`sudo -n LAUNCHER
+    CMD`, the request on stdin): the helper's requests, its server and its monitoring stream. Never `_wrap`
+    or `_probe_gpus` (the helper runs those itself), and never an option: the launcher's are final."""
+    from hsched import nodehelper
+
+    names = {*nodehelper.COMMANDS, "serve"}
+    return tuple(sorted(n for n in names if not n.startswith("_")))
+
+
+def helper_version() -> int:
+    """The protocol of the helper this hsched installs (the executors refuse a node whose helper says less)."""
+    from hsched import nodehelper
+
+    return nodehelper.HELPER_VERSION
+
+
+def sudo_rules(account: str, launcher: str) -> list[str]:
+    """The sudoers lines for `account`: the launcher with exactly one of `launcher_commands()` as its only
+    argument (sudo matches a rule's arguments exactly), nothing else."""
+    return [f"{account} ALL=(root) NOPASSWD: {launcher} {cmd}" for cmd in launcher_commands()]
+
+
 def helper_script(*, account: str = "hsched", prefix: str = HELPER_PREFIX, root: str | None = None,
                   min_uid: int = MIN_UID, sudoers: str = SUDOERS_FILE, public_key: str | None = None,
                   keygen: bool = False) -> str:
@@ -193,23 +216,35 @@ def helper_script(*, account: str = "hsched", prefix: str = HELPER_PREFIX, root:
             f'chown root:root "$PREFIX/.{name}.tmp"; chmod 0644 "$PREFIX/.{name}.tmp"',
             f'mv -f "$PREFIX/.{name}.tmp" "$PREFIX/{name}"',
         ]
+    commands = launcher_commands()
     lines += [
-        "# the launcher: this python, the environment ignored, always confined to $ROOT",
+        "# the launcher: this python, the environment ignored, always confined to $ROOT, one command of a fixed",
+        "# list as its only argument (the sudo rule allows no more; an option here would widen the confinement)",
         f'cat > "$PREFIX/.{LAUNCHER}.tmp" <<HSCHED_EOF',
         "#!/bin/sh",
-        f'exec "$PY" -E -s "$PREFIX/nodehelper.py" --confine "$ROOT" --min-uid {int(min_uid)} "\\$@"',
+        '[ "\\$#" = 1 ] || { echo \'{"error": "the node helper launcher takes one command and no option"}\'; '
+        'exit 2; }',
+        'case "\\$1" in',
+        f"  {'|'.join(commands)}) ;;",
+        '  *) echo \'{"error": "the node helper launcher has no such command"}\'; exit 2 ;;',
+        "esac",
+        f'exec "$PY" -E -s "$PREFIX/nodehelper.py" --confine "$ROOT" --min-uid {int(min_uid)} "\\$1"',
         "HSCHED_EOF",
         f'chown root:root "$PREFIX/.{LAUNCHER}.tmp"; chmod 0755 "$PREFIX/.{LAUNCHER}.tmp"',
         f'mv -f "$PREFIX/.{LAUNCHER}.tmp" "$PREFIX/{LAUNCHER}"',
         "# the folder runs and checkpoints live in: root's, passable (users reach their own folders under it)",
         'install -d -o root -g root -m 0711 "$ROOT"',
-        "# exactly the launcher, as root, without a password: checked by visudo before it takes effect",
+        "# exactly the launcher with one of its commands, as root, without a password (sudo matches a rule's",
+        "# arguments exactly: nothing more can be added); checked by visudo before it takes effect",
         'TMP="$(dirname "$SUDOERS")/.hsched-sudoers.tmp"',
-        f'printf "%s ALL=(root) NOPASSWD: %s\\n" "$ACCOUNT" {q(launcher)} > "$TMP"',
+        f"for CMD in {' '.join(commands)}; do",
+        f'  printf "%s ALL=(root) NOPASSWD: %s %s\\n" "$ACCOUNT" {q(launcher)} "$CMD"',
+        'done > "$TMP"',
         'chmod 0440 "$TMP"',
         '"$VISUDO" -cqf "$TMP" || { rm -f "$TMP"; echo "hsched: visudo refused the sudo rule" >&2; exit 1; }',
         'mv -f "$TMP" "$SUDOERS"',
-        f'echo "hsched: node helper installed: {launcher} (confined to $ROOT); sudo rule for $ACCOUNT in $SUDOERS"',
+        f'echo "hsched: node helper installed: {launcher} (confined to $ROOT, protocol {helper_version()}); sudo rule '
+        f'for $ACCOUNT in $SUDOERS ({len(commands)} commands)"',
         "",
     ]
     return "\n".join(lines)

@@ -59,7 +59,11 @@ def test_paths_outside_the_folder_or_through_a_link_are_refused(root: Path, tmp_
     _refused(nodehelper.newest, {"path": str(tmp_path)}, "outside")
     _refused(nodehelper.pack, {"path": f"{root}/link"}, "is a symbolic link")
     (root / "user" / "log").write_text("mine")
-    assert nodehelper.read_file({"path": f"{root}/user/log"})["size"] == 4
+    # a file under ROOT that is no run's log (a user's checkpoint file, say) is not the account's to read
+    _refused(nodehelper.read_file, {"path": f"{root}/user/log"}, "reads only a run's output.log")
+    (root / "runs" / "a" / "1").mkdir(parents=True)
+    (root / "runs" / "a" / "1" / "output.log").write_text("mine")
+    assert nodehelper.read_file({"path": f"{root}/runs/a/1/output.log"})["size"] == 4
 
 
 def test_a_folder_swapped_for_a_link_after_the_check_is_caught_at_open(root: Path, tmp_path: Path,
@@ -201,8 +205,8 @@ def test_the_node_script_is_valid_sh_with_exactly_one_sudo_rule() -> None:
 
     script = helper_script(account="svc", prefix="/opt/h", root="/srv/node", public_key="ssh-ed25519 AAAA k")
     assert subprocess.run(["sh", "-n"], input=script, text=True).returncode == 0
-    assert 'printf "%s ALL=(root) NOPASSWD: %s\\n" "$ACCOUNT" /opt/h/hsched-node-helper' in script
-    assert '--confine "$ROOT" --min-uid 1000' in script and "ROOT=/srv/node" in script
+    assert 'printf "%s ALL=(root) NOPASSWD: %s %s\\n" "$ACCOUNT" /opt/h/hsched-node-helper "$CMD"' in script
+    assert '--confine "$ROOT" --min-uid 1000 "\\$1"' in script and "ROOT=/srv/node" in script
     for bad in ({"prefix": "opt/h"}, {"root": "/srv/$(id)"}, {"account": "-x"}, {"public_key": "a\nb"}):
         with pytest.raises(ValueError):
             helper_script(**bad)  # type: ignore[arg-type]
