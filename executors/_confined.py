@@ -58,10 +58,10 @@ def helper_too_old(node: str, launcher: str, version: object) -> NodeRefused:
     replace a root-owned helper, so the node is refused (never used with requests the helper would half do,
     as one before protocol 3 dropped sbatch's -o/-e output) until root installs the new one."""
     said = f"protocol {version}" if isinstance(version, int) and not isinstance(version, bool) else "no protocol"
+    # short enough for the node's shown reason (200 characters) with the default launcher's path
     return NodeRefused(
-        f"{node}: the node helper {launcher} speaks {said}, older than this hsched's {nodehelper.HELPER_VERSION}; "
-        "reinstall it there as root with `hsched node helper-script --install` (README: Set up a lab, service "
-        "account)", Refusal.CONFIG)
+        f"{node}: node helper {launcher} speaks {said}, this hsched needs {nodehelper.HELPER_VERSION}: reinstall it "
+        "there as root with `hsched node helper-script --install`", Refusal.CONFIG)
 
 
 async def whoami(call: Call, node: str, launcher: str) -> str:

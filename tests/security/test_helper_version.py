@@ -15,6 +15,7 @@ import pwd
 import re
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from hsched.executors.local import HELPER_PATH, LocalExecutor
 
 from hsched.errors import NodeRefused
 from hsched.model import RunStatus
+from tests.conftest import Hs
 from tests.e2e.ssh.conftest import run, ssh_hosts  # noqa: F401  (the fixture, for the shipped helper's test)
 from tests.e2e.ssh.hosts import TestHosts
 from tests.executors.waits import wait_exited
@@ -102,7 +104,7 @@ def test_an_installed_helper_of_an_older_protocol_is_refused_naming_the_fix(
             await ex.close()
 
     for why in asyncio.run(main()):
-        assert "\n" not in why and "n1: the node helper" in why and "speaks protocol 2" in why, why
+        assert "\n" not in why and "n1: node helper" in why and "speaks protocol 2" in why, why
         assert "hsched node helper-script --install" in why, why
     assert not out.exists() and not (root / "runs").exists()  # no run started that would lose its -o file
 
@@ -159,3 +161,27 @@ def test_a_shipped_helper_that_is_not_this_hscheds_is_shipped_again(ssh_hosts: T
     assert shipped.read_bytes() == dict(helper_bundle().files)["nodehelper.py"]  # shipped again
     assert version >= 3 and status is RunStatus.EXITED
     assert out.read_text() == "to-the-o-file\n"
+
+
+def test_the_controller_shows_the_node_refused_with_the_one_line(base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the lab sees: the node with the older helper is DOWN with the reason, and gets no job."""
+    old = base / "old" / "nodehelper.py"
+    old.parent.mkdir()
+    old.write_text(older_helper_text())
+    launcher, _root = _installed(base, old, monkeypatch)  # PATH (the stand-in sudo) before the CLI's environment
+    fleet = base / "fleet.toml"
+    fleet.write_text(f'[[node]]\nname = "n1"\nexecutor = "local"\nhelper = "{launcher}"\n'
+                     '[node.simulate]\nmodel = "NVIDIA A100-SXM4-80GB"\ncount = 1\n')
+    hs = Hs(base / "home", fleet)
+    try:
+        while True:  # until the first probe has answered (the test's own timeout is the deadline)
+            [node] = hs.json("nodes")
+            if node["state"] != "PROBING":
+                break
+            time.sleep(0.1)
+        assert node["state"] == "DOWN", node
+        reason = str(node["message"])
+        assert "\n" not in reason and "speaks protocol 2" in reason, node
+        assert "hsched node helper-script --install" in reason, node
+    finally:
+        hs.stop()
