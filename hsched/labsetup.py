@@ -129,20 +129,15 @@ def helper_version() -> int:
     return nodehelper.HELPER_VERSION
 
 
-def sudo_rules(account: str, launcher: str) -> list[str]:
-    """The sudoers lines for `account`: the launcher with exactly one of `launcher_commands()` as its only
-    argument (sudo matches a rule's arguments exactly), nothing else."""
-    return [f"{account} ALL=(root) NOPASSWD: {launcher} {cmd}" for cmd in launcher_commands()]
-
-
 def helper_script(*, account: str = "hsched", prefix: str = HELPER_PREFIX, root: str | None = None,
                   min_uid: int = MIN_UID, sudoers: str = SUDOERS_FILE, public_key: str | None = None,
                   keygen: bool = False) -> str:
     """A POSIX shell script that prepares one node (this machine included) for a lab controller running as
     the service account `account`, run there as root: the account (key-only login, `public_key` authorized),
-    the node helper installed root-owned in `prefix` with a launcher that always confines it to `root`, and a
-    sudo rule that lets the account run exactly that launcher (checked with visudo before it takes effect).
-    The helper's files are in the script itself: a node needs sh, python3 (>= 3.8) and sudo, nothing else.
+    the node helper installed root-owned in `prefix` with a launcher that always confines it to `root` (its
+    options final, one command of `launcher_commands()` its only argument), and a sudo rule that lets the account
+    run exactly that launcher with each of those commands and nothing else (checked with visudo before it takes
+    effect). The helper's files are in the script itself: a node needs sh, python3 (>= 3.8) and sudo, nothing else.
     `keygen` (the controller's machine): give the account an SSH key of its own if it has none."""
     from hsched.controller.fleet import LAB_NODE_ROOT
     from hsched.executors.ssh import helper_bundle
@@ -154,6 +149,8 @@ def helper_script(*, account: str = "hsched", prefix: str = HELPER_PREFIX, root:
             raise ValueError(f"{what} must be an absolute path of letters, digits, '/', '.', '_' or '-', not {path!r}")
     if not account or not all(c.isalnum() or c in "._-" for c in account) or account[0] == "-":
         raise ValueError(f"--account must be a user name, not {account!r}")
+    if min_uid < 1:
+        raise ValueError(f"--min-uid must be at least 1 (the helper never starts a job as root), not {min_uid}")
     q = shlex.quote
     launcher = f"{prefix.rstrip('/')}/{LAUNCHER}"
     lines = [
