@@ -35,12 +35,15 @@ JSON on stdout; a failure is a JSON `{"error": "..."}` and exit status 1.
     _wrap RUN_DIR   (internal) the wrapper that owns a run, contains it and writes its exit record atomically
     _probe_gpus     (internal) the GPU discovery that `probe` runs in a child process
 
-Options before the command: `--confine ROOT [--min-uid N]`. A lab whose controller runs as a service account
-(not root) installs this helper root-owned on every node with a sudo rule that lets the account run exactly
-it (`hsched node helper-script`); the installed launcher always passes `--confine`, and then the helper does
-nothing the account could turn into root's powers: every path it reads, makes, packs or unpacks lies under
-ROOT (no symbolic link on the way), a run starts only as a named user with a uid of at least N (default
-1000: never root, never a system account), and the handles that `status` and `signal` act on are the ones this
+Options before the command: `--confine ROOT [--min-uid N]`, each at most once (a second one, an unknown option
+or an argument after the command is one JSON error, exit status 2). A lab whose controller runs as a service
+account (not root) installs this helper root-owned on every node with a sudo rule that lets the account run
+exactly its launcher with one command (`hsched node helper-script`); the installed launcher always passes
+`--confine` and `--min-uid` first, so they are final, and then the helper does nothing the account could
+turn into root's powers: every path it reads, makes, packs or unpacks lies under ROOT (no symbolic link on the
+way; `read` gives only a run's output.log or a transfer file), a run starts only as a named user with a uid of
+at least N (default 1000: never root, never a system account), and the handles that `status` and `signal` act
+on are the ones this
 helper wrote (handle.json in a root-owned run folder), never what a request says.
 
 A run is found again by pid + process start time + boot id, which rules out pid reuse and reboots. The
@@ -2254,8 +2257,8 @@ _TOKEN_TAR = re.compile(r"^[0-9a-f]{32}\.tar$")
 def _readable(path):
     """Under --confine, what `read` may give the service account (README: a user's logs and checkpoints stay
     theirs): a run's log, to serve `hsched logs`, from a run folder this helper made (ROOT/runs/A/B, root's),
-    or a transfer file a `pack` left in ROOT/xfer. Nothing else of a user's: not a file of
-    a checkpoint folder, not a run's spec, progress or signals, not a dataset (that is `data_read`)."""
+    or a transfer file a `pack` left in ROOT/xfer (named as `_xfer_path` names them). Nothing else of a user's:
+    not a file of a checkpoint folder, not a run's progress or signals (a dataset is `data_read`'s)."""
     p = _inside(path)
     if CONFINE is None:
         return p
