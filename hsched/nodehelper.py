@@ -43,8 +43,7 @@ exactly its launcher with one command (`hsched node helper-script`); the install
 turn into root's powers: every path it reads, makes, packs or unpacks lies under ROOT (no symbolic link on the
 way; `read` gives only a run's output.log or a transfer file), a run starts only as a named user with a uid of
 at least N (default 1000: never root, never a system account), and the handles that `status` and `signal` act
-on are the ones this
-helper wrote (handle.json in a root-owned run folder), never what a request says.
+on are the ones this helper wrote (handle.json in a root-owned run folder), never what a request says.
 
 A run is found again by pid + process start time + boot id, which rules out pid reuse and reboots. The
 wrapper runs the job in a session of its own, so signals sent to the job's process group leave the
