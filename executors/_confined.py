@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from hsched import nodehelper
 from hsched.errors import HelperError, NodeRefused, NodeUnreachable, Refusal
 
 SERVICE_HELPER = "/usr/local/libexec/hsched/hsched-node-helper"
@@ -52,12 +53,27 @@ def sudo_refused(node: str, launcher: str, detail: str) -> NodeRefused:
         "`hsched node helper-script` (README: Set up a lab, service account)", Refusal.AUTH)
 
 
+def helper_too_old(node: str, launcher: str, version: object) -> NodeRefused:
+    """What to tell when the installed helper speaks an older protocol than this hsched's: the account cannot
+    replace a root-owned helper, so the node is refused (never used with requests the helper would half do,
+    as one before protocol 3 dropped sbatch's -o/-e output) until root installs the new one."""
+    said = f"protocol {version}" if isinstance(version, int) and not isinstance(version, bool) else "no protocol"
+    # short enough for the node's shown reason (200 characters) with the default launcher's path
+    return NodeRefused(
+        f"{node}: node helper {launcher} speaks {said}, this hsched needs {nodehelper.HELPER_VERSION}: reinstall it "
+        "there as root with `hsched node helper-script --install`", Refusal.CONFIG)
+
+
 async def whoami(call: Call, node: str, launcher: str) -> str:
-    """The confined helper's folder (its first answer proves the sudo rule and the launcher are there)."""
+    """The confined helper's folder (its first answer proves the sudo rule and the launcher are there), once
+    its protocol is known to be this hsched's or newer."""
     try:
         info = await call("whoami", {})
     except HelperError as e:
         raise sudo_refused(node, launcher, str(e)) from None
+    version = info.get("helper_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < nodehelper.HELPER_VERSION:
+        raise helper_too_old(node, launcher, version)
     root = info.get("confine")
     if not isinstance(root, str) or not root.startswith("/"):
         # an unconfined helper as root would give the service account root's powers on the node

@@ -397,6 +397,10 @@ class LocalExecutor:
 
     @recorded
     async def probe(self, *, gpu_timeout_s: float = 10.0) -> dict[str, Any]:
+        if self.helper is not None:
+            # first contact with an installed helper: its sudo rule, its confinement and its protocol, before
+            # anything is asked of it (an older one would half do what a newer controller asks)
+            await self._node_root()
         return await self._call("probe", {"gpu_timeout_s": gpu_timeout_s})
 
     @property

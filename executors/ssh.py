@@ -82,13 +82,20 @@ def _one_line(script: str) -> str:
     return f"import base64;exec(base64.b64decode({base64.b64encode(script.encode()).decode()!r}))"
 
 
+# `digest`: the helper found there, hashed; one that is not the bundle's (an older helper left in the folder,
+# a half-written one) is shipped again rather than used
 _BOOTSTRAP = _one_line("""
-import json, os, sys
+import hashlib, json, os, sys
 root = ((sys.argv[2] if len(sys.argv) > 2 else "") or os.environ.get("HSCHED_NODE_ROOT")
         or os.path.join(os.path.expanduser("~"), ".cache", "hsched"))
 d = os.path.join(root, sys.argv[1])
+f = os.path.join(d, "nodehelper.py")
+digest = None
+if os.path.isfile(f):
+    with open(f, "rb") as h:
+        digest = hashlib.sha256(h.read()).hexdigest()
 print(json.dumps({"root": os.path.abspath(root), "python": list(sys.version_info[:3]),
-                  "present": os.path.isfile(os.path.join(d, "nodehelper.py"))}))
+                  "present": digest is not None, "digest": digest}))
 """)
 
 # files arrive in order and the helper comes last, so its presence means the folder is complete
@@ -386,7 +393,11 @@ class SSHExecutor:
             raise NodeRefused(f"{self.name}: {self.python} there is {'.'.join(map(str, version))}; "
                               "hsched's node helper needs Python 3.8 or newer", Refusal.PYTHON)
         root = str(info["root"])
-        if not info["present"]:
+        want = hashlib.sha256(dict(bundle.files)["nodehelper.py"]).hexdigest()
+        if info["present"] and info.get("digest") != want:
+            log.warning("%s: the node helper in %s/%s is not this hsched's (an older or damaged one): shipping it "
+                        "again", self.name, root, bundle.dirname)
+        if info.get("digest") != want:
             # a lab's node root is passable (0711): its users reach their run and checkpoint folders under it
             payload = json.dumps({"root": root, "dir": bundle.dirname, "root_mode": 0o711 if self.node_root else 0o700,
                                   "files": [

@@ -112,14 +112,32 @@ MIN_UID = 1000
 """login.defs' UID_MIN: the first uid of a person; the confined helper runs no job as anyone below it."""
 
 
+def launcher_commands() -> tuple[str, ...]:
+    """The helper commands the service account may ask for through sudo, one argument each (`sudo -n LAUNCHER
+    CMD`, the request on stdin): the helper's requests, its server and its monitoring stream. Never `_wrap`
+    or `_probe_gpus` (the helper runs those itself), and never an option: the launcher's are final."""
+    from hsched import nodehelper
+
+    names = {*nodehelper.COMMANDS, "serve"}
+    return tuple(sorted(n for n in names if not n.startswith("_")))
+
+
+def helper_version() -> int:
+    """The protocol of the helper this hsched installs (the executors refuse a node whose helper says less)."""
+    from hsched import nodehelper
+
+    return nodehelper.HELPER_VERSION
+
+
 def helper_script(*, account: str = "hsched", prefix: str = HELPER_PREFIX, root: str | None = None,
                   min_uid: int = MIN_UID, sudoers: str = SUDOERS_FILE, public_key: str | None = None,
                   keygen: bool = False) -> str:
     """A POSIX shell script that prepares one node (this machine included) for a lab controller running as
     the service account `account`, run there as root: the account (key-only login, `public_key` authorized),
-    the node helper installed root-owned in `prefix` with a launcher that always confines it to `root`, and a
-    sudo rule that lets the account run exactly that launcher (checked with visudo before it takes effect).
-    The helper's files are in the script itself: a node needs sh, python3 (>= 3.8) and sudo, nothing else.
+    the node helper installed root-owned in `prefix` with a launcher that always confines it to `root` (its
+    options final, one command of `launcher_commands()` its only argument), and a sudo rule that lets the account
+    run exactly that launcher with each of those commands and nothing else (checked with visudo before it takes
+    effect). The helper's files are in the script itself: a node needs sh, python3 (>= 3.8) and sudo, nothing else.
     `keygen` (the controller's machine): give the account an SSH key of its own if it has none."""
     from hsched.controller.fleet import LAB_NODE_ROOT
     from hsched.executors.ssh import helper_bundle
@@ -131,6 +149,8 @@ def helper_script(*, account: str = "hsched", prefix: str = HELPER_PREFIX, root:
             raise ValueError(f"{what} must be an absolute path of letters, digits, '/', '.', '_' or '-', not {path!r}")
     if not account or not all(c.isalnum() or c in "._-" for c in account) or account[0] == "-":
         raise ValueError(f"--account must be a user name, not {account!r}")
+    if min_uid < 1:
+        raise ValueError(f"--min-uid must be at least 1 (the helper never starts a job as root), not {min_uid}")
     q = shlex.quote
     launcher = f"{prefix.rstrip('/')}/{LAUNCHER}"
     lines = [
@@ -193,23 +213,35 @@ def helper_script(*, account: str = "hsched", prefix: str = HELPER_PREFIX, root:
             f'chown root:root "$PREFIX/.{name}.tmp"; chmod 0644 "$PREFIX/.{name}.tmp"',
             f'mv -f "$PREFIX/.{name}.tmp" "$PREFIX/{name}"',
         ]
+    commands = launcher_commands()
     lines += [
-        "# the launcher: this python, the environment ignored, always confined to $ROOT",
+        "# the launcher: this python, the environment ignored, always confined to $ROOT, one command of a fixed",
+        "# list as its only argument (the sudo rule allows no more; an option here would widen the confinement)",
         f'cat > "$PREFIX/.{LAUNCHER}.tmp" <<HSCHED_EOF',
         "#!/bin/sh",
-        f'exec "$PY" -E -s "$PREFIX/nodehelper.py" --confine "$ROOT" --min-uid {int(min_uid)} "\\$@"',
+        '[ "\\$#" = 1 ] || { echo \'{"error": "the node helper launcher takes one command and no option"}\'; '
+        'exit 2; }',
+        'case "\\$1" in',
+        f"  {'|'.join(commands)}) ;;",
+        '  *) echo \'{"error": "the node helper launcher has no such command"}\'; exit 2 ;;',
+        "esac",
+        f'exec "$PY" -E -s "$PREFIX/nodehelper.py" --confine "$ROOT" --min-uid {int(min_uid)} "\\$1"',
         "HSCHED_EOF",
         f'chown root:root "$PREFIX/.{LAUNCHER}.tmp"; chmod 0755 "$PREFIX/.{LAUNCHER}.tmp"',
         f'mv -f "$PREFIX/.{LAUNCHER}.tmp" "$PREFIX/{LAUNCHER}"',
         "# the folder runs and checkpoints live in: root's, passable (users reach their own folders under it)",
         'install -d -o root -g root -m 0711 "$ROOT"',
-        "# exactly the launcher, as root, without a password: checked by visudo before it takes effect",
+        "# exactly the launcher with one of its commands, as root, without a password (sudo matches a rule's",
+        "# arguments exactly: nothing more can be added); checked by visudo before it takes effect",
         'TMP="$(dirname "$SUDOERS")/.hsched-sudoers.tmp"',
-        f'printf "%s ALL=(root) NOPASSWD: %s\\n" "$ACCOUNT" {q(launcher)} > "$TMP"',
+        f"for CMD in {' '.join(commands)}; do",
+        f'  printf "%s ALL=(root) NOPASSWD: %s %s\\n" "$ACCOUNT" {q(launcher)} "$CMD"',
+        'done > "$TMP"',
         'chmod 0440 "$TMP"',
         '"$VISUDO" -cqf "$TMP" || { rm -f "$TMP"; echo "hsched: visudo refused the sudo rule" >&2; exit 1; }',
         'mv -f "$TMP" "$SUDOERS"',
-        f'echo "hsched: node helper installed: {launcher} (confined to $ROOT); sudo rule for $ACCOUNT in $SUDOERS"',
+        f'echo "hsched: node helper installed: {launcher} (confined to $ROOT, protocol {helper_version()}); sudo rule '
+        f'for $ACCOUNT in $SUDOERS ({len(commands)} commands)"',
         "",
     ]
     return "\n".join(lines)

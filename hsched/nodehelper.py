@@ -35,13 +35,15 @@ JSON on stdout; a failure is a JSON `{"error": "..."}` and exit status 1.
     _wrap RUN_DIR   (internal) the wrapper that owns a run, contains it and writes its exit record atomically
     _probe_gpus     (internal) the GPU discovery that `probe` runs in a child process
 
-Options before the command: `--confine ROOT [--min-uid N]`. A lab whose controller runs as a service account
-(not root) installs this helper root-owned on every node with a sudo rule that lets the account run exactly
-it (`hsched node helper-script`); the installed launcher always passes `--confine`, and then the helper does
-nothing the account could turn into root's powers: every path it reads, makes, packs or unpacks lies under
-ROOT (no symbolic link on the way), a run starts only as a named user with a uid of at least N (default
-1000: never root, never a system account), and the handles that `status` and `signal` act on are the ones this
-helper wrote (handle.json in a root-owned run folder), never what a request says.
+Options before the command: `--confine ROOT [--min-uid N]`, each at most once (a second one, an unknown option
+or an argument after the command is one JSON error, exit status 2). A lab whose controller runs as a service
+account (not root) installs this helper root-owned on every node with a sudo rule that lets the account run
+exactly its launcher with one command (`hsched node helper-script`); the installed launcher always passes
+`--confine` and `--min-uid` first, so they are final, and then the helper does nothing the account could
+turn into root's powers: every path it reads, makes, packs or unpacks lies under ROOT (no symbolic link on the
+way; `read` gives only a run's output.log or a transfer file), a run starts only as a named user with a uid of
+at least N (default 1000: never root, never a system account), and the handles that `status` and `signal` act
+on are the ones this helper wrote (handle.json in a root-owned run folder), never what a request says.
 
 A run is found again by pid + process start time + boot id, which rules out pid reuse and reboots. The
 wrapper runs the job in a session of its own, so signals sent to the job's process group leave the
@@ -94,7 +96,12 @@ import sys
 import threading
 import time
 
-HELPER_VERSION = 2
+HELPER_VERSION = 3
+"""The protocol this helper speaks, in `whoami` and `probe`; executors refuse a node whose helper says less
+(an installed helper is not theirs to replace). 2: lab mode through an installed helper (issue 13);
+3: sbatch's -o/-e written by the wrapper (a helper of 2 dropped them), datasets, the launcher's options final
+and its commands listed one by one in the sudo rule. Raise it whenever a request gains a key an older
+helper would ignore."""
 RUN_MARKER = "HSCHED_RUN_DIR"
 PROGRESS_ENV = "HSCHED_PROGRESS"
 PROGRESS_FILE = "progress.log"
@@ -210,16 +217,42 @@ class Refused(Exception):
     """What a confined helper will not do (a path outside its folder, a run as root): an error reply."""
 
 
+class BadOptions(Exception):
+    """The helper's command line is refused as a whole (one JSON error line, exit status 2)."""
+
+
 def _options(argv):
-    """argv without its leading options (`--confine ROOT`, `--min-uid N`), which set CONFINE and MIN_UID."""
+    """argv without its leading options (`--confine ROOT`, `--min-uid N`), which set CONFINE and MIN_UID.
+
+    Each option is final: the installed launcher passes both before whatever its caller adds, so a second
+    one (`sudo LAUNCHER --confine / --min-uid 0 ...`) would widen the confinement the launcher set; it is
+    refused, as is any option after the command (nothing but `_wrap RUN_DIR` takes an argument)."""
     global CONFINE, MIN_UID
     args = list(argv)
-    while len(args) >= 3 and args[1] in ("--confine", "--min-uid"):
-        if args[1] == "--confine":
-            CONFINE = os.path.normpath(os.path.abspath(args[2]))
+    seen = set()
+    while len(args) >= 2 and args[1].startswith("--"):
+        opt = args[1]
+        if opt not in ("--confine", "--min-uid"):
+            raise BadOptions("unknown option %s (options: --confine ROOT, --min-uid N, before the command)" % opt)
+        if opt in seen:
+            raise BadOptions("%s given twice: the first one (the launcher's) is final" % opt)
+        seen.add(opt)
+        if len(args) < 3:
+            raise BadOptions("%s needs a value" % opt)
+        if opt == "--confine":
+            if not args[2].startswith("/"):
+                raise BadOptions("--confine takes an absolute folder, not %r" % args[2])
+            CONFINE = os.path.normpath(args[2])
         else:
-            MIN_UID = int(args[2])
+            try:
+                MIN_UID = int(args[2])
+            except ValueError:
+                raise BadOptions("--min-uid takes a number, not %r" % args[2]) from None
         del args[1:3]
+    extra = args[3:] if len(args) >= 2 and args[1] == "_wrap" else args[2:]
+    if extra:
+        raise BadOptions("%s takes no arguments after it (its request goes on stdin), not %s"
+                         % (args[1], " ".join(extra)[:200]))
     return args
 
 
@@ -2179,8 +2212,9 @@ COMMANDS = {"probe": probe, "launch": launch, "status": status, "signal": send_s
 def main(argv):
     try:
         argv = _options(argv)
-    except ValueError:
-        sys.stdout.write(json.dumps({"error": "--min-uid takes a number"}) + "\n")
+    except BadOptions as e:
+        sys.stdout.write(json.dumps({"error": "node helper: %s" % e}) + "\n")
+        sys.stdout.flush()
         return 2
     if len(argv) >= 3 and argv[1] == "_wrap":
         try:
@@ -2216,11 +2250,35 @@ def main(argv):
 # monitoring stream per node instead of a new process (and a new nvidia-smi) every second.
 
 
+_TOKEN_TAR = re.compile(r"^[0-9a-f]{32}\.tar$")
+
+
+def _readable(path):
+    """Under --confine, what `read` may give the service account (README: a user's logs and checkpoints stay
+    theirs): a run's log, to serve `hsched logs`, from a run folder this helper made (ROOT/runs/A/B, root's),
+    or a transfer file a `pack` left in ROOT/xfer (named as `_xfer_path` names them). Nothing else of a user's:
+    not a file of a checkpoint folder, not a run's progress or signals (a dataset is `data_read`'s)."""
+    p = _inside(path)
+    if CONFINE is None:
+        return p
+    rel = os.path.relpath(p, CONFINE).split("/")
+    if len(rel) == 2 and rel[0] == "xfer" and _TOKEN_TAR.match(rel[1]):
+        return p
+    if len(rel) == 4 and rel[0] == "runs" and rel[3] == "output.log":
+        try:
+            _own(os.path.dirname(p))  # only the helper writes under ROOT/runs: root's, 0711
+        except FileNotFoundError:
+            pass  # no such run (yet): the open says so (no log)
+        return p
+    raise Refused("%s: this helper reads only a run's output.log and its own transfer files" % path)
+
+
 def read_file(req):
-    """Up to max_bytes of req['path'] from req['offset'], base64 (logs are bytes, not always UTF-8)."""
+    """Up to max_bytes of req['path'] from req['offset'], base64 (logs are bytes, not always UTF-8); under
+    --confine only what `_readable` allows."""
     import base64
 
-    path = req["path"]
+    path = _readable(req["path"])
     offset = max(0, int(req.get("offset", 0)))
     max_bytes = max(0, min(int(req.get("max_bytes", 1 << 20)), 16 << 20))
     try:

@@ -46,6 +46,25 @@ def test_options_set_the_confinement_and_are_taken_off_argv(monkeypatch: pytest.
     assert nodehelper.whoami({})["confine"] == "/var/lib/y"
 
 
+@pytest.mark.parametrize(("argv", "why"), [
+    (["--confine", "/r", "--min-uid", "1000", "--confine", "/", "read"], "--confine given twice"),
+    (["--confine", "/r", "--min-uid", "1000", "--min-uid", "0", "read"], "--min-uid given twice"),
+    (["--confine", "/r", "--debug", "read"], "unknown option --debug"),
+    (["--confine", "/r", "read", "--confine", "/"], "read takes no arguments after it"),
+    (["--confine", "r", "read"], "absolute folder"),
+    (["--min-uid", "x", "read"], "--min-uid takes a number"),
+    (["--confine"], "--confine needs a value"),
+])
+def test_the_launchers_options_are_final(monkeypatch: pytest.MonkeyPatch, argv: list[str], why: str) -> None:
+    """A caller cannot add to what the launcher set (`sudo LAUNCHER --confine / --min-uid 0 ...`)."""
+    monkeypatch.setattr(nodehelper, "CONFINE", None)
+    monkeypatch.setattr(nodehelper, "MIN_UID", 1000)
+    with pytest.raises(nodehelper.BadOptions, match=why):
+        nodehelper._options(["helper", *argv])
+    assert nodehelper._options(["helper", "--confine", "/r", "_wrap", "/r/runs/a/1"]) == ["helper", "_wrap",
+                                                                                         "/r/runs/a/1"]
+
+
 def test_paths_outside_the_folder_or_through_a_link_are_refused(root: Path, tmp_path: Path) -> None:
     outside = tmp_path / "secret"
     outside.write_text("root's")
@@ -59,7 +78,11 @@ def test_paths_outside_the_folder_or_through_a_link_are_refused(root: Path, tmp_
     _refused(nodehelper.newest, {"path": str(tmp_path)}, "outside")
     _refused(nodehelper.pack, {"path": f"{root}/link"}, "is a symbolic link")
     (root / "user" / "log").write_text("mine")
-    assert nodehelper.read_file({"path": f"{root}/user/log"})["size"] == 4
+    # a file under ROOT that is no run's log (a user's checkpoint file, say) is not the account's to read
+    _refused(nodehelper.read_file, {"path": f"{root}/user/log"}, "reads only a run's output.log")
+    (root / "runs" / "a" / "1").mkdir(parents=True)
+    (root / "runs" / "a" / "1" / "output.log").write_text("mine")
+    assert nodehelper.read_file({"path": f"{root}/runs/a/1/output.log"})["size"] == 4
 
 
 def test_a_folder_swapped_for_a_link_after_the_check_is_caught_at_open(root: Path, tmp_path: Path,
@@ -201,9 +224,9 @@ def test_the_node_script_is_valid_sh_with_exactly_one_sudo_rule() -> None:
 
     script = helper_script(account="svc", prefix="/opt/h", root="/srv/node", public_key="ssh-ed25519 AAAA k")
     assert subprocess.run(["sh", "-n"], input=script, text=True).returncode == 0
-    assert 'printf "%s ALL=(root) NOPASSWD: %s\\n" "$ACCOUNT" /opt/h/hsched-node-helper' in script
-    assert '--confine "$ROOT" --min-uid 1000' in script and "ROOT=/srv/node" in script
-    for bad in ({"prefix": "opt/h"}, {"root": "/srv/$(id)"}, {"account": "-x"}, {"public_key": "a\nb"}):
+    assert 'printf "%s ALL=(root) NOPASSWD: %s %s\\n" "$ACCOUNT" /opt/h/hsched-node-helper "$CMD"' in script
+    assert '--confine "$ROOT" --min-uid 1000 "\\$1"' in script and "ROOT=/srv/node" in script
+    for bad in ({"prefix": "opt/h"}, {"root": "/srv/$(id)"}, {"account": "-x"}, {"public_key": "a\nb"}, {"min_uid": 0}):
         with pytest.raises(ValueError):
             helper_script(**bad)  # type: ignore[arg-type]
 

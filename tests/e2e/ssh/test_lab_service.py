@@ -235,6 +235,11 @@ def test_the_sudo_rule_gives_the_account_exactly_the_confined_helper(lab: Servic
     fake = lab.base / "fake-run"
     fake.mkdir()
     (fake / "spec.json").write_text(json.dumps({"account": None, "command": ["touch", "/root/owned"]}))
-    p = as_user(SVC, ["sudo", "-n", lab.launcher("here"), "_wrap", str(fake)])
-    assert p.returncode == 2 and "outside" in p.stderr
+    p = as_user(SVC, ["sudo", "-n", lab.launcher("here"), "_wrap", str(fake)])  # not in the rule: sudo says no
+    assert p.returncode == 1 and "password is required" in p.stderr, p.stderr
+    p = subprocess.run([lab.launcher("here"), "_wrap", str(fake)], capture_output=True, text=True)  # root: nor it
+    assert p.returncode == 2 and "takes one command" in p.stdout, p.stdout
+    p = subprocess.run([str(lab.python), str(lab.nodes["here"] / "lib" / "nodehelper.py"), "--confine",
+                        str(lab.root_of("here")), "_wrap", str(fake)], capture_output=True, text=True)
+    assert p.returncode == 2 and "outside" in p.stderr  # and the helper itself runs no folder it did not make
     assert not Path("/root/owned").exists()
