@@ -96,11 +96,17 @@ def servers_from_fleet(path: Path, known_types: tuple[str, ...]) -> tuple[Server
     (devices and links from the captured or synthetic topology; a node without one has no known NVLink)."""
     fleet = load_fleet(path)
     nodes: list[Node] = []
+    total = 0
     for nc in fleet.nodes:
         sim = nc.simulate
         if sim is None:
             raise UserError(f"{path}: node {nc.name!r} has no [node.simulate] table; the simulator needs "
                             f"simulated devices (model, count) on every node")
+        # counted before its devices are made, as for --cluster
+        total += sim.count
+        if sim.count > MAX_GPUS_PER_NODE or total > MAX_CLUSTER_GPUS:
+            raise UserError(f"{path}: node {nc.name!r}: simulate.count = {sim.count:,}; the simulator takes up to "
+                            f"{MAX_GPUS_PER_NODE} GPUs a node and {MAX_CLUSTER_GPUS:,} in all")
         devices, links = simulated_devices(nc.name, sim)
         nodes.append(Node(nc.name, nc.executor, NodeState.UP, devices=devices, links=links))
     if not nodes:

@@ -160,3 +160,23 @@ def test_hsched_sim_on_a_nan_trace_exits_at_once(tmp_path: Path) -> None:
     p = subprocess.run([sys.executable, "-m", "hsched", "sim", "--synthetic", "5", "--cluster", "v100:1000000000"],
                        capture_output=True, text=True, timeout=100, env=env)
     assert p.returncode == 2 and "1,000,000,000 GPUs" in p.stderr, p.stderr
+
+
+@pytest.mark.timeout(30)
+def test_a_fleet_file_of_absurd_simulated_nodes_is_refused(tmp_path: Path) -> None:
+    """The same bound for `--fleet`: counted before any device is made (a 100,000-GPU node is five billion
+    links)."""
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text('[[node]]\nname = "a"\nexecutor = "local"\n[node.simulate]\nmodel = "NVIDIA V100-SXM2-16GB"\n'
+                     "count = 100000\n")
+    out = one_line(*sim("--synthetic", "5", "--fleet", str(fleet)))
+    assert "count" in out, out
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("args", [["--speedup", "nan"], ["--speedup", "inf"], ["--wall", "inf"]])
+def test_replay_options_are_finite(tmp_path: Path, args: list[str]) -> None:
+    """`hsched replay` is refused before its controller starts."""
+    r = CliRunner().invoke(app, ["replay", str(TIRESIAS), "--max-jobs", "3", "--keep", str(tmp_path / "r"), *args])
+    one_line(r.exit_code, r.output)
+    assert "--speedup" in r.output and not (tmp_path / "r").exists()
