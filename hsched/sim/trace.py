@@ -85,6 +85,12 @@ def load_gavel_throughputs(path: Path) -> ThroughputModel:
                         f"{GAVEL_THROUGHPUTS}") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise UserError(f"{path}: expected {{gpu_type: {{\"('job type', scale)\": {{\"null\": rate}}}}}}")
+    # JSON takes NaN and Infinity: a rate of either made jobs finish at once or never
+    for gpu_type, entries in data.items():
+        for key, val in entries.items():
+            alone = val.get("null") if isinstance(val, dict) else val
+            if isinstance(alone, int | float) and not isinstance(alone, bool):
+                check(alone, f"{path}", f"{gpu_type} {key} rate", low=0, high=1e12)
     return ThroughputModel.from_gavel_json(data)
 
 

@@ -180,3 +180,16 @@ def test_replay_options_are_finite(tmp_path: Path, args: list[str]) -> None:
     r = CliRunner().invoke(app, ["replay", str(TIRESIAS), "--max-jobs", "3", "--keep", str(tmp_path / "r"), *args])
     one_line(r.exit_code, r.output)
     assert "--speedup" in r.output and not (tmp_path / "r").exists()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("rate", ["NaN", "Infinity", "-4.5"])
+def test_a_throughput_table_with_a_non_finite_rate_is_refused(tmp_path: Path, rate: str) -> None:
+    """JSON takes NaN and Infinity: an infinite rate finished every job of its type at once."""
+    table = json.loads((GAVEL / "simulation_throughputs.json").read_text())
+    table["v100"]["('ResNet-18 (batch size 16)', 1)"]["null"] = "RATE"
+    bad = tmp_path / "simulation_throughputs.json"
+    bad.write_text(json.dumps(table).replace('"RATE"', rate))
+    out = one_line(*sim("--trace", str(GAVEL / "seed=0" / "0e4a51.trace"), "--throughputs", str(bad),
+                        "--cluster", CLUSTER, "--max-jobs", "5"))
+    assert "simulation_throughputs.json: v100 ('ResNet-18 (batch size 16)', 1) rate:" in out, out
