@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+from hsched.jobids import task_index
 from hsched.model import ArraySpec, Job, JobState, compress_indices
 
 _ARRAY_RE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
@@ -21,20 +22,20 @@ MAX_ARRAY_TASKS = 10_000
 
 def parse_array(text: str) -> ArraySpec:
     """sbatch's `--array`: '0-99', '1,3,5-7', '0-15:4' (a step), each with an optional '%N' (at most N tasks
-    running at once). ValueError naming what is expected."""
+    running at once). Indices from 0 to INDEX_MAX (hsched.jobids). ValueError naming what is expected."""
     body, _, limit = str(text).strip().partition("%")
     indices: set[int] = set()
     for part in body.split(","):
         m = _ARRAY_RE.match(part.strip())
         if m is None:
             raise ValueError("task indices such as 0-99, 1,3,5-7 or 0-15:4, optionally %N (at most N at once)")
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) is not None else lo
-        step = int(m.group(3) or 1)
+        lo = task_index(m.group(1))
+        hi = task_index(m.group(2)) if m.group(2) is not None else lo
+        step = task_index(m.group(3), "a step") if m.group(3) else 1
         if hi < lo or step < 1:
             raise ValueError(f"a range from low to high with a step >= 1 (found {part.strip()!r})")
         span = range(lo, hi + 1, step)
-        # counted before it is made: `0-1000000000` must be refused at once, not after a billion-element set
+        # counted before it is walked: `0-1000000000` must be refused at once, not after a billion-element set
         if len(span) > MAX_ARRAY_TASKS:
             raise ValueError(f"at most {MAX_ARRAY_TASKS} tasks")
         indices.update(span)
@@ -42,9 +43,12 @@ def parse_array(text: str) -> ArraySpec:
             raise ValueError(f"at most {MAX_ARRAY_TASKS} tasks")
     max_running = None
     if limit:
-        if not limit.isdigit() or int(limit) < 1:
-            raise ValueError("%N with N >= 1 (at most N tasks running at once)")
-        max_running = int(limit)
+        try:
+            max_running = task_index(limit)
+        except ValueError:
+            max_running = 0
+        if not 1 <= max_running <= MAX_ARRAY_TASKS:
+            raise ValueError(f"%N with N from 1 to {MAX_ARRAY_TASKS} (at most N tasks running at once)")
     return ArraySpec(tuple(sorted(indices)), max_running)
 
 

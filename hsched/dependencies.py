@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from hsched.jobids import job_id
 from hsched.model import Dependency, DepKind, Job, JobState
 
 _DEP_RE = re.compile(r"^(after|afterok|afternotok|afterany)((?::\d+)+)$|^(singleton)$")
@@ -26,7 +27,7 @@ HELP = "a dependency such as afterok:12, afterany:13:14, afternotok:15 or single
 
 def parse_dependency(text: str) -> tuple[tuple[Dependency, ...], bool]:
     """The dependencies in `text` and whether any one suffices (`?`) rather than all (`,`). ValueError naming
-    what is expected."""
+    what is expected (a job id out of the store's range too: hsched.jobids)."""
     text = text.strip()
     if not text:
         raise ValueError(HELP)
@@ -41,7 +42,8 @@ def parse_dependency(text: str) -> tuple[tuple[Dependency, ...], bool]:
         if m.group(3):
             deps.append(Dependency(DepKind.SINGLETON, ()))
         else:
-            deps.append(Dependency(DepKind(m.group(1)), tuple(int(i) for i in m.group(2).split(":")[1:])))
+            ids = tuple(job_id(i) for i in m.group(2).split(":")[1:])
+            deps.append(Dependency(DepKind(m.group(1)), ids))
     return tuple(deps), any_of
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from hsched import jobids
 from hsched.cli import complete
 from hsched.cli._common import EXIT_FAILED, EXIT_USAGE, handle_errors, print_json
 from hsched.errors import ControllerError, UserError
@@ -17,12 +18,9 @@ def job_ids_of(c: Any, tokens: list[str], *, whole_arrays: bool = True) -> list[
     `whole_arrays`, an array's id stands for every task of it (as scancel 12 cancels the whole array)."""
     out: list[int] = []
     listing: list[dict[str, Any]] | None = None
-    for token in tokens:
-        text = token.strip()
-        head, sep, task = text.partition("_")
-        if not head.isdigit() or (sep and not task.isdigit()):
-            raise UserError(f"{token!r}: expected a job id such as 12 or an array task such as 12_3")
-        job_id = int(head)
+    # every token read first: one out of range is refused before any is asked about
+    for token, job_id, index in [_parsed(t) for t in tokens]:
+        sep = index is not None
         if not sep and not whole_arrays:
             out.append(job_id)
             continue
@@ -43,12 +41,24 @@ def job_ids_of(c: Any, tokens: list[str], *, whole_arrays: bool = True) -> list[
         tasks = {j["array_task"]: j["id"] for j in listing if j.get("array_id") == job_id}
         if not sep:
             out.extend(tasks[t] for t in sorted(tasks))
-        elif int(task) in tasks:
-            out.append(tasks[int(task)])
+        elif index in tasks:
+            out.append(tasks[index])
         else:
-            raise UserError(f"{token!r}: array {job_id} has no task {task} (tasks: "
+            raise UserError(f"{token!r}: array {job_id} has no task {index} (tasks: "
                             f"{', '.join(map(str, sorted(tasks)))})")
     return out
+
+
+def _parsed(token: str) -> tuple[str, int, int | None]:
+    """(token, job id, task index or None) of `12` or `12_3`; a UserError for anything else, or for a number
+    beyond the store's range (hsched.jobids)."""
+    head, sep, task = token.strip().partition("_")
+    if not head.isdigit() or (sep and not task.isdigit()):
+        raise UserError(f"{token!r}: expected a job id such as 12 or an array task such as 12_3")
+    try:
+        return token, jobids.job_id(head), jobids.task_index(task) if sep else None
+    except ValueError as e:
+        raise UserError(f"{token[:60]!r}: expected {e}") from None
 
 
 def each(op: str, job_ids: list[int] | list[str], as_json: bool, **args: Any) -> None:

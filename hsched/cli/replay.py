@@ -46,8 +46,10 @@ def register(app: typer.Typer) -> None:
 
         if knowledge not in KNOWLEDGE:
             raise UserError(f"--knowledge {knowledge!r}: expected table or learn")
-        if max_jobs < 1 or wall <= 0 or speedup < 0:
-            raise UserError("--max-jobs must be >= 1, --wall > 0 and --speedup >= 0")
+        # finite too: a nan --speedup passed `< 0` and reached time.sleep
+        if max_jobs < 1 or not 0 < wall <= 86400 * 7 or not 0 <= speedup <= 1e9:
+            raise UserError("--max-jobs must be >= 1, --wall > 0 (at most a week of seconds) and --speedup a finite "
+                            "number >= 0")
         tr = _load(trace, throughputs, None, None, 0, 4.0, max_jobs)
         servers = _servers(None, cluster, gpus_per_node, tr.throughput.gpu_types)
         nodes = cluster_nodes(cluster, gpus_per_node)

@@ -156,6 +156,8 @@ def _load(trace: Path | None, throughputs: Path | None, columns: str | None, syn
         assert trace is not None
         tr = load_trace(trace, throughputs=throughputs, columns=columns)
     if max_jobs is not None:
+        if max_jobs < 1:
+            raise UserError(f"--max-jobs {max_jobs}: expected at least 1 job")
         tr = Trace(tr.jobs[:max_jobs], tr.throughput, tr.source, tr.work_unit, tr.rejected)
     return tr
 
@@ -224,11 +226,15 @@ def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, ro
              pcie: float, rule: Any, round_mode: str = "event", seed: int = 0, *, learned: bool = False,
              learned_prior: str = "measured", predict: bool = False, data: Any = None, locality: Any = None,
              pool: Any = None, prefetch_s: float | None = None) -> Any:
+    from hsched.sim.bounds import MAX_DURATION_S, MAX_ROUND_S, MIN_ROUND_S, check
     from hsched.sim.engine import SimConfig, SimCosts, Simulator
     from hsched.sim.gavel import GAVEL_POLICIES
 
-    if checkpoint_cost < 0 or round_s <= 0 or span <= 0 or pcie <= 0:
-        raise UserError("hsched sim: --checkpoint-cost must be >= 0; --round-s, --span-factor, --pcie-factor > 0")
+    # finite, and in a range (a nan --round-s made every round "not yet", for ever)
+    check(checkpoint_cost, "--checkpoint-cost", "seconds", low=0, high=MAX_DURATION_S)
+    check(round_s, "--round-s", "seconds", low=MIN_ROUND_S, high=MAX_ROUND_S)
+    check(span, "--span-factor", "", low=0, high=1e6, above=True)
+    check(pcie, "--pcie-factor", "", low=0, high=1e6, above=True)
     name = policy_name.strip()
     if round_mode == "gavel" and name in GAVEL_POLICIES:
         if pool is not None:

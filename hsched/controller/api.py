@@ -31,6 +31,7 @@ from hsched.config import PRIORITY_MAX, PRIORITY_MIN, beyond_limits, job_spec_fr
 from hsched.controller import commands
 from hsched.controller.core import ACTIVE_STATES, Controller, Stopping
 from hsched.controller.health import check_health
+from hsched.controller.visible import for_others, for_owner, quotes_log
 from hsched.errors import ExecutorError, PermissionDenied, UserError
 from hsched.kinds import kind_of
 from hsched.model import JobState, NodeState, Resources
@@ -343,7 +344,10 @@ class Api:
         job = await self._job(args)
         d = job_to_dict(job)
         runs = await self.ctl.db(self.ctl.store.runs, job.id)
-        events = await self.ctl.db(self.ctl.store.events, job.id)
+        sees_all = await self._sees_all(uid, job)
+        # a line quoted from its log is its owner's (and admins'): others see the event without it
+        events = [(for_owner if sees_all else for_others)(e)
+                  for e in await self.ctl.db(self.ctl.store.events, job.id)]
         d["runs"] = [run_to_dict(r) for r in runs]
         # (an event's figures too, where it has some: a copy's bytes and seconds, a preemption's time to free)
         d["events"] = [{"time": iso(e["time"]), "kind": e["kind"], "message": e["message"], "node": e["node"],
@@ -360,7 +364,7 @@ class Api:
         d["moves"] = [{"time": iso(e["time"]), "why": e["message"], **(e["data"] or {})}
                       for e in events if e["kind"] == "move"]
         # a job's environment may hold its owner's secrets: in a lab, only they (and admins) see it
-        d["env"] = dict(job.spec.env) if await self._sees_all(uid, job) else {}
+        d["env"] = dict(job.spec.env) if sees_all else {}
         d["resources"] = {"gpus": job.spec.resources.gpus, "gpu_types": list(job.spec.resources.gpu_types),
                           "gpu_memory_mib": job.spec.resources.gpu_memory_mib, "cpus": job.spec.resources.cpus,
                           "memory_mib": job.spec.resources.memory_mib, "nodes": job.spec.resources.nodes,
@@ -511,10 +515,29 @@ class Api:
     async def op_events(self, args: dict[str, Any], uid: int) -> Any:
         after = self.integer(args, "after", 0, low=0, high=ID_MAX) or 0
         limit = self.integer(args, "limit", 200, low=1, high=EVENTS_MAX) or 200
-        events = await self.ctl.db(self.ctl.store.events, None, after_id=after, limit=limit)
+        events = await self._visible(uid, await self.ctl.db(self.ctl.store.events, None, after_id=after, limit=limit))
         for e in events:
             e["time"] = iso(e["time"])
         return events
+
+    async def _visible(self, uid: int, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The events as `uid` may see them: a line quoted from a job's log only to its owner and admins
+        (hsched.controller.visible); the owners of the few events that quote one are looked up once each."""
+        admin = await self.is_admin(uid)
+        name = None if admin else await self.user_name(uid)
+        owners: dict[int, str | None] = {}
+        out = []
+        for e in events:
+            if not quotes_log(e):
+                out.append(e)
+                continue
+            job_id = e["job_id"]
+            if not admin and job_id is not None and job_id not in owners:
+                job = await self.ctl.db(self.ctl.store.get_job, job_id)
+                owners[job_id] = job.user if job is not None else None
+            mine = admin or (job_id is not None and owners[job_id] == name)
+            out.append(for_owner(e) if mine else for_others(e))
+        return out
 
     async def op_acct(self, args: dict[str, Any], uid: int) -> Any:
         """Accounting: the jobs of a time window with their runs, and GPU-hours by user and by GPU model."""

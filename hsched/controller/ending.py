@@ -18,6 +18,7 @@ from hsched.controller import learning, moves
 from hsched.controller.checkpoints import path_on
 from hsched.controller.core import Controller
 from hsched.controller.stopping import begin_stop
+from hsched.controller.visible import LOG_LINE
 from hsched.errors import ExecutorError
 from hsched.lifecycle import EndRules, StopReason, ended_run_state, failed, settle, taken
 from hsched.model import EndReason, GpuHolder, Job, JobState, Run, RunState
@@ -47,7 +48,9 @@ async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_cod
     """Record one run's end; if it was the attempt's last, settle the job. Call with ctl.lock held.
     `ended_at`: the node's record of when it ended (else `now`); `oom`: the kernel killed it for memory;
     `gpu_left`: processes still on its GPUs after all of the run's were gone (those GPUs become dirty);
-    `gpu_oom`: the line of its log that says a GPU ran out of memory."""
+    `gpu_oom`: the line of its log that says a GPU ran out of memory. That line is the job's private output
+    (a 0600 file of its user): it is kept in the events' figures under LOG_LINE, never in their messages, so
+    that `hsched events`/`show` give it to the job's owner and admins only (hsched.controller.visible)."""
     end = true_end(run, ended_at, now)
     # (a shared GPU's other runs and its MPS server are not this run's leftovers: the node helper leaves them out)
     if gpu_left:
@@ -59,13 +62,15 @@ async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_cod
     if oom:
         what += " (out of memory: killed by the kernel)"
     elif gpu_oom and not lost:
-        what += f" (out of GPU memory: {gpu_oom})"
+        what += " (out of GPU memory)"
+    private: dict[str, Any] | None = {LOG_LINE: gpu_oom} if gpu_oom and not lost and not oom else None
     reason = (EndReason.LOST.value if lost else EndReason.OOM.value if oom
               else EndReason.GPU_OOM.value if gpu_oom else "")
     ck = ctl.settings.checkpoint_exit_code
     if others_live:
         await ctl.db(ctl.store.end_run, run, now, run_state=ended_run_state(exit_code, lost), exit_code=exit_code,
-                     reason=reason, job_fields=None, event=("rank_ended", f"run{rank} {what}"), ended_at=end)
+                     reason=reason, job_fields=None, event=("rank_ended", f"run{rank} {what}"),
+                     event_data=private, ended_at=end)
         if failed(exit_code, lost, ck) and job.state in (JobState.RUNNING, JobState.LAUNCHING):
             await begin_stop(ctl, job, StopReason.RANK_FAILED,
                              f"rank {run.rank} {what}: stopping the other {len(others_live)} rank(s)")
@@ -77,9 +82,9 @@ async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_cod
     gpu_oom_any = bool(gpu_oom) or any(r.reason == EndReason.GPU_OOM for r in before)
     outcome = settle(job, ended, end_rules(ctl.settings), end, oom=oom_any, gpu_oom=gpu_oom_any and not oom_any)
     message = outcome.message
-    if gpu_oom and outcome.reason in (EndReason.GPU_OOM, EndReason.RETRY_BACKOFF):
-        message += f"; its log: {gpu_oom}"
     data: dict[str, Any] = {"end_time": end}
+    if gpu_oom and outcome.reason in (EndReason.GPU_OOM, EndReason.RETRY_BACKOFF):
+        data[LOG_LINE] = gpu_oom
     if outcome.begin_time is not None:
         data["begin_time"] = outcome.begin_time
     if outcome.reason is EndReason.PREEMPTED:

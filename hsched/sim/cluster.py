@@ -15,6 +15,7 @@ from hsched.errors import UserError
 from hsched.model import Device, Link, Node, NodeState
 from hsched.sched.servers import server_of
 from hsched.sched.view import ServerView
+from hsched.sim.bounds import MAX_CLUSTER_GPUS, MAX_GPUS_PER_NODE
 from hsched.simulated import simulated_devices
 
 
@@ -25,10 +26,11 @@ def cluster_nodes(spec: str, gpus_per_node: int = 4, link: str = "nvlink") -> tu
     'node/index', their model is the type. An optional '@pcie' after a count (v100:16@pcie) makes nodes
     whose devices are joined by PCIe only; otherwise every pair is NVLinked.
     """
-    if gpus_per_node < 1:
-        raise UserError(f"--gpus-per-node {gpus_per_node}: must be at least 1")
+    if not 1 <= gpus_per_node <= MAX_GPUS_PER_NODE:
+        raise UserError(f"--gpus-per-node {gpus_per_node}: expected 1 to {MAX_GPUS_PER_NODE} GPUs per server")
     nodes: list[Node] = []
     seen: set[str] = set()
+    total = 0
     for part in spec.split(","):
         part = part.strip()
         if not part:
@@ -36,16 +38,19 @@ def cluster_nodes(spec: str, gpus_per_node: int = 4, link: str = "nvlink") -> tu
         name, sep, count = part.partition(":")
         count, _, link_kind = count.partition("@")
         name = name.strip().lower()
-        try:
-            n = int(count)
-        except ValueError:
-            n = -1
+        count = count.strip()
+        n = int(count) if count.isascii() and count.isdigit() and len(count) <= 20 else -1
         if not sep or not name or n < 0 or (link_kind and link_kind not in ("nvlink", "pcie")):
             raise UserError(f"--cluster {spec!r}: expected TYPE:COUNT[@nvlink|@pcie],... "
                             f"such as v100:16,p100:16,k80:16 (bad part {part!r})")
         if name in seen:
             raise UserError(f"--cluster {spec!r}: GPU type {name!r} given twice; give each type once")
         seen.add(name)
+        # counted before a server is built: v100:1000000000 is refused at once, not after a billion devices
+        total += n
+        if total > MAX_CLUSTER_GPUS:
+            raise UserError(f"--cluster {spec!r}: {total:,} GPUs; the simulator takes up to {MAX_CLUSTER_GPUS:,} "
+                            f"in all")
         kind = "NV1" if (link_kind or link) == "nvlink" else "PIX"
         i = 0
         while n > 0:
@@ -91,11 +96,17 @@ def servers_from_fleet(path: Path, known_types: tuple[str, ...]) -> tuple[Server
     (devices and links from the captured or synthetic topology; a node without one has no known NVLink)."""
     fleet = load_fleet(path)
     nodes: list[Node] = []
+    total = 0
     for nc in fleet.nodes:
         sim = nc.simulate
         if sim is None:
             raise UserError(f"{path}: node {nc.name!r} has no [node.simulate] table; the simulator needs "
                             f"simulated devices (model, count) on every node")
+        # counted before its devices are made, as for --cluster
+        total += sim.count
+        if sim.count > MAX_GPUS_PER_NODE or total > MAX_CLUSTER_GPUS:
+            raise UserError(f"{path}: node {nc.name!r}: simulate.count = {sim.count:,}; the simulator takes up to "
+                            f"{MAX_GPUS_PER_NODE} GPUs a node and {MAX_CLUSTER_GPUS:,} in all")
         devices, links = simulated_devices(nc.name, sim)
         nodes.append(Node(nc.name, nc.executor, NodeState.UP, devices=devices, links=links))
     if not nodes:

@@ -49,6 +49,7 @@ from hsched.sched.live import PREFETCH_JOBS, PREFETCH_LOOKAHEAD
 from hsched.sched.locality import choose_wait, copy_seconds, leaves_room, link_bytes_per_s
 from hsched.sched.placement import PackingPlacer, Placer, best_fit_key
 from hsched.sched.view import JobView, ServerView
+from hsched.sim.bounds import check
 from hsched.sim.trace import Trace
 
 GB = 1_000_000_000
@@ -58,6 +59,8 @@ DEFAULT_LO_GB = 50.0
 DEFAULT_HI_GB = 500.0
 DEFAULT_LINK_GBPS = 10.0
 DEFAULT_QUOTA_GB = 1000.0
+MAX_DATASETS = 10_000
+MAX_DATASET_GB = 1e6
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,14 +106,15 @@ def parse_data_model(spec: str) -> SyntheticSpec:
                     f"such as synthetic:16:50-500")
     if m is None:
         raise bad
-    k = int(m.group(1)) if m.group(1) else DEFAULT_DATASETS
+    k = (int(m.group(1)) if len(m.group(1)) <= 9 else MAX_DATASETS + 1) if m.group(1) else DEFAULT_DATASETS
     try:
         lo = float(m.group(2)) if m.group(2) else DEFAULT_LO_GB
         hi = float(m.group(3)) if m.group(3) else DEFAULT_HI_GB
     except ValueError:
         raise bad from None
-    if k < 1 or lo <= 0 or hi < lo:
-        raise UserError(f"--data-model {spec!r}: need K >= 1 and 0 < LO <= HI (GB)")
+    if not 1 <= k <= MAX_DATASETS or not 0 < lo <= hi <= MAX_DATASET_GB:
+        raise UserError(f"--data-model {spec!r}: need K >= 1 (at most {MAX_DATASETS:,}) and 0 < LO <= HI <= "
+                        f"{MAX_DATASET_GB:,.0f} (GB)")
     return SyntheticSpec(k, lo, hi)
 
 
@@ -123,10 +127,9 @@ def synthetic_data(trace: Trace, servers: Sequence[ServerView], spec: SyntheticS
                    link_gbps: float = DEFAULT_LINK_GBPS, quota_gb: float = DEFAULT_QUOTA_GB) -> DataModel:
     """A reproducible data model for a trace without one: the same arguments always give the same model."""
     spec = spec or SyntheticSpec()
-    if link_gbps <= 0:
-        raise UserError(f"--data-link-gbps {link_gbps}: must be > 0")
-    if quota_gb < 0:
-        raise UserError(f"--data-quota {quota_gb}: must be >= 0 (GB per server for copies)")
+    # finite: a nan link speed made every copy "not done yet", for ever
+    check(link_gbps, "--data-link-gbps", "Gbit/s", low=0, high=1e6, above=True)
+    check(quota_gb, "--data-quota", "GB per server for copies", low=0, high=1e12)
     if not servers:
         raise UserError("data model: no servers to put the datasets on")
     # a stream of its own (string seeds are hashed deterministically), so the data model does not shift the

@@ -30,6 +30,7 @@ from hsched.sched.policy import AnyPolicy
 from hsched.sched.preempt import PreemptRule
 from hsched.sched.round import build_input, schedule_round
 from hsched.sched.view import JobPhase, JobView, PolicyInput, RoundDecision, ServerView, Start, qos_rank
+from hsched.sim.bounds import too_long
 from hsched.sim.data import (
     PREFETCH_LOOKAHEAD,
     DataModel,
@@ -219,6 +220,7 @@ class Simulator:
                     reason = f"needs {tj.gpus} GPUs of one type; the largest type has {max(biggest.values())}"
                 bad.append((tj, reason))
                 continue
+            too_long(self.trace, tj, max(known))
             ok.append(_Job(tj, max(known)))
         return ok, bad
 

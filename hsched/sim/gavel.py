@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from hsched.sim.bounds import too_long
 from hsched.sim.metrics import JobRecord, SimResult, lower_bounds, summarize
 from hsched.sim.trace import Trace, TraceJob
 
@@ -189,6 +190,7 @@ class GavelSimulator:
             if not rates:
                 bad.append((tj.id, tj.name, f"no throughput for ({tj.job_type!r}, {tj.gpus}) on a type with room"))
                 continue
+            too_long(self.trace, tj, max(rates.values()))
             jobs.append(_GJob(tj, rates, max(1, int(tj.work))))
         arrivals = sorted(jobs, key=lambda j: (j.tj.arrival_s, j.tj.id))
         total = len(jobs)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from hsched.errors import UserError
 from hsched.sched.view import ServerView
+from hsched.sim.bounds import MAX_CLUSTER_GPUS, MAX_GPUS_PER_NODE, MAX_SPAN_S
 
 POOL_NAME = "slurm"
 
@@ -57,13 +58,14 @@ def parse_slurm_pool(spec: str, gpus_per_node: int) -> SlurmPoolSpec:
     if not 2 <= len(parts) <= 4 or not parts[0]:
         raise UserError(bad)
     try:
-        gpus = int(parts[1])
+        gpus = int(parts[1]) if len(parts[1]) <= 20 else MAX_CLUSTER_GPUS + 1
         wait = float(parts[2]) if len(parts) > 2 and parts[2] else 0.0
         gpn = int(parts[3]) if len(parts) > 3 and parts[3] else gpus_per_node
     except ValueError:
         raise UserError(bad) from None
-    if gpus < 1 or gpn < 1 or not wait >= 0 or math.isinf(wait):
-        raise UserError(f"--slurm-pool {spec!r}: need N >= 1 GPUs, QUEUE_WAIT_S >= 0 and GPUS_PER_NODE >= 1")
+    if (not 1 <= gpus <= MAX_CLUSTER_GPUS or not 1 <= gpn <= MAX_GPUS_PER_NODE or not 0 <= wait <= MAX_SPAN_S):
+        raise UserError(f"--slurm-pool {spec!r}: need N >= 1 GPUs (at most {MAX_CLUSTER_GPUS:,}), QUEUE_WAIT_S >= 0 "
+                        f"(finite seconds) and GPUS_PER_NODE >= 1 (at most {MAX_GPUS_PER_NODE})")
     return SlurmPoolSpec(parts[0].lower(), gpus, wait, gpn)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,6 +19,16 @@ from pathlib import Path
 from hsched.errors import UserError
 from hsched.model import DEFAULT_QOS
 from hsched.sched.throughput import ThroughputModel
+from hsched.sim.bounds import (
+    MAX_DURATION_S,
+    MAX_JOB_GPUS,
+    MAX_JOBS,
+    MAX_SPAN_S,
+    MAX_STEPS,
+    check,
+    number,
+    whole,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +63,7 @@ class Trace:
 
 
 GAVEL_THROUGHPUTS = "simulation_throughputs.json"
+PRIORITY_BOUND = 1e9
 
 
 def find_gavel_throughputs(trace_path: Path) -> Path | None:
@@ -75,6 +85,12 @@ def load_gavel_throughputs(path: Path) -> ThroughputModel:
                         f"{GAVEL_THROUGHPUTS}") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise UserError(f"{path}: expected {{gpu_type: {{\"('job type', scale)\": {{\"null\": rate}}}}}}")
+    # JSON takes NaN and Infinity: a rate of either made jobs finish at once or never
+    for gpu_type, entries in data.items():
+        for key, val in entries.items():
+            alone = val.get("null") if isinstance(val, dict) else val
+            if isinstance(alone, int | float) and not isinstance(alone, bool):
+                check(alone, f"{path}", f"{gpu_type} {key} rate", low=0, high=1e12)
     return ThroughputModel.from_gavel_json(data)
 
 
@@ -98,22 +114,19 @@ def load_gavel(path: Path, throughputs: Path | None = None) -> Trace:
         if not line.strip():
             continue
         cols = line.split("\t")
-        try:
-            if len(cols) == 7:
-                job_type, steps, arrival, scale = cols[0], cols[4], cols[5], cols[6]
-                priority = 0
-            elif len(cols) == 10:
-                job_type, steps, scale, arrival = cols[0], cols[5], cols[6], cols[9]
-                priority = int(float(cols[7]))
-            else:
-                raise UserError(f"{path}:{n}: expected 7 or 10 tab-separated columns, found {len(cols)}")
-            gpus = int(scale)
-            work = float(steps)
-            at = float(arrival)
-        except ValueError as e:
-            raise UserError(f"{path}:{n}: bad number ({e}); columns are Gavel's 7- or 10-column layout") from None
-        if gpus < 1 or work <= 0 or at < 0 or math.isnan(at):
-            raise UserError(f"{path}:{n}: scale_factor must be >= 1, total_steps > 0, arrival_time >= 0")
+        where = f"{path}:{n}"
+        if len(cols) == 7:
+            job_type, steps, arrival, scale = cols[0], cols[4], cols[5], cols[6]
+            priority = 0
+        elif len(cols) == 10:
+            job_type, steps, scale, arrival = cols[0], cols[5], cols[6], cols[9]
+            priority = int(number(cols[7], where, "priority_weight", low=-PRIORITY_BOUND, high=PRIORITY_BOUND))
+        else:
+            raise UserError(f"{where}: expected 7 or 10 tab-separated columns, found {len(cols)}")
+        # each field finite and in range (hsched.sim.bounds): a nan step count never finishes
+        gpus = whole(scale, where, "scale_factor", low=1, high=MAX_JOB_GPUS)
+        work = number(steps, where, "total_steps", low=0, high=MAX_STEPS, above=True)
+        at = number(arrival, where, "arrival_time", low=0, high=MAX_SPAN_S)
         jobs.append(TraceJob(len(jobs), job_type.strip(), gpus, at, work, name=f"{path.stem}:{n}",
                              priority=priority))
     return Trace(tuple(jobs), model, str(path), "steps")
@@ -132,10 +145,10 @@ def load_tiresias(path: Path, reference_type: str = "v100") -> Trace:
     jobs: list[TraceJob] = []
     rejected: list[tuple[str, str]] = []
     for n, r in enumerate(rows, 2):
-        try:
-            gpus, at, dur = int(r["num_gpu"]), float(r["submit_time"]), float(r["duration"])
-        except ValueError as e:
-            raise UserError(f"{path}:{n}: bad number ({e})") from None
+        where = f"{path}:{n}"
+        gpus = whole(r["num_gpu"], where, "num_gpu", low=0, high=MAX_JOB_GPUS)
+        at = number(r["submit_time"], where, "submit_time", low=0, high=MAX_SPAN_S)
+        dur = number(r["duration"], where, "duration", low=0, high=MAX_DURATION_S)
         if gpus < 1 or dur <= 0:
             rejected.append((r["job_id"], "no GPUs or no duration"))
             continue
@@ -193,14 +206,18 @@ def load_csv(path: Path, columns: Mapping[str, str], reference_type: str = "v100
     rejected: list[tuple[str, str]] = []
     for n, r in enumerate(rows, 2):
         name = r.get(columns.get("id", ""), "") or f"row{n}"
+        where = f"{path}:{n}"
         try:
             at = _parse_time(r[columns["submit"]])
-            dur = float(r[columns["duration"]] or 0)
-            gpus = int(float(r[columns["gpus"]] or 0))
-            nodes = int(float(r[columns["nodes"]])) if "nodes" in columns and r[columns["nodes"]] else None
-            limit = float(r[columns["time_limit"]]) if "time_limit" in columns and r[columns["time_limit"]] else None
         except ValueError as e:
-            raise UserError(f"{path}:{n}: bad value ({e}); check the column mapping") from None
+            raise UserError(f"{where}: {columns['submit']}: bad time ({e}); check the column mapping") from None
+        check(at, where, columns["submit"], low=-MAX_SPAN_S * 10, high=MAX_SPAN_S * 10)
+        dur = number(r[columns["duration"]] or "0", where, columns["duration"], low=0, high=MAX_DURATION_S)
+        gpus = whole(r[columns["gpus"]] or "0", where, columns["gpus"], low=0, high=MAX_JOB_GPUS)
+        nodes = (whole(r[columns["nodes"]], where, columns["nodes"], low=1, high=MAX_JOB_GPUS)
+                 if "nodes" in columns and r[columns["nodes"]] else None)
+        limit = (number(r[columns["time_limit"]], where, columns["time_limit"], low=0, high=MAX_SPAN_S, above=True)
+                 if "time_limit" in columns and r[columns["time_limit"]] else None)
         if gpus < 1:
             rejected.append((name, "no GPUs"))
             continue
@@ -213,6 +230,9 @@ def load_csv(path: Path, columns: Mapping[str, str], reference_type: str = "v100
                                  time_limit_s=limit, max_servers=nodes)))
     raw.sort(key=lambda x: x[0])
     t0 = raw[0][0] if raw else 0.0
+    if raw and raw[-1][0] - t0 > MAX_SPAN_S:
+        raise UserError(f"{path}: its submit times span {(raw[-1][0] - t0) / 86400:,.0f} days, more than the "
+                        f"simulator's {MAX_SPAN_S / 86400:,.0f}; replay a slice of it (a CSV of fewer rows)")
     jobs = tuple(
         TraceJob(i, j.job_type, j.gpus, at - t0, j.work, j.name, j.user, j.qos, j.priority, j.time_limit_s,
                  j.max_servers)
@@ -235,6 +255,8 @@ def synthetic(
     of jobs, 10^U(3, 4) minutes for the rest (a heavy tail). With a throughput table, each job gets a
     random job type known at its scale and work in steps; without one, work is seconds on the reference.
     """
+    check(n_jobs, "--synthetic", "N", low=1, high=MAX_JOBS)
+    check(jobs_per_hour, "--jobs-per-hour", "the arrival rate", low=0, high=1e9, above=True)
     rng = random.Random(seed)
     model = throughput or ThroughputModel(reference_type=reference_type)
     by_scale: dict[int, list[str]] = {}
