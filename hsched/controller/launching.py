@@ -82,6 +82,9 @@ class RoundInput:
 
     now: float
     """Wall time: what the round records (runs' starts, reasons)."""
+    at: float
+    """The same moment on the controller's timeline (Controller.timeline): what the pure round decides on, as its
+    running jobs' starts and predicted ends are counted there (a step of the wall clock moves none of them)."""
     view: FleetView
     pending: tuple[Job, ...]
     """The jobs the round may start, as the store had them (the very objects `JobCache` keeps for unchanged rows)."""
@@ -93,9 +96,6 @@ class RoundInput:
     """The store's change count when the jobs were read (`_changes`): still the same, no job changed since."""
     prefetch_horizon_s: float | None = None
     """Settings' `prefetch_horizon_s` when prefetch is on and some waiting job names datasets; else None."""
-    at: float = 0.0
-    """The same moment on the controller's timeline (Controller.timeline): what the pure round decides on, as its
-    running jobs' starts and predicted ends are counted there (a step of the wall clock moves none of them)."""
 
 
 SWITCH_INTERVAL_S = 0.001
@@ -244,7 +244,7 @@ async def round_input(ctl: Controller) -> RoundInput | None:
         view = replace(view, prefer=prefer)
     # the store's change count as the jobs were read: a write since (dependencies' reasons above, or anyone's while
     # the round computes) makes the checks read the jobs they act on again
-    return RoundInput(now, view, tuple(pending), jobs.active_by_id, pending_by_id, jobs.changes, horizon, at)
+    return RoundInput(now, at, view, tuple(pending), jobs.active_by_id, pending_by_id, jobs.changes, horizon)
 
 
 def rewrites(job: Job, d: Wait) -> bool:

@@ -14,11 +14,13 @@ health loop runs every 0.5 s; samples come every `monitor_interval_s`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from hsched.clock import Timeline
 from hsched.config import Settings
 from hsched.controller import commands
 from hsched.controller.health import check_health
@@ -31,8 +33,8 @@ LIMIT_S = 120.0
 SETTINGS = Settings(heartbeat_timeout_s=15.0, lease_s=60.0, retry_backoff_s=10.0, kill_after_s=10.0)
 
 
-def run(scenario: Callable[[], Awaitable[None]]) -> None:
-    asyncio.run(scenario())  # type: ignore[arg-type]
+def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(scenario())
 
 
 async def step_between_samples(lab: Lab, seconds: float) -> None:
@@ -188,3 +190,21 @@ def test_a_retry_recorded_before_a_restart_waits_what_is_left_of_it(tmp_path: Pa
             assert (await lab.job(job.id)).state is JobState.RUNNING
 
     run(scenario)
+
+
+def test_the_timeline_converts_recorded_wall_times_once_and_ignores_later_steps() -> None:
+    clock = FakeClock()
+    line = Timeline(clock)
+    wall0, at0 = clock.time(), line.now()
+    assert at0 == wall0  # it starts where the wall clock is
+    started = line.since(wall0 - 30.0)  # a run recorded 30 s ago
+    retry = line.until(wall0 + 10.0, at_most=360.0)  # a retry recorded for 10 s from now
+    ahead = line.since(wall0 + 50.0)  # a start recorded ahead of the wall clock (before a step back): now
+    clock.step_wall(2 * HOUR)
+    assert line.now() == at0  # the wall clock's step moves nothing on the timeline
+    clock.advance(5.0)
+    assert line.now() - started == 35.0 and retry - line.now() == 5.0 and line.now() - ahead == 5.0
+    # recorded far ahead (the wall clock stepped back an hour since): never more than the bound
+    assert line.until(clock.time() + HOUR, at_most=360.0) - line.now() == 360.0
+    # shown as the wall clock shows it now
+    assert line.wall(line.now()) == clock.time() and line.wall(started) == clock.time() - 35.0
