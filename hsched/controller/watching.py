@@ -70,7 +70,13 @@ def note_start(ctl: Controller, run: Run, rep: RunReport) -> None:
     a node that says when it started it (Slurm's StartTime) is believed, within [launch, now]. On the controller's
     timeline: the node's StartTime (its wall clock) is converted once, at the first report that carries it, so a
     step of either wall clock afterwards moves no time limit."""
-    if run.rank != 0 or not (rep.queued or rep.started_at is not None):
+    if run.rank != 0:
+        return
+    if run.job_id not in ctl.attempt_start and run.start_time is not None and not rep.queued:
+        # a run a previous controller launched, adopted: its attempt's clock from its own recorded start (the
+        # job's start_time is its first attempt's), converted once onto the timeline
+        ctl.attempt_start[run.job_id] = ctl.timeline.since(run.start_time)
+    if not (rep.queued or rep.started_at is not None):
         return
     if rep.queued:
         ctl.attempt_start[run.job_id] = ctl.timeline.now()

@@ -208,3 +208,35 @@ def test_the_timeline_converts_recorded_wall_times_once_and_ignores_later_steps(
     assert line.until(clock.time() + HOUR, at_most=360.0) - line.now() == 360.0
     # shown as the wall clock shows it now
     assert line.wall(line.now()) == clock.time() and line.wall(started) == clock.time() - 35.0
+
+
+def test_a_restarted_controller_counts_a_requeued_jobs_limit_from_its_current_attempts_start(tmp_path: Path) -> None:
+    """Limits count per attempt: a job requeued by a checkpoint exit and adopted by a restarted controller has its
+    second attempt's 120 s, counted from that attempt's recorded start (the job's own start_time is its first's)."""
+
+    async def scenario() -> None:
+        clock = FakeClock()
+        async with Lab.open(tmp_path, settings=SETTINGS, clock=clock) as lab:
+            job = await lab.submit("python", "train.py", gpus=4, time_limit_s=LIMIT_S,
+                                   checkpoint_signal="USR1@30")
+            await lab.round()
+            await lab.advance(50.0)
+            await lab.finish(job.id, 85)  # a checkpoint exit: requeued, started again in the same round
+            await lab.round()
+            assert (await lab.job(job.id)).restarts == 1
+            await lab.advance(40.0)
+            runs = {n: ex.runs for n, ex in lab.executors.items()}
+        clock.advance(20.0)  # the second attempt is 60 s old when the next controller takes it over
+        async with Lab.open(tmp_path, settings=SETTINGS, clock=clock) as lab:
+            for n, ex in lab.executors.items():
+                ex.runs.update(runs[n])
+            await lab.round()
+            await step_between_samples(lab, 2 * HOUR)
+            await lab.advance(59.9)
+            now = await lab.job(job.id)
+            assert (now.state, now.restarts) == (JobState.RUNNING, 1)
+            await lab.advance(0.1)
+            now = await lab.job(job.id)
+            assert (now.state, now.reason) == (JobState.COMPLETING, EndReason.TIMEOUT)
+
+    run(scenario)
