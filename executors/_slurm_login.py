@@ -166,7 +166,7 @@ class LoginSite:
         except asyncssh.Error as e:
             self._drop()
             raise classify(e, f"{self.name}: {what} failed: {_one(e)}") from None
-        self.ssh.last_contact = time.time()
+        self.ssh.last_contact = time.monotonic()
         return result
 
     async def _transfer(self, what: str, fn: Any, src: str, dst: str, timeout_s: float) -> None:

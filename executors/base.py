@@ -98,8 +98,9 @@ class Executor(Protocol):
     name: str
     """The node's name (error messages start with it where the transport adds one)."""
     last_contact: float | None
-    """time.time() of the last exchange in which the node answered (a reply, an error reply, a monitoring
-    sample, a finished transfer); None before the first. The controller's heartbeat reads it."""
+    """time.monotonic() of the last exchange in which the node answered (a reply, an error reply, a monitoring
+    sample, a finished transfer); None before the first. The controller's heartbeat reads it: on the monotonic
+    clock, so a step of the wall clock never makes a node that answered look silent (issue 27)."""
     last_error: ExecutorError | None
     """The ExecutorError the last call raised, typed (NodeUnreachable, NodeRefused, HelperError...); None
     once a call has succeeded since. `isinstance(ex.last_error, NodeRefused)`: a person must act."""

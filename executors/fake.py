@@ -100,7 +100,8 @@ class FakeExecutor:
     the monitoring samples list), `utilization` (device UUID -> GPU utilization in samples), `gpu_error`
     (the samples' gpu_error), `probe_hangs`
     (probe() waits until cancelled), `probe_gpu_error` (probe() reports no GPUs and this error, as a node
-    whose GPU discovery timed out), `clock`, `sleep`.
+    whose GPU discovery timed out), `clock` (the node's wall clock: samples' and files' times), `monotonic`
+    (what `last_contact` reads), `sleep`.
     """
 
     kind = "fake"
@@ -108,6 +109,7 @@ class FakeExecutor:
 
     def __init__(self, *, devices: Sequence[dict[str, Any]] = (), cpus: int = 8, memory_total_mib: int = 65536,
                  boot_id: str = "fake-boot", name: str = "fake", clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, remote_root: str | None = None) -> None:
         self.name = name
         self.devices = list(devices)
@@ -115,6 +117,8 @@ class FakeExecutor:
         self.memory_total_mib = memory_total_mib
         self.boot_id = boot_id
         self.clock = clock
+        self.monotonic = monotonic
+        """What `last_contact` is read from: the controller's monotonic clock (a test's fake one)."""
         self.sleep = sleep
         self.remote_root = remote_root
         self.runs: dict[str, FakeRun] = {}
@@ -154,7 +158,7 @@ class FakeExecutor:
             raise NodeUnreachable("fake node is unreachable")
         if self.fail_with is not None:
             raise self.fail_with
-        self.last_contact = self.clock()
+        self.last_contact = self.monotonic()
 
     @recorded
     async def probe(self, *, gpu_timeout_s: float = 10.0) -> dict[str, Any]:

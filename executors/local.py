@@ -365,7 +365,7 @@ class LocalExecutor:
                 shared.drop(srv)
             else:
                 shared.failures = 0
-                self.last_contact = time.time()
+                self.last_contact = time.monotonic()
                 return check_reply(reply, "", command)
         return await self._oneshot(command, request, limit)
 
@@ -390,7 +390,7 @@ class LocalExecutor:
         except OSError as e:  # out of processes or memory: this machine may recover
             raise NodeUnreachable(f"cannot run the node helper: {e}") from None
         reply = parse_oneshot(out, err, proc.returncode, label="", what=command, python=self.python)
-        self.last_contact = time.time()
+        self.last_contact = time.monotonic()
         return reply
 
     # ----------------------------------------------------------------------------------- the protocol
@@ -478,7 +478,7 @@ class LocalExecutor:
             data = await asyncio.to_thread(_read_at, Path(run_dir) / "output.log", offset, max_bytes)
         except OSError as e:
             raise HelperError(f"cannot read the log of {run_dir}: {e}", "read") from None
-        self.last_contact = time.time()
+        self.last_contact = time.monotonic()
         return data
 
     @recorded
@@ -515,7 +515,7 @@ class LocalExecutor:
 
     async def _copy(self, what: str, src: str, dst: str, timeout_s: float) -> None:
         await copy_off_loop(self.name, what, src, dst, timeout_s)
-        self.last_contact = time.time()
+        self.last_contact = time.monotonic()
 
     async def watch(self, interval_s: float = 1.0, *, count: int | None = None,
                     stale_after_s: float | None = None) -> AsyncIterator[dict[str, Any]]:
@@ -559,7 +559,7 @@ class LocalExecutor:
                     if "error" in sample:
                         raise self._failed(HelperError(f"node helper 'watch': {sample['error']}", "watch"))
                     return
-                self.last_contact = time.time()
+                self.last_contact = time.monotonic()
                 self.last_error = None
                 sample["node"] = self.node
                 for p in sample.get("processes") or ():

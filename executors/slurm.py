@@ -307,7 +307,7 @@ class SlurmExecutor:
         words = self._scoped(argv)
         res = await self._exec(["runuser", "-u", as_user, "--", *words] if as_user else words)
         if res.rc == 0:
-            self.last_contact = time.time()
+            self.last_contact = time.monotonic()
             return res
         if not check:
             return res
@@ -315,7 +315,7 @@ class SlurmExecutor:
         ping = await self._exec(self._scoped(["scontrol", "ping"]))
         if ping.rc != 0:
             raise SlurmUnreachable(f"{self.name}: slurmctld does not answer ({argv[0]}: {line})")
-        self.last_contact = time.time()
+        self.last_contact = time.monotonic()
         raise SlurmError(f"{self.name}: {argv[0]} failed: {line}", argv[0])
 
     async def _exec(self, argv: list[str]) -> Result:

@@ -234,7 +234,7 @@ class SSHExecutor:
         self.helper = helper
         """An installed helper's launcher, run through `sudo -n` (a service account's lab); None: ship one."""
         self.last_contact: float | None = None
-        """time.time() of the last exchange the node answered; the controller's heartbeat reads it."""
+        """time.monotonic() of the last exchange the node answered; the controller's heartbeat reads it."""
         self.last_error: ExecutorError | None = None
         """What the last call raised (None once one succeeded since)."""
         self._connect_error: ExecutorError | None = None
@@ -374,7 +374,7 @@ class SSHExecutor:
                 raise self._connect_error
             self._failures, self._retry_at, self._connect_error = 0, 0.0, None
             self._conn, self._remote = conn, remote
-            self.last_contact = time.time()
+            self.last_contact = time.monotonic()
             return conn, remote
 
     def reset_backoff(self) -> None:
@@ -434,7 +434,7 @@ class SSHExecutor:
             raise classify(e, f"{self.name}: cannot open a channel: {_one(e)}") from None
         except (asyncssh.Error, OSError) as e:
             raise classify(e, f"{self.name}: connection failed: {_one(e)}") from None
-        self.last_contact = time.time()
+        self.last_contact = time.monotonic()
         return rc, bytes(out or b""), bytes(err or b"")
 
     def _parse(self, out: bytes, err: bytes, rc: int | None, what: str) -> dict[str, Any]:
@@ -492,7 +492,7 @@ class SSHExecutor:
                 self._server_retry_at = time.monotonic() + 60.0
                 reply = None
             if reply is not None:
-                self.last_contact = time.time()
+                self.last_contact = time.monotonic()
                 return check_reply(reply, self.name, command)
         for attempt in (1, 2):
             conn, remote = await self._connection()
@@ -666,7 +666,7 @@ class SSHExecutor:
                         if "error" in sample:
                             raise HelperError(f"{self.name}: node helper 'watch': {sample['error']}", "watch")
                         return
-                    self.last_contact = time.time()
+                    self.last_contact = time.monotonic()
                     sample["node"] = self.name
                     for p in sample.get("processes") or ():
                         p["job_run_dir"] = self._local_of.get(p.get("run_dir") or "")
@@ -721,7 +721,7 @@ class SSHExecutor:
             raise transfer_error(e, f"{self.name}: {what} {' '.join(map(str, args))}: {_one(e)}") from None
         except asyncssh.Error as e:
             raise classify(e, f"{self.name}: {what} failed: {_one(e)}") from None
-        self.last_contact = time.time()
+        self.last_contact = time.monotonic()
         return result
 
     async def open_sftp(self) -> contextlib.AbstractAsyncContextManager[asyncssh.SFTPClient]:
@@ -762,7 +762,7 @@ async def copy_between(src: SSHExecutor, src_path: str, dst: SSHExecutor, dst_pa
         raise transfer_error(e, f"copy {src.name}:{src_path} -> {dst.name}:{dst_path}: {_one(e)}") from None
     except asyncssh.Error as e:
         raise classify(e, f"copy {src.name}:{src_path} -> {dst.name}:{dst_path}: {_one(e)}") from None
-    src.last_contact = dst.last_contact = time.time()
+    src.last_contact = dst.last_contact = time.monotonic()
     return n
 
 

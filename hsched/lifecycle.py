@@ -11,7 +11,10 @@ The plan's *reason* is durable (the job's `reason`, written in the same transact
 the timing lives in memory. A controller restarted mid-stop rebuilds the plan from the reason and sends
 the next step at once (`resumed_plan`), so a stop is never forgotten, only at worst hurried.
 
-No I/O and no clock of its own: the controller passes `now`, so these rules are tested in microseconds.
+No I/O and no clock of its own: the controller passes `now`, so these rules are tested in microseconds. A plan's
+times are on the controller's monotonic timeline (hsched.clock.Timeline), never the wall clock's: a step of the wall
+clock must neither send a SIGKILL before its grace nor hold it back an hour. What a job's fields record (`job_fields`'s
+`now`, a retry's `begin_time`) is wall time.
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ class StopPlan:
     steps: tuple[Step, ...]
     """In time order; sent as their time comes."""
     decided_at: float = 0.0
-    """When the stop was decided (for the time from a preemption decision to GPUs free)."""
+    """When the stop was decided (for the time from a preemption decision to GPUs free), as its steps' times."""
 
     def due(self, now: float) -> tuple[tuple[Step, ...], StopPlan]:
         """The steps whose time has come, and the plan of what is left."""

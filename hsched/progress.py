@@ -33,7 +33,8 @@ class _Reporter:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.last_write = 0.0
+        self.last_write = float("-inf")
+        """time.monotonic() of the last write: the wall clock stepped back must not silence the reports."""
         self.pending: dict[str, float] | None = None
         self.registered = False
 
@@ -46,7 +47,7 @@ class _Reporter:
         except OSError:
             return  # progress is a nicety: a full disk must not fail the training
         self.pending = None
-        self.last_write = time.time()
+        self.last_write = time.monotonic()
 
 
 _R = _Reporter()
@@ -69,7 +70,7 @@ def report(step: float | None = None, total: float | None = None, *, samples: fl
             atexit.register(flush)
             _R.registered = True
         _R.pending = line
-        if line["t"] - _R.last_write >= EVERY_S:
+        if time.monotonic() - _R.last_write >= EVERY_S:
             _R.write(path)
 
 

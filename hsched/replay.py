@@ -110,10 +110,10 @@ def run_live(home: Path, trace: Any, nodes: Sequence[Node], speedup: float, *, p
             time.sleep(0.05)
             info = c.call("ping")
         try:
-            t0 = time.time()
+            t0 = time.monotonic()  # (the trace's pace: a step of the wall clock must not burst or stall it)
             ids: dict[int, int] = {}
             for tj in sorted(trace.jobs, key=lambda j: (j.arrival_s, j.id)):
-                wait = t0 + tj.arrival_s / speedup - time.time()
+                wait = t0 + tj.arrival_s / speedup - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)
                 job = c.call("submit", spec=job_spec(tj, trace, types, speedup), source=f"<replay {trace.source}>")

@@ -40,7 +40,8 @@ __all__ = ["CANNED_FLEET", "FakeClock", "FakeExecutor", "FakeRun", "Lab", "canne
 
 class FakeClock:
     """A clock that moves only when told. `wait` returns when its event is set or when `advance` moves the
-    clock past its deadline, never on its own."""
+    clock past its deadline, never on its own. `advance` moves the wall and the monotonic clock together;
+    `step_wall` steps the wall clock alone."""
 
     def __init__(self, start: float = 1_800_000_000.0) -> None:
         self._now = start
@@ -61,6 +62,11 @@ class FakeClock:
         for deadline, fut in self._sleepers:
             if deadline <= self._mono and not fut.done():
                 fut.set_result(None)
+
+    def step_wall(self, seconds: float) -> None:
+        """Step the wall clock alone, by `seconds` either way (an administrator's `date -s`, an NTP step, a VM
+        resumed hours later): the monotonic clock, and so every sleeper, does not move."""
+        self._now += seconds
 
     async def wait(self, event: asyncio.Event, seconds: float) -> None:
         if event.is_set():
@@ -123,7 +129,8 @@ class Lab:
             cfg = replace(cfg, datasets=tuple(datasets))
         clock = clock or FakeClock()
         # the nodes' own record of contact runs on the same clock as the controller's heartbeat check
-        executors = {n.name: FakeExecutor(cpus=n.cpus, name=n.name, clock=clock.time) for n in nodes}
+        executors = {n.name: FakeExecutor(cpus=n.cpus, name=n.name, clock=clock.time, monotonic=clock.monotonic)
+                     for n in nodes}
         # the fleet as the daemon builds it (simulated devices, links), over the fake transports
         built = build_fleet(cfg, transports=executors)
         store = Store(home.db)
@@ -143,13 +150,13 @@ class Lab:
 
     async def beat(self) -> None:
         """Every reachable node sends a monitoring sample now (their heartbeat); then node states follow."""
-        now = self.clock.time()
+        now, seen = self.clock.time(), self.clock.monotonic()
         for name, ex in self.executors.items():
             if not ex.unreachable:
                 # the fake's GPU processes (its `processes` knob), as a node with nvidia-smi lists them
                 sample = {"seq": 0, "node": name, "boot_id": ex.boot_id, "gpus": {"source": "fake", "devices": []},
                           "processes": [dict(p) for p in ex.processes]}
-                record_sample(self.ctl.nodes[name], sample, now)
+                record_sample(self.ctl.nodes[name], sample, now, seen=seen)
         await check_health(self.ctl)
 
     async def settle_tasks(self) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from hsched.clock import SYSTEM_CLOCK, Clock
+from hsched.clock import SYSTEM_CLOCK, Clock, Timeline
 from hsched.config import FleetConfig, Settings
 from hsched.controller.fleet import NodeRuntime, build_fleet
 from hsched.errors import ExecutorError, HschedError, UserError
@@ -82,6 +82,9 @@ class Controller:
     def __init__(self, home: Home, fleet_cfg: FleetConfig, settings: Settings,
                  store: Store, nodes: dict[str, NodeRuntime] | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self.clock = clock
+        self.timeline = Timeline(clock)
+        """The job timers' clock (limits, stops, backoffs, holds): monotonic, so a step of the wall clock changes
+        no decision (hsched.clock)."""
         self.home = home
         self.fleet_cfg = fleet_cfg
         self.settings = settings
@@ -100,7 +103,12 @@ class Controller:
         """job id -> the signals still to send to a job being cancelled, preempted or timed out."""
         self.warned: set[int] = set()
         self.attempt_start: dict[int, float] = {}
-        """job id -> when its current attempt was launched (time limits count per attempt)."""
+        """job id -> when its current attempt was launched (time limits count per attempt), on `timeline`: a run
+        adopted from the store is converted once from its recorded start (`attempt_started`)."""
+        self.start_reported: set[int] = set()
+        """Jobs whose attempt start their node reported (Slurm's StartTime): converted once, not at every report."""
+        self.not_before: dict[int, tuple[float, float]] = {}
+        """job id -> (its recorded begin_time, that moment on `timeline`): a retry's backoff, converted once."""
         self._db_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hsched-db")
         self.launching: set[int] = set()
         """Run ids whose launch is in flight: the watcher leaves them alone, so nothing launches twice."""
@@ -269,6 +277,29 @@ class Controller:
         self.stops.pop(job_id, None)
         self.warned.discard(job_id)
         self.attempt_start.pop(job_id, None)
+        self.start_reported.discard(job_id)
+
+    def attempt_started(self, job: Job) -> float:
+        """When the job's current attempt started, on `timeline`: as launched by this controller, else converted
+        once from the store's record (a run a previous controller launched) and kept, so that a later step of the
+        wall clock moves neither its time limit nor anything counted from it."""
+        started = self.attempt_start.get(job.id)
+        if started is None:
+            started = self.timeline.since(job.start_time) if job.start_time is not None else self.timeline.now()
+            self.attempt_start[job.id] = started
+        return started
+
+    def retry_at(self, job: Job) -> float | None:
+        """When a retry may start (its backoff over), on `timeline`; None when it need not wait. The store's
+        `begin_time` is converted once per value (a new retry writes a new one) and kept: a wall clock stepped
+        back an hour holds no retry for the hour, a step forward releases none early."""
+        if job.begin_time is None:
+            return None
+        kept = self.not_before.get(job.id)
+        if kept is None or kept[0] != job.begin_time:
+            kept = (job.begin_time, self.timeline.until(job.begin_time, self.settings.retry_backoff_max_s))
+            self.not_before[job.id] = kept
+        return kept[1]
 
     # ------------------------------------------------------------------------------------------- views
 

@@ -96,6 +96,12 @@ async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_cod
                  reason=reason, job_fields=outcome.job_fields(job, end), event=(outcome.event, message),
                  event_data=data, ended_at=end)
     ctl.forget(job.id)
+    if outcome.begin_time is not None:
+        # the backoff on the monotonic timeline from now on (Controller.retry_at): what is left of it as the wall
+        # clock says at this moment, converted once
+        ctl.not_before[job.id] = (outcome.begin_time,
+                                  ctl.timeline.now() + max(0.0, min(outcome.begin_time - now,
+                                                                    ctl.settings.retry_backoff_max_s)))
     # a checkpoint exit proves the job checkpoints: the policy may move it from now on (hsched.controller.moves)
     moves.note_ended(ctl, job, [c for c, _lost in ended], data)
     if outcome.state.is_terminal():
@@ -191,9 +197,11 @@ async def preemption_cost(ctl: Controller, job: Job, runs: list[Run], now: float
     """What a preemption cost: time from the decision to GPUs free, and GPU-seconds of work done since the
     job's last checkpoint (the newest file in its checkpoint folder; the whole run if it never wrote one)."""
     plan = ctl.stops.get(job.id)
-    decided = plan.decided_at if plan is not None else now
+    # (the decision's time is on the controller's timeline, as the stop plan's steps)
+    at = ctl.timeline.now()
+    decided = plan.decided_at if plan is not None else at
     gpus = sum(len(r.devices) for r in runs) or 1
-    start = min((r.start_time for r in runs if r.start_time is not None), default=decided)
+    start = min((r.start_time for r in runs if r.start_time is not None), default=ctl.timeline.wall(decided))
     newest: float | None = None
     rt = ctl.nodes.get(runs[0].node) if runs else None
     try:
@@ -205,5 +213,5 @@ async def preemption_cost(ctl: Controller, job: Job, runs: list[Run], now: float
         log.info("job %s: cannot read its checkpoint's age: %s", job.id, e)
     last_ck = max(start, newest) if newest is not None else start
     lost = max(0.0, now - last_ck) * gpus
-    return {"time_to_free_s": round(now - decided, 3), "lost_gpu_s": round(lost, 1),
+    return {"time_to_free_s": round(at - decided, 3), "lost_gpu_s": round(lost, 1),
             "last_checkpoint": newest, "gpus": gpus}

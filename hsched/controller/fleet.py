@@ -30,7 +30,7 @@ class NodeRuntime:
     executor: Executor
     node: Node
     last_ok: float | None = None
-    """When a probe last came back whole (GPUs included); None before the first."""
+    """When a probe last came back whole (GPUs included), on the monotonic clock; None before the first."""
     probe_error: ExecutorError | None = None
     """Why the last probe failed (typed: NodeRefused needs a person), None once one succeeded."""
     probe_problem: str | None = None
@@ -39,14 +39,18 @@ class NodeRuntime:
     probe_task: asyncio.Task[None] | None = None
     """The probe in flight, if any: one at a time per node, never awaited by a request."""
     probed_at: float | None = None
-    """When the last probe ended, whatever its outcome."""
+    """When the last probe ended, whatever its outcome (monotonic clock)."""
     back_since: float | None = None
-    """When a node that was away was first seen answering again (it gets work after a probe since then)."""
+    """When a node that was away was first seen answering again (it gets work after a probe since then;
+    monotonic clock)."""
     boot_id: str | None = None
     raw_probe: dict[str, Any] = field(default_factory=dict)
     last_sample: float | None = None
-    """When the last monitoring sample arrived."""
+    """When the last monitoring sample arrived (wall time: shown with the host's load)."""
+    sample_seen: float | None = None
+    """The same on the monotonic clock: the heartbeat's."""
     unreachable_since: float | None = None
+    """When the node was last heard from before it went away (monotonic clock): its lease counts from then."""
     history: dict[str, Any] = field(default_factory=dict)
     """Device UUID -> deque of (time, utilization %, memory used MiB)."""
     foreign: dict[str, Any] = field(default_factory=dict)
@@ -78,10 +82,12 @@ class NodeRuntime:
 
     def heartbeat(self, now: float) -> float | None:
         """The node's last contact of any kind (probe, sample, any exchange); `now` for this machine's own
-        nodes, alive while the controller is."""
+        nodes, alive while the controller is. All on the monotonic clock (`now` too: the controller's
+        `clock.monotonic()`, which the executors' `last_contact` reads): a step of the wall clock makes no node
+        that answers look silent, nor a silent one look alive."""
         if self.config.executor == "local":
             return now
-        seen = [t for t in (self.last_ok, self.last_sample, self.executor.last_contact) if t is not None]
+        seen = [t for t in (self.last_ok, self.sample_seen, self.executor.last_contact) if t is not None]
         return max(seen) if seen else None
 
 
@@ -276,7 +282,7 @@ async def probe_node(rt: NodeRuntime, clock: Clock, timeout_s: float, *, gpu_tim
         rt.node = replace(rt.node, message=str(rt.probe_error) or type(e).__name__)
         return
     finally:
-        rt.probed_at = clock.time()
+        rt.probed_at = clock.monotonic()
     rt.raw_probe = probe
     if rt.boot_id is not None and probe.get("boot_id") not in (None, rt.boot_id):
         rt.rebooted = True
@@ -285,7 +291,7 @@ async def probe_node(rt: NodeRuntime, clock: Clock, timeout_s: float, *, gpu_tim
     rt.probe_problem = gpu_problem(rt, probe)
     node = node_from_probe(rt, probe)
     if rt.probe_problem is None:
-        rt.last_ok = clock.time()
+        rt.last_ok = clock.monotonic()
     else:
         # its GPUs are unknown now, not gone (runs may hold them): what was known of them stays, and the node
         # is not "probed" for what a submit can count on until its GPU tools answer again

@@ -17,7 +17,9 @@ from hsched.serialize import iso, job_kind
 async def predicted_end(ctl: Controller, job: Job, now: float) -> tuple[float | None, str]:
     """When a running job is predicted to end, and from what: its progress, its kind's history, or its time
     limit (the latest it may run); (None, "") when nothing says."""
-    started = ctl.attempt_start.get(job.id) or job.start_time
+    # (the attempt's start as the wall clock shows it now: counted on the monotonic timeline, so a step of the wall
+    # clock moves the predicted end with it rather than adding the step to the job's running time)
+    started = ctl.timeline.wall(ctl.attempt_started(job))
     elapsed = max(0.0, now - started) if started is not None else 0.0
     p = learning.progress_of(ctl, job.id, job.restarts + 1)
     exp = await learning.expected(ctl, job)

@@ -14,6 +14,10 @@
   processes) before the node is offered for placement, so a job never runs twice.
 * A node that answers again before the lease is simply UP: the watcher reattaches its runs.
 * DOWN: the node refuses us in a way that needs a person (a changed or unknown host key, a refused login).
+
+Heartbeats, the heartbeat timeout and the lease are all counted on the monotonic clock (`clock.monotonic()`; the
+executors' `last_contact` too): a step of the wall clock (+2 h: every node past its lease, its jobs requeued and
+started twice) changes no node's state (issue 27).
 """
 
 from __future__ import annotations
@@ -116,7 +120,7 @@ async def monitor(ctl: Controller, rt: NodeRuntime) -> None:
     while not ctl.stopping.is_set():
         try:
             async for sample in rt.executor.watch(ctl.settings.monitor_interval_s):
-                record_sample(rt, sample, ctl.clock.time())
+                record_sample(rt, sample, ctl.clock.time(), seen=ctl.clock.monotonic())
                 try:
                     usage.observe(ctl, rt, sample, ctl.clock.time())
                     learning.observe(ctl, rt, sample, ctl.clock.time(), job_cache(ctl).last)
@@ -132,8 +136,13 @@ async def monitor(ctl: Controller, rt: NodeRuntime) -> None:
         await ctl.clock.wait(ctl.stopping, 1.0)
 
 
-def record_sample(rt: NodeRuntime, sample: dict[str, Any], now: float) -> None:
+def record_sample(rt: NodeRuntime, sample: dict[str, Any], now: float, *, seen: float | None = None) -> None:
+    """Fold one monitoring sample into what is known of the node. `now`: wall time (the history's, shown);
+    `seen`: the monotonic clock's reading, when the sample is the node's heartbeat (a sample folded in from
+    elsewhere, as tests do, is none)."""
     rt.last_sample = now
+    if seen is not None:
+        rt.sample_seen = seen
     live = {d.get("uuid"): d for d in (sample.get("gpus") or {}).get("devices") or [] if d.get("uuid")}
     devices = []
     for d in rt.node.devices:
@@ -173,8 +182,9 @@ def record_sample(rt: NodeRuntime, sample: dict[str, Any], now: float) -> None:
 
 
 async def check_health(ctl: Controller) -> bool:
-    """Derive every node's state; expire leases; fence returning nodes. True if anything changed."""
-    now = ctl.clock.time()
+    """Derive every node's state; expire leases; fence returning nodes. True if anything changed. Every time here
+    is on the monotonic clock, but what is recorded (a lost run's end)."""
+    now = ctl.clock.monotonic()
     changed = False
     for rt in ctl.nodes.values():
         drained = ctl.admin.get(rt.name) is NodeState.DRAINED
@@ -203,7 +213,7 @@ async def check_health(ctl: Controller) -> bool:
                 if old not in AWAY:
                     await ctl.event("node", f"{rt.name} is {state.value.lower()}: {message}", node=rt.name)
             if now - rt.unreachable_since > ctl.settings.lease_s and holds_leases(rt):
-                changed |= await expire_lease(ctl, rt, now)
+                changed |= await expire_lease(ctl, rt, ctl.clock.time())
         if state is NodeState.UNHEALTHY and old is not NodeState.UNHEALTHY:
             await ctl.event("node", f"{rt.name} is unhealthy: {message}; no new work goes there", node=rt.name)
         elif old is NodeState.UNHEALTHY and state in (NodeState.UP, NodeState.DRAINED):
@@ -223,7 +233,8 @@ def holds_leases(rt: NodeRuntime) -> bool:
 
 
 async def expire_lease(ctl: Controller, rt: NodeRuntime, now: float) -> bool:
-    """The node has been gone past its lease: requeue its jobs; mark its runs to be killed on return."""
+    """The node has been gone past its lease: requeue its jobs; mark its runs to be killed on return. `now`: wall
+    time (what the runs' ends record)."""
     runs = [r for r in await ctl.db(ctl.store.live_runs) if r.node == rt.name and r.id not in ctl.launching]
     if not runs:
         return False

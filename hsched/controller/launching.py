@@ -82,6 +82,10 @@ class RoundInput:
     run in a worker thread while requests are answered and the state moves on."""
 
     now: float
+    """Wall time: what the round records (runs' starts, reasons)."""
+    at: float
+    """The same moment on the controller's timeline (Controller.timeline): what the pure round decides on, as its
+    running jobs' starts and predicted ends are counted there (a step of the wall clock moves none of them)."""
     view: FleetView
     pending: tuple[Job, ...]
     """The jobs the round may start, as the store had them (the very objects `JobCache` keeps for unchanged rows)."""
@@ -120,13 +124,13 @@ def _compute(inp: RoundInput) -> tuple[list[Decision], list[tuple[int, str, tupl
     if paused:
         gc.disable()
     try:
-        decisions = schedule(inp.view, inp.pending, inp.now)
+        decisions = schedule(inp.view, inp.pending, inp.at)
         targets: list[tuple[int, str, tuple[str, ...]]] = []
         if inp.view.data_at and inp.prefetch_horizon_s is not None:
             # the copies that put waiting jobs' data where they are predicted to start (issue 15, item 2)
             # the waiting jobs in the order the round served them (the policy's): who is ahead of whom
             waiting = [inp.by_id[d.job_id] for d in decisions if isinstance(d, Wait) and d.job_id in inp.by_id]
-            targets = prefetch_targets(inp.view, waiting, inp.now, inp.prefetch_horizon_s, served=True)
+            targets = prefetch_targets(inp.view, waiting, inp.at, inp.prefetch_horizon_s, served=True)
         return decisions, targets
     finally:
         if paused:
@@ -184,13 +188,13 @@ async def _schedule_round(ctl: Controller) -> tuple[bool, int]:
             runs = await ctl.db(ctl.store.start_runs, job, ranks, inp.now, d.placements)
             launches.append((job, runs))
     for job, runs in launches:
-        ctl.attempt_start[job.id] = ctl.clock.time()
+        ctl.attempt_start[job.id] = ctl.timeline.now()
         for run in runs:
             spawn_launch(ctl, job, run)
     if targets:
         data.prefetch(ctl, targets)
     if inp.view.data_at:
-        data.note_waits(ctl, decisions, inp.now)
+        data.note_waits(ctl, decisions, inp.at)
     # (over the valid ones only: a busy round decides 2,000 waits, and a union type made per test costs)
     stops = (Preempt, Move)
     return bool(decisions), sum(1 for d in decisions if d.job_id in valid and isinstance(d, stops))
@@ -200,23 +204,27 @@ async def round_input(ctl: Controller) -> RoundInput | None:
     """The round's snapshot: the jobs it may start (retries past their backoff, dependencies met, within their
     array's limit), the fleet as it stands, fair share usage, checkpoint homes. None when nothing waits. Call with
     ctl.lock held; it records the reasons of jobs whose dependencies hold them."""
-    now = ctl.clock.time()
+    now, at = ctl.clock.time(), ctl.timeline.now()
     jobs = await ctl.db(job_cache(ctl).read, ctl.store)
     pending = list(jobs.queued)
     active, users, pending_by_id = jobs.active, jobs.users, jobs.queued_by_id
     if jobs.special:
-        # a retry waits out its backoff (its reason says BeginTime until then)
-        pending = [j for j in pending if j.begin_time is None or j.begin_time <= now]
+        # a retry waits out its backoff (its reason says BeginTime until then), on the monotonic timeline
+        pending = [j for j in pending if (t := ctl.retry_at(j)) is None or t <= at]
+        if len(ctl.not_before) > len(jobs.queued):
+            queued = {j.id for j in jobs.queued}
+            for jid in [i for i in ctl.not_before if i not in queued]:
+                del ctl.not_before[jid]  # (started or ended: their backoffs do not pile up)
         pending = await _dependencies_met(ctl, pending, active, now)
         if any(j.spec.array is not None and j.spec.array.max_running for j in pending):
             pending = within_limits(pending, active)
         users = frozenset(j.user for j in (*pending, *active))
         pending_by_id = {j.id: j for j in pending}
-    if not pending and not await moves.may_move(ctl, active, now):
+    if not pending and not await moves.may_move(ctl, active, at):
         return None
     note_users(ctl, pending)
     view = fleet_view(ctl, active, await still_dirty(ctl))
-    movable, held, attained = await moves.round_fields(ctl, active, pending, now)
+    movable, held, attained = await moves.round_fields(ctl, active, pending, at)
     if movable or held or attained:
         view = replace(view, movable=movable, held=held, attained=attained,
                        move_min_run_s=ctl.settings.move_min_run_s)
@@ -238,14 +246,14 @@ async def round_input(ctl: Controller) -> RoundInput | None:
         if with_data:
             # placement weighs copying a job's datasets against waiting for a node holding them (issue 15); the
             # node holding most of them first (a dataset is most often bigger than a checkpoint)
-            view = replace(view, **data.view_fields(ctl, now, with_data))
+            view = replace(view, **data.view_fields(ctl, at, with_data))
             prefer.update(data.prefer(ctl, with_data))
             horizon = ctl.settings.prefetch_horizon_s if ctl.settings.prefetch else None
     if prefer:
         view = replace(view, prefer=prefer)
     # the store's change count as the jobs were read: a write since (dependencies' reasons above, or anyone's while
     # the round computes) makes the checks read the jobs they act on again
-    return RoundInput(now, view, tuple(pending), jobs.active_by_id, pending_by_id, jobs.changes, horizon)
+    return RoundInput(now, at, view, tuple(pending), jobs.active_by_id, pending_by_id, jobs.changes, horizon)
 
 
 def rewrites(job: Job, d: Wait) -> bool:
@@ -379,7 +387,7 @@ def fleet_view(ctl: Controller, active: Sequence[Job], dirty: frozenset[str] = f
                      limits=QosLimits.from_qos(ctl.settings.qos), holders=tuple(active),
                      throughput=_learned(ctl),
                      # the running jobs' predicted ends: when the first blocked job's reserved GPUs free up
-                     ends=learning.predicted_ends(ctl, active, ctl.clock.time()))
+                     ends=learning.predicted_ends(ctl, active, ctl.timeline.now()))
 
 
 def _held_by(ctl: Controller, active: Sequence[Job]) -> tuple[frozenset[str], frozenset[str], dict[str, int],
@@ -408,7 +416,7 @@ def _held_by(ctl: Controller, active: Sequence[Job]) -> tuple[frozenset[str], fr
                 for u in p.devices:
                     shared_use[u] = shared_use.get(u, 0) + (j.spec.resources.gpu_memory_mib or 0)
         if j.state is JobState.RUNNING:
-            started = ctl.attempt_start.get(j.id) or j.start_time or 0.0
+            started = ctl.attempt_started(j)
             r = last.get(j.id)
             if r is None or r.job is not j or r.started != started:
                 r = Running(j, started)

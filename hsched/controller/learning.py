@@ -173,7 +173,8 @@ def observe(ctl: Controller, rt: NodeRuntime, sample: Mapping[str, Any], now: fl
                 # a restart's first report: how long its restore took (what a move costs it, with its stop)
                 from hsched.controller import moves
 
-                moves.note_restored(ctl, job.id, ids[1], point[0] - started)
+                # (the report's time, the node's wall clock, converted onto the timeline the start is on)
+                moves.note_restored(ctl, job.id, ids[1], ctl.timeline.since(point[0]) - started)
         rp.last = point
         total, loss = rep.get("total"), rep.get("loss")
         rp.total = float(total) if isinstance(total, int | float) else rp.total
@@ -348,7 +349,8 @@ def predicted_ends(ctl: Controller, jobs: Iterable[Job], now: float) -> dict[int
     job), by forecast.predicted_end's rules without reading the store: its progress (`total` known), else its
     kind's history as cached (`learning(ctl).history`; a kind not read yet has none), capped by its time limit,
     else its time limit; a job nothing predicts is left out (never ending). Synchronous and cheap: a round runs ten
-    times a second, so the figures are kept per job while its progress and its kind's history do not change."""
+    times a second, so the figures are kept per job while its progress and its kind's history do not change. `now` and
+    the ends: on the controller's timeline (Controller.timeline), as the attempts' starts."""
     from hsched.model import JobState
     from hsched.predict import remaining
 
@@ -361,7 +363,7 @@ def predicted_ends(ctl: Controller, jobs: Iterable[Job], now: float) -> dict[int
     for j in jobs:
         if j.state is not running:
             continue
-        started = starts.get(j.id) or j.start_time
+        started = starts.get(j.id) or ctl.attempt_started(j)
         rp = runs.get((j.id, j.restarts + 1))
         hit = last.get(j.id)
         kind = hit.kind if hit is not None and hit.job is j else job_kind(j)

@@ -88,7 +88,8 @@ def cost_of(ctl: Controller, job_id: int) -> float:
 async def round_fields(ctl: Controller, active: Iterable[Job], pending: Iterable[Job], now: float
                        ) -> tuple[dict[int, float], dict[int, tuple[Placement, ...]], dict[int, float]]:
     """The round's (movable running jobs and their costs, devices held for moving jobs, attained service of
-    requeued jobs). Call with ctl.lock held (reads the store when a requeued job is new to it)."""
+    requeued jobs). `now`: on the controller's timeline (Controller.timeline). Call with ctl.lock held (reads the
+    store when a requeued job is new to it)."""
     mv = moves_of(ctl)
     active = list(active)
     # (a round's cost is per waiting job: only the requeued ones, and the few held for, are looked at twice)
@@ -138,9 +139,10 @@ async def _read_held(ctl: Controller, active: Sequence[Job], pending: Iterable[J
         if any(r.start_time is not None and r.start_time > at for r in await ctl.db(ctl.store.runs, job.id)):
             continue  # started again after the move: nothing is held for it any more
         ck = job.spec.checkpoint_signal
-        until = at + ck.grace_s + ctl.settings.kill_after_s + HOLD_MARGIN_S
+        # (the recorded move, converted once onto the controller's timeline, as the round compares it)
+        until = ctl.timeline.since(at) + ck.grace_s + ctl.settings.kill_after_s + HOLD_MARGIN_S
         nodes, devices = data.get("nodes") or [], data.get("devices") or []
-        if len(nodes) != 1 or not devices or until < ctl.clock.time():
+        if len(nodes) != 1 or not devices or until < ctl.timeline.now():
             continue
         cpus = tuple(int(c) for c in data.get("cpus") or ())
         mv.held[job.id] = ((Placement(str(nodes[0]), tuple(map(str, devices)), cpus=cpus),), until)
@@ -148,7 +150,8 @@ async def _read_held(ctl: Controller, active: Sequence[Job], pending: Iterable[J
 
 async def may_move(ctl: Controller, active: Iterable[Job], now: float) -> bool:
     """Whether a round with nothing waiting could still move a job: a job that proved it checkpoints has run its
-    `move_min_run_s` and some device of the fleet is free (else such a round would only cost its time)."""
+    `move_min_run_s` and some device of the fleet is free (else such a round would only cost its time). `now`: on the
+    controller's timeline."""
     if not (ctl.settings.moves and ctl.settings.policy):
         return False
     proven = await _proven(ctl)
@@ -156,7 +159,7 @@ async def may_move(ctl: Controller, active: Iterable[Job], now: float) -> bool:
         return False
     active = list(active)
     old_enough = any(j.id in proven and j.state is JobState.RUNNING
-                     and now - (ctl.attempt_start.get(j.id) or j.start_time or now) >= ctl.settings.move_min_run_s
+                     and now - ctl.attempt_started(j) >= ctl.settings.move_min_run_s
                      for j in active)
     if not old_enough:
         return False
@@ -199,7 +202,7 @@ async def apply(ctl: Controller, job: Job, d: Move) -> None:
 
     now = ctl.clock.time()
     ck = job.spec.checkpoint_signal
-    until = now + ck.grace_s + ctl.settings.kill_after_s + HOLD_MARGIN_S
+    until = ctl.timeline.now() + ck.grace_s + ctl.settings.kill_after_s + HOLD_MARGIN_S
     moves_of(ctl).held[job.id] = (d.placements, until)
     data = {"from": d.from_type, "to": d.to_type, "gain_s": None if d.gain_s == float("inf") else round(d.gain_s, 1),
             "cost_s": round(d.cost_s, 1), "nodes": [p.node for p in d.placements],

@@ -42,7 +42,8 @@ class Usage:
     idle: dict[tuple[int, int], float] = field(default_factory=dict)
     """(job id, attempt) -> since when its GPUs have been idle, for the running attempts flagged idle."""
     idle_checked: float | None = None
-    """When check_idle last looked (it looks every IDLE_CHECK_S)."""
+    """When check_idle last looked (it looks every IDLE_CHECK_S), on the monotonic clock: a wall clock stepped back
+    an hour must not stop it looking for the hour."""
 
 
 _USAGE: weakref.WeakKeyDictionary[Controller, Usage] = weakref.WeakKeyDictionary()
@@ -219,9 +220,10 @@ def idle_changes(ctl: Controller, now: float) -> list[IdleChange]:
     """The running attempts whose GPUs have just been idle past `idle_after_s` (each flagged once), and the
     flagged ones that just became busy again. At most every IDLE_CHECK_S; nothing is done to the jobs."""
     u = usage(ctl)
-    if u.idle_checked is not None and now - u.idle_checked < IDLE_CHECK_S:
+    looked = ctl.clock.monotonic()
+    if u.idle_checked is not None and looked - u.idle_checked < IDLE_CHECK_S:
         return []
-    u.idle_checked = now
+    u.idle_checked = looked
     limit = idle_after_s(ctl)
     by_attempt: dict[tuple[int, int], list[RunTally]] = {}
     for (job_id, attempt, _), t in u.tallies.items():

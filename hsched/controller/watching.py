@@ -21,7 +21,7 @@ async def watch_runs(ctl: Controller) -> bool:
     if not runs:
         return False
     by_node: dict[str, list[Run]] = {}
-    now = ctl.clock.time()
+    now = ctl.clock.monotonic()
     for r in runs:
         rt = ctl.nodes.get(r.node)
         if rt is not None and not answering(ctl, rt, now):
@@ -52,7 +52,8 @@ async def watch_runs(ctl: Controller) -> bool:
 
 def answering(ctl: Controller, rt: NodeRuntime, now: float) -> bool:
     """Worth asking: not known to be away, and (for monitored nodes) heard from a moment ago. A silent network
-    cut must not stall the round on a status call that cannot be answered."""
+    cut must not stall the round on a status call that cannot be answered. `now`: the monotonic clock, as the
+    heartbeat's."""
     if rt.node.state in (NodeState.UNREACHABLE, NodeState.DOWN):
         return False
     beat = rt.heartbeat(now)
@@ -66,14 +67,26 @@ TAKEN_CAUSES = frozenset({EndReason.NODE_LOST, EndReason.PREEMPTED})
 def note_start(ctl: Controller, run: Run, rep: RunReport) -> None:
     """The attempt's time limit counts from when its node really started it: a run still waiting in its node's
     own queue (a Slurm job pending) has not started, so its clock starts again at every report until it has;
-    a node that says when it started it (Slurm's StartTime) is believed, within [launch, now]."""
-    if run.rank != 0 or not (rep.queued or rep.started_at is not None):
+    a node that says when it started it (Slurm's StartTime) is believed, within [launch, now]. On the controller's
+    timeline: the node's StartTime (its wall clock) is converted once, at the first report that carries it, so a
+    step of either wall clock afterwards moves no time limit."""
+    if run.rank != 0:
         return
-    now = ctl.clock.time()
+    if run.job_id not in ctl.attempt_start and run.start_time is not None and not rep.queued:
+        # a run a previous controller launched, adopted: its attempt's clock from its own recorded start (the
+        # job's start_time is its first attempt's), converted once onto the timeline
+        ctl.attempt_start[run.job_id] = ctl.timeline.since(run.start_time)
+    if not (rep.queued or rep.started_at is not None):
+        return
     if rep.queued:
-        ctl.attempt_start[run.job_id] = now
-    elif rep.started_at is not None:
-        ctl.attempt_start[run.job_id] = max(run.start_time or 0.0, min(rep.started_at, now))
+        ctl.attempt_start[run.job_id] = ctl.timeline.now()
+        ctl.start_reported.discard(run.job_id)
+    elif rep.started_at is not None and run.job_id not in ctl.start_reported:
+        since = ctl.timeline.since
+        launched = since(run.start_time) if run.start_time is not None else None
+        started = since(rep.started_at)
+        ctl.attempt_start[run.job_id] = started if launched is None else max(launched, started)
+        ctl.start_reported.add(run.job_id)
 
 
 async def on_report(ctl: Controller, rt: NodeRuntime, run: Run, rep: RunReport) -> bool:

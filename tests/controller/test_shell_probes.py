@@ -68,7 +68,8 @@ class Rig:
 
     def sample(self, node: str) -> None:
         """The node's monitoring sample arrives: it answers, whatever its probe does."""
-        record_sample(self.ctl.nodes[node], {"seq": 0, "gpus": {"devices": []}, "processes": []}, self.clock.time())
+        record_sample(self.ctl.nodes[node], {"seq": 0, "gpus": {"devices": []}, "processes": []}, self.clock.time(),
+                      seen=self.clock.monotonic())
 
 
 @asynccontextmanager
@@ -81,6 +82,7 @@ async def rig(root: Path, nodes: Mapping[str, tuple[FakeExecutor, NodeConfig]],
     clock = FakeClock()
     for ex, _ in nodes.values():
         ex.clock = clock.time
+        ex.monotonic = clock.monotonic
     store = Store(home.db)
     ctl = Controller(home, cfg, settings or Settings(), store,
                      nodes=build_fleet(cfg, transports={n: ex for n, (ex, _) in nodes.items()}), clock=clock)

@@ -58,15 +58,15 @@ async def test_is_an_executor(node: Node) -> None:
 
 async def test_probe_shape_and_last_contact(node: Node) -> None:
     async with node.executor() as ex:
-        before = time.time()
+        before = time.monotonic()  # (last_contact is on the monotonic clock)
         p = await ex.probe(gpu_timeout_s=5.0)
         assert PROBE_KEYS <= p.keys()
         assert isinstance(p["cpus"], int) and p["cpus"] > 0 and p["memory_total_mib"] > 0
         assert p["boot_id"] and isinstance(p["numa"], list)
         assert isinstance(p["gpus"]["devices"], list) and "source" in p["gpus"]
         first = ex.last_contact
-        assert first is not None and before <= first <= time.time() and ex.last_error is None
-        between = time.time()
+        assert first is not None and before <= first <= time.monotonic() and ex.last_error is None
+        between = time.monotonic()
         assert await ex.status([StatusQuery(str(node.runs / "never"))])
         second = ex.last_contact
         assert second is not None and second >= between >= first  # the second answer moved it on
@@ -278,7 +278,7 @@ async def test_dataset_requests_alike(node: Node, tmp_path: Path) -> None:
 
 async def test_watch_yields_samples(node: Node) -> None:
     async with node.executor() as ex:
-        before = time.time()
+        before = time.monotonic()  # (last_contact is on the monotonic clock)
         samples = [s async for s in ex.watch(0.05, count=3)]
         assert [s["seq"] for s in samples] == [0, 1, 2]
         last = samples[-1]
@@ -291,7 +291,7 @@ async def test_watch_yields_samples(node: Node) -> None:
 async def test_a_helper_error_fails_one_request_only(node: Node) -> None:
     async with node.executor() as ex:
         h = await ex.launch(LaunchRequest(run_dir=str(node.runs / "sleep"), command=("sleep", "60")))
-        before = time.time()
+        before = time.monotonic()  # (last_contact is on the monotonic clock)
         with pytest.raises(HelperError, match="unknown signal") as err:
             await ex.signal(h, "NO-SUCH-SIGNAL")
         assert ex.last_error is err.value and err.value.command == "signal"
