@@ -323,7 +323,7 @@ async def test_show_eff_and_kinds_print_the_profile(tmp_path: Path, monkeypatch:
     assert "Profile: idle (flagged): every GPU under 5%" in out and "GPU utilization: no samples" in out
     assert cli(monkeypatch, "kinds") == 0
     lines = [x.split() for x in capsys.readouterr().out.splitlines() if x.startswith("notebook")]
-    assert ["notebook", "idle", "1/1"] in lines  # the usual profile's table, after the speeds
+    assert lines[0][:5] == ["notebook", "1", "0", "idle", "1/1"]  # one table: NOW, DONE, the usual profile
     assert cli(monkeypatch, "show", "5", "--json") == 0
     assert json.loads(capsys.readouterr().out)["profile"]["profile"] == "idle"
 
