@@ -219,6 +219,9 @@ _LIVE = tuple(sorted(LIVE_RUN_STATES))
 
 log = logging.getLogger("hsched.store")
 
+MIN_FREE_BYTES = 1 << 20
+"""New work (a submit) is refused when the store's disk has less room than this (`Store.disk_full`)."""
+
 CHECK_S = 120.0
 """The longest the check on open (`PRAGMA quick_check`) may take; past it the store is used unchecked (said in
 the log): the check reads every page once (seconds for a store of a GB), so only a slow disk gets there, and
@@ -333,14 +336,29 @@ class Store:
     def damaged(self, problem: str) -> StoreDamaged:
         return damaged(self.path, problem)
 
-    def full(self) -> DiskFull:
+    def free_bytes(self) -> int | None:
+        """Bytes free on the disk holding the store (root may use the blocks reserved for it); None: unknown."""
         try:
             vfs = os.statvfs(self.path.parent)
-            free = f"{vfs.f_bavail * vfs.f_frsize:,} bytes free"
         except OSError:
-            free = "no space"
-        return DiskFull(f"the disk holding {self.path.parent} is full ({free}): nothing was changed; free space "
-                        "there and retry")
+            return None
+        return (vfs.f_bfree if os.geteuid() == 0 else vfs.f_bavail) * vfs.f_frsize
+
+    def disk_full(self) -> bool:
+        """Whether the disk holding the store (and the home's run and checkpoint folders) has no room for new
+        work. SQLite can still commit there for a while, into write-ahead log pages it reuses: a job accepted then
+        would have no room for its run folder, so new work is refused from MIN_FREE_BYTES on."""
+        free = self.free_bytes()
+        return free is not None and free < MIN_FREE_BYTES
+
+    def full(self) -> DiskFull:
+        free = self.free_bytes()
+        return DiskFull(f"the disk holding {self.path.parent} is full ({'?' if free is None else f'{free:,}'} bytes "
+                        "free): nothing was changed; free space there and retry")
+
+    def _need_room(self) -> None:
+        if self.disk_full():
+            raise self.full()
 
     def _failed(self, e: sqlite3.Error) -> BaseException:
         """What a SQLite error on opening means to the person starting the controller."""
@@ -477,6 +495,7 @@ class Store:
         """One job per index of `spec.array`, all in one transaction (an array is all there or not at all); the
         first task's id is the array's."""
         assert spec.array is not None
+        self._need_room()
         with self.tx() as db:
             ids = self._insert(db, spec, user, now, self._put_env(db, env))
         return self._jobs_by_id(ids)
@@ -486,7 +505,9 @@ class Store:
         """Queue every spec in one transaction: all of them or, on any error, none. Each is one job, or an array
         (its tasks, the first task's id the array's); returned: one job per spec, an array's first task for an
         array. `env` (the submitter's environment) is kept once for all of them; `events`: (index in `specs`,
-        kind, message) recorded on that spec's job in the same transaction."""
+        kind, message) recorded on that spec's job in the same transaction. Refused whole on a full disk
+        (`disk_full`)."""
+        self._need_room()
         with self.tx() as db:
             sha = self._put_env(db, env)
             firsts = [self._insert(db, spec, user, now, sha)[0] for spec in specs]
