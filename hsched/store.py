@@ -393,6 +393,15 @@ class Store:
         connection of its own (WAL: the controller's writes go on meanwhile)."""
         target = backup_path(self.path)
         tmp = target.with_name(target.name + ".tmp")
+        free = self.free_bytes()
+        try:
+            size = os.stat(self.path).st_size
+        except OSError:
+            size = 0
+        if free is not None and free < 2 * size + 16 * MIN_FREE_BYTES:
+            # the copy must never be what fills the disk and turns new work away: the last backup stays
+            raise DiskFull(f"no room for a backup of {self.path} on its disk ({free:,} bytes free); the last one "
+                           "is kept")
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         _create_private(tmp)
