@@ -241,6 +241,21 @@ def backup_path(path: Path) -> Path:
     return path.with_name(path.name + ".backup")
 
 
+def free_bytes(path: Path) -> int | None:
+    """Bytes free on the disk holding `path` (root may use the blocks reserved for it); None: unknown."""
+    try:
+        vfs = os.statvfs(path)
+    except OSError:
+        return None
+    return (vfs.f_bfree if os.geteuid() == 0 else vfs.f_bavail) * vfs.f_frsize
+
+
+def no_room(path: Path) -> bool:
+    """Whether the disk holding `path` has less than MIN_FREE_BYTES free. Blocking (statvfs)."""
+    free = free_bytes(path)
+    return free is not None and free < MIN_FREE_BYTES
+
+
 def _is_full(e: sqlite3.Error) -> bool:
     return (getattr(e, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL
 
@@ -337,19 +352,13 @@ class Store:
         return damaged(self.path, problem)
 
     def free_bytes(self) -> int | None:
-        """Bytes free on the disk holding the store (root may use the blocks reserved for it); None: unknown."""
-        try:
-            vfs = os.statvfs(self.path.parent)
-        except OSError:
-            return None
-        return (vfs.f_bfree if os.geteuid() == 0 else vfs.f_bavail) * vfs.f_frsize
+        return free_bytes(self.path.parent)
 
     def disk_full(self) -> bool:
         """Whether the disk holding the store (and the home's run and checkpoint folders) has no room for new
         work. SQLite can still commit there for a while, into write-ahead log pages it reuses: a job accepted then
         would have no room for its run folder, so new work is refused from MIN_FREE_BYTES on."""
-        free = self.free_bytes()
-        return free is not None and free < MIN_FREE_BYTES
+        return no_room(self.path.parent)
 
     def full(self) -> DiskFull:
         free = self.free_bytes()

@@ -60,6 +60,7 @@ from hsched.sched.live import (
 )
 from hsched.sched.throughput import ThroughputModel
 from hsched.serialize import job_kind
+from hsched.store import no_room
 
 log = logging.getLogger("hsched.launch")
 
@@ -697,6 +698,12 @@ async def _ask_users(ctl: Controller, rt: NodeRuntime, names: list[str]) -> None
     ctl.poke()
 
 
+def disk_full(ctl: Controller) -> bool:
+    """Whether the controller's own disks have no room for a run: its store's, its run and checkpoint folders'
+    (each may be a file system of its own). Blocking."""
+    return any(no_room(p) for p in (ctl.store.path.parent, ctl.home.runs, ctl.home.checkpoints))
+
+
 async def launch_failed(ctl: Controller, job: Job, run: Run, why: str) -> None:
     log.warning("job %s: launch failed: %s", job.id, why)
     now = ctl.clock.time()
@@ -704,7 +711,7 @@ async def launch_failed(ctl: Controller, job: Job, run: Run, why: str) -> None:
         current = await ctl.db(ctl.store.get_job, job.id)
         if current is None:
             return
-        full = await ctl.db(ctl.store.disk_full)
+        full = await asyncio.to_thread(disk_full, ctl)
         await ctl.db(ctl.store.add_event, now, "launch_failed", f"rank {run.rank} on {run.node}: {why}"
                      + (f" (the disk holding {ctl.home.root} is full)" if full else ""), job_id=job.id, node=run.node)
         if full and run.world == 1 and current.state is JobState.LAUNCHING:

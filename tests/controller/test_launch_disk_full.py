@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from hsched.controller import launching
 from hsched.errors import HelperError
 from hsched.model import JobState
 from hsched.testing import Lab
@@ -20,7 +21,7 @@ def no_room(lab: Lab, monkeypatch: pytest.MonkeyPatch, full: bool) -> None:
         async def launch(req: Any, _name: str = ex.name) -> Any:
             raise HelperError(f"{_name}: node helper 'launch': OSError: [Errno 28] No space left on device", "launch")
         monkeypatch.setattr(ex, "launch", launch)
-    monkeypatch.setattr(lab.ctl.store, "disk_full", lambda: full)
+    monkeypatch.setattr(launching, "disk_full", lambda ctl: full)
 
 
 async def test_launch_on_a_full_disk_waits_and_runs_once_there_is_room(tmp_path: Path,

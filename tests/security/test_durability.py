@@ -115,6 +115,12 @@ def test_full_disk_refuses_in_one_line_and_loses_nothing(tmp_path: Path) -> None
             lab.wait_state(j, "COMPLETED")
         # acknowledged, held until the disk is full, then released: it is launched on the full disk
         waiting = held(lab, "waiting")
+        # an admin's checkpoint: the log's next commits go to its start, into pages it has (no new blocks needed)
+        con = sqlite3.connect(lab.db, timeout=SAFETY_S)
+        try:
+            con.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+        finally:
+            con.close()
         filler = fill(disk)
         # new work: one line, exit 1, nothing half-done
         for i in range(3):
