@@ -96,3 +96,18 @@ def test_no_room_refuses_a_submit_whole(tmp_path: Path, monkeypatch: pytest.Monk
         assert not s.db.in_transaction
     finally:
         s.close()
+
+
+def test_the_check_on_open_is_bounded_in_time(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "hsched.db"
+    s = Store(path)
+    for _ in range(300):
+        s.submit(SPEC, "u", time.time(), {"A": "x" * 300})
+    try:
+        assert store_mod.quick_check(s.db, 60.0) is None  # whole: no problem
+        with caplog.at_level("WARNING", logger="hsched.store"):
+            assert store_mod.quick_check(s.db, 0.0) is None  # stopped at its bound: used unchecked, and said
+        assert "did not finish within 0 s" in caplog.text
+        assert s.db.execute("SELECT count(*) FROM jobs").fetchone()[0] == 300  # the connection works on
+    finally:
+        s.close()
