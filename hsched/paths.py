@@ -195,7 +195,7 @@ class Home:
         socket, the lock and the captured stderr."""
         own_socket = () if self.lab else (self.socket,)  # a lab's socket is everyone's door (0666 or a group's)
         return (self.db, self.db.with_name(self.db.name + "-wal"), self.db.with_name(self.db.name + "-shm"),
-                self.log, *own_socket, self.lock, self.stderr)
+                self.db_backup, self.log, *own_socket, self.lock, self.stderr)
 
     @property
     def dir_mode(self) -> int:
@@ -228,12 +228,41 @@ class Home:
             raise UserError(f"HSCHED_HOME {self.root}: not writable ({e.strerror}); set HSCHED_HOME to a folder "
                             "you can write, e.g. ~/.local/state/hsched") from None
 
+    @property
+    def db_backup(self) -> Path:
+        """The store's last good copy (hsched.store.Store.backup): what a damaged store is restored from."""
+        return self.root / "hsched.db.backup"
+
+    def has_history(self) -> bool:
+        """Whether a store is expected here: a controller launched jobs (their run or checkpoint folders), the
+        store left a write-ahead log, or a backup of it was made. A zero-length hsched.db in such a home is a
+        store that was lost, never a fresh start."""
+        for sub in (self.runs, self.checkpoints):
+            try:
+                with os.scandir(sub) as it:
+                    if any(True for _ in it):
+                        return True
+            except OSError:
+                pass
+        for path in (self.db.with_name(self.db.name + "-wal"), self.db_backup):
+            try:
+                if os.stat(path).st_size > 0:
+                    return True
+            except OSError:
+                pass
+        return False
+
     def secure(self) -> None:
-        """Make the folder 0700 and every controller file in it 0600; create the database and the log 0600
-        first, so that neither is ever born with the umask's mode (0644 lets any local user read them)."""
+        """Make the folder 0700 and every controller file in it 0600; create the log 0600 first, so that it is
+        never born with the umask's mode (0644 lets any local user read it).
+
+        The database is never opened here, only changed by path (chmod): on Linux closing *any* descriptor of a
+        file drops every POSIX lock the process holds on it, SQLite's included, and with the controller's shared
+        lock gone the next client to close the database (an admin's `sqlite3` query) takes it for the last one
+        and deletes the write-ahead log under the running controller, with every commit since. The store
+        creates its own file 0600 (hsched.store.Store)."""
         self.ensure()
-        for path in (self.db, self.log):
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE))
+        os.close(os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE))
         for path in self.private_files():
             try:
                 st = os.lstat(path)

@@ -3,20 +3,40 @@
 Every state transition is one transaction, committed before the controller acts on it or acknowledges it.
 Events are append-only (triggers refuse UPDATE and DELETE). The schema carries a version and migrations
 run in order on open.
+
+Durable means durable (issue 27):
+
+* The store's file is opened by SQLite only, never by hsched's own code in the controller's process: on Linux
+  closing any descriptor of a file drops every POSIX lock the process holds on it, and SQLite's shared lock on
+  the database is what tells another process's closing connection (an admin's `sqlite3`) that it is not the
+  last one, which would otherwise checkpoint and delete the write-ahead log under the running controller. SQLite
+  itself keeps a second connection of the same process (the reader, a backup) from doing this: it defers the
+  close of a descriptor while any connection holds a lock on the file. So the controller holds its locks for
+  its whole life without holding anything more (a read kept open would stop checkpoints and grow the log).
+* A store opened is checked first (`PRAGMA quick_check`, bounded in time): a damaged one is refused in one
+  line naming the backup to restore (`Store.backup`, a checked copy made at every start and every few hours),
+  never served half-read.
+* A full disk fails the transaction (rolled back whole) with `DiskFull`, one line; nothing is acknowledged that
+  was not committed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
+import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hsched.datasets import DataPlace, PlaceOrigin, PlaceState
+from hsched.errors import HschedError, UserError
 from hsched.fairshare import Ledger, RunUsage, Usage
 from hsched.model import (
     LIVE_RUN_STATES,
@@ -197,19 +217,125 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 _LIVE = tuple(sorted(LIVE_RUN_STATES))
 
 
+log = logging.getLogger("hsched.store")
+
+MIN_FREE_BYTES = 1 << 20
+"""New work (a submit) is refused when the store's disk has less room than this (`Store.disk_full`)."""
+
+CHECK_S = 120.0
+"""The longest the check on open (`PRAGMA quick_check`) may take; past it the store is used unchecked (said in
+the log): the check reads every page once (seconds for a store of a GB), so only a slow disk gets there, and
+refusing a healthy store for its size would stop the queue."""
+
+
+class DiskFull(HschedError):
+    """The disk holding the store is full: the transaction was rolled back whole, nothing was changed."""
+
+
+class StoreDamaged(UserError):
+    """The store's file is damaged (or is not a store): refused, never read in part."""
+
+
+def backup_path(path: Path) -> Path:
+    """Where the store at `path` keeps its last checked copy."""
+    return path.with_name(path.name + ".backup")
+
+
+def free_bytes(path: Path) -> int | None:
+    """Bytes free on the disk holding `path` (root may use the blocks reserved for it); None: unknown."""
+    try:
+        vfs = os.statvfs(path)
+    except OSError:
+        return None
+    return (vfs.f_bfree if os.geteuid() == 0 else vfs.f_bavail) * vfs.f_frsize
+
+
+def no_room(path: Path) -> bool:
+    """Whether the disk holding `path` has less than MIN_FREE_BYTES free. Blocking (statvfs)."""
+    free = free_bytes(path)
+    return free is not None and free < MIN_FREE_BYTES
+
+
+def _is_full(e: sqlite3.Error) -> bool:
+    return (getattr(e, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_FULL
+
+
+def _is_damage(e: sqlite3.Error) -> bool:
+    return (getattr(e, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+
+
+def damaged(path: Path, problem: str) -> StoreDamaged:
+    """The one line that refuses a damaged store at `path`, naming the backup to restore."""
+    backup = backup_path(path)
+    try:
+        made = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(backup.stat().st_mtime))
+    except OSError:
+        made = None
+    if made is not None:
+        fix = (f"restore the backup made {made}: move {path.name} aside, then `cp {backup} {path}` and remove "
+               f"{path.name}-wal and {path.name}-shm")
+    else:
+        fix = (f"there is no backup of it ({backup.name}); move it aside and recover what SQLite can "
+               f"(`sqlite3 {path} .recover | sqlite3 NEW.db`, then move NEW.db to {path})")
+    return StoreDamaged(f"the store {path} is damaged ({' '.join(problem.split())[:200]}); the controller will "
+                        f"not start on it: {fix}")
+
+
+def _create_private(path: Path) -> None:
+    """Create the store's file 0600 if there is none, so that it is never born with the umask's mode (the
+    environments in it may hold secrets). O_EXCL: an existing file is not opened (see the module's docstring)."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
+
+
+def quick_check(db: sqlite3.Connection, limit_s: float) -> str | None:
+    """The first problem `PRAGMA quick_check` finds (None: none, or the check ran past `limit_s` and was
+    stopped, said in the log). Errors reading the file (not a database, malformed) are problems too."""
+    deadline = time.monotonic() + limit_s
+    db.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 10_000)
+    try:
+        rows = db.execute("PRAGMA quick_check(5)").fetchall()
+    except sqlite3.OperationalError as e:
+        if time.monotonic() > deadline:
+            log.warning("the store's check did not finish within %g s; the store is used unchecked", limit_s)
+            return None
+        return str(e)
+    except sqlite3.DatabaseError as e:
+        return str(e)
+    finally:
+        db.set_progress_handler(None, 0)
+    found = [str(r[0]) for r in rows]
+    return None if found == ["ok"] else "; ".join(found)
+
+
 class Store:
     """One connection, used from the controller's thread; every public method is one transaction."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, check_s: float = CHECK_S) -> None:
         self.path = path
-        # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a transaction is exactly what we say
-        self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        _create_private(path)
+        try:
+            # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a transaction is exactly what we say
+            self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as e:
+            raise self._failed(e) from None
         self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
-        self.db.execute("PRAGMA foreign_keys=ON")
-        self.db.execute("PRAGMA busy_timeout=5000")
-        self._migrate()
+        try:
+            self.db.execute("PRAGMA busy_timeout=5000")
+            problem = quick_check(self.db, check_s)
+            if problem is not None:
+                raise self.damaged(problem)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=FULL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except BaseException as e:
+            self.db.close()
+            if isinstance(e, sqlite3.Error):
+                raise self._failed(e) from None
+            raise
         self._ledger: Ledger | None = None
         """Fair share's folded usage (`user_usage`): the history is read once, then only new and running runs."""
         self._reader: sqlite3.Connection | None = None
@@ -222,21 +348,107 @@ class Store:
                 self._reader.close()
                 self._reader = None
 
+    def damaged(self, problem: str) -> StoreDamaged:
+        return damaged(self.path, problem)
+
+    def free_bytes(self) -> int | None:
+        return free_bytes(self.path.parent)
+
+    def disk_full(self) -> bool:
+        """Whether the disk holding the store (and the home's run and checkpoint folders) has no room for new
+        work. SQLite can still commit there for a while, into write-ahead log pages it reuses: a job accepted then
+        would have no room for its run folder, so new work is refused from MIN_FREE_BYTES on."""
+        return no_room(self.path.parent)
+
+    def full(self) -> DiskFull:
+        free = self.free_bytes()
+        return DiskFull(f"the disk holding {self.path.parent} is full ({'?' if free is None else f'{free:,}'} bytes "
+                        "free): nothing was changed; free space there and retry")
+
+    def _need_room(self) -> None:
+        if self.disk_full():
+            raise self.full()
+
+    def _failed(self, e: sqlite3.Error) -> BaseException:
+        """What a SQLite error on opening means to the person starting the controller."""
+        if _is_full(e):
+            return self.full()
+        if _is_damage(e):
+            return self.damaged(str(e))
+        return e
+
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
-        self.db.execute("BEGIN IMMEDIATE")
+        """One transaction: committed whole, or rolled back whole (a failed COMMIT too: on a full disk SQLite may
+        leave the transaction open, and the next one would then commit this one's changes with its own)."""
         try:
-            yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.db
+                self.db.execute("COMMIT")
+            except BaseException:
+                if self.db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        self.db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as e:
+            if _is_full(e):
+                raise self.full() from e
             raise
-        self.db.execute("COMMIT")
+
+    def backup(self, check_s: float = CHECK_S) -> Path:
+        """Copy the store as it is now to its backup (`backup_path`), checked, then put in place in one rename:
+        the backup is always a whole, checked copy. Blocking, and safe from any thread: it reads through a
+        connection of its own (WAL: the controller's writes go on meanwhile)."""
+        target = backup_path(self.path)
+        tmp = target.with_name(target.name + ".tmp")
+        free = self.free_bytes()
+        try:
+            size = os.stat(self.path).st_size
+        except OSError:
+            size = 0
+        if free is not None and free < 2 * size + 16 * MIN_FREE_BYTES:
+            # the copy must never be what fills the disk and turns new work away: the last backup stays
+            raise DiskFull(f"no room for a backup of {self.path} on its disk ({free:,} bytes free); the last one "
+                           "is kept")
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        _create_private(tmp)
+        try:
+            src = sqlite3.connect(str(self.path))
+            try:
+                dst = sqlite3.connect(str(tmp))
+                try:
+                    src.backup(dst)
+                    problem = quick_check(dst, check_s)
+                finally:
+                    dst.close()
+            finally:
+                src.close()
+            if problem is not None:
+                raise self.damaged(problem)
+            fd = os.open(tmp, os.O_RDONLY)  # the copy's file, not the store's: no lock of the store is touched
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, target)
+            dfd = os.open(target.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except BaseException as e:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            if isinstance(e, sqlite3.Error) and _is_full(e):
+                raise self.full() from e
+            raise
+        return target
 
     def _migrate(self) -> None:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            from hsched.errors import UserError
-
             raise UserError(
                 f"{self.path}: schema version {version} is newer than this hsched knows ({SCHEMA_VERSION}); "
                 "upgrade hsched or use another HSCHED_HOME"
@@ -301,6 +513,7 @@ class Store:
         """One job per index of `spec.array`, all in one transaction (an array is all there or not at all); the
         first task's id is the array's."""
         assert spec.array is not None
+        self._need_room()
         with self.tx() as db:
             ids = self._insert(db, spec, user, now, self._put_env(db, env))
         return self._jobs_by_id(ids)
@@ -310,7 +523,9 @@ class Store:
         """Queue every spec in one transaction: all of them or, on any error, none. Each is one job, or an array
         (its tasks, the first task's id the array's); returned: one job per spec, an array's first task for an
         array. `env` (the submitter's environment) is kept once for all of them; `events`: (index in `specs`,
-        kind, message) recorded on that spec's job in the same transaction."""
+        kind, message) recorded on that spec's job in the same transaction. Refused whole on a full disk
+        (`disk_full`)."""
+        self._need_room()
         with self.tx() as db:
             sha = self._put_env(db, env)
             firsts = [self._insert(db, spec, user, now, sha)[0] for spec in specs]

@@ -43,8 +43,8 @@ from hsched.controller.stopping import begin_stop, send
 from hsched.dependencies import DepState, named_jobs, verdict
 from hsched.errors import ExecutorError
 from hsched.executors.base import LaunchRequest
-from hsched.lifecycle import StopReason
-from hsched.model import EndReason, Job, JobState, NodeState, Placement, Run
+from hsched.lifecycle import Outcome, StopReason
+from hsched.model import EndReason, Job, JobState, NodeState, Placement, Run, RunState
 from hsched.sched.limits import QosLimits
 from hsched.sched.live import (
     Decision,
@@ -61,6 +61,7 @@ from hsched.sched.live import (
 )
 from hsched.sched.throughput import ThroughputModel
 from hsched.serialize import job_kind
+from hsched.store import no_room
 
 log = logging.getLogger("hsched.launch")
 
@@ -596,7 +597,11 @@ async def launch(ctl: Controller, job: Job, run: Run) -> None:
         return
     remote = rt.config.executor != "local"
     # file work off the event loop
-    await asyncio.to_thread(ctl.checkpoint_dir(job.id).mkdir, parents=True, exist_ok=True)
+    try:
+        await asyncio.to_thread(ctl.checkpoint_dir(job.id).mkdir, parents=True, exist_ok=True)
+    except OSError as e:  # a full disk: said, and the job waits (launch_failed), never a launch left hanging
+        await launch_failed(ctl, job, run, f"cannot make its checkpoint folder: {e.strerror or e}")
+        return
     # an array's tasks share the environment saved once under the array's id
     submit_env = await asyncio.to_thread(ctl.load_env, job.array_id or job.id)
     try:
@@ -710,6 +715,12 @@ async def _ask_users(ctl: Controller, rt: NodeRuntime, names: list[str]) -> None
     ctl.poke()
 
 
+def disk_full(ctl: Controller) -> bool:
+    """Whether the controller's own disks have no room for a run: its store's, its run and checkpoint folders'
+    (each may be a file system of its own). Blocking."""
+    return any(no_room(p) for p in (ctl.store.path.parent, ctl.home.runs, ctl.home.checkpoints))
+
+
 async def launch_failed(ctl: Controller, job: Job, run: Run, why: str) -> None:
     log.warning("job %s: launch failed: %s", job.id, why)
     now = ctl.clock.time()
@@ -717,7 +728,22 @@ async def launch_failed(ctl: Controller, job: Job, run: Run, why: str) -> None:
         current = await ctl.db(ctl.store.get_job, job.id)
         if current is None:
             return
-        await ctl.db(ctl.store.add_event, now, "launch_failed", f"rank {run.rank} on {run.node}: {why}",
-                     job_id=job.id, node=run.node)
-        await run_ended(ctl, current, run, now, exit_code=None, lost=True)
+        full = await asyncio.to_thread(disk_full, ctl)
+        await ctl.db(ctl.store.add_event, now, "launch_failed", f"rank {run.rank} on {run.node}: {why}"
+                     + (f" (the disk holding {ctl.home.root} is full)" if full else ""), job_id=job.id, node=run.node)
+        if full and run.world == 1 and current.state is JobState.LAUNCHING:
+            # the controller's own disk (its store, run and checkpoint folders) is full: no fault of the job, which
+            # never ran; it waits in the queue, its retries untouched, and is launched again once there is room
+            # (issue 27: it was ended LOST)
+            delay = ctl.settings.retry_backoff_s
+            outcome = Outcome(JobState.PENDING, EndReason.RETRY_BACKOFF, None, "requeued",
+                              f"not launched: the disk holding {ctl.home.root} is full; launched again in {delay:g} s "
+                              "once there is room", failures=current.failures, checkpoints=current.checkpoints,
+                              begin_time=now + delay)
+            await ctl.db(ctl.store.end_run, run, now, run_state=RunState.LOST, exit_code=None,
+                         reason=EndReason.LAUNCH_FAILED.value, job_fields=outcome.job_fields(current, now),
+                         event=(outcome.event, outcome.message))
+            ctl.forget(job.id)
+        else:
+            await run_ended(ctl, current, run, now, exit_code=None, lost=True)
     await ctl.notify()

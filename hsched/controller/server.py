@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 import stat
 import sys
 import time
@@ -53,7 +54,7 @@ from hsched.protocol import (
     stamped,
     too_large,
 )
-from hsched.store import Store
+from hsched.store import Store, damaged
 
 log = logging.getLogger("hsched.controller")
 
@@ -579,12 +580,14 @@ async def serve(home: Home, limits: Limits | None = None, *, lock_fd: int | None
     try:
         settings = load_settings(home.settings)
         fleet_cfg = load_fleet(home.fleet_file())
-        store = Store(home.db)
+        store = await asyncio.to_thread(open_store, home)
     except BaseException:
         if own_lock:
             os.close(lock_fd)
         raise
-    home.secure()  # the database's -wal and -shm exist now: private, whatever they were before
+    # the database's -wal and -shm exist now: private, whatever they were before (by path: secure() never opens
+    # the store's file, whose closing would drop SQLite's locks; see hsched.paths.Home.secure)
+    home.secure()
     ctl = Controller(home, fleet_cfg, settings, store)
     ctl.lock_inode = os.fstat(lock_fd).st_ino
     ctl.fingerprint = await asyncio.to_thread(installed_fingerprint)
@@ -630,6 +633,7 @@ async def serve(home: Home, limits: Limits | None = None, *, lock_fd: int | None
             loop_task = tg.create_task(run_loop(ctl))
             others = [tg.create_task(monitor(ctl, rt)) for rt in ctl.nodes.values() if ctl.wants_monitor(rt)]
             others.append(tg.create_task(health_loop(ctl)))
+            others.append(tg.create_task(backup_loop(ctl)))
             others.append(reconciling)
             await ctl.stopping.wait()
             server.close()  # no new connections; requests under way are answered (or told "restarting")
@@ -657,6 +661,40 @@ async def serve(home: Home, limits: Limits | None = None, *, lock_fd: int | None
         if own_lock:
             os.close(lock_fd)
     return EXIT_RESTART if ctl.restart_reason is not None else 0
+
+
+def open_store(home: Home) -> Store:
+    """The home's store, checked (hsched.store.Store), or one line saying why the controller will not start on it.
+    A zero-length file where a store is expected (the home ran jobs, or has a backup or a write-ahead log) is a
+    lost store, never a fresh start: an empty queue in its place would forget every job in silence. Blocking."""
+    try:
+        empty = home.db.stat().st_size == 0
+    except FileNotFoundError:
+        empty = False
+    if empty and home.has_history():
+        raise damaged(home.db, "the file is empty (0 bytes) but this home has held a queue: its run or checkpoint "
+                               "folders, write-ahead log or backup")
+    t0 = time.monotonic()
+    store = Store(home.db)
+    log.info("store %s opened and checked in %.2f s", home.db, time.monotonic() - t0)
+    return store
+
+
+BACKUP_EVERY_S = 6 * 3600.0
+"""How often the store is copied to its backup (also once at every start, once the store was checked): what a
+damaged store is restored from, so at most this much of the queue's history is behind."""
+
+
+async def backup_loop(ctl: Controller) -> None:
+    """Keep the store's backup fresh: at start, then every BACKUP_EVERY_S. A failed copy (a full disk) is said in
+    the log and leaves the last good backup in place."""
+    while not ctl.stopping.is_set():
+        try:
+            path = await asyncio.to_thread(ctl.store.backup)
+            log.info("store backed up to %s", path)
+        except (OSError, HschedError, sqlite3.Error) as e:
+            log.warning("cannot back up the store: %s", e)
+        await ctl.clock.wait(ctl.stopping, BACKUP_EVERY_S)
 
 
 LOCK_FD_ENV = "HSCHED_CONTROLLER_LOCK_FD"
@@ -727,6 +765,11 @@ def main(argv: list[str]) -> int:
         log.error("cannot start: %s", e)
         os.close(lock_fd)
         return 2
+    except HschedError as e:  # a full disk: one line, not a traceback
+        print(f"hsched: error: {e}", file=sys.stderr)
+        log.error("cannot start: %s", e)
+        os.close(lock_fd)
+        return 1
     if rc == EXIT_RESTART:
         # the same command line, now importing the hsched installed on disk, in the same process: the lock is
         # handed over held (no other controller can slip in meanwhile) and the runs are adopted as after any

@@ -3,6 +3,7 @@
     python -m tests.faults.history --seeds 200               # 200 random histories against 3 sshd hosts
     python -m tests.faults.history --replay FILE             # replay a failing seed's report
     python -m tests.faults.history --kills 1000              # the kill loop
+    python -m tests.faults.history --kills 50 --admin-query  # ... with an admin's sqlite3 query between kills
 
 Kill loop: a controller is started, a submitter sends submits as fast as it can while the controller is killed
 (SIGKILL) at a random instant: before it listens, while it probes, in the middle of a submit, while runs
@@ -68,13 +69,32 @@ class KillLoopFigures:
                 f"{self.never_ran} never ran, {len(self.violations)} invariant violations, {self.seconds:.1f} s")
 
 
-def kill_loop(lab: Cluster, kills: int, seed: int = 0, *, max_delay_s: float = 0.25) -> KillLoopFigures:
+ADMIN_QUERY = """
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], timeout=30)  # read-write, as the sqlite3 shell opens it
+db.execute("SELECT count(*) FROM jobs").fetchone()
+db.close()
+"""
+
+
+def admin_query(db: Path) -> None:
+    """An admin's look into the store from another process: a read-write connection, one query, closed. The last
+    connection to close a WAL database checkpoints it and deletes its log, so this is what finds out whether the
+    controller still holds SQLite's locks (issue 27: it had dropped them, and lost the commits since)."""
+    import subprocess
+
+    subprocess.run([sys.executable, "-c", ADMIN_QUERY, str(db)], check=True, capture_output=True, timeout=SAFETY_S)
+
+
+def kill_loop(lab: Cluster, kills: int, seed: int = 0, *, max_delay_s: float = 0.25,
+              admin: bool = False) -> KillLoopFigures:
     """`kills` controller SIGKILLs interleaved with submits; `lab` has a fleet of simulated GPUs.
 
     A submitter sends submits one after the other for the whole loop, as a user's scripts would, while the
     controller is started and killed at a random instant, again and again; a submit caught by a kill either
     fails (not acknowledged) or is sent again by the client to the next controller (when the kernel says the
-    dead one never read it)."""
+    dead one never read it). `admin`: an admin's read-write query of the store (another process) at a random
+    instant of every controller's life, between its start and its kill."""
     from hsched.errors import ControllerError
 
     rng = random.Random(seed)
@@ -104,7 +124,14 @@ def kill_loop(lab: Cluster, kills: int, seed: int = 0, *, max_delay_s: float = 0
         for _ in range(kills):
             lab.spawn()
             wait_for(lambda: lab.pid() is not None, "the controller to take its lock", every_s=0.002)
-            time.sleep(rng.uniform(0.0, max_delay_s))  # the instant of the fault
+            delay = rng.uniform(0.0, max_delay_s)  # the instant of the fault
+            if admin and lab.db.exists():
+                split = rng.uniform(0.0, delay)
+                time.sleep(split)
+                admin_query(lab.db)
+                time.sleep(delay - split)
+            else:
+                time.sleep(delay)
             lab.kill()
     finally:
         stop.set()
@@ -368,6 +395,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first", type=int, default=0)
     ap.add_argument("--replay", type=Path, help="play the history of a failing seed's report again")
     ap.add_argument("--kills", type=int, default=0, help="run the kill loop with this many SIGKILLs")
+    ap.add_argument("--admin-query", action="store_true",
+                    help="kill loop: an admin's read-write sqlite3 query of the store during every controller's life")
+    ap.add_argument("--seed", type=int, default=0, help="kill loop: the seed of its random instants")
     ap.add_argument("--reports", type=Path, default=Path("fault-reports"), help="where failing seeds' reports go")
     args = ap.parse_args(argv)
     failed = 0
@@ -375,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         base = Path(tmp)
         if args.kills:
             with Cluster(base / "killloop", fleet_text=KILL_LOOP_FLEET) as lab:
-                figures = kill_loop(lab, args.kills)
+                figures = kill_loop(lab, args.kills, args.seed, admin=args.admin_query)
             print(figures.line())
             for v in figures.violations:
                 print("  ", v)
