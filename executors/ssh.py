@@ -725,7 +725,9 @@ class SSHExecutor:
         if stat.S_ISDIR(mode):
             await _confined.get_tree(call, source, Path(local), node=self.name, timeout_s=timeout_s, user=user)
         elif stat.S_ISREG(mode):
-            await _confined.get_file(call, source, Path(local), node=self.name, timeout_s=timeout_s, user=user)
+            # its own call: data_read takes a `root` for the dataset the file lies in, not the transfer folder's
+            await _confined.get_file(self._helper, source, Path(local), node=self.name, timeout_s=timeout_s,
+                                     user=user)
         else:
             raise TransferError(f"{self.name}: get {remote}: a {safefiles.kind(mode)}, not a regular file or folder")
 
