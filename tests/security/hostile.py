@@ -74,9 +74,10 @@ def _file(p: Path, rng: random.Random, size: int | None = None) -> None:
 
 
 def make(root: Path, rng: random.Random, victim: Victim, uid: int, gid: int, *, max_depth: int = 4,
-         big: bool = False) -> Tree:
+         big: bool = False, swapped_files: int | None = None) -> Tree:
     """A hostile tree at `root` (made here, the attacker's: `uid`, `gid`), and its twin in the victim's folder.
-    `big`: the swapped folder holds a file over the dataset copy's batch size (read with data_read)."""
+    `big`: the swapped folder holds a file over the dataset copy's batch size (read with data_read);
+    `swapped_files`: how many files it holds (else 1 to 3)."""
     tree = Tree(root)
     root.mkdir(mode=0o755)
     devices_ok = [True]
@@ -143,7 +144,7 @@ def make(root: Path, rng: random.Random, victim: Victim, uid: int, gid: int, *, 
     sw.mkdir(mode=0o755)
     twin = victim.folder / f"twin-{root.name}"
     twin.mkdir(mode=0o700)
-    for j in range(rng.randint(1, 3)):
+    for j in range(swapped_files or rng.randint(1, 3)):
         size = 300_000 if big and j == 0 else rng.choice((100, 5000))
         (sw / f"f{j}").write_bytes(b"a" * size)
         os.chmod(sw / f"f{j}", 0o644)

@@ -193,7 +193,7 @@ def test_a_dataset_folder_swapped_for_a_link_mid_copy_is_refused(users: Any, bas
     attacker, victim_acct = users
     victim = hostile.make_victim(base, victim_acct.pw_uid, victim_acct.pw_gid)
     tree = hostile.make(base / "ds", random.Random(SEED), victim, attacker.pw_uid, attacker.pw_gid, max_depth=0,
-                        big=True)
+                        big=True, swapped_files=1)  # one file there: no other read crosses the swap
     dest = base / "copies" / "ds"
     dest.parent.mkdir()
 
