@@ -693,7 +693,8 @@ class SSHExecutor:
         file over SFTP (its permission bits only, read here without following a link or waiting on a FIFO).
         """
         if self.helper is not None:  # the user's folder: only the node's own helper may write it
-            await _confined.put_tree(self._helper, Path(local), remote, node=self.name, timeout_s=timeout_s,
+            await _confined.put_tree(self._transfers(None, timeout_s), Path(local), remote, node=self.name,
+                                     timeout_s=timeout_s,
                                      user=user)
             return
         try:
@@ -703,7 +704,7 @@ class SSHExecutor:
         conn, info = await self._connection()
         if is_dir:
             target = await self._absolute(conn, remote, timeout_s)
-            await _confined.put_tree(self._transfers(info.root), Path(local), target, node=self.name,
+            await _confined.put_tree(self._transfers(info.root, timeout_s), Path(local), target, node=self.name,
                                      timeout_s=timeout_s, user=user)
             return
         await self._sftp_call(conn, timeout_s, "put", _sshfiles.put, str(local), remote)
@@ -715,13 +716,14 @@ class SSHExecutor:
         helper (`pack`, `data_read`: no link followed, no FIFO waited on, only what `user` may give), written here
         as data only, `user`'s from the first byte when the controller is root."""
         if self.helper is not None:
-            await _confined.get_tree(self._helper, remote, Path(local), node=self.name, timeout_s=timeout_s,
+            await _confined.get_tree(self._transfers(None, timeout_s), remote, Path(local), node=self.name,
+                                     timeout_s=timeout_s,
                                      user=user)
             return
         conn, info = await self._connection()
         source = await self._absolute(conn, remote, timeout_s)
         mode = await self._sftp_call(conn, timeout_s, "get", _lstat_mode, source, str(local))
-        call = self._transfers(info.root)
+        call = self._transfers(info.root, timeout_s)
         if stat.S_ISDIR(mode):
             await _confined.get_tree(call, source, Path(local), node=self.name, timeout_s=timeout_s, user=user)
         elif stat.S_ISREG(mode):
@@ -731,10 +733,12 @@ class SSHExecutor:
         else:
             raise TransferError(f"{self.name}: get {remote}: a {safefiles.kind(mode)}, not a regular file or folder")
 
-    def _transfers(self, root: str) -> _confined.Call:
-        """The helper's calls for a transfer: an unconfined helper is told where its transfer folder is."""
+    def _transfers(self, root: str | None, timeout_s: float) -> _confined.Call:
+        """The helper's calls for a transfer: an unconfined helper is told where its transfer folder is (`root`),
+        and packing or unpacking a whole folder may take the transfer's time, not one command's."""
         async def call(command: str, request: dict[str, Any]) -> dict[str, Any]:
-            return await self._helper(command, {**request, "root": root})
+            req = {**request, "root": root} if root is not None else request
+            return await self._helper(command, req, timeout_s if command in ("pack", "unpack") else None)
 
         return call
 
@@ -791,10 +795,10 @@ async def copy_between(src: SSHExecutor, src_path: str, dst: SSHExecutor, dst_pa
     calls: list[_confined.Call] = []
     for ex in (src, dst):
         if ex.helper is not None:
-            calls.append(ex._helper)
+            calls.append(ex._transfers(None, timeout_s))
         else:
             _, info = await ex._connection()
-            calls.append(ex._transfers(info.root))
+            calls.append(ex._transfers(info.root, timeout_s))
     n = await _confined.copy_tree(calls[0], src_path, calls[1], dst_path, what=what, timeout_s=timeout_s, user=user)
     src.last_contact = dst.last_contact = time.time()
     return n
