@@ -160,20 +160,46 @@ async def _get_tree(call: Call, remote: str, local: Path, user: str | None) -> i
     try:
         await asyncio.to_thread(_make_parent, local)
         with await asyncio.to_thread(open, tar_path, "wb") as f:
+
+            async def chunk_at(at: int) -> dict[str, Any]:
+                return await call("read", {"path": path, "offset": at, "max_bytes": CHUNK})
+
             offset = 0
-            while offset < size:
-                reply = await call("read", {"path": path, "offset": offset, "max_bytes": CHUNK})
-                data = base64.b64decode(reply.get("data") or "")
-                if not data:
-                    raise HelperError(f"transfer of {remote} ended at {offset} of {size} bytes", "read")
-                await asyncio.to_thread(f.write, data)
-                offset += len(data)
+            # the next chunk is asked for while this one is written: the round trips overlap the disk
+            reading = asyncio.ensure_future(chunk_at(0)) if size else None
+            try:
+                while reading is not None:
+                    reply = await reading
+                    n = _b64_length(str(reply.get("data") or ""))
+                    if not n:
+                        raise HelperError(f"transfer of {remote} ended at {offset} of {size} bytes", "read")
+                    reading = asyncio.ensure_future(chunk_at(offset + n)) if offset + n < size else None
+                    await asyncio.to_thread(_write_b64, f, str(reply["data"]))
+                    offset += n
+            finally:
+                if reading is not None:
+                    reading.cancel()
+                    with contextlib.suppress(BaseException):
+                        await reading
         await asyncio.to_thread(_untar_replacing, tar_path, local, user)
     finally:
         await asyncio.to_thread(_unlink, tar_path)
         with contextlib.suppress(HelperError):  # else the helper's transfer folder keeps a stray file, no more
             await call("drop", {"token": token})
     return size
+
+
+def _b64_length(data: str) -> int:
+    return len(data) // 4 * 3 - (data[-1:] == "=") - (data[-2:] == "==")
+
+
+def _write_b64(f: Any, data: str) -> None:
+    f.write(base64.b64decode(data))
+
+
+def _read_b64(f: Any) -> tuple[str, int]:
+    data = f.read(CHUNK)
+    return base64.b64encode(data).decode("ascii"), len(data)
 
 
 async def _put_tree(call: Call, local: Path, remote: str, user: str | None) -> int:
@@ -183,15 +209,20 @@ async def _put_tree(call: Call, local: Path, remote: str, user: str | None) -> i
         size = await asyncio.to_thread(_tar, local, tar_path, user)
         with await asyncio.to_thread(open, tar_path, "rb") as f:
             offset = 0
+            data, n = await asyncio.to_thread(_read_b64, f)
             while True:
-                data = await asyncio.to_thread(f.read, CHUNK)
-                if not data and token is not None:
-                    break
-                reply = await call("append", {"token": token, "offset": offset,
-                                              "data": base64.b64encode(data).decode("ascii")})
+                sending = asyncio.ensure_future(call("append", {"token": token, "offset": offset, "data": data}))
+                try:
+                    # the next chunk is read (and encoded) while this one travels
+                    following = await asyncio.to_thread(_read_b64, f) if n else ("", 0)
+                    reply = await sending
+                finally:
+                    if not sending.done():
+                        sending.cancel()
                 token = str(reply["token"])
-                offset += len(data)
-                if not data:
+                offset += n
+                data, n = following
+                if not n:
                     break
         await call("unpack", {"token": token, "dest": remote, **_who(user)})
         token = None
