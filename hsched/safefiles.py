@@ -109,9 +109,10 @@ def folder_mode(mode: int) -> int:
 
 
 def owner_of(user: str | None) -> Owner | None:
-    """(uid, gid) of the account `user` here, None for no user; Unsafe for a name this machine lacks (a copy for
-    someone unknown is refused: it would otherwise land as root's)."""
-    if not user:
+    """(uid, gid) of the account `user` here when this process is root (None for no user, and for any user when
+    it is not: an unprivileged copy is its own, see `acting_for`); Unsafe for a name this machine lacks (a copy
+    for someone unknown is refused: it would otherwise land as root's)."""
+    if not user or os.geteuid() != 0:
         return None
     import pwd
 
