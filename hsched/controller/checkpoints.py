@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import stat
 from pathlib import Path
 
 from hsched.controller.core import Controller
@@ -52,13 +53,16 @@ async def path_on(ctl: Controller, rt: NodeRuntime, job_id: int) -> str:
 
 
 def _size(path: Path) -> int:
+    """The bytes of the regular files under `path` (a link is not followed: it may lead anywhere as root)."""
     total = 0
     for root, _dirs, files in os.walk(path):
         for f in files:
             try:
-                total += (Path(root) / f).stat().st_size
+                st = (Path(root) / f).lstat()
             except OSError:
-                pass
+                continue
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_size
     return total
 
 
