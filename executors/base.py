@@ -176,16 +176,20 @@ class Executor(Protocol):
         local path, so it holds across restarts)."""
         ...
 
-    async def put(self, local: str | Path, remote: str, *, timeout_s: float = 3600.0) -> None:
+    async def put(self, local: str | Path, remote: str, *, timeout_s: float = 3600.0,
+                  user: str | None = None) -> None:
         """Copy a local file or folder to `remote` on the node, replacing what is there as a whole (a reader
         never sees half of it). On a node that shares the controller's disk, nothing to do when `remote` is
-        `local` itself (what remote_path gives there)."""
+        `local` itself (what remote_path gives there). Data only (hsched/safefiles.py); `user`: the job's, whose
+        files they are (a root controller makes them theirs from the first byte and reads only what they may
+        give)."""
         ...
 
-    async def get(self, remote: str, local: str | Path, *, timeout_s: float = 3600.0) -> None:
+    async def get(self, remote: str, local: str | Path, *, timeout_s: float = 3600.0,
+                  user: str | None = None) -> None:
         """Copy a file or folder from the node to `local`, replacing what is there as a whole; TransferError
         if `remote` does not exist. On a node that shares the controller's disk, nothing to do when `remote`
-        is `local` itself."""
+        is `local` itself. `user`: as put's."""
         ...
 
     async def data(self, op: str, req: Mapping[str, Any], *, timeout_s: float = 120.0) -> dict[str, Any]:

@@ -277,7 +277,8 @@ class FakeExecutor:
         return f"{self.remote_root.rstrip('/')}/files/{local_path.lstrip('/')}"
 
     @recorded
-    async def put(self, local: str | Path, remote: str, *, timeout_s: float = 3600.0) -> None:
+    async def put(self, local: str | Path, remote: str, *, timeout_s: float = 3600.0,
+                  user: str | None = None) -> None:
         self._check("put")
         if self.remote_root is None and _same(local, remote):
             return  # the node's path is the local one: nothing to copy
@@ -291,7 +292,8 @@ class FakeExecutor:
             self.files[f"{remote}/{rel}" if rel else remote] = FakeFile(data, mtime)
 
     @recorded
-    async def get(self, remote: str, local: str | Path, *, timeout_s: float = 3600.0) -> None:
+    async def get(self, remote: str, local: str | Path, *, timeout_s: float = 3600.0,
+                  user: str | None = None) -> None:
         self._check("get")
         if self.remote_root is None and _same(local, remote):
             return

@@ -500,21 +500,25 @@ class LocalExecutor:
         return local_path  # this machine: the controller's own disk
 
     @recorded
-    async def put(self, local: str | Path, remote: str, *, timeout_s: float = 3600.0) -> None:
+    async def put(self, local: str | Path, remote: str, *, timeout_s: float = 3600.0,
+                  user: str | None = None) -> None:
         if self.helper is not None:
-            await _confined.put_tree(self._call, Path(local), remote, node=self.name, timeout_s=timeout_s)
+            await _confined.put_tree(self._call, Path(local), remote, node=self.name, timeout_s=timeout_s,
+                                     user=user)
             return
-        await self._copy("put", str(local), remote, timeout_s)
+        await self._copy("put", str(local), remote, timeout_s, user)
 
     @recorded
-    async def get(self, remote: str, local: str | Path, *, timeout_s: float = 3600.0) -> None:
+    async def get(self, remote: str, local: str | Path, *, timeout_s: float = 3600.0,
+                  user: str | None = None) -> None:
         if self.helper is not None:
-            await _confined.get_tree(self._call, remote, Path(local), node=self.name, timeout_s=timeout_s)
+            await _confined.get_tree(self._call, remote, Path(local), node=self.name, timeout_s=timeout_s,
+                                     user=user)
             return
-        await self._copy("get", remote, str(local), timeout_s)
+        await self._copy("get", remote, str(local), timeout_s, user)
 
-    async def _copy(self, what: str, src: str, dst: str, timeout_s: float) -> None:
-        await copy_off_loop(self.name, what, src, dst, timeout_s)
+    async def _copy(self, what: str, src: str, dst: str, timeout_s: float, user: str | None) -> None:
+        await copy_off_loop(self.name, what, src, dst, timeout_s, user)
         self.last_contact = time.monotonic()
 
     async def watch(self, interval_s: float = 1.0, *, count: int | None = None,

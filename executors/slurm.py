@@ -925,11 +925,13 @@ class SlurmExecutor:
         return await self._site.path(local_path)
 
     @recorded
-    async def put(self, local: str | Path, remote: str, *, timeout_s: float = 3600.0) -> None:
+    async def put(self, local: str | Path, remote: str, *, timeout_s: float = 3600.0,
+                  user: str | None = None) -> None:
         await self._site.put(str(local), remote, timeout_s)
 
     @recorded
-    async def get(self, remote: str, local: str | Path, *, timeout_s: float = 3600.0) -> None:
+    async def get(self, remote: str, local: str | Path, *, timeout_s: float = 3600.0,
+                  user: str | None = None) -> None:
         await self._site.get(remote, str(local), timeout_s)
 
     # -------------------------------------------------------------------------------------------- watch

@@ -31,8 +31,10 @@ import functools
 import hashlib
 import json
 import logging
+import os
 import random
 import shlex
+import stat
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -41,7 +43,7 @@ from typing import Any
 
 import asyncssh
 
-from hsched import nodehelper
+from hsched import nodehelper, safefiles
 from hsched.config import NodeConfig
 from hsched.errors import (
     ExecutorError,
@@ -71,6 +73,7 @@ log = logging.getLogger("hsched.ssh")
 
 HELPER_PATH = Path(nodehelper.__file__).resolve()
 NVML_PROBE_PATH = HELPER_PATH.parent / "topo" / "nvml_probe.py"
+SAFEFILES_PATH = Path(safefiles.__file__).resolve()
 MAX_SESSIONS = 10
 """sshd's default MaxSessions: channels open at once on one connection."""
 
@@ -148,6 +151,8 @@ def helper_bundle() -> HelperBundle:
         # readings as this machine without installing anything; nvidia-smi stays the fallback. It is the
         # helper folder's own, so it comes first on the helper's sys.path.
         files.append(("pynvml.py", pynvml.read_bytes()))
+    # the rules for copies as root (hsched/safefiles.py), which the helper loads from its own folder
+    files.append(("safefiles.py", SAFEFILES_PATH.read_bytes()))
     files.append(("nodehelper.py", HELPER_PATH.read_bytes()))
     h = hashlib.sha256()
     for name, data in files:
@@ -689,26 +694,70 @@ class SSHExecutor:
     # ----------------------------------------------------------------------------------- file transfer
 
     @recorded
-    async def put(self, local: str | Path, remote: str, *, timeout_s: float = 3600.0) -> None:
+    async def put(self, local: str | Path, remote: str, *, timeout_s: float = 3600.0,
+                  user: str | None = None) -> None:
         """Copy a local file or folder to `remote` on the node (relative: to the login folder).
 
         It lands under a temporary name and is renamed into place, so a reader never sees half a checkpoint;
-        an existing folder there is replaced.
+        an existing folder there is replaced. Data only (hsched/safefiles.py): a folder goes through the node's
+        helper (`unpack`: no link, device or setuid bit made; every file `user`'s from its first byte), a single
+        file over SFTP (its permission bits only, read here without following a link or waiting on a FIFO).
         """
         if self.helper is not None:  # the user's folder: only the node's own helper may write it
-            await _confined.put_tree(self._helper, Path(local), remote, node=self.name, timeout_s=timeout_s)
+            await _confined.put_tree(self._transfers(None, timeout_s), Path(local), remote, node=self.name,
+                                     timeout_s=timeout_s,
+                                     user=user)
             return
-        conn, _ = await self._connection()
+        try:
+            is_dir = await asyncio.to_thread(_is_folder, str(local))
+        except OSError as e:
+            raise TransferError(f"{self.name}: put {local} {remote}: {e.strerror or e}") from None
+        conn, info = await self._connection()
+        if is_dir:
+            target = await self._absolute(conn, remote, timeout_s)
+            await _confined.put_tree(self._transfers(info.root, timeout_s), Path(local), target, node=self.name,
+                                     timeout_s=timeout_s, user=user)
+            return
         await self._sftp_call(conn, timeout_s, "put", _sshfiles.put, str(local), remote)
 
     @recorded
-    async def get(self, remote: str, local: str | Path, *, timeout_s: float = 3600.0) -> None:
-        """Copy a file or folder from the node to `local`, renamed into place when complete."""
+    async def get(self, remote: str, local: str | Path, *, timeout_s: float = 3600.0,
+                  user: str | None = None) -> None:
+        """Copy a file or folder from the node to `local`, renamed into place when complete: read by the node's
+        helper (`pack`, `data_read`: no link followed, no FIFO waited on, only what `user` may give), written here
+        as data only, `user`'s from the first byte when the controller is root."""
         if self.helper is not None:
-            await _confined.get_tree(self._helper, remote, Path(local), node=self.name, timeout_s=timeout_s)
+            await _confined.get_tree(self._transfers(None, timeout_s), remote, Path(local), node=self.name,
+                                     timeout_s=timeout_s,
+                                     user=user)
             return
-        conn, _ = await self._connection()
-        await self._sftp_call(conn, timeout_s, "get", _sshfiles.get, remote, str(local))
+        conn, info = await self._connection()
+        source = await self._absolute(conn, remote, timeout_s)
+        mode = await self._sftp_call(conn, timeout_s, "get", _lstat_mode, source, str(local))
+        call = self._transfers(info.root, timeout_s)
+        if stat.S_ISDIR(mode):
+            await _confined.get_tree(call, source, Path(local), node=self.name, timeout_s=timeout_s, user=user)
+        elif stat.S_ISREG(mode):
+            # its own call: data_read takes a `root` for the dataset the file lies in, not the transfer folder's
+            await _confined.get_file(self._helper, source, Path(local), node=self.name, timeout_s=timeout_s,
+                                     user=user)
+        else:
+            raise TransferError(f"{self.name}: get {remote}: a {safefiles.kind(mode)}, not a regular file or folder")
+
+    def _transfers(self, root: str | None, timeout_s: float) -> _confined.Call:
+        """The helper's calls for a transfer: an unconfined helper is told where its transfer folder is (`root`),
+        and packing or unpacking a whole folder may take the transfer's time, not one command's."""
+        async def call(command: str, request: dict[str, Any]) -> dict[str, Any]:
+            req = {**request, "root": root} if root is not None else request
+            return await self._helper(command, req, timeout_s if command in ("pack", "unpack") else None)
+
+        return call
+
+    async def _absolute(self, conn: asyncssh.SSHClientConnection, remote: str, timeout_s: float) -> str:
+        """`remote` as an absolute path on the node (a relative one, or `~/...`, from the login folder)."""
+        if remote.startswith("/"):
+            return remote
+        return str(await self._sftp_call(conn, timeout_s, "realpath", _realpath, remote))
 
     async def _sftp_call(self, conn: asyncssh.SSHClientConnection, timeout_s: float, what: str, fn: Any,
                          *args: Any) -> Any:
@@ -749,21 +798,34 @@ async def _counted_sftp(sem: asyncio.Semaphore, conn: asyncssh.SSHClientConnecti
 
 
 async def copy_between(src: SSHExecutor, src_path: str, dst: SSHExecutor, dst_path: str, *,
-                       timeout_s: float = 3600.0) -> int:
-    """Copy a file or folder from one node to another through the controller (SFTP both ways, streamed;
-    nothing is written on the controller's disk). Returns the number of bytes copied."""
-    try:
-        async with asyncio.timeout(timeout_s), await src.open_sftp() as a, await dst.open_sftp() as b:
-            n: int = await _sshfiles.copy(a, src_path, b, dst_path)
-    except TimeoutError:
-        raise NodeUnreachable(f"copy {src.name}:{src_path} -> {dst.name}:{dst_path} did not finish within "
-                              f"{timeout_s:g} s") from None
-    except (asyncssh.SFTPError, OSError) as e:
-        raise transfer_error(e, f"copy {src.name}:{src_path} -> {dst.name}:{dst_path}: {_one(e)}") from None
-    except asyncssh.Error as e:
-        raise classify(e, f"copy {src.name}:{src_path} -> {dst.name}:{dst_path}: {_one(e)}") from None
+                       timeout_s: float = 3600.0, user: str | None = None) -> int:
+    """Copy a folder from one node to another through the controller (the source helper's `pack`, read back in
+    chunks and appended to the destination helper's transfer, then `unpack`ed: data only, see
+    hsched/safefiles.py; nothing is written on the controller's disk). Returns the bytes of its files."""
+    what = f"copy {src.name}:{src_path} -> {dst.name}:{dst_path}"
+    calls: list[_confined.Call] = []
+    for ex in (src, dst):
+        if ex.helper is not None:
+            calls.append(ex._transfers(None, timeout_s))
+        else:
+            _, info = await ex._connection()
+            calls.append(ex._transfers(info.root, timeout_s))
+    n = await _confined.copy_tree(calls[0], src_path, calls[1], dst_path, what=what, timeout_s=timeout_s, user=user)
     src.last_contact = dst.last_contact = time.monotonic()
     return n
+
+
+async def _lstat_mode(sftp: asyncssh.SFTPClient, path: str, _local: str) -> int:
+    return int((await sftp.lstat(path)).permissions or 0)
+
+
+async def _realpath(sftp: asyncssh.SFTPClient, path: str) -> str:
+    return str(await sftp.realpath(_sshfiles._rel(path)))
+
+
+def _is_folder(path: str) -> bool:
+    """Whether `path` is a folder (not through a link at its end); OSError when it is not there."""
+    return stat.S_ISDIR(os.lstat(path).st_mode)
 
 
 class _SSHChannel:

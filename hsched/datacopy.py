@@ -437,9 +437,13 @@ async def _move(src: Executor, src_path: str, dst: Executor, partial: str, listi
         if progress is not None and n:
             await progress(resumed + moved, total)
 
-    async def read(path: str, offset: int, size: int) -> tuple[str, int]:
+    async def read(rel: str, offset: int, size: int) -> tuple[str, int]:
         want = min(chunk, size - offset)
-        r = await src.data("read", {"path": path, "offset": offset, "max_bytes": want})
+        path = _source_path(src_path, rel)
+        # root and rel: the helper opens the file below the dataset's folder, following no link there (a folder
+        # swapped for a link mid-copy is refused); path: what a helper older than that reads
+        r = await src.data("read", {"root": src_path, "rel": rel, "path": path, "offset": offset,
+                                    "max_bytes": want})
         data = str(r.get("data") or "")
         n = _b64_length(data)
         if n is None or n > want:
@@ -460,14 +464,13 @@ async def _move(src: Executor, src_path: str, dst: Executor, partial: str, listi
         if f.size == 0:
             await write(target, 0, "", 0)  # an empty file is made by writing nothing
             return
-        path = _source_path(src_path, f.rel)
         offset = start
-        reading: asyncio.Task[tuple[str, int]] | None = asyncio.create_task(read(path, offset, f.size))
+        reading: asyncio.Task[tuple[str, int]] | None = asyncio.create_task(read(f.rel, offset, f.size))
         try:
             while reading is not None:
                 data, n = await reading
                 following = offset + n
-                reading = asyncio.create_task(read(path, following, f.size)) if following < f.size else None
+                reading = asyncio.create_task(read(f.rel, following, f.size)) if following < f.size else None
                 await write(target, offset, data, n)
                 offset = following
         finally:

@@ -96,12 +96,32 @@ import sys
 import threading
 import time
 
+
+def _sibling(name):
+    """A module of this helper's own folder, loaded from there by path (a node has no hsched package, and a
+    launcher that isolates Python from its environment leaves this folder off sys.path)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+if __package__:
+    from . import safefiles
+else:  # run as a script: on a node (the bundle's folder, the installed helper's prefix) or here
+    safefiles = _sibling("safefiles")
+
 HELPER_VERSION = 3
 """The protocol this helper speaks, in `whoami` and `probe`; executors refuse a node whose helper says less
 (an installed helper is not theirs to replace). 2: lab mode through an installed helper (issue 13);
 3: sbatch's -o/-e written by the wrapper (a helper of 2 dropped them), datasets, the launcher's options final
-and its commands listed one by one in the sudo rule. Raise it whenever a request gains a key an older
-helper would ignore."""
+and its commands listed one by one in the sudo rule, copies as data only (safefiles: pack/unpack take the job's
+user, data_read a dataset's root and a relative path). Raise it whenever a request gains a key an older helper
+would ignore."""
 RUN_MARKER = "HSCHED_RUN_DIR"
 PROGRESS_ENV = "HSCHED_PROGRESS"
 PROGRESS_FILE = "progress.log"
@@ -3107,55 +3127,48 @@ def _new_token():
     return "".join("%02x" % b for b in bytearray(os.urandom(16)))
 
 
-def pack(req):
-    """The folder req['path'] as a tar file in the transfer folder: {"token", "path", "size", "files"}."""
-    import stat as stat_
-    import tarfile
+def _copy_owner(req):
+    """(uid, gid) of req['user'], the account a transfer is for (its files are read and written as its), or
+    None for none; a user this node lacks, or under --confine one below --min-uid, is refused."""
+    name = req.get("user")
+    if not name:
+        return None
+    acct = account(str(name))
+    if acct is None:
+        raise Refused("user %s does not exist on this node" % name)
+    if CONFINE is not None and acct["uid"] < MIN_UID:
+        raise Refused("this helper copies nothing for %s (uid %d): only for users with a uid of at least %d"
+                      % (name, acct["uid"], MIN_UID))
+    return acct["uid"], acct["gid"]
 
+
+def pack(req):
+    """The folder req['path'] as a tar file in the transfer folder: {"token", "path", "size", "files", "bytes",
+    "dropped"}. Only its folders and regular files, with their permission bits (safefiles.py: no link followed,
+    no FIFO opened to wait on, setuid and the like left out); with req['user'], only what that user may give."""
     src = _inside(req["path"])
-    try:
-        st = os.lstat(src)
-    except FileNotFoundError:
-        raise Refused("%s: no such folder" % src) from None
-    if not stat_.S_ISDIR(st.st_mode):
-        raise Refused("%s is not a folder" % src)
+    owner = _copy_owner(req)
     token = _new_token()
     path = _xfer_path(req, token)
-    files = 0
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
-            tar = tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT)
+            src_fd = _open_inside(src, os.O_RDONLY | os.O_NONBLOCK)
             try:
-                # descriptors all the way: a user who swaps a folder of theirs for a link meanwhile gains nothing
-                for top, dirs, names, top_fd in os.fwalk(src, follow_symlinks=False):
-                    rel = os.path.relpath(top, src)
-                    for name in sorted(dirs) + sorted(names):
-                        try:
-                            est = os.stat(name, dir_fd=top_fd, follow_symlinks=False)
-                        except FileNotFoundError:
-                            continue
-                        arc = os.path.normpath(os.path.join(rel, name))
-                        info = tarfile.TarInfo(arc)
-                        info.mode, info.mtime = est.st_mode & 0o777, est.st_mtime
-                        if stat_.S_ISDIR(est.st_mode):
-                            info.type = tarfile.DIRTYPE
-                            tar.addfile(info)
-                        elif stat_.S_ISREG(est.st_mode):
-                            try:
-                                ffd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=top_fd)
-                            except (FileNotFoundError, OSError):
-                                continue
-                            with os.fdopen(ffd, "rb") as data:
-                                info.size = os.fstat(ffd).st_size
-                                tar.addfile(info, data)
-                            files += 1
+                counts = safefiles.pack_fd(src_fd, f, owner, shown=src)
             finally:
-                tar.close()
+                os.close(src_fd)
+    except FileNotFoundError:
+        _unlink(path)
+        raise Refused("%s: no such folder" % src) from None
+    except safefiles.Unsafe as e:
+        _unlink(path)
+        raise Refused(str(e)) from None
     except BaseException:
         _unlink(path)
         raise
-    return {"token": token, "path": path, "size": os.path.getsize(path), "files": files}
+    return {"token": token, "path": path, "size": os.path.getsize(path), "files": counts.files,
+            "bytes": counts.bytes, "dropped": counts.dropped}
 
 
 def append(req):
@@ -3189,10 +3202,10 @@ def append(req):
 def unpack(req):
     """Transfer `token` into the folder req['dest'], which it replaces whole (renamed into place: a reader
     never sees half of it); then the transfer file is gone. Only regular files and folders come out, with
-    their permission bits (no setuid), owned by this helper until a launch gives them to the run's user."""
-    import tarfile
-
+    their permission bits (no setuid, no link, no device: safefiles.py), each owned by req['user'] before its
+    first byte when there is one (else by this helper, until a launch gives them to the run's user)."""
     dest = _inside(req["dest"])
+    owner = _copy_owner(req)
     path = _xfer_path(req)
     parent = os.path.dirname(dest)
     if CONFINE is not None:
@@ -3200,35 +3213,12 @@ def unpack(req):
     else:
         os.makedirs(parent, 0o700, exist_ok=True)
     stage = path[:-4] + ".d"
-    files = 0
     try:
-        os.mkdir(stage, 0o700)
-        modes = []
-        with tarfile.open(path, "r:") as tar:
-            for m in tar:
-                name = os.path.normpath(m.name)
-                if name.startswith("/") or name == ".." or name.startswith("../"):
-                    raise Refused("%s: %r lies outside the folder" % (req["dest"], m.name))
-                if name == ".":
-                    continue
-                target = os.path.join(stage, name)
-                if m.isdir():
-                    if not os.path.isdir(target):
-                        os.makedirs(target, 0o700)
-                    modes.append((target, (m.mode & 0o777) | 0o700, m.mtime))
-                elif m.isfile():
-                    if not os.path.isdir(os.path.dirname(target)):
-                        os.makedirs(os.path.dirname(target), 0o700)
-                    src = tar.extractfile(m)
-                    out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-                    with os.fdopen(out, "wb") as f:
-                        shutil.copyfileobj(src, f)
-                    os.chmod(target, (m.mode & 0o777) or 0o600)
-                    os.utime(target, (m.mtime, m.mtime))
-                    files += 1
-        for d, mode, mtime in reversed(modes):
-            os.chmod(d, mode)
-            os.utime(d, (mtime, mtime))
+        try:
+            with open(path, "rb") as tar_in:
+                counts = safefiles.unpack(tar_in, os.path.dirname(stage), os.path.basename(stage), owner)
+        except safefiles.Unsafe as e:
+            raise Refused("%s: %s" % (req["dest"], e)) from None
         if os.path.lexists(dest):
             old = path[:-4] + ".old"
             os.rename(dest, old)
@@ -3238,7 +3228,7 @@ def unpack(req):
         if os.path.lexists(stage):
             shutil.rmtree(stage, ignore_errors=True)
         _unlink(path)
-    return {"dest": dest, "files": files}
+    return {"dest": dest, "files": counts.files, "bytes": counts.bytes, "dropped": counts.dropped}
 
 
 def drop(req):
@@ -3486,21 +3476,52 @@ def data_free(req):
     return {"free": st.f_bavail * st.f_frsize, "at": p}
 
 
+def _data_root(root):
+    """The dataset `root` as `_tree` takes it: a link at the root itself followed when unconfined (a dataset
+    folder may be a link to a big disk), nothing below it."""
+    p = _data_path(root)
+    return os.path.realpath(p) if CONFINE is None else p
+
+
+def _data_file_fd(req):
+    """(descriptor, shown) of the file a data_read names: req['root'] and req['rel'] below it (a link at the root
+    followed as `_tree` does, none below it: a folder of the dataset swapped for a link mid-copy is refused,
+    never entered), or req['path'] alone, no link followed anywhere on it. Opened O_NONBLOCK: a pipe laid where
+    a file was never hangs the helper."""
+    if req.get("root") is not None:
+        root = _data_root(req["root"])
+        parts = _rel_parts(req.get("rel") or "")
+        if not parts:
+            return _open_inside(root, os.O_RDONLY | os.O_NONBLOCK), root
+        shown = os.path.join(root, *parts)
+        top = _open_inside(root, _DIR_FLAGS)
+        try:
+            return _open_below(top, parts, os.O_RDONLY | os.O_NONBLOCK, shown), shown
+        finally:
+            os.close(top)
+    path = _data_path(req["path"])
+    if path == "/":
+        raise Refused("/ is not a file")
+    top = _folder_fd(os.path.dirname(path))
+    try:
+        return _open_below(top, [os.path.basename(path)], os.O_RDONLY | os.O_NONBLOCK, path), path
+    finally:
+        os.close(top)
+
+
 def data_read(req):
-    """Up to max_bytes (at most 4 MiB) of the file req['path'] from req['offset'], base64: {data, eof}."""
+    """Up to max_bytes (at most 4 MiB) of a file from req['offset'], base64: {data, eof}. The file: req['rel']
+    below the dataset req['root'], or req['path'] (`_data_file_fd`: no link followed below the root)."""
     import base64
     import stat as stat_
 
-    path = _data_path(req["path"])
-    if CONFINE is None:
-        path = os.path.realpath(path)  # a dataset file may be a link to a big disk, as `_tree` takes it
     offset = max(0, int(req.get("offset") or 0))
     max_bytes = max(0, min(int(req.get("max_bytes", DATA_CHUNK_MAX)), DATA_CHUNK_MAX))
-    # O_NONBLOCK: a pipe laid where a file was must not hang the helper
-    with os.fdopen(_open_inside(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+    fd, shown = _data_file_fd(req)
+    with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
         if not stat_.S_ISREG(st.st_mode):
-            raise Refused("%s is not a regular file" % path)
+            raise Refused("%s is not a regular file" % shown)
         f.seek(offset)
         data = f.read(max_bytes)
     return {"data": base64.b64encode(data).decode("ascii"), "eof": offset + len(data) >= st.st_size}
@@ -3614,9 +3635,7 @@ def data_read_many(req):
     wanted = [max(0, int(i.get("max_bytes") or 0)) for i in items]
     if sum(wanted) > DATA_CHUNK_MAX:
         raise Refused("a data_read_many answers at most %d bytes" % DATA_CHUNK_MAX)
-    root = _data_path(req.get("root"))
-    if CONFINE is None:
-        root = os.path.realpath(root)
+    root = _data_root(req.get("root"))
     top = None
     out = []
     try:
@@ -3878,34 +3897,42 @@ def data_drop(req):
 
 def data_hash(req):
     """sha256 over the tree req['path']: for each regular file in the order of its relative path (a file
-    alone: ""), the path (UTF-8), NUL, its size in decimal, NUL, its bytes. {sha256, files, bytes}."""
+    alone: ""), the path (UTF-8), NUL, its size in decimal, NUL, its bytes. {sha256, files, bytes}. Each file is
+    opened below the tree's folder as `_tree` listed it, no link followed (one laid meanwhile is refused)."""
     import stat as stat_
 
     kind, files, _dirs = _tree(req["path"])
     if kind is None:
         raise Refused("%s: no such file or folder" % req["path"])
-    base = _data_path(req["path"])
-    if CONFINE is None:
-        base = os.path.realpath(base)  # as `_tree` took it
+    base = _data_root(req["path"])
     h = hashlib.sha256()
     total = 0
-    for rel, _st in files:
-        path = os.path.join(base, rel) if rel else base
-        with os.fdopen(_open_inside(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
-            fst = os.fstat(f.fileno())
-            if not stat_.S_ISREG(fst.st_mode):
-                raise Refused("%s is not a regular file" % path)
-            h.update(rel.encode("utf-8", "surrogateescape") + b"\0" + str(fst.st_size).encode() + b"\0")
-            n = 0
-            while True:
-                chunk = f.read(1 << 20)
-                if not chunk:
-                    break
-                n += len(chunk)
-                h.update(chunk)
-            if n != fst.st_size:
-                raise Refused("%s changed while it was hashed" % path)
-        total += n
+    top = _open_inside(base, _DIR_FLAGS) if kind == "dir" else None
+    try:
+        for rel, _st in files:
+            path = os.path.join(base, rel) if rel else base
+            if top is None:
+                fd = _open_inside(base, os.O_RDONLY | os.O_NONBLOCK)
+            else:
+                fd = _open_below(top, _rel_parts(rel), os.O_RDONLY | os.O_NONBLOCK, path)
+            with os.fdopen(fd, "rb") as f:
+                fst = os.fstat(f.fileno())
+                if not stat_.S_ISREG(fst.st_mode):
+                    raise Refused("%s is not a regular file" % path)
+                h.update(rel.encode("utf-8", "surrogateescape") + b"\0" + str(fst.st_size).encode() + b"\0")
+                n = 0
+                while True:
+                    chunk = f.read(1 << 20)
+                    if not chunk:
+                        break
+                    n += len(chunk)
+                    h.update(chunk)
+                if n != fst.st_size:
+                    raise Refused("%s changed while it was hashed" % path)
+            total += n
+    finally:
+        if top is not None:
+            os.close(top)
     return {"sha256": h.hexdigest(), "files": len(files), "bytes": total}
 
 

@@ -4,7 +4,10 @@ Every job has one checkpoint folder, `$HSCHED_HOME/checkpoints/<id>` on the cont
 itself for this machine's nodes (they share the disk). A remote node gets a mirror under its own hsched
 folder, unless the fleet file declares the path shared there (`shared_paths`). When a run starts on a
 node other than the one that ran the job last, the folder is brought along through the controller
-(SFTP get, then put); bytes and seconds go into the job's events.
+(the executors' get, then put); bytes and seconds go into the job's events. Every copy is data only, made
+for the job's user (hsched/safefiles.py): a checkpoint folder carries no setuid program, link, FIFO or
+device to the next node, what lands there is the user's from its first byte, and nothing the user put in
+the folder is opened on the event loop.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import stat
 from pathlib import Path
 
 from hsched.controller.core import Controller
@@ -49,13 +53,16 @@ async def path_on(ctl: Controller, rt: NodeRuntime, job_id: int) -> str:
 
 
 def _size(path: Path) -> int:
+    """The bytes of the regular files under `path` (a link is not followed: it may lead anywhere as root)."""
     total = 0
     for root, _dirs, files in os.walk(path):
         for f in files:
             try:
-                total += (Path(root) / f).stat().st_size
+                st = (Path(root) / f).lstat()
             except OSError:
-                pass
+                continue
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_size
     return total
 
 
@@ -78,15 +85,16 @@ async def bring_along(ctl: Controller, job: Job, run: Run) -> None:
         return
     if is_shared(source, local) and is_shared(target, local):
         return  # one folder both nodes see
+    user = job.user if ctl.home.lab else None  # personal mode: the controller's own files, as launches are
     t0 = ctl.clock.monotonic()
     try:
         if not is_shared(source, local):
             remote = await source.executor.remote_path(str(local))
-            await source.executor.get(remote, local)
+            await source.executor.get(remote, local, user=user)
         if not is_shared(target, local):
             remote = await target.executor.remote_path(str(local))
             await asyncio.to_thread(local.mkdir, parents=True, exist_ok=True)
-            await target.executor.put(local, remote)
+            await target.executor.put(local, remote, user=user)
     except (ExecutorError, OSError) as e:
         await ctl.event("checkpoint",
                      f"could not move the checkpoint from {source_name} to {run.node}: {e}; "
