@@ -3276,12 +3276,19 @@ _WALK_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0)
 
 def _data_path(path):
     """An absolute path a data request names, normalized; relative ones and `..` are refused (under --confine
-    also anything outside ROOT or through a link, as `_inside` refuses them)."""
+    also anything outside ROOT/data or through a link, as `_inside` refuses them)."""
     if not isinstance(path, str) or not path.startswith("/"):
         raise Refused("%r is not an absolute path" % (path,))
     if ".." in path.split("/"):
         raise Refused("%s: a path with '..' is refused" % path)
-    return _inside(path)
+    p = _inside(path)
+    if CONFINE is not None:
+        # under --confine datasets live in ROOT/data alone: elsewhere under ROOT are the members' checkpoints and
+        # runs, which a data request must not read back for the service account (`read` serves only run logs)
+        base = os.path.join(CONFINE, DATA_FOLDER)
+        if p != base and not p.startswith(base + "/"):
+            raise Refused("%s: this helper reads and writes datasets only under %s" % (path, base))
+    return p
 
 
 def _data_writable(path):

@@ -435,8 +435,8 @@ def refused(fn: Any, req: dict[str, Any], why: str) -> None:
 def test_confined_data_requests_stay_under_root(root: Path, base: Path) -> None:
     secret = base / "secret"
     secret.write_text("root's")
-    (root / "files").mkdir()
-    (root / "files" / "link").symlink_to(base)
+    (root / "data" / "files").mkdir(parents=True)
+    (root / "data" / "files" / "link").symlink_to(base)
     cases: list[tuple[Any, dict[str, Any]]] = [
         (nh.data_scan, {"path": str(secret)}), (nh.data_list, {"path": str(base)}),
         (nh.data_free, {"path": "/"}), (nh.data_hash, {"path": str(secret)}),
@@ -448,10 +448,20 @@ def test_confined_data_requests_stay_under_root(root: Path, base: Path) -> None:
         (nh.data_write_many, {"claim": {"partial": f"{secret}.partial", "token": "a" * 32}, "files": []})]
     for fn, req in cases:
         refused(fn, req, "outside this helper's folder")
-    refused(nh.data_read, {"path": f"{root}/files/link/secret", "offset": 0, "max_bytes": 10}, "symbolic link")
-    refused(nh.data_scan, {"path": f"{root}/files/link"}, "symbolic link")
-    refused(nh.data_read_many, {"root": f"{root}/files", "files": [{"rel": "link/secret", "max_bytes": 10}]},
+    refused(nh.data_read, {"path": f"{root}/data/files/link/secret", "offset": 0, "max_bytes": 10}, "symbolic link")
+    refused(nh.data_scan, {"path": f"{root}/data/files/link"}, "symbolic link")
+    refused(nh.data_read_many, {"root": f"{root}/data/files", "files": [{"rel": "link/secret", "max_bytes": 10}]},
             "symbolic link")
+    # under ROOT but outside ROOT/data: the members' checkpoints and runs, never read back as a dataset (issue 27)
+    (root / "checkpoints" / "7").mkdir(parents=True)
+    (root / "checkpoints" / "7" / "model.pt").write_text("a member's")
+    for fn, req in ((nh.data_read, {"path": f"{root}/checkpoints/7/model.pt", "offset": 0, "max_bytes": 10}),
+                    (nh.data_read, {"root": f"{root}/checkpoints", "rel": "7/model.pt", "offset": 0, "max_bytes": 10}),
+                    (nh.data_scan, {"path": f"{root}/checkpoints"}), (nh.data_hash, {"path": f"{root}/checkpoints"}),
+                    (nh.data_list, {"path": f"{root}/checkpoints"}),
+                    (nh.data_read_many, {"root": f"{root}/checkpoints", "files": [{"rel": "7/model.pt",
+                                                                                     "max_bytes": 10}]})):
+        refused(fn, req, "datasets only under")
     refused(nh.data_read, {"path": f"{root}/data/../../secret"}, r"'\.\.'")
     assert secret.read_text() == "root's"
 
@@ -469,8 +479,8 @@ def test_confined_writes_only_under_root_data(root: Path) -> None:
     refused(nh.data_write_many, {"claim": {"partial": str(runs), "token": "a" * 32},
                                  "files": [{"rel": "handle.json", "data": b64(b"{}")}]}, "only under")
     assert (runs / "handle.json").read_text() == "{}"
-    # reads may name anything under ROOT, as `read` and `pack` may
-    assert nh.data_scan({"path": str(runs)})["files"] == 1
+    # reads too stay under ROOT/data (a run's log is served by `read` alone)
+    refused(nh.data_scan, {"path": str(runs)}, "datasets only under")
     # a dataset: written, committed with no write bit for others, dropped
     partial, dest = root / "data" / "ds.partial", root / "data" / "ds"
     write(partial / "data" / "f", 0, b"shared")
