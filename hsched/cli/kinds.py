@@ -35,6 +35,9 @@ def render_kinds(kinds: list[dict[str, Any]]) -> None:
                 table.add_row(name, now, done, profile, r["gpu_type"], str(r["gpus"]), r["class"],
                               f"{r['steps_per_s']:.3g}", str(r["runs"]))
     con = Console(highlight=False)
+    if not con.is_terminal:
+        # piped or captured: whole lines (a kind split over two rows is lost to grep), not 80 columns
+        con = Console(highlight=False, width=240)
     con.print(table)
     if not kinds:
         con.print("no job kinds yet: jobs report progress with hsched.progress (docs/user-guide.md)",
