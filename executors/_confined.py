@@ -50,7 +50,7 @@ def sudo_refused(node: str, launcher: str, detail: str) -> NodeRefused:
     """What to tell when the launcher cannot be run through sudo (no rule, no launcher, no sudo)."""
     return NodeRefused(
         f"{node}: cannot run the node helper {launcher} through sudo ({detail}); install it there as root with "
-        "`hsched node helper-script` (README: Set up a lab, service account)", Refusal.AUTH)
+        "`hsched node helper-script` (docs/lab.md: a service account)", Refusal.AUTH)
 
 
 def helper_too_old(node: str, launcher: str, version: object) -> NodeRefused:

@@ -67,7 +67,7 @@ def install_problem(executable: str | None = None) -> str | None:
         why = _closed(path, need_read=need_read)
         if why is not None:
             return (f"the lab's users cannot run this hsched ({exe}): {why}; install hsched where every user can "
-                    "run it (README: Set up a lab), e.g. python3 -m venv /opt/hsched && /opt/hsched/bin/pip "
+                    "run it (docs/lab.md), e.g. python3 -m venv /opt/hsched && /opt/hsched/bin/pip "
                     "install hsched")
     return None
 

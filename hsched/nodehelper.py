@@ -2274,7 +2274,7 @@ _TOKEN_TAR = re.compile(r"^[0-9a-f]{32}\.tar$")
 
 
 def _readable(path):
-    """Under --confine, what `read` may give the service account (README: a user's logs and checkpoints stay
+    """Under --confine, what `read` may give the service account (docs/lab.md: a user's logs and checkpoints stay
     theirs): a run's log, to serve `hsched logs`, from a run folder this helper made (ROOT/runs/A/B, root's),
     or a transfer file a `pack` left in ROOT/xfer (named as `_xfer_path` names them). Nothing else of a user's:
     not a file of a checkpoint folder, not a run's progress or signals (a dataset is `data_read`'s)."""
@@ -2302,8 +2302,13 @@ def read_file(req):
     offset = max(0, int(req.get("offset", 0)))
     max_bytes = max(0, min(int(req.get("max_bytes", 1 << 20)), 16 << 20))
     try:
-        with os.fdopen(_open_inside(path, os.O_RDONLY), "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        # O_NONBLOCK, then a regular file only: a FIFO laid where a log was must not hang this helper, which serves
+        # every request of its node (issue 27)
+        with os.fdopen(_open_inside(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+            st = os.fstat(f.fileno())
+            if (st.st_mode & 0o170000) != 0o100000:  # S_ISREG (this module imports `stat` only where it needs it)
+                raise Refused("%s is not a regular file" % path)
+            size = st.st_size
             f.seek(offset)
             data = f.read(max_bytes)
     except FileNotFoundError:

@@ -36,6 +36,13 @@ pytestmark = pytest.mark.slow  # real helper processes (and, for the shipped hel
 DROPS_OUTPUT = '"output": req.get("output") or None, "error": req.get("error") or None,'
 
 
+def _beside(helper: Path) -> None:
+    """The rest of the bundle next to a stand-in helper (the helper loads safefiles.py from its own folder)."""
+    import hsched.safefiles
+
+    shutil.copyfile(hsched.safefiles.__file__, helper.parent / "safefiles.py")
+
+
 def older_helper_text() -> str:
     """This node helper as one of protocol 2 was: it says 2, and a launch's -o/-e are dropped."""
     text = HELPER_PATH.read_text()
@@ -89,6 +96,7 @@ def test_an_installed_helper_of_an_older_protocol_is_refused_naming_the_fix(
     old = base / "old" / "nodehelper.py"
     old.parent.mkdir()
     old.write_text(older_helper_text())
+    _beside(old)
     launcher, root = _installed(base, old, monkeypatch)
     out = base / "out" / "job.out"
 
@@ -168,6 +176,7 @@ def test_the_controller_shows_the_node_refused_with_the_one_line(base: Path, mon
     old = base / "old" / "nodehelper.py"
     old.parent.mkdir()
     old.write_text(older_helper_text())
+    _beside(old)
     launcher, _root = _installed(base, old, monkeypatch)  # PATH (the stand-in sudo) before the CLI's environment
     fleet = base / "fleet.toml"
     fleet.write_text(f'[[node]]\nname = "n1"\nexecutor = "local"\nhelper = "{launcher}"\n'

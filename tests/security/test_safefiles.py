@@ -142,3 +142,25 @@ def test_a_folder_swapped_for_a_link_between_the_look_and_the_open_is_not_entere
         assert safefiles._open_entry(fd, "sub", looked) is None
     finally:
         os.close(fd)
+
+
+def test_the_helpers_read_of_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    # `read` (a run's log for `hsched logs`) serves every request of its node from one process: a FIFO laid where
+    # a log was must be refused at once, not waited on for a writer that never comes
+    from hsched import nodehelper
+
+    fifo = tmp_path / "output.log"
+    os.mkfifo(fifo)
+    outcome: list[str] = []
+
+    def read() -> None:
+        try:
+            nodehelper.read_file({"path": str(fifo)})
+            outcome.append("read")
+        except nodehelper.Refused as e:
+            outcome.append(str(e))
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    t.join(60)  # a safety net only: the refusal comes at once
+    assert outcome and "not a regular file" in outcome[0]
