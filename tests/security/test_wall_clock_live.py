@@ -174,16 +174,19 @@ def last_seen_before(cond: Callable[[], object]) -> tuple[float, float, float]:
 def test_a_time_limit_fires_after_its_seconds_whichever_way_the_wall_clock_steps(lab: Stepped,
                                                                                   step_s: float) -> None:
     jid = submit(lab, "--time", f"{LIMIT_S:g}s", "--checkpoint-signal", "TERM@1", "--", "sleep", "1000")
-    # placed at or before `running`
-    _, running, off1 = last_seen_before(lambda: show(lab, jid)["state"] == "RUNNING")
+    # its attempt starts (the limit's zero) after `pending`, the last look at which it still waited: the RUNNING
+    # state itself is seen a poll or more after the run's recorded start, so it is no lower bound
+    pending, _, _ = last_seen_before(lambda: show(lab, jid)["state"] != "PENDING")
+    last_seen_before(lambda: show(lab, jid)["state"] == "RUNNING")
     time.sleep(3.0)
     lab.step_wall(step_s)
-    not_yet, _, off2 = last_seen_before(lambda: show(lab, jid)["state"] in ("COMPLETING", "TIMEOUT"))
+    not_yet, _, off = last_seen_before(lambda: show(lab, jid)["state"] in ("COMPLETING", "TIMEOUT"))
     job = show(lab, jid)
     assert job["reason"] == "timeout" and job["restarts"] == 0, job
-    # still running at `not_yet`, placed no later than `running`: the limit did not fire before its seconds (the
-    # code before the fix fired it at the step, 3 s in, for +2 h; and not within the safety net for -1 h)
-    assert not_yet - running >= LIMIT_S - off1 - off2, (not_yet - running, step_s)
+    # it fired after `not_yet` less a poll and two looks at most, and started after `pending`: the limit did not
+    # fire before its seconds (the code before the fix fired it at the step, 3 s in, for +2 h; and not within the
+    # safety net for -1 h)
+    assert not_yet - pending >= LIMIT_S - 2 * off, (not_yet - pending, step_s)
 
 
 def test_a_retry_waits_its_backoff_not_the_wall_clocks_step_back(lab: Stepped) -> None:
