@@ -25,7 +25,7 @@ def test_an_interpreter_behind_a_closed_folder_is_named() -> None:
     assert problem is not None and "\n" not in problem
     assert problem.startswith(f"the lab's users cannot run this hsched ({exe}): folder {closed} is closed to "
                               "other users (mode 700)")
-    assert "Set up a lab" in problem
+    assert "docs/lab.md" in problem
     os.chmod(closed, 0o755)
     os.chmod(exe, 0o700)
     assert f"{exe} is not executable by other users (mode 700)" in (install_problem(str(exe)) or "")
