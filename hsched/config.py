@@ -826,6 +826,10 @@ class QosClass:
     """GPUs one user's jobs of this class may hold at once."""
     max_jobs_per_user: int | None = None
     """Jobs of this class one user may have holding devices at once (hsched.sched.limits enforces the caps)."""
+    allow: tuple[str, ...] | None = None
+    """Who may submit to this class in a lab: users, and groups as `@group` (`"*"`: everyone). None: everyone,
+    except `prod`, which only root and the lab's admins may use unless settings grant it (Slurm's AllowQos; a
+    class that preempts the others must not be everyone's)."""
 
 
 DEFAULT_QOS_TABLE: dict[str, QosClass] = {
@@ -1081,7 +1085,7 @@ def load_settings(path: Path) -> Settings:
     return Settings(**kwargs)
 
 
-_QOS_KEYS = frozenset({"preempts", "max_gpus", "max_gpus_per_user", "max_jobs_per_user"})
+_QOS_KEYS = frozenset({"preempts", "max_gpus", "max_gpus_per_user", "max_jobs_per_user", "allow"})
 
 
 def _gpu_aliases(p: Problems, table: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
@@ -1155,7 +1159,13 @@ def _qos_table(p: Problems, raw: Any) -> dict[str, QosClass]:
             pre = []
         limits = {k: _int(p, f"{key}.{k}", t[k], minimum=0)
                   for k in ("max_gpus", "max_gpus_per_user", "max_jobs_per_user") if k in t}
-        out[name] = QosClass(name, preempts=tuple(pre), **limits)
+        allow = t.get("allow")
+        if allow is not None and (not isinstance(allow, list) or not all(isinstance(x, str) and x.strip()
+                                                                          for x in allow)):
+            p.expected(f"{key}.allow", 'a list of user names, "@group" names or "*"', allow)
+            allow = None
+        out[name] = QosClass(name, preempts=tuple(pre), allow=tuple(x.strip() for x in allow)
+                             if allow is not None else None, **limits)
     for q in out.values():
         for target in q.preempts:
             if target not in out:

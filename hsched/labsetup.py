@@ -86,6 +86,8 @@ def systemd_unit(home: Home, *, user: str | None = None, executable: str | None 
         "[Service]",
         "Type=simple",
         f"ExecStart={shlex.quote(exe)} -m hsched.controller.server {shlex.quote(str(home.root))}",
+        # `systemctl reload hsched`: fleet and settings read again (hsched.controller.reloading)
+        "ExecReload=/bin/kill -HUP $MAINPID",
         "Restart=on-failure",
         "RestartSec=5",
         "KillMode=process",

@@ -178,6 +178,24 @@ def register(app: typer.Typer) -> None:
             print(f"controller {old} stopped", file=sys.stderr)
         _started(as_json, info)
 
+    @daemon_app.command("reload")
+    @handle_errors
+    def reload(as_json: bool = typer.Option(False, "--json")) -> None:
+        """Read the fleet file and the settings again (as SIGHUP and `systemctl reload hsched` do): both are checked
+        first (a mistake changes nothing: one line per problem, exit 2), what can change while the controller runs
+        is applied at once, and what needs `hsched daemon restart` is said. Admins only."""
+        from hsched.client import Client
+
+        with Client(autostart=False) as c:
+            result = c.call("reload")
+        if as_json:
+            print_json(result)
+            return
+        applied = ", ".join(result.get("applied") or []) or "nothing changed"
+        print(f"reloaded {result.get('fleet')} and the settings: {applied}")
+        for what in result.get("restart_needed") or []:
+            print(f"hsched: warning: {what}: applied by `hsched daemon restart` (runs go on)", file=sys.stderr)
+
     @daemon_app.command("status")
     @handle_errors
     def status(as_json: bool = typer.Option(False, "--json")) -> None:

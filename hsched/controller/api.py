@@ -183,6 +183,28 @@ class Api:
         # from the admin group loses the right at once
         return bool(groups) and await asyncio.to_thread(_member_of_any, name, groups)
 
+    async def may_use_qos(self, uid: int, qos: str) -> None:
+        """Raise PermissionDenied unless `uid` may put jobs in QoS class `qos` (settings `[qos.NAME] allow`; by
+        default everyone, but `prod`, root's and the admins' alone in a lab). Personal mode: the owner may."""
+        if await self.is_admin(uid):
+            return
+        cls = self.ctl.settings.qos.get(qos)
+        allow = cls.allow if cls is not None else None
+        if allow is None:
+            if qos != "prod":
+                return
+            allow = ()
+        name = await self.user_name(uid)
+        if "*" in allow or name in allow:
+            return
+        groups = tuple(a[1:] for a in allow if a.startswith("@"))
+        member: bool = bool(groups) and await asyncio.to_thread(_member_of_any, name, groups)
+        if member:
+            return
+        raise PermissionDenied(f"permission denied: {name} may not use QoS {qos} (it preempts others' work): an "
+                               f"admin grants it with `allow = [\"{name}\"]` in [qos.{qos}] of settings.toml and "
+                               "`hsched daemon reload`")
+
     async def may_act(self, uid: int, job: Any) -> None:
         """Raise PermissionDenied unless `uid` owns `job` or is an admin (always allowed in personal mode)."""
         if await self.is_admin(uid) or await self.user_name(uid) == job.user:
@@ -220,6 +242,7 @@ class Api:
         spec = await self._learned_memory(self._spec(args))
         await self._hear_first_probes(spec.resources)
         # who asks is who the kernel says connected (SO_PEERCRED); a `user` in the request is ignored
+        await self.may_use_qos(uid, spec.qos)
         user = await self.user_name(uid)
         job = await commands.submit(self.ctl, spec, user, env)
         return job_to_dict(job)
@@ -250,6 +273,8 @@ class Api:
             raise UserError(f"jobs: {total} jobs in one request (arrays' tasks counted) is over the limit of "
                             f"{self.ctl.settings.max_jobs_per_request} (settings max_jobs_per_request); submit "
                             "them in parts")
+        for qos in dict.fromkeys(s.qos for s in specs):
+            await self.may_use_qos(uid, qos)
         specs = [await self._learned_memory(s) for s in specs]
         for spec in specs:
             await self._hear_first_probes(spec.resources)
@@ -422,6 +447,8 @@ class Api:
         prio = self.integer(args, "priority", low=PRIORITY_MIN, high=PRIORITY_MAX, required=True)
         assert prio is not None
         qos = self.text(args, "qos", None, limit=100)
+        if qos:
+            await self.may_use_qos(uid, qos)
         return job_to_dict(await commands.set_priority(self.ctl, job.id, prio, qos or None))
 
     async def op_requeue(self, args: dict[str, Any], uid: int) -> Any:
@@ -658,6 +685,14 @@ class Api:
         snap = await take_snapshot(self.ctl)
         recorder(self.ctl).snapshot = snap
         return {"text": render(self.ctl, snap).decode()}
+
+    async def op_reload(self, args: dict[str, Any], uid: int) -> Any:
+        """`hsched daemon reload`: fleet file and settings read again (hsched.controller.reloading); admins only."""
+        from hsched.controller.reloading import reload
+
+        await self.admin_only(uid, "reloading the settings")
+        async with self.ctl.lock:
+            return await reload(self.ctl)
 
     async def op_stop(self, args: dict[str, Any], uid: int) -> Any:
         await self.admin_only(uid, "stopping the controller")

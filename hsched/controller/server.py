@@ -180,12 +180,20 @@ class Door:
         self.api = api
         self.ctl = api.ctl
         self.limits = limits
-        self.caps = Caps.of(limits, self.ctl.settings)
+        self._caps = Caps.of(limits, self.ctl.settings)
+        self._caps_of = self.ctl.settings
         self.connections: set[asyncio.Task[Any]] = set()
         self.busy: set[asyncio.Task[Any]] = set()
         """Connections in the middle of a request (a stop lets them finish; the idle ones are closed)."""
         self.peers: dict[int, Peer] = {}
         self._admins: dict[int, tuple[bool, float]] = {}
+
+    @property
+    def caps(self) -> Caps:
+        """The limits, as the settings say now (`hsched daemon reload` may have changed them)."""
+        if self._caps_of is not self.ctl.settings:
+            self._caps, self._caps_of = Caps.of(self.limits, self.ctl.settings), self.ctl.settings
+        return self._caps
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -619,6 +627,7 @@ async def serve(home: Home, limits: Limits | None = None, *, lock_fd: int | None
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, ctl.stopping.set)
+    loop.add_signal_handler(signal.SIGHUP, lambda: ctl.spawn(_reload_on_hangup(ctl)))
     log.info("controller %s (hsched %s, protocol %s, install %s) serving %s with fleet %s", os.getpid(),
              PACKAGE_VERSION, PROTOCOL, ctl.fingerprint, home.root, fleet_cfg.source)
     metrics_server = None
@@ -695,6 +704,18 @@ async def backup_loop(ctl: Controller) -> None:
         except (OSError, HschedError, sqlite3.Error) as e:
             log.warning("cannot back up the store: %s", e)
         await ctl.clock.wait(ctl.stopping, BACKUP_EVERY_S)
+
+
+async def _reload_on_hangup(ctl: Controller) -> None:
+    """SIGHUP (`systemctl reload hsched`): as `hsched daemon reload`; a file with a mistake is logged and changes
+    nothing."""
+    from hsched.controller.reloading import reload
+
+    try:
+        async with ctl.lock:
+            await reload(ctl)
+    except UserError as e:
+        log.error("reload refused, nothing changed: %s", "; ".join(e.problems) or e)
 
 
 LOCK_FD_ENV = "HSCHED_CONTROLLER_LOCK_FD"
