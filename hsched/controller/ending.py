@@ -166,12 +166,22 @@ async def more_gpu_memory(ctl: Controller, job: Job, runs: list[Run], now: float
     res = job.spec.resources
     if res.gpu_memory_mib is not None and res.gpu_memory_mib >= want:
         return
-    if not any(s >= want for s in sizes):
+    raised = replace(res, gpu_memory_mib=want)
+    # the submit's own check, with the raised request: a bigger GPU the job may not use (another model than its
+    # --gpu-type, a node its constraint excludes, too few on one node) would leave it waiting for ever
+    from hsched.sched.live import unsatisfiable
+
+    known = [rt.node for rt in ctl.nodes.values() if rt.last_ok is not None or rt.config.simulate]
+    labels = {rt.name: frozenset(rt.config.labels) for rt in ctl.nodes.values()}
+    why = None if not any(s >= want for s in sizes) else unsatisfiable(raised, known, labels=labels,
+                                                                       aliases=ctl.settings.gpu_aliases)
+    if not any(s >= want for s in sizes) or why is not None:
+        where = "the fleet" if why is None else "the GPUs this job may use"
         await ctl.db(ctl.store.add_event, now, "gpu_oom",
-                     f"out of GPU memory on {min(had) / 1024:.0f} GiB GPUs; no GPU of the fleet has more: the retry "
+                     f"out of GPU memory on {min(had) / 1024:.0f} GiB GPUs; no GPU of {where} has more: the retry "
                      "runs on the same size", job_id=job.id)
         return
-    spec = replace(job.spec, resources=replace(res, gpu_memory_mib=want))
+    spec = replace(job.spec, resources=raised)
     await ctl.db(ctl.store.set_job, job.id, now, spec=json.dumps(spec_to_dict(spec)),
                  event=("gpu_oom", f"out of GPU memory on {min(had) / 1024:.0f} GiB GPUs: its retry asks for more "
                                    f"than that (--gpu-memory raised to {want} MiB)"),

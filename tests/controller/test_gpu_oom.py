@@ -120,3 +120,25 @@ async def test_a_job_without_a_request_gets_its_kinds_learned_peak(tmp_path: Pat
         own = await api.handle("submit", {"spec": {**spec, "resources": {"gpus": 1, "gpu_memory": "20GiB"}}},
                                os.getuid())
         assert (await lab.job(own["id"])).spec.resources.gpu_memory_mib == 20 * 1024
+
+
+async def test_a_retry_never_asks_for_more_than_the_gpus_it_may_use(tmp_path: Path) -> None:
+    # issue 29: a 4090 job's retry asked for 1 MiB more than any 4090 (an H100 has more, but not one it may use) and
+    # waited PENDING (Resources) for ever; the raise is checked as a submit is, and the retry runs on the same size
+    nodes = (CannedNode("ws", "NVIDIA GeForce RTX 4090", 1), CannedNode("big", "NVIDIA H100 80GB HBM3", 1))
+    async with Lab.open(tmp_path, nodes=nodes) as lab:
+        spec = {"command": ["python3", "train.py"], "retries": 1, "resources": {"gpus": 1, "gpu_types": ["4090"]}}
+        job_id = (await Api(lab.ctl).handle("submit", {"spec": spec}, os.getuid()))["id"]
+        await lab.round()
+        (run,) = await lab.runs(job_id)
+        assert run.node == "ws"
+        lab.executors["ws"].finish(run.run_dir, 1, gpu_oom=TORCH)
+        await lab.round()
+        j = await lab.job(job_id)
+        assert j.reason == "BeginTime" and j.spec.resources.gpu_memory_mib is None  # not raised past any 4090
+        events = [e["message"] for e in await lab.ctl.db(lab.ctl.store.events, job_id) if e["kind"] == "gpu_oom"]
+        assert any("no GPU of the GPUs this job may use has more" in m for m in events), events
+        lab.clock.advance(60.0)
+        await lab.round()
+        j = await lab.job(job_id)
+        assert j.state.value in ("LAUNCHING", "RUNNING") and j.placement[0].node == "ws"
