@@ -61,8 +61,9 @@ def _stop(timeout: float) -> int | None:
     return pid
 
 
-def _lab_home() -> Any:
-    """The lab's home, marked as a lab's, once this hsched is one every user can run (else exit 2, one line)."""
+def _lab_home(mark: bool = True) -> Any:
+    """The lab's home, once this hsched is one every user can run (else exit 2, one line); marked as a lab's unless
+    `mark` is false (`daemon install --print` shows what it would do and changes nothing)."""
     from hsched.errors import UserError
     from hsched.labsetup import install_problem
     from hsched.paths import Home
@@ -71,7 +72,8 @@ def _lab_home() -> Any:
     if problem is not None:
         raise UserError(problem)
     home = Home.for_lab()
-    home.mark_lab()
+    if mark:
+        home.mark_lab()
     return home
 
 
@@ -128,7 +130,7 @@ def register(app: typer.Typer) -> None:
         running across its restarts (KillMode=process), its socket in /run/hsched."""
         from hsched.labsetup import UNIT_PATH, systemd_unit
 
-        home = _lab_home()
+        home = _lab_home(mark=not print_only)
         unit = systemd_unit(home, user=user)
         if print_only:
             sys.stdout.write(unit)

@@ -6,6 +6,7 @@ from typing import Any
 
 import typer
 
+from hsched.cli import complete
 from hsched.cli._common import handle_errors, print_json
 
 
@@ -60,7 +61,8 @@ def register(app: typer.Typer) -> None:
     @node_app.command("drain")
     @handle_errors
     def drain(
-        name: str, reason: str = typer.Option("", "--reason"), as_json: bool = typer.Option(False, "--json")
+        name: str = typer.Argument(..., autocompletion=complete.node_names),
+        reason: str = typer.Option("", "--reason"), as_json: bool = typer.Option(False, "--json")
     ) -> None:
         """Start no new jobs on NAME (running ones go on)."""
         from hsched.client import Client
@@ -71,7 +73,8 @@ def register(app: typer.Typer) -> None:
 
     @node_app.command("resume")
     @handle_errors
-    def resume(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
+    def resume(name: str = typer.Argument(..., autocompletion=complete.node_names),
+               as_json: bool = typer.Option(False, "--json")) -> None:
         """Put a drained node back in service."""
         from hsched.client import Client
 

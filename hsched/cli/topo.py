@@ -12,6 +12,7 @@ from typing import Any
 
 import typer
 
+from hsched.cli import complete
 from hsched.cli._common import handle_errors, print_json
 from hsched.errors import UserError
 
@@ -158,7 +159,8 @@ def register(app: typer.Typer) -> None:
     @topo_app.command("show")
     @handle_errors
     def show_cmd(
-        node: str | None = typer.Argument(None, help="A node of the fleet (default: every node with GPUs)."),
+        node: str | None = typer.Argument(None, help="A node of the fleet (default: every node with GPUs).",
+                                          autocompletion=complete.node_names),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON document per node, in a list."),
     ) -> None:
         """A fleet node's link matrix and tree, as the controller knows them."""

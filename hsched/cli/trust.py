@@ -13,6 +13,7 @@ from typing import Any
 
 import typer
 
+from hsched.cli import complete
 from hsched.cli._common import EXIT_USAGE, die, handle_errors, print_json
 
 
@@ -72,7 +73,7 @@ def register(app: typer.Typer) -> None:
     @node_app.command("trust")
     @handle_errors
     def trust(
-        name: str = typer.Argument(..., help="The node's name in the fleet file."),
+        name: str = typer.Argument(..., help="The node's name in the fleet file.", autocompletion=complete.node_names),
         yes: bool = typer.Option(False, "--yes", "-y", help="Trust the key without asking."),
         as_json: bool = typer.Option(False, "--json", help="One JSON object: host, fingerprint, file, added."),
     ) -> None:

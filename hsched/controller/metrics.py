@@ -45,6 +45,8 @@ class GpuSample:
     power_w: float | None
     temperature_c: float | None
     job: int | None
+    user: str | None = None
+    qos: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,11 +105,18 @@ async def take_snapshot(ctl: Controller) -> Snapshot:
     """Nodes, GPUs and jobs as they are now (on the event loop; the store through its thread)."""
     active = await ctl.db(ctl.store.jobs, states=[s for s in JobState if not s.is_terminal()])
     owners = ctl.owners([j for j in active if j.state.is_active()])
+    by_id = {j.id: j for j in active}
+
+    def holder(uuid: str) -> tuple[int | None, str | None, str | None]:
+        jid = owners.get(uuid)
+        j = by_id.get(jid) if jid is not None else None
+        return jid, (j.user if j is not None else None), (j.spec.qos if j is not None else None)
+
     gpus = tuple(
         GpuSample(node=rt.name, uuid=d.uuid, index=d.index, model=d.model, utilization=d.utilization_gpu,
                   memory_used_mib=d.memory_used_mib, memory_total_mib=d.memory_total_mib, power_w=d.power_w,
-                  temperature_c=d.temperature_c, job=owners.get(d.uuid))
-        for rt in ctl.nodes.values() for d in rt.node.devices)
+                  temperature_c=d.temperature_c, job=jid, user=user, qos=qos)
+        for rt in ctl.nodes.values() for d in rt.node.devices for jid, user, qos in (holder(d.uuid),))
     counts: dict[tuple[str, str], int] = {}
     oldest: dict[str, float] = {}
     now = ctl.clock.time()
@@ -126,7 +135,9 @@ def families(snap: Snapshot | None, rec: Recorder) -> Iterator[Any]:
     """The metric families of one scrape (prometheus-client's core types)."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-    labels = ["node", "gpu", "uuid", "model", "job"]
+    # `job_id`, not `job`: Prometheus keeps `job` for the scrape job's name and renames a target's own to
+    # `exported_job`, which left dashboards built on `job` counting nothing
+    labels = ["node", "gpu", "uuid", "model", "job_id", "user", "qos"]
     util = GaugeMetricFamily("hsched_gpu_utilization_ratio", "GPU busy fraction (0-1)", labels=labels)
     used = GaugeMetricFamily("hsched_gpu_memory_used_bytes", "GPU memory in use", labels=labels)
     total = GaugeMetricFamily("hsched_gpu_memory_total_bytes", "GPU memory size", labels=labels)
@@ -138,7 +149,7 @@ def families(snap: Snapshot | None, rec: Recorder) -> Iterator[Any]:
                              labels=["qos"])
     if snap is not None:
         for g in snap.gpus:
-            lv = [g.node, str(g.index), g.uuid, g.model, "" if g.job is None else str(g.job)]
+            lv = [g.node, str(g.index), g.uuid, g.model, "" if g.job is None else str(g.job), g.user or "", g.qos or ""]
             if g.utilization is not None:
                 util.add_metric(lv, g.utilization / 100.0)
             if g.memory_used_mib is not None:

@@ -38,3 +38,15 @@ def test_job_ids_and_qos_complete(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     assert complete.job_ids("") == [f"{arr[0].id}_1", str(arr[0].id), f"{arr[0].id}_0", str(a.id)]
     assert complete_words(monkeypatch, capsys, "hsched cancel ") == complete.job_ids("")
     assert complete_words(monkeypatch, capsys, "hsched submit --qos s") == ["scavenger"]
+
+
+def test_node_names_complete_where_a_node_is_asked_for(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 29: node names never completed (drain, resume, trust, topo show)
+    monkeypatch.setenv("HSCHED_HOME", str(tmp_path))
+    monkeypatch.delenv("HSCHED_FLEET", raising=False)
+    (tmp_path / "fleet.toml").write_text('[[node]]\nname = "gpu-a"\nexecutor = "local"\n\n'
+                                         '[[node]]\nname = "gpu-b"\nexecutor = "local"\n\n'
+                                         '[[node]]\nname = "cpu1"\nexecutor = "local"\n')
+    for words in ("hsched node drain gpu", "hsched node resume gpu", "hsched node trust gpu", "hsched topo show gpu"):
+        assert complete_words(monkeypatch, capsys, words) == ["gpu-a", "gpu-b"], words

@@ -8,6 +8,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from hsched.labsetup import install_problem, systemd_unit
 from hsched.paths import Home
 
@@ -49,3 +51,20 @@ def test_the_readmes_lab_fleet_parses() -> None:
     fleet = load_fleet(Path(__file__).resolve().parents[2] / "examples" / "lab" / "workstations.toml")
     assert [(n.name, n.executor) for n in fleet.nodes] == [("ws1", "local"), ("ws2", "ssh"), ("ws3", "ssh"),
                                                            ("ws4", "ssh")]
+
+
+def test_install_print_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 29: `daemon install --print` wrote lab.json (marking the folder a lab's) as a side effect
+    from hsched.cli import main
+
+    home = tmp_path / "lab"
+    monkeypatch.setenv("HSCHED_HOME", str(home))
+    monkeypatch.setattr("hsched.labsetup.install_problem", lambda *a: None)
+    monkeypatch.setattr("sys.argv", ["hsched", "daemon", "install", "--print"])
+    with pytest.raises(SystemExit) as ex:
+        main()
+    assert ex.value.code in (0, None)
+    out = capsys.readouterr().out.splitlines()
+    assert "ExecReload=/bin/kill -HUP $MAINPID" in out  # `systemctl reload hsched` is `hsched daemon reload`
+    assert not (home / "lab.json").exists()

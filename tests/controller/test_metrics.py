@@ -32,8 +32,11 @@ async def test_a_scrape_carries_gpus_nodes_jobs_and_round_latency(tmp_path: Path
         m = parsed(render(lab.ctl, snap).decode())
         totals = m["hsched_gpu_memory_total_bytes"]
         assert len(totals) == 8 and all(v > 0 for _, v in totals)
-        held = [labels for labels, _ in totals if labels["job"] == str(job.id)]
+        held = [labels for labels, _ in totals if labels["job_id"] == str(job.id)]
         assert len(held) == 2 and {h["node"] for h in held} <= {"a", "b"}
+        # issue 29: `job` is the label Prometheus keeps for its scrape job (a target's own becomes `exported_job`)
+        assert all("job" not in labels for labels, _ in totals)
+        assert {(h["user"], h["qos"]) for h in held} == {("alice", "normal")}
         assert ({"state": "RUNNING", "qos": "normal"}, 1.0) in m["hsched_jobs"]
         assert ({"state": "PENDING", "qos": "normal"}, 1.0) in m["hsched_jobs"]
         assert ({"node": "a", "state": "UP"}, 1.0) in m["hsched_node_state"]

@@ -52,7 +52,7 @@ def test_the_endpoint_serves_gpus_jobs_and_rounds(tmp_path: Path) -> None:
             return m if ({"state": "RUNNING", "qos": "normal"}, 1.0) in m.get("hsched_jobs", []) else None
 
         m = wait_until(scrape, "the running job in a scrape")
-        held = [labels for labels, _ in m["hsched_gpu_utilization_ratio"] if labels["job"] == jid]
+        held = [labels for labels, _ in m["hsched_gpu_utilization_ratio"] if labels["job_id"] == jid]
         assert len(held) == 1 and held[0]["model"] == "NVIDIA L4"
         assert all(0 < v <= 72 for _, v in m["hsched_gpu_power_watts"])  # an L4's board power
         assert m["hsched_round_duration_seconds_count"][0][1] > 0
