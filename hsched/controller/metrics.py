@@ -239,24 +239,27 @@ def parse_address(text: str) -> tuple[str, int]:
 
 
 class _Cache:
-    """The exposition text of the last scrape, rendered again at most every SNAPSHOT_TTL_S: a scraper asking a
-    hundred times a second costs one render a second, not a hundred (each is ~2 ms of Python, under the GIL
-    the event loop needs)."""
+    """The exposition text of the last scrape, per format, rendered again at most every SNAPSHOT_TTL_S: a scraper
+    asking a hundred times a second costs one render a second, not a hundred (each is ~2 ms of Python, under the
+    GIL the event loop needs). The format is prometheus-client's choice for the scraper's Accept header (its
+    `choose_encoder`): the text format, or OpenMetrics when asked for it."""
 
     def __init__(self, registry: Any) -> None:
         self.registry = registry
         self.lock = threading.Lock()
-        self.body = b""
-        self.at = float("-inf")
+        self.bodies: dict[str, tuple[float, bytes]] = {}
 
-    def get(self) -> bytes:
-        from prometheus_client import generate_latest
+    def get(self, accept: str = "") -> tuple[bytes, str]:
+        """(body, its content type) for a request's Accept header."""
+        from prometheus_client.exposition import choose_encoder
 
+        encoder, content_type = choose_encoder(accept)
         with self.lock:
-            if time.monotonic() - self.at > SNAPSHOT_TTL_S:
-                self.body = bytes(generate_latest(self.registry))
-                self.at = time.monotonic()
-            return self.body
+            at, body = self.bodies.get(content_type, (float("-inf"), b""))
+            if time.monotonic() - at > SNAPSHOT_TTL_S:
+                body = bytes(encoder(self.registry))
+                self.bodies[content_type] = (time.monotonic(), body)
+            return body, content_type
 
 
 METRICS_CONNECTIONS = 128
@@ -380,10 +383,10 @@ class Endpoint:
         if target.split("?", 1)[0] not in ("/", "/metrics"):
             await self._reply(writer, 404, b"try /metrics\n", close=close)
             return not close
-        from prometheus_client import CONTENT_TYPE_LATEST
-
-        body = await asyncio.get_running_loop().run_in_executor(self.renderer, self.body)
-        await self._reply(writer, 200, body, close=close, content_type=CONTENT_TYPE_LATEST, head=method == "HEAD")
+        # (header names are lowered above, and so are values: Accept's media types are case-insensitive)
+        body, content_type = await asyncio.get_running_loop().run_in_executor(self.renderer, self.body,
+                                                                              fields.get("accept", ""))
+        await self._reply(writer, 200, body, close=close, content_type=content_type, head=method == "HEAD")
         return not close
 
     async def _reply(self, writer: asyncio.StreamWriter, status: int, body: bytes, *, close: bool,

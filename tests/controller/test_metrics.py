@@ -60,6 +60,17 @@ async def test_the_endpoint_serves_from_its_own_thread(tmp_path: Path) -> None:
             # the scrape thread asks the event loop for a snapshot: the loop must be free to answer
             text = await asyncio.to_thread(scrape)
             assert ({"state": "RUNNING", "qos": "normal"}, 1.0) in parsed(text)["hsched_jobs"]
+
+            def scrape_openmetrics() -> tuple[str, str]:
+                ask = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                             headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+                with urllib.request.urlopen(ask, timeout=10) as r:
+                    return r.headers["Content-Type"], str(r.read().decode())
+
+            # OpenMetrics when the scraper asks for it (prometheus-client's own negotiation), the text format else
+            kind, om = await asyncio.to_thread(scrape_openmetrics)
+            assert kind.startswith("application/openmetrics-text") and om.rstrip().endswith("# EOF")
+            assert "hsched_jobs{" in om
         finally:
             srv.close()
 

@@ -393,7 +393,7 @@ def test_the_metrics_endpoint_closes_idle_connections(tmp_path: Path) -> None:
 
     listener = socket.create_server(("127.0.0.1", 0))
     listener.setblocking(False)
-    ep = Endpoint(listener, lambda: b"hsched_up 1\n", connections=4, idle_s=0.3)
+    ep = Endpoint(listener, lambda accept="": (b"hsched_up 1\n", "text/plain"), connections=4, idle_s=0.3)
     thread = threading.Thread(target=ep.run, daemon=True)
     thread.start()
     try:
