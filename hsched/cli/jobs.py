@@ -57,15 +57,16 @@ def _expected_line(job: dict[str, Any]) -> str:
     return "; ".join(parts) or "-"
 
 
-def _progress_line(p: dict[str, Any] | None) -> str:
-    """`step 1200 of 50000 (2.4%), 3.1 steps/s, about 4h22m left, loss 0.31` from a job's progress."""
+def _progress_line(p: dict[str, Any] | None, ended: bool = False) -> str:
+    """`step 1200 of 50000 (2.4%), 3.1 steps/s, about 4h22m left, loss 0.31` from a job's progress; a job not running
+    (ended, or waiting to run again) has no time left shown: its last report's estimate is history, not a prediction."""
     if not p or p.get("step") is None:
         return "- (no report: hsched.progress)"
     step, total = p["step"], p.get("total")
     parts = [f"step {step:g}" + (f" of {total:g} ({100 * step / total:.1f}%)" if total else "")]
     if p.get("steps_per_s"):
         parts.append(f"{p['steps_per_s']:.3g} steps/s on {p['gpus']} x {p['gpu_type']} ({p['class']})")
-    if p.get("remaining_s") is not None:
+    if p.get("remaining_s") is not None and not ended:
         left = int(p["remaining_s"])
         parts.append(f"about {left // 3600}h{left % 3600 // 60:02d}m left" if left >= 3600
                      else f"about {left // 60}m{left % 60:02d}s left")
@@ -257,7 +258,7 @@ def register(app: typer.Typer) -> None:
             ("user", job["user"]), ("qos / priority", f"{job['qos']} / {job['priority']}"),
             ("command", " ".join(job["command"])),
             ("kind", job.get("kind") or "-"),
-            ("progress", _progress_line(job.get("progress"))),
+            ("progress", _progress_line(job.get("progress"), ended=job["state"] != "RUNNING")),
             ("profile", profile_line(job.get("profile"))),
             ("expected", _expected_line(job)),
             ("workdir", job.get("workdir") or "(the submit folder, where a node sees it)"),
