@@ -251,7 +251,6 @@ def submit(o: dict[str, Any], args: list[str], table: dict[str, Any], source: st
         print(job["id"])
     elif o.get("as_json"):
         print_json(job)
-    elif job.get("array_id") is not None:
-        print(f"Submitted array job {job['id']} ({job['state']})")
     else:
-        print(f"Submitted job {job['id']} ({job['state']})")
+        # sbatch's very line (an array's too), which scripts parse (`awk '{print $4}'`, `${out##* }`)
+        print(f"Submitted batch job {job['id']}")

@@ -515,7 +515,18 @@ def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ..
         "SLURM_LOCALID": str(run.rank % job.spec.resources.tasks_per_node),
         "SLURM_NODEID": str(run.rank // job.spec.resources.tasks_per_node),
         "SLURM_JOB_NUM_NODES": str(len(placements) or 1),
+        # and what sbatch sets beside them, which scripts read (`cd $SLURM_SUBMIT_DIR` went to $HOME without it)
+        "SLURM_JOBID": str(job.id),
+        "SLURM_JOB_USER": job.user,
+        "SLURM_NNODES": str(len(placements) or 1),
+        "SLURM_JOB_NODELIST": ",".join(p.node for p in placements) or run.node,
+        "SLURM_NODELIST": ",".join(p.node for p in placements) or run.node,
+        "SLURM_GPUS_ON_NODE": str(len(here.devices)),
     })
+    if job.spec.workdir:
+        env["SLURM_SUBMIT_DIR"] = job.spec.workdir
+    if job.spec.resources.cpus:
+        env["SLURM_CPUS_PER_TASK"] = str(max(1, job.spec.resources.cpus // max(1, job.spec.resources.tasks_per_node)))
     if job.array_id is not None and job.array_task is not None and job.spec.array is not None:
         idx = job.spec.array.indices
         env.update({

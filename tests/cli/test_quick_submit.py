@@ -157,7 +157,7 @@ def test_outputs_json_parsable_and_arrays(monkeypatch: pytest.MonkeyPatch, capsy
     assert call["op"] == "submit" and call["source"] == "<command line>" and call["spec"] == {"command": ["x"]}
     assert run(monkeypatch, capsys, ["--parsable", "--", "x"], quick=True)[1] == "7\n"
     monkeypatch.setattr(Recorder, "reply", {"id": 9, "state": "PENDING", "array_id": 9})
-    assert run(monkeypatch, capsys, ["-a", "0-3", "--", "x"], quick=True)[1] == "Submitted array job 9 (PENDING)\n"
+    assert run(monkeypatch, capsys, ["-a", "0-3", "--", "x"], quick=True)[1] == "Submitted batch job 9\n"  # as sbatch
 
 
 def test_the_submitters_environment_and_folder_go_along(monkeypatch: pytest.MonkeyPatch,
