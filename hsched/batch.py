@@ -28,7 +28,6 @@ _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
 _IGNORED = {
     "-A": "accounts", "--account": "accounts",
     "--mail-type": "mail", "--mail-user": "mail", "--exclusive": "exclusive nodes (jobs share nodes by GPU)",
-    "--export": "--export (the submitter's environment is always passed, as --export=ALL)",
     "--requeue": "--requeue (hsched requeues on preemption)",
     "--no-requeue": "--no-requeue", "--mem-per-cpu": "--mem-per-cpu (give --mem)",
     "--nice": "--nice (give --priority)",
@@ -36,7 +35,7 @@ _IGNORED = {
 # sbatch options that take a value when written as separate words
 _TAKES_VALUE = frozenset({"-p", "-A", "-o", "-e", "-C", "--partition", "--account", "--mail-type", "--mail-user",
                           "--output", "--error", "--open-mode", "--export", "--mem-per-cpu", "--constraint", "--nice",
-                          "--gres", "--ntasks-per-node", "-n", "--ntasks"})
+                          "--gres", "--ntasks-per-node", "-n", "--ntasks", "-c", "--cpus-per-task"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +91,7 @@ def _translate(words: list[str], path: Path) -> tuple[list[str], list[str]]:
     out: list[str] = []
     warnings: list[str] = []
     ntasks: int | None = None
+    per_task: int | None = None
     i = 0
     while i < len(words):
         w = words[i]
@@ -114,6 +114,20 @@ def _translate(words: list[str], path: Path) -> tuple[list[str], list[str]]:
             if not value.isdigit():
                 raise UserError(f"{path}: #SBATCH {key} {value}: expected a number of tasks")
             ntasks = int(value)
+        elif key in ("-c", "--cpus-per-task"):
+            # sbatch's CPUs are per task, hsched's --cpus per node: multiplied by the tasks per node below
+            if not value.isdigit() or int(value) < 1:
+                raise UserError(f"{path}: #SBATCH {key} {value}: expected a number of CPUs per task")
+            per_task = int(value)
+        elif key == "--export":
+            # ALL (what hsched always does: the submitter's environment) plus NAME=VALUE pairs, as sbatch sets them
+            for item in value.split(","):
+                if "=" in item:
+                    out += ["--env", item]
+                elif item.upper() not in ("ALL", ""):
+                    warnings.append(f"{path}: #SBATCH --export={value}: only ALL and NAME=VALUE are honoured "
+                                    "(hsched always passes the submitter's environment)")
+                    break
         else:
             out += [w] if (eq or not value) else [key, value]
     if ntasks is not None:
@@ -121,7 +135,19 @@ def _translate(words: list[str], path: Path) -> tuple[list[str], list[str]]:
         if ntasks % nodes:
             raise UserError(f"{path}: #SBATCH --ntasks {ntasks}: not a multiple of the {nodes} nodes")
         out += ["--tasks-per-node", str(ntasks // nodes)]
+    if per_task is not None:
+        out += ["--cpus", str(per_task * _tasks_per_node(out))]
     return out, warnings
+
+
+def _tasks_per_node(options: list[str]) -> int:
+    tasks = 1
+    for n, w in enumerate(options):
+        if w == "--tasks-per-node" and n + 1 < len(options) and options[n + 1].isdigit():
+            tasks = int(options[n + 1])
+        elif w.startswith("--tasks-per-node=") and w[17:].isdigit():
+            tasks = int(w[17:])
+    return tasks
 
 
 def _nodes(options: list[str]) -> int:

@@ -19,7 +19,8 @@ STATUSES = {"same", "differs", "script", "ignored", "no"}
 # the hsched command each Slurm command's options are checked against ("no" rows and the Slurm side of "same")
 COMMAND_OF = {"sbatch": "submit", "squeue": "queue", "scancel": "cancel", "sacct": "acct", "sshare": "share"}
 # values for the #SBATCH options a script row translates (a new script row needs one here)
-SCRIPT_VALUES = {"--gres": "gpu:a100:2", "--ntasks": "4", "--ntasks-per-node": "2"}
+SCRIPT_VALUES = {"--gres": "gpu:a100:2", "--ntasks": "4", "--ntasks-per-node": "2", "--cpus-per-task": "4",
+                 "--export": "ALL,FOO=bar"}
 
 
 def rows() -> list[tuple[str, str, str, str]]:
@@ -112,3 +113,20 @@ def test_what_the_table_says_hsched_lacks_it_still_refuses(section: str, slurm: 
     help_names = {"-h", "--help"}  # every command's help, whatever squeue's -h means
     taken = [o for o in options(slurm) if o in accepted(cmd) and o not in help_names]
     assert not taken, f"{slurm}: hsched {COMMAND_OF[section]} now accepts {taken}; update docs/slurm-compat.md"
+
+
+def test_cpus_per_task_and_export_in_a_script(tmp_path: Path) -> None:
+    # issue 29: `#SBATCH --cpus-per-task` refused the whole script, and `--export=ALL,FOO=bar` never set FOO
+    from hsched.batch import read_batch_script
+
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --cpus-per-task=4\n#SBATCH --ntasks-per-node=2\n"
+                      "#SBATCH --export=ALL,FOO=bar,BAZ=a=b\nsrun python train.py\n")
+    got = read_batch_script(script)
+    assert got is not None and not got.warnings
+    opts = got.options
+    assert opts[opts.index("--cpus") + 1] == "8"  # per task, times the tasks on a node
+    envs = [opts[i + 1] for i, w in enumerate(opts) if w == "--env"]
+    assert envs == ["FOO=bar", "BAZ=a=b"]
+    out, warnings = _translate(["--export=NONE"], Path("job.sh"))
+    assert out == [] and warnings and "only ALL and NAME=VALUE" in warnings[0]
