@@ -231,8 +231,24 @@ def test_only_line(g: dict[str, Any]) -> str:
     return text
 
 
+def missing_script(word: str) -> str | None:
+    """The one line refusing `hsched submit WORD ...` when WORD reads as a script's name (a path, or a name with an
+    extension) that is neither a file nor a program on PATH: sbatch refuses a script it cannot open, where hsched
+    queued it as a command that then failed with 127. (A bare name may be a program only the nodes have: `--`
+    before a command always runs it as given.)"""
+    import shutil
+
+    looks_like_file = "/" in word or "." in os.path.basename(word).strip(".")
+    if not looks_like_file or os.path.exists(word) or shutil.which(word) is not None:
+        return None
+    return (f"hsched submit: {word}: no such file (a batch script's path, or a program on PATH); check the name, or "
+            f"put `--` before a command to run it as given")
+
+
 def submit(o: dict[str, Any], args: list[str], table: dict[str, Any], source: str) -> None:
     """Queue the job `o` and `args` make of `table` (see job_table) and print what the options ask for."""
+    if source == "<command line>" and args and args[0] != "--" and (why := missing_script(args[0])) is not None:
+        raise UserError(why)
     table = job_table(o, args, table)
     environ = dict(os.environ)
     environ["PWD"] = os.getcwd()

@@ -130,3 +130,26 @@ def test_cpus_per_task_and_export_in_a_script(tmp_path: Path) -> None:
     assert envs == ["FOO=bar", "BAZ=a=b"]
     out, warnings = _translate(["--export=NONE"], Path("job.sh"))
     assert out == [] and warnings and "only ALL and NAME=VALUE" in warnings[0]
+
+
+@pytest.mark.parametrize("word", ["train.shh", "./run.sh", "jobs/missing.py"])
+def test_a_mistyped_script_name_is_refused_at_submit(word: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 29: sbatch refuses a script it cannot open; hsched queued it as a command (exit 0, then 127)
+    from hsched.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HSCHED_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr("sys.argv", ["hsched", "submit", word])
+    with pytest.raises(SystemExit) as ex:
+        main()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert ex.value.code == 2 and len(err) == 1 and f"{word}: no such file" in err[0] and "`--`" in err[0]
+    assert not (tmp_path / "home" / "hsched.db").exists()  # nothing queued, no controller asked
+
+
+def test_programs_and_commands_after_dashes_are_not_scripts() -> None:
+    from hsched.cli.submitting import missing_script
+
+    assert missing_script("python3") is None and missing_script("sleep") is None  # on PATH
+    assert missing_script("torchrun-only-on-the-nodes") is None  # a bare name may be the nodes' program
