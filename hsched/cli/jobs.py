@@ -204,7 +204,8 @@ def register(app: typer.Typer) -> None:
         # the rest is the quick path's too (hsched/cli/submitting.py): one way to make and send the job
         submitting.submit(o, args, table, source)
 
-    @app.command()
+    # `-h` is squeue's --noheader here (scripts write `squeue -h -o ...`); --help stays help
+    @app.command(context_settings={"help_option_names": ["--help"]})
     @handle_errors
     def queue(
         all_jobs: bool = typer.Option(False, "--all", "-a", help="Include ended jobs."),
@@ -223,11 +224,15 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="A JSON list of job objects."),
         start: bool = typer.Option(False, "--start", help="The pending jobs and when each is predicted to start "
                                    "(squeue --start): running jobs' predicted ends, the queue's expected times."),
+        jobs_given: str | None = typer.Option(None, "--jobs", "-j", help="Only these jobs (comma-separated: 12 for "
+                                              "a whole array, 12_3 for one task), as squeue -j."),
+        noheader: bool = typer.Option(False, "--noheader", "-h", help="No header line, as squeue -h."),
     ) -> None:
-        """List jobs (pending and active; --all for every job)."""
+        """List jobs (pending and active; --all for every job). SQUEUE_FORMAT is the format when -o is not given."""
         from hsched.cli import listing
 
-        listing.queue(all_jobs=all_jobs, me=me, users=users, states=states, fmt=fmt, as_json=as_json, start=start)
+        listing.queue(all_jobs=all_jobs, me=me, users=users, states=states, fmt=fmt, as_json=as_json, start=start,
+                      jobs_given=jobs_given, noheader=noheader)
 
     @app.command()
     @handle_errors

@@ -8,6 +8,7 @@ most of a `hsched queue --json`; the default table still imports rich, the JSON 
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -29,6 +30,8 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str, int | None, int | None]] = {
     "fmt": (("--format", "-o"), TEXT, None, None),
     "as_json": (("--json",), FLAG, None, None),
     "start": (("--start",), FLAG, None, None),
+    "jobs_given": (("--jobs", "-j"), TEXT, None, None),
+    "noheader": (("--noheader", "-h"), FLAG, None, None),
 }
 
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "LOST"}
@@ -50,9 +53,13 @@ def quick_queue(argv: list[str]) -> int | None:
 
 
 def queue(*, all_jobs: bool, me: bool, users: str | None, states: str | None, fmt: str | None,
-          as_json: bool, start: bool = False) -> None:
+          as_json: bool, start: bool = False, jobs_given: str | None = None, noheader: bool = False) -> None:
     """The jobs as squeue lists them: pending and active ones (--all: every job), filtered, in the format asked;
-    --start: the pending ones with their predicted starts (squeue --start)."""
+    --start: the pending ones with their predicted starts (squeue --start); -j: these jobs only (`12`: a whole
+    array, `12_3` one task); -h: no header line; SQUEUE_FORMAT: the format when -o is not given, as squeue's."""
+    if fmt is None and not as_json and os.environ.get("SQUEUE_FORMAT"):
+        fmt = os.environ["SQUEUE_FORMAT"]
+    only = _job_set(jobs_given) if jobs_given else None
     wanted = _states(states) if states else None
     if start:
         wanted = {"PENDING"}
@@ -71,15 +78,36 @@ def queue(*, all_jobs: bool, me: bool, users: str | None, states: str | None, fm
         jobs = [j for j in jobs if j["user"] in allowed]
     if wanted:
         jobs = [j for j in jobs if j["state"] in wanted]
+    if only is not None:
+        jobs = [j for j in jobs if str(j["id"]) in only or str(j.get("array_id")) in only
+                or f"{j.get('array_id')}_{j.get('array_task')}" in only]
     if as_json:
         print_json(jobs)
     elif start and not fmt:
         render_starts(jobs)
     elif fmt:
-        out = "".join(line + "\n" for line in format_queue(jobs, fmt))
-        sys.stdout.write(out)
+        lines = format_queue(jobs, fmt)
+        sys.stdout.write("".join(line + "\n" for line in (lines[1:] if noheader else lines)))
     else:
-        render_queue(jobs)
+        render_queue(jobs, header=not noheader)
+
+
+def _job_set(text: str) -> set[str]:
+    """squeue -j's list: ids (`12`, an array's id: all its tasks) and tasks (`12_3`), comma-separated; checked as
+    every id argument is (hsched.jobids)."""
+    from hsched.jobids import job_id, task_index
+
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    if not words:
+        raise UserError(f"--jobs {text!r}: expected job ids such as 12,13_2")
+    out = set()
+    for w in words:
+        head, sep, task = w.partition("_")
+        try:
+            out.add(f"{job_id(head)}_{task_index(task)}" if sep else str(job_id(head)))
+        except ValueError as e:
+            raise UserError(f"--jobs: expected {e}, found {w!r}") from None
+    return out
 
 
 def _elapsed(job: dict[str, Any]) -> str:
@@ -105,11 +133,10 @@ def _clock(s: int, *, short: bool = False) -> str:
 
 
 def _where(job: dict[str, Any]) -> str:
+    """squeue's NODELIST(REASON): the nodes, comma-separated (a host list Slurm's tools read; `n1[2]` for two GPUs
+    on n1 read as node n12 to them: the GPUs are their own column), else the reason in parentheses."""
     if job["placement"]:
-        parts = []
-        for p in job["placement"]:
-            parts.append(f"{p['node']}[{len(p['devices'])}]" if p["devices"] else p["node"])
-        return ",".join(parts)
+        return ",".join(dict.fromkeys(p["node"] for p in job["placement"]))
     return f"({job['reason']})" if job.get("reason") else ""
 
 
@@ -204,7 +231,7 @@ def _limit(seconds: float | None) -> str:
     return _clock(int(seconds)) if seconds else "UNLIMITED"
 
 
-def _plain_queue(rows: list[tuple[str, dict[str, Any]]]) -> None:
+def _plain_queue(rows: list[tuple[str, dict[str, Any]]], header: bool = True) -> None:
     """The queue's columns as plain text, widths from the longest cell (no colour: a long listing is read by
     grep and less more than by eye)."""
     from hsched.theme import state_code
@@ -217,10 +244,10 @@ def _plain_queue(rows: list[tuple[str, dict[str, Any]]]) -> None:
                       for label, j in rows]
     widths = [max(len(r[k]) for r in table) for k in range(len(head))]
     out = []
-    for r in table:
+    for r in table if header else table[1:]:
         cells = [r[k].rjust(widths[k]) if k in right else r[k].ljust(widths[k]) for k in range(len(head))]
         out.append(" ".join(cells).rstrip())
-    sys.stdout.write("\n".join(out) + "\n")
+    sys.stdout.write("".join(line + "\n" for line in out))
 
 
 def render_starts(jobs: list[dict[str, Any]]) -> None:
@@ -242,12 +269,12 @@ PLAIN_ROWS = 200
 """More rows than this are printed as plain columns: rich's table lays 5,000 rows out in ~10 s, squeue in ms."""
 
 
-def render_queue(jobs: list[dict[str, Any]]) -> None:
+def render_queue(jobs: list[dict[str, Any]], header: bool = True) -> None:
     rows = queue_rows(jobs)
     # plain columns, as squeue's, for a pipe or a file (what grep, awk and scripts read) and for long listings;
     # rich's coloured table only for a person at a terminal: laying 150 rows out cost 0.6 s of a 0.8 s `queue`
-    if len(rows) > PLAIN_ROWS or not sys.stdout.isatty():
-        _plain_queue(rows)
+    if len(rows) > PLAIN_ROWS or not sys.stdout.isatty() or not header:
+        _plain_queue(rows, header)
         return
     from rich.console import Console
     from rich.markup import escape

@@ -49,7 +49,7 @@ def test_a_plain_argv_means_what_typer_makes_of_it(argv: list[str]) -> None:
     assert parsed[0] == typer_params(argv)
 
 
-@pytest.mark.parametrize("argv", [["extra"], ["--help"], ["-h"], ["--json", "--json"], ["-at", "PD"],
+@pytest.mark.parametrize("argv", [["extra"], ["--help"], ["--json", "--json"], ["-at", "PD"],
                                   ["--user"], ["-t", "-x"], ["--json=1"], ["--nosuch"]])
 def test_anything_else_is_typers(argv: list[str]) -> None:
     assert listing.quick_queue(list(argv)) is None
@@ -101,3 +101,27 @@ def test_quick_and_typer_list_the_same(argv: list[str], monkeypatch: pytest.Monk
     assert said[0] == said[1]
     if argv == ["-t", "nosuch"]:
         assert said[0][0] == 2 and said[0][2].startswith("hsched: error: --states 'nosuch': not a state")
+
+
+@pytest.mark.parametrize("quick_path", [True, False])
+def test_squeue_habits_jobs_noheader_and_squeue_format(quick_path: bool, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 29: `squeue -h -j 3 -o ...` and SQUEUE_FORMAT, as scripts written for Slurm use them
+    monkeypatch.setattr("hsched.cli.listing._client", Controller)
+    from hsched.cli._app import run as typer_run
+
+    def listed(*argv: str) -> tuple[int, str, str]:
+        monkeypatch.setattr("sys.argv", ["hsched", "queue", *argv])
+        with pytest.raises(SystemExit) as ex:
+            (main if quick_path else typer_run)()
+        out, err = capsys.readouterr()
+        return int(ex.value.code or 0), out, err
+
+    assert listed("-h", "-j", "3", "-o", "%i %u %R") == (0, "3 ann gpu-a\n", "")
+    assert listed("--noheader", "--jobs", "4,5")[1].split() == ["4", "[bold]x", "bob", "PD", "prod", "5", "1", "0:00",
+                                                                 "(Resources)"]
+    monkeypatch.setenv("SQUEUE_FORMAT", "%i|%t")
+    assert listed()[1] == "JOBID|ST\n3|R\n4|PD\n"
+    assert listed("-o", "%u")[1] == "USER\nann\nbob\n"  # -o wins
+    code, _, err = listed("-j", "99999999999999999999")
+    assert code == 2 and "--jobs: expected a job id from 1 to" in err

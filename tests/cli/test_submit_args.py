@@ -196,7 +196,7 @@ def test_queue_format_and_state_filters() -> None:
              "nodes": 1, "time_limit_s": 5400.0, "placement": [{"node": "a", "devices": ["x", "y"]}],
              "reason": "", "start_time": None, "end_time": None, "submit_time": "t", "display_id": "3"}]
     assert format_queue(jobs, "%.5i %10j %t %l %R") == ["JOBID NAME       ST TIME_LIMIT NODELIST(REASON)",
-                                                        "    3 train      R 1:30:00 a[2]"]
+                                                        "    3 train      R 1:30:00 a"]  # a host list (GPUs: %b)
     assert _states("PD,r") == {"PENDING", "RUNNING"} and _states("completed") == {"COMPLETED"}
     with pytest.raises(UserError, match="not a state"):
         _states("XX")
