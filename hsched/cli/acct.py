@@ -16,13 +16,23 @@ from hsched.errors import UserError
 FIELDS = {
     "jobid": lambda j: j.get("display_id") or j["id"], "jobname": lambda j: j["name"], "user": lambda j: j["user"],
     "state": lambda j: j["state"], "reason": lambda j: j["reason"], "qos": lambda j: j["qos"],
-    "exitcode": lambda j: "" if j["exit_code"] is None else j["exit_code"], "submit": lambda j: j["submit_time"],
+    "exitcode": lambda j: _exit_code(j["exit_code"]), "submit": lambda j: j["submit_time"],
     "start": lambda j: j["start_time"] or "", "end": lambda j: j["end_time"] or "",
     "elapsed": lambda j: _elapsed(j), "gpus": lambda j: j["gpus"], "nodes": lambda j: j["nodes"],
     "restarts": lambda j: j["restarts"], "gpuhours": lambda j: f"{_gpu_hours(j):.2f}",
     "nodelist": lambda j: ",".join(sorted({r["node"] for r in j.get("runs") or []})),
 }
 DEFAULT_FORMAT = "jobid,jobname,user,state,exitcode,elapsed,gpus,gpuhours,nodelist"
+
+
+def _exit_code(code: int | None) -> str:
+    """sacct's ExitCode `N:S`: the exit status and the signal that ended it. hsched keeps a death by signal S as
+    128 + S (as a shell says it), so 137 reads `0:9`."""
+    if code is None:
+        return ""
+    if 128 < code <= 128 + 64:
+        return f"0:{code - 128}"
+    return f"{code}:0"
 
 
 def _ts(iso_text: str | None) -> float | None:
@@ -90,12 +100,20 @@ def register(app: typer.Typer) -> None:
         parsable: bool = typer.Option(False, "--parsable2", "-P", help="Fields joined by |, no padding."),
         summary: bool = typer.Option(False, "--gpu-hours", help="GPU-hours by user and by GPU model."),
         as_json: bool = typer.Option(False, "--json", help="Jobs with their runs, and GPU-hours, as JSON."),
+        jobs_given: str | None = typer.Option(None, "--jobs", "-j", help="Only these jobs (comma-separated; 12 for "
+                                              "a whole array, 12_3 one task), whenever they ran, as sacct -j."),
+        allocations: bool = typer.Option(False, "--allocations", "-X", help="Jobs only, no steps: what hsched lists "
+                                         "anyway (sacct -X)."),
+        noheader: bool = typer.Option(False, "--noheader", "-n", help="No header lines, as sacct -n."),
     ) -> None:
         """Accounting (sacct's role): the jobs of a time window, their runs and GPU-hours."""
         from hsched.cli.jobs import _client, _states
+        from hsched.cli.listing import _job_set
 
         now = time.time()
-        since = parse_when(start, now, "--starttime") if start else datetime.now().replace(
+        only = _job_set(jobs_given) if jobs_given else None
+        # sacct -j: the jobs named, from the epoch on unless a start is given
+        since = parse_when(start, now, "--starttime") if start else 0.0 if only else datetime.now().replace(
             hour=0, minute=0, second=0, microsecond=0).timestamp()
         until = parse_when(end, now, "--endtime") if end else None
         fields = [f.strip().lower() for f in fmt.split(",") if f.strip()]
@@ -114,6 +132,9 @@ def register(app: typer.Typer) -> None:
         if name:
             names = {n.strip() for n in name.split(",")}
             jobs = [j for j in jobs if j["name"] in names]
+        if only is not None:
+            jobs = [j for j in jobs if str(j["id"]) in only or str(j.get("array_id")) in only
+                    or f"{j.get('array_id')}_{j.get('array_task')}" in only]
         if as_json:
             print_json({"jobs": jobs, "gpu_hours": reply["gpu_hours"]})
             return
@@ -127,12 +148,14 @@ def register(app: typer.Typer) -> None:
             return
         rows = [[str(FIELDS[f](j)) for f in fields] for j in jobs]
         if parsable:
-            print("|".join(f.capitalize() for f in fields))
+            if not noheader:
+                print("|".join(f.capitalize() for f in fields))
             for r in rows:
                 print("|".join(r))
             return
         widths = [max([len(f)] + [len(r[i]) for r in rows]) for i, f in enumerate(fields)]
-        print("  ".join(f.capitalize().ljust(w) for f, w in zip(fields, widths, strict=True)).rstrip())
-        print("  ".join("-" * w for w in widths))
+        if not noheader:
+            print("  ".join(f.capitalize().ljust(w) for f, w in zip(fields, widths, strict=True)).rstrip())
+            print("  ".join("-" * w for w in widths))
         for r in rows:
             print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())

@@ -332,13 +332,26 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @handle_errors
     def cancel(
-        job_ids: list[str] = typer.Argument(..., metavar="JOB...", autocompletion=complete.job_ids),
+        job_ids: list[str] = typer.Argument(None, metavar="[JOB...]", autocompletion=complete.job_ids),
+        users: str | None = typer.Option(None, "--user", "-u", help="Every active job of these users "
+                                         "(comma-separated), as scancel -u; the owner's or an admin's to cancel."),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Cancel jobs: pending ones at once, running ones with SIGTERM, then SIGKILL."""
         from hsched.cli.control import each
 
-        each("cancel", job_ids, as_json)
+        ids: list[str] = list(job_ids or [])
+        if users:
+            wanted = {u.strip() for u in users.split(",") if u.strip()}
+            with _client() as c:
+                # an array's task by its own name (`20_3`): `20` alone would stand for the whole array
+                ids += [f"{j['array_id']}_{j['array_task']}" if j.get("array_id") is not None else str(j["id"])
+                        for j in c.call("queue") if j["user"] in wanted]
+            if not ids:
+                return  # scancel -u of a user with no jobs: nothing to do, exit 0
+        if not ids:
+            raise UserError("hsched cancel: name the jobs (JOB...) or their users (-u USER)")
+        each("cancel", ids, as_json)
 
     @app.command()
     @handle_errors
