@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import sys
 import time
 from pathlib import Path
@@ -201,6 +202,12 @@ def register(app: typer.Typer) -> None:
             args = [*script.command, *args[1:]]
             for line in script.warnings:
                 print(f"hsched: warning: {line}", file=sys.stderr)
+            if o.get("output") is None:
+                # sbatch's default: the script's output in slurm-%j.out (slurm-%A_%a.out for an array task) in its
+                # working folder, where scripts and people look for it; not where the submitter cannot write
+                workdir = o.get("workdir") or os.getcwd()
+                if os.access(workdir, os.W_OK):
+                    o["output"] = "slurm-%A_%a.out" if o.get("array") else "slurm-%j.out"
         # the rest is the quick path's too (hsched/cli/submitting.py): one way to make and send the job
         submitting.submit(o, args, table, source)
 

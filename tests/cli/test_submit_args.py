@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -265,3 +266,23 @@ def test_offload_and_mem_reach_the_spec(monkeypatch: pytest.MonkeyPatch, submitt
     assert submit(monkeypatch, "--gpus", "1", "--mem", "512G", "--offload", "--", "python", "zero.py") == 0
     res = submitted[0]["spec"]["resources"]
     assert res["offload"] is True and res["memory"] == "512G"
+
+
+def test_a_batch_script_writes_slurm_jobid_out_by_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                          submitted: list[dict[str, Any]]) -> None:
+    # issue 29: sbatch writes a script's output to slurm-%j.out in its working folder when -o is absent
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#SBATCH -G 1\necho hi\n")
+    monkeypatch.chdir(tmp_path)
+    assert submit(monkeypatch, str(script)) == 0
+    assert submitted[-1]["spec"]["output"] == "slurm-%j.out"
+    assert submit(monkeypatch, "--array", "0-3", str(script)) == 0
+    assert submitted[-1]["spec"]["output"] == "slurm-%A_%a.out"
+    assert submit(monkeypatch, "-o", "mine-%j.log", str(script)) == 0
+    assert submitted[-1]["spec"]["output"] == "mine-%j.log"
+    assert submit(monkeypatch, "--", "echo", "hi") == 0  # a command, as sbatch --wrap... is hsched's own: no file
+    assert "output" not in submitted[-1]["spec"]
+    # a working folder the submitter cannot write (root writes anywhere: the check itself is stood in for)
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    assert submit(monkeypatch, str(script)) == 0
+    assert "output" not in submitted[-1]["spec"]
