@@ -296,21 +296,24 @@ def _finish_folders(top_fd: int, folders: list[tuple[list[str], int, float]]) ->
             os.close(fd)
 
 
-def descend(top_fd: int, parts: list[str]) -> int:
-    """A new descriptor of the folder `parts` below `top_fd`, one name at a time, no link followed."""
+def descend(top_fd: int, parts: list[str], make: Any = None) -> int:
+    """A new descriptor of the folder `parts` below `top_fd`, one name at a time, no link followed; `make(dir_fd,
+    name)` (a new folder's descriptor) where one is missing, else FileNotFoundError."""
     cur = os.dup(top_fd)
     try:
         for part in parts:
-            nfd = os.open(part, DIR_READ, dir_fd=cur)
+            try:
+                nfd = os.open(part, DIR_READ, dir_fd=cur)
+            except FileNotFoundError:
+                if make is None:
+                    raise
+                nfd = make(cur, part)
             os.close(cur)
             cur = nfd
         return cur
     except BaseException:
         os.close(cur)
         raise
-
-
-# ------------------------------------------------------------------------------------------------ local copies
 
 
 def copy_into(src: str, parent: str, name: str, owner: Owner | None = None,
@@ -494,20 +497,13 @@ def _make_parents(top_fd: int, parts: list[str], owner: Owner | None, counts: Co
     """The folder `parts` below `top_fd` (made as needed, `owner`'s), never through a link: a descriptor."""
     if len(parts) > MAX_DEPTH:
         raise Unsafe(f"folders nest deeper than {MAX_DEPTH}", "/".join(parts))
-    cur = os.dup(top_fd)
-    try:
-        for part in parts:
-            try:
-                nfd = os.open(part, DIR_READ, dir_fd=cur)
-            except FileNotFoundError:
-                nfd = make_folder(cur, part, owner)
-                counts.dirs += 1
-            os.close(cur)
-            cur = nfd
-        return cur
-    except BaseException:
-        os.close(cur)
-        raise
+
+    def made(dir_fd: int, name: str) -> int:
+        fd = make_folder(dir_fd, name, owner)
+        counts.dirs += 1
+        return fd
+
+    return descend(top_fd, parts, made)
 
 
 def remove_tree(parent: str, name: str) -> None:

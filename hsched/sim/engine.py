@@ -30,7 +30,6 @@ from hsched.sched.policy import AnyPolicy
 from hsched.sched.preempt import PreemptRule
 from hsched.sched.round import build_input, schedule_round
 from hsched.sched.view import JobPhase, JobView, PolicyInput, RoundDecision, ServerView, Start, qos_rank
-from hsched.sim.bounds import too_long
 from hsched.sim.data import (
     PREFETCH_LOOKAHEAD,
     DataModel,
@@ -42,7 +41,7 @@ from hsched.sim.data import (
 from hsched.sim.knowledge import Learner, Predictor
 from hsched.sim.metrics import JobRecord, SimResult, lower_bounds, summarize
 from hsched.sim.slurm import Alloc, SlurmPoolSpec, SlurmQueue
-from hsched.sim.trace import Trace, TraceJob
+from hsched.sim.trace import Trace, TraceJob, too_long
 
 
 @dataclass(frozen=True, slots=True)

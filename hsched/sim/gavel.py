@@ -37,9 +37,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hsched.sim.bounds import too_long
 from hsched.sim.metrics import JobRecord, SimResult, lower_bounds, summarize
-from hsched.sim.trace import Trace, TraceJob
+from hsched.sim.trace import Trace, TraceJob, too_long
 
 GAVEL_POLICIES = {
     "fifo": "fifo",

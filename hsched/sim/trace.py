@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -316,3 +317,13 @@ def _require_columns(path: Path, rows: list[dict[str, str]], need: tuple[str, ..
     missing = [c for c in need if c not in rows[0]]
     if missing:
         raise UserError(f"{path}: missing column(s) {', '.join(missing)}; {fix}")
+
+
+def too_long(trace: Trace, job: TraceJob, fastest_rate: float) -> None:
+    """A UserError when `job` runs longer than MAX_DURATION_S at `fastest_rate` (its work per second on its
+    fastest GPU type): a Gavel job's steps are bounded only by the table's rates, known once the cluster is."""
+    seconds = job.work / fastest_rate if fastest_rate > 0 else math.inf
+    if seconds > MAX_DURATION_S:
+        raise UserError(f"{trace.source}: job {job.name or job.id}: {job.work:,.0f} {trace.work_unit} take "
+                        f"{seconds / 86400:,.0f} days at its fastest; the simulator replays jobs of up to "
+                        f"{MAX_DURATION_S / 86400:,.0f} days")

@@ -40,6 +40,7 @@ from hsched.model import JobSpec, JobState, Resources
 from hsched.protocol import request
 from hsched.testing import Lab
 from tests.controller.conftest import until
+from tests.controller.test_shell_door import Writer as DoorWriter
 
 # ---------------------------------------------------------------------------------- the door, in memory
 
@@ -69,26 +70,15 @@ class FakeSock:
             self.far.close()
 
 
-class Writer:
+class Writer(DoorWriter):
+    """The door's writer (tests/controller/test_shell_door.py) on a socket whose peer uid the test chooses."""
+
     def __init__(self, sock: FakeSock) -> None:
+        super().__init__()
         self.sock = sock
-        self.data = b""
-        self.closed = asyncio.Event()
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-    async def drain(self) -> None:
-        return None
-
-    def close(self) -> None:
-        self.closed.set()
 
     def get_extra_info(self, name: str) -> Any:
         return self.sock if name == "socket" else None
-
-    def replies(self) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in self.data.splitlines()]
 
 
 MEMBER_A, MEMBER_B, ADMIN = 61001, 61002, 61003

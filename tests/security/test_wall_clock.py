@@ -25,7 +25,7 @@ from hsched.config import Settings
 from hsched.controller import commands
 from hsched.controller.health import check_health
 from hsched.controller.loops import one_round
-from hsched.model import EndReason, JobState, NodeState, RunState
+from hsched.model import EndReason, Job, JobState, NodeState, RunState
 from hsched.testing import FakeClock, Lab
 
 HOUR = 3600.0
@@ -73,14 +73,20 @@ async def limit_fires_at_120_s(lab: Lab, job_id: int, elapsed: float) -> None:
     assert fake.signals == ["USR1"]  # its checkpoint signal: the stop of a time limit, and nothing else
 
 
+
+async def started_with_limit(lab: Lab) -> Job:
+    """A 4-GPU job with the LIMIT_S time limit, started by one round."""
+    job = await lab.submit("python", "train.py", gpus=4, time_limit_s=LIMIT_S, checkpoint_signal="USR1@30")
+    await lab.round()
+    return job
+
+
 @pytest.mark.parametrize("step_s", [2 * HOUR, -HOUR], ids=["plus-2h", "minus-1h"])
 def test_a_running_job_with_a_limit_is_neither_lost_nor_killed_nor_timed_out_by_a_step(tmp_path: Path,
                                                                                        step_s: float) -> None:
     async def scenario() -> None:
         async with Lab.open(tmp_path, settings=SETTINGS) as lab:
-            job = await lab.submit("python", "train.py", gpus=4, time_limit_s=LIMIT_S,
-                                   checkpoint_signal="USR1@30")
-            await lab.round()
+            job = await started_with_limit(lab)
             await assert_untouched(lab, job.id)
             await lab.advance(64.0)  # the issue's step came 64 s into the job
             await step_between_samples(lab, step_s)
@@ -149,9 +155,7 @@ def test_a_restarted_controller_counts_an_adopted_jobs_limit_from_its_recorded_s
     async def scenario() -> None:
         clock = FakeClock()
         async with Lab.open(tmp_path, settings=SETTINGS, clock=clock) as lab:
-            job = await lab.submit("python", "train.py", gpus=4, time_limit_s=LIMIT_S,
-                                   checkpoint_signal="USR1@30")
-            await lab.round()
+            job = await started_with_limit(lab)
             await lab.advance(40.0)
             runs = {n: ex.runs for n, ex in lab.executors.items()}
         # the next controller, 20 s later, finds the run on its node (the fake nodes' records carried over)
@@ -217,9 +221,7 @@ def test_a_restarted_controller_counts_a_requeued_jobs_limit_from_its_current_at
     async def scenario() -> None:
         clock = FakeClock()
         async with Lab.open(tmp_path, settings=SETTINGS, clock=clock) as lab:
-            job = await lab.submit("python", "train.py", gpus=4, time_limit_s=LIMIT_S,
-                                   checkpoint_signal="USR1@30")
-            await lab.round()
+            job = await started_with_limit(lab)
             await lab.advance(50.0)
             await lab.finish(job.id, 85)  # a checkpoint exit: requeued, started again in the same round
             await lab.round()
