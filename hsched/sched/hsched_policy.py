@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping
+from typing import NamedTuple
 
 from hsched.model import DEFAULT_QOS
 from hsched.sched.policy import Policy, hetero_assign, select_by_capacity, wants_from_assignment
@@ -13,11 +13,19 @@ _Key = tuple[int, int, bool, bool, float, float, int, JobView]
 """A job's place in `Hsched.order`: QoS rank, -priority, over its fair share, not fresh from a (re)start, GPU-seconds
 attained, arrival, id; then the view itself."""
 _VIEW = operator.itemgetter(7)
-_ORDER: tuple[list[JobView], frozenset[str], dict[int, _Key], list[_Key]] = ([], frozenset(), {}, [])
-"""The last `Hsched.order`'s waiting jobs: their views, the users over their fair share, their keys by id and their
-keys sorted. One global, swapped whole (a policy object is made afresh each live round): a key holds its view, which
-tells whether it is still the job's. At 2,000 waiting jobs, keys made afresh and sorted took 4.3 ms of a 21 ms live
-round (bench_live.py)."""
+_MEMO = "hsched.order"
+
+
+class _Memo(NamedTuple):
+    """The last `Hsched.order`'s waiting jobs: their views, the users over their fair share, their keys by id and their
+    keys sorted. Kept in the caller's `PolicyInput.cache` (a policy object is made afresh each live round), swapped
+    whole: a key holds its view, which tells whether it is still the job's. At 2,000 waiting jobs, keys made afresh
+    and sorted took 4.3 ms of a 21 ms live round (bench_live.py)."""
+
+    waiting: list[JobView]
+    over: frozenset[str]
+    keys: dict[int, _Key]
+    ordered: list[_Key]
 
 
 class Hsched(Policy):
@@ -47,25 +55,25 @@ class Hsched(Policy):
         quantum = self.quantum_s if inp.quantum_s is None else inp.quantum_s
         return max(quantum, inp.round_s, self.quantum_per_checkpoint_s * inp.checkpoint_cost_s)
 
-    @classmethod
-    def over_share(cls, usage: Mapping[str, float]) -> frozenset[str]:
+    def over_share(self, inp: PolicyInput) -> frozenset[str]:
         """The users fair share serves after the others: usage above `fair_share_slack` times the mean. (The live
         round reads it too, to find the most important waiting job it reserves GPUs for.)"""
+        usage = inp.user_usage
         mean = sum(usage.values()) / len(usage) if usage else 0.0
-        heavy = cls.fair_share_slack * mean
+        heavy = self.fair_share_slack * mean
         return frozenset(u for u, v in usage.items() if v > heavy) if mean > 0 else frozenset[str]()
 
     def order(self, inp: PolicyInput) -> list[JobView]:
         # fair share's "served after the others", once per user rather than once per job
-        over = self.over_share(inp.user_usage)
+        over = self.over_share(inp)
         min_run = self.min_run_s(inp)
         now = inp.now
         running = JobPhase.RUNNING
         ranks, normal = QOS_RANK, qos_rank(DEFAULT_QOS)
         jobs = inp.jobs
         waiting = [j for j in jobs if j.phase is not running]
-        global _ORDER
-        last_waiting, last_over, last, last_sorted = _ORDER
+        memo = inp.cache.get(_MEMO)
+        last_waiting, last_over, last, last_sorted = memo if isinstance(memo, _Memo) else _Memo([], frozenset(), {}, [])
         if over == last_over and len(waiting) == len(last_waiting) and all(map(operator.is_, waiting, last_waiting)):
             # the very same waiting views as last time, and the same fair share flags: the same keys, sorted
             # already (the live controller's usual round: 2,000 waiting jobs that did not change)
@@ -82,7 +90,7 @@ class Hsched(Policy):
                 kept[j.id] = hit
             # (only this round's waiting jobs are kept: ended and started ones do not pile up)
             waiting_sorted = sorted(kept.values())
-            _ORDER = (waiting, over, kept, waiting_sorted)
+            inp.cache[_MEMO] = _Memo(waiting, over, kept, waiting_sorted)
         keyed = list(waiting_sorted)
         append = keyed.append
         last_qos: str | None = None  # (jobs of one class in a row: their rank looked up once)
@@ -105,8 +113,7 @@ class Hsched(Policy):
         keyed.sort()
         return list(map(_VIEW, keyed))
 
-    @staticmethod
-    def move_gain(j: JobView, new_type: str, inp: PolicyInput) -> tuple[float, float]:
+    def move_gain(self, j: JobView, new_type: str, inp: PolicyInput) -> tuple[float, float]:
         """(seconds a move of running job `j` to `new_type` is expected to save, what its checkpoint and restore
         cost): the gain is its expected remaining time times the speed it stops wasting.
 

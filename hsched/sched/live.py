@@ -44,10 +44,10 @@ from datetime import UTC, datetime
 from hsched.constraints import Constraint, parse_constraint
 from hsched.kinds import kind_of
 from hsched.model import DEFAULT_QOS, EndReason, Interconnect, Job, Node, NodeState, Placement, Resources
-from hsched.sched.hsched_policy import Hsched
 from hsched.sched.limits import QosLimits, Tally
 from hsched.sched.locality import choose_wait, copy_seconds, leaves_room
 from hsched.sched.placement import fragmentation_key
+from hsched.sched.policy import AnyPolicy
 from hsched.sched.preempt import PreemptRule, Victims
 from hsched.sched.registry import make_policy
 from hsched.sched.round import apply_rule, build_input, make_plan
@@ -218,6 +218,9 @@ class Chosen:
 DeviceChooser = Callable[[Node, Sequence[str], Resources], Chosen | None]
 """Pick devices for a request among a node's free ones, or None."""
 
+
+_POLICY_CACHE: dict[str, object] = {}
+"""What the live policy keeps between rounds (PolicyInput.cache). TODO(issue 28): the caller's, passed in."""
 
 def resolve_gpu_types(types: Sequence[str], aliases: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
     """`--gpu-type` names with settings aliases replaced by the models they stand for (case-insensitive);
@@ -799,7 +802,7 @@ def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: 
     inp = build_input(now, sorted(views, key=_ARRIVAL), servers,
                       throughput or catalog_throughput(), user_usage=usage if len(usage) > 1 else {},
                       checkpoint_costs=movable, forecast_s=forecast,
-                      quantum_s=fleet.move_min_run_s if movable else None)
+                      quantum_s=fleet.move_min_run_s if movable else None, cache=_POLICY_CACHE)
     plan = make_plan(policy, inp)
     # (the placer places the waiting jobs it knows, and the running ones that may move, on devices free now)
     moving = {r.id: r.job for r in fleet.running if r.id in movable} if movable else {}
@@ -815,7 +818,7 @@ def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: 
     # the others by submit time: the order `inp.jobs` already has (a view's arrival is its job's submit time)
     others = {j.id for j in pending}.difference(wanted)
     rest = [i for i in map(_ID, inp.jobs) if i in others]
-    over = Hsched.over_share(inp.user_usage) if isinstance(policy, Hsched) else frozenset[str]()
+    over = policy.over_share(inp)
     taken = {d.job_id for d in moved}
     waiting = dict(decision.waiting)
     starts = []
@@ -829,7 +832,7 @@ def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: 
     return starts, waiting, wanted + rest, over, moved
 
 
-def _moves(decision: RoundDecision, inp: PolicyInput, policy: object, queued: Mapping[int, Job],
+def _moves(decision: RoundDecision, inp: PolicyInput, policy: AnyPolicy, queued: Mapping[int, Job],
            st: _RoundState) -> list[Move | Preempt]:
     """The plan's moves of running jobs (to free devices of a faster type: a `Move`), and its time-sharing stops:
     a waiting job placed on the devices of running jobs the plan stops (equals of its QoS class that have had more
@@ -842,10 +845,7 @@ def _moves(decision: RoundDecision, inp: PolicyInput, policy: object, queued: Ma
         v = views[s.job_id]
         if s.migrate:
             old = v.gpu_type or "?"
-            if isinstance(policy, Hsched):
-                gain, cost = policy.move_gain(v, s.gpu_type, inp)
-            else:
-                gain, cost = math.inf, inp.checkpoint_costs.get(v.id, inp.checkpoint_cost_s)
+            gain, cost = policy.move_gain(v, s.gpu_type, inp)
             nodes = ", ".join(p.node for p in s.placement)
             if gain > 0:
                 why = (f"moving from {old} to {s.gpu_type} on {nodes}: expected to save {_secs(gain)} for a "

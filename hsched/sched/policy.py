@@ -8,6 +8,7 @@ packing, gang by gang, all or nothing. A clairvoyant policy subclasses `OraclePo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain
 from operator import attrgetter
@@ -16,7 +17,22 @@ from typing import ClassVar
 from hsched.sched.view import JobView, OracleInput, Plan, PolicyInput, Want
 
 
-class Policy:
+class PolicyHooks:
+    """Optional hooks the round reads instead of testing a policy's class: a policy without fair share serves
+    nobody after the others, and one without a move rule moves at any gain."""
+
+    def over_share(self, inp: PolicyInput) -> frozenset[str]:
+        """The users this policy serves after the others (fair share); the round reads it to name the most
+        important waiting job it reserves GPUs for."""
+        return frozenset()
+
+    def move_gain(self, j: JobView, new_type: str, inp: PolicyInput) -> tuple[float, float]:
+        """(seconds a move of running job `j` to `new_type` is expected to save, what its checkpoint and restore
+        cost). Without a model of the gain: unbounded."""
+        return math.inf, inp.checkpoint_costs.get(j.id, inp.checkpoint_cost_s)
+
+
+class Policy(PolicyHooks):
     """A non-clairvoyant policy. Subclasses set `name` and implement `plan`."""
 
     name: ClassVar[str] = ""
@@ -28,7 +44,7 @@ class Policy:
         raise NotImplementedError
 
 
-class OraclePolicy:
+class OraclePolicy(PolicyHooks):
     """A clairvoyant policy, for reference only: it reads remaining times, which no real scheduler has."""
 
     name: ClassVar[str] = ""

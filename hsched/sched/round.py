@@ -12,7 +12,7 @@ backfill between them: hsched.sched.live).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import replace
 
 from hsched.model import EndReason, Placement
@@ -49,6 +49,7 @@ def build_input(
     checkpoint_costs: Mapping[int, float] | None = None,
     forecast_s: Mapping[int, float] | None = None,
     quantum_s: float | None = None,
+    cache: MutableMapping[str, object] | None = None,
 ) -> PolicyInput:
     """Assemble a PolicyInput: capacity per GPU type from the servers, types ordered fastest first."""
     capacity, gpu_types = _fleet(servers, throughput)
@@ -65,6 +66,7 @@ def build_input(
         checkpoint_costs=checkpoint_costs or {},
         forecast_s=forecast_s or {},
         quantum_s=quantum_s,
+        cache={} if cache is None else cache,
     )
 
 

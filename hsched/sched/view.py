@@ -10,7 +10,7 @@ table only for such policies.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -127,6 +127,9 @@ class PolicyInput:
     quantum_s: float | None = None
     """How long a (re)started job keeps its GPUs before time-sharing may take them (the live settings'
     `move_min_run_s`); None: the policy's own."""
+    cache: MutableMapping[str, object] = field(default_factory=dict, compare=False)
+    """What policies keep from round to round, each under its own key: owned by the caller (the live controller,
+    a simulation), so the scheduling core holds no state of its own. Empty: nothing kept."""
 
 
 @dataclass(frozen=True, slots=True)

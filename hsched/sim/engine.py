@@ -248,6 +248,7 @@ class Simulator:
         unstuck_at = -math.inf  # when holds for jobs waiting for data were dropped to end a stall (once an instant)
         rounds = preemptions = 0
         busy_gpu_s = 0.0
+        policy_cache: dict[str, object] = {}  # what the policy keeps between rounds: this run's alone
         lost_gpu_s = 0.0
         held = 0  # GPUs held now
         busy: list[tuple[float, int]] = [(0.0, 0)]  # (time, GPUs held from then on), at each change
@@ -649,7 +650,8 @@ class Simulator:
                     learn(now)
                 inp = build_input(now, [pending_view(j) for j in newcomers], free, pmodel,
                                   checkpoint_cost_s=cfg.costs.checkpoint_s, round_s=cfg.round_s,
-                                  user_usage=usage if len(users) > 1 else None, starts_only=True)
+                                  user_usage=usage if len(users) > 1 else None, starts_only=True,
+                                  cache=policy_cache)
                 if aware is not None:
                     aware.round_waiters.clear()
                 decision = data_round(schedule_round(self.policy, inp, free, placer=placer, rule=rule), inp, free, None)
@@ -674,7 +676,7 @@ class Simulator:
             inp = build_input(
                 now, views, self.servers, pmodel,
                 checkpoint_cost_s=cfg.costs.checkpoint_s, round_s=cfg.round_s,
-                user_usage=usage if len(users) > 1 else None,
+                user_usage=usage if len(users) > 1 else None, cache=policy_cache,
             )
             remaining = None
             if oracle and predictor is not None:

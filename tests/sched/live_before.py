@@ -13,7 +13,6 @@ from dataclasses import dataclass, field, replace
 
 from hsched.constraints import Constraint, parse_constraint
 from hsched.model import EndReason, Interconnect, Job, Node, NodeState, Placement, Resources
-from hsched.sched.hsched_policy import Hsched
 from hsched.sched.limits import QosLimits, Tally
 from hsched.sched.placement import fragmentation_key
 from hsched.sched.preempt import Fits, PreemptRule
@@ -450,7 +449,7 @@ def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: 
     rest = [j.id for j in sorted(pending, key=lambda j: (j.submit_time, j.id)) if j.id not in chosen]
     return ([(s.job_id, s.placement) for s in decision.starts if s.job_id in pending_ids],
             {k: v for k, v in decision.waiting.items() if k in pending_ids},
-            wanted + rest, Hsched.over_share(inp.user_usage) if isinstance(policy, Hsched) else frozenset())
+            wanted + rest, policy.over_share(inp))
 
 
 # ---------------------------------------------------------------- backfill, releasing devices, QoS preemption
