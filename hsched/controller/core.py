@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from hsched.clock import SYSTEM_CLOCK, Clock, Timeline
 from hsched.config import FleetConfig, Settings
 from hsched.controller.fleet import NodeRuntime, build_fleet
+from hsched.controller.state import ControllerState
 from hsched.errors import ExecutorError, HschedError, UserError
 from hsched.lifecycle import StopPlan
 from hsched.model import Job, JobState, NodeState
@@ -132,6 +133,9 @@ class Controller:
         """Node name -> DRAINED when the user drained it (from the store)."""
         self.launch_slots = asyncio.Semaphore(8)
         """A burst of submissions launches a few at a time, not hundreds of helpers at once."""
+        self.state = ControllerState()
+        """What the feature modules keep between rounds: the job cache, usage, moves, metrics, data, learning
+        (hsched.controller.state)."""
 
     # ----------------------------------------------------------------------------------------- plumbing
 

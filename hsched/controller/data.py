@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from hsched import datacopy
 from hsched.controller.core import Controller
 from hsched.controller.fleet import NodeRuntime
 from hsched.controller.metrics import recorder
+from hsched.controller.state import DataState, Transfer
 from hsched.datasets import DataPlace, Dataset, PlaceOrigin, PlaceState, copy_path, env_name, show_bytes
 from hsched.errors import ExecutorError, HelperError
 from hsched.model import Job, JobState, NodeState, Run
@@ -43,46 +43,11 @@ class DataUnavailable(Exception):
     """A run cannot have its data on its node (no holder up, no space, over quota, a copy failed)."""
 
 
-@dataclass(slots=True)
-class Transfer:
-    """A copy under way."""
-
-    dataset: str
-    node: str
-    source: str
-    path: str
-    total: int
-    done: int = 0
-    started: float = 0.0
-    job_id: int | None = None
-    why: str = "start"
-    """"start" (a run waits for it) or "prefetch"."""
-    task: asyncio.Task[DataPlace] | None = None
-
-
-@dataclass(slots=True)
-class DataState:
-    places: dict[tuple[str, str], DataPlace] = field(default_factory=dict)
-    links: dict[tuple[str, str], float] = field(default_factory=dict)
-    transfers: dict[tuple[str, str], Transfer] = field(default_factory=dict)
-    loaded: bool = False
-    resumed: bool = False
-    waiting_since: dict[int, float] = field(default_factory=dict)
-    """Job id -> when a round first made it wait for a node holding its data: its whole wait is bounded by its copy
-    (hsched.sched.locality.choose_wait); forgotten when it starts or leaves the queue."""
-
-
 WAITING_FOR_A_HOLDER = "Data (waiting for "
 
 
-_STATES: weakref.WeakKeyDictionary[Controller, DataState] = weakref.WeakKeyDictionary()
-
-
 def state(ctl: Controller) -> DataState:
-    got = _STATES.get(ctl)
-    if got is None:
-        got = _STATES[ctl] = DataState()
-    return got
+    return ctl.state.data
 
 
 async def load(ctl: Controller) -> DataState:

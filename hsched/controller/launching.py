@@ -20,13 +20,11 @@ import gc
 import logging
 import sys
 import time
-import weakref
 import zlib
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from hsched import outfiles
 from hsched.arrays import within_limits
@@ -334,17 +332,13 @@ part or the store changed (a run started or ended). Reading it costs ~10 ms with
 is read again, to count it up to now); in between, running jobs' usage grows by at most this many seconds'
 worth, against a half-life of days (Slurm recomputes its fair share every PriorityCalcPeriod, 5 minutes)."""
 
-_USAGE: weakref.WeakKeyDictionary[Controller, tuple[float, int, frozenset[str], dict[str, float]]] = \
-    weakref.WeakKeyDictionary()
-
-
 async def _usage(ctl: Controller, now: float, users: frozenset[str], mark: int) -> dict[str, float]:
     """`round_usage`, read again only when it may have moved (USAGE_REFRESH_S); `mark`: the store's change count."""
-    last = _USAGE.get(ctl)
+    last = ctl.state.fair_usage
     if last is not None and last[1] == mark and last[2] == users and 0.0 <= now - last[0] < USAGE_REFRESH_S:
         return last[3]
     usage = await round_usage(ctl, now, users)
-    _USAGE[ctl] = (now, mark, users, usage)
+    ctl.state.fair_usage = (now, mark, users, usage)
     return usage
 
 
@@ -354,24 +348,16 @@ def _usable(ctl: Controller, node: str) -> bool:
     return rt is not None and rt.node.state is NodeState.UP and ctl.admin.get(node) is not NodeState.DRAINED
 
 
-_RUNNING: dict[int, Running] = {}
-"""The last view's running jobs, by id: the same Running while its job (the very object) and start are."""
-
-
-_HELD: weakref.WeakKeyDictionary[Controller, tuple[object, dict[int, float], tuple[Any, ...]]] = \
-    weakref.WeakKeyDictionary()
-"""What the active jobs hold (devices, CPUs, memory, shared GPUs, the running ones), per controller, for the very
-tuple of jobs the job cache handed out: while no job changed a round reads it, not 512 jobs' placements (~2 ms)."""
-
-
 def fleet_view(ctl: Controller, active: Sequence[Job], dirty: frozenset[str] = frozenset()) -> FleetView:
-    hit = _HELD.get(ctl)
+    # (what the active jobs hold, for the very tuple of jobs the job cache handed out: while no job changed a round
+    # reads it, not 512 jobs' placements: ~2 ms)
+    hit = ctl.state.held
     # (the attempts' start times too: a Slurm job still queued there restarts its clock at every report)
     if hit is not None and hit[0] is active and hit[1] == ctl.attempt_start and isinstance(active, tuple):
         held_busy, frozen_releasing, cpus_used, memory_used, shared_use, running_t = hit[2]
     else:
         held_busy, frozen_releasing, cpus_used, memory_used, shared_use, running_t = _held_by(ctl, active)
-        _HELD[ctl] = (active, dict(ctl.attempt_start),
+        ctl.state.held = (active, dict(ctl.attempt_start),
                       (held_busy, frozen_releasing, cpus_used, memory_used, shared_use, running_t))
     busy = set(held_busy)
     for rt in ctl.nodes.values():
@@ -401,8 +387,7 @@ def _held_by(ctl: Controller, active: Sequence[Job]) -> tuple[frozenset[str], fr
     memory_used: dict[str, int] = {}
     shared_use: dict[str, int] = {}
     running: list[Running] = []
-    global _RUNNING
-    last, kept = _RUNNING, {}
+    last, kept = ctl.state.running, {}
     for j in active:
         for p in j.placement:
             busy.update(p.devices)
@@ -423,7 +408,7 @@ def _held_by(ctl: Controller, active: Sequence[Job]) -> tuple[frozenset[str], fr
                 r = Running(j, started)
             running.append(r)
             kept[j.id] = r
-    _RUNNING = kept
+    ctl.state.running = kept
     return frozenset(busy), frozenset(releasing), cpus_used, memory_used, shared_use, tuple(running)
 
 

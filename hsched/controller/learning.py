@@ -15,11 +15,10 @@ second; a model that changes every round would defeat what the policy keeps from
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from hsched.controller.state import End, Learning, RateKey, RunProgress
 from hsched.kinds import (
     KindRate,
     PlacementClass,
@@ -29,7 +28,6 @@ from hsched.kinds import (
     learned_model,
     measured_prior,
     placement_class,
-    run_speed,
 )
 from hsched.serialize import job_kind
 
@@ -43,63 +41,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("hsched.learning")
 
 MODEL_EVERY_S = 30.0
-RateKey = tuple[str, str, int, str]
-"""(kind, GPU type, GPU count, placement class)."""
-
-
-@dataclass(slots=True)
-class RunProgress:
-    """One attempt's progress as its reports said (rank 0's), and where it ran."""
-
-    job_id: int
-    attempt: int
-    key: RateKey
-    first: tuple[float, float] | None = None
-    """(time, step) of the first report."""
-    last: tuple[float, float] | None = None
-    total: float | None = None
-    loss: float | None = None
-    reports: int = 0
-
-    @property
-    def steps_per_s(self) -> float | None:
-        return run_speed(self.first, self.last) if self.first and self.last else None
-
-    def to_dict(self) -> dict[str, Any]:
-        step = self.last[1] if self.last else None
-        speed = self.steps_per_s
-        eta = ((self.total - step) / speed if self.total is not None and step is not None and speed
-               and self.total >= step else None)
-        return {"attempt": self.attempt, "kind": self.key[0], "gpu_type": self.key[1], "gpus": self.key[2],
-                "class": self.key[3], "step": step, "total": self.total, "loss": self.loss,
-                "steps_per_s": speed, "remaining_s": eta, "reports": self.reports,
-                "first": list(self.first) if self.first else None, "last": list(self.last) if self.last else None}
-
-
-@dataclass(slots=True)
-class Learning:
-    """The controller's learning: live runs' progress and the kinds' speeds (one per controller)."""
-
-    runs: dict[tuple[int, int], RunProgress] = field(default_factory=dict)
-    rates: dict[RateKey, KindRate] | None = None
-    """The store's table, read once (None: not yet)."""
-    jobs: Jobs | None = None
-    model: ThroughputModel | None = None
-    model_at: float = float("-inf")
-    history: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
-    """Kind -> (user, running time) of its last completed jobs, oldest first (read from the store per kind)."""
-    predicted: dict[int, float | None] = field(default_factory=dict)
-    """Job id -> the duration predicted when it first started (to measure the prediction when it completes)."""
-
-
-_LEARNING: weakref.WeakKeyDictionary[Controller, Learning] = weakref.WeakKeyDictionary()
 
 
 def learning(ctl: Controller) -> Learning:
-    got = _LEARNING.get(ctl)
-    if got is None:
-        got = _LEARNING[ctl] = Learning()
-    return got
+    return ctl.state.learning
 
 
 def run_of_folder(run_dir: str | None) -> tuple[int, int, int] | None:
@@ -264,7 +209,6 @@ def progress_of(ctl: Controller, job_id: int, attempt: int) -> dict[str, Any] | 
     return rp.to_dict() if rp is not None and rp.last is not None else None
 
 
-
 # ------------------------------------------------------------------------------------------- durations
 
 
@@ -327,21 +271,6 @@ async def learned_gpu_memory(ctl: Controller, kind: str) -> int | None:
     return int(max(peaks) * (1 + MEMORY_MARGIN)) + 1 if peaks else None
 
 
-_ENDS: weakref.WeakKeyDictionary[Controller, dict[int, _End]] = weakref.WeakKeyDictionary()
-"""Per controller: job id -> its last prediction (`predicted_ends`)."""
-
-
-@dataclass(slots=True)
-class _End:
-    """A running job's prediction, kept while the Job (the very object: the job cache keeps unchanged ones), its
-    last report and its kind's history are unchanged: deriving a kind from a command alone cost 26 ms a round
-    over 512 running jobs."""
-
-    job: Job
-    kind: str
-    key: tuple[object, ...]
-    by_progress: float | None
-    by_history: float | None
 
 
 def predicted_ends(ctl: Controller, jobs: Iterable[Job], now: float) -> dict[int, float]:
@@ -355,8 +284,8 @@ def predicted_ends(ctl: Controller, jobs: Iterable[Job], now: float) -> dict[int
     from hsched.predict import remaining
 
     lr = learning(ctl)
-    last = _ENDS.get(ctl, {})
-    kept: dict[int, _End] = {}
+    last = ctl.state.ends
+    kept: dict[int, End] = {}
     out: dict[int, float] = {}
     runs, histories, starts = lr.runs, lr.history, ctl.attempt_start
     running = JobState.RUNNING
@@ -378,7 +307,7 @@ def predicted_ends(ctl: Controller, jobs: Iterable[Job], now: float) -> dict[int
                 by_progress = now + left if left is not None else None
             expected = expected_of(history, j.user) if history else None
             by_history = started + expected if expected is not None and started is not None else None
-            hit = _End(j, kind, key, by_progress, by_history)
+            hit = End(j, kind, key, by_progress, by_history)
         kept[j.id] = hit
         end = hit.by_progress
         if end is None and hit.by_history is not None and hit.by_history >= now:
@@ -388,5 +317,5 @@ def predicted_ends(ctl: Controller, jobs: Iterable[Job], now: float) -> dict[int
             end = started + limit if end is None else min(end, started + limit)
         if end is not None:
             out[j.id] = end
-    _ENDS[ctl] = kept
+    ctl.state.ends = kept
     return out

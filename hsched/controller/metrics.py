@@ -21,84 +21,21 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from hsched.controller.core import Controller
+from hsched.controller.state import ROUND_BUCKETS_S, GpuSample, Recorder, Snapshot
 from hsched.model import JobState, NodeState
 
 log = logging.getLogger("hsched.metrics")
 
 SNAPSHOT_TTL_S = 1.0
-ROUND_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-
-
-@dataclass(frozen=True, slots=True)
-class GpuSample:
-    node: str
-    uuid: str
-    index: int
-    model: str
-    utilization: float | None
-    memory_used_mib: int | None
-    memory_total_mib: int | None
-    power_w: float | None
-    temperature_c: float | None
-    job: int | None
-    user: str | None = None
-    qos: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    taken: float
-    gpus: tuple[GpuSample, ...]
-    nodes: tuple[tuple[str, str], ...]
-    """(node, state)."""
-    jobs: tuple[tuple[str, str, int], ...]
-    """(state, qos, count)."""
-    pending_wait_s: tuple[tuple[str, float], ...]
-    """(qos, oldest pending job's wait in seconds)."""
-
-
-@dataclass
-class Recorder:
-    """What happens between scrapes: round latencies (a histogram) and preemptions."""
-
-    buckets: list[int] = field(default_factory=lambda: [0] * (len(ROUND_BUCKETS_S) + 1))
-    round_sum_s: float = 0.0
-    rounds: int = 0
-    preemptions: int = 0
-    moves: int = 0
-    """Running jobs the policy moved to faster GPUs (hsched.controller.moves; each is a preemption too)."""
-    data_copies: dict[str, int] = field(default_factory=dict)
-    """Dataset copies ended, by outcome ("copied", "failed"; hsched.controller.data)."""
-    data_bytes: int = 0
-    """Bytes dataset copies moved (resumed bytes not counted again)."""
-    data_copy_s: float = 0.0
-    """Seconds dataset copies took, those that ended well."""
-    snapshot: Snapshot | None = None
-
-    def observe_round(self, seconds: float) -> None:
-        for n, bound in enumerate(ROUND_BUCKETS_S):
-            if seconds <= bound:
-                self.buckets[n] += 1
-                break
-        else:
-            self.buckets[-1] += 1
-        self.round_sum_s += seconds
-        self.rounds += 1
-
-
-_RECORDERS: weakref.WeakKeyDictionary[Controller, Recorder] = weakref.WeakKeyDictionary()
 
 
 def recorder(ctl: Controller) -> Recorder:
     """The controller's recorder (one per controller; tests run several in one process)."""
-    rec = _RECORDERS.get(ctl)
-    if rec is None:
-        rec = _RECORDERS[ctl] = Recorder()
-    return rec
+    return ctl.state.metrics
 
 
 async def take_snapshot(ctl: Controller) -> Snapshot:

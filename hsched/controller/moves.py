@@ -21,12 +21,11 @@ is given them: `FleetView.held`), and when it is requeued the round starts it th
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from hsched.controller.metrics import recorder
+from hsched.controller.state import Moves
 from hsched.lifecycle import StopReason
 from hsched.model import Job, JobState, Placement
 
@@ -41,32 +40,8 @@ HOLD_MARGIN_S = 120.0
 longer than that (a node that does not answer) gives them back to everyone."""
 
 
-@dataclass(slots=True)
-class Moves:
-    """One controller's record of the jobs that checkpoint, their measured costs and the devices held for moves."""
-
-    proven: set[int] | None = None
-    """Jobs that proved they checkpoint (None: not read from the store yet)."""
-    stop_s: dict[int, float] = field(default_factory=dict)
-    """Job id -> its longest measured time from a stop's decision to its GPUs free."""
-    restore_s: dict[int, float] = field(default_factory=dict)
-    """Job id -> its measured time from a restart to its first progress report."""
-    held: dict[int, tuple[tuple[Placement, ...], float]] = field(default_factory=dict)
-    """Job id -> (the devices its move promised it, until when on the controller's clock)."""
-    attained: dict[int, tuple[int, float]] = field(default_factory=dict)
-    """Job id -> (its restarts when read, the seconds its ended attempts ran)."""
-    held_read: bool = False
-    """Whether the holds of moves a previous controller made were read back from the store (their `move` events)."""
-
-
-_MOVES: weakref.WeakKeyDictionary[Controller, Moves] = weakref.WeakKeyDictionary()
-
-
 def moves_of(ctl: Controller) -> Moves:
-    got = _MOVES.get(ctl)
-    if got is None:
-        got = _MOVES[ctl] = Moves()
-    return got
+    return ctl.state.moves
 
 
 async def _proven(ctl: Controller) -> set[int]:

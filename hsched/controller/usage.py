@@ -13,11 +13,11 @@ snapshot (no store read) and keeps the GPU -> job map built once per snapshot.
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from hsched.controller.state import Usage
 from hsched.efficiency import RunTally, fold
 from hsched.profiles import IDLE_AFTER_S, Characterization, Profile, characterize
 from hsched.serialize import job_of_run_dir
@@ -30,30 +30,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("hsched.usage")
 
 
-@dataclass(slots=True)
-class Usage:
-    """The controller's live tallies (one per controller: a test process may hold several)."""
-
-    tallies: dict[tuple[int, int, str], RunTally] = field(default_factory=dict)
-    """(job id, attempt, node) -> its tally, while the job holds GPUs."""
-    jobs: Jobs | None = None
-    held: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
-    """From `jobs`: node -> GPU UUID -> (job id, attempt) of the job holding it."""
-    idle: dict[tuple[int, int], float] = field(default_factory=dict)
-    """(job id, attempt) -> since when its GPUs have been idle, for the running attempts flagged idle."""
-    idle_checked: float | None = None
-    """When check_idle last looked (it looks every IDLE_CHECK_S), on the monotonic clock: a wall clock stepped back
-    an hour must not stop it looking for the hour."""
-
-
-_USAGE: weakref.WeakKeyDictionary[Controller, Usage] = weakref.WeakKeyDictionary()
-
-
 def usage(ctl: Controller) -> Usage:
-    u = _USAGE.get(ctl)
-    if u is None:
-        u = _USAGE[ctl] = Usage()
-    return u
+    return ctl.state.usage
 
 
 def _held(jobs: Jobs) -> dict[str, dict[str, tuple[int, int]]]:

@@ -1,0 +1,299 @@
+"""What the controller keeps between rounds, as one typed structure (`ControllerState`) made in one place
+(`Controller.__init__`), so the controller's constructor shows all it holds.
+
+The feature modules (job cache, usage, moves, metrics, data, learning, the launcher's caches) used to keep their
+part in side tables keyed by controller; their data classes live here, below every feature module (this module
+imports no controller module), and each module reaches its part through `ctl.state`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from hsched.datasets import DataPlace
+from hsched.efficiency import RunTally
+from hsched.kinds import KindRate, run_speed
+from hsched.model import Job, JobState, Placement
+from hsched.store import Store, job_from_row
+
+if TYPE_CHECKING:
+    from hsched.sched.live import Running
+    from hsched.sched.throughput import ThroughputModel
+
+
+@dataclass(frozen=True, slots=True)
+class Jobs:
+    """The store's jobs that have not ended, as one read saw them (`JobCache.read`), split and indexed once."""
+
+    changes: int
+    """The store's change count at the read (`_changes`)."""
+    all: tuple[Job, ...]
+    """Every job not ended, by id."""
+    queued: tuple[Job, ...]
+    """The pending jobs not held."""
+    active: tuple[Job, ...]
+    """The jobs holding devices."""
+    queued_by_id: Mapping[int, Job]
+    active_by_id: Mapping[int, Job]
+    users: frozenset[str]
+    """The users of the queued and active jobs."""
+    special: bool
+    """Some queued job has a begin time (a retry's backoff), a dependency or an array's %N: the round must look at
+    each; else every queued job may start."""
+
+    @classmethod
+    def of(cls, changes: int, jobs: tuple[Job, ...]) -> Jobs:
+        pending, holding = JobState.PENDING, frozenset(s for s in JobState if s.is_active())
+        queued = tuple(j for j in jobs if j.state is pending and not j.spec.hold)
+        active = tuple(j for j in jobs if j.state in holding)
+        special = any(j.begin_time is not None or j.spec.dependency
+                      or (j.spec.array is not None and j.spec.array.max_running) for j in queued)
+        return cls(changes, jobs, queued, active, {j.id: j for j in queued}, {j.id: j for j in active},
+                   frozenset(j.user for j in (*queued, *active)), special)
+
+
+class JobCache:
+    """The store's jobs that have not ended, as Job objects, kept from one read to the next.
+
+    Decoding 2,000 pending jobs afresh costs ~150 ms of CPU (each spec is JSON), fetching them as rows ~17 ms. So
+    the cache reads nothing while the store's connection has made no change since the last read (sqlite's
+    `total_changes`: every write of the controller goes through that one connection, on its one thread), and
+    otherwise decodes only rows it has not seen: an unchanged row gives the very Job object it gave before, so
+    `is` tells the round's checks that a job is as the round saw it. Each read hands out an immutable `Jobs`: a
+    later read (the health loop's, say) never changes what a round is looking at.
+    """
+
+    __slots__ = ("last", "rows")
+
+    def __init__(self) -> None:
+        self.last = Jobs.of(-1, ())
+        self.rows: dict[tuple[object, ...], Job] = {}
+
+    def read(self, store: Store) -> Jobs:
+        """The jobs not ended, now. Blocking: call it on the store's thread (`ctl.db`)."""
+        changes = store.db.total_changes
+        if changes == self.last.changes:
+            return self.last
+        seen = self.rows
+        rows: dict[tuple[object, ...], Job] = {}
+        for r in store.job_rows(active_only=True):
+            key = tuple(r)
+            job = seen.get(key)
+            rows[key] = job if job is not None else job_from_row(r)
+        self.rows, self.last = rows, Jobs.of(changes, tuple(rows.values()))
+        return self.last
+
+
+@dataclass(slots=True)
+class Usage:
+    """The controller's live tallies (one per controller: a test process may hold several)."""
+
+    tallies: dict[tuple[int, int, str], RunTally] = field(default_factory=dict)
+    """(job id, attempt, node) -> its tally, while the job holds GPUs."""
+    jobs: Jobs | None = None
+    held: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
+    """From `jobs`: node -> GPU UUID -> (job id, attempt) of the job holding it."""
+    idle: dict[tuple[int, int], float] = field(default_factory=dict)
+    """(job id, attempt) -> since when its GPUs have been idle, for the running attempts flagged idle."""
+    idle_checked: float | None = None
+    """When check_idle last looked (it looks every IDLE_CHECK_S), on the monotonic clock: a wall clock stepped back
+    an hour must not stop it looking for the hour."""
+
+
+@dataclass(slots=True)
+class Moves:
+    """One controller's record of the jobs that checkpoint, their measured costs and the devices held for moves."""
+
+    proven: set[int] | None = None
+    """Jobs that proved they checkpoint (None: not read from the store yet)."""
+    stop_s: dict[int, float] = field(default_factory=dict)
+    """Job id -> its longest measured time from a stop's decision to its GPUs free."""
+    restore_s: dict[int, float] = field(default_factory=dict)
+    """Job id -> its measured time from a restart to its first progress report."""
+    held: dict[int, tuple[tuple[Placement, ...], float]] = field(default_factory=dict)
+    """Job id -> (the devices its move promised it, until when on the controller's clock)."""
+    attained: dict[int, tuple[int, float]] = field(default_factory=dict)
+    """Job id -> (its restarts when read, the seconds its ended attempts ran)."""
+    held_read: bool = False
+    """Whether the holds of moves a previous controller made were read back from the store (their `move` events)."""
+
+
+ROUND_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    node: str
+    uuid: str
+    index: int
+    model: str
+    utilization: float | None
+    memory_used_mib: int | None
+    memory_total_mib: int | None
+    power_w: float | None
+    temperature_c: float | None
+    job: int | None
+    user: str | None = None
+    qos: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    taken: float
+    gpus: tuple[GpuSample, ...]
+    nodes: tuple[tuple[str, str], ...]
+    """(node, state)."""
+    jobs: tuple[tuple[str, str, int], ...]
+    """(state, qos, count)."""
+    pending_wait_s: tuple[tuple[str, float], ...]
+    """(qos, oldest pending job's wait in seconds)."""
+
+
+@dataclass
+class Recorder:
+    """What happens between scrapes: round latencies (a histogram) and preemptions."""
+
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(ROUND_BUCKETS_S) + 1))
+    round_sum_s: float = 0.0
+    rounds: int = 0
+    preemptions: int = 0
+    moves: int = 0
+    """Running jobs the policy moved to faster GPUs (hsched.controller.moves; each is a preemption too)."""
+    data_copies: dict[str, int] = field(default_factory=dict)
+    """Dataset copies ended, by outcome ("copied", "failed"; hsched.controller.data)."""
+    data_bytes: int = 0
+    """Bytes dataset copies moved (resumed bytes not counted again)."""
+    data_copy_s: float = 0.0
+    """Seconds dataset copies took, those that ended well."""
+    snapshot: Snapshot | None = None
+
+    def observe_round(self, seconds: float) -> None:
+        for n, bound in enumerate(ROUND_BUCKETS_S):
+            if seconds <= bound:
+                self.buckets[n] += 1
+                break
+        else:
+            self.buckets[-1] += 1
+        self.round_sum_s += seconds
+        self.rounds += 1
+
+
+@dataclass(slots=True)
+class Transfer:
+    """A copy under way."""
+
+    dataset: str
+    node: str
+    source: str
+    path: str
+    total: int
+    done: int = 0
+    started: float = 0.0
+    job_id: int | None = None
+    why: str = "start"
+    """"start" (a run waits for it) or "prefetch"."""
+    task: asyncio.Task[DataPlace] | None = None
+
+
+@dataclass(slots=True)
+class DataState:
+    places: dict[tuple[str, str], DataPlace] = field(default_factory=dict)
+    links: dict[tuple[str, str], float] = field(default_factory=dict)
+    transfers: dict[tuple[str, str], Transfer] = field(default_factory=dict)
+    loaded: bool = False
+    resumed: bool = False
+    waiting_since: dict[int, float] = field(default_factory=dict)
+    """Job id -> when a round first made it wait for a node holding its data: its whole wait is bounded by its copy
+    (hsched.sched.locality.choose_wait); forgotten when it starts or leaves the queue."""
+
+
+RateKey = tuple[str, str, int, str]
+"""(kind, GPU type, GPU count, placement class)."""
+
+
+@dataclass(slots=True)
+class RunProgress:
+    """One attempt's progress as its reports said (rank 0's), and where it ran."""
+
+    job_id: int
+    attempt: int
+    key: RateKey
+    first: tuple[float, float] | None = None
+    """(time, step) of the first report."""
+    last: tuple[float, float] | None = None
+    total: float | None = None
+    loss: float | None = None
+    reports: int = 0
+
+    @property
+    def steps_per_s(self) -> float | None:
+        return run_speed(self.first, self.last) if self.first and self.last else None
+
+    def to_dict(self) -> dict[str, Any]:
+        step = self.last[1] if self.last else None
+        speed = self.steps_per_s
+        eta = ((self.total - step) / speed if self.total is not None and step is not None and speed
+               and self.total >= step else None)
+        return {"attempt": self.attempt, "kind": self.key[0], "gpu_type": self.key[1], "gpus": self.key[2],
+                "class": self.key[3], "step": step, "total": self.total, "loss": self.loss,
+                "steps_per_s": speed, "remaining_s": eta, "reports": self.reports,
+                "first": list(self.first) if self.first else None, "last": list(self.last) if self.last else None}
+
+
+@dataclass(slots=True)
+class Learning:
+    """The controller's learning: live runs' progress and the kinds' speeds (one per controller)."""
+
+    runs: dict[tuple[int, int], RunProgress] = field(default_factory=dict)
+    rates: dict[RateKey, KindRate] | None = None
+    """The store's table, read once (None: not yet)."""
+    jobs: Jobs | None = None
+    model: ThroughputModel | None = None
+    model_at: float = float("-inf")
+    history: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
+    """Kind -> (user, running time) of its last completed jobs, oldest first (read from the store per kind)."""
+    predicted: dict[int, float | None] = field(default_factory=dict)
+    """Job id -> the duration predicted when it first started (to measure the prediction when it completes)."""
+
+
+@dataclass(slots=True)
+class End:
+    """A running job's prediction, kept while the Job (the very object: the job cache keeps unchanged ones), its
+    last report and its kind's history are unchanged: deriving a kind from a command alone cost 26 ms a round
+    over 512 running jobs."""
+
+    job: Job
+    kind: str
+    key: tuple[object, ...]
+    by_progress: float | None
+    by_history: float | None
+
+
+@dataclass(slots=True)
+class ControllerState:
+    """Everything the controller's feature modules keep between rounds (one per controller: tests run several in
+    one process)."""
+
+    jobs: JobCache = field(default_factory=JobCache)
+    """The store's jobs that have not ended (hsched.controller.jobcache)."""
+    usage: Usage = field(default_factory=Usage)
+    """Live GPU tallies and idle flags (hsched.controller.usage)."""
+    moves: Moves = field(default_factory=Moves)
+    """Jobs that checkpoint, their costs, devices held for moves (hsched.controller.moves)."""
+    metrics: Recorder = field(default_factory=Recorder)
+    """Round latencies, preemptions, copies between scrapes (hsched.controller.metrics)."""
+    data: DataState = field(default_factory=DataState)
+    """Dataset places, link speeds, copies under way (hsched.controller.data)."""
+    learning: Learning = field(default_factory=Learning)
+    """Runs' progress and the kinds' speeds (hsched.controller.learning)."""
+    ends: dict[int, End] = field(default_factory=dict)
+    """Job id -> its last predicted end (hsched.controller.learning.predicted_ends)."""
+    fair_usage: tuple[float, int, frozenset[str], dict[str, float]] | None = None
+    """Fair share's usage as last read: (when, the store's change count, the users, usage per user)."""
+    held: tuple[object, dict[int, float], tuple[Any, ...]] | None = None
+    """What the active jobs hold, for the very tuple of jobs the job cache handed out (hsched.controller.launching)."""
+    running: dict[int, Running] = field(default_factory=dict)
+    """The last round's running jobs by id: the same Running while its job (the very object) and start are."""
