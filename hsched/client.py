@@ -16,7 +16,16 @@ import time
 
 from hsched.errors import ControllerError, PermissionDenied, UserError
 from hsched.paths import Home
-from hsched.protocol import MAX_LINE, OPS_ANY_PROTOCOL, PACKAGE_VERSION, PROTOCOL, Kind, request, too_large
+from hsched.protocol import (
+    MAX_LINE,
+    OPS_ANY_PROTOCOL,
+    PACKAGE_VERSION,
+    PROTOCOL,
+    RESULT_MARK,
+    Kind,
+    request,
+    too_large,
+)
 
 TYPE_CHECKING = False  # typing's own costs a CLI start a few ms, and only the type checker needs it here
 if TYPE_CHECKING:
@@ -143,6 +152,8 @@ class Client:
                               f"{RESTART_TIMEOUT_S:g} s; see {self.home.log} (`hsched daemon start` starts one)")
 
     def _readline(self, sock: socket.socket) -> bytes:
+        """The next line, its newline kept when it ends what was read (the usual reply: not copied again; JSON
+        reads past the newline)."""
         if b"\n" not in self._buf:
             # the chunks are kept apart and only the newest is searched: growing one buffer and searching all of it
             # for every chunk was quadratic (`queue --all --json` with 100,000 jobs, 77 MB: 40 s of a 42 s call)
@@ -157,31 +168,45 @@ class Client:
                 if b"\n" in chunk:
                     break
             self._buf = b"".join(parts)
-        line, _, self._buf = self._buf.partition(b"\n")
+        buf = self._buf
+        if buf.find(b"\n") == len(buf) - 1:
+            self._buf = b""
+            return buf
+        line, _, self._buf = buf.partition(b"\n")
         return line
 
     def call(self, op: str, **args: Any) -> Any:
+        return self._result(op, self._reply(op, args, text=False)[0])
+
+    def call_text(self, op: str, **args: Any) -> Any:
+        """`call`, for a result the controller sends as JSON text (`queue` with `text=True`): that text (a
+        memoryview of the reply), never decoded: a 10,000-job listing is written through, not decoded and encoded
+        again. From a controller that sends objects: the decoded result."""
+        reply, body = self._reply(op, {**args, "text": True}, text=True)
+        return body if body is not None else self._result(op, reply)
+
+    def _reply(self, op: str, args: dict[str, Any], *, text: bool) -> tuple[dict[str, Any], memoryview | None]:
         line = request(op, args)
         if len(line) > MAX_LINE:
             raise UserError(f"{op}: {too_large()} (the job's environment or spec is too big)")
         try:
-            reply: dict[str, Any] | None = self._exchange(line)
+            reply, body = self._parse(self._exchange(line), text)
         except NotDelivered:
-            reply = None
+            reply, body = None, None
         if reply is None or reply.get("kind") == Kind.RESTARTING:
             # nothing was done: the same request, once, to the controller that comes back (on the new hsched)
             self._reconnect_after_restart()
             try:
-                reply = self._exchange(line)
+                reply, body = self._parse(self._exchange(line), text)
             except NotDelivered as e:
                 raise ControllerError(f"lost the controller: {e}") from None
-        return self._result(op, reply)
+        return reply, body
 
-    def _exchange(self, line: bytes) -> dict[str, Any]:
+    def _exchange(self, line: bytes) -> bytes:
         sock = self.connect()
         try:
             sock.sendall(line)
-            reply = json.loads(self._readline(sock))
+            return self._readline(sock)
         except (ConnectionResetError, BrokenPipeError) as e:
             # the controller let go of the connection with our request still unread in the socket (a stop or
             # restart closing its door, or a crash): it was never carried out, so it may be sent again
@@ -190,6 +215,22 @@ class Client:
         except OSError as e:
             self.close()
             raise ControllerError(f"lost the controller: {e}") from None
+
+    def _parse(self, raw: bytes, text: bool) -> tuple[dict[str, Any], memoryview | None]:
+        """A reply line: its object, and (`text`) a pre-encoded result's text apart (hsched.protocol.Preencoded),
+        as a view of the line (10 MB of listing is not copied again)."""
+        end = len(raw) - 1 if raw.endswith(b"\n") else len(raw)
+        if text and raw.startswith(b'{"ok":true,') and raw[end - 1:end] == b"}":
+            i = raw.find(RESULT_MARK, 0, 4096)
+            try:
+                head = json.loads(raw[:i] + b"}") if i > 0 else None
+            except ValueError:
+                head = None
+            # (a controller that puts its result first has no protocol in what precedes it: decoded whole)
+            if isinstance(head, dict) and head.get("protocol") == PROTOCOL and head.get("ok") is True:
+                return head, memoryview(raw)[i + len(RESULT_MARK):end - 1]
+        try:
+            reply = json.loads(raw)
         except ValueError:
             self.close()
             raise ControllerError("the controller sent a reply that is not JSON; `hsched daemon restart` "
@@ -197,7 +238,7 @@ class Client:
         if not isinstance(reply, dict):
             raise ControllerError("the controller sent a reply that is not an object; `hsched daemon restart` "
                                   "restarts it")
-        return reply
+        return reply, None
 
     def _result(self, op: str, reply: dict[str, Any]) -> Any:
         kind = reply.get("kind")

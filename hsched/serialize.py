@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -358,3 +359,19 @@ def history_to_dict(series: Any, since: float, names: tuple[str, str]) -> dict[s
     newer.reverse()
     return {"t": [round(p[0], 3) for p in newer], names[0]: [p[1] for p in newer],
             names[1]: [p[2] for p in newer]}
+
+
+def pick_jobs(jobs: Iterable[dict[str, Any]], *, users: Collection[str] | None = None,
+              states: Collection[str] | None = None, ids: Collection[str] | None = None) -> list[dict[str, Any]]:
+    """The contract's job objects that `hsched queue` shows: of these users, in these states, with these ids
+    (`12`: a job or a whole array, `12_3`: one task). The controller filters with it (`queue` with `users`,
+    `states`, `ids`) and so does the CLI against a controller that does not."""
+    out = list(jobs)
+    if users is not None:
+        out = [j for j in out if j["user"] in users]
+    if states is not None:
+        out = [j for j in out if j["state"] in states]
+    if ids is not None:
+        out = [j for j in out if str(j["id"]) in ids or str(j.get("array_id")) in ids
+               or f"{j.get('array_id')}_{j.get('array_task')}" in ids]
+    return out

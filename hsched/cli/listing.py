@@ -63,8 +63,26 @@ def queue(*, all_jobs: bool, me: bool, users: str | None, states: str | None, fm
     wanted = _states(states) if states else None
     if start:
         wanted = {"PENDING"}
+    everything = all_jobs or bool(wanted and wanted & ENDED)
+    if as_json and not start and not sys.stdout.isatty():
+        # to a pipe, the controller's text is written through: the controller picks the jobs and keeps each one's
+        # JSON, so a 10,000-job listing is not decoded and encoded again here (issue 33)
+        allowed = _allowed(me, users)
+        with _client() as c:
+            got = c.call_text("queue", all=everything, users=sorted(allowed) if allowed is not None else None,
+                              states=sorted(wanted) if wanted else None, ids=sorted(only) if only is not None else None)
+        if isinstance(got, memoryview):
+            out = sys.stdout.buffer
+            out.write(got)
+            out.write(b"\n")
+            out.flush()
+            return
+        from hsched.serialize import pick_jobs
+
+        print_json(pick_jobs(got, users=allowed, states=wanted or None, ids=only))
+        return
     with _client() as c:
-        jobs = c.call("queue", all=all_jobs or bool(wanted and wanted & ENDED))
+        jobs = c.call("queue", all=everything)
         if start:
             when = c.call("starts")
             jobs = [dict(j, predicted_start=when.get(str(j["id"]))) for j in jobs]
@@ -90,6 +108,17 @@ def queue(*, all_jobs: bool, me: bool, users: str | None, states: str | None, fm
         sys.stdout.write("".join(line + "\n" for line in (lines[1:] if noheader else lines)))
     else:
         render_queue(jobs, header=not noheader)
+
+
+def _allowed(me: bool, users: str | None) -> set[str] | None:
+    """The users `--me` and `-u` leave in a listing (None: everyone)."""
+    allowed = {u.strip() for u in users.split(",") if u.strip()} if users else None
+    if me:
+        from hsched.cli.submitting import _user
+
+        mine = {_user()}
+        allowed = mine if allowed is None else allowed & mine
+    return allowed
 
 
 def _job_set(text: str) -> set[str]:

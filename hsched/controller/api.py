@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import grp
+import json
 import os
 import pwd
 from typing import Any
@@ -35,7 +36,7 @@ from hsched.controller.visible import for_others, for_owner, quotes_log
 from hsched.errors import ExecutorError, PermissionDenied, UserError
 from hsched.kinds import kind_of
 from hsched.model import JobState, NodeState, Resources
-from hsched.protocol import PROTOCOL
+from hsched.protocol import PROTOCOL, Preencoded
 from hsched.sched.live import unsatisfiable
 from hsched.serialize import (
     gpu_processes_to_list,
@@ -45,6 +46,7 @@ from hsched.serialize import (
     job_to_dict,
     node_live_to_dict,
     node_to_dict,
+    pick_jobs,
     run_to_dict,
 )
 from hsched.store import job_from_row
@@ -76,7 +78,7 @@ def _type_name(value: Any) -> str:
 class Api:
     def __init__(self, ctl: Controller) -> None:
         self.ctl = ctl
-        self._dicts: dict[int, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+        self._dicts: dict[int, tuple[tuple[Any, ...], dict[str, Any], bytes]] = {}
         self._users: dict[int, str] = {}
 
     async def handle(self, op: str, args: dict[str, Any], peer_uid: int) -> Any:
@@ -340,23 +342,55 @@ class Api:
             await asyncio.wait(first)  # not cancelled with this request: the probes are the controller's
 
     async def op_queue(self, args: dict[str, Any], uid: int) -> Any:
+        users, states, ids = (self.names(args, "users"), self.names(args, "states"), self.names(args, "ids"))
+        as_text = self.flag(args, "text", False)
         rows = await self.ctl.db(self.ctl.store.job_rows, active_only=not self.flag(args, "all", False))
+
+        def listing() -> Any:
+            hits = [self._listed(r, as_text) for r in rows]
+            if users is None and states is None and ids is None:
+                picked = hits
+            else:
+                keep = {id(d) for d in pick_jobs((h[0] for h in hits), users=users, states=states, ids=ids)}
+                picked = [h for h in hits if id(h[0]) in keep]
+            if as_text:
+                # each job's text kept with its object: a listing is a join, whatever its length (issue 33)
+                return Preencoded(b"[" + b", ".join(h[1] for h in picked) + b"]")
+            return [h[0] for h in picked]
+
         if len(rows) > 2000:
             # a long history (`queue --all`): its objects are made in a thread, so that requests are answered
             # meanwhile (100,000 jobs seen for the first time: seconds of decoding)
-            return await asyncio.to_thread(lambda: [self.job_dict(r) for r in rows])
-        return [self.job_dict(r) for r in rows]
+            return await asyncio.to_thread(listing)
+        return listing()
 
-    def job_dict(self, row: Any) -> dict[str, Any]:
-        """The contract's job object for a store row, reused while the row is unchanged: most of a long
-        queue (ended jobs) never changes, and decoding every spec on every `queue --all` is what costs."""
+    def names(self, args: dict[str, Any], key: str) -> frozenset[str] | None:
+        """`args[key]` as a set of names (a list of strings, bounded); None when absent."""
+        v = args.get(key)
+        if v is None:
+            return None
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise UserError(f"{key}: expected a list of strings, found {_type_name(v)}")
+        if len(v) > 100_000:
+            raise UserError(f"{key}: at most 100000 names, found {len(v)}")
+        return frozenset(v)
+
+    def _listed(self, row: Any, as_text: bool = False) -> tuple[dict[str, Any], bytes]:
+        """The contract's job object for a store row and (when `as_text`) its JSON text, reused while the row is
+        unchanged: most of a long queue (ended jobs) never changes, and decoding every spec on every `queue --all`
+        is what costs. The text is made on first asking (a listing's reader that decodes never needs it)."""
         key = tuple(row)
         hit = self._dicts.get(row["id"])
-        if hit is not None and hit[0] == key:
-            return hit[1]
-        d = job_to_dict(job_from_row(row))
-        self._dicts[row["id"]] = (key, d)
-        return d
+        if hit is None or hit[0] != key:
+            hit = (key, job_to_dict(job_from_row(row)), b"")
+            self._dicts[row["id"]] = hit
+        if as_text and not hit[2]:
+            hit = self._dicts[row["id"]] = (key, hit[1], json.dumps(hit[1], default=str).encode())
+        return hit[1], hit[2]
+
+    def job_dict(self, row: Any) -> dict[str, Any]:
+        """The contract's job object for a store row (`_listed`'s, kept while the row is unchanged)."""
+        return self._listed(row)[0]
 
     async def _job(self, args: dict[str, Any]) -> Any:
         job_id = self.job_id(args)

@@ -50,6 +50,7 @@ from hsched.protocol import (
     PROTOCOL,
     Kind,
     encode,
+    encode_reply,
     peer_uid,
     stamped,
     too_large,
@@ -306,9 +307,9 @@ class Door:
         result = reply.get("result")
         if isinstance(result, list) and len(result) > BIG_REPLY:
             # `queue --all` over a long history is tens of MB of JSON: encoded in a thread, not on the event loop
-            writer.write(await asyncio.to_thread(encode, stamped(reply)))
+            writer.write(await asyncio.to_thread(encode_reply, stamped(reply)))
         else:
-            writer.write(encode(stamped(reply)))
+            writer.write(encode_reply(stamped(reply)))
         # a client that stops reading its replies must not hold the controller's memory forever
         async with asyncio.timeout(self.caps.idle_timeout_s):
             await writer.drain()

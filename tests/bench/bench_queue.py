@@ -1,7 +1,13 @@
 """How long `hsched queue --json` takes with 1,000, 10,000 and 100,000 jobs in the store (--sizes).
 
 Printed as ratios against `hsched --version` measured in the same run (the CLI's fixed start-up cost), so the
-figures mean something on a shared, noisy machine. Run: python tests/bench/bench_queue.py [--repeat N]
+figures mean something on a shared, noisy machine: the median wall time of each command, and the median CPU time
+(user + system) of the CLI process alone, which is what a listing costs the person who runs it. `--held-every 1`
+makes every job active (pending, held), as issue 33 measures ("10,000 active jobs"). The row "decoded (before)" is
+the path `queue --json` took before issue 33 (the objects decoded and printed again by the CLI), run in the same
+loop as a baseline.
+
+Run: python tests/bench/bench_queue.py [--repeat N] [--sizes 10000] [--held-every 1]
 """
 
 from __future__ import annotations
@@ -42,13 +48,23 @@ def fill(home: Home, n: int, held_every: int = 20) -> None:
     store.close()
 
 
-def timed(args: list[str], env: dict[str, str], repeat: int) -> float:
-    times = []
+DECODED = ("from hsched.cli._common import print_json; from hsched.client import Client; "
+           "print_json(Client().call('queue'))")
+"""`queue --json` as it was before issue 33: every object decoded, then printed again."""
+
+
+def timed(args: list[str], env: dict[str, str], repeat: int) -> tuple[float, float]:
+    """(median wall seconds, median CPU seconds of the child) of `hsched ARGS` (`-c CODE`: python -c)."""
+    walls, cpus = [], []
+    argv = [sys.executable, *args] if args[0] == "-c" else [sys.executable, "-m", "hsched", *args]
     for _ in range(repeat):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "hsched", *args], env=env, check=True, stdout=subprocess.DEVNULL)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        walls.append(time.perf_counter() - t0)
+        assert os.waitstatus_to_exitcode(status) == 0, args
+        cpus.append(usage.ru_utime + usage.ru_stime)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def main() -> None:
@@ -58,21 +74,28 @@ def main() -> None:
     ap.add_argument("--held-every", type=int, default=20,
                     help="one job in this many is pending (held), the rest ended (2000: a lab's long history)")
     opts = ap.parse_args()
-    print(f"{'store':>8} {'command':<22} {'median s':>9} {'x --version':>12}")
+    print(f"{'store':>8} {'command':<22} {'wall s':>8} {'x --version':>12} {'CPU s':>8} {'x --version':>12}")
     for n in (int(x) for x in opts.sizes.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
             home = Home(Path(tmp) / "home")
             fill(home, n, opts.held_every)
-            env = dict(os.environ, HSCHED_HOME=str(home.root))
+            # an installed hsched runs from byte-compiled modules: a checkout with PYTHONDONTWRITEBYTECODE would
+            # compile the CLI's modules at every run (as bench_cli.py, a cache of its own; the first run fills it)
+            env = dict(os.environ, HSCHED_HOME=str(home.root), PYTHONPYCACHEPREFIX=str(Path(tmp) / "pyc"))
             env.pop("HSCHED_FLEET", None)
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
             subprocess.run([sys.executable, "-m", "hsched", "daemon", "start"], env=env, check=True,
                            stdout=subprocess.DEVNULL)
             try:
-                base = timed(["--version"], env, opts.repeat)
-                for args in (["queue"], ["queue", "--json"], ["queue", "--all", "--json"]):
-                    t = timed(args, env, opts.repeat)
-                    print(f"{n:>8} {' '.join(args):<22} {t:>9.3f} {t / base:>12.2f}")
-                print(f"{n:>8} {'--version':<22} {base:>9.3f} {1.0:>12.2f}")
+                # (the controller's first listing reads every job, and the first runs compile: not counted)
+                for warm in (["queue", "--json"], ["queue"], ["-c", DECODED], ["--version"]):
+                    timed(warm, env, 1)
+                base, base_cpu = timed(["--version"], env, opts.repeat)
+                for args in (["queue"], ["queue", "--json"], ["-c", DECODED], ["queue", "--all", "--json"]):
+                    t, cpu = timed(args, env, opts.repeat)
+                    name = "decoded (before)" if args[0] == "-c" else " ".join(args)
+                    print(f"{n:>8} {name:<22} {t:>8.3f} {t / base:>12.2f} {cpu:>8.3f} {cpu / base_cpu:>12.2f}")
+                print(f"{n:>8} {'--version':<22} {base:>8.3f} {1.0:>12.2f} {base_cpu:>8.3f} {1.0:>12.2f}")
             finally:
                 subprocess.run([sys.executable, "-m", "hsched", "daemon", "stop"], env=env,
                                stdout=subprocess.DEVNULL)

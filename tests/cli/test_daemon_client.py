@@ -31,12 +31,12 @@ class Canned(Client):
         self.sent: list[bytes] = []
         self.reconnects = 0
 
-    def _exchange(self, line: bytes) -> dict[str, Any]:
+    def _exchange(self, line: bytes) -> bytes:
         self.sent.append(line)
         reply = self.replies.pop(0)
         if isinstance(reply, Exception):
             raise reply
-        return reply
+        return json.dumps(reply).encode()
 
     def _reconnect_after_restart(self) -> Any:
         self.reconnects += 1

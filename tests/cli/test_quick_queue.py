@@ -3,12 +3,14 @@ and lists the same lines; anything else (an argument, --help, an option given tw
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from hsched.cli import listing, main, quick
 from hsched.cli.listing import OPTIONS
+from hsched.serialize import pick_jobs
 
 
 def queue_command() -> Any:
@@ -81,6 +83,43 @@ class Controller:
         assert op == "queue"
         Controller.asked.append(args)
         return [j for j in JOBS if args.get("all") or j["state"] != "COMPLETED"]
+
+    def call_text(self, op: str, **args: Any) -> Any:
+        """As the controller answers `queue` with `text`: the jobs it picks, as JSON text."""
+        assert op == "queue" and args.pop("text", True)
+        Controller.asked.append(args)
+        jobs = pick_jobs([j for j in JOBS if args.get("all") or j["state"] != "COMPLETED"],
+                         **{k: (None if args.get(k) is None else set(args[k])) for k in ("users", "states", "ids")})
+        return memoryview(("[" + ", ".join(json.dumps(j, default=str) for j in jobs) + "]").encode())
+
+
+class OldController(Controller):
+    """A controller from before `text`: it sends the objects and picks nothing."""
+
+    def call_text(self, op: str, **args: Any) -> Any:
+        return self.call(op, all=args.get("all"))
+
+
+@pytest.mark.parametrize(("argv", "ids"), [
+    (["--json"], [3, 4]), (["-a", "--json"], [3, 4, 5]), (["--json", "--me"], [3]),
+    (["--json", "-u", "bob,ann"], [3, 4]),
+    (["--json", "-t", "PD"], [4]), (["--json", "-a", "-t", "CD,R"], [3, 5]), (["--json", "-j", "4,5"], [4]),
+    (["--json", "-u", "bob", "--me"], [])])
+def test_a_listing_written_through_is_the_one_decoded(argv: list[str], ids: list[int], monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 33: to a pipe, `queue --json` writes the controller's text through; it must be what the CLI printed
+    # when it decoded the objects and picked them itself (an older controller's way, still served)
+    monkeypatch.setenv("USER", "ann")
+    said = []
+    for fake in (Controller, OldController):
+        monkeypatch.setattr("hsched.cli.listing._client", fake)
+        monkeypatch.setattr("sys.argv", ["hsched", "queue", *argv])
+        with pytest.raises(SystemExit) as ex:
+            main()
+        out, err = capsys.readouterr()
+        said.append((int(ex.value.code or 0), out, err))
+    assert said[0] == said[1] and said[0][0] == 0
+    assert [j["id"] for j in json.loads(said[0][1])] == ids
 
 
 @pytest.mark.parametrize("argv", [*PLAIN, ["-t", "nosuch"], ["-o", "%i %Q"], ["--all", "-t", "CD"]])

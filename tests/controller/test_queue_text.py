@@ -1,0 +1,47 @@
+"""`queue` as text (issue 33): the controller picks the jobs a listing shows and sends each one's kept JSON text,
+which the reply line carries as it is; decoded, it is the very objects `queue` sends, picked the same way."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hsched.controller.api import Api
+from hsched.errors import UserError
+from hsched.protocol import RESULT_MARK, Preencoded, encode_reply, stamped
+from hsched.serialize import pick_jobs
+from hsched.testing import Lab
+
+ME = os.getuid()
+
+
+def item(*command: str, **more: Any) -> dict[str, Any]:
+    return {"spec": {"command": list(command), **more}, "source": "<script>"}
+
+
+async def test_the_text_is_the_objects_picked(tmp_path: Path) -> None:
+    async with Lab.open(tmp_path) as lab:
+        api = Api(lab.ctl)
+        await api.handle("submit_many", {"jobs": [item("a"), item("b", hold=True), item("c", array="0-2")]}, ME)
+        everything = await api.handle("queue", {"all": True}, ME)
+        first = everything[0]["id"]
+        array = next(j["array_id"] for j in everything if j["array_id"] is not None)
+        for args in ({}, {"states": ["PENDING"]}, {"ids": [str(first)]}, {"ids": [f"{array}_1"]},
+                     {"ids": [str(array)]}, {"users": [everything[0]["user"]]}, {"users": ["nobody"]}):
+            got = await api.handle("queue", {**args, "text": True}, ME)
+            assert isinstance(got, Preencoded)
+            objects = await api.handle("queue", args, ME)
+            wanted = pick_jobs(everything, **{k: set(v) for k, v in args.items()})
+            assert json.loads(got.text) == objects == wanted, args
+        # asked again, the same text (kept, not made afresh), and the reply line carries it after its head
+        again = await api.handle("queue", {"text": True}, ME)
+        line = encode_reply(stamped({"ok": True, "result": again}))
+        assert line.endswith(b"}\n") and line.index(RESULT_MARK) < line.index(b"[")
+        assert json.loads(line)["result"] == json.loads(again.text)
+        for bad in ({"users": "ann"}, {"ids": [3]}, {"text": "yes"}):
+            with pytest.raises(UserError, match=next(iter(bad))):
+                await api.handle("queue", bad, ME)
