@@ -2,10 +2,11 @@
 
 `main()`, the console script, answers the hottest commands without importing Typer, whose import (with the
 click it carries, and the pydantic it loads to parse) costs several times a bare Python start: `hsched
---version`, a plain `hsched submit [OPTIONS] -- COMMAND` (hsched/cli/submitting.py) and `hsched queue [OPTIONS]`
-(hsched/cli/listing.py). Whatever a quick path is not sure of (a spec file, a batch script, --help, a value it
-would have to check: hsched/cli/quick.py) goes to Typer, which answers exactly as it always did. `from
-hsched.cli import app` still gives the Typer app (built on first use).
+--version`, a plain `hsched submit [OPTIONS] -- COMMAND` (hsched/cli/submitting.py), `hsched queue [OPTIONS]`
+(hsched/cli/listing.py) and `hsched daemon status [--json]` (hsched/cli/status.py). Whatever a quick path is not
+sure of (a spec file, a batch script, --help, a value it would have to check: hsched/cli/quick.py) goes to Typer,
+which answers exactly as it always did. `from hsched.cli import app` still gives the Typer app (built on first
+use).
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ def main() -> None:
             from hsched.cli.listing import quick_queue
 
             code = quick_queue(argv[1:])
+            if code is not None:
+                sys.exit(code)
+        elif argv[:2] == ["daemon", "status"]:
+            from hsched.cli.status import quick_status
+
+            code = quick_status(argv[2:])
             if code is not None:
                 sys.exit(code)
     from hsched.cli._app import run

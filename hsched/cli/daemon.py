@@ -203,44 +203,11 @@ def register(app: typer.Typer) -> None:
     def status(as_json: bool = typer.Option(False, "--json")) -> None:
         """Is a controller running for this HSCHED_HOME, and is it healthy? Exit 1 if it runs unhealthy or
         does not answer."""
-        from hsched.client import Client, controller_pid
-        from hsched.errors import ControllerError
+        from hsched.cli.status import daemon_status
 
-        client = Client(autostart=False)
-        pid = controller_pid(client.home)
-        info: dict[str, object] = {"running": pid is not None, "pid": pid, "home": str(client.home.root),
-                                   "mode": client.home.mode, "socket": str(client.home.socket)}
-        if pid is None and client.home.lab:
-            # a user cannot read the lab's lock file: the controller answering is what says it runs
-            try:
-                with client as c:
-                    info.update(c.call("ping"))
-                pid = info.get("pid")  # type: ignore[assignment]
-                info["running"] = True
-            except ControllerError as e:
-                info["error"] = str(e)
-        if pid is not None and "api" not in info:
-            try:
-                with client as c:
-                    info.update(c.call("ping"))
-            except ControllerError as e:
-                info["error"] = str(e)
-                info["health"] = "unknown"
-                info["health_error"] = f"the controller does not answer: {e}"
-        # a controller that does not answer is as good as an unhealthy one; one from before health reports
-        # (no `health` field) is taken at its word that it runs
-        unhealthy = pid is not None and (info.get("health") == "unhealthy" or "error" in info)
-        if as_json:
-            print_json(info)
-        elif pid is None:
-            print(f"{'lab ' if client.home.lab else ''}controller not running for {client.home.root}")
-        else:
-            print(f"{'lab ' if info.get('mode') == 'lab' else ''}controller running (pid {pid}) for "
-                  f"{info.get('home', client.home.root)}: {info.get('health', 'unknown')}")
-            if unhealthy:
-                print(f"hsched: error: {info.get('health_error') or 'unhealthy'}", file=sys.stderr)
-        if unhealthy:
-            raise typer.Exit(EXIT_FAILED)
+        code = daemon_status(as_json)
+        if code:
+            raise typer.Exit(code)
 
     @app.command()
     @handle_errors

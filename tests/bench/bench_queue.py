@@ -1,4 +1,5 @@
-"""How long `hsched queue --json` takes with 1,000, 10,000 and 100,000 jobs in the store (--sizes).
+"""How long `hsched queue --json` (and `hsched daemon status --json`) take with 1,000, 10,000 and 100,000 jobs in
+the store (--sizes).
 
 Printed as ratios against `hsched --version` measured in the same run (the CLI's fixed start-up cost), so the
 figures mean something on a shared, noisy machine: the median wall time of each command, and the median CPU time
@@ -88,10 +89,12 @@ def main() -> None:
                            stdout=subprocess.DEVNULL)
             try:
                 # (the controller's first listing reads every job, and the first runs compile: not counted)
-                for warm in (["queue", "--json"], ["queue"], ["-c", DECODED], ["--version"]):
+                for warm in (["queue", "--json"], ["queue"], ["-c", DECODED], ["--version"],
+                             ["daemon", "status", "--json"]):
                     timed(warm, env, 1)
                 base, base_cpu = timed(["--version"], env, opts.repeat)
-                for args in (["queue"], ["queue", "--json"], ["-c", DECODED], ["queue", "--all", "--json"]):
+                for args in (["queue"], ["queue", "--json"], ["-c", DECODED], ["queue", "--all", "--json"],
+                             ["daemon", "status", "--json"]):
                     t, cpu = timed(args, env, opts.repeat)
                     name = "decoded (before)" if args[0] == "-c" else " ".join(args)
                     print(f"{n:>8} {name:<22} {t:>8.3f} {t / base:>12.2f} {cpu:>8.3f} {cpu / base_cpu:>12.2f}")
