@@ -63,7 +63,8 @@ def detail_table(d: dict[str, Any]) -> Table:
         rows.append(("placement", f"{p['node']}: {len(p['devices'])} device(s)"))
     rows.append(("why there", str(d.get("placement_explanation") or "not placed yet")))
     for label, value in rows:
-        t.add_row(label, value)
+        # (a name, a command or a reason is its owner's text: drawn as it is, never read as Rich markup)
+        t.add_row(label, value if isinstance(value, Text) else Text(str(value)))
     return t
 
 
@@ -84,9 +85,10 @@ def runs_table(d: dict[str, Any]) -> Table:
     for col in ("#", "node", "devices", "state", "reason", "start", "end", "exit"):
         t.add_column(col)
     for r in d.get("runs") or []:
-        t.add_row(str(r.get("attempt")), str(r.get("node")), str(len(r.get("devices") or [])),
-                  str(r.get("state")), str(r.get("reason") or ""), str(r.get("start_time") or "")[11:19],
-                  str(r.get("end_time") or "")[11:19], na(r.get("exit_code")))
+        t.add_row(*(Text(c) if isinstance(c, str) else c for c in (
+            str(r.get("attempt")), str(r.get("node")), str(len(r.get("devices") or [])), str(r.get("state")),
+            str(r.get("reason") or ""), str(r.get("start_time") or "")[11:19], str(r.get("end_time") or "")[11:19],
+            na(r.get("exit_code")))))
     return t
 
 

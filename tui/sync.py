@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
+from rich.text import Text
 from textual.widgets import DataTable
+
+
+def _cell(value: Any) -> Any:
+    """What the table is given for a cell: a string as plain Text. Why: DataTable reads a `str` as Rich markup, at
+    every repaint of every visible cell (64 GPUs and 500 jobs: most of a frame's paint), and a job named
+    `[reverse]x` would restyle the dashboard; Text is drawn as it is."""
+    return Text(value, no_wrap=True, end="") if isinstance(value, str) else value
 
 
 class RowSync:
@@ -47,12 +55,12 @@ class RowSync:
         """Write one row; only the cells that differ reach the table. Returns True when a row was added."""
         old = self._cells.get(key)
         if old is None:
-            self.table.add_row(*cells, key=key)
+            self.table.add_row(*map(_cell, cells), key=key)
             self._cells[key] = cells
             return True
         for column, before, after in zip(self.columns, old, cells, strict=True):
             if before != after:
-                self.table.update_cell(key, column, after)
+                self.table.update_cell(key, column, _cell(after))
         self._cells[key] = cells
         return False
 
@@ -63,7 +71,7 @@ class RowSync:
             return
         i = self.columns.index(column)
         if cells[i] != value:
-            self.table.update_cell(key, column, value)
+            self.table.update_cell(key, column, _cell(value))
             self._cells[key] = (*cells[:i], value, *cells[i + 1:])
 
     def clear(self) -> None:

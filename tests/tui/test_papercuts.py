@@ -56,3 +56,25 @@ def test_reverse_with_a_filter_on_reverses_the_rows() -> None:
 def test_readings_and_names() -> None:
     assert (reading(67.6, "C"), reading(358.8, "W"), reading(None, "W")) == ("68C", "359W", "N/A")
     assert printable("two\nlines\x1b[2J") == "two\\nlines\\x1b[2J"
+
+
+def test_a_job_name_is_drawn_as_it_is_never_as_markup() -> None:
+    # a member's job name is text: `[reverse]` in it must not restyle everyone's dashboard (DataTable reads a str
+    # cell as Rich markup; the dashboard hands it Text)
+    from hsched.tui.model import parse_snapshot
+
+    from .canned import EVENTS, snapshot
+
+    snap = snapshot()
+    snap["jobs"][3]["name"] = "[reverse]x[/]y"
+
+    async def go() -> None:
+        app = DashApp(None, frame=parse_snapshot(snap, EVENTS, True, None), clock=lambda: NOW, view="jobs",
+                      user="alice")
+        async with app.run_test(size=(120, 30)) as pilot:
+            await pilot.pause()
+            cell = app.jobs.table.get_cell("4", "name")
+            assert str(cell) == "[reverse]x[/]y" and not getattr(cell, "spans", None)
+            assert "[reverse]x[/]y" in app.export_screenshot()
+
+    asyncio.run(go())
