@@ -21,8 +21,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from hsched import nodehelper, safefiles
 from hsched.errors import HelperError, NodeRefused, NodeUnreachable, Refusal
+from hsched.node import safefiles
+from hsched.node.version import HELPER_VERSION
 
 SERVICE_HELPER = "/usr/local/libexec/hsched/hsched-node-helper"
 """Where `hsched node helper-script` installs the launcher by default (fleet file: `helper` per node)."""
@@ -60,7 +61,7 @@ def helper_too_old(node: str, launcher: str, version: object) -> NodeRefused:
     said = f"protocol {version}" if isinstance(version, int) and not isinstance(version, bool) else "no protocol"
     # short enough for the node's shown reason (200 characters) with the default launcher's path
     return NodeRefused(
-        f"{node}: node helper {launcher} speaks {said}, this hsched needs {nodehelper.HELPER_VERSION}: reinstall it "
+        f"{node}: node helper {launcher} speaks {said}, this hsched needs {HELPER_VERSION}: reinstall it "
         "there as root with `hsched node helper-script --install`", Refusal.CONFIG)
 
 
@@ -72,7 +73,7 @@ async def whoami(call: Call, node: str, launcher: str) -> str:
     except HelperError as e:
         raise sudo_refused(node, launcher, str(e)) from None
     version = info.get("helper_version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < nodehelper.HELPER_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or version < HELPER_VERSION:
         raise helper_too_old(node, launcher, version)
     root = info.get("confine")
     if not isinstance(root, str) or not root.startswith("/"):

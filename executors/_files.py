@@ -11,7 +11,7 @@ import secrets
 import shutil
 import threading
 
-from hsched import safefiles
+from hsched.node import safefiles
 
 
 def temporary_beside(path: str) -> str:

@@ -24,7 +24,7 @@ import stat
 
 import asyncssh
 
-from hsched import safefiles
+from hsched.node import safefiles
 
 from . import _files
 
