@@ -90,7 +90,7 @@ async def get_tree(call: Call, remote: str, local: Path, *, node: str, timeout_s
                    user: str | None = None) -> int:
     """Copy the node's folder `remote` to `local` (replacing it whole once complete) within `timeout_s`; returns
     its bytes. Whatever fails is an ExecutorError naming `node` (a tar file that does not read included). Data
-    only, both ends (hsched/safefiles.py); `user`: whose folder it is (the node's helper packs only what they
+    only, both ends (hsched/node/safefiles.py); `user`: whose folder it is (the node's helper packs only what they
     may give, and here it is theirs from the first byte when we are root)."""
     return await _bounded(_get_tree(call, remote, local, user), f"{node}: get {remote}", timeout_s)
 
@@ -289,7 +289,7 @@ def _unlink(path: Path) -> None:
 
 
 def _tar(folder: Path, tar_path: Path, user: str | None = None) -> int:
-    """`folder` as a tar file (its folders and regular files, data only: hsched/safefiles.py; an absent folder is
+    """`folder` as a tar file (its folders and regular files, data only: hsched/node/safefiles.py; an absent folder is
     an empty one); its size. `user`: whose folder it is (read for them when we are root)."""
     owner = safefiles.owner_of(user)
     fd = os.open(tar_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -304,7 +304,7 @@ def _tar(folder: Path, tar_path: Path, user: str | None = None) -> int:
 def _untar_replacing(tar_path: Path, dest: Path, user: str | None = None) -> None:
     """Unpack into a folder beside `dest`, then rename it into place (the old one removed after). Regular
     files and folders only, each under that folder, with their permission bits but no setuid: whatever a
-    node sent cannot lay a link or a device on the controller (hsched/safefiles.py). `user`: whose folder it
+    node sent cannot lay a link or a device on the controller (hsched/node/safefiles.py). `user`: whose folder it
     is (theirs from the first byte when we are root)."""
     from hsched.executors._files import move_into_place, remove, temporary_beside
 

@@ -718,7 +718,7 @@ class SSHExecutor:
         """Copy a local file or folder to `remote` on the node (relative: to the login folder).
 
         It lands under a temporary name and is renamed into place, so a reader never sees half a checkpoint;
-        an existing folder there is replaced. Data only (hsched/safefiles.py): a folder goes through the node's
+        an existing folder there is replaced. Data only (hsched/node/safefiles.py): a folder goes through the node's
         helper (`unpack`: no link, device or setuid bit made; every file `user`'s from its first byte), a single
         file over SFTP (its permission bits only, read here without following a link or waiting on a FIFO).
         """
@@ -820,7 +820,7 @@ async def copy_between(src: SSHExecutor, src_path: str, dst: SSHExecutor, dst_pa
                        timeout_s: float = 3600.0, user: str | None = None) -> int:
     """Copy a folder from one node to another through the controller (the source helper's `pack`, read back in
     chunks and appended to the destination helper's transfer, then `unpack`ed: data only, see
-    hsched/safefiles.py; nothing is written on the controller's disk). Returns the bytes of its files."""
+    hsched/node/safefiles.py; nothing is written on the controller's disk). Returns the bytes of its files."""
     what = f"copy {src.name}:{src_path} -> {dst.name}:{dst_path}"
     calls: list[_confined.Call] = []
     for ex in (src, dst):

@@ -1,4 +1,4 @@
-"""hsched/safefiles.py on its own, in-process (the fast lane): what a copy keeps and drops, a name swapped between
+"""hsched/node/safefiles.py on its own, in-process (the fast lane): what a copy keeps and drops, a name swapped between
 the look and the open, a hostile tar file. tests/security/test_copies.py attacks every copy path with real users."""
 
 from __future__ import annotations
