@@ -11,8 +11,8 @@ from .confine import Refused, inside, open_inside, own
 from .owners import account, passable_dirs
 from .records import new_token, unlink_quietly
 
-# Added for remote nodes (the SSH executor): reading a run's log without SFTP, and one long-lived
-# monitoring stream per node instead of a new process (and a new nvidia-smi) every second.
+# Reading a run's log without SFTP (the SSH executor, a service account's helper); under --confine only a run's
+# output.log or a transfer file of its own.
 
 
 _TOKEN_TAR = re.compile(r"^[0-9a-f]{32}\.tar$")

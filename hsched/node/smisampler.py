@@ -1,4 +1,4 @@
-"""GPU samples through nvidia-smi where NVML is missing: one long-lived `nvidia-smi --loop` stream, restarted
+"""GPU samples through nvidia-smi where NVML is missing: one long-lived `nvidia-smi -lms` stream, restarted
 when it stalls, and its compute processes asked for separately."""
 
 import os
