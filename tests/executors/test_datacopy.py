@@ -555,13 +555,11 @@ async def test_a_copy_into_a_confined_helpers_data_folder(base: Path, monkeypatc
 async def test_a_node_running_an_older_helper_process_gets_its_files_chunk_by_chunk(base: Path) -> None:
     """A real helper process without the batch requests (this helper, those two taken out of its COMMANDS), as
     a lab's installed helper is until it is updated: copies to it and from it go file by file."""
-    from hsched.executors.local import HELPER_PATH, LocalExecutor
+    from hsched.executors.local import LocalExecutor
 
     old = base / "old_helper.py"
-    old.write_text("import importlib.util, sys\n"
-                   f"spec = importlib.util.spec_from_file_location('nodehelper', {str(HELPER_PATH)!r})\n"
-                   "nh = importlib.util.module_from_spec(spec)\n"
-                   "spec.loader.exec_module(nh)\n"
+    old.write_text("import sys\n"
+                   "from hsched.node import main as nh\n"
                    "del nh.COMMANDS['data_read_many'], nh.COMMANDS['data_write_many']\n"
                    "sys.exit(nh.main(sys.argv))\n")
     python = base / "old-python"  # LocalExecutor runs PYTHON HELPER_PATH ...: this one runs the old helper
