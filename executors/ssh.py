@@ -174,7 +174,8 @@ def helper_bundle() -> HelperBundle:
         # helper folder's own, so it comes first on the helper's sys.path.
         files.append(("pynvml.py", pynvml.read_bytes()))
     # the helper's package (safefiles.py, the rules for copies as root, among them), its script last
-    files += [(p.name, p.read_bytes()) for p in sorted(HELPER_DIR.glob("*.py")) if p.name != HELPER_ENTRY]
+    files += [(p.name, p.read_bytes()) for p in sorted(HELPER_DIR.glob("*.py"))
+              if p.name != HELPER_ENTRY and not p.name.startswith(".")]
     files.append((HELPER_ENTRY, (HELPER_DIR / HELPER_ENTRY).read_bytes()))
     digest = bundle_digest(files)
     return HelperBundle(dirname=f"helper-{digest[:16]}", files=tuple(files), digest=digest)
