@@ -21,8 +21,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from hsched import nodehelper, safefiles
 from hsched.errors import HelperError, NodeRefused, NodeUnreachable, Refusal
+from hsched.node import safefiles
+from hsched.node.version import HELPER_VERSION
 
 SERVICE_HELPER = "/usr/local/libexec/hsched/hsched-node-helper"
 """Where `hsched node helper-script` installs the launcher by default (fleet file: `helper` per node)."""
@@ -60,7 +61,7 @@ def helper_too_old(node: str, launcher: str, version: object) -> NodeRefused:
     said = f"protocol {version}" if isinstance(version, int) and not isinstance(version, bool) else "no protocol"
     # short enough for the node's shown reason (200 characters) with the default launcher's path
     return NodeRefused(
-        f"{node}: node helper {launcher} speaks {said}, this hsched needs {nodehelper.HELPER_VERSION}: reinstall it "
+        f"{node}: node helper {launcher} speaks {said}, this hsched needs {HELPER_VERSION}: reinstall it "
         "there as root with `hsched node helper-script --install`", Refusal.CONFIG)
 
 
@@ -72,7 +73,7 @@ async def whoami(call: Call, node: str, launcher: str) -> str:
     except HelperError as e:
         raise sudo_refused(node, launcher, str(e)) from None
     version = info.get("helper_version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < nodehelper.HELPER_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or version < HELPER_VERSION:
         raise helper_too_old(node, launcher, version)
     root = info.get("confine")
     if not isinstance(root, str) or not root.startswith("/"):
@@ -89,7 +90,7 @@ async def get_tree(call: Call, remote: str, local: Path, *, node: str, timeout_s
                    user: str | None = None) -> int:
     """Copy the node's folder `remote` to `local` (replacing it whole once complete) within `timeout_s`; returns
     its bytes. Whatever fails is an ExecutorError naming `node` (a tar file that does not read included). Data
-    only, both ends (hsched/safefiles.py); `user`: whose folder it is (the node's helper packs only what they
+    only, both ends (hsched/node/safefiles.py); `user`: whose folder it is (the node's helper packs only what they
     may give, and here it is theirs from the first byte when we are root)."""
     return await _bounded(_get_tree(call, remote, local, user), f"{node}: get {remote}", timeout_s)
 
@@ -288,7 +289,7 @@ def _unlink(path: Path) -> None:
 
 
 def _tar(folder: Path, tar_path: Path, user: str | None = None) -> int:
-    """`folder` as a tar file (its folders and regular files, data only: hsched/safefiles.py; an absent folder is
+    """`folder` as a tar file (its folders and regular files, data only: hsched/node/safefiles.py; an absent folder is
     an empty one); its size. `user`: whose folder it is (read for them when we are root)."""
     owner = safefiles.owner_of(user)
     fd = os.open(tar_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -303,7 +304,7 @@ def _tar(folder: Path, tar_path: Path, user: str | None = None) -> int:
 def _untar_replacing(tar_path: Path, dest: Path, user: str | None = None) -> None:
     """Unpack into a folder beside `dest`, then rename it into place (the old one removed after). Regular
     files and folders only, each under that folder, with their permission bits but no setuid: whatever a
-    node sent cannot lay a link or a device on the controller (hsched/safefiles.py). `user`: whose folder it
+    node sent cannot lay a link or a device on the controller (hsched/node/safefiles.py). `user`: whose folder it
     is (theirs from the first byte when we are root)."""
     from hsched.executors._files import move_into_place, remove, temporary_beside
 

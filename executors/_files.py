@@ -11,7 +11,7 @@ import secrets
 import shutil
 import threading
 
-from hsched import safefiles
+from hsched.node import safefiles
 
 
 def temporary_beside(path: str) -> str:
@@ -45,7 +45,7 @@ def make_parent(path: str) -> None:
 def copy_replacing(src: str, dst: str, given_up: threading.Event | None = None, user: str | None = None) -> None:
     """Copy a file or folder to `dst`, renamed into place when complete (a folder there is replaced as a
     whole) unless `given_up` is set by then; nothing to do when both are the same path. The copy is data only
-    (hsched/safefiles.py): regular files and folders, permission bits without setuid, no link followed or made,
+    (hsched/node/safefiles.py): regular files and folders, permission bits without setuid, no link followed or made,
     no FIFO waited on; for `user` (a job's), when this process is root, owned by them from the first byte and
     only what they may give read."""
     if os.path.abspath(src) == os.path.abspath(dst):

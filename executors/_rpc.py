@@ -1,6 +1,6 @@
 """The node helper's wire protocol, client side, for every executor that runs the helper (local and ssh).
 
-Two ways to ask the helper something (hsched/nodehelper.py):
+Two ways to ask the helper something (hsched/node/, its script nodehelper.py):
 
 * served: one long-lived `nodehelper.py serve` per node answers many requests over one pair of pipes (a
   subprocess here, an SSH channel on a remote node). A request is one JSON line `{"id", "cmd", "req"}`,

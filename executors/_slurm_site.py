@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from hsched import nodehelper
 from hsched.errors import HelperError, NodeRefused, NodeUnreachable, Refusal
+from hsched.node import files, owners, records
 
 from ._files import copy_off_loop
 
@@ -168,10 +168,10 @@ class LocalSite:
         await asyncio.to_thread(_write_file, path, data, mode)
 
     async def read_json(self, path: str) -> Any:
-        return await asyncio.to_thread(nodehelper.read_json, path)
+        return await asyncio.to_thread(records.read_json, path)
 
     async def write_json(self, path: str, value: Any) -> None:
-        await asyncio.to_thread(nodehelper.write_json_atomic, path, value)
+        await asyncio.to_thread(records.write_json_atomic, path, value)
 
     async def append(self, path: str, data: bytes) -> None:
         await asyncio.to_thread(_append, path, data)
@@ -183,7 +183,7 @@ class LocalSite:
         return await asyncio.to_thread(os.path.isdir, path)
 
     async def newest(self, path: str) -> float | None:
-        newest = (await asyncio.to_thread(nodehelper.newest, {"path": path})).get("newest")
+        newest = (await asyncio.to_thread(files.newest, {"path": path})).get("newest")
         return float(newest) if newest is not None else None
 
     async def put(self, local: str, remote: str, timeout_s: float) -> None:
@@ -193,15 +193,15 @@ class LocalSite:
         await copy_off_loop(self.name, "get", remote, local, timeout_s)
 
     async def account(self, name: str) -> Account | None:
-        acct = await asyncio.to_thread(nodehelper.account, name)
+        acct = await asyncio.to_thread(owners.account, name)
         return None if acct is None else Account(name, int(acct["uid"]), int(acct["gid"]), str(acct["home"]))
 
     async def passable(self, base: str | None, leaf: str) -> None:
         # the node helper's own (a lab's run folders are made so on its nodes too)
-        await asyncio.to_thread(nodehelper._passable_dirs, base or os.path.dirname(leaf.rstrip("/")), leaf)
+        await asyncio.to_thread(owners.passable_dirs, base or os.path.dirname(leaf.rstrip("/")), leaf)
 
     async def give(self, path: str, acct: Account, mode: int) -> None:
-        await asyncio.to_thread(nodehelper._give, path, {"uid": acct.uid, "gid": acct.gid}, mode)
+        await asyncio.to_thread(owners.give, path, {"uid": acct.uid, "gid": acct.gid}, mode)
 
     async def close(self) -> None:
         """Nothing to let go of: every call is a command of its own."""

@@ -4,7 +4,7 @@ Everything lands under a temporary name beside its target and is renamed into pl
 a job resuming from a checkpoint never reads half of one. A remote path that is relative (or starts with
 `~/`) is taken from the login folder, as scp does.
 
-Data only, never privileges (hsched/safefiles.py's rules): regular files and folders cross, with their
+Data only, never privileges (hsched/node/safefiles.py's rules): regular files and folders cross, with their
 permission bits but no setuid, setgid or sticky bit; links, FIFOs, sockets and devices are dropped on either
 side, never followed, made or opened. The local side is read and written through safefiles, in a thread (asyncssh's
 own local file access opens files on the event loop: a FIFO there would stop the controller until someone wrote
@@ -24,7 +24,7 @@ import stat
 
 import asyncssh
 
-from hsched import safefiles
+from hsched.node import safefiles
 
 from . import _files
 

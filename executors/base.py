@@ -106,7 +106,7 @@ class Executor(Protocol):
     once a call has succeeded since. `isinstance(ex.last_error, NodeRefused)`: a person must act."""
 
     async def probe(self, *, gpu_timeout_s: float = 10.0) -> dict[str, Any]:
-        """Machine facts as the node helper reports them (hsched/nodehelper.py `probe`): `helper_version`,
+        """Machine facts as the node helper reports them (hsched/node/probe.py `probe`): `helper_version`,
         `hostname`, `boot_id`, `python`, `cpus`, `memory_total_mib`, `numa` ([{id, cpus, memory_mib}]),
         `gpus` ({source, devices: [...]}, optionally `topo_matrix`), `loadavg`; ssh adds `remote_root`.
 
@@ -180,7 +180,7 @@ class Executor(Protocol):
                   user: str | None = None) -> None:
         """Copy a local file or folder to `remote` on the node, replacing what is there as a whole (a reader
         never sees half of it). On a node that shares the controller's disk, nothing to do when `remote` is
-        `local` itself (what remote_path gives there). Data only (hsched/safefiles.py); `user`: the job's, whose
+        `local` itself (what remote_path gives there). Data only (hsched/node/safefiles.py); `user`: the job's, whose
         files they are (a root controller makes them theirs from the first byte and reads only what they may
         give)."""
         ...
@@ -193,7 +193,7 @@ class Executor(Protocol):
         ...
 
     async def data(self, op: str, req: Mapping[str, Any], *, timeout_s: float = 120.0) -> dict[str, Any]:
-        """A dataset request the node helper answers (hsched/nodehelper.py `data_<op>`): `scan`, `list`, `free`,
+        """A dataset request the node helper answers (hsched/node `data_<op>`): `scan`, `list`, `free`,
         `root`, `read`, `write`, `read_many`, `write_many`, `claim`, `commit`, `drop` or `hash`, with the node's own
         absolute paths; its reply as it came (an older helper answers "unknown request" to the newer ones).
         hsched/datacopy.py builds copies, scans and eviction on it. Within `timeout_s`, else NodeUnreachable;

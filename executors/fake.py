@@ -40,10 +40,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hsched import nodehelper
 from hsched.errors import ExecutorError, HelperError, NodeUnreachable, TransferError
 from hsched.model import GpuHolder, RunHandle, RunReport, RunStatus
-from hsched.nodehelper import HELPER_VERSION
+from hsched.node.confine import why
+from hsched.node.main import COMMANDS
+from hsched.node.version import HELPER_VERSION
 
 from . import _files
 from ._contact import recorded
@@ -251,7 +252,7 @@ class FakeExecutor:
         what `free` answers; `data_hook` runs before each request (a test's way to act mid-copy)."""
         self._check(f"data_{op}")
         command = f"data_{op}"
-        fn = nodehelper.COMMANDS.get(command) if op.isidentifier() else None
+        fn = COMMANDS.get(command) if op.isidentifier() else None
         if fn is None:
             raise HelperError(f"{self.name}: node helper '{command}': unknown request", command)
         if self.data_hook is not None:
@@ -266,7 +267,7 @@ class FakeExecutor:
             raise NodeUnreachable(f"{self.name}: node helper '{command}' did not answer within {timeout_s:g} s") \
                 from None
         except Exception as e:  # as the helper answers a failed request: one error line, HelperError here
-            raise HelperError(f"{self.name}: node helper '{command}': {nodehelper._why(e)}", command) from None
+            raise HelperError(f"{self.name}: node helper '{command}': {why(e)}", command) from None
         return dict(json.loads(json.dumps(reply)))
 
     @recorded
@@ -322,7 +323,7 @@ class FakeExecutor:
             seq += 1
 
     def sample(self, seq: int = 0) -> dict[str, Any]:
-        """One monitoring sample of the fake node as it stands (the shape nodehelper.watch sends)."""
+        """One monitoring sample of the fake node as it stands (the shape hsched.node.watch sends)."""
         devices = [{"index": i, "uuid": d.get("uuid"),
                     "utilization_gpu": self.utilization.get(d.get("uuid") or "", 0.0), "memory_used_mib": 0,
                     "memory_total_mib": d.get("memory_total_mib"), "temperature_c": None, "power_w": None}

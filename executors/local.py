@@ -36,9 +36,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hsched import nodehelper
 from hsched.errors import ExecutorError, HelperError, NodeRefused, NodeUnreachable, Refusal
 from hsched.model import RunHandle, RunReport
+from hsched.node import nodehelper
 from hsched.serialize import handle_from_dict, handle_to_dict
 
 from . import _confined
@@ -523,7 +523,7 @@ class LocalExecutor:
 
     async def watch(self, interval_s: float = 1.0, *, count: int | None = None,
                     stale_after_s: float | None = None) -> AsyncIterator[dict[str, Any]]:
-        """Monitoring samples from this machine every `interval_s` (see nodehelper.watch for the shape)."""
+        """Monitoring samples from this machine every `interval_s` (see hsched.node.watch for the shape)."""
         stale = stale_after_s if stale_after_s is not None else max(5.0, 3 * interval_s)
         simulate = None
         if self.simulate is not None:

@@ -43,7 +43,6 @@ from typing import Any
 
 import asyncssh
 
-from hsched import nodehelper, safefiles
 from hsched.config import NodeConfig
 from hsched.errors import (
     ExecutorError,
@@ -54,6 +53,7 @@ from hsched.errors import (
     TransferError,
 )
 from hsched.model import RunHandle, RunReport
+from hsched.node import nodehelper, safefiles
 from hsched.serialize import handle_from_dict, handle_to_dict
 
 from . import _confined, _sshconfig, _sshfiles
@@ -71,9 +71,10 @@ from .base import Executor, LaunchRequest, StatusQuery
 
 log = logging.getLogger("hsched.ssh")
 
-HELPER_PATH = Path(nodehelper.__file__).resolve()
-NVML_PROBE_PATH = HELPER_PATH.parent / "topo" / "nvml_probe.py"
-SAFEFILES_PATH = Path(safefiles.__file__).resolve()
+HELPER_DIR = Path(nodehelper.__file__).resolve().parent
+"""hsched/node: the helper's modules, shipped as they are (nodehelper.py is the script a node runs)."""
+HELPER_ENTRY = "nodehelper.py"
+NVML_PROBE_PATH = HELPER_DIR.parent / "topo" / "nvml_probe.py"
 MAX_SESSIONS = 10
 """sshd's default MaxSessions: channels open at once on one connection."""
 
@@ -85,18 +86,26 @@ def _one_line(script: str) -> str:
     return f"import base64;exec(base64.b64decode({base64.b64encode(script.encode()).decode()!r}))"
 
 
-# `digest`: the helper found there, hashed; one that is not the bundle's (an older helper left in the folder,
-# a half-written one) is shipped again rather than used
+# `digest`: the bundle found there (the files named after the folder and root, in the bundle's order), hashed as
+# bundle_digest hashes it; one that is not the bundle's (a file missing, changed or half-written) is shipped again
+# rather than used
 _BOOTSTRAP = _one_line("""
 import hashlib, json, os, sys
 root = ((sys.argv[2] if len(sys.argv) > 2 else "") or os.environ.get("HSCHED_NODE_ROOT")
         or os.path.join(os.path.expanduser("~"), ".cache", "hsched"))
 d = os.path.join(root, sys.argv[1])
-f = os.path.join(d, "nodehelper.py")
 digest = None
-if os.path.isfile(f):
-    with open(f, "rb") as h:
-        digest = hashlib.sha256(h.read()).hexdigest()
+if os.path.isfile(os.path.join(d, "nodehelper.py")):
+    h = hashlib.sha256()
+    try:
+        for name in sys.argv[3:]:
+            with open(os.path.join(d, name), "rb") as f:
+                data = f.read()
+            h.update(b"%s\\0%d\\0" % (name.encode(), len(data)))
+            h.update(data)
+        digest = h.hexdigest()
+    except OSError:
+        digest = "incomplete"
 print(json.dumps({"root": os.path.abspath(root), "python": list(sys.version_info[:3]),
                   "present": digest is not None, "digest": digest}))
 """)
@@ -125,6 +134,19 @@ print(json.dumps({"ok": True}))
 class HelperBundle:
     dirname: str
     files: tuple[tuple[str, bytes], ...]
+    """(name, bytes) in the order they are written on a node: the helper's script last."""
+    digest: str
+    """bundle_digest(files): the folder is named after it, and a node's copy must hash to it."""
+
+
+def bundle_digest(files: Sequence[tuple[str, bytes]]) -> str:
+    """sha256 over the files in order, each as its name, its size and its bytes: any module changed, added or
+    removed changes it (and so the folder a node runs the helper from)."""
+    h = hashlib.sha256()
+    for name, data in files:
+        h.update(b"%s\0%d\0" % (name.encode(), len(data)))
+        h.update(data)
+    return h.hexdigest()
 
 
 def _pynvml_path() -> Path | None:
@@ -151,14 +173,12 @@ def helper_bundle() -> HelperBundle:
         # readings as this machine without installing anything; nvidia-smi stays the fallback. It is the
         # helper folder's own, so it comes first on the helper's sys.path.
         files.append(("pynvml.py", pynvml.read_bytes()))
-    # the rules for copies as root (hsched/safefiles.py), which the helper loads from its own folder
-    files.append(("safefiles.py", SAFEFILES_PATH.read_bytes()))
-    files.append(("nodehelper.py", HELPER_PATH.read_bytes()))
-    h = hashlib.sha256()
-    for name, data in files:
-        h.update(b"%s\0%d\0" % (name.encode(), len(data)))
-        h.update(data)
-    return HelperBundle(dirname=f"helper-{h.hexdigest()[:16]}", files=tuple(files))
+    # the helper's package (safefiles.py, the rules for copies as root, among them), its script last
+    files += [(p.name, p.read_bytes()) for p in sorted(HELPER_DIR.glob("*.py"))
+              if p.name != HELPER_ENTRY and not p.name.startswith(".")]
+    files.append((HELPER_ENTRY, (HELPER_DIR / HELPER_ENTRY).read_bytes()))
+    digest = bundle_digest(files)
+    return HelperBundle(dirname=f"helper-{digest[:16]}", files=tuple(files), digest=digest)
 
 
 def shell_command(*words: str) -> str:
@@ -391,14 +411,14 @@ class SSHExecutor:
             return await self._installed(conn, self.helper)
         bundle = await asyncio.to_thread(helper_bundle)
         rc, out, err = await self._run(conn, shell_command(self.python, "-c", _BOOTSTRAP, bundle.dirname,
-                                                           self.node_root or ""), b"")
+                                                           self.node_root or "", *(n for n, _ in bundle.files)), b"")
         info = self._parse(out, err, rc, "first contact")
         version = tuple(int(v) for v in info["python"])
         if version < (3, 8):
             raise NodeRefused(f"{self.name}: {self.python} there is {'.'.join(map(str, version))}; "
                               "hsched's node helper needs Python 3.8 or newer", Refusal.PYTHON)
         root = str(info["root"])
-        want = hashlib.sha256(dict(bundle.files)["nodehelper.py"]).hexdigest()
+        want = bundle.digest
         if info["present"] and info.get("digest") != want:
             log.warning("%s: the node helper in %s/%s is not this hsched's (an older or damaged one): shipping it "
                         "again", self.name, root, bundle.dirname)
@@ -410,7 +430,7 @@ class SSHExecutor:
             rc, out, err = await self._run(conn, shell_command(self.python, "-c", _UPLOAD), payload)
             self._parse(out, err, rc, "helper upload")
             log.info("%s: node helper shipped to %s/%s", self.name, root, bundle.dirname)
-        helper = f"{root}/{bundle.dirname}/nodehelper.py"
+        helper = f"{root}/{bundle.dirname}/{HELPER_ENTRY}"
         return Remote(root=root, helper=helper, python=version, argv=(self.python, helper))
 
     async def _installed(self, conn: asyncssh.SSHClientConnection, launcher: str) -> Remote:
@@ -699,7 +719,7 @@ class SSHExecutor:
         """Copy a local file or folder to `remote` on the node (relative: to the login folder).
 
         It lands under a temporary name and is renamed into place, so a reader never sees half a checkpoint;
-        an existing folder there is replaced. Data only (hsched/safefiles.py): a folder goes through the node's
+        an existing folder there is replaced. Data only (hsched/node/safefiles.py): a folder goes through the node's
         helper (`unpack`: no link, device or setuid bit made; every file `user`'s from its first byte), a single
         file over SFTP (its permission bits only, read here without following a link or waiting on a FIFO).
         """
@@ -801,7 +821,7 @@ async def copy_between(src: SSHExecutor, src_path: str, dst: SSHExecutor, dst_pa
                        timeout_s: float = 3600.0, user: str | None = None) -> int:
     """Copy a folder from one node to another through the controller (the source helper's `pack`, read back in
     chunks and appended to the destination helper's transfer, then `unpack`ed: data only, see
-    hsched/safefiles.py; nothing is written on the controller's disk). Returns the bytes of its files."""
+    hsched/node/safefiles.py; nothing is written on the controller's disk). Returns the bytes of its files."""
     what = f"copy {src.name}:{src_path} -> {dst.name}:{dst_path}"
     calls: list[_confined.Call] = []
     for ex in (src, dst):

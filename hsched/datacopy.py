@@ -45,7 +45,7 @@ from typing import Any
 
 from hsched.errors import HelperError, TransferError
 from hsched.executors.base import Executor
-from hsched.nodehelper import DATA_CHUNK_MAX, DATA_MANIFEST, DATA_TREE
+from hsched.node.datapaths import DATA_CHUNK_MAX, DATA_MANIFEST, DATA_TREE
 
 PARTIAL_SUFFIX = ".partial"
 """A copy to DEST is made in DEST + this (a sibling: same file system, so its commit is a rename)."""

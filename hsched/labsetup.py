@@ -118,17 +118,17 @@ def launcher_commands() -> tuple[str, ...]:
     """The helper commands the service account may ask for through sudo, one argument each (`sudo -n LAUNCHER
     CMD`, the request on stdin): the helper's requests, its server and its monitoring stream. Never `_wrap`
     or `_probe_gpus` (the helper runs those itself), and never an option: the launcher's are final."""
-    from hsched import nodehelper
+    from hsched.node.main import COMMANDS
 
-    names = {*nodehelper.COMMANDS, "serve"}
+    names = {*COMMANDS, "serve"}
     return tuple(sorted(n for n in names if not n.startswith("_")))
 
 
 def helper_version() -> int:
     """The protocol of the helper this hsched installs (the executors refuse a node whose helper says less)."""
-    from hsched import nodehelper
+    from hsched.node.version import HELPER_VERSION
 
-    return nodehelper.HELPER_VERSION
+    return HELPER_VERSION
 
 
 def helper_script(*, account: str = "hsched", prefix: str = HELPER_PREFIX, root: str | None = None,

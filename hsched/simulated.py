@@ -173,7 +173,7 @@ def simulated_extras(d: Device, nature: Profile | None, nvlinked: bool, now: flo
 
 def simulated_processes(nature: Profile | None, uuids: Sequence[str], now: float) -> list[dict[str, Any]] | None:
     """The job's processes as a GPU tool would list them on its simulated GPUs (one per GPU, with CPU % and
-    resident memory as hsched.nodehelper gives them); None without a declared nature (processes not listed)."""
+    resident memory as hsched.node.usage gives them); None without a declared nature (processes not listed)."""
     n = _NATURES.get(nature) if nature is not None else None
     if n is None:
         return None

@@ -5,7 +5,7 @@ itself for this machine's nodes (they share the disk). A remote node gets a mirr
 folder, unless the fleet file declares the path shared there (`shared_paths`). When a run starts on a
 node other than the one that ran the job last, the folder is brought along through the controller
 (the executors' get, then put); bytes and seconds go into the job's events. Every copy is data only, made
-for the job's user (hsched/safefiles.py): a checkpoint folder carries no setuid program, link, FIFO or
+for the job's user (hsched/node/safefiles.py): a checkpoint folder carries no setuid program, link, FIFO or
 device to the next node, what lands there is the user's from its first byte, and nothing the user put in
 the folder is opened on the event loop.
 """

@@ -29,7 +29,7 @@ from hsched.controller.state import ControllerState
 from hsched.errors import ExecutorError, HschedError, UserError
 from hsched.lifecycle import StopPlan
 from hsched.model import Job, JobState, NodeState
-from hsched.nodehelper import read_json
+from hsched.node.records import read_json
 from hsched.paths import Home
 from hsched.store import Store
 

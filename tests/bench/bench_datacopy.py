@@ -37,7 +37,8 @@ sys.path.insert(0, str(ROOT))
 
 from hsched.executors.local import LocalExecutor  # noqa: E402
 
-from hsched import datacopy, nodehelper  # noqa: E402
+from hsched import datacopy  # noqa: E402
+from hsched.node import datawrite  # noqa: E402
 
 MB = 1e6
 
@@ -111,14 +112,14 @@ def helper_writes(base: Path, small: Path, chunk: int, fsync: bool, tag: str) ->
         size += len(data)
     partial = base / f"writes-{tag}.partial"
     claim = {"partial": str(partial), "token": "0" * 32}
-    nodehelper.data_claim(claim)
+    datawrite.data_claim(claim)
     real_fsync = os.fsync
     if not fsync:
         os.fsync = lambda fd: None
     try:
         t = time.perf_counter()
         with ThreadPoolExecutor(datacopy.FILES_AT_ONCE) as pool:
-            list(pool.map(lambda b: nodehelper.data_write_many({"claim": claim, "files": b}), batches))
+            list(pool.map(lambda b: datawrite.data_write_many({"claim": claim, "files": b}), batches))
         seconds = time.perf_counter() - t
     finally:
         os.fsync = real_fsync

@@ -187,7 +187,7 @@ def byte_compiled(folder: Path) -> None:
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     subprocess.run([sys.executable, "-c", "import hsched.controller.server, hsched.cli.jobs, hsched.executors.local"],
                    check=True)
-    subprocess.run([sys.executable, "-m", "hsched.nodehelper", "probe"], input=b"{}", check=True,
+    subprocess.run([sys.executable, "-m", "hsched.node.nodehelper", "probe"], input=b"{}", check=True,
                    stdout=subprocess.DEVNULL)
 
 

@@ -14,7 +14,7 @@ from hsched.testing import Lab
 
 
 def sample(processes: list[dict[str, Any]], *, cpu: float = 37.5, used_mib: int = 1000) -> dict[str, Any]:
-    """A monitoring sample as nodehelper.watch sends it (GPU numbers from nvidia-smi, so processes count)."""
+    """A monitoring sample as hsched.node.watch sends it (GPU numbers from nvidia-smi, so processes count)."""
     return {"seq": 1, "boot_id": "b", "cpu": {"util": cpu, "count": 64, "loadavg": [3.0, 2.0, 1.0]},
             "memory": {"total_mib": 262144, "available_mib": 262144 - used_mib, "used_mib": used_mib},
             "gpus": {"source": "nvidia-smi", "devices": []}, "gpu_error": None, "processes": processes}

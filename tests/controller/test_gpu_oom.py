@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hsched import nodehelper
 from hsched.controller.api import Api
+from hsched.node import gpucheck, status
 from hsched.testing import CannedNode, Lab
 
 TORCH = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
@@ -30,8 +30,8 @@ TORCH = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB
 def test_the_helper_finds_a_gpu_oom_in_the_log_tail(tmp_path: Path, tail: str, found: str | None) -> None:
     log = tmp_path / "output.log"
     log.write_text("x" * 100_000 + "\n" + tail)
-    assert nodehelper.gpu_oom_line(str(log)) == found
-    report = nodehelper._exited({"exit_code": 1, "gpu_oom": found is not None, "gpu_oom_line": found}, {})
+    assert gpucheck.gpu_oom_line(str(log)) == found
+    report = status.exited({"exit_code": 1, "gpu_oom": found is not None, "gpu_oom_line": found}, {})
     assert report["gpu_oom"] is (found is not None)
 
 

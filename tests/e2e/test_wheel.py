@@ -33,7 +33,7 @@ def test_wheel_layout(wheel: Path) -> None:
     assert "tui" not in tops and "executors" not in tops and "examples" not in tops
     assert "hsched/tui/__init__.py" in names
     assert "hsched/executors/local.py" in names
-    assert "hsched/nodehelper.py" in names
+    assert "hsched/node/nodehelper.py" in names and "hsched/node/safefiles.py" in names
     assert "hsched/examples/lab/fleet.toml" in names
 
 

@@ -19,31 +19,32 @@ from typing import Any
 import pytest
 from hsched.executors import _confined
 
-from hsched import nodehelper
 from hsched.labsetup import helper_script
+from hsched.node import confine, files, launch, records, signals, status, wrap
+from hsched.node.main import COMMANDS
 
 
 @pytest.fixture
 def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     r = tmp_path / "node"
     r.mkdir(mode=0o711)
-    monkeypatch.setattr(nodehelper, "CONFINE", str(r))
-    monkeypatch.setattr(nodehelper, "MIN_UID", 1000)
+    monkeypatch.setattr(confine, "CONFINE", str(r))
+    monkeypatch.setattr(confine, "MIN_UID", 1000)
     yield r
 
 
 def _refused(fn: Any, req: dict[str, Any], why: str) -> None:
-    with pytest.raises(nodehelper.Refused, match=why):
+    with pytest.raises(confine.Refused, match=why):
         fn(req)
 
 
 def test_options_set_the_confinement_and_are_taken_off_argv(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(nodehelper, "CONFINE", None)
-    monkeypatch.setattr(nodehelper, "MIN_UID", 1000)
-    rest = nodehelper._options(["helper", "--confine", "/var/lib/x/../y", "--min-uid", "2000", "status"])
+    monkeypatch.setattr(confine, "CONFINE", None)
+    monkeypatch.setattr(confine, "MIN_UID", 1000)
+    rest = confine.parse_options(["helper", "--confine", "/var/lib/x/../y", "--min-uid", "2000", "status"])
     assert rest == ["helper", "status"]
-    assert (nodehelper.CONFINE, nodehelper.MIN_UID) == ("/var/lib/y", 2000)
-    assert nodehelper.whoami({})["confine"] == "/var/lib/y"
+    assert (confine.CONFINE, confine.MIN_UID) == ("/var/lib/y", 2000)
+    assert confine.whoami({})["confine"] == "/var/lib/y"
 
 
 @pytest.mark.parametrize(("argv", "why"), [
@@ -57,11 +58,11 @@ def test_options_set_the_confinement_and_are_taken_off_argv(monkeypatch: pytest.
 ])
 def test_the_launchers_options_are_final(monkeypatch: pytest.MonkeyPatch, argv: list[str], why: str) -> None:
     """A caller cannot add to what the launcher set (`sudo LAUNCHER --confine / --min-uid 0 ...`)."""
-    monkeypatch.setattr(nodehelper, "CONFINE", None)
-    monkeypatch.setattr(nodehelper, "MIN_UID", 1000)
-    with pytest.raises(nodehelper.BadOptions, match=why):
-        nodehelper._options(["helper", *argv])
-    assert nodehelper._options(["helper", "--confine", "/r", "_wrap", "/r/runs/a/1"]) == ["helper", "_wrap",
+    monkeypatch.setattr(confine, "CONFINE", None)
+    monkeypatch.setattr(confine, "MIN_UID", 1000)
+    with pytest.raises(confine.BadOptions, match=why):
+        confine.parse_options(["helper", *argv])
+    assert confine.parse_options(["helper", "--confine", "/r", "_wrap", "/r/runs/a/1"]) == ["helper", "_wrap",
                                                                                          "/r/runs/a/1"]
 
 
@@ -71,18 +72,18 @@ def test_paths_outside_the_folder_or_through_a_link_are_refused(root: Path, tmp_
     (root / "link").symlink_to(tmp_path)
     (root / "user").mkdir()
     (root / "user" / "leaf").symlink_to(outside)
-    _refused(nodehelper.read_file, {"path": str(outside)}, "outside this helper's folder")
-    _refused(nodehelper.read_file, {"path": f"{root}/../secret"}, "outside this helper's folder")
-    _refused(nodehelper.read_file, {"path": f"{root}/link/secret"}, "is a symbolic link")
-    _refused(nodehelper.read_file, {"path": f"{root}/user/leaf"}, "is a symbolic link")
-    _refused(nodehelper.newest, {"path": str(tmp_path)}, "outside")
-    _refused(nodehelper.pack, {"path": f"{root}/link"}, "is a symbolic link")
+    _refused(files.read_file, {"path": str(outside)}, "outside this helper's folder")
+    _refused(files.read_file, {"path": f"{root}/../secret"}, "outside this helper's folder")
+    _refused(files.read_file, {"path": f"{root}/link/secret"}, "is a symbolic link")
+    _refused(files.read_file, {"path": f"{root}/user/leaf"}, "is a symbolic link")
+    _refused(files.newest, {"path": str(tmp_path)}, "outside")
+    _refused(files.pack, {"path": f"{root}/link"}, "is a symbolic link")
     (root / "user" / "log").write_text("mine")
     # a file under ROOT that is no run's log (a user's checkpoint file, say) is not the account's to read
-    _refused(nodehelper.read_file, {"path": f"{root}/user/log"}, "reads only a run's output.log")
+    _refused(files.read_file, {"path": f"{root}/user/log"}, "reads only a run's output.log")
     (root / "runs" / "a" / "1").mkdir(parents=True)
     (root / "runs" / "a" / "1" / "output.log").write_text("mine")
-    assert nodehelper.read_file({"path": f"{root}/runs/a/1/output.log"})["size"] == 4
+    assert files.read_file({"path": f"{root}/runs/a/1/output.log"})["size"] == 4
 
 
 def test_a_folder_swapped_for_a_link_after_the_check_is_caught_at_open(root: Path, tmp_path: Path,
@@ -90,21 +91,21 @@ def test_a_folder_swapped_for_a_link_after_the_check_is_caught_at_open(root: Pat
     (tmp_path / "secret").write_text("root's")
     (root / "d").symlink_to(tmp_path)
     # _inside looked before the swap: the open itself must still land under the folder
-    monkeypatch.setattr(nodehelper, "_inside", lambda p: os.path.normpath(str(p)))
-    with pytest.raises((nodehelper.Refused, OSError)):
-        nodehelper.read_file({"path": f"{root}/d/secret"})
+    monkeypatch.setattr(files, "inside", lambda p: os.path.normpath(str(p)))
+    with pytest.raises((confine.Refused, OSError)):
+        files.read_file({"path": f"{root}/d/secret"})
 
 
 def test_runs_start_only_as_a_named_user_above_the_minimum_uid(root: Path) -> None:
     run = {"run_dir": f"{root}/runs/a/1", "command": ["id"]}
-    _refused(nodehelper.launch, run, "only as a named user")
-    _refused(nodehelper.launch, {**run, "user": "root"}, r"no job as root \(uid 0\)")
-    _refused(nodehelper.launch, {**run, "user": "daemon"}, "uid of at least 1000")
-    _refused(nodehelper.launch, {**run, "run_dir": "/tmp/elsewhere/1", "user": "root"}, "outside")
+    _refused(launch.launch, run, "only as a named user")
+    _refused(launch.launch, {**run, "user": "root"}, r"no job as root \(uid 0\)")
+    _refused(launch.launch, {**run, "user": "daemon"}, "uid of at least 1000")
+    _refused(launch.launch, {**run, "run_dir": "/tmp/elsewhere/1", "user": "root"}, "outside")
     # a person's account (uid >= 1000) whose checkpoint folder would be given them outside the folder
     person = next((p.pw_name for p in pwd.getpwall() if p.pw_uid >= 1000 and p.pw_name != "nobody"), None)
     if person is not None:
-        _refused(nodehelper.launch, {**run, "user": person, "env": {"HSCHED_CHECKPOINT_DIR": "/etc"}}, "outside")
+        _refused(launch.launch, {**run, "user": person, "env": {"HSCHED_CHECKPOINT_DIR": "/etc"}}, "outside")
     assert not (root / "runs").exists()  # a refusal made nothing
 
 
@@ -115,23 +116,23 @@ def test_the_wrapper_runs_only_a_run_folder_and_spec_the_helper_made(root: Path)
     os.chmod(fake / "spec.json", 0o600)
     if os.geteuid() == 0:
         os.chown(fake, 4242, 4242)  # the account's (or a user's) folder, not root's
-        with pytest.raises(nodehelper.Refused, match="not this helper's own"):
-            nodehelper.wrap(str(fake))
+        with pytest.raises(confine.Refused, match="not this helper's own"):
+            wrap.wrap(str(fake))
         os.chown(fake, 0, 0)
     os.chmod(fake, 0o711)
     # root's folder and spec, but no user to run as: refused before anything starts
-    with pytest.raises(nodehelper.Refused, match="uid of at least 1000"):
-        nodehelper.wrap(str(fake))
+    with pytest.raises(confine.Refused, match="uid of at least 1000"):
+        wrap.wrap(str(fake))
     assert not (fake / "handle.json").exists()
-    with pytest.raises(nodehelper.Refused, match="outside"):
-        nodehelper.wrap("/tmp")
+    with pytest.raises(confine.Refused, match="outside"):
+        wrap.wrap("/tmp")
 
 
 def test_status_and_signal_act_on_the_handle_the_helper_wrote_not_the_requests(root: Path) -> None:
-    forged = {"run_dir": f"{root}/runs/none", "pid": 1, "pgid": 1, "start_ticks": 1, "boot_id": nodehelper.boot_id()}
-    assert nodehelper.run_status({"run_dir": forged["run_dir"], "handle": forged}) == {"status": "not_started"}
-    assert nodehelper.send_signal({"handle": forged, "signal": "KILL"}) == {"sent": False, "detail": "no run there"}
-    report = nodehelper._one_status({"run_dir": "/", "handle": forged})
+    forged = {"run_dir": f"{root}/runs/none", "pid": 1, "pgid": 1, "start_ticks": 1, "boot_id": records.boot_id()}
+    assert status.run_status({"run_dir": forged["run_dir"], "handle": forged}) == {"status": "not_started"}
+    assert signals.send_signal({"handle": forged, "signal": "KILL"}) == {"sent": False, "detail": "no run there"}
+    report = status.one_status({"run_dir": "/", "handle": forged})
     assert report["status"] == "unknown" and "outside" in report["detail"]
 
 
@@ -155,12 +156,12 @@ def test_pack_and_unpack_move_files_and_folders_only(root: Path, tmp_path: Path)
     (src / "sub" / "step").write_text("1200")
     os.chmod(src / "sub" / "step", 0o4755)  # a setuid bit never survives the move
     (src / "shadow").symlink_to("/etc/shadow")
-    packed = nodehelper.pack({"path": str(src)})
+    packed = files.pack({"path": str(src)})
     assert packed["files"] == 2 and Path(packed["path"]).parent == root / "xfer"
     dest = root / "files" / "b" / "ckpt"
     dest.mkdir(parents=True)
     (dest / "stale").write_text("old")  # replaced whole
-    assert nodehelper.unpack({"token": packed["token"], "dest": str(dest)})["files"] == 2
+    assert files.unpack({"token": packed["token"], "dest": str(dest)})["files"] == 2
     assert _tree(dest) == {"model.pt": ("weights", 0o644), "sub": ("dir", 0o755), "sub/step": ("1200", 0o755)}
     assert not Path(packed["path"]).exists()
     assert stat.S_IMODE((root / "files" / "b").stat().st_mode) == 0o711
@@ -174,25 +175,25 @@ def test_unpack_refuses_a_member_outside_the_folder(root: Path) -> None:
         tar.addfile(info, io.BytesIO(b"hi"))
     import base64
 
-    token = nodehelper.append({"offset": 0, "data": base64.b64encode(buf.getvalue()).decode()})["token"]
-    with pytest.raises(nodehelper.Refused, match="outside the folder"):
-        nodehelper.unpack({"token": token, "dest": f"{root}/files/x/ck"})
+    token = files.append({"offset": 0, "data": base64.b64encode(buf.getvalue()).decode()})["token"]
+    with pytest.raises(confine.Refused, match="outside the folder"):
+        files.unpack({"token": token, "dest": f"{root}/files/x/ck"})
     assert not (root / "escaped").exists() and not (root / "files" / "x" / "ck").exists()
 
 
 def test_append_takes_chunks_in_order_only(root: Path) -> None:
-    first = nodehelper.append({"offset": 0, "data": "aGVsbG8="})  # "hello"
+    first = files.append({"offset": 0, "data": "aGVsbG8="})  # "hello"
     assert first["size"] == 5
-    _refused(nodehelper.append, {"token": first["token"], "offset": 0, "data": "aGVsbG8="}, "has 5 bytes")
-    assert nodehelper.append({"token": first["token"], "offset": 5, "data": "IQ=="})["size"] == 6
-    _refused(nodehelper.append, {"token": "../../etc/passwd", "offset": 0, "data": ""}, "not a transfer")
+    _refused(files.append, {"token": first["token"], "offset": 0, "data": "aGVsbG8="}, "has 5 bytes")
+    assert files.append({"token": first["token"], "offset": 5, "data": "IQ=="})["size"] == 6
+    _refused(files.append, {"token": "../../etc/passwd", "offset": 0, "data": ""}, "not a transfer")
 
 
 def test_a_checkpoint_goes_from_one_confined_node_to_another_through_the_controller(root: Path,
                                                                                      tmp_path: Path) -> None:
     """The controller's side (executors/_confined.py) against the helper's own functions."""
     async def call(command: str, request: dict[str, Any]) -> dict[str, Any]:
-        reply: dict[str, Any] = nodehelper.COMMANDS[command](json.loads(json.dumps(request)))
+        reply: dict[str, Any] = COMMANDS[command](json.loads(json.dumps(request)))
         if "error" in reply:
             raise AssertionError(reply["error"])
         return reply

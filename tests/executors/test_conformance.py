@@ -21,9 +21,9 @@ import pytest
 from hsched.executors.base import Executor, LaunchRequest, StatusQuery
 from hsched.executors.fake import FakeSignal
 
-from hsched import nodehelper
 from hsched.errors import HelperError, NodeRefused, NodeUnreachable, TransferError
 from hsched.model import RunStatus
+from hsched.node import datapaths
 from tests.conftest import process_gone
 from tests.executors.conftest import Node
 from tests.executors.jobs import RECORDER, TRAINER
@@ -247,7 +247,7 @@ async def test_dataset_requests_alike(node: Node, tmp_path: Path) -> None:
             assert r["size"] == min(off + (1 << 20), len(blob))
         manifest = {"version": 1, "kind": "dir", "dirs": ["empty"],
                     "files": [{"rel": "x.bin", "size": len(blob), "mtime": 1234.5, "mode": 0o644}]}
-        await ex.data("write", {"path": f"{partial}/{nodehelper.DATA_MANIFEST}", "offset": 0,
+        await ex.data("write", {"path": f"{partial}/{datapaths.DATA_MANIFEST}", "offset": 0,
                                 "data": base64.b64encode(json.dumps(manifest).encode()).decode()})
         assert (await ex.data("commit", {"partial": partial, "dest": dest}))["bytes"] == len(blob)
         back, eof = b"", False

@@ -23,8 +23,8 @@ import pytest
 from hsched.executors.base import LaunchRequest, StatusQuery
 from hsched.executors.local import LocalExecutor
 
-from hsched import nodehelper
 from hsched.model import GpuHolder, RunStatus
+from hsched.node import cgroups, nodehelper, signals, wrap
 from tests.conftest import process_gone, wait_until
 from tests.executors.jobs import RECORDER, TRAINER
 from tests.executors.waits import wait_exited
@@ -71,7 +71,7 @@ def pid_in(path: Path) -> int:
 
 
 def cgroups_usable() -> bool:
-    return "v2" in nodehelper.cgroup_places() and (os.geteuid() == 0 or bool(os.environ.get("HSCHED_CGROUP_ROOT")))
+    return "v2" in cgroups.cgroup_places() and (os.geteuid() == 0 or bool(os.environ.get("HSCHED_CGROUP_ROOT")))
 
 
 @pytest.fixture(params=["cgroup", "pgroup"])
@@ -118,7 +118,7 @@ def test_what_a_run_leaves_is_killed_within_2s_of_its_end(containment: str, tmp_
 
 
 def test_runs_go_under_a_delegated_cgroup_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    places = nodehelper.cgroup_places()
+    places = cgroups.cgroup_places()
     if "v2" not in places or os.geteuid() != 0:
         pytest.skip("making a folder to delegate needs root and cgroup v2")
     delegated = Path(places["v2"]["mount"]) / f"hsched-test-{os.getpid()}"
@@ -220,7 +220,7 @@ def test_a_signalled_runs_rest_gets_the_stop_grace_then_is_killed(containment: s
     assert process_gone(child) and record["leftovers_killed"] == 1
     assert (record["exit_code"], record["signal"]) == (128 + signal.SIGTERM, signal.SIGTERM)
     # the rest had its grace and the margin (the controller's SIGKILL normally comes first), then no more
-    assert 1 + nodehelper.STOP_MARGIN_S <= waited < 1 + nodehelper.STOP_MARGIN_S + 10
+    assert 1 + wrap.STOP_MARGIN_S <= waited < 1 + wrap.STOP_MARGIN_S + 10
 
 
 def test_without_a_signal_from_hsched_the_shell_code_stands(tmp_path: Path) -> None:
@@ -265,7 +265,7 @@ def test_each_process_of_the_run_gets_a_signal_once(containment: str, tmp_path: 
     monkeypatch.setattr(os, "kill", lambda pid, _sig: sends.append(("kill", pid)))
     monkeypatch.setattr(os, "killpg", lambda pgid, _sig: sends.append(("killpg", pgid)))
     try:
-        reply = nodehelper.send_signal({"handle": handle, "signal": "USR1", "all_processes": True})
+        reply = signals.send_signal({"handle": handle, "signal": "USR1", "all_processes": True})
     finally:
         monkeypatch.undo()
     assert reply == {"sent": True}

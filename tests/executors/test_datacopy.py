@@ -19,9 +19,10 @@ import pytest
 from hsched.executors.base import Executor
 from hsched.executors.fake import FakeExecutor
 
-from hsched import datacopy, nodehelper
+from hsched import datacopy
 from hsched.datacopy import CopyResult, NoSpace, TreeInfo, copy_tree, free_bytes, remove, scan, tree_hash
 from hsched.errors import HelperError, NodeUnreachable, TransferError
+from hsched.node import confine, datapaths, datawrite
 
 MiB = 1 << 20
 
@@ -32,7 +33,7 @@ def base(tmp_path: Path) -> Path:
 
 
 def expected_hash(root: Path) -> str:
-    """The tree's hash computed here, as nodehelper.data_hash defines it."""
+    """The tree's hash computed here, as hsched.node.dataread.data_hash defines it."""
     files = [root] if root.is_file() else [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()]
     h = hashlib.sha256()
     for rel, p in sorted(("" if p == root else str(p.relative_to(root)), p) for p in files):
@@ -61,7 +62,7 @@ def nodes() -> tuple[FakeExecutor, FakeExecutor]:
 
 
 def partial_lengths(partial: Path) -> dict[str, int]:
-    data = partial / nodehelper.DATA_TREE
+    data = partial / datapaths.DATA_TREE
     return {str(p.relative_to(data)): p.stat().st_size for p in data.rglob("*") if p.is_file()}
 
 
@@ -288,8 +289,8 @@ async def test_a_late_write_of_an_earlier_attempt_is_refused_once_a_new_one_clai
         if writes and req["claim"] != writes[0]["claim"] and not refusals:
             # the new attempt's first write: the earlier attempt's last one reaches the node only now
             late = dict(writes[-1])
-            with pytest.raises(nodehelper.Refused, match="another attempt's copy now") as err:
-                await asyncio.to_thread(nodehelper.data_write, late)
+            with pytest.raises(confine.Refused, match="another attempt's copy now") as err:
+                await asyncio.to_thread(datawrite.data_write, late)
             refusals.append(str(err.value))
         writes.append(dict(req))
 
@@ -383,10 +384,10 @@ async def test_a_batch_cut_short_resumes_each_file_from_its_own_length(
         batches += 1
         if batches == 3:  # the node wrote 5 files of it whole and half of the 6th, then the connection went
             files = [f for f in req["files"] if f["data"]]
-            await asyncio.to_thread(nodehelper.data_write_many, {**req, "files": files[:5]})
+            await asyncio.to_thread(datawrite.data_write_many, {**req, "files": files[:5]})
             sixth = files[5]
             half = base64.b64decode(sixth["data"])[:len(base64.b64decode(sixth["data"])) // 2]
-            await asyncio.to_thread(nodehelper.data_write_many, {**req, "files": [
+            await asyncio.to_thread(datawrite.data_write_many, {**req, "files": [
                 {"rel": sixth["rel"], "offset": 0, "data": base64.b64encode(half).decode()}]})
             cut.update(rel=sixth["rel"], half=len(half), rest=[f["rel"] for f in files[6:]])
             raise NodeUnreachable("node-b: connection lost")
@@ -554,13 +555,11 @@ async def test_a_copy_into_a_confined_helpers_data_folder(base: Path, monkeypatc
 async def test_a_node_running_an_older_helper_process_gets_its_files_chunk_by_chunk(base: Path) -> None:
     """A real helper process without the batch requests (this helper, those two taken out of its COMMANDS), as
     a lab's installed helper is until it is updated: copies to it and from it go file by file."""
-    from hsched.executors.local import HELPER_PATH, LocalExecutor
+    from hsched.executors.local import LocalExecutor
 
     old = base / "old_helper.py"
-    old.write_text("import importlib.util, sys\n"
-                   f"spec = importlib.util.spec_from_file_location('nodehelper', {str(HELPER_PATH)!r})\n"
-                   "nh = importlib.util.module_from_spec(spec)\n"
-                   "spec.loader.exec_module(nh)\n"
+    old.write_text("import sys\n"
+                   "from hsched.node import main as nh\n"
                    "del nh.COMMANDS['data_read_many'], nh.COMMANDS['data_write_many']\n"
                    "sys.exit(nh.main(sys.argv))\n")
     python = base / "old-python"  # LocalExecutor runs PYTHON HELPER_PATH ...: this one runs the old helper

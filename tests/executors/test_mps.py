@@ -21,8 +21,9 @@ import pytest
 from hsched.executors.base import LaunchRequest
 from hsched.executors.local import LocalExecutor
 
-from hsched import nodehelper
 from hsched.model import RunHandle
+from hsched.node import mps as node_mps
+from hsched.node import procfs
 from tests.executors.waits import wait_exited
 from tests.labusers import LabUsers, lab_python, world_folder
 
@@ -70,7 +71,7 @@ class Node:
 
 
 def _daemon_pid(pipe: Path) -> int | None:
-    return nodehelper.mps_daemon_pid(str(pipe))
+    return node_mps.mps_daemon_pid(str(pipe))
 
 
 @pytest.fixture
@@ -78,16 +79,16 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Node]:
     base = Path(tempfile.mkdtemp(prefix="hm", dir="/tmp")) / "mps"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    exe = bin_dir / nodehelper.MPS_CONTROL
+    exe = bin_dir / node_mps.MPS_CONTROL
     exe.write_text(f"#!{sys.executable}\n{FAKE.read_text()}")
     exe.chmod(0o755)
-    monkeypatch.setenv(nodehelper.MPS_BASE_ENV, str(base))
+    monkeypatch.setenv(node_mps.MPS_BASE_ENV, str(base))
     n = Node(base=base, bin=bin_dir, work=tmp_path)
     try:
         yield n
     finally:
         # a daemon a failing test left behind must not outlive it
-        for pid_file in base.glob("nvidia-mps-*/" + nodehelper.MPS_PID_FILE):
+        for pid_file in base.glob("nvidia-mps-*/" + node_mps.MPS_PID_FILE):
             pid = _daemon_pid(pid_file.parent)
             if pid is not None:
                 os.kill(pid, signal.SIGKILL)
@@ -139,7 +140,7 @@ async def test_one_daemon_per_gpu_started_once_stopped_after_the_last_run(node: 
         for d in (node.base, node.pipe(GPU_A), node.log(GPU_A)):
             assert d.stat().st_mode & 0o777 == mode and d.stat().st_uid == os.geteuid()
         # not a process of either run: not the wrappers' child, in none of their sessions nor the jobs'
-        stat = nodehelper._proc_stat(pid_a)
+        stat = procfs.proc_stat(pid_a)
         assert stat is not None
         _state, ppid, _pgrp, session, _ticks = stat
         assert ppid not in (a1.pid, a2.pid) and session not in (a1.pid, a2.pid, a1.pgid, a2.pgid)
@@ -161,8 +162,8 @@ async def test_one_daemon_per_gpu_started_once_stopped_after_the_last_run(node: 
         rep = await wait_exited(ex, a2)
         assert rep.exit_code == 0
         assert _exit_json(a2)["mps"] == {"gpu": GPU_A, "runs_left": 0, "stopped": pid_a}
-        assert _daemon_pid(node.pipe(GPU_A)) is None and not nodehelper._live(pid_a)
-        assert not (node.pipe(GPU_A) / nodehelper.MPS_PID_FILE).exists()
+        assert _daemon_pid(node.pipe(GPU_A)) is None and not procfs.is_live(pid_a)
+        assert not (node.pipe(GPU_A) / node_mps.MPS_PID_FILE).exists()
         assert "Command 'quit'" in (node.log(GPU_A) / "control.log").read_text()
         # B's daemon was never A's business
         assert _daemon_pid(node.pipe(GPU_B)) == started_b["pid"]
@@ -214,14 +215,14 @@ async def test_an_exclusive_run_stops_a_daemon_no_shared_run_counts_on(node: Nod
         await wait_exited(ex, a1)
         assert _daemon_pid(node.pipe(GPU_A)) == pid_a
         # an exclusive run on that GPU: the daemon is stopped before its job starts
-        pid_file = node.pipe(GPU_A) / nodehelper.MPS_PID_FILE
+        pid_file = node.pipe(GPU_A) / node_mps.MPS_PID_FILE
         x = await ex.launch(LaunchRequest(
             run_dir=str(node.work / "runs" / "x"), command=("sh", "-c", f'test -e "{pid_file}" || echo no-mps'),
             env={"CUDA_VISIBLE_DEVICES": GPU_A}, inherit_env=True, devices=(GPU_A, GPU_B)))
         await wait_exited(ex, x)
         assert _handle_json(x)["mps_swept"] == [{"gpu": GPU_A, "stopped": pid_a}]  # B never had one
         assert (Path(x.run_dir) / "output.log").read_text() == "no-mps\n"
-        assert not nodehelper._live(pid_a)
+        assert not procfs.is_live(pid_a)
     finally:
         await ex.close()
 
@@ -244,7 +245,7 @@ async def test_an_exclusive_run_leaves_a_daemon_live_shared_runs_use(node: Node,
 
 
 async def test_without_mps_control_the_runs_run_time_sliced_and_say_so(node: Node) -> None:
-    assert shutil.which(nodehelper.MPS_CONTROL) is None  # this machine has no NVIDIA driver tools
+    assert shutil.which(node_mps.MPS_CONTROL) is None  # this machine has no NVIDIA driver tools
     ex = LocalExecutor()
     try:
         a1, a2 = await asyncio.gather(ex.launch(node.request("a1", GPU_A)), ex.launch(node.request("a2", GPU_A)))
@@ -328,14 +329,14 @@ def test_after_a_shared_run_the_gpus_other_runs_are_not_left_behind(tmp_path: Pa
 
     mine, other = str(tmp_path / "runs" / "a1"), str(tmp_path / "runs" / "a2")
     env = dict(os.environ)
-    env.pop(nodehelper.RUN_MARKER, None)
-    procs = [subprocess.Popen(["sleep", "60"], env=dict(env, **{nodehelper.RUN_MARKER: other})),
+    env.pop(procfs.RUN_MARKER, None)
+    procs = [subprocess.Popen(["sleep", "60"], env=dict(env, **{procfs.RUN_MARKER: other})),
              subprocess.Popen(["sleep", "60"], env=env),
-             subprocess.Popen(["sleep", "60"], env=dict(env, **{nodehelper.RUN_MARKER: mine}))]
+             subprocess.Popen(["sleep", "60"], env=dict(env, **{procfs.RUN_MARKER: mine}))]
     try:
         holders = [{"uuid": GPU_A, "pid": p.pid, "name": "python3"} for p in procs]
         holders.append({"uuid": GPU_A, "pid": procs[1].pid, "name": "/usr/bin/nvidia-cuda-mps-server"})
-        left = nodehelper.others_on_shared_gpu(holders, mine)
+        left = node_mps.others_on_shared_gpu(holders, mine)
         # a stranger, and a process of this very run (it should be gone: it is left behind)
         assert [h["pid"] for h in left] == [procs[1].pid, procs[2].pid]
     finally:
@@ -363,7 +364,7 @@ async def test_two_users_clients_reach_the_one_root_daemon(users: LabUsers, node
         os.chmod(node.base.parent, 0o711)  # what /tmp is to /tmp/hsched-mps: a folder anyone passes through
         bin_dir = lab / "bin"
         bin_dir.mkdir(mode=0o755)
-        exe = bin_dir / nodehelper.MPS_CONTROL  # one the users may run too
+        exe = bin_dir / node_mps.MPS_CONTROL  # one the users may run too
         exe.write_text(f"#!{lab_python(lab)}\n{FAKE.read_text()}")
         exe.chmod(0o755)
         monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")

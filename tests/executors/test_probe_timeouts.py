@@ -18,8 +18,8 @@ import pytest
 from hsched.executors.base import StatusQuery
 from hsched.executors.local import LocalExecutor
 
-from hsched import nodehelper
 from hsched.errors import NodeUnreachable
+from hsched.node import nodehelper, records
 from tests.conftest import SAFETY_S, process_gone, wait_until
 from tests.procs import processes
 
@@ -77,7 +77,7 @@ async def test_a_probe_answers_within_its_gpu_timeout(tmp_path: Path, monkeypatc
         [stub] = smi.pids()
         assert p["gpus"] == {"source": None, "devices": [],
                              "error": f"GPU probe did not answer within 2 s (nvidia-smi pid {stub} killed)"}
-        assert p["cpus"] == os.cpu_count() and p["boot_id"] == nodehelper.boot_id()  # the rest is there
+        assert p["cpus"] == os.cpu_count() and p["boot_id"] == records.boot_id()  # the rest is there
         assert process_gone(stub)
     finally:
         await ex.close()

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hsched import nodehelper
 from hsched.controller.fleet import _real_devices
+from hsched.node import probe
 
 QUERY = ("0, GPU-aaaaaaaa-1111-2222-3333-444444444444, NVIDIA A100-SXM4-80GB, 00000000:07:00.0, 81920, 0, 0, 35, "
          "60.1, Enabled\n"
@@ -38,7 +38,7 @@ def smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.slow
 def test_the_fallback_lists_a_mig_gpus_instances(smi: None) -> None:
-    gpus = nodehelper.probe_nvidia_smi()
+    gpus = probe.probe_nvidia_smi()
     assert gpus is not None and gpus["source"] == "nvidia-smi"
     d0, d1 = gpus["devices"]
     assert d0["mig_mode_current"] is True and d1["mig_mode_current"] is False
@@ -53,6 +53,6 @@ def test_the_fallback_lists_a_mig_gpus_instances(smi: None) -> None:
 
 
 def test_the_listing_is_read_by_gpu() -> None:
-    assert nodehelper.mig_listing(LISTING) == {0: [
+    assert probe.mig_listing(LISTING) == {0: [
         {"uuid": "MIG-11111111-aaaa-bbbb-cccc-000000000000", "profile": "3g.40gb", "name": "MIG 3g.40gb"},
         {"uuid": "MIG-22222222-aaaa-bbbb-cccc-000000000000", "profile": "1g.10gb", "name": "MIG 1g.10gb"}]}

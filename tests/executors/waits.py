@@ -7,8 +7,8 @@ import asyncio
 
 from hsched.executors.base import Executor, StatusQuery
 
-from hsched import nodehelper
 from hsched.model import RunHandle, RunReport, RunStatus
+from hsched.node import procfs
 
 
 async def wait_status(ex: Executor, handle: RunHandle, *, running: bool) -> RunReport:
@@ -31,7 +31,7 @@ async def wait_log(ex: Executor, run_dir: str, text: bytes) -> bytes:
 async def wait_gone(pid: int) -> None:
     """Until the process has ended (a zombie for init to reap counts as ended)."""
     while True:
-        if nodehelper.proc_start_ticks(pid) is None:
+        if procfs.proc_start_ticks(pid) is None:
             return
         await asyncio.sleep(0.02)
 

@@ -15,7 +15,7 @@ start` does (own session, stdin/stdout on /dev/null, stderr to HSCHED_HOME/contr
 
 Boot ids: a test host's sshd runs in a mount namespace of its own in which a file of the host's folder is
 bind-mounted over /proc/sys/kernel/random/boot_id, so the node helper on that host (and each run's handle) reads
-the host's boot id. nodehelper.boot_id() has no override of its own (no environment variable); this is how a
+the host's boot id. hsched.node.records.boot_id() has no override of its own (no environment variable); this is how a
 reboot is simulated without one. It needs root (as network namespaces do); elsewhere `can_reboot` is False.
 """
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from hsched import nodehelper
+from hsched.node import procfs, records, signals
+from hsched.node import status as node_status
 
 pytestmark = pytest.mark.slow  # the fault matrix (these start no process, but belong with it)
 
@@ -55,7 +56,8 @@ class FakeProc:
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeProc, list[tuple[str, int, int]]]:
     proc = FakeProc(BOOT)
-    monkeypatch.setattr(nodehelper, "open", proc.open, raising=False)  # the module's `open` before builtins'
+    for module in (records, procfs):  # the modules that read /proc: their `open` before builtins'
+        monkeypatch.setattr(module, "open", proc.open, raising=False)
     sent: list[tuple[str, int, int]] = []
 
     def killpg(pgid: int, sig: int) -> None:
@@ -64,8 +66,8 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeProc, list[tuple[str, int
     def kill(pid: int, sig: int) -> None:
         sent.append(("kill", pid, sig))
 
-    monkeypatch.setattr(nodehelper.os, "killpg", killpg)
-    monkeypatch.setattr(nodehelper.os, "kill", kill)
+    monkeypatch.setattr(os, "killpg", killpg)
+    monkeypatch.setattr(os, "kill", kill)
     return proc, sent
 
 
@@ -80,11 +82,11 @@ def make_run(tmp_path: Path, name: str = "run") -> tuple[str, dict[str, Any]]:
 
 
 def status(run_dir: str, handle: dict[str, Any]) -> dict[str, Any]:
-    return nodehelper.run_status({"run_dir": run_dir, "handle": handle})
+    return node_status.run_status({"run_dir": run_dir, "handle": handle})
 
 
 def signal_run(handle: dict[str, Any]) -> dict[str, Any]:
-    return nodehelper.send_signal({"handle": handle, "signal": "TERM", "all_processes": True})
+    return signals.send_signal({"handle": handle, "signal": "TERM", "all_processes": True})
 
 
 # ------------------------------------------------------------------------------------------------- PID reuse
@@ -181,6 +183,6 @@ def test_a_whole_status_reply_survives_one_bad_record(tmp_path: Path, fake: tupl
     Path(good_dir, "exit.json").write_text(json.dumps({"exit_code": 0, "signal": None, "end_time": 1.8e9}))
     bad_dir, bad = make_run(tmp_path, "bad")
     Path(bad_dir, "exit.json").write_text("[]")
-    reply = nodehelper.status({"runs": [{"run_dir": good_dir, "handle": good}, {"run_dir": bad_dir, "handle": bad}]})
+    reply = node_status.status({"runs": [{"run_dir": good_dir, "handle": good}, {"run_dir": bad_dir, "handle": bad}]})
     assert [r["status"] for r in reply["runs"]] == ["exited", "lost"], reply
     assert os.path.exists(good_dir)

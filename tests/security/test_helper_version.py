@@ -36,20 +36,25 @@ pytestmark = pytest.mark.slow  # real helper processes (and, for the shipped hel
 DROPS_OUTPUT = '"output": req.get("output") or None, "error": req.get("error") or None,'
 
 
-def _beside(helper: Path) -> None:
-    """The rest of the bundle next to a stand-in helper (the helper loads safefiles.py from its own folder)."""
-    import hsched.safefiles
+def older_helper_files() -> dict[str, str]:
+    """The modules in which this node helper differs from one of protocol 2: it says 2 (version.py), and a
+    launch's -o/-e are dropped (launch.py)."""
+    version = (HELPER_PATH.parent / "version.py").read_text()
+    version, n = re.subn(r"^HELPER_VERSION = \d+$", "HELPER_VERSION = 2", version, count=1, flags=re.M)
+    assert n == 1, "the helper no longer names HELPER_VERSION in version.py: update this stand-in"
+    launch = (HELPER_PATH.parent / "launch.py").read_text()
+    assert launch.count(DROPS_OUTPUT) == 1, "the helper's launch no longer reads -o/-e so: update this stand-in"
+    return {"version.py": version, "launch.py": launch.replace(DROPS_OUTPUT, '"output": None, "error": None,')}
 
-    shutil.copyfile(hsched.safefiles.__file__, helper.parent / "safefiles.py")
 
-
-def older_helper_text() -> str:
-    """This node helper as one of protocol 2 was: it says 2, and a launch's -o/-e are dropped."""
-    text = HELPER_PATH.read_text()
-    text, n = re.subn(r"^HELPER_VERSION = \d+$", "HELPER_VERSION = 2", text, count=1, flags=re.M)
-    assert n == 1, "the helper no longer names HELPER_VERSION: update this stand-in"
-    assert text.count(DROPS_OUTPUT) == 1, "the helper's launch no longer reads -o/-e so: update this stand-in"
-    return text.replace(DROPS_OUTPUT, '"output": None, "error": None,')
+def older_helper(folder: Path) -> Path:
+    """A whole helper of protocol 2 in `folder` (this one's modules, older_helper_files' instead); its script."""
+    folder.mkdir()
+    for module in HELPER_PATH.parent.glob("*.py"):
+        shutil.copyfile(module, folder / module.name)
+    for name, text in older_helper_files().items():
+        (folder / name).write_text(text)
+    return folder / HELPER_PATH.name
 
 
 def _installed(base: Path, helper: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
@@ -93,11 +98,7 @@ def base() -> Iterator[Path]:
 
 def test_an_installed_helper_of_an_older_protocol_is_refused_naming_the_fix(
         base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    old = base / "old" / "nodehelper.py"
-    old.parent.mkdir()
-    old.write_text(older_helper_text())
-    _beside(old)
-    launcher, root = _installed(base, old, monkeypatch)
+    launcher, root = _installed(base, older_helper(base / "old"), monkeypatch)
     out = base / "out" / "job.out"
 
     async def main() -> tuple[str, str]:
@@ -164,20 +165,19 @@ def test_a_shipped_helper_that_is_not_this_hscheds_is_shipped_again(ssh_hosts: T
 
     run(first())
     assert shipped.is_file()
-    shipped.write_text(older_helper_text())  # an older helper left in the folder this hsched ships to
+    for name, text in older_helper_files().items():  # an older helper left in the folder this hsched ships to
+        (shipped.parent / name).write_text(text)
     version, status = run(again())
-    assert shipped.read_bytes() == dict(helper_bundle().files)["nodehelper.py"]  # shipped again
+    for name, data in helper_bundle().files:  # shipped again, whole
+        assert (shipped.parent / name).read_bytes() == data, name
     assert version >= 3 and status is RunStatus.EXITED
     assert out.read_text() == "to-the-o-file\n"
 
 
 def test_the_controller_shows_the_node_refused_with_the_one_line(base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What the lab sees: the node with the older helper is DOWN with the reason, and gets no job."""
-    old = base / "old" / "nodehelper.py"
-    old.parent.mkdir()
-    old.write_text(older_helper_text())
-    _beside(old)
-    launcher, _root = _installed(base, old, monkeypatch)  # PATH (the stand-in sudo) before the CLI's environment
+    # PATH (the stand-in sudo) before the CLI's environment
+    launcher, _root = _installed(base, older_helper(base / "old"), monkeypatch)
     fleet = base / "fleet.toml"
     fleet.write_text(f'[[node]]\nname = "n1"\nexecutor = "local"\nhelper = "{launcher}"\n'
                      '[node.simulate]\nmodel = "NVIDIA A100-SXM4-80GB"\ncount = 1\n')

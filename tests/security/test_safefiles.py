@@ -1,4 +1,4 @@
-"""hsched/safefiles.py on its own, in-process (the fast lane): what a copy keeps and drops, a name swapped between
+"""hsched/node/safefiles.py on its own, in-process (the fast lane): what a copy keeps and drops, a name swapped between
 the look and the open, a hostile tar file. tests/security/test_copies.py attacks every copy path with real users."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hsched import safefiles
+from hsched.node import safefiles
 
 
 def _hostile_folder(src: Path) -> None:
@@ -147,7 +147,7 @@ def test_a_folder_swapped_for_a_link_between_the_look_and_the_open_is_not_entere
 def test_the_helpers_read_of_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     # `read` (a run's log for `hsched logs`) serves every request of its node from one process: a FIFO laid where
     # a log was must be refused at once, not waited on for a writer that never comes
-    from hsched import nodehelper
+    from hsched.node import confine, files
 
     fifo = tmp_path / "output.log"
     os.mkfifo(fifo)
@@ -155,9 +155,9 @@ def test_the_helpers_read_of_a_fifo_is_refused_without_blocking(tmp_path: Path) 
 
     def read() -> None:
         try:
-            nodehelper.read_file({"path": str(fifo)})
+            files.read_file({"path": str(fifo)})
             outcome.append("read")
-        except nodehelper.Refused as e:
+        except confine.Refused as e:
             outcome.append(str(e))
 
     t = threading.Thread(target=read, daemon=True)

@@ -23,7 +23,7 @@ MiB = 1 << 20
 
 
 def expected_hash(root: Path) -> str:
-    """nodehelper.data_hash's definition, computed here."""
+    """hsched.node.dataread.data_hash's definition, computed here."""
     h = hashlib.sha256()
     for p in sorted(p for p in root.rglob("*") if p.is_file()):
         data = p.read_bytes()

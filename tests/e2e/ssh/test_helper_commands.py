@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hsched import nodehelper
+from hsched.node import nodehelper
 
 HELPER = str(Path(nodehelper.__file__).resolve())
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from hsched import nodehelper
+from hsched.node import nvmlsampler, smisampler
 
 
 class _Value:
@@ -56,7 +56,7 @@ def fake_nvml(*, field_values: bool = True) -> Any:
 
 def test_nvml_gives_memory_bandwidth_and_link_traffic_from_the_second_sample_on() -> None:
     nv = fake_nvml()
-    s = nodehelper._NvmlSampler(nv)
+    s = nvmlsampler.NvmlSampler(nv)
     first, _, err = s.sample()
     assert err is None and [d["utilization_memory"] for d in first] == [40.0, 41.0]
     assert not any(k.endswith("_mib_s") for d in first for k in d)  # one counter reading is no rate
@@ -71,7 +71,7 @@ def test_nvml_gives_memory_bandwidth_and_link_traffic_from_the_second_sample_on(
 
 def test_a_counter_that_went_back_is_no_reading() -> None:
     nv = fake_nvml()
-    s = nodehelper._NvmlSampler(nv)
+    s = nvmlsampler.NvmlSampler(nv)
     nv.state["t"] = 5
     s.sample()
     nv.state["t"] = 6
@@ -81,7 +81,7 @@ def test_a_counter_that_went_back_is_no_reading() -> None:
 
 
 def test_without_field_values_nvml_gives_no_traffic() -> None:
-    s = nodehelper._NvmlSampler(fake_nvml(field_values=False))
+    s = nvmlsampler.NvmlSampler(fake_nvml(field_values=False))
     devices = s.sample()[0] + s.sample()[0]
     assert all(d["utilization_memory"] is not None for d in devices)
     assert not any(k.endswith("_mib_s") for d in devices for k in d)
@@ -96,17 +96,17 @@ def test_a_driver_without_field_values_is_asked_once() -> None:
         raise RuntimeError("Function Not Found")
 
     nv.nvmlDeviceGetFieldValues = broken
-    s = nodehelper._NvmlSampler(nv)
+    s = nvmlsampler.NvmlSampler(nv)
     s.sample()
     s.sample()
     assert calls == [0]
 
 
 def test_nvidia_smi_reads_memory_bandwidth_when_it_gives_it() -> None:
-    assert nodehelper._SMI_GPU.endswith(",utilization.memory")
-    s = nodehelper._SmiSampler.__new__(nodehelper._SmiSampler)
-    s.lock, s.latest, s.stream = nodehelper.threading.Lock(), {}, None
-    s.first = nodehelper.threading.Event()
+    assert smisampler.SMI_GPU.endswith(",utilization.memory")
+    s = smisampler.SmiSampler.__new__(smisampler.SmiSampler)
+    s.lock, s.latest, s.stream = smisampler.threading.Lock(), {}, None
+    s.first = smisampler.threading.Event()
     proc = types.SimpleNamespace(stdout=[b"0, GPU-a, 37, 1234, 81559, 45, 123.45, 61\n",
                                          b"1, GPU-b, 5, 10, 81559, 40, 60.0, [N/A]\n",
                                          b"2, GPU-c, 5, 10, 81559, 40, 60.0\n"])  # an older nvidia-smi's line

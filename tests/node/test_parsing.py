@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hsched import nodehelper
+from hsched.node import cgroups, gpucheck
 
 HYBRID = """\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
@@ -54,7 +54,7 @@ CONTAINER = "700 690 0:26 /docker/abc /sys/fs/cgroup ro,nosuid - cgroup2 cgroup2
     ("", "", {}),
 ])
 def test_cgroup_places(mountinfo: str, own: str, want: dict) -> None:
-    assert nodehelper.cgroup_places(mountinfo, own) == want
+    assert cgroups.cgroup_places(mountinfo, own) == want
 
 
 def test_compute_apps_in_nvidia_smis_csv() -> None:
@@ -62,7 +62,7 @@ def test_compute_apps_in_nvidia_smis_csv() -> None:
             "GPU-1b7a3e2c-5f0d-4c6b-9a8e-2d1f0c3b4a59, 4243, /opt/my app/serve,v2, [N/A]\n"
             "No running processes found\n"
             "\n")
-    assert nodehelper.parse_compute_apps(text) == [
+    assert gpucheck.parse_compute_apps(text) == [
         {"uuid": "GPU-1b7a3e2c-5f0d-4c6b-9a8e-2d1f0c3b4a59", "pid": 4242, "name": "/usr/bin/python3",
          "used_memory_mib": 1024},
         {"uuid": "GPU-1b7a3e2c-5f0d-4c6b-9a8e-2d1f0c3b4a59", "pid": 4243, "name": "/opt/my app/serve,v2",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hsched import nodehelper
+from hsched.node import nodehelper, procfs, records
 
 pytestmark = pytest.mark.slow  # real processes
 
@@ -89,9 +89,9 @@ def test_kill_all_processes_finds_setsid_escapees(tmp_path: Path) -> None:
     call("signal", {"handle": h, "signal": "KILL", "all_processes": True})
     wait_status(run_dir, "exited")
     deadline = time.monotonic() + 5
-    while nodehelper.proc_start_ticks(escapee) is not None and time.monotonic() < deadline:
+    while procfs.proc_start_ticks(escapee) is not None and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert nodehelper.proc_start_ticks(escapee) is None
+    assert procfs.proc_start_ticks(escapee) is None
 
 
 def test_status_of_unknown_and_reused_pids(tmp_path: Path) -> None:
@@ -101,7 +101,7 @@ def test_status_of_unknown_and_reused_pids(tmp_path: Path) -> None:
     (run_dir / "spec.json").write_text("{}")
     # a handle naming a live process (ourselves) with the wrong start time: pid reuse, not our run
     (run_dir / "handle.json").write_text(json.dumps({"run_dir": str(run_dir), "pid": os.getpid(), "pgid": os.getpid(),
-                                                     "start_ticks": 1, "boot_id": nodehelper.boot_id()}))
+                                                     "start_ticks": 1, "boot_id": records.boot_id()}))
     st = call("status", {"runs": [{"run_dir": str(run_dir)}]})["runs"][0]
     assert st["status"] == "lost"
     h = json.loads((run_dir / "handle.json").read_text())

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hsched import nodehelper, progress
+from hsched import progress
+from hsched.node import progress as node_progress
 
 
 @pytest.mark.parametrize(("line", "parsed"), [
@@ -25,15 +26,15 @@ from hsched import nodehelper, progress
     ("", None),
 ])
 def test_report_lines(line: str, parsed: dict[str, float] | None) -> None:
-    assert nodehelper.parse_progress(line) == parsed
+    assert node_progress.parse_progress(line) == parsed
 
 
 def test_the_watch_reads_each_active_runs_new_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runs = [tmp_path / "1-1-r0-5", tmp_path / "2-1-r0-6"]
     for r in runs:
         r.mkdir()
-    monkeypatch.setattr(nodehelper, "active_runs", lambda: [str(r) for r in runs])
-    reader = nodehelper._ProgressReader(5.0)
+    monkeypatch.setattr(node_progress, "active_runs", lambda: [str(r) for r in runs])
+    reader = node_progress.ProgressReader(5.0)
     (runs[0] / "progress.log").write_text("step=1\nstep=2 total=10\nstep=3 tot")  # the last line is half written
     (first,) = reader.read()
     assert (first["run_dir"], first["step"], first["total"], first["reports"]) == (str(runs[0]), 2.0, 10.0, 2)
@@ -55,8 +56,8 @@ def test_the_watch_reads_each_active_runs_new_reports(tmp_path: Path, monkeypatc
 
 def test_due_says_when_to_look(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [100.0]
-    monkeypatch.setattr(nodehelper.time, "monotonic", lambda: now[0])
-    reader = nodehelper._ProgressReader(5.0)
+    monkeypatch.setattr(node_progress.time, "monotonic", lambda: now[0])
+    reader = node_progress.ProgressReader(5.0)
     assert reader.due() and not reader.due()
     now[0] += 5.0
     assert reader.due()
@@ -78,4 +79,4 @@ def test_report_writes_json_lines_at_most_once_a_second(tmp_path: Path, monkeypa
     assert lines == [{"step": 1.0, "total": 100.0, "loss": 2.5, "t": 1000.0}]
     progress.flush()  # (atexit does this at the end)
     assert json.loads(path.read_text().splitlines()[-1])["step"] == 2.0
-    assert nodehelper.parse_progress(path.read_text().splitlines()[-1]) == {"step": 2.0, "total": 100.0, "t": 1000.3}
+    assert node_progress.parse_progress(path.read_text().splitlines()[-1]) == {"step": 2.0, "total": 100.0, "t": 1000.3}

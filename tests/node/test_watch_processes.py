@@ -3,16 +3,14 @@ resident host memory, read from /proc. Tried on this test's own process: nothing
 
 from __future__ import annotations
 
-import ast
 import getpass
 import os
-from pathlib import Path
 
-from hsched import nodehelper
+from hsched.node.usage import ProcessUsage
 
 
 def test_gpu_processes_get_user_command_cpu_and_host_memory() -> None:
-    usage = nodehelper._ProcessUsage()
+    usage = ProcessUsage()
     me = os.getpid()
     listed = [{"pid": me, "uuid": "GPU-0", "used_memory_mib": 100, "name": "python", "run_dir": None},
               {"pid": me, "uuid": "GPU-1", "used_memory_mib": 50, "name": "python", "run_dir": None}]
@@ -31,10 +29,6 @@ def test_gpu_processes_get_user_command_cpu_and_host_memory() -> None:
 
 def test_a_process_that_is_gone_has_no_figures() -> None:
     gone = {"pid": 2**22 + 12345, "uuid": "GPU-0", "used_memory_mib": 1, "name": None, "run_dir": None}
-    (row,) = nodehelper._ProcessUsage().annotate([gone])
+    (row,) = ProcessUsage().annotate([gone])
     assert (row["user"], row["command"], row["cpu_percent"], row["rss_mib"]) == (None, None, None, None)
     assert row["used_memory_mib"] == 1
-
-
-def test_the_helper_still_parses_as_python38() -> None:
-    ast.parse(Path(nodehelper.__file__).read_text(), feature_version=(3, 8))

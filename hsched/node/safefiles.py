@@ -1,9 +1,9 @@
 """The rules for every copy hsched makes with more rights than the files' owner (root, or a service account's
 root helper): a copy carries data, never privileges (issue #27).
 
-Stdlib only, Python >= 3.8: it ships to the nodes beside the node helper (executors/ssh.py `helper_bundle()`,
-`hsched node helper-script`), which imports it from its own folder, and the executors import it as
-`hsched.safefiles`. Every copy path goes through it: the helpers' `pack`/`unpack` (checkpoints over SSH and
+Stdlib only, Python >= 3.8: a module of the node helper (hsched/node/, shipped to the nodes as one bundle:
+executors/ssh.py `helper_bundle()`, `hsched node helper-script`), which the executors import as
+`hsched.node.safefiles`. Every copy path goes through it: the helpers' `pack`/`unpack` (checkpoints over SSH and
 through a confined helper), the controller's tar files (executors/_confined.py), local copies
 (executors/_files.py) and the node helper's dataset reads.
 
