@@ -317,7 +317,7 @@ async def forecast(ctl: Controller, probe: Job | None = None) -> tuple[RoundInpu
             view = replace(view, user_usage=await round_usage(ctl, inp.now, users))
     durations = await _durations(ctl, [*pending, *(j for _t, j in later.values()),
                                        *(j for j in inp.active.values() if j.state is not JobState.RUNNING)])
-    future = Future.of(view, pending, inp.at, durations, later)
+    future = Future.of(view, pending, inp.at, durations, later, horizon_s=HORIZON_S, max_steps=MAX_STEPS)
     future.predicted = [*(j.id for j in pending), *later]
     while not future.done:
         # each step in the round's thread, as a round: the event loop answers requests meanwhile, and real rounds

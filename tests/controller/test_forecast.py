@@ -263,3 +263,81 @@ async def test_on_a_busy_fleet_with_lengths_off_by_ten_percent(tmp_path: Path) -
     # (a job that ends early or late can change the order the rest start in; "not before" is not kept then)
     assert got["head_error"] <= 0.10 and got["probe_error"] <= 0.10, got
     assert got["median_error"] <= 0.10 and got["within_10pc"] >= 0.75, got
+
+
+# ------------------------------------------------------------------------------ cost, thread, the CLI's lines
+
+
+async def test_the_forecast_is_bounded_by_its_steps_and_horizon(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    async with Lab.open(tmp_path, nodes=(CannedNode("big", A100, 8),)) as lab:
+        await lab.submit("python3", "a.py", gpus=8, time_limit_s=100.0)
+        await lab.round()
+        t0 = lab.clock.time()
+        jobs = [await lab.submit("python3", "b.py", gpus=8, time_limit_s=100.0) for _ in range(3)]
+        got = await _starts(lab)
+        assert [got[str(j.id)]["start_time"] for j in jobs] == [iso(t0 + 100.0 * k) for k in (1, 2, 3)]
+        # two rounds at most: the first waiting job starts in the second, the others not before the next end
+        monkeypatch.setattr(forecast, "MAX_STEPS", 2)
+        got = await _starts(lab)
+        assert got[str(jobs[0].id)]["start_time"] == iso(t0 + 100.0)
+        assert [got[str(j.id)]["not_before"] for j in jobs[1:]] == [iso(t0 + 200.0)] * 2
+        assert got[str(jobs[1].id)]["start_time"] is None and "not before" in got[str(jobs[1].id)]["reason"]
+        # 150 s ahead at most
+        monkeypatch.setattr(forecast, "MAX_STEPS", 200)
+        monkeypatch.setattr(forecast, "HORIZON_S", 150.0)
+        got = await _starts(lab)
+        assert got[str(jobs[0].id)]["start_time"] == iso(t0 + 100.0)
+        assert [got[str(j.id)]["not_before"] for j in jobs[1:]] == [iso(t0 + 150.0)] * 2
+
+
+async def test_the_forecast_runs_in_the_rounds_thread_while_requests_are_answered(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+    import threading
+
+    from hsched.sched import live
+
+    async with Lab.open(tmp_path, nodes=(CannedNode("big", A100, 8),)) as lab:
+        await lab.submit("python3", "a.py", gpus=8, time_limit_s=100.0)
+        await lab.round()
+        waiting = await lab.submit("python3", "b.py", gpus=8)
+        decided, go = threading.Event(), threading.Event()
+        threads: list[str] = []
+
+        def paused(*args: Any, **kwargs: Any) -> Any:
+            threads.append(threading.current_thread().name)
+            decided.set()
+            assert go.wait(30.0)
+            return live.schedule(*args, **kwargs)
+
+        monkeypatch.setattr(forecast, "schedule", paused)
+        task = asyncio.create_task(_starts(lab))
+        async with asyncio.timeout(30.0):
+            await asyncio.to_thread(decided.wait, 30.0)
+            assert not lab.ctl.lock.locked()  # (the lock is held only for the snapshot)
+            assert (await Api(lab.ctl).handle("ping", {}, os.getuid()))["pid"] == os.getpid()
+            go.set()
+            got = await task
+        assert threads and all(t.startswith("hsched-round") for t in threads)
+        assert got[str(waiting.id)]["nodes"]
+
+
+def test_the_cli_says_the_node_and_the_time() -> None:
+    from hsched.cli.listing import start_cells, with_starts
+    from hsched.cli.submitting import test_only_line
+
+    now = {"now": True, "nodes": ["nv"], "start_time": "2027-01-15T08:00:00.000Z", "start_in_s": 0.0,
+           "reason": "it would start now", "expected_duration_s": None}
+    assert test_only_line(now) == "hsched: the job would start now on nv"
+    later = dict(now, now=False, start_in_s=3720.0, reason="it would start when job(s) 3 end")
+    assert test_only_line(later) == ("hsched: the job would start at 2027-01-15T08:00:00.000Z (in 1h02m) on nv: "
+                                     "it would start when job(s) 3 end")
+    never = {"now": False, "nodes": [], "start_time": None, "reason": "not before 2027-01-16T08:00:00.000Z",
+             "expected_duration_s": 60.0}
+    assert test_only_line(never) == "hsched: not before 2027-01-16T08:00:00.000Z; jobs of its kind run about 60 s"
+    jobs = [{"id": 4}, {"id": 5}, {"id": 6}]
+    rows = with_starts(jobs, {"4": {"start_time": "T4", "nodes": ["a", "b"]},
+                              "5": {"start_time": None, "nodes": [], "not_before": "T5"}, "6": "T6"})
+    assert [r["predicted_start"] for r in rows] == ["T4", None, "T6"]  # (the last: a controller from before)
+    assert [start_cells(r) for r in rows] == [("T4", "a,b"), ("not before T5", "-"), ("T6", "-")]
