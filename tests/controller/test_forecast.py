@@ -341,3 +341,21 @@ def test_the_cli_says_the_node_and_the_time() -> None:
                               "5": {"start_time": None, "nodes": [], "not_before": "T5"}, "6": "T6"})
     assert [r["predicted_start"] for r in rows] == ["T4", None, "T6"]  # (the last: a controller from before)
     assert [start_cells(r) for r in rows] == [("T4", "a,b"), ("not before T5", "-"), ("T6", "-")]
+
+
+async def test_a_job_that_preempts_is_predicted_to_start_once_its_victims_stopped(tmp_path: Path) -> None:
+    async with Lab.open(tmp_path, nodes=(CannedNode("box", A100, 8),)) as lab:
+        low = await lab.submit("python3", "s.py", gpus=8, qos="scavenger", time_limit_s=1000.0)
+        await lab.round()
+        t0 = lab.clock.time()
+        guess = await _test_only(lab, _spec("python3", "p.py", gpus=4, time="10m"))
+        # the round preempts the scavenger job; its devices are free after its grace period (30 s) at the latest
+        assert guess["nodes"] == ["box"] and guess["start_in_s"] == 30.0 and guess["waits_for"] == [low.id]
+        assert "preempting" in guess["why"]
+        job = await _submit(lab, _spec("python3", "p.py", gpus=4, time="10m"))
+        await lab.round()
+        assert (await lab.job(low.id)).state is JobState.PREEMPTING
+        await lab.advance(10.0)  # (the fake run stops at once on its signal)
+        started = await lab.job(job.id)
+        assert started.start_time is not None and started.start_time - t0 <= 30.0
+        assert started.placement[0].node == "box"
