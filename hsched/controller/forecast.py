@@ -89,7 +89,8 @@ class Start:
 
 @dataclass(slots=True)
 class Future:
-    """The state a forecast steps forward: a copy of the round's snapshot, changed only here (pure, no I/O).
+    """The state a forecast steps forward: a copy of the round's snapshot, changed only here (pure, no I/O; not
+    frozen: a step changes it in place, and nothing else holds it).
 
     `step()` runs one round at `t` and moves `t` to the next predicted end; `done` once no end is predicted, the
     horizon is reached or MAX_STEPS rounds ran."""
@@ -262,12 +263,10 @@ class Future:
         got = self.starts.get(jid)
         if got is not None:
             return Start(jid, got[0], got[1], got[2], why=self.why.get(jid, "") if got[0] > self.at else "")
-        nxt = min((*self.ends.values(), *self.stopping.values()), default=math.inf)
-        # not started by the last round: nothing changes before the next predicted end (if any), so not before it
-        not_before = nxt if self.steps >= self.max_steps or self.t > self.at + self.horizon_s else self.t
+        # not started by the last round: `t` is that round's moment when no end is predicted after it, else the next
+        # predicted end, which the step cap or the horizon kept the forecast from; nothing changes before it
         endless = tuple(i for i in self.running if i not in self.ends)
-        return Start(jid, None, waits_for=endless, not_before=min(not_before, self.at + self.horizon_s),
-                     why=self.why.get(jid, ""))
+        return Start(jid, None, waits_for=endless, not_before=self.t, why=self.why.get(jid, ""))
 
 
 async def _durations(ctl: Controller, jobs: list[Job]) -> dict[int, float | None]:

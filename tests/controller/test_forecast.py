@@ -283,12 +283,12 @@ async def test_the_forecast_is_bounded_by_its_steps_and_horizon(tmp_path: Path,
         assert got[str(jobs[0].id)]["start_time"] == iso(t0 + 100.0)
         assert [got[str(j.id)]["not_before"] for j in jobs[1:]] == [iso(t0 + 200.0)] * 2
         assert got[str(jobs[1].id)]["start_time"] is None and "not before" in got[str(jobs[1].id)]["reason"]
-        # 150 s ahead at most
+        # 150 s ahead at most: the next end, at 200 s, is not followed
         monkeypatch.setattr(forecast, "MAX_STEPS", 200)
         monkeypatch.setattr(forecast, "HORIZON_S", 150.0)
         got = await _starts(lab)
         assert got[str(jobs[0].id)]["start_time"] == iso(t0 + 100.0)
-        assert [got[str(j.id)]["not_before"] for j in jobs[1:]] == [iso(t0 + 150.0)] * 2
+        assert [got[str(j.id)]["not_before"] for j in jobs[1:]] == [iso(t0 + 200.0)] * 2
 
 
 async def test_the_forecast_runs_in_the_rounds_thread_while_requests_are_answered(
