@@ -268,8 +268,14 @@ def start_cells(j: dict[str, Any]) -> tuple[str, str]:
     it starts no earlier than ("not before ...") and no node."""
     p = j.get("prediction") or {}
     if j.get("predicted_start"):
-        return j["predicted_start"], ",".join(p.get("nodes") or []) or "-"
-    return (f"not before {p['not_before']}" if p.get("not_before") else "N/A"), "-"
+        return _seconds(j["predicted_start"]), ",".join(p.get("nodes") or []) or "-"
+    return (f"not before {_seconds(p['not_before'])}" if p.get("not_before") else "N/A"), "-"
+
+
+def _seconds(when: str) -> str:
+    """An ISO time to the second, as squeue shows it (`2026-12-03T17:55:12Z`; the JSON keeps the milliseconds)."""
+    head, dot, _rest = when.partition(".")
+    return head + "Z" if dot and when.endswith("Z") else when
 
 
 def render_starts(jobs: list[dict[str, Any]]) -> None:

@@ -337,10 +337,12 @@ def test_the_cli_says_the_node_and_the_time() -> None:
              "expected_duration_s": 60.0}
     assert test_only_line(never) == "hsched: not before 2027-01-16T08:00:00.000Z; jobs of its kind run about 60 s"
     jobs = [{"id": 4}, {"id": 5}, {"id": 6}]
-    rows = with_starts(jobs, {"4": {"start_time": "T4", "nodes": ["a", "b"]},
-                              "5": {"start_time": None, "nodes": [], "not_before": "T5"}, "6": "T6"})
-    assert [r["predicted_start"] for r in rows] == ["T4", None, "T6"]  # (the last: a controller from before)
-    assert [start_cells(r) for r in rows] == [("T4", "a,b"), ("not before T5", "-"), ("T6", "-")]
+    t4, t5, t6 = (f"2027-01-15T08:0{k}:00.250Z" for k in (4, 5, 6))
+    rows = with_starts(jobs, {"4": {"start_time": t4, "nodes": ["a", "b"]},
+                              "5": {"start_time": None, "nodes": [], "not_before": t5}, "6": t6})
+    assert [r["predicted_start"] for r in rows] == [t4, None, t6]  # (the last: a controller from before)
+    assert [start_cells(r) for r in rows] == [("2027-01-15T08:04:00Z", "a,b"),
+                                              ("not before 2027-01-15T08:05:00Z", "-"), ("2027-01-15T08:06:00Z", "-")]
 
 
 async def test_a_job_that_preempts_is_predicted_to_start_once_its_victims_stopped(tmp_path: Path) -> None:
