@@ -55,6 +55,8 @@ async def predicted_end(ctl: Controller, job: Job, now: float) -> tuple[float | 
     exp = await learning.expected(ctl, job)
     left = remaining(elapsed, exp, p.get("step") if p else None, p.get("total") if p else None,
                      p.get("steps_per_s") if p else None)
+    if left is None and exp is not None and started is not None and elapsed - exp <= learning.OVERRUN_SHARE * exp:
+        left = learning.SOON_S  # a little past its kind's usual time: any moment now (as the round's predicted_ends)
     if left is not None:
         src = "progress" if p and p.get("total") is not None and p.get("steps_per_s") else "history"
         end = now + left

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hsched.controller import commands, forecast
+from hsched.controller import commands, forecast, learning
 from hsched.controller.api import Api
 from hsched.model import Job, JobState
 from hsched.serialize import iso
@@ -361,3 +361,27 @@ async def test_a_job_that_preempts_is_predicted_to_start_once_its_victims_stoppe
         started = await lab.job(job.id)
         assert started.start_time is not None and started.start_time - t0 <= 30.0
         assert started.placement[0].node == "box"
+
+
+async def test_a_job_a_little_past_its_usual_time_ends_any_moment(tmp_path: Path) -> None:
+    # its time limit instead moved the reservation behind it far out and let backfill delay the waiting job
+    async with Lab.open(tmp_path, nodes=(CannedNode("box", A100, 8),)) as lab:
+        for _ in range(2):
+            j = await lab.submit("python3", "train.py", gpus=8, time_limit_s=4000.0)
+            await lab.round()
+            lab.clock.advance(1000.0)
+            await lab.finish(j.id, 0)
+            await lab.round()
+            await lab.round()
+        running = await lab.submit("python3", "train.py", gpus=8, time_limit_s=4000.0)
+        await lab.round()
+        t0 = (await lab.job(running.id)).start_time
+        assert t0 is not None
+        lab.clock.advance(1100.0)  # 10% past its kind's 1,000 s
+        shown = await Api(lab.ctl).handle("show", {"id": running.id}, os.getuid())
+        assert shown["predicted_end"]["time"] == iso(lab.clock.time() + learning.SOON_S)
+        assert (await _test_only(lab, _spec("python3", "x.py", gpus=8)))["start_in_s"] == learning.SOON_S
+        lab.clock.advance(1000.0)  # twice its usual time: history no longer tells, its limit does
+        shown = await Api(lab.ctl).handle("show", {"id": running.id}, os.getuid())
+        assert shown["predicted_end"]["time"] == iso(t0 + 4000.0)
+        assert (await _test_only(lab, _spec("python3", "x.py", gpus=8)))["start_time"] == iso(t0 + 4000.0)
