@@ -167,8 +167,9 @@ def register(app: typer.Typer) -> None:
                                         "is the path on the node."),
         as_json: bool = typer.Option(False, "--json", help="Print the job as JSON."),
         parsable: bool = typer.Option(False, "--parsable", help="Print the job id alone."),
-        test_only: bool = typer.Option(False, "--test-only", help="Queue nothing: say when and where the job "
-                                       "would start (sbatch's), from the running jobs' predicted ends."),
+        test_only: bool = typer.Option(False, "--test-only", help="Queue nothing: say when and on which node "
+                                       "the job would start (sbatch's): the controller's round stepped through the "
+                                       "running jobs' predicted ends."),
     ) -> None:
         """Queue a job: a spec file, a command after --, or both (options override the file)."""
         from hsched.cli import submitting
@@ -229,8 +230,9 @@ def register(app: typer.Typer) -> None:
                  "time, %r reason, %P or %f the constraint (partitions are labels); widths as %.10i (right) or "
                  "%10j (left)."),
         as_json: bool = typer.Option(False, "--json", help="A JSON list of job objects."),
-        start: bool = typer.Option(False, "--start", help="The pending jobs and when each is predicted to start "
-                                   "(squeue --start): running jobs' predicted ends, the queue's expected times."),
+        start: bool = typer.Option(False, "--start", help="The pending jobs and when and where each is predicted "
+                                   "to start (squeue --start): the controller's round stepped through the "
+                                   "running jobs' predicted ends."),
         jobs_given: str | None = typer.Option(None, "--jobs", "-j", help="Only these jobs (comma-separated: 12 for "
                                               "a whole array, 12_3 for one task), as squeue -j."),
         noheader: bool = typer.Option(False, "--noheader", "-h", help="No header line, as squeue -h."),

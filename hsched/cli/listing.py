@@ -84,8 +84,7 @@ def queue(*, all_jobs: bool, me: bool, users: str | None, states: str | None, fm
     with _client() as c:
         jobs = c.call("queue", all=everything)
         if start:
-            when = c.call("starts")
-            jobs = [dict(j, predicted_start=when.get(str(j["id"]))) for j in jobs]
+            jobs = with_starts(jobs, c.call("starts", detail=True))
     if me:
         from hsched.cli.submitting import _user
 
@@ -279,18 +278,48 @@ def _plain_queue(rows: list[tuple[str, dict[str, Any]]], header: bool = True) ->
     sys.stdout.write("".join(line + "\n" for line in out))
 
 
+def with_starts(jobs: list[dict[str, Any]], when: dict[str, Any]) -> list[dict[str, Any]]:
+    """The jobs with their predictions (the controller's `starts`, hsched.controller.forecast): `predicted_start`
+    (ISO time or None, as before) and `prediction` (node(s), not before, the round's reason). A controller from
+    before predictions said where answers the time alone."""
+    out = []
+    for j in jobs:
+        got = when.get(str(j["id"]))
+        if isinstance(got, dict):
+            out.append(dict(j, predicted_start=got.get("start_time"), prediction=got))
+        else:
+            out.append(dict(j, predicted_start=got))
+    return out
+
+
+def start_cells(j: dict[str, Any]) -> tuple[str, str]:
+    """squeue --start's START_TIME and SCHEDNODES for a job: the predicted time and node(s); else N/A, or the moment
+    it starts no earlier than ("not before ...") and no node."""
+    p = j.get("prediction") or {}
+    if j.get("predicted_start"):
+        return _seconds(j["predicted_start"]), ",".join(p.get("nodes") or []) or "-"
+    return (f"not before {_seconds(p['not_before'])}" if p.get("not_before") else "N/A"), "-"
+
+
+def _seconds(when: str) -> str:
+    """An ISO time to the second, as squeue shows it (`2026-12-03T17:55:12Z`; the JSON keeps the milliseconds)."""
+    head, dot, _rest = when.partition(".")
+    return head + "Z" if dot and when.endswith("Z") else when
+
+
 def render_starts(jobs: list[dict[str, Any]]) -> None:
-    """squeue --start's table: each pending job and when it is predicted to start (N/A: cannot be told)."""
+    """squeue --start's table: each pending job, when and where it is predicted to start (N/A: cannot be told)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("JOBID", "NAME", "USER", "ST", "START_TIME", "GPUS", "NODES(REASON)"):
+    for col in ("JOBID", "NAME", "USER", "ST", "START_TIME", "GPUS", "SCHEDNODES", "NODES(REASON)"):
         table.add_column(col, justify="right" if col in ("JOBID", "GPUS") else "left")
     for label, j in queue_rows(jobs):
-        table.add_row(label, escape(j["name"]), escape(j["user"]), "PD", j.get("predicted_start") or "N/A",
-                      str(j["gpus"]), escape(_where(j)))
+        when, where = start_cells(j)
+        table.add_row(label, escape(j["name"]), escape(j["user"]), "PD", when, str(j["gpus"]), escape(where),
+                      escape(_where(j)))
     Console(highlight=False).print(table)
 
 

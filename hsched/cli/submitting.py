@@ -216,14 +216,15 @@ def check_partitions(c: Any, text: str) -> None:
 
 
 def test_only_line(g: dict[str, Any]) -> str:
-    """sbatch --test-only's line: `hsched: job would start now on a, b` / `... at 2026-... (in 1h12m) ...`."""
+    """sbatch --test-only's line: `hsched: the job would start now on a` / `... at 2026-... (in 1h12m) on a: ...` /
+    `hsched: not before 2026-...` (hsched.controller.forecast: the controller's round, stepped forward)."""
     where = ", ".join(g.get("nodes") or []) or "no node"
     if g.get("now"):
-        text = f"hsched: the job would start now (nodes it may use: {where})"
+        text = f"hsched: the job would start now on {where}"
     elif g.get("start_time"):
         left = int(g["start_in_s"])
-        text = (f"hsched: the job would start at {g['start_time']} (in {left // 3600}h{left % 3600 // 60:02d}m): "
-                f"{g['reason']}")
+        text = (f"hsched: the job would start at {g['start_time']} (in {left // 3600}h{left % 3600 // 60:02d}m) "
+                f"on {where}: {g['reason']}")
     else:
         text = f"hsched: {g['reason']}"
     if g.get("expected_duration_s") is not None:

@@ -678,10 +678,14 @@ class Api:
         return out
 
     async def op_starts(self, args: dict[str, Any], uid: int) -> Any:
-        """squeue --start: each waiting job's predicted start (hsched.controller.forecast.predicted_starts)."""
+        """squeue --start: each waiting job's predicted start (hsched.controller.forecast.predicted_starts): its ISO
+        time or None; with `detail`, the whole prediction (start, nodes, not before, the round's reason)."""
         from hsched.controller.forecast import predicted_starts
 
-        return {str(k): v for k, v in (await predicted_starts(self.ctl)).items()}
+        got = await predicted_starts(self.ctl)
+        if args.get("detail"):
+            return {str(k): v for k, v in got.items()}
+        return {str(k): v["start_time"] for k, v in got.items()}
 
     async def op_data(self, args: dict[str, Any], uid: int) -> Any:
         """`hsched data`: every dataset of the fleet file, where it is, and the copies under way (their progress)."""

@@ -21,10 +21,11 @@ import logging
 import sys
 import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 from hsched import outfiles
 from hsched.arrays import within_limits
@@ -62,6 +63,7 @@ from hsched.serialize import job_kind
 from hsched.store import no_room
 
 log = logging.getLogger("hsched.launch")
+T = TypeVar("T")
 
 
 async def schedule_round(ctl: Controller) -> bool:
@@ -111,6 +113,12 @@ def _round_thread_started() -> None:
 _ROUNDS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hsched-round", initializer=_round_thread_started)
 """The thread the pure round runs in: off the event loop (a request is answered while a round computes), one
 round at a time, and apart from the store's thread and asyncio's default pool (launches' file work)."""
+
+
+async def off_loop(fn: Callable[[], T]) -> T:
+    """`fn()` in the round's thread, as a round: off the event loop, and never at the same time as a round (the
+    round's caches between rounds are module state: hsched.sched.live). For forecasts (hsched.controller.forecast)."""
+    return await asyncio.get_running_loop().run_in_executor(_ROUNDS, fn)
 
 
 def _compute(inp: RoundInput) -> tuple[list[Decision], list[tuple[int, str, tuple[str, ...]]]]:
@@ -199,10 +207,11 @@ async def _schedule_round(ctl: Controller) -> tuple[bool, int]:
     return bool(decisions), sum(1 for d in decisions if d.job_id in valid and isinstance(d, stops))
 
 
-async def round_input(ctl: Controller) -> RoundInput | None:
+async def round_input(ctl: Controller, *, always: bool = False) -> RoundInput | None:
     """The round's snapshot: the jobs it may start (retries past their backoff, dependencies met, within their
-    array's limit), the fleet as it stands, fair share usage, checkpoint homes. None when nothing waits. Call with
-    ctl.lock held; it records the reasons of jobs whose dependencies hold them."""
+    array's limit), the fleet as it stands, fair share usage, checkpoint homes. None when nothing waits (`always`:
+    the snapshot even then, for a forecast: hsched.controller.forecast). Call with ctl.lock held; it records the
+    reasons of jobs whose dependencies hold them."""
     now, at = ctl.clock.time(), ctl.timeline.now()
     jobs = await ctl.db(job_cache(ctl).read, ctl.store)
     pending = list(jobs.queued)
@@ -219,7 +228,7 @@ async def round_input(ctl: Controller) -> RoundInput | None:
             pending = within_limits(pending, active)
         users = frozenset(j.user for j in (*pending, *active))
         pending_by_id = {j.id: j for j in pending}
-    if not pending and not await moves.may_move(ctl, active, at):
+    if not pending and not always and not await moves.may_move(ctl, active, at):
         return None
     note_users(ctl, pending)
     view = fleet_view(ctl, active, await still_dirty(ctl))

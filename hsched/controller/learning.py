@@ -273,10 +273,16 @@ async def learned_gpu_memory(ctl: Controller, kind: str) -> int | None:
 
 
 
+OVERRUN_SHARE = 0.5
+"""A running job past its expected duration by up to this share of it is predicted to end SOON_S from now."""
+SOON_S = 30.0
+
+
 def predicted_ends(ctl: Controller, jobs: Iterable[Job], now: float) -> dict[int, float]:
     """Each running job's predicted end (the live round's `FleetView.ends`, for the reservation of the first blocked
     job), by forecast.predicted_end's rules without reading the store: its progress (`total` known), else its
-    kind's history as cached (`learning(ctl).history`; a kind not read yet has none), capped by its time limit,
+    kind's history as cached (`learning(ctl).history`; a kind not read yet has none; a job a little past it: soon,
+    OVERRUN_SHARE), capped by its time limit,
     else its time limit; a job nothing predicts is left out (never ending). Synchronous and cheap: a round runs ten
     times a second, so the figures are kept per job while its progress and its kind's history do not change. `now` and
     the ends: on the controller's timeline (Controller.timeline), as the attempts' starts."""
@@ -319,8 +325,16 @@ def predicted_ends(ctl: Controller, jobs: Iterable[Job], now: float) -> dict[int
             hit = End(j, kind, key, by_progress, by_history)
         kept[j.id] = hit
         end = hit.by_progress
-        if end is None and hit.by_history is not None and hit.by_history >= now:
-            end = hit.by_history  # (past its expected duration, history no longer tells: as predict.remaining)
+        if end is None and hit.by_history is not None:
+            if hit.by_history >= now:
+                end = hit.by_history
+            elif started is not None and now - hit.by_history <= OVERRUN_SHARE * (hit.by_history - started):
+                # a little past its expected duration (runs of a kind vary): it ends any moment now. Its time limit
+                # instead (below) moved the reservation of the job waiting for its GPUs far out, let other jobs
+                # backfill there, and the waiting job started well after its predicted start (issue 29, item 5:
+                # with run lengths 5% off their kind's, a third of the predicted starts were then more than 10% off)
+                end = now + SOON_S
+            # (further past it, history no longer tells: as predict.remaining)
         limit = j.spec.time_limit_s
         if limit is not None and started is not None:
             end = started + limit if end is None else min(end, started + limit)

@@ -1,7 +1,7 @@
 """Predictions (issue 14, item 4): a kind's expected duration from its history (its user's runs first), a
 running job's predicted end from its progress or that history, `submit --test-only`'s start from the
-running jobs' predicted ends and the queue ahead, and how wrong the predictions were, per kind. In-process,
-on a fake clock."""
+running jobs' predicted ends (the round's own forecast: test_forecast.py), and how wrong the predictions were, per
+kind. In-process, on a fake clock."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from hsched.controller import learning
 from hsched.controller.api import Api
 from hsched.controller.launching import job_cache
-from hsched.predict import Ahead, Holding, earliest_start, expected_duration, remaining
+from hsched.predict import expected_duration, remaining
 from hsched.testing import Lab
 
 
@@ -29,24 +29,6 @@ def test_remaining_from_progress_else_history() -> None:
     assert remaining(50.0, 200.0) == 150.0
     assert remaining(250.0, 200.0) is None  # ran longer than its kind does: history has nothing to say
     assert remaining(10.0, None) is None
-
-
-def test_earliest_start_on_a_timeline() -> None:
-    free = {"a": 0, "b": 1}
-    running = [Holding(1, {"a": 4}, 1000.0), Holding(2, {"b": 3}, 500.0)]
-    # a 4-GPU job: b has 1 free now, 4 once job 2 ends at 500
-    g = earliest_start(0.0, free, running, [], 4)
-    assert (g.start_s, g.waits_for) == (500.0, (2,))
-    # a job ahead takes b's four at 500 for 700 s: then a's four at 1000 come first
-    g = earliest_start(0.0, free, running, [Ahead(3, 4, 1, 700.0)], 4)
-    assert (g.start_s, g.waits_for) == (1000.0, (2, 1))
-    # a gang of two nodes of 4: when both are free
-    assert earliest_start(0.0, free, running, [], 4, 2).start_s == 1000.0
-    # fits now
-    assert earliest_start(0.0, free, running, [], 1).start_s == 0.0
-    # only on a, whose holder's end nobody knows
-    g = earliest_start(0.0, free, [Holding(1, {"a": 4}, None)], [], 1, usable=["a"])
-    assert (g.start_s, g.waits_for) == (None, (1,))
 
 
 async def _complete(lab: Lab, job_id: int, seconds: float) -> None:
@@ -114,16 +96,6 @@ async def test_test_only_predicts_the_start_behind_a_running_gang(tmp_path: Path
         too_big = await api.handle("test_only", {"spec": {"command": ["true"], "resources": {"gpus": 9}}},
                                    os.getuid())
         assert too_big["start_time"] is None and "GPU" in too_big["reason"]
-
-
-def test_starts_on_one_timeline() -> None:
-    from hsched.predict import starts
-
-    running = [Holding(1, {"a": 2}, 100.0)]
-    queue = [Ahead(2, 2, 1, 50.0), Ahead(3, 1, 1, None), Ahead(4, 1, 1, 10.0), Ahead(5, 4, 1, 10.0)]
-    got = starts(0.0, {"a": 0, "b": 1}, running, queue, usable={4: ["a"]})
-    # 3 takes b's one GPU now and never ends; 2 starts when 1 ends; 4 (only on a) when 2 ends; 5 never fits
-    assert got == {3: 0.0, 2: 100.0, 4: 150.0, 5: None}
 
 
 async def test_queue_start_predicts_each_waiting_job(tmp_path: Path) -> None:
