@@ -74,6 +74,7 @@ log = logging.getLogger("hsched.ssh")
 HELPER_PATH = Path(nodehelper.__file__).resolve()
 NVML_PROBE_PATH = HELPER_PATH.parent / "topo" / "nvml_probe.py"
 SAFEFILES_PATH = Path(safefiles.__file__).resolve()
+CGROUPSTATS_PATH = Path(nodehelper.__file__).resolve().parent / "node" / "cgroupstats.py"
 MAX_SESSIONS = 10
 """sshd's default MaxSessions: channels open at once on one connection."""
 
@@ -153,6 +154,8 @@ def helper_bundle() -> HelperBundle:
         files.append(("pynvml.py", pynvml.read_bytes()))
     # the rules for copies as root (hsched/safefiles.py), which the helper loads from its own folder
     files.append(("safefiles.py", SAFEFILES_PATH.read_bytes()))
+    # what a run used, from its cgroup (hsched/node/cgroupstats.py), flat beside the helper as safefiles is
+    files.append(("cgroupstats.py", CGROUPSTATS_PATH.read_bytes()))
     files.append(("nodehelper.py", HELPER_PATH.read_bytes()))
     h = hashlib.sha256()
     for name, data in files:
@@ -675,7 +678,7 @@ class SSHExecutor:
                     sample["node"] = self.name
                     for p in sample.get("processes") or ():
                         p["job_run_dir"] = self._local_of.get(p.get("run_dir") or "")
-                    for r in sample.get("progress") or ():
+                    for r in [*(sample.get("progress") or ()), *(sample.get("run_usage") or ())]:
                         r["job_run_dir"] = self._local_of.get(r.get("run_dir") or "")
                     yield sample
         except (asyncssh.Error, OSError) as e:

@@ -103,6 +103,8 @@ def _sibling(name):
     import importlib.util
 
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    if not os.path.exists(path):  # in the source tree the helper's own modules are in node/ (a bundle is flat)
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node", name + ".py")
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
@@ -112,8 +114,10 @@ def _sibling(name):
 
 if __package__:
     from . import safefiles
+    from .node import cgroupstats
 else:  # run as a script: on a node (the bundle's folder, the installed helper's prefix) or here
     safefiles = _sibling("safefiles")
+    cgroupstats = _sibling("cgroupstats")
 
 HELPER_VERSION = 3
 """The protocol this helper speaks, in `whoami` and `probe`; executors refuse a node whose helper says less
@@ -892,7 +896,8 @@ def make_cgroups(run_dir, spec):
         try:
             if not delegated:
                 _make_dir(base)
-            _enable_controllers(base, [c for c, v in (("memory", mem), ("cpu", cpu)) if v], bool(delegated))
+            # memory always (its accounting gives `hsched eff` the run's peak, hsched/node/cgroupstats.py)
+            _enable_controllers(base, [c for c, v in (("memory", True), ("cpu", cpu)) if v], bool(delegated))
             _make_dir(base + "/" + name)
             cgroups["v2"] = base + "/" + name
         except OSError as e:  # not root and nothing delegated: no cgroup v2 for us
@@ -913,7 +918,7 @@ def make_cgroups(run_dir, spec):
         except OSError as e:
             errors.append("cpu.max: %s" % (e.strerror or e))
     # cgroup v1 where v2 cannot: the memory controller (also the run's only cgroup on a v1 machine) and cpu
-    if "memory" in places and "memory" not in enforced and (mem or not v2):
+    if "memory" in places and "memory" not in enforced and (mem or not v2 or "memory" not in _cg_controllers(v2)):
         path = places["memory"]["own"] + "/hsched/" + name
         try:
             _make_dir(os.path.dirname(path))
@@ -1543,6 +1548,7 @@ def wrap(run_dir):
         line = gpu_oom_line(os.path.join(run_dir, "output.log"))
         if line is not None:
             record.update({"gpu_oom": True, "gpu_oom_line": line})
+    record["usage"] = cgroupstats.final(cgroups)  # the cgroup's totals, read before it is removed
     _remove_cgroups(cgroups)
     mps_end_rec = mps_end(run_dir, mps)  # before the GPU check: the last shared run's daemon is gone by then
     if mps_end_rec is not None:
@@ -2019,7 +2025,7 @@ def _exited(exit_info, handle):
             "end_time": _number(exit_info.get("end_time")), "oom": exit_info.get("oom") is True,
             "gpu_oom": exit_info.get("gpu_oom") is True,
             "gpu_oom_line": str(exit_info.get("gpu_oom_line") or "")[:300] or None,
-            "gpu_left": holders, "handle": handle}
+            "gpu_left": holders, "handle": handle, "usage": cgroupstats.clean(exit_info.get("usage"))}
 
 
 def _run_info(run_dir, handle):
@@ -2909,6 +2915,7 @@ def watch(req):
         usage = _ProcessUsage()
         # progress every fifth sample (5 s at the controller's usual second): a speed needs no finer grain
         progress = _ProgressReader(float(req.get("progress_every_s") or 5 * interval))
+        run_usage = cgroupstats.Sampler(float(req.get("usage_every_s") or 5 * interval))
         next_t = time.monotonic()
         out = sys.stdout
         while count is None or seq < int(count):
@@ -2933,6 +2940,8 @@ def watch(req):
             }
             if reports:
                 sample["progress"] = reports
+            if run_usage.due():
+                sample["run_usage"] = run_usage.read(active_runs())
             state["writing_since"] = time.monotonic()
             out.write(json.dumps(sample) + "\n")
             out.flush()

@@ -129,8 +129,10 @@ def test_simulated_tallies_feed_profiles_and_never_eff() -> None:
     t = tally(10, util=95, cpu=50)
     t.simulated = True
     f = figures([t])
-    assert (f.utilization_mean, f.cpu_s, f.samples) == (None, None, 0)
+    # made-up readings are no figures, but they were samples: counted as the profile counts them (issue 29)
+    assert (f.utilization_mean, f.cpu_s, f.samples, f.simulated) == (None, None, 10, True)
     c = characterize([t])
+    assert c.signals.samples == f.samples
     assert c.profile is Profile.COMPUTE and c.signals.simulated and c.reason.endswith("(simulated readings)")
 
 
