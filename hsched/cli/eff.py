@@ -30,15 +30,17 @@ def figure_lines(f: dict[str, Any], indent: str = "") -> list[str]:
     """The figures of a run or of the whole job, one line each; a figure no sample carried says so."""
     util = f.get("gpu_utilization")
     simulated = f.get("simulated") and util is None
+    no_gpus = f.get("gpus") == 0  # a CPU job: nothing to read, rather than nothing read
     if util is None:
-        u = "simulated GPUs: made-up readings, not measured" if simulated else NO_SAMPLES
+        u = ("simulated GPUs: made-up readings, not measured" if simulated else "no GPUs held" if no_gpus
+             else NO_SAMPLES)
     else:
         u = f"{util['mean']:.1f}% mean"
         busiest, idlest = util.get("busiest"), util.get("idlest")
         if busiest and idlest and busiest["uuid"] != idlest["uuid"]:
             u += f" (busiest GPU {busiest['mean']:.1f}%, idlest {idlest['mean']:.1f}%)"
     mem = f.get("gpu_memory")
-    m = ("simulated GPUs" if simulated else NO_SAMPLES) if mem is None else (
+    m = ("simulated GPUs" if simulated else "no GPUs held" if no_gpus else NO_SAMPLES) if mem is None else (
         f"{_size(mem['peak_mib'])} of {_size(mem['total_mib'])}{_pct(mem.get('ratio'))}")
     cpu = f.get("cpu")
     if cpu is None:
