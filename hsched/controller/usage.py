@@ -191,6 +191,7 @@ def observe_simulated(ctl: Controller, rt: NodeRuntime, now: float) -> None:
         tally = u.tallies.get(tk)
         if tally is None:
             tally = u.tallies[tk] = RunTally(key[0], key[1], rt.name, simulated=True)
+        tally.simulated = True  # made by a cgroup reading first (_fold_run_usage): its GPU readings are made up
         fold(tally, now, readings, {uuid: devices[uuid].memory_total_mib for uuid in uuids},
              simulated_processes(nature, sorted(uuids), now))
 

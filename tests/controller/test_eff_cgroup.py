@@ -117,17 +117,23 @@ async def test_eff_counts_the_samples_its_profile_was_built_from(tmp_path: Path,
     async with Lab.open(tmp_path) as lab:
         job = await lab.submit("python", "train.py", gpus=1)
         await lab.round()
+        (run,) = await lab.runs(job.id)
+        lab.clock.advance(5.0)
+        # the run's cgroup is real on a simulated node: read once before the GPUs' made-up readings come
+        await _feed_usage(lab, run.node, run.run_dir, reading(4.0, 900.0))
         await telemetry(lab, 600.0)  # 60 readings, 10 s apart
         e = await Api(lab.ctl).handle("eff", {"id": job.id}, os.getuid())
-    assert e["profile"]["samples"] == e["samples"] == e["runs"][0]["samples"] == 60
+    assert e["profile"]["samples"] == e["samples"] == e["runs"][0]["samples"] == 61
     assert e["simulated"] and e["gpu_utilization"] is None  # made up, so not a measured figure
+    assert e["profile"]["reason"].endswith("(simulated readings)")  # the tally the cgroup reading began stays so
+    assert (e["cpu"]["used_s"], e["cpu"]["source"], e["host_memory"]["peak_mib"]) == (4.0, "cgroup", 900)
     monkeypatch.setattr("sys.argv", ["hsched", "eff", str(job.id)])
     monkeypatch.setattr("hsched.cli.jobs._client", lambda: _Reply(json.loads(json.dumps(e))))
     with pytest.raises(SystemExit) as ex:
         main()
     out = capsys.readouterr().out
     assert ex.value.code in (0, None)
-    assert "Samples: 60" in out and "GPU utilization: simulated GPUs" in out
+    assert "Samples: 61" in out and "GPU utilization: simulated GPUs" in out
     assert "GPU utilization: no samples" not in out and "GPU memory peak: no samples" not in out
 
 
