@@ -333,8 +333,8 @@ def kind_profiles(store: Any, live: Mapping[int, list[RunTally]],
         tallies = {(t.attempt, t.node): t for t in map(RunTally.from_dict, store.run_usage(job.id))}
         for t in live.get(job.id, ()):
             tallies[(t.attempt, t.node)] = t
-        if not tallies:
-            continue
+        if not any(t.devices for t in tallies.values()):
+            continue  # no GPU read (a job without GPUs has its cgroup's figures only): no profile to count
         last = max(a for a, _ in tallies)
         c = characterize([t for (a, _), t in tallies.items() if a == last], None, idle_after_s)
         out.setdefault(job_kind(job), []).append(c.profile)
