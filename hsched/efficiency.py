@@ -268,7 +268,7 @@ def report(job: Job, runs: Sequence[Run], tallies: Sequence[RunTally], now: floa
     for r in runs:
         attempts.setdefault(r.attempt, []).append(r)
     out_runs = []
-    elapsed_total = gpu_s_total = core_s_total = 0.0
+    elapsed_total = gpu_s_total = core_s_total = covered_total = 0.0
     core_s_known = True
     best_mem: tuple[float, Allocation] | None = None
     for attempt, ranks in sorted(attempts.items()):
@@ -287,14 +287,20 @@ def report(job: Job, runs: Sequence[Run], tallies: Sequence[RunTally], now: floa
         per_node = {r.node: 0 for r in ranks}
         for node, _u in held:
             per_node[node] += 1
-        alloc = allocation(job, per_node, elapsed, nodes)
+        mine = [t for t in tallies if t.attempt == attempt]
+        # a running attempt's cgroup figures are as of their latest reading (every few seconds): its efficiency
+        # is over the time up to then, not up to `now`
+        read_t = max((u.last_t for t in mine for u in t.usage.values() if u.last_t is not None), default=None)
+        covered = (elapsed if ended or read_t is None or start is None
+                   else min(elapsed, max(0.0, read_t - start)))
+        alloc = allocation(job, per_node, covered, nodes)
+        covered_total += covered
         if alloc.core_s is None:
             core_s_known = False
         else:
             core_s_total += alloc.core_s
         lead = min(ranks, key=lambda r: (r.rank, r.id))
         failed = [r for r in ranks if r.exit_code not in (None, 0)]
-        mine = [t for t in tallies if t.attempt == attempt]
         fig = figures(mine)
         if fig.host_memory_peak_mib is not None and alloc.memory_mib and (
                 best_mem is None or fig.host_memory_peak_mib > best_mem[0]):
@@ -314,7 +320,7 @@ def report(job: Job, runs: Sequence[Run], tallies: Sequence[RunTally], now: floa
                        max((r["cpu"]["cpus"] for r in out_runs if r["cpu"] and r["cpu"].get("cpus")), default=None),
                        out_runs[-1]["cpu"]["cpus_from"] if out_runs and out_runs[-1]["cpu"] else "",
                        best_mem[1].memory_mib if best_mem else None, best_mem[1].memory_from if best_mem else "",
-                       elapsed_total)
+                       covered_total)
     return {"elapsed_s": round(elapsed_total, 1), "gpu_hours": round(gpu_s_total / 3600, 4),
             "cpus": res.cpus, "memory_mib": res.memory_mib, "runs": out_runs, "profile": profile,
             **figures_to_dict(figures(tallies), res.cpus, res.memory_mib, whole)}

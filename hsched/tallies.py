@@ -66,18 +66,20 @@ class UsageTally:
     """"cgroup", or "processes" where the node gave the run no cgroup."""
     first_t: float | None = None
     """When its first reading came (the controller's clock)."""
+    last_t: float | None = None
+    """When its latest reading while it ran came: a running job's figures cover its run up to then."""
     final: bool = False
     """The run's last reading, taken when none of its processes was left, is in."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"cpu_s": self.cpu_s, "memory_peak_mib": self.memory_peak_mib, "readings": self.readings,
-                "source": self.source, "first_t": self.first_t, "final": self.final}
+                "source": self.source, "first_t": self.first_t, "last_t": self.last_t, "final": self.final}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> UsageTally:
         return cls(_num(d.get("cpu_s")), _num(d.get("memory_peak_mib")), int(d.get("readings") or 0),
                    d.get("source") if isinstance(d.get("source"), str) else None, _num(d.get("first_t")),
-                   d.get("final") is True)
+                   _num(d.get("last_t")), d.get("final") is True)
 
 
 @dataclass(slots=True)
@@ -253,6 +255,8 @@ def fold_usage(tally: RunTally, t: float, run: str, reading: Mapping[str, Any]) 
         _counted(tally, t)  # the end's reading is no sample of the stream: it comes with the exit record
     if u.final and not final:
         return
+    if not final:
+        u.last_t = t
     if cpu is not None:
         u.cpu_s = cpu if u.cpu_s is None else max(u.cpu_s, cpu)
     if peak is not None:

@@ -87,10 +87,12 @@ async def test_eff_has_cpu_and_memory_from_the_cgroup_for_a_job_without_gpus(tmp
         for i in range(1, 6):
             lab.clock.advance(10.0)  # 2 cores busy: 20 CPU-s every 10 s
             await _feed_usage(lab, run.node, run.run_dir, reading(20.0 * i, 1000.0 + i))
+        lab.clock.advance(3.0)  # asked between two readings: the figures are as of the last one, 50 s in
         running = await Api(lab.ctl).handle("eff", {"id": job.id}, os.getuid())
         assert running["samples"] == 5 and running["cpu"]["used_s"] == 100.0 and not running["final"]
+        assert running["cpu"]["covered_s"] == 50.0 and running["runs"][0]["elapsed_s"] == 53.0
         assert running["cpu"]["efficiency"] == pytest.approx(100.0 / (4 * 50.0), abs=1e-4)
-        lab.clock.advance(10.0)
+        lab.clock.advance(7.0)
         # the exit record's last reading: the cgroup's totals once every process was gone
         lab.executors[run.node].runs[run.run_dir].usage = {**reading(118.0, 3000.0), "final": True}
         await lab.finish(job.id, 0)
