@@ -166,7 +166,7 @@ class Allocation:
 
     core_s: float | None
     """Cores allocated x elapsed seconds, summed over its nodes (and attempts)."""
-    cores: float | None
+    cores: int | None
     """Cores allocated (summed over the nodes of one attempt; the largest attempt's for a whole job)."""
     cores_from: str
     """"asked" (--cpus), "node share" (its share of the node's cores), "" (unknown)."""
@@ -184,12 +184,12 @@ def allocation(job: Job, held: Mapping[str, int], elapsed_s: float, nodes: Mappi
     --mem per node where asked, else the node's share, the share of its GPUs held (the whole node without GPUs).
     None where neither is known (a node gone from the fleet, a job that asked nothing)."""
     res = job.spec.resources
-    cores_total: float | None = 0.0
+    cores_total: int | None = 0
     mem_total: float | None = 0.0
     for node, gpus in held.items():
         n_cores, n_mem, n_gpus = nodes.get(node, (None, None, 0))
         share = gpus / n_gpus if n_gpus and gpus else 1.0
-        c = float(res.cpus) if res.cpus else (max(1.0, round(n_cores * share)) if n_cores else None)
+        c = res.cpus if res.cpus else (max(1, round(n_cores * share)) if n_cores else None)
         m = float(res.memory_mib) if res.memory_mib else (n_mem * share if n_mem else None)
         cores_total = None if c is None or cores_total is None else cores_total + c
         mem_total = None if m is None or mem_total is None else mem_total + m
@@ -217,7 +217,7 @@ def figures_to_dict(f: Figures, cpus: int | None, memory_mib: int | None,
     if f.cpu_s is not None and whole_run and alloc is not None:
         cores = f.cpu_s / alloc.elapsed_s if alloc.elapsed_s > 0 else None
         cpu = {"used_s": _r(f.cpu_s), "covered_s": _r(alloc.elapsed_s), "cores_mean": _r(cores, 2),
-               "cpus": _r(alloc.cores, 2), "cpus_from": alloc.cores_from, "core_s": _r(alloc.core_s),
+               "cpus": alloc.cores, "cpus_from": alloc.cores_from, "core_s": _r(alloc.core_s),
                "efficiency": _r(f.cpu_s / alloc.core_s, 4) if alloc.core_s else None, "source": f.source}
     elif f.cpu_s is not None and f.cpu_covered_s > 0:
         cores = f.cpu_s / f.cpu_covered_s
@@ -227,7 +227,7 @@ def figures_to_dict(f: Figures, cpus: int | None, memory_mib: int | None,
     if f.host_memory_peak_mib is not None:
         asked = (alloc.memory_mib, alloc.memory_from) if whole_run and alloc is not None else (
             memory_mib, "asked" if memory_mib else "")
-        host = {"peak_mib": f.host_memory_peak_mib, "requested_mib": _r(asked[0], 0) if asked[0] else None,
+        host = {"peak_mib": f.host_memory_peak_mib, "requested_mib": round(asked[0]) if asked[0] else None,
                 "requested_from": asked[1], "ratio": _r(f.host_memory_peak_mib / asked[0], 4) if asked[0] else None,
                 "source": f.source}
     return {

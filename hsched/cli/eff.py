@@ -46,7 +46,9 @@ def figure_lines(f: dict[str, Any], indent: str = "") -> list[str]:
     if cpu is None:
         c = NO_SAMPLES
     elif cpu.get("efficiency") is not None:
-        of = f"{cpu['cpus']:g} {'CPUs asked' if cpu.get('cpus_from') == 'asked' else 'CPUs (its share of the node)'}"
+        n = cpu["cpus"]
+        of = f"{n:g} CPU{'' if n == 1 else 's'}" + (" asked" if cpu.get("cpus_from") == "asked" else
+                                                    ", its share of the node,")
         c = f"{100 * cpu['efficiency']:.1f}% ({cpu['cores_mean']:.2f} of {of} on average)"
     else:
         c = f"{cpu['cores_mean']:.2f} CPUs on average (no --cpus asked: no efficiency)"

@@ -64,7 +64,7 @@ def test_allocation_is_asked_or_the_nodes_share() -> None:
 
     nodes = {"a": (64, 512 * 1024, 8), "cpu": (16, 64 * 1024, 0)}
     asked = allocation(job(gpus=2, cpus=4, memory_mib=8192), {"a": 2}, 100.0, nodes)
-    assert (asked.cores, asked.cores_from, asked.core_s, asked.memory_mib) == (4.0, "asked", 400.0, 8192.0)
+    assert (asked.cores, asked.cores_from, asked.core_s, asked.memory_mib) == (4, "asked", 400.0, 8192.0)
     share = allocation(job(gpus=2), {"a": 2}, 100.0, nodes)  # 2 of 8 GPUs: a quarter of the node
     assert (share.cores, share.cores_from, share.memory_mib, share.memory_from) == (16.0, "node share",
                                                                                     128 * 1024.0, "node share")
@@ -105,7 +105,7 @@ async def test_eff_has_cpu_and_memory_from_the_cgroup_for_a_job_without_gpus(tmp
     assert e["state"] == "COMPLETED" and e["final"] and e["samples"] == 5
     (r,) = e["runs"]
     assert r["elapsed_s"] == pytest.approx(60.0)
-    assert e["cpu"] == {"used_s": 118.0, "covered_s": 60.0, "cores_mean": pytest.approx(1.97, abs=0.01), "cpus": 4.0,
+    assert e["cpu"] == {"used_s": 118.0, "covered_s": 60.0, "cores_mean": pytest.approx(1.97, abs=0.01), "cpus": 4,
                         "cpus_from": "asked", "core_s": 240.0, "efficiency": pytest.approx(118 / 240, abs=1e-4),
                         "source": "cgroup"}
     assert e["host_memory"] == {"peak_mib": 3000, "requested_mib": 4096, "requested_from": "asked",
