@@ -171,6 +171,7 @@ def report_from_dict(r: dict[str, Any]) -> RunReport:
         gpu_oom=(str(r.get("gpu_oom_line") or "GPU out of memory")[:300] if r.get("gpu_oom") is True else None),
         gpu_left=tuple(GpuHolder(uuid=str(g["uuid"]), pid=int(g["pid"]), name=str(g.get("name") or ""))
                        for g in holders if isinstance(g, dict) and "uuid" in g and isinstance(g.get("pid"), int)),
+        usage=r["usage"] if isinstance(r.get("usage"), dict) else None,
     )
 
 

@@ -83,6 +83,8 @@ class FakeRun:
     gpu_left: tuple[GpuHolder, ...] = ()
     lost: bool = False
     """Gone without an exit record (`lose`): status says LOST."""
+    usage: dict[str, Any] | None = None
+    """Its exit record's last reading of what it used (hsched/node/cgroupstats.py), set by a test."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +210,7 @@ class FakeExecutor:
                 sig = run.exit_code - 128 if run.exit_code > 128 else None
                 out.append(RunReport(RunStatus.EXITED, exit_code=run.exit_code, signal=sig, handle=run.handle,
                                      end_time=run.end_time, oom=run.oom, gpu_left=run.gpu_left,
-                                     gpu_oom=run.gpu_oom))
+                                     gpu_oom=run.gpu_oom, usage=run.usage))
         return out
 
     @recorded

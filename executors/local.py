@@ -569,7 +569,7 @@ class LocalExecutor:
                 for p in sample.get("processes") or ():
                     # local run folders are the controller's own, but an installed helper's
                     p["job_run_dir"] = self._local_of.get(p.get("run_dir") or "", p.get("run_dir"))
-                for r in sample.get("progress") or ():
+                for r in [*(sample.get("progress") or ()), *(sample.get("run_usage") or ())]:
                     r["job_run_dir"] = self._local_of.get(r.get("run_dir") or "", r.get("run_dir"))
                 yield sample
         except (BrokenPipeError, ConnectionResetError) as e:  # the helper died before it read its request

@@ -695,7 +695,7 @@ class SSHExecutor:
                     sample["node"] = self.name
                     for p in sample.get("processes") or ():
                         p["job_run_dir"] = self._local_of.get(p.get("run_dir") or "")
-                    for r in sample.get("progress") or ():
+                    for r in [*(sample.get("progress") or ()), *(sample.get("run_usage") or ())]:
                         r["job_run_dir"] = self._local_of.get(r.get("run_dir") or "")
                     yield sample
         except (asyncssh.Error, OSError) as e:

@@ -11,6 +11,11 @@ import enum
 import re
 from dataclasses import dataclass, field
 
+TYPE_CHECKING = False  # typing is left to the type checker: the CLI's quick paths import this module
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
 
 class JobState(enum.StrEnum):
     """Where a job is in its life. Terminal states never change again."""
@@ -423,6 +428,9 @@ class RunReport:
     """Why a LOST run is gone, where the node knows it was no fault of the run: NODE_LOST (its node failed under
     it: Slurm's NODE_FAIL) or PREEMPTED (the node's own scheduler took it: Slurm's preemption). The job is
     requeued without using a retry. None: lost, nobody knows why (a retry, as for a failure)."""
+    usage: Mapping[str, Any] | None = None
+    """An exited run's last reading of what it used (hsched/node/cgroupstats.py: cpu_s, memory_peak_mib, source),
+    taken when none of its processes was left; None: the node gave none."""
 
 
 @dataclass(frozen=True, slots=True)

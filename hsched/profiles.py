@@ -18,10 +18,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from hsched.efficiency import RunTally
+# the tallies live below both this module and hsched.efficiency (which reads profiles): no loop either way
+from hsched.tallies import IDLE_UTIL_PCT, RunTally, samples_of
 
 
 class Profile(enum.StrEnum):
@@ -36,9 +36,7 @@ class Profile(enum.StrEnum):
 SIM_NATURE_ENV = "HSCHED_SIM_NATURE"
 """A job's spec may declare the nature its simulated GPUs' readings follow (any profile but `unknown`)."""
 
-IDLE_UTIL_PCT = 5.0
-"""A GPU busy less than this share of the time does nothing useful: a process that merely holds a context
-(a notebook left open, a job stuck on a lock) reads 0-2 %, anything that computes reads far more."""
+__all__ = ["IDLE_UTIL_PCT", "Characterization", "Profile", "Signals", "characterize", "classify", "signals"]
 IDLE_AFTER_S = 30 * 60.0
 """settings `idle_after_s` unless set: long enough that loading a dataset or compiling a model at the start,
 or a long evaluation on the CPU, is not flagged; short enough that an admin hears of a forgotten job the same
@@ -80,7 +78,9 @@ class Signals:
     cpu_cores: float | None
     """Mean cores the job's GPU processes kept busy, summed over its nodes."""
     samples: int
-    """GPU readings with a utilization (the most of any one GPU)."""
+    """Node samples folded in (hsched.tallies.samples_of): the count `hsched eff` shows beside the profile."""
+    gpu_readings: int
+    """GPU readings with a utilization (the most of any one GPU): too few say nothing yet."""
     span_s: float
     """From the first sample to the last."""
     idle_for_s: float | None
@@ -91,7 +91,8 @@ class Signals:
     def to_dict(self) -> dict[str, Any]:
         return {"gpu_util": _r(self.gpu_util), "memory_util": _r(self.memory_util),
                 "nvlink_mib_s": _r(self.nvlink_mib_s), "pcie_mib_s": _r(self.pcie_mib_s),
-                "cpu_cores": _r(self.cpu_cores, 2), "samples": self.samples, "span_s": round(self.span_s, 1),
+                "cpu_cores": _r(self.cpu_cores, 2), "samples": self.samples,
+                "gpu_readings": self.gpu_readings, "span_s": round(self.span_s, 1),
                 "idle_for_s": _r(self.idle_for_s), "simulated": self.simulated}
 
 
@@ -116,7 +117,8 @@ def signals(tallies: Iterable[RunTally], now: float | None = None) -> Signals:
     util_sum = mem_sum = nv_sum = pcie_sum = 0.0
     util_n = mem_n = nv_n = pcie_n = 0
     cores: float | None = None
-    samples = 0
+    readings = 0
+    tallies = list(tallies)
     first: float | None = None
     last: float | None = None
     idle_since: float | None = None
@@ -129,7 +131,7 @@ def signals(tallies: Iterable[RunTally], now: float | None = None) -> Signals:
             mem_sum, mem_n = mem_sum + d.mem_util_sum, mem_n + d.mem_util_samples
             nv_sum, nv_n = nv_sum + d.nvlink_sum, nv_n + d.nvlink_samples
             pcie_sum, pcie_n = pcie_sum + d.pcie_sum, pcie_n + d.pcie_samples
-            samples = max(samples, d.util_samples)
+            readings = max(readings, d.util_samples)
         if t.cpu_covered_s > 0:
             cores = (cores or 0.0) + t.cpu_s / t.cpu_covered_s
         if t.first_t is not None:
@@ -147,7 +149,8 @@ def signals(tallies: Iterable[RunTally], now: float | None = None) -> Signals:
     idle_for = (max(0.0, until - idle_since) if any_read and all_idle and idle_since is not None
                 and until is not None else None)
     return Signals(util_sum / util_n if util_n else None, mem_sum / mem_n if mem_n else None,
-                   nv_sum / nv_n if nv_n else None, pcie_sum / pcie_n if pcie_n else None, cores, samples,
+                   nv_sum / nv_n if nv_n else None, pcie_sum / pcie_n if pcie_n else None, cores,
+                   samples_of(tallies), readings,
                    (last - first) if first is not None and last is not None else 0.0, idle_for, simulated)
 
 
@@ -171,8 +174,10 @@ def classify(s: Signals, idle_after_s: float = IDLE_AFTER_S) -> Characterization
     def c(p: Profile, why: str) -> Characterization:
         return Characterization(p, why + (" (simulated readings)" if s.simulated else ""), s)
 
-    if s.gpu_util is None or s.samples < MIN_SAMPLES:
-        return c(Profile.UNKNOWN, f"too few GPU readings yet ({s.samples})")
+    if s.gpu_util is None:
+        return c(Profile.UNKNOWN, f"no GPU readings in {s.samples} samples")
+    if s.gpu_readings < MIN_SAMPLES:
+        return c(Profile.UNKNOWN, f"too few GPU readings yet ({s.gpu_readings} in {s.samples} samples)")
     if s.idle_for_s is not None and s.idle_for_s >= idle_after_s:
         return c(Profile.IDLE, f"every GPU under {IDLE_UTIL_PCT:g}% for {_duration(s.idle_for_s)}")
     cpu_busy = s.cpu_cores is not None and s.cpu_cores >= INPUT_CPU_MIN_CORES

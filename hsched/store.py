@@ -697,7 +697,10 @@ class Store:
             if job["state"] == JobState.LAUNCHING.value and waiting == 0:
                 fields["state"] = JobState.RUNNING
             if job["start_time"] is None:
-                fields["start_time"] = now
+                # the job started when its first run did (placed, its GPUs held: sacct's Start), the run's own
+                # start on the controller's clock; not when the launch's reply came back, which for a short job
+                # can be after the node's record of its end (an end before the start in `hsched acct`)
+                fields["start_time"] = run.start_time if run.start_time is not None else now
             self._set_job(db, run.job_id, fields)
             rank = f" rank {run.rank}" if run.world > 1 else ""
             self._event(db, now, "started", f"run {run.attempt}{rank} started on {run.node} (pid {handle.pid})",

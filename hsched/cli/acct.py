@@ -17,7 +17,7 @@ FIELDS = {
     "jobid": lambda j: j.get("display_id") or j["id"], "jobname": lambda j: j["name"], "user": lambda j: j["user"],
     "state": lambda j: j["state"], "reason": lambda j: j["reason"], "qos": lambda j: j["qos"],
     "exitcode": lambda j: _exit_code(j["exit_code"]), "submit": lambda j: j["submit_time"],
-    "start": lambda j: j["start_time"] or "", "end": lambda j: j["end_time"] or "",
+    "start": lambda j: j["start_time"] or "", "end": lambda j: _end(j),
     "elapsed": lambda j: _elapsed(j), "gpus": lambda j: j["gpus"], "nodes": lambda j: j["nodes"],
     "restarts": lambda j: j["restarts"], "gpuhours": lambda j: f"{_gpu_hours(j):.2f}",
     "nodelist": lambda j: ",".join(sorted({r["node"] for r in j.get("runs") or []})),
@@ -39,13 +39,22 @@ def _ts(iso_text: str | None) -> float | None:
     return datetime.fromisoformat(iso_text.replace("Z", "+00:00")).timestamp() if iso_text else None
 
 
+def _end(j: dict[str, Any]) -> str:
+    """The end as recorded; never shown before the start (a last guard: the controller records a job's start as
+    its first run's, on the clock its end is clamped to; a row kept by an older controller may still say so)."""
+    start, end = _ts(j["start_time"]), _ts(j["end_time"])
+    if start is not None and end is not None and end < start:
+        return str(j["start_time"])
+    return j["end_time"] or ""
+
+
 def _elapsed(j: dict[str, Any]) -> str:
     start, end = _ts(j["start_time"]), _ts(j["end_time"])
     if start is None:
         return "0:00:00"
     from hsched.cli.jobs import _clock
 
-    return _clock(int((end or time.time()) - start))
+    return _clock(max(0, int((end or time.time()) - start)))
 
 
 def _gpu_hours(j: dict[str, Any]) -> float:
@@ -53,7 +62,7 @@ def _gpu_hours(j: dict[str, Any]) -> float:
     for r in j.get("runs") or []:
         start, end = _ts(r["start_time"]), _ts(r["end_time"])
         if start is not None:
-            total += ((end or time.time()) - start) * len(r["devices"]) / 3600
+            total += max(0.0, (end or time.time()) - start) * len(r["devices"]) / 3600
     return total
 
 

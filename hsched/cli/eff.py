@@ -1,7 +1,8 @@
 """`hsched eff JOB`: how well a job used what it held (seff's role): state, exit code, elapsed time per run,
-GPUs and GPU-hours, GPU utilization and memory peak, CPU efficiency and host memory peak, from the monitoring
+GPUs and GPU-hours, GPU utilization and memory peak, CPU efficiency and memory peak (from each run's cgroup:
+CPU time over cores allocated x elapsed, peak over memory requested or the node's share), from the monitoring
 samples the controller folded while it ran (hsched.efficiency), and what kind of work that was (its profile,
-hsched.profiles)."""
+hsched.profiles). No progress or time left is shown: an ended job's estimate is history."""
 
 from __future__ import annotations
 
@@ -28,29 +29,39 @@ def _pct(ratio: float | None) -> str:
 def figure_lines(f: dict[str, Any], indent: str = "") -> list[str]:
     """The figures of a run or of the whole job, one line each; a figure no sample carried says so."""
     util = f.get("gpu_utilization")
+    simulated = f.get("simulated") and util is None
+    no_gpus = f.get("gpus") == 0  # a CPU job: nothing to read, rather than nothing read
     if util is None:
-        u = NO_SAMPLES
+        u = ("simulated GPUs: made-up readings, not measured" if simulated else "no GPUs held" if no_gpus
+             else NO_SAMPLES)
     else:
         u = f"{util['mean']:.1f}% mean"
         busiest, idlest = util.get("busiest"), util.get("idlest")
         if busiest and idlest and busiest["uuid"] != idlest["uuid"]:
             u += f" (busiest GPU {busiest['mean']:.1f}%, idlest {idlest['mean']:.1f}%)"
     mem = f.get("gpu_memory")
-    m = NO_SAMPLES if mem is None else (f"{_size(mem['peak_mib'])} of {_size(mem['total_mib'])}"
-                                        f"{_pct(mem.get('ratio'))}")
+    m = ("simulated GPUs" if simulated else "no GPUs held" if no_gpus else NO_SAMPLES) if mem is None else (
+        f"{_size(mem['peak_mib'])} of {_size(mem['total_mib'])}{_pct(mem.get('ratio'))}")
     cpu = f.get("cpu")
     if cpu is None:
         c = NO_SAMPLES
     elif cpu.get("efficiency") is not None:
-        c = f"{100 * cpu['efficiency']:.1f}% ({cpu['cores_mean']:.2f} of {cpu['cpus']} CPUs on average)"
+        n = cpu["cpus"]
+        of = f"{n:g} CPU{'' if n == 1 else 's'}" + (" asked" if cpu.get("cpus_from") == "asked" else
+                                                    ", its share of the node,")
+        c = f"{100 * cpu['efficiency']:.1f}% ({cpu['cores_mean']:.2f} of {of} on average)"
     else:
         c = f"{cpu['cores_mean']:.2f} CPUs on average (no --cpus asked: no efficiency)"
     host = f.get("host_memory")
-    h = NO_SAMPLES if host is None else (
-        _size(host["peak_mib"]) + (f" of {_size(host['requested_mib'])} asked{_pct(host.get('ratio'))}"
-                                   if host.get("requested_mib") else ""))
-    return [f"{indent}GPU utilization: {u}", f"{indent}GPU memory peak: {m}",
-            f"{indent}CPU efficiency: {c}", f"{indent}Host memory peak: {h}"]
+    if host is None:
+        h = NO_SAMPLES
+    else:
+        asked = host.get("requested_mib")
+        h = _size(host["peak_mib"]) + (
+            f" of {_size(int(asked))} {'asked' if host.get('requested_from') == 'asked' else '(its share of the node)'}"
+            f"{_pct(host.get('ratio'))}" if asked else "")
+    return [f"{indent}Samples: {f.get('samples', 0)}", f"{indent}GPU utilization: {u}",
+            f"{indent}GPU memory peak: {m}", f"{indent}CPU efficiency: {c}", f"{indent}Host memory peak: {h}"]
 
 
 def render(e: dict[str, Any]) -> list[str]:
@@ -71,8 +82,12 @@ def render(e: dict[str, Any]) -> list[str]:
             lines.append(f"  Profile: {profile_line(r.get('profile'))}")
     lines += figure_lines(e)
     lines.append(f"Profile: {profile_line(e.get('profile'))}")
-    if e.get("cpu") is not None or e.get("host_memory") is not None:
-        lines.append("(CPU and host memory: the job's GPU processes only, a floor)")
+    sources = {(f.get(k) or {}).get("source") for f in [e, *e["runs"]] for k in ("cpu", "host_memory")}
+    if "gpu processes" in sources:
+        lines.append("(CPU and memory: the job's GPU processes only, a floor; no cgroup was read)")
+    elif "processes" in sources:
+        lines.append("(CPU and memory from the processes' accounting, no cgroup: the memory peak is the largest "
+                     "process's, a floor)")
     return lines
 
 

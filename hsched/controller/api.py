@@ -435,6 +435,9 @@ class Api:
 
         kept = await self.ctl.db(self.ctl.store.run_progress, job.id)
         d["progress"] = progress_of(self.ctl, job.id, job.restarts + 1) or (kept[-1] if kept else None)
+        if d["progress"] and job.state is not JobState.RUNNING:
+            # an attempt that is not running has no time left: its last report's estimate is history
+            d["progress"] = {**d["progress"], "remaining_s": None}
         # what hsched expects of it: how long its kind runs (its user's runs first), when it will end
         from hsched.controller.forecast import predicted_end
         from hsched.controller.learning import expected
@@ -631,8 +634,11 @@ class Api:
         job = await self._job(args)
         runs = await self.ctl.db(self.ctl.store.runs, job.id)
         stored = await self.ctl.db(self.ctl.store.run_usage, job.id)
+        # each node's cores, memory and GPUs: the share a job that asked no --cpus or --mem held
+        nodes = {n: (rt.node.cpus, rt.node.memory_total_mib, len(rt.node.devices)) for n, rt in self.ctl.nodes.items()}
         return {**job_to_dict(job), **report(job, runs, tallies_of(self.ctl, job.id, stored), self.ctl.clock.time(),
-                                             self.ctl.settings.idle_after_s, flagged_attempts(self.ctl, job.id))}
+                                             self.ctl.settings.idle_after_s, flagged_attempts(self.ctl, job.id),
+                                             nodes)}
 
     async def op_kinds(self, args: dict[str, Any], uid: int) -> Any:
         """What hsched learnt of each job kind: steps per second per GPU type, GPU count and placement class

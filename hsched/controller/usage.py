@@ -6,6 +6,10 @@ of each job holding GPUs there. A tally stays in memory while its job holds the 
 store (`run_usage`) once the job no longer does; `hsched eff` reads both. A controller restart loses the
 tallies of the jobs running then (their figures start again from the restart): said as fewer samples.
 
+Besides the GPU readings, every run's own figures (hsched/node/cgroupstats.py: its cgroup's CPU time and memory
+peak, in the samples' `run_usage` every few seconds, and once more in its exit record) are folded into the tally
+of its attempt and node, for every job, GPUs or none.
+
 `observe` runs on the event loop for every sample of every node: it reads only the job cache's latest
 snapshot (no store read) and keeps the GPU -> job map built once per snapshot.
 """
@@ -18,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hsched.controller.state import Usage
-from hsched.efficiency import RunTally, fold
+from hsched.efficiency import RunTally, fold, fold_usage
 from hsched.profiles import IDLE_AFTER_S, Characterization, Profile, characterize
 from hsched.serialize import job_of_run_dir
 
@@ -48,6 +52,7 @@ def observe(ctl: Controller, rt: NodeRuntime, sample: Mapping[str, Any], now: fl
     """Fold one monitoring sample of `rt` into the tallies of the jobs holding its GPUs; write out the tallies
     of jobs that hold none any more. Call it after hsched.controller.health.record_sample, for every sample."""
     u = _refresh(ctl)
+    _fold_run_usage(u, rt, sample.get("run_usage"), now)
     held = u.held.get(rt.name)
     if not held:
         return
@@ -74,6 +79,52 @@ def observe(ctl: Controller, rt: NodeRuntime, sample: Mapping[str, Any], now: fl
             tally = u.tallies[tk] = RunTally(key[0], key[1], rt.name)
         mine = {uuid: totals.get(uuid) for uuid, k in held.items() if k == key}
         fold(tally, now, readings, mine, procs if isinstance(listed, list) else None)
+
+
+def _run_of(run_dir: Any) -> tuple[int, int, int] | None:
+    """(job id, attempt, rank) from a run folder's name (`JOB-ATTEMPT-rRANK-MS`, hsched.controller.launching)."""
+    if not isinstance(run_dir, str):
+        return None
+    parts = run_dir.rstrip("/").rpartition("/")[2].split("-")
+    if len(parts) < 3 or not (parts[0].isdigit() and parts[1].isdigit() and parts[2][:1] == "r"
+                              and parts[2][1:].isdigit()):
+        return None
+    return int(parts[0]), int(parts[1]), int(parts[2][1:])
+
+
+def _tally(u: Usage, key: tuple[int, int, str]) -> RunTally:
+    tally = u.tallies.get(key)
+    if tally is None:
+        tally = u.tallies[key] = RunTally(*key)
+    return tally
+
+
+def _fold_run_usage(u: Usage, rt: NodeRuntime, readings: Any, now: float) -> None:
+    """Fold a sample's `run_usage` (one reading per active run of the node's helper) into the tallies of the
+    running attempts they belong to. Local nodes share one helper, whose readings name every local run: a run is
+    folded only on the node its rank was placed on (ranks are numbered node by node, tasks_per_node each)."""
+    if not isinstance(readings, list) or u.jobs is None:
+        return
+    for r in readings:
+        ids = _run_of(r.get("job_run_dir") or r.get("run_dir")) if isinstance(r, dict) else None
+        if ids is None:
+            continue
+        job = u.jobs.active_by_id.get(ids[0])
+        if job is None or job.restarts + 1 != ids[1]:
+            continue  # an attempt that is over: its exit record's reading is the last word
+        where = ids[2] // max(1, job.spec.resources.tasks_per_node)
+        if where >= len(job.placement) or job.placement[where].node != rt.name:
+            continue
+        fold_usage(_tally(u, (ids[0], ids[1], rt.name)), now, f"r{ids[2]}", r)
+
+
+def final_usage(ctl: Controller, job_id: int, attempt: int, node: str, rank: int, reading: Mapping[str, Any] | None,
+                now: float) -> None:
+    """A run's last reading (its exit record's, taken once none of its processes was left), folded before its
+    end is recorded: its attempt's tally is written out with it."""
+    if not isinstance(reading, Mapping):
+        return
+    fold_usage(_tally(usage(ctl), (job_id, attempt, node)), now, f"r{rank}", {**reading, "final": True})
 
 
 def _refresh(ctl: Controller) -> Usage:
@@ -118,6 +169,7 @@ def observe_simulated(ctl: Controller, rt: NodeRuntime, now: float) -> None:
         tally = u.tallies.get(tk)
         if tally is None:
             tally = u.tallies[tk] = RunTally(key[0], key[1], rt.name, simulated=True)
+        tally.simulated = True  # made by a cgroup reading first (_fold_run_usage): its GPU readings are made up
         fold(tally, now, readings, {uuid: devices[uuid].memory_total_mib for uuid in uuids},
              simulated_processes(nature, sorted(uuids), now))
 
@@ -259,8 +311,8 @@ def kind_profiles(store: Any, live: Mapping[int, list[RunTally]],
         tallies = {(t.attempt, t.node): t for t in map(RunTally.from_dict, store.run_usage(job.id))}
         for t in live.get(job.id, ()):
             tallies[(t.attempt, t.node)] = t
-        if not tallies:
-            continue
+        if not any(t.devices for t in tallies.values()):
+            continue  # no GPU read (a job without GPUs has its cgroup's figures only): no profile to count
         last = max(a for a, _ in tallies)
         c = characterize([t for (a, _), t in tallies.items() if a == last], None, idle_after_s)
         out.setdefault(job_kind(job), []).append(c.profile)

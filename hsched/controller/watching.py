@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from hsched.controller import usage
 from hsched.controller.core import Controller
 from hsched.controller.ending import run_ended, run_taken
 from hsched.controller.fleet import NodeRuntime
@@ -121,6 +122,8 @@ async def on_report(ctl: Controller, rt: NodeRuntime, run: Run, rep: RunReport) 
         if lost and rep.cause is not None and rep.cause in TAKEN_CAUSES:
             await run_taken(ctl, job, run, now, rep.cause, rep.end_time)
             return True
+        if rep.usage is not None:  # what the run used, by its exit record: in its tally before the end is kept
+            usage.final_usage(ctl, run.job_id, run.attempt, run.node, run.rank, rep.usage, now)
         await run_ended(ctl, job, run, now, exit_code=None if lost else rep.exit_code, lost=lost,
                         ended_at=rep.end_time, oom=rep.oom, gpu_left=rep.gpu_left, gpu_oom=rep.gpu_oom)
         return True

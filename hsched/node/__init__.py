@@ -17,6 +17,7 @@ installed there. The executors (hsched/executors) import its public names in-pro
     samplers.py    which GPU sampler a watch uses      nvmlsampler.py, smisampler.py  the samplers
     progress.py    runs' progress reports              safefiles.py  copies as data only (also the controller's)
     datapaths.py   dataset paths, no link followed     dataread.py, datawrite.py  the dataset requests
+    cgroupstats.py a run's CPU time and memory peak, from its cgroup (hsched eff)
 
 This file imports nothing: callers import the modules they use (hsched.node.records, hsched.node.main, ...).
 """

@@ -124,7 +124,8 @@ def make_cgroups(run_dir, spec):
         try:
             if not delegated:
                 _make_dir(base)
-            _enable_controllers(base, [c for c, v in (("memory", mem), ("cpu", cpu)) if v], bool(delegated))
+            # memory always (its accounting gives `hsched eff` the run's peak, hsched/node/cgroupstats.py)
+            _enable_controllers(base, [c for c, v in (("memory", True), ("cpu", cpu)) if v], bool(delegated))
             _make_dir(base + "/" + name)
             cgroups["v2"] = base + "/" + name
         except OSError as e:  # not root and nothing delegated: no cgroup v2 for us
@@ -145,7 +146,7 @@ def make_cgroups(run_dir, spec):
         except OSError as e:
             errors.append("cpu.max: %s" % (e.strerror or e))
     # cgroup v1 where v2 cannot: the memory controller (also the run's only cgroup on a v1 machine) and cpu
-    if "memory" in places and "memory" not in enforced and (mem or not v2):
+    if "memory" in places and "memory" not in enforced and (mem or not v2 or "memory" not in _cg_controllers(v2)):
         path = places["memory"]["own"] + "/hsched/" + name
         try:
             _make_dir(os.path.dirname(path))

@@ -3,7 +3,7 @@ processes that carry it and the records its wrapper wrote."""
 
 import os
 
-from . import confine
+from . import cgroupstats, confine
 from .cgroups import remove_cgroups
 from .confine import inside, own
 from .processes import kill_run
@@ -45,7 +45,7 @@ def exited(exit_info, handle):
             "end_time": _number(exit_info.get("end_time")), "oom": exit_info.get("oom") is True,
             "gpu_oom": exit_info.get("gpu_oom") is True,
             "gpu_oom_line": str(exit_info.get("gpu_oom_line") or "")[:300] or None,
-            "gpu_left": holders, "handle": handle}
+            "gpu_left": holders, "handle": handle, "usage": cgroupstats.clean(exit_info.get("usage"))}
 
 
 def run_info(run_dir, handle):

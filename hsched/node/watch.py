@@ -8,8 +8,9 @@ import sys
 import threading
 import time
 
+from . import cgroupstats
 from .children import kill_children
-from .progress import ProgressReader
+from .progress import ProgressReader, active_runs
 from .records import boot_id, read_text
 from .samplers import gpu_sampler
 from .usage import ProcessUsage
@@ -103,6 +104,8 @@ def watch(req):
         usage = ProcessUsage()
         # progress every fifth sample (5 s at the controller's usual second): a speed needs no finer grain
         progress = ProgressReader(float(req.get("progress_every_s") or 5 * interval))
+        # each active run's cgroup CPU and memory as often (hsched eff; hsched/node/cgroupstats.py)
+        run_usage = cgroupstats.Sampler(float(req.get("usage_every_s") or 5 * interval))
         next_t = time.monotonic()
         out = sys.stdout
         while count is None or seq < int(count):
@@ -127,6 +130,8 @@ def watch(req):
             }
             if reports:
                 sample["progress"] = reports
+            if run_usage.due():
+                sample["run_usage"] = run_usage.read(active_runs())
             state["writing_since"] = time.monotonic()
             out.write(json.dumps(sample) + "\n")
             out.flush()

@@ -27,7 +27,7 @@ import signal
 import subprocess
 import time
 
-from . import confine
+from . import cgroupstats, confine
 from .cgroups import make_cgroups, oom_killed, remove_cgroups
 from .confine import Refused, inside, own
 from .gpucheck import gpu_holders, gpu_oom_line
@@ -205,6 +205,7 @@ def wrap(run_dir):
         line = gpu_oom_line(os.path.join(run_dir, "output.log"))
         if line is not None:
             record.update({"gpu_oom": True, "gpu_oom_line": line})
+    record["usage"] = cgroupstats.final(cgroups)  # the cgroup's totals, read before it is removed
     remove_cgroups(cgroups)
     mps_end_rec = mps_end(run_dir, mps)  # before the GPU check: the last shared run's daemon is gone by then
     if mps_end_rec is not None:

@@ -115,7 +115,8 @@ async def test_eff_of_an_ended_job_from_the_samples_of_its_run(tmp_path: Path) -
         assert (cpu["used_s"], cpu["covered_s"], cpu["cores_mean"]) == (4.0, 2.0, 2.0)
         assert cpu["efficiency"] == pytest.approx(0.5)
         assert e["host_memory"] == {"peak_mib": 2000, "requested_mib": 8192, "ratio": pytest.approx(2000 / 8192,
-                                                                                                  abs=1e-4)}
+                                                                                                  abs=1e-4),
+                                    "requested_from": "asked", "source": "gpu processes"}  # no cgroup read here
         assert r["gpu_utilization"] == util  # one run: its figures are the job's
     # a restarted controller finds them in the store
     async with Lab.open(tmp_path, clock=lab.clock) as again:

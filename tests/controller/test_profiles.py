@@ -129,8 +129,10 @@ def test_simulated_tallies_feed_profiles_and_never_eff() -> None:
     t = tally(10, util=95, cpu=50)
     t.simulated = True
     f = figures([t])
-    assert (f.utilization_mean, f.cpu_s, f.samples) == (None, None, 0)
+    # made-up readings are no figures, but they were samples: counted as the profile counts them (issue 29)
+    assert (f.utilization_mean, f.cpu_s, f.samples, f.simulated) == (None, None, 10, True)
     c = characterize([t])
+    assert c.signals.samples == f.samples
     assert c.profile is Profile.COMPUTE and c.signals.simulated and c.reason.endswith("(simulated readings)")
 
 
@@ -320,7 +322,10 @@ async def test_show_eff_and_kinds_print_the_profile(tmp_path: Path, monkeypatch:
     assert "profile: idle (flagged): every GPU under 5% for 1m" in out and "(simulated readings)" in out
     assert cli(monkeypatch, "eff", "5") == 0
     out = capsys.readouterr().out
-    assert "Profile: idle (flagged): every GPU under 5%" in out and "GPU utilization: no samples" in out
+    # simulated readings are not measured, but neither are they "no samples" beside a profile built on them
+    assert "Profile: idle (flagged): every GPU under 5%" in out and "GPU utilization: no samples" not in out
+    assert "GPU utilization: simulated GPUs: made-up readings, not measured" in out
+    assert f"Samples: {replies['eff']['profile']['samples']}" in out and replies["eff"]["samples"] > 0
     assert cli(monkeypatch, "kinds") == 0
     lines = [x.split() for x in capsys.readouterr().out.splitlines() if x.startswith("notebook")]
     assert lines[0][:5] == ["notebook", "1", "0", "idle", "1/1"]  # one table: NOW, DONE, the usual profile
