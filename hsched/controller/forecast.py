@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hsched.constraints import node_labels
 from hsched.controller import learning
 from hsched.controller.core import Controller
 from hsched.controller.jobcache import job_cache
@@ -47,7 +48,7 @@ async def test_only(ctl: Controller, spec: JobSpec, user: str) -> dict[str, Any]
     jobs = await ctl.db(job_cache(ctl).read, ctl.store)
     res = spec.resources
     up = [rt.node for rt in ctl.nodes.values() if rt.node.state is NodeState.UP]
-    labels = {rt.name: frozenset(rt.config.labels) for rt in ctl.nodes.values()}
+    labels = {rt.name: node_labels(rt.name, rt.config.labels) for rt in ctl.nodes.values()}
     why = unsatisfiable(res, up, labels=labels, aliases=ctl.settings.gpu_aliases)
     probe = Job(id=0, spec=spec, user=user, state=JobState.PENDING, reason="", submit_time=now)
     expected = await learning.expected(ctl, probe)
@@ -107,7 +108,7 @@ async def predicted_starts(ctl: Controller) -> dict[int, str | None]:
     now = ctl.clock.time()
     jobs = await ctl.db(job_cache(ctl).read, ctl.store)
     up = [rt.node for rt in ctl.nodes.values() if rt.node.state is NodeState.UP]
-    labels = {rt.name: frozenset(rt.config.labels) for rt in ctl.nodes.values()}
+    labels = {rt.name: node_labels(rt.name, rt.config.labels) for rt in ctl.nodes.values()}
     busy = {u for j in jobs.active for p in j.placement for u in p.devices}
     busy |= {u for rt in ctl.nodes.values() for u in rt.foreign} | set(await still_dirty(ctl))
     free = {n.name: sum(1 for d in n.devices if d.uuid not in busy) for n in up}
