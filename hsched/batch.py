@@ -74,8 +74,9 @@ SRUN = (
     "SLURM_STEPID=$_hs_step; SLURM_STEP_NUM_TASKS=$_hs_n; export SLURM_PROCID SLURM_LOCALID SLURM_NTASKS "
     "SLURM_NPROCS SLURM_STEP_ID SLURM_STEPID SLURM_STEP_NUM_TASKS; exec \"$@\" ) & "
     "_hs_pids=\"$_hs_pids $!\"; _hs_i=$((_hs_i + 1)); done; "
-    "_hs_rc=0; for _hs_p in $_hs_pids; do wait \"$_hs_p\" && _hs_c=0 || _hs_c=$?; "
-    "[ \"$_hs_c\" -le \"$_hs_rc\" ] || _hs_rc=$_hs_c; done; return $_hs_rc; }; "
+    "_hs_rc=0; _hs_i=0; for _hs_p in $_hs_pids; do wait \"$_hs_p\" && _hs_c=0 || _hs_c=$?; "
+    "[ \"$_hs_c\" -eq 0 ] || echo \"srun: error: ${HSCHED_NODE:-}: task $_hs_i: Exited with exit code $_hs_c\" >&2; "
+    "[ \"$_hs_c\" -le \"$_hs_rc\" ] || _hs_rc=$_hs_c; _hs_i=$((_hs_i + 1)); done; return $_hs_rc; }; "
     "[ -z \"${BASH_VERSION:-}\" ] || export -f srun; "
 )
 """The srun function a batch shell script gets, ending in `; ` so that the script's first line (its `#!` line, an
@@ -121,6 +122,8 @@ def read_batch_script(path: Path) -> BatchScript | None:
     if not shebang and not words:
         return None
     options, warnings = _translate(words, path)
+    if not any(w in ("-J", "--job-name", "--name") or w.startswith(("--job-name=", "--name=")) for w in options):
+        options = ["--job-name", path.name, *options]  # sbatch names the job after its script
     absolute = str(path.resolve())
     interp = shlex.split(shebang) if shebang else ["/bin/sh"]
     name = Path(interp[-1] if Path(interp[0]).name == "env" and len(interp) > 1 else interp[0]).name

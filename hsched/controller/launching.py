@@ -524,8 +524,10 @@ def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ..
         "SLURM_NODELIST": ",".join(p.node for p in placements) or run.node,
         "SLURM_GPUS_ON_NODE": str(len(here.devices)),
     })
-    if job.spec.workdir:
-        env["SLURM_SUBMIT_DIR"] = job.spec.workdir
+    # where `hsched submit` ran, as sbatch's (-D changes the working folder, not this); the working folder otherwise
+    submit_dir = (submit_env or {}).get("PWD") or job.spec.workdir
+    if submit_dir:
+        env["SLURM_SUBMIT_DIR"] = submit_dir
     tasks_here = job.spec.ntasks or job.spec.resources.tasks_per_node
     if job.spec.resources.cpus:
         env["SLURM_CPUS_PER_TASK"] = str(max(1, job.spec.resources.cpus // max(1, tasks_here)))

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from hsched.cli import main
 from hsched.batch import SRUN
+from hsched.cli import main
 
 
 class Recorder:
