@@ -224,7 +224,7 @@ def _hosts(o: dict[str, Any], res: dict[str, Any]) -> dict[str, list[str]]:
 def _tasks(ntasks: int, res: dict[str, Any], table: dict[str, Any]) -> None:
     """sbatch's --ntasks: on one node the command runs once with N tasks for `srun` in it (table `ntasks`); over
     several nodes the tasks are hsched's ranks, N / nodes on each (`resources.tasks_per_node`)."""
-    nodes = res.get("nodes") if isinstance(res.get("nodes"), int) else 1
+    nodes: int = res["nodes"] if isinstance(res.get("nodes"), int) and res["nodes"] > 0 else 1
     if ntasks % nodes:
         raise UserError(f"--ntasks {ntasks}: not a multiple of --nodes {nodes}")
     tpn = res.get("tasks_per_node")
