@@ -183,8 +183,12 @@ def with_partition(partition: str, constraint: str | None) -> str:
     return f"{p}&({constraint})"
 
 
-def node_labels(name: str, labels: Iterable[str]) -> frozenset[str]:
-    """The labels a node is matched on: the fleet file's, and its own name as `@NAME` (for -w/-x)."""
+def node_labels(name: str, labels: Iterable[str], constraint: str | None = None) -> frozenset[str]:
+    """The labels a node is matched on: the fleet file's, and its own name as `@NAME` (for -w/-x). `constraint`: the
+    one request they are for: its name only when that names nodes, so that a refusal listing the fleet's labels
+    lists the fleet file's."""
+    if constraint is not None and NODE not in constraint:
+        return frozenset(labels)
     return frozenset(labels) | {NODE + name}
 
 

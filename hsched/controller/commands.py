@@ -76,7 +76,7 @@ def _admissible(ctl: Controller, spec: JobSpec) -> str | None:
     if limit is not None:
         raise UserError(f"job request exceeds its QoS class's limits: {limit}")
     # labels are the fleet file's, known before any probe: a constraint no node has is refused here
-    labels = {rt.name: node_labels(rt.name, rt.config.labels) for rt in ctl.nodes.values()}
+    labels = {rt.name: node_labels(rt.name, rt.config.labels, spec.resources.constraint) for rt in ctl.nodes.values()}
     why = unsatisfiable(spec.resources, known, labels=labels, aliases=ctl.settings.gpu_aliases)
     if why is not None and not unknown:
         raise UserError(f"job request cannot be satisfied by this fleet ({ctl.fleet_cfg.source}): {why}")

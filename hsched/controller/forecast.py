@@ -48,7 +48,7 @@ async def test_only(ctl: Controller, spec: JobSpec, user: str) -> dict[str, Any]
     jobs = await ctl.db(job_cache(ctl).read, ctl.store)
     res = spec.resources
     up = [rt.node for rt in ctl.nodes.values() if rt.node.state is NodeState.UP]
-    labels = {rt.name: node_labels(rt.name, rt.config.labels) for rt in ctl.nodes.values()}
+    labels = {rt.name: node_labels(rt.name, rt.config.labels, res.constraint) for rt in ctl.nodes.values()}
     why = unsatisfiable(res, up, labels=labels, aliases=ctl.settings.gpu_aliases)
     probe = Job(id=0, spec=spec, user=user, state=JobState.PENDING, reason="", submit_time=now)
     expected = await learning.expected(ctl, probe)
