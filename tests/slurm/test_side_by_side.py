@@ -289,6 +289,8 @@ def check(case: Case, runner: Runner, res: Result) -> list[str]:
                        f"{res.submit_out!r} {res.submit_err!r}")
         if len(res.submit_err.strip().splitlines()) != 1:
             bad.append(f"{who}: the refusal is not one line: {res.submit_err!r}")
+        if who == "hsched" and res.submit_code != 2:
+            bad.append(f"hsched: a refusal of bad input exits 2 (sbatch: 1), got {res.submit_code}")
         return bad
     if res.submit_code != 0 or not res.ids:
         return [f"{who}: submit exit {res.submit_code}, {res.submit_out!r} {res.submit_err!r} (expected sbatch's "
@@ -345,3 +347,4 @@ def test_a_missing_script_is_refused_at_submit(hsched_results: HschedRunner,
         proc: Any = runner.missing
         assert proc.returncode != 0 and proc.stdout == "", (runner.name, proc)
         assert MISSING_SCRIPT in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, (runner.name, proc)
+        assert proc.returncode == (2 if runner.name == "hsched" else 1), (runner.name, proc)
