@@ -93,8 +93,10 @@ CASES = [
     Case("hostlist_two_nodes", body="#SBATCH -w n[1-2]", nodes=("n1", "n2"),
          env={"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_NNODES": "2"},
          hsched_only={"SLURM_JOB_NODELIST": "n1,n2"}),  # a host list either way (compressed by Slurm)
-    Case("ntasks_srun", body="#SBATCH --ntasks=2\nsrun bash -c 'echo task $SLURM_PROCID of $SLURM_NTASKS'",
-         env={"SLURM_NTASKS": "2", "SLURM_NPROCS": "2"}, lines=("task 0 of 2", "task 1 of 2")),
+    Case("ntasks_srun", body="#SBATCH --ntasks=2 -c 1\n"
+         "srun bash -c 'echo task $SLURM_PROCID $SLURM_LOCALID of $SLURM_NTASKS step $SLURM_STEP_ID'",
+         env={"SLURM_NTASKS": "2", "SLURM_NPROCS": "2", "SLURM_CPUS_PER_TASK": "1"},
+         lines=("task 0 0 of 2 step 0", "task 1 1 of 2 step 0")),
     Case("ntasks_srun_one", args=("-n", "2"), body="srun -n1 bash -c 'echo one $SLURM_PROCID of $SLURM_NTASKS'\n"
          "srun true", env={"SLURM_NTASKS": "2"}, lines=("one 0 of 1",)),
     Case("srun_exit", body="#SBATCH -n 2\nsrun bash -c 'exit $((SLURM_PROCID + 4))'", exit="5:0",
