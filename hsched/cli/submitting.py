@@ -248,6 +248,10 @@ def check_nodes(c: Any, hosts: dict[str, list[str]]) -> None:
         if unknown:
             raise UserError(f"--{key}: invalid node name {unknown[0]!r}: no such node in the fleet (nodes: "
                             f"{', '.join(sorted(known)) or 'none'})")
+    if hosts.get("exclude") and not set(known) - set(hosts["exclude"]):
+        # sbatch: "Requested node configuration is not available"
+        raise UserError(f"--exclude: requested node configuration is not available: it leaves no node of the fleet "
+                        f"(nodes: {', '.join(sorted(known))})")
 
 
 def _file_pattern(key: str, value: str) -> str:

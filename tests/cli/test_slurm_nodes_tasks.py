@@ -114,6 +114,8 @@ def test_a_node_the_fleet_lacks_is_refused_in_one_line() -> None:
     with pytest.raises(UserError, match=r"^--exclude: invalid node name 'n9': no such node in the fleet \(nodes: "
                                         r"n1, n2\)$"):
         check_nodes(fleet, {"nodelist": ["n1"], "exclude": ["n9"]})
+    with pytest.raises(UserError, match="--exclude: requested node configuration is not available"):
+        check_nodes(fleet, {"exclude": ["n1", "n2"]})
     check_nodes(Partitions({"partitions": {}}), {"nodelist": ["n9"]})  # an older controller: its round decides
 
 
