@@ -93,19 +93,21 @@ CASES = [
     Case("hostlist_two_nodes", body="#SBATCH -w n[1-2]", nodes=("n1", "n2"),
          env={"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_NNODES": "2"},
          hsched_only={"SLURM_JOB_NODELIST": "n1,n2"}),  # a host list either way (compressed by Slurm)
-    Case("ntasks_srun", body="#SBATCH --ntasks=2 -c 1\n"
+    # -N 1: without it Slurm may spread the tasks over both nodes when CPUs are busy (hsched keeps them on one)
+    Case("ntasks_srun", body="#SBATCH --ntasks=2 -c 1 -N 1\n"
          "srun bash -c 'echo task $SLURM_PROCID $SLURM_LOCALID of $SLURM_NTASKS step $SLURM_STEP_ID'",
          env={"SLURM_NTASKS": "2", "SLURM_NPROCS": "2", "SLURM_CPUS_PER_TASK": "1"},
          lines=("task 0 0 of 2 step 0", "task 1 1 of 2 step 0")),
-    Case("ntasks_srun_one", args=("-n", "2"), body="srun -n1 bash -c 'echo one $SLURM_PROCID of $SLURM_NTASKS'\n"
+    Case("ntasks_srun_one", args=("-n", "2", "-N", "1"), body="srun -n1 bash -c 'echo one $SLURM_PROCID of $SLURM_NTASKS'\n"
          "srun true", env={"SLURM_NTASKS": "2"}, lines=("one 0 of 1",)),
-    Case("srun_exit", body="#SBATCH -n 2\nsrun bash -c 'exit $((SLURM_PROCID + 4))'", exit="5:0",
+    Case("srun_exit", body="#SBATCH -n 2 --nodes=1\nsrun bash -c 'exit $((SLURM_PROCID + 4))'", exit="5:0",
          env={"SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "{N}"},
          lines=("srun: error: {N}: task 0: Exited with exit code 4",
                 "srun: error: {N}: task 1: Exited with exit code 5")),
     Case("gres", body="#SBATCH --gres=gpu:1", env={"SLURM_GPUS_ON_NODE": "1"}),
     Case("bad_node", args=("-w", "n9"), refused="invalid node name"),
     Case("bad_exclude", args=("-x", "n[1-9]"), refused="invalid node name"),
+    Case("exclude_all", args=("-x", "n[1-2]"), refused="requested node configuration is not available"),
 ]
 MISSING_SCRIPT = "nosuch.sh"
 
