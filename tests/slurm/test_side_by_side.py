@@ -98,8 +98,9 @@ CASES = [
          "srun bash -c 'echo task $SLURM_PROCID $SLURM_LOCALID of $SLURM_NTASKS step $SLURM_STEP_ID'",
          env={"SLURM_NTASKS": "2", "SLURM_NPROCS": "2", "SLURM_CPUS_PER_TASK": "1"},
          lines=("task 0 0 of 2 step 0", "task 1 1 of 2 step 0")),
-    Case("ntasks_srun_one", args=("-n", "2", "-N", "1"), body="srun -n1 bash -c 'echo one $SLURM_PROCID of $SLURM_NTASKS'\n"
-         "srun true", env={"SLURM_NTASKS": "2"}, lines=("one 0 of 1",)),
+    Case("ntasks_srun_one", args=("-n", "2", "-N", "1"),
+         body="srun -n1 bash -c 'echo one $SLURM_PROCID of $SLURM_NTASKS'\nsrun true", env={"SLURM_NTASKS": "2"},
+         lines=("one 0 of 1",)),
     Case("srun_exit", body="#SBATCH -n 2 --nodes=1\nsrun bash -c 'exit $((SLURM_PROCID + 4))'", exit="5:0",
          env={"SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "{N}"},
          lines=("srun: error: {N}: task 0: Exited with exit code 4",
