@@ -164,6 +164,17 @@ ENDING_STATES = frozenset({"COMPLETING", "STAGE_OUT"})
 """The job's script has ended; Slurm is cleaning up: nothing left to signal."""
 DROPPED_ENV = ("CUDA_VISIBLE_DEVICES",)
 """Slurm sets these in the job from what it allocated; hsched's values name its own view of the group."""
+KEPT_SLURM_ENV = frozenset({"SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT",
+                            "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX"})
+"""SLURM_ variables the run keeps from hsched (every other one is Slurm's to set): hsched's array, which Slurm never
+sees (each task is a Slurm job of its own), so Slurm sets none of them and a task would read an empty
+SLURM_ARRAY_TASK_ID."""
+
+
+def _passed(env: Mapping[str, str], also_dropped: tuple[str, ...]) -> dict[str, str]:
+    """The run's environment as its batch script exports it: without what Slurm sets itself."""
+    return {k: v for k, v in env.items()
+            if k not in DROPPED_ENV and k not in also_dropped and (not k.startswith("SLURM_") or k in KEPT_SLURM_ENV)}
 TAKEN: Mapping[str, EndReason] = {"NODE_FAIL": EndReason.NODE_LOST, "BOOT_FAIL": EndReason.NODE_LOST,
                                   "PREEMPTED": EndReason.PREEMPTED}
 """Slurm states in which Slurm ended the job itself, through no fault of the run: its node failed (or never
@@ -440,8 +451,7 @@ class SlurmExecutor:
         gpu_types = {self._gpu_type(d) for d in req.devices}
         gpu_type = next(iter(gpu_types)) if len(gpu_types) == 1 else None
         # HSCHED_RUN_DIR: the batch script sets it to the run's folder where the job runs (the site's)
-        env = {k: v for k, v in req.env.items()
-               if k not in DROPPED_ENV and k != "HSCHED_RUN_DIR" and not k.startswith("SLURM_")}
+        env = _passed(req.env, ("HSCHED_RUN_DIR",))
         # a user's run starts in their home when the job names no folder (as the node helper's)
         workdir = req.workdir or (owner.home if owner is not None else rdir)
         script, skipped = text.batch_script(req.command, env, workdir, rdir)
@@ -515,8 +525,7 @@ class SlurmExecutor:
             if ref.job_id is not None:
                 return self._handle(req.run_dir, ref.job_id, await self._submitted(req.run_dir))
         # MASTER_ADDR: the gang's batch script sets it to the job's first node (hsched's names the group)
-        env = {k: v for k, v in req.env.items()
-               if k not in DROPPED_ENV and k not in ("MASTER_ADDR", "HSCHED_RUN_DIR") and not k.startswith("SLURM_")}
+        env = _passed(req.env, ("MASTER_ADDR", "HSCHED_RUN_DIR"))
         workdir = req.workdir or (owner.home if owner is not None else rdir)
         script, skipped = text.batch_script(req.command, env, workdir, rdir)
         if skipped:

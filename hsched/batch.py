@@ -12,6 +12,13 @@
 The script is run from a snapshot taken at submit (as sbatch copies it): a shell script's text is passed to
 its shell with `-c`, so editing or deleting the file after submitting changes nothing; a script for another
 interpreter (`#!/usr/bin/env python3`) is run by path, so the node must see the file.
+
+`srun` inside a shell script works as in a Slurm allocation: hsched defines it as a shell function (SRUN below, on
+the script's first line, so that line numbers do not move; exported to child bash shells) that runs its command
+once per task of the job (`#SBATCH --ntasks N`: N copies at once, each with SLURM_PROCID, SLURM_LOCALID and the
+step's SLURM_NTASKS; `srun -n K` fewer), waits for all and returns the highest exit status, as srun does. Where the
+job's tasks are hsched's ranks (several nodes), each rank already is one task: `srun CMD` runs CMD once. srun's
+other options are accepted and ignored.
 """
 
 from __future__ import annotations
@@ -35,7 +42,45 @@ _IGNORED = {
 # sbatch options that take a value when written as separate words
 _TAKES_VALUE = frozenset({"-p", "-A", "-o", "-e", "-C", "--partition", "--account", "--mail-type", "--mail-user",
                           "--output", "--error", "--open-mode", "--export", "--mem-per-cpu", "--constraint", "--nice",
-                          "--gres", "--ntasks-per-node", "-n", "--ntasks", "-c", "--cpus-per-task"})
+                          "--gres", "--ntasks-per-node", "-n", "--ntasks", "-c", "--cpus-per-task", "-w",
+                          "--nodelist", "-x", "--exclude"})
+
+
+# one line of POSIX sh (see the module's text); `_hs_` names stay out of the script's way
+SRUN = (
+    "srun() { _hs_n=; "
+    "while [ $# -gt 0 ]; do case $1 in "
+    "--) shift; break;; "
+    "-n|--ntasks) [ $# -ge 2 ] || { echo \"srun: error: $1 needs a value\" >&2; return 1; }; _hs_n=$2; shift 2;; "
+    "--ntasks=*) _hs_n=${1#--ntasks=}; shift;; "
+    "-n*) _hs_n=${1#-n}; shift;; "
+    "-[NcJoeiptwxGmDdCAsrS]|--nodes|--cpus-per-task|--job-name|--output|--error|--input|--partition|--time|"
+    "--nodelist|--exclude|--gpus|--gres|--mem|--mem-per-cpu|--distribution|--chdir|--export|--cpu-bind|--mpi|"
+    "--ntasks-per-node|--gpus-per-task|--gpus-per-node|--constraint|--account|--qos|--signal|--dependency) "
+    "[ $# -ge 2 ] || { echo \"srun: error: $1 needs a value\" >&2; return 1; }; shift 2;; "
+    "-*) shift;; "
+    "*) break;; esac; done; "
+    "[ $# -gt 0 ] || { echo 'srun: error: no command to run' >&2; return 1; }; "
+    # a rank of hsched's (HSCHED_SRUN_TASKS unset) is one task already: the command runs once, as that task
+    "if [ -z \"${HSCHED_SRUN_TASKS:-}\" ]; then \"$@\"; return $?; fi; "
+    "_hs_n=${_hs_n:-$HSCHED_SRUN_TASKS}; "
+    "case $_hs_n in ''|*[!0-9]*|0) echo \"srun: error: --ntasks $_hs_n: expected a number of tasks\" >&2; "
+    "return 1;; esac; "
+    "if [ \"$_hs_n\" -gt \"$HSCHED_SRUN_TASKS\" ]; then echo \"srun: error: Unable to create step: $_hs_n tasks "
+    "requested, the job has $HSCHED_SRUN_TASKS (--ntasks)\" >&2; return 1; fi; "
+    "_hs_step=$(( ${_hs_step:--1} + 1 )); _hs_i=0; _hs_pids=; "
+    "while [ $_hs_i -lt $_hs_n ]; do "
+    "( SLURM_PROCID=$_hs_i; SLURM_LOCALID=$_hs_i; SLURM_NTASKS=$_hs_n; SLURM_NPROCS=$_hs_n; SLURM_STEP_ID=$_hs_step; "
+    "SLURM_STEPID=$_hs_step; SLURM_STEP_NUM_TASKS=$_hs_n; export SLURM_PROCID SLURM_LOCALID SLURM_NTASKS "
+    "SLURM_NPROCS SLURM_STEP_ID SLURM_STEPID SLURM_STEP_NUM_TASKS; exec \"$@\" ) & "
+    "_hs_pids=\"$_hs_pids $!\"; _hs_i=$((_hs_i + 1)); done; "
+    "_hs_rc=0; _hs_i=0; for _hs_p in $_hs_pids; do wait \"$_hs_p\" && _hs_c=0 || _hs_c=$?; "
+    "[ \"$_hs_c\" -eq 0 ] || echo \"srun: error: ${HSCHED_NODE:-}: task $_hs_i: Exited with exit code $_hs_c\" >&2; "
+    "[ \"$_hs_c\" -le \"$_hs_rc\" ] || _hs_rc=$_hs_c; _hs_i=$((_hs_i + 1)); done; return $_hs_rc; }; "
+    "[ -z \"${BASH_VERSION:-}\" ] || export -f srun; "
+)
+"""The srun function a batch shell script gets, ending in `; ` so that the script's first line (its `#!` line, an
+#SBATCH line or a command) follows it on the same line."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,11 +122,14 @@ def read_batch_script(path: Path) -> BatchScript | None:
     if not shebang and not words:
         return None
     options, warnings = _translate(words, path)
+    if not any(w in ("-J", "--job-name", "--name") or w.startswith(("--job-name=", "--name=")) for w in options):
+        options = ["--job-name", path.name, *options]  # sbatch names the job after its script
     absolute = str(path.resolve())
     interp = shlex.split(shebang) if shebang else ["/bin/sh"]
     name = Path(interp[-1] if Path(interp[0]).name == "env" and len(interp) > 1 else interp[0]).name
     if name in _SHELLS:
-        command = [*interp, "-c", text, absolute]  # the script's text as of now; $0 is its path
+        # the script's text as of now, srun defined first; $0 is its path
+        command = [*interp, "-c", SRUN + text, absolute]
     else:
         command = [*interp, absolute]
     return BatchScript(options, command, warnings)
@@ -91,6 +139,7 @@ def _translate(words: list[str], path: Path) -> tuple[list[str], list[str]]:
     out: list[str] = []
     warnings: list[str] = []
     ntasks: int | None = None
+    per_node: int | None = None
     per_task: int | None = None
     i = 0
     while i < len(words):
@@ -109,9 +158,11 @@ def _translate(words: list[str], path: Path) -> tuple[list[str], list[str]]:
                 raise UserError(f"{path}: #SBATCH --gres={value}: expected gpu:N or gpu:TYPE:N")
             out += ["--gpus-per-node", parts[-1]] + (["--gpu-type", parts[1]] if len(parts) == 3 else [])
         elif key == "--ntasks-per-node":
-            out += ["--tasks-per-node", value]
+            if not value.isdigit() or int(value) < 1:
+                raise UserError(f"{path}: #SBATCH {key} {value}: expected a number of tasks per node")
+            per_node = int(value)
         elif key in ("-n", "--ntasks"):
-            if not value.isdigit():
+            if not value.isdigit() or int(value) < 1:
                 raise UserError(f"{path}: #SBATCH {key} {value}: expected a number of tasks")
             ntasks = int(value)
         elif key in ("-c", "--cpus-per-task"):
@@ -130,13 +181,21 @@ def _translate(words: list[str], path: Path) -> tuple[list[str], list[str]]:
                     break
         else:
             out += [w] if (eq or not value) else [key, value]
+    nodes = _nodes(out)
+    if per_node is not None:
+        if ntasks is not None and ntasks != per_node * nodes:
+            raise UserError(f"{path}: #SBATCH --ntasks {ntasks} and --ntasks-per-node {per_node} disagree on "
+                            f"{nodes} node(s); give one")
+        ntasks = per_node * nodes
     if ntasks is not None:
-        nodes = _nodes(out)
+        # --ntasks as sbatch: the script once, `srun` in it starting the tasks (hsched.cli.submitting decides
+        # how over several nodes)
         if ntasks % nodes:
             raise UserError(f"{path}: #SBATCH --ntasks {ntasks}: not a multiple of the {nodes} nodes")
-        out += ["--tasks-per-node", str(ntasks // nodes)]
+        out += ["--ntasks", str(ntasks)]
     if per_task is not None:
-        out += ["--cpus", str(per_task * _tasks_per_node(out))]
+        tasks_here = ntasks // nodes if ntasks is not None else _tasks_per_node(out)
+        out += ["--cpus", str(per_task * tasks_here)]
     return out, warnings
 
 

@@ -262,7 +262,7 @@ def _converted(p: Problems, key: str, v: Any, fn: Callable[[Any], Any]) -> Any:
 _JOB_KEYS = frozenset(
     {"name", "command", "workdir", "env", "resources", "qos", "priority", "checkpoint_signal", "time",
      "time_limit", "hold", "signal", "retries", "dependency", "kill_on_invalid_dep", "array", "constraint",
-     "kind", "output", "error", "open_mode", "data"}
+     "kind", "output", "error", "open_mode", "data", "ntasks"}
 )
 MAX_NAME_BYTES = 256
 OPEN_MODES = ("append", "truncate")
@@ -390,13 +390,21 @@ def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple
     if open_mode not in OPEN_MODES:
         p.expected("open_mode", "append or truncate (as sbatch's --open-mode)", open_mode)
     datasets = _data_names(p, data.get("data", []))
+    ntasks = None
+    if "ntasks" in data:
+        ntasks = _int(p, "ntasks", data["ntasks"], minimum=1)
+        if ntasks is not None and (resources.nodes > 1 or resources.tasks_per_node > 1):
+            # srun's tasks of one batch shell run on its node; over several nodes the tasks are hsched's ranks
+            p.add("ntasks", "one node only, without resources.tasks_per_node: over several nodes give "
+                  "resources.tasks_per_node (each task runs the command, with its rank)")
+            ntasks = None
     p.raise_if_any()
     return JobSpec(
         command=command, name=name, workdir=workdir, env=tuple(env), resources=resources, qos=qos,
         priority=priority, checkpoint_signal=ck, time_limit_s=time_limit, warn_signal=warn, hold=hold,
         retries=retries, dependency=deps, dependency_any=any_of, kill_on_invalid_dep=kill_invalid, array=array,
         kind=kind, output=files["output"], error=files["error"], output_append=open_mode == "append",
-        data=datasets,
+        data=datasets, ntasks=ntasks,
     )
 
 
@@ -418,12 +426,14 @@ def beyond_limits(spec: JobSpec, settings: Settings) -> list[str]:
     if res.nodes <= settings.max_nodes and res.tasks_per_node <= settings.max_tasks_per_node:
         over("resources.nodes x resources.tasks_per_node", "--nodes x --tasks-per-node", res.nodes * res.tasks_per_node,
              "max_tasks", " tasks")
+    if spec.ntasks is not None:
+        over("ntasks", "--ntasks", spec.ntasks, "max_tasks_per_node")
     over("resources.gpus x resources.nodes", "--gpus", res.gpus * res.nodes, "max_gpus", " GPUs")
     if res.cpus is not None:
         over("resources.cpus", "--cpus", res.cpus, "max_cpus")
     if spec.array is not None:
         over("array", "--array", len(spec.array.indices), "max_array_tasks", " tasks")
-    named = sum(len(d.job_ids) for d in spec.dependency)
+    named = sum(len(d.job_ids) + len(d.tasks) for d in spec.dependency)
     over("dependency", "--dependency", max(named, len(spec.dependency)), "max_dependencies", " jobs")
     over("command", "the command", sum(len(a.encode("utf-8", "surrogatepass")) + 1 for a in spec.command),
          "max_command_bytes", " bytes")

@@ -4,6 +4,8 @@
     --constraint "nvme&ib"       labelled nvme and ib
     --constraint "a100|h100"     labelled a100 or h100
     --constraint "(nvme|ssd)&ib" parentheses group; `&` binds tighter than `|` without them
+    @n1, !@n3                    the node named n1; any node but n3: sbatch's -w/--nodelist and -x/--exclude,
+                                 kept in the constraint (hsched.hostlist reads Slurm's host lists)
 
 Labels are the fleet file's `[[node]] labels = ["nvme", "ib"]`. Every node of a gang must satisfy the
 constraint (sbatch's meaning of `&` and `|` is per node too). sbatch's matching OR (`[a|b]`: all nodes the same
@@ -24,7 +26,12 @@ from dataclasses import dataclass
 LABEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+-]*")
 """A label: what sbatch accepts as a feature name, without its operators."""
 
-_TOKEN_RE = re.compile(r"\s*(?:(?P<label>[A-Za-z0-9][A-Za-z0-9_.:+-]*)|(?P<op>[&|()])|(?P<bad>\S))")
+_TOKEN_RE = re.compile(r"\s*(?:(?P<label>!?@[A-Za-z0-9][A-Za-z0-9_.:+-]*|[A-Za-z0-9][A-Za-z0-9_.:+-]*)"
+                       r"|(?P<op>[&|()])|(?P<bad>\S))")
+
+NODE = "@"
+"""A node's own name as a label, `@n1`: what a label of the fleet file can never be (a label starts with a letter or
+digit), so `-w`/`-x` never match a label by chance."""
 
 HELP = "labels joined by & (and) and | (or), with parentheses, such as \"nvme&ib\" or \"a100|h100\""
 
@@ -37,10 +44,14 @@ class Constraint:
     clauses: tuple[frozenset[str], ...]
     text: str
     """The normalised expression (no spaces), as stored in the job spec."""
+    excluded: tuple[frozenset[str], ...] = ()
+    """Beside each clause, the labels a node must not carry (`!@n3`, from -x/--exclude); empty: none anywhere."""
 
     def satisfied_by(self, labels: Iterable[str]) -> bool:
         have = labels if isinstance(labels, frozenset | set) else frozenset(labels)
-        return any(c <= have for c in self.clauses)
+        if not self.excluded:
+            return any(c <= have for c in self.clauses)
+        return any(c <= have and not (x & have) for c, x in zip(self.clauses, self.excluded, strict=True))
 
     @property
     def labels(self) -> frozenset[str]:
@@ -64,7 +75,7 @@ def _parse(text: str) -> Constraint:
         raise ValueError(f"{HELP}; sbatch's matching OR [a|b] is not supported (write a|b)")
     if "*" in text:
         raise ValueError(f"{HELP}; sbatch's counts (a*2) are not supported")
-    if "!" in text:
+    if re.search(r"!(?!@)", text):
         raise ValueError(f"{HELP}; negation (!) is not supported")
     tokens: list[str] = []
     pos = 0
@@ -80,7 +91,11 @@ def _parse(text: str) -> Constraint:
     clauses = parser.expr()
     if parser.i != len(tokens):
         raise ValueError(f"{HELP}; unexpected {tokens[parser.i]!r}")
-    return Constraint(_minimal(clauses), "".join(tokens))
+    kept = _minimal(clauses)
+    excluded = tuple(frozenset(x[1:] for x in c if x.startswith("!")) for c in kept)
+    if not any(excluded):
+        return Constraint(kept, "".join(tokens))
+    return Constraint(tuple(frozenset(x for x in c if not x.startswith("!")) for c in kept), "".join(tokens), excluded)
 
 
 class _Parser:
@@ -166,3 +181,28 @@ def with_partition(partition: str, constraint: str | None) -> str:
         return part
     p = f"({part})" if "|" in part else part
     return f"{p}&({constraint})"
+
+
+def node_labels(name: str, labels: Iterable[str], constraint: str | None = None) -> frozenset[str]:
+    """The labels a node is matched on: the fleet file's, and its own name as `@NAME` (for -w/-x). `constraint`: the
+    one request they are for: its name only when that names nodes, so that a refusal listing the fleet's labels
+    lists the fleet file's."""
+    if constraint is not None and NODE not in constraint:
+        return frozenset(labels)
+    return frozenset(labels) | {NODE + name}
+
+
+def with_nodes(constraint: str | None, nodelist: Iterable[str] = (), exclude: Iterable[str] = ()) -> str:
+    """The constraint a job with sbatch's -w/--nodelist (one of these nodes) and -x/--exclude (none of these) gets,
+    over its other constraint (`(a100)&(@n1|@n2)&!@n3`)."""
+    parts = [f"({constraint})"] if constraint else []
+    wanted = [NODE + n for n in nodelist]
+    if wanted:
+        parts.append(f"({'|'.join(wanted)})" if len(wanted) > 1 else wanted[0])
+    parts += [f"!{NODE}{n}" for n in exclude]
+    return parse_constraint("&".join(parts)).text if parts else ""
+
+
+def named_nodes(text: str) -> frozenset[str]:
+    """The node names a constraint's text names (`@n1`, `!@n3`): those -w/-x gave."""
+    return frozenset(re.findall(r"@([A-Za-z0-9][A-Za-z0-9_.:+-]*)", text or ""))

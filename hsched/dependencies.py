@@ -3,6 +3,7 @@
     afterok:12:13       start after jobs 12 and 13 both COMPLETED (never, if either ends otherwise)
     afternotok:15       start after job 15 ended in failure (FAILED, CANCELLED, TIMEOUT, LOST)
     afterany:13         start after job 13 ended, however it ended
+    afterok:5_3         start after task 3 of array 5 completed (`afterok:5`: after every task of it)
     after:12            start after job 12 started (or ended without ever starting)
     singleton           start when no other job of the same name and user is running
     a,b                 all of them (sbatch's `,`)     a?b   any of them (sbatch's `?`)
@@ -18,11 +19,12 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from hsched.jobids import job_id
+from hsched.jobids import job_id, task_index
 from hsched.model import Dependency, DepKind, Job, JobState
 
-_DEP_RE = re.compile(r"^(after|afterok|afternotok|afterany)((?::\d+)+)$|^(singleton)$")
-HELP = "a dependency such as afterok:12, afterany:13:14, afternotok:15 or singleton (joined by , or ?)"
+_DEP_RE = re.compile(r"^(after|afterok|afternotok|afterany)((?::\d+(?:_\d+)?)+)$|^(singleton)$")
+HELP = ("a dependency such as afterok:12, afterany:13:14, afternotok:15, afterok:12_3 (one array task) or singleton "
+        "(joined by , or ?)")
 
 
 def parse_dependency(text: str) -> tuple[tuple[Dependency, ...], bool]:
@@ -42,8 +44,10 @@ def parse_dependency(text: str) -> tuple[tuple[Dependency, ...], bool]:
         if m.group(3):
             deps.append(Dependency(DepKind.SINGLETON, ()))
         else:
-            ids = tuple(job_id(i) for i in m.group(2).split(":")[1:])
-            deps.append(Dependency(DepKind(m.group(1)), ids))
+            words = m.group(2).split(":")[1:]
+            ids = tuple(job_id(i) for i in words if "_" not in i)
+            tasks = tuple((job_id(a), task_index(t)) for a, _, t in (w.partition("_") for w in words if "_" in w))
+            deps.append(Dependency(DepKind(m.group(1)), ids, tasks))
     return tuple(deps), any_of
 
 
@@ -70,12 +74,10 @@ def _one(dep: Dependency, job: Job, others: Mapping[int, Job], running_names: se
             return DepVerdict(DepState.WAITING)
         return DepVerdict(DepState.SATISFIED)
     waiting = False
-    for jid in dep.job_ids:
-        first = others.get(jid)
-        if first is None:
+    for jid, targets in _targets(dep, others, tasks_of):
+        if targets is None:
             return DepVerdict(DepState.NEVER, f"{dep}: job {jid} does not exist")
-        # an array's id stands for every task of it, as in Slurm
-        for other in tasks_of.get(jid) or (first,):
+        for other in targets:
             done = other.state.is_terminal()
             name = other.display_id
             if dep.kind is DepKind.AFTER:
@@ -92,6 +94,20 @@ def _one(dep: Dependency, job: Job, others: Mapping[int, Job], running_names: se
                     return DepVerdict(DepState.NEVER, f"{dep}: job {name} completed")
                 waiting |= not (done and other.state in _NOT_OK)
     return DepVerdict(DepState.WAITING if waiting else DepState.SATISFIED)
+
+
+def _targets(dep: Dependency, others: Mapping[int, Job], tasks_of: Mapping[int, Sequence[Job]]
+             ) -> list[tuple[str, Sequence[Job] | None]]:
+    """Each job or task `dep` names (as typed) with the jobs it stands for; None: there is no such job or task."""
+    out: list[tuple[str, Sequence[Job] | None]] = []
+    for jid in dep.job_ids:
+        first = others.get(jid)
+        # an array's id stands for every task of it, as in Slurm
+        out.append((str(jid), None if first is None else (tasks_of.get(jid) or (first,))))
+    for array_id, index in dep.tasks:
+        task = next((t for t in tasks_of.get(array_id, ()) if t.array_task == index), None)
+        out.append((f"{array_id}_{index}", None if task is None else (task,)))
+    return out
 
 
 def verdict(job: Job, others: Mapping[int, Job], running_names: set[tuple[str, str]],
@@ -118,5 +134,11 @@ def verdict(job: Job, others: Mapping[int, Job], running_names: set[tuple[str, s
 
 
 def named_jobs(deps: Sequence[Dependency]) -> set[int]:
-    return {j for d in deps for j in d.job_ids}
+    """The job ids `deps` name: a task's (`12_3`) is its array's (the store finds the task among the array's)."""
+    return {j for d in deps for j in d.job_ids} | {a for d in deps for a, _ in d.tasks}
+
+
+def named_tasks(deps: Sequence[Dependency]) -> set[tuple[int, int]]:
+    """The array tasks `deps` name on their own (`12_3`): (array id, index)."""
+    return {t for d in deps for t in d.tasks}
 

@@ -265,9 +265,11 @@ class DepKind(enum.StrEnum):
 class Dependency:
     kind: DepKind
     job_ids: tuple[int, ...] = ()
+    tasks: tuple[tuple[int, int], ...] = ()
+    """Array tasks named on their own, `afterok:5_3`: (the array's id, the task's index)."""
 
     def __str__(self) -> str:
-        return ":".join([self.kind.value, *map(str, self.job_ids)])
+        return ":".join([self.kind.value, *map(str, self.job_ids), *(f"{a}_{t}" for a, t in self.tasks)])
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,6 +331,10 @@ class JobSpec:
     output_append: bool = False
     """`--open-mode=append`: never empty those files (by default the job's first start empties them; a requeued
     run appends either way)."""
+    ntasks: int | None = None
+    """`--ntasks N` on one node (sbatch's, with srun's meaning): the command runs once, with SLURM_NTASKS=N, and `srun
+    CMD` in a batch shell script runs CMD N times (hsched.batch); None: the job's tasks are its ranks
+    (`resources.tasks_per_node`), each running the command."""
     data: tuple[str, ...] = ()
     """`--data`: the datasets (the fleet file's `[[dataset]]` names) the job reads: placement weighs copying them
     against waiting for a node that holds them, and the run finds each at `$HSCHED_DATA_<NAME>` (hsched.datasets)."""

@@ -65,6 +65,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "error": spec.error,
         "open_mode": "append" if spec.output_append else "truncate",
         "data": list(spec.data),
+        **({"ntasks": spec.ntasks} if spec.ntasks is not None else {}),
     }
 
 
@@ -108,6 +109,7 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
         error=d.get("error"),
         output_append=d.get("open_mode") == "append",
         data=tuple(d.get("data") or ()),
+        ntasks=d.get("ntasks"),
     )
 
 
@@ -167,6 +169,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "output": s.output,
         "error": s.error,
         "data": list(s.data),
+        "ntasks": s.ntasks,
         "submit_time": iso(job.submit_time),
         "start_time": iso(job.start_time),
         "end_time": iso(job.end_time),

@@ -103,6 +103,14 @@ def register(app: typer.Typer) -> None:
         partition: str | None = typer.Option(
             None, "--partition", "-p",
             help="Run on nodes of this partition (a fleet file node label); a,b: any of them, as sbatch."),
+        nodelist: str | None = typer.Option(
+            None, "--nodelist", "-w",
+            help="Run only on these nodes, as sbatch: n1,gpu5 or a host list n[1-3] (one of them per --nodes)."),
+        exclude: str | None = typer.Option(
+            None, "--exclude", "-x", help="Never run on these nodes, as sbatch: n1,gpu5 or n[1-3]."),
+        ntasks: int | None = typer.Option(
+            None, "--ntasks", "-n", min=1,
+            help="Tasks, as sbatch: the script runs once, `srun CMD` in it runs CMD once per task (one node)."),
         gpu_memory: str | None = typer.Option(None, "--gpu-memory", help="Minimum memory per GPU, e.g. 40G."),
         nodes: int | None = typer.Option(None, "--nodes", "-N", min=1, help="Nodes (all-or-nothing)."),
         name: str | None = typer.Option(None, "--name", "-J", "--job-name", help="Job name."),

@@ -33,6 +33,9 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str, int | None, int | None]] = {
     "gpu_type": (("--gpu-type",), MANY, None, None),
     "constraint": (("--constraint", "-C"), TEXT, None, None),
     "partition": (("--partition", "-p"), TEXT, None, None),
+    "nodelist": (("--nodelist", "-w"), TEXT, None, None),
+    "exclude": (("--exclude", "-x"), TEXT, None, None),
+    "ntasks": (("--ntasks", "-n"), INT, 1, None),
     "gpu_memory": (("--gpu-memory",), TEXT, None, None),
     "nodes": (("--nodes", "-N"), INT, 1, None),
     "name": (("--name", "-J", "--job-name"), TEXT, None, None),
@@ -115,6 +118,7 @@ def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict
     if args:
         table["command"] = args
     res = dict(table.get("resources", {})) if isinstance(table.get("resources"), dict) else {}
+    hosts = _hosts(o, res)
     if o.get("gpus") is not None:
         # sbatch's -G/--gpus is the job's total; hsched's request is per node
         n = o.get("nodes") or (res.get("nodes") if isinstance(res.get("nodes"), int) else None) or 1
@@ -145,6 +149,18 @@ def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict
             res["constraint"] = with_partition(o["partition"], given if isinstance(given, str) else None)
         except ValueError as e:
             raise UserError(f"--partition {o['partition']!r}: expected {e}") from None
+    if hosts:
+        # -w/-x: the nodes' own names in the job's constraint (hsched.constraints), over its labels
+        from hsched.constraints import with_nodes
+
+        given = res.get("constraint") or table.pop("constraint", None)
+        try:
+            res["constraint"] = with_nodes(given if isinstance(given, str) else None, hosts.get("nodelist", ()),
+                                           hosts.get("exclude", ()))
+        except ValueError as e:
+            raise UserError(f"--constraint {given!r}: expected {e}") from None
+    if o.get("ntasks") is not None:
+        _tasks(o["ntasks"], res, table)
     if res or "resources" in table:
         table["resources"] = res
     for key, opt in (("name", "name"), ("qos", "qos"), ("priority", "priority"),
@@ -176,6 +192,66 @@ def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict
         raise UserError("nothing to run: give a command after -- (hsched submit -- python train.py) "
                         "or a spec file with command = [...]")
     return table
+
+
+def _hosts(o: dict[str, Any], res: dict[str, Any]) -> dict[str, list[str]]:
+    """-w/--nodelist and -x/--exclude as node names (Slurm's host lists expanded), checked against each other and
+    --nodes as sbatch checks them; without --nodes the job gets every listed node, as sbatch's."""
+    from hsched import hostlist
+
+    out: dict[str, list[str]] = {}
+    for key in ("nodelist", "exclude"):
+        if o.get(key) is not None:
+            try:
+                out[key] = hostlist.expand(o[key])
+            except ValueError as e:
+                raise UserError(f"--{key} {o[key]!r}: expected {e}") from None
+    both = sorted(set(out.get("nodelist", ())) & set(out.get("exclude", ())))
+    if both:
+        raise UserError(f"--nodelist and --exclude both name {both[0]}; drop it from one of them")
+    wanted = out.get("nodelist")
+    if wanted:
+        nodes = o.get("nodes") or (res.get("nodes") if isinstance(res.get("nodes"), int) else None)
+        if nodes is None:
+            o["nodes"] = len(wanted)  # sbatch: the job contains every listed node
+        elif nodes != len(wanted):
+            # sbatch refuses fewer nodes than listed; hsched runs only on listed nodes, so not more either
+            raise UserError(f"--nodelist {o['nodelist']!r} names {len(wanted)} node(s) and --nodes is {nodes}: the "
+                            f"job runs on exactly the listed nodes; list {nodes} node(s) or drop --nodes")
+    return out
+
+
+def _tasks(ntasks: int, res: dict[str, Any], table: dict[str, Any]) -> None:
+    """sbatch's --ntasks: on one node the command runs once with N tasks for `srun` in it (table `ntasks`); over
+    several nodes the tasks are hsched's ranks, N / nodes on each (`resources.tasks_per_node`)."""
+    nodes: int = res["nodes"] if isinstance(res.get("nodes"), int) and res["nodes"] > 0 else 1
+    if ntasks % nodes:
+        raise UserError(f"--ntasks {ntasks}: not a multiple of --nodes {nodes}")
+    tpn = res.get("tasks_per_node")
+    if tpn is not None and tpn != ntasks // nodes:
+        raise UserError(f"--ntasks {ntasks} and --tasks-per-node {tpn} disagree on {nodes} node(s); give one")
+    if nodes > 1:
+        res["tasks_per_node"] = ntasks // nodes
+    else:
+        res.pop("tasks_per_node", None)
+        table["ntasks"] = ntasks
+
+
+def check_nodes(c: Any, hosts: dict[str, list[str]]) -> None:
+    """Refuse -w/-x naming a node the controller's fleet does not have (sbatch's "Invalid node name specified"),
+    before the job is queued."""
+    known = c.call("partitions").get("nodes")
+    if known is None:
+        return  # a controller from before node names were listed: its round still refuses a job no node can run
+    for key in ("nodelist", "exclude"):
+        unknown = [n for n in hosts.get(key, ()) if n not in known]
+        if unknown:
+            raise UserError(f"--{key}: invalid node name {unknown[0]!r}: no such node in the fleet (nodes: "
+                            f"{', '.join(sorted(known)) or 'none'})")
+    if hosts.get("exclude") and not set(known) - set(hosts["exclude"]):
+        # sbatch: "Requested node configuration is not available"
+        raise UserError(f"--exclude: requested node configuration is not available: it leaves no node of the fleet "
+                        f"(nodes: {', '.join(sorted(known))})")
 
 
 def _file_pattern(key: str, value: str) -> str:
@@ -258,6 +334,10 @@ def submit(o: dict[str, Any], args: list[str], table: dict[str, Any], source: st
             check(table, source)  # fail fast, before a controller is started for it
         if o.get("partition"):
             check_partitions(c, o["partition"])
+        if o.get("nodelist") or o.get("exclude"):
+            from hsched import hostlist
+
+            check_nodes(c, {k: hostlist.expand(o[k]) for k in ("nodelist", "exclude") if o.get(k)})
         if o.get("test_only"):
             # sbatch --test-only: when and where it would start; nothing is queued
             guess = c.call("test_only", spec=table, source=source)

@@ -720,7 +720,9 @@ class Api:
         for cfg in self.ctl.fleet_cfg.nodes:
             for label in cfg.labels:
                 out.setdefault(label, []).append(cfg.name)
-        return {"partitions": {k: sorted(v) for k, v in sorted(out.items())}}
+        # and every node's name, for -w/-x (sbatch's "Invalid node name specified" before the job is queued)
+        return {"partitions": {k: sorted(v) for k, v in sorted(out.items())},
+                "nodes": sorted(cfg.name for cfg in self.ctl.fleet_cfg.nodes)}
 
     async def op_metrics(self, args: dict[str, Any], uid: int) -> Any:
         """One scrape's OpenMetrics text, as the endpoint (settings `metrics`) serves it."""

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from hsched.constraints import node_labels
 from hsched.controller.core import Controller
 from hsched.controller.stopping import begin_stop, send
-from hsched.dependencies import named_jobs
+from hsched.dependencies import named_jobs, named_tasks
 from hsched.errors import HschedError, UserError
 from hsched.lifecycle import StopReason
 from hsched.model import EndReason, Job, JobSpec, JobState
@@ -48,6 +49,11 @@ async def submit_many(ctl: Controller, specs: list[JobSpec], user: str, submit_e
                     # as sbatch: "Job dependency problem", refused now rather than a job that waits for nothing
                     missing = UserError(f"dependency: job {jid} does not exist; check the id (hsched queue --all)")
                     raise _numbered(missing, i) if numbered else missing
+            for array_id, index in sorted(named_tasks(spec.dependency)):
+                if not any(t.array_task == index for t in await ctl.db(ctl.store.array_tasks, array_id)):
+                    missing = UserError(f"dependency: job {array_id}_{index} does not exist (no such array task); "
+                                        "check the id (hsched queue --all)")
+                    raise _numbered(missing, i) if numbered else missing
         jobs = await ctl.db(ctl.store.submit_many, specs, user, ctl.clock.time(), submit_env, notes)
     await _changed(ctl)
     return jobs
@@ -70,7 +76,7 @@ def _admissible(ctl: Controller, spec: JobSpec) -> str | None:
     if limit is not None:
         raise UserError(f"job request exceeds its QoS class's limits: {limit}")
     # labels are the fleet file's, known before any probe: a constraint no node has is refused here
-    labels = {rt.name: frozenset(rt.config.labels) for rt in ctl.nodes.values()}
+    labels = {rt.name: node_labels(rt.name, rt.config.labels, spec.resources.constraint) for rt in ctl.nodes.values()}
     why = unsatisfiable(spec.resources, known, labels=labels, aliases=ctl.settings.gpu_aliases)
     if why is not None and not unknown:
         raise UserError(f"job request cannot be satisfied by this fleet ({ctl.fleet_cfg.source}): {why}")

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from hsched.config import Settings
+from hsched.constraints import node_labels
 from hsched.controller import learning, moves
 from hsched.controller.checkpoints import path_on
 from hsched.controller.core import Controller
@@ -172,7 +173,7 @@ async def more_gpu_memory(ctl: Controller, job: Job, runs: list[Run], now: float
     from hsched.sched.live import unsatisfiable
 
     known = [rt.node for rt in ctl.nodes.values() if rt.last_ok is not None or rt.config.simulate]
-    labels = {rt.name: frozenset(rt.config.labels) for rt in ctl.nodes.values()}
+    labels = {rt.name: node_labels(rt.name, rt.config.labels, raised.constraint) for rt in ctl.nodes.values()}
     why = None if not any(s >= want for s in sizes) else unsatisfiable(raised, known, labels=labels,
                                                                        aliases=ctl.settings.gpu_aliases)
     if not any(s >= want for s in sizes) or why is not None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hsched.arrays import within_limits
+from hsched.constraints import node_labels
 from hsched.controller import learning
 from hsched.controller.core import Controller
 from hsched.controller.jobcache import job_cache
@@ -374,7 +375,7 @@ async def test_only(ctl: Controller, spec: JobSpec, user: str) -> dict[str, Any]
     round stepped forward with the job added (see the module's docstring)."""
     now = ctl.clock.time()
     up = [rt.node for rt in ctl.nodes.values() if rt.node.state is NodeState.UP]
-    labels = {rt.name: frozenset(rt.config.labels) for rt in ctl.nodes.values()}
+    labels = {rt.name: node_labels(rt.name, rt.config.labels, spec.resources.constraint) for rt in ctl.nodes.values()}
     why = unsatisfiable(spec.resources, up, labels=labels, aliases=ctl.settings.gpu_aliases)
     jobs = await ctl.db(job_cache(ctl).read, ctl.store)
     # (an id after every job's: among equals the round serves it last, as it would a job submitted now)

@@ -30,6 +30,7 @@ from typing import TypeVar
 from hsched import outfiles
 from hsched.arrays import within_limits
 from hsched.config import beyond_limits
+from hsched.constraints import node_labels
 from hsched.controller import data, learning, moves
 from hsched.controller.checkpoints import bring_along, is_shared, path_on, sees
 from hsched.controller.core import Controller
@@ -373,7 +374,7 @@ def fleet_view(ctl: Controller, active: Sequence[Job], dirty: frozenset[str] = f
         busy.update(rt.foreign)  # a GPU someone else is using is not free, whatever our records say
     busy.update(dirty)  # a GPU an ended run's leftover still uses waits until it is clean
     # a node's labels (for --constraint) and the lab users that do not exist there (never placed there)
-    labels = {rt.name: frozenset(rt.config.labels) for rt in ctl.nodes.values() if rt.config.labels}
+    labels = {rt.name: node_labels(rt.name, rt.config.labels) for rt in ctl.nodes.values()}
     absent = {rt.name: users for rt in ctl.nodes.values() if (users := rt.absent_users)}
     return FleetView(nodes=tuple(ctl.node_list()), busy=frozenset(busy), cpus_used=cpus_used, memory_used=memory_used,
                      shared_use=shared_use,
@@ -517,10 +518,17 @@ def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ..
         "SLURM_NODELIST": ",".join(p.node for p in placements) or run.node,
         "SLURM_GPUS_ON_NODE": str(len(here.devices)),
     })
-    if job.spec.workdir:
-        env["SLURM_SUBMIT_DIR"] = job.spec.workdir
+    # where `hsched submit` ran, as sbatch's (-D changes the working folder, not this); the working folder otherwise
+    submit_dir = (submit_env or {}).get("PWD") or job.spec.workdir
+    if submit_dir:
+        env["SLURM_SUBMIT_DIR"] = submit_dir
+    tasks_here = job.spec.ntasks or job.spec.resources.tasks_per_node
     if job.spec.resources.cpus:
-        env["SLURM_CPUS_PER_TASK"] = str(max(1, job.spec.resources.cpus // max(1, job.spec.resources.tasks_per_node)))
+        env["SLURM_CPUS_PER_TASK"] = str(max(1, job.spec.resources.cpus // max(1, tasks_here)))
+    if job.spec.ntasks is not None:
+        # sbatch --ntasks on one node: one batch shell for N tasks; the srun it defines starts them (hsched.batch)
+        env.update({"SLURM_NTASKS": str(job.spec.ntasks), "SLURM_NPROCS": str(job.spec.ntasks),
+                    "HSCHED_SRUN_TASKS": str(job.spec.ntasks)})
     if job.array_id is not None and job.array_task is not None and job.spec.array is not None:
         idx = job.spec.array.indices
         env.update({

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from hsched.batch import SRUN
 from hsched.cli import main
 
 
@@ -161,7 +162,7 @@ def test_a_batch_script_reads_its_sbatch_lines(monkeypatch: pytest.MonkeyPatch, 
     assert (spec["name"], spec["time"], spec["resources"]["gpus"], spec["qos"]) == ("x", "10", 2, "prod")
     shell, flag, text, path, *rest = spec["command"]
     assert (shell, flag, path, rest) == ("/bin/bash", "-c", str(script.resolve()), ["a1", "a2"])
-    assert text == script.read_text()  # a snapshot: editing the file later changes nothing
+    assert text == SRUN + script.read_text()  # a snapshot (srun defined first): editing the file later changes nothing
     assert spec["resources"]["constraint"] == "gpu"  # a partition is a node label (tests/cli/test_partition.py)
     assert "ignored" not in capsys.readouterr().err
 

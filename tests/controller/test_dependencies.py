@@ -131,3 +131,29 @@ def test_parse_array() -> None:
         with pytest.raises(ValueError):
             parse_array(bad)
     assert pending_label(12, [3, 4, 5, 9], 8) == "12_[3-5,9%8]"
+
+
+async def test_the_controller_honours_a_task_dependency_and_refuses_a_missing_task(tmp_path: Path) -> None:
+    # issue 29: `afterok:5_3` was refused; sbatch waits for that task alone
+    from dataclasses import replace
+
+    from hsched.arrays import parse_array
+    from hsched.controller import commands
+
+    async with Lab.open(tmp_path) as lab:
+        shape = await lab.submit("task")
+        await lab.finish(shape.id, 0)
+        first = await commands.submit(lab.ctl, replace(shape.spec, array=parse_array("0-2")), "alice", None)
+        tasks = await lab.ctl.db(lab.ctl.store.array_tasks, first.id)
+        after_one = await lab.submit("one", dependency=f"afterok:{first.id}_1")
+        after_all = await lab.submit("all", dependency=f"afterok:{first.id}")
+        with pytest.raises(UserError, match=f"job {first.id}_7 does not exist"):
+            await lab.submit("x", dependency=f"afterok:{first.id}_7")
+        await lab.round()
+        await lab.round()
+        assert (await lab.job(after_one.id)).state is JobState.PENDING
+        await lab.finish(tasks[1].id, 0)
+        await lab.round()
+        await lab.round()
+        assert (await lab.job(after_one.id)).state is JobState.RUNNING  # task 1 alone was enough
+        assert (await lab.job(after_all.id)).state is JobState.PENDING  # tasks 0 and 2 still run

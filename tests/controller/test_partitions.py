@@ -17,4 +17,4 @@ async def test_the_controller_lists_its_partitions(tmp_path: Path) -> None:
         lab.ctl.fleet_cfg = dataclasses.replace(cfg, nodes=(dataclasses.replace(cfg.nodes[0], labels=("gpu", "nvme")),
                                                             dataclasses.replace(cfg.nodes[1], labels=("gpu",))))
         reply = await Api(lab.ctl).handle("partitions", {}, os.getuid())
-        assert reply == {"partitions": {"gpu": ["a", "b"], "nvme": ["a"]}}
+        assert reply == {"partitions": {"gpu": ["a", "b"], "nvme": ["a"]}, "nodes": ["a", "b"]}  # names for -w/-x
