@@ -34,8 +34,18 @@ from hsched.executors.fake import FakeExecutor, FakeRun
 from hsched.model import GpuHolder, Job, JobSpec, Resources, Run
 from hsched.paths import Home
 from hsched.store import Store
+from hsched.testing.conformance import (
+    CHECKS,
+    ConformanceError,
+    ExecutorUnderTest,
+    check_executor,
+    fake_subject,
+    local_subject,
+    run_check,
+)
 
-__all__ = ["CANNED_FLEET", "FakeClock", "FakeExecutor", "FakeRun", "Lab", "canned_fleet"]
+__all__ = ["CANNED_FLEET", "CHECKS", "ConformanceError", "ExecutorUnderTest", "FakeClock", "FakeExecutor", "FakeRun",
+           "Lab", "canned_fleet", "check_executor", "fake_subject", "local_subject", "run_check"]
 
 
 class FakeClock:
