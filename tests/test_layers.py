@@ -108,9 +108,11 @@ def imports(name: str, path: Path, modules: Mapping[str, Path]) -> Iterator[tupl
                 yield t, node.lineno, id(node) in typing_only
 
 
-def import_graph(modules: Mapping[str, Path], *, type_only: bool) -> dict[str, set[str]]:
-    """Who imports whom; `type_only`: counting the imports under `if TYPE_CHECKING:` too."""
-    return {m: {t for t, _, typing in imports(m, p, modules) if type_only or not typing}
+def import_graph(modules: Mapping[str, Path], *, type_only: bool,
+                 found: Mapping[str, list[tuple[str, int, bool]]] | None = None) -> dict[str, set[str]]:
+    """Who imports whom; `type_only`: counting the imports under `if TYPE_CHECKING:` too. `found`: each module's
+    imports already read."""
+    return {m: {t for t, _, typing in (found[m] if found else imports(m, p, modules)) if type_only or not typing}
             for m, p in modules.items()}
 
 
@@ -193,8 +195,9 @@ def global_statements(modules: Mapping[str, Path], under: str) -> list[str]:
 
 
 MODULES = find_modules(package_roots(REPO))
-RUNTIME = import_graph(MODULES, type_only=False)
-GRAPH = import_graph(MODULES, type_only=True)
+_FOUND = {m: list(imports(m, p, MODULES)) for m, p in MODULES.items()}  # each file read once
+RUNTIME = import_graph(MODULES, type_only=False, found=_FOUND)
+GRAPH = import_graph(MODULES, type_only=True, found=_FOUND)
 
 
 def _without_pending(found: list[str], pending: Mapping[str, str]) -> tuple[list[str], list[str]]:
