@@ -125,7 +125,12 @@ def fake_subject(runs: Path) -> ExecutorUnderTest:
         if exit_code is not None:
             ex.finish(run_dir, exit_code, end_time=time.time())  # the exit record's end time, as a wrapper writes
 
-    return ExecutorUnderTest(kind="fake", runs=runs, make=lambda: FakeExecutor(remote_root="/node"),
+    def make() -> Executor:
+        ex = FakeExecutor(remote_root="/node")
+        ex.accounts = {"root"}  # the accounts every node has
+        return ex
+
+    return ExecutorUnderTest(kind="fake", runs=runs, make=make,
                              make_unreachable=unreachable, make_refused=refused, refusal=Refusal.HOST_KEY_CHANGED,
                              play=play)
 
@@ -538,6 +543,15 @@ async def dataset_requests_alike(subject: ExecutorUnderTest, scratch: Path) -> s
         equal(await ex.data("drop", {"path": dest}), {"dropped": True}, "drop")
         equal(ex.last_error, None, "last_error after a request that worked")
         equal(sorted(p.name for p in base.iterdir()), ["hop"], "what is left")
+    return None
+
+
+@_check
+async def users_says_which_accounts_exist(subject: ExecutorUnderTest, scratch: Path) -> str | None:
+    async with subject.executor() as ex:
+        names = ["root", "hsched-no-such-user"]
+        equal(await ex.users(names), {"root": True, "hsched-no-such-user": False}, "which accounts exist")
+        equal(await ex.users([]), {}, "no name asked, none answered")
     return None
 
 
