@@ -194,6 +194,21 @@ def global_statements(modules: Mapping[str, Path], under: str) -> list[str]:
     return out
 
 
+IO_LIBRARIES = frozenset({"asyncio", "sqlite3", "textual", "networkx", "asyncssh", "subprocess", "socket"})
+
+
+def io_imports(modules: Mapping[str, Path], under: str) -> list[str]:
+    """'module: library' for every import of an I/O library in `under` and its submodules."""
+    found = []
+    for m, p in sorted(modules.items()):
+        if m == under or m.startswith(under + "."):
+            for node in ast.walk(ast.parse(p.read_text())):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                found += [f"{m}: {n}" for n in names if n.split(".")[0] in IO_LIBRARIES]
+    return found
+
+
 MODULES = find_modules(package_roots(REPO))
 _FOUND = {m: list(imports(m, p, MODULES)) for m, p in MODULES.items()}  # each file read once
 RUNTIME = import_graph(MODULES, type_only=False, found=_FOUND)
@@ -242,15 +257,7 @@ def test_the_scheduling_core_keeps_no_module_state() -> None:
 
 
 def test_the_scheduling_core_imports_no_io_library() -> None:
-    io = {"asyncio", "sqlite3", "textual", "networkx", "asyncssh", "subprocess", "socket"}
-    found = []
-    for m, p in MODULES.items():
-        if m == "hsched.sched" or m.startswith("hsched.sched."):
-            for node in ast.walk(ast.parse(p.read_text())):
-                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                         else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-                found += [f"{m}: {n}" for n in names if n.split(".")[0] in io]
-    assert found == []
+    assert io_imports(MODULES, "hsched.sched") == []
 
 
 def test_the_controller_reaches_executors_only_through_the_protocol() -> None:
@@ -309,14 +316,16 @@ def test_a_module_in_no_layer_is_named() -> None:
     assert layer_of("hsched.sched.stages.caps", LAYERS) == layer_of("hsched.sched", LAYERS)
 
 
-def test_a_global_statement_would_be_found(tmp_path: Path) -> None:
+def test_a_global_statement_or_an_io_library_would_be_found(tmp_path: Path) -> None:
     mods = _tree(tmp_path, {
         "pkg/__init__.py": "",
         "pkg/core/__init__.py": "",
         "pkg/core/round.py": "_CACHE = {}\n\ndef f():\n    def g():\n        global _CACHE, _OTHER\n    return g\n",
-        "pkg/outside.py": "def h():\n    global X\n",
+        "pkg/core/wait.py": "def f():\n    from asyncio.tasks import sleep\n",
+        "pkg/outside.py": "import sqlite3\n\ndef h():\n    global X\n",
     })
     assert global_statements(mods, "pkg.core") == ["pkg.core.round:5: global _CACHE, _OTHER"]
+    assert io_imports(mods, "pkg.core") == ["pkg.core.wait: asyncio.tasks"]
 
 
 if __name__ == "__main__":
