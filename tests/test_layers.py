@@ -23,30 +23,33 @@ Graph = Mapping[str, set[str]]
 Layers = Sequence[tuple[str, Sequence[str]]]
 
 LAYERS: Layers = (
-    # lowest first; a module may import from its own layer and the ones before it. A name stands for the
-    # module and everything under it, except the root package, which stands for hsched/__init__.py alone.
-    ("node", ("hsched.node", "hsched.nodehelper", "hsched.safefiles")),
+    # Lowest first: a module may import from its own layer and the ones before it. A name stands for the module
+    # and everything under it, except the root package, which stands for hsched/__init__.py alone.
+    #
     # what runs on a node (shipped there as a bundle): standard library only, nothing of hsched above it
+    ("node", ("hsched.node", "hsched.nodehelper", "hsched.safefiles")),
+    # the domain's types and rules, errors, clocks, paths, the socket protocol's constants
     ("base", ("hsched", "hsched.errors", "hsched.problems", "hsched.clock", "hsched.paths", "hsched.protocol",
               "hsched.model", "hsched.jobids", "hsched.lifecycle", "hsched.progress")),
-    # the domain's types and rules, errors, clocks, paths, the socket protocol's constants
-    ("topo", ("hsched.topo",)),
     # hardware: topology parsers, the accelerator table, placement inside a node
-    ("spec", ("hsched.spec", "hsched.arrays", "hsched.batch", "hsched.constraints", "hsched.dependencies",
-              "hsched.outfiles", "hsched.jobkind", "hsched.datasets", "hsched.serialize")),
+    ("topo", ("hsched.topo",)),
     # what a job asks (arrays, batch scripts, constraints, dependencies, output files, its kind, its datasets)
     # and the JSON forms of all of it
+    ("spec", ("hsched.spec", "hsched.arrays", "hsched.batch", "hsched.constraints", "hsched.dependencies",
+              "hsched.outfiles", "hsched.jobkind", "hsched.datasets", "hsched.serialize")),
+    # the pure scheduling core, shared by the live round and the simulator: what the layers above learn reaches
+    # it as numbers and models in its views, never by import
     ("sched", ("hsched.sched",)),
-    # the pure scheduling core: it reads what the layers above learnt as numbers in its views
+    # what the controller learns: kinds' speeds (as the core's throughput model), durations, profiles, usage
     ("learn", ("hsched.learn", "hsched.kinds", "hsched.predict", "hsched.profiles", "hsched.efficiency",
                "hsched.fairshare", "hsched.accounting")),
-    # what the controller learns: kinds' speeds (as the core's throughput model), durations, profiles, usage
-    ("settings", ("hsched.config", "hsched.simulated")),
     # the fleet file and settings (policy names are checked against the core's registry), simulated devices
+    ("settings", ("hsched.config", "hsched.simulated")),
     ("sim", ("hsched.sim",)),
     ("executors", ("hsched.executors",)),
-    ("controller", ("hsched.controller", "hsched.store", "hsched.datacopy")),
     # the controller with its own store and copy engine
+    ("controller", ("hsched.controller", "hsched.store", "hsched.datacopy")),
+    # what people and tests run
     ("apps", ("hsched.client", "hsched.cli", "hsched.tui", "hsched.theme", "hsched.labsetup", "hsched.replay",
               "hsched.replayjob", "hsched.testing", "hsched.__main__", "hsched.examples")),
 )
