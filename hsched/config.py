@@ -18,6 +18,7 @@ from typing import Any
 from hsched.arrays import MAX_ARRAY_TASKS
 from hsched.constraints import label_problem, parse_constraint
 from hsched.datasets import Dataset, datasets_from_table, parse_bytes
+from hsched.errors import ConfigError as ConfigError  # what the readers here raise (hsched.problems)
 from hsched.errors import UserError
 from hsched.fairshare import DEFAULT_HALF_LIFE_S, Account
 from hsched.model import (

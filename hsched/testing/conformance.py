@@ -4,19 +4,20 @@
     from hsched.testing import ExecutorUnderTest, check_executor
 
     subject = ExecutorUnderTest(kind="mine", runs=tmp / "runs", make=lambda: MyExecutor(...))
-    results = asyncio.run(check_executor(subject))        # {check name: None (passed) or why it was skipped}
+    results = asyncio.run(check_executor(subject, tmp / "scratch"))   # {check: None (passed) or why it did not apply}
 
 A failed check raises ConformanceError (an AssertionError, so any test runner shows it as a failure) naming the
-check and what differed. Run one check with `run_check(subject, name)`, the names being CHECKS (in pytest:
-parametrize over CHECKS, as tests/executors/test_conformance.py does for the fake, local and ssh executors).
+check and what differed. Run one check with `run_check(subject, name, folder)`, the names being CHECKS (in
+pytest: parametrize over CHECKS, as tests/executors/test_conformance.py does for the fake, local and ssh
+executors and tests/slurm/test_slurm_conformance.py for Slurm).
 
-The subject says what its node can show: `plays` stands in for the commands of an executor that runs none (the
+The subject says what its node can show: `play` stands in for the commands of an executor that runs none (the
 fake: the check writes what the command would print and ends it); `same_machine` says the node's processes and
 files are this machine's (local, ssh test hosts in network namespaces, a Slurm test cluster), so the check
 also looks at them; `make_unreachable` / `make_refused` build an executor for a node nobody answers for / that
-turns us away (the checks of those errors are skipped without them); `datasets` False: the node keeps no
-datasets (Slurm), so the check asks that every data request is refused instead. Every check waits on events
-(a status, a log line), never for a wall-clock deadline: bound the whole run by the caller's timeout.
+turns us away (without them, the checks of those errors say they do not apply); `datasets` False: the node
+keeps no datasets (Slurm), so the check asks that every data request is refused instead. Every check waits on
+events (a status, a log line), never for a wall-clock deadline: bound the whole run by the caller's timeout.
 
 No test framework is imported here: the checks raise ConformanceError themselves.
 """
@@ -232,7 +233,7 @@ while True:
 """A trainer that saves on SIGUSR1 and exits 85, even when the shell in front of it died of the signal."""
 
 RECORDER = """
-import signal, sys, time
+import signal, time
 def note(signum, frame):
     print("recorder got " + signal.Signals(signum).name, flush=True)
 for s in (signal.SIGUSR1, signal.SIGUSR2):
