@@ -2,8 +2,8 @@
 
 One small async protocol, several transports (as httpx's transports): `local` runs the node helper on this
 machine (one long-lived helper process), `ssh` runs it on a remote machine over one SSH connection, `fake`
-keeps everything in memory for tests. tests/executors/test_conformance.py holds all three to the same
-behaviour.
+keeps everything in memory for tests. The conformance check (hsched.testing.conformance) holds every executor
+to the same behaviour (tests/executors/test_conformance.py and tests/slurm/test_slurm_conformance.py run it).
 
 Errors: every method raises ExecutorError subclasses only (hsched/errors.py), chosen from what failed, never
 from message text:

@@ -18,7 +18,8 @@ from typing import Any
 from hsched.arrays import MAX_ARRAY_TASKS
 from hsched.constraints import label_problem, parse_constraint
 from hsched.datasets import Dataset, datasets_from_table, parse_bytes
-from hsched.errors import ConfigError, UserError
+from hsched.errors import ConfigError as ConfigError  # what the readers here raise (hsched.problems)
+from hsched.errors import UserError
 from hsched.fairshare import DEFAULT_HALF_LIFE_S, Account
 from hsched.model import (
     DEFAULT_QOS,
@@ -29,6 +30,7 @@ from hsched.model import (
     JobSpec,
     Resources,
 )
+from hsched.problems import Problems, shown
 from hsched.protocol import IDLE_TIMEOUT_S, MAX_CONNECTIONS
 
 # ---------------------------------------------------------------------------------------------- parsing
@@ -191,37 +193,6 @@ def parse_checkpoint_signal(text: str) -> CheckpointSignal:
 
 
 # ------------------------------------------------------------------------------------------- validation
-
-
-class Problems:
-    """Collects one line per problem, each naming the file and the key."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.lines: list[str] = []
-
-    def add(self, key: str, message: str) -> None:
-        where = f"{self.source}: {key}" if key else self.source
-        self.lines.append(f"{where}: {message}")
-
-    def expected(self, key: str, expected: str, found: Any) -> None:
-        self.add(key, f"expected {expected}, found {_show(found)}")
-
-    def raise_if_any(self) -> None:
-        if self.lines:
-            raise ConfigError(self.lines)
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, list):
-        return "a list"
-    return repr(value)
 
 
 def check_keys(p: Problems, table: Mapping[str, Any], allowed: set[str] | frozenset[str], prefix: str) -> None:
@@ -754,7 +725,7 @@ def _slurm_keys(p: Problems, raw: Mapping[str, Any], key: str, executor: Any) ->
         del out["login"]
     login_dir = out.get("login_dir")
     if login_dir is not None and (problem := login_dir_problem(login_dir)) is not None:
-        p.add(f"{key}.login_dir", f"expected {problem}, found {_show(login_dir)} (e.g. \"/scratch/$USER/hsched\")")
+        p.add(f"{key}.login_dir", f"expected {problem}, found {shown(login_dir)} (e.g. \"/scratch/$USER/hsched\")")
         del out["login_dir"]
     for k in ("host", "simulate"):
         if k in raw:

@@ -24,10 +24,9 @@ import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from hsched.config import Problems
+from hsched.problems import Problems
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _KEYS = frozenset({"name", "path", "nodes", "size", "source", "paths", "shared"})

@@ -142,7 +142,7 @@ def placement_from_list(items: list[dict[str, Any]]) -> tuple[Placement, ...]:
 
 def job_kind(job: Job) -> str:
     """The job's kind: the one it named, else the one its command looks like (hsched.kinds)."""
-    from hsched.kinds import kind_of
+    from hsched.jobkind import kind_of
 
     return kind_of(job.spec.kind, job.spec.command)
 

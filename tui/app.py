@@ -19,7 +19,7 @@ from hsched.tui.feed import Feed
 from hsched.tui.fleet_view import FleetView, node_summary
 from hsched.tui.help_screen import HelpScreen
 from hsched.tui.history import History
-from hsched.tui.job_screen import JobScreen
+from hsched.tui.job_screen import DashHost, JobScreen
 from hsched.tui.jobs_view import SORTS, JobsView
 from hsched.tui.keys import CHANGING_ACTIONS, bindings
 from hsched.tui.messages import FeedLost, FeedRestored, FrameArrived
@@ -464,3 +464,7 @@ class DashApp(App[None]):
     def _node_admin(self, node: str, action: str) -> None:
         self._topology_of(node)
         self.action_drain() if action == "drain" else self.action_resume()
+
+
+_HOSTS_THE_JOB_SCREEN: type[DashHost] = DashApp
+"""The type checker holds DashApp to what the job screen asks of its app (a protocol: no import loop)."""

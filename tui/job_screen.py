@@ -7,7 +7,7 @@ Controller calls run in thread workers: `show` when the job changes, `logs` once
 from __future__ import annotations
 
 import base64
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, cast
 
 from hsched.tui.events_view import kind_style
 from hsched.tui.fmt import bar, gib, na, printable, reading, short_model, state_text
@@ -22,9 +22,20 @@ from textual.screen import Screen
 from textual.widgets import Footer, Log, Static
 
 from hsched.client import Client
+from hsched.paths import Home
 
-if TYPE_CHECKING:
-    from hsched.tui.app import DashApp
+
+class DashHost(Protocol):
+    """What the screen asks of the app that shows it (hsched.tui.app's DashApp): its latest frame, its
+    controller, and its job actions. A protocol, so the screen need not import the app that imports it."""
+
+    frame: Frame | None
+    home: Home | None
+
+    def action_allowed(self, action: str) -> bool: ...
+
+    def job_action(self, name: str, jobs: list[JobView]) -> None: ...
+
 
 LOG_POLL_S = 1.0
 LOG_MAX_LINES = 5000
@@ -137,8 +148,8 @@ class JobScreen(Screen[None]):
         self.log_view = Log(max_lines=LOG_MAX_LINES, id="job-log", auto_scroll=True)
 
     @property
-    def dash(self) -> DashApp:
-        return self.app  # type: ignore[return-value]
+    def dash(self) -> DashHost:
+        return cast(DashHost, self.app)  # textual types `app` as any App; ours is a DashApp
 
     def compose(self) -> ComposeResult:
         yield self.title_bar

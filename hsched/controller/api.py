@@ -34,7 +34,7 @@ from hsched.controller.core import ACTIVE_STATES, Controller, Stopping
 from hsched.controller.health import check_health
 from hsched.controller.visible import for_others, for_owner, quotes_log
 from hsched.errors import ExecutorError, PermissionDenied, UserError
-from hsched.kinds import kind_of
+from hsched.jobkind import kind_of
 from hsched.model import JobState, NodeState, Resources
 from hsched.protocol import PROTOCOL, Preencoded
 from hsched.sched.live import unsatisfiable

@@ -14,7 +14,8 @@ import pytest
 from hsched.controller import learning
 from hsched.controller.api import Api
 from hsched.controller.launching import job_cache
-from hsched.kinds import KindRate, PlacementClass, averaged, derive_kind, learned_model, placement_class
+from hsched.jobkind import derive_kind
+from hsched.kinds import KindRate, PlacementClass, averaged, learned_model, placement_class
 from hsched.sched.live import gpu_type_of
 from hsched.testing import CannedNode, Lab
 

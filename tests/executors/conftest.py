@@ -4,19 +4,17 @@ needs to drive it, and `async def` tests run on a fresh event loop each, bounded
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import os
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hsched.executors.base import Executor
 
-from hsched.errors import NodeRefused, Refusal
+from hsched.errors import Refusal
+from hsched.testing.conformance import ExecutorUnderTest, fake_subject, local_subject
 from tests.e2e.ssh.hosts import TestHost, TestHosts, _free_port, keygen, sshd_available
 
 TEST_DEADLINE_S = 120.0
@@ -37,77 +35,9 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     return True
 
 
-@dataclass
-class Node:
-    """One executor kind under test: how to make one, where its runs go, and how to make it fail."""
-
-    kind: str
-    runs: Path
-    """A folder standing for HSCHED_HOME/runs/<node> on the controller: run folders are named under it."""
-    make: Callable[[], Executor]
-    make_unreachable: Callable[[], Executor]
-    """An executor for a node nobody answers for."""
-    make_refused: Callable[[], Executor]
-    """An executor for a node that refuses us in a way only a person can fix."""
-    refusal: Refusal
-    """The reason make_refused's node gives."""
-
-    @property
-    def real(self) -> bool:
-        """Whether commands really run (fake: the test plays their part with `plays`)."""
-        return self.kind != "fake"
-
-    @contextlib.asynccontextmanager
-    async def executor(self, make: Callable[[], Executor] | None = None) -> AsyncIterator[Executor]:
-        ex = (make or self.make)()
-        try:
-            yield ex
-        finally:
-            await ex.close()
-
-    def plays(self, ex: Executor, run_dir: str, *, output: bytes = b"", exit_code: int | None = None) -> None:
-        """What a real node does by running the command: for the fake, write its output and end it (with the
-        exit record's end time, as a node's wrapper writes it)."""
-        if self.real:
-            return
-        from hsched.executors.fake import FakeExecutor
-
-        assert isinstance(ex, FakeExecutor)
-        if output:
-            ex.write_log(run_dir, output)
-        if exit_code is not None:
-            ex.finish(run_dir, exit_code, end_time=time.time())
-
-
-def _fake(tmp_path: Path) -> Node:
-    from hsched.executors.fake import FakeExecutor
-
-    def refused() -> Executor:
-        ex = FakeExecutor(name="fake")
-        ex.fail_with = NodeRefused("fake: HOST KEY CHANGED", Refusal.HOST_KEY_CHANGED)
-        return ex
-
-    def unreachable() -> Executor:
-        ex = FakeExecutor(name="fake")
-        ex.unreachable = True
-        return ex
-
-    # a node with a disk of its own: put/get really move the files (in memory)
-    return Node(kind="fake", runs=tmp_path / "home" / "runs", make=lambda: FakeExecutor(remote_root="/node"),
-                make_unreachable=unreachable, make_refused=refused, refusal=Refusal.HOST_KEY_CHANGED)
-
-
-def _local(tmp_path: Path) -> Node:
-    from hsched.executors.local import LocalExecutor
-
-    # a helper that never answers: it reads its requests, keeps its stdout open and says nothing
-    silent = tmp_path / "silent-python"
-    silent.write_text("#!/bin/sh\nwhile read -r line; do :; done\n")
-    silent.chmod(0o755)
-    return Node(kind="local", runs=tmp_path / "home" / "runs", make=lambda: LocalExecutor(node="here"),
-                make_unreachable=lambda: LocalExecutor(node="here", python=str(silent), timeout_s=0.2),
-                make_refused=lambda: LocalExecutor(node="here", python=str(tmp_path / "no-python3")),
-                refusal=Refusal.PYTHON)
+Node = ExecutorUnderTest
+"""One executor kind under test (the conformance check's subject): how to make one, where its runs go, and how
+to make it fail."""
 
 
 def _ssh(tmp_path: Path, hosts: TestHosts) -> Node:
@@ -130,7 +60,7 @@ def _ssh(tmp_path: Path, hosts: TestHosts) -> Node:
     return Node(kind="ssh", runs=tmp_path / "home" / "runs", make=lambda: hosts.executor(h),
                 make_unreachable=unreachable,
                 make_refused=lambda: hosts.executor(h, cfg={"known_hosts": str(changed)}),
-                refusal=Refusal.HOST_KEY_CHANGED)
+                refusal=Refusal.HOST_KEY_CHANGED)  # the test hosts share this machine's files and processes
 
 
 @pytest.fixture(scope="session")
@@ -146,9 +76,9 @@ def conformance_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Test
 def node(request: pytest.FixtureRequest, tmp_path: Path) -> Node:
     tmp_path = Path(os.path.realpath(tmp_path))
     if request.param == "fake":
-        n = _fake(tmp_path)
+        n = fake_subject(tmp_path / "home" / "runs")
     elif request.param == "local":
-        n = _local(tmp_path)
+        n = local_subject(tmp_path / "home" / "runs", tmp_path)
     else:
         n = _ssh(tmp_path, request.getfixturevalue("conformance_hosts"))
     n.runs.mkdir(parents=True)

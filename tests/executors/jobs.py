@@ -1,17 +1,8 @@
-"""Small job scripts the executor tests run (the containment and the conformance tests share them)."""
+"""Small job scripts the containment tests run (the trainer is the conformance check's)."""
 
-TRAINER = """
-import signal, sys, time
-def save(signum, frame):
-    print("saving", flush=True)
-    time.sleep(0.5)  # the shell in front of us is long dead by now
-    sys.exit(85)
-signal.signal(signal.SIGUSR1, save)
-print("ready", flush=True)
-while True:
-    time.sleep(1)
-"""
-"""A trainer that saves on SIGUSR1 and exits 85, even when the shell in front of it died of the signal."""
+from __future__ import annotations
+
+from hsched.testing.conformance import TRAINER as TRAINER  # the conformance check's own trainer
 
 RECORDER = """
 import os, signal, sys, time

@@ -11,6 +11,9 @@ fake clock, over fake executors, with a real SQLite store.
 
 Nothing here sleeps: `lab.advance(60)` moves the controller's clock and runs a round, so a 60 s grace
 period passes in a millisecond. Stages run exactly as in the daemon (the same functions the loops call).
+
+`hsched.testing.conformance` holds any executor to the executor protocol: `run_check(subject, name, folder)` for
+each of `CHECKS`, or `check_executor` for them all (`fake_subject`, `local_subject` build the subjects of ours).
 """
 
 from __future__ import annotations
@@ -34,8 +37,18 @@ from hsched.executors.fake import FakeExecutor, FakeRun
 from hsched.model import GpuHolder, Job, JobSpec, Resources, Run
 from hsched.paths import Home
 from hsched.store import Store
+from hsched.testing.conformance import (
+    CHECKS,
+    ConformanceError,
+    ExecutorUnderTest,
+    check_executor,
+    fake_subject,
+    local_subject,
+    run_check,
+)
 
-__all__ = ["CANNED_FLEET", "FakeClock", "FakeExecutor", "FakeRun", "Lab", "canned_fleet"]
+__all__ = ["CANNED_FLEET", "CHECKS", "ConformanceError", "ExecutorUnderTest", "FakeClock", "FakeExecutor", "FakeRun",
+           "Lab", "canned_fleet", "check_executor", "fake_subject", "local_subject", "run_check"]
 
 
 class FakeClock:
