@@ -303,6 +303,13 @@ class PriorityTerms:
                 "admin_priority": self.admin, "total": round(self.total, 3)}
 
 
+def priority_line(p: Mapping[str, object]) -> str:
+    """`PriorityTerms.as_dict` as one line (`hsched show`): each factor times its weight, and the total."""
+    parts = [f"{p[k]:.3f}x{p[f'weight_{k}']:g} {k}" for k in ("fairshare", "age", "size")]
+    admin = p.get("admin_priority")
+    return f"{p['total']:g} = " + " + ".join(parts) + (f"; priority {admin} set by an admin (first)" if admin else "")
+
+
 def age_factor(waited_s: float, max_age_s: float) -> float:
     """Time waited over PriorityMaxAge, at most 1 (0 max age: every waiting job has the full factor)."""
     if max_age_s <= 0:
