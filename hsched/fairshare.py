@@ -95,6 +95,17 @@ class Ledger:
     """Runs seen without an end: read again until they end."""
     folded: Mapping[str, Usage] = field(default_factory=dict)
     """Ended runs' usage per user; `decayed_s` as of `as_of`."""
+    runs_n: float = 0.0
+    """Ended runs (with GPUs), each weighed by its end's age as usage is, as of `as_of`."""
+    runs_s: float = 0.0
+    """Their lengths in seconds, weighed alike: `typical_run_s` is the ratio."""
+
+    @property
+    def typical_run_s(self) -> float:
+        """How long the lab's runs hold their GPUs: the mean length of the ended runs, recent ones weighing more (by
+        the same half-life as usage); 0 before any ended. Folded sums, so it does not depend on the order runs were
+        read in (a restarted controller finds the same)."""
+        return self.runs_s / self.runs_n if self.runs_n > 0 else 0.0
 
     def advance(self, rows: Iterable[RunUsage], now: float) -> tuple[Ledger, dict[str, Usage]]:
         now = max(now, self.as_of)  # a clock stepped back does not make old usage grow
@@ -107,6 +118,7 @@ class Ledger:
         live_dec: dict[str, float] = {}
         still: set[int] = set()
         upto = self.upto
+        runs_n, runs_s = self.runs_n * f, self.runs_s * f
         for r in rows:
             upto = max(upto, r.id)
             start = r.start
@@ -118,13 +130,17 @@ class Ledger:
             if start is None:
                 continue
             end = now if r.end is None else min(r.end, now)
+            if r.end is not None and r.gpus > 0:
+                weight = decay_factor(now - end, h)
+                runs_n += weight
+                runs_s += weight * max(0.0, end - start)
             to_raw[r.user] = to_raw.get(r.user, 0.0) + max(0.0, end - start) * r.gpus
             to_dec[r.user] = to_dec.get(r.user, 0.0) + decayed_gpu_seconds(r.gpus, start, end, now, h)
         folded = {u: Usage(raw.get(u, 0.0), dec.get(u, 0.0)) for u in raw.keys() | dec.keys()}
         total = dict(folded)
         for u in live_raw.keys() | live_dec.keys():
             total[u] = total.get(u, Usage()) + Usage(live_raw.get(u, 0.0), live_dec.get(u, 0.0))
-        return Ledger(h, now, upto, frozenset(still), folded), total
+        return Ledger(h, now, upto, frozenset(still), folded, runs_n, runs_s), total
 
 
 # ------------------------------------------------------------------------------------------------ shares
@@ -187,18 +203,19 @@ def share_rows(users: Iterable[str], usage: Mapping[str, Usage], accounts: Mappi
 
 
 def policy_usage(rows: Iterable[ShareRow], weights: PriorityWeights | None = None,
-                 admin_jobs: Mapping[str, frozenset[int]] | None = None) -> dict[str, float]:
+                 admin_jobs: Mapping[str, frozenset[int]] | None = None, hold_s: float = 0.0) -> dict[str, float]:
     """What the scheduling policy compares between users (PolicyInput.user_usage): decayed GPU-seconds per
     equal share (with equal shares the decayed usage itself; a user whose account holds twice the share counts
     half their usage), as `UserShare`s carrying the rest of what the multifactor priority reads: the user's
-    decayed usage and normalised share, the lab's decayed usage, the jobs whose priority an admin set, `weights`."""
+    decayed usage and normalised share, the lab's decayed usage, the jobs whose priority an admin set, `weights`,
+    and how long runs typically hold their GPUs (`hold_s`)."""
     rows = list(rows)
     n = len(rows)
     lab = sum(r.decayed_usage_s for r in rows)
     admin_jobs = admin_jobs or {}
     return {r.user: UserShare(r.decayed_usage_s / (r.norm_shares * n) if r.norm_shares > 0 else r.decayed_usage_s,
                               decayed_s=r.decayed_usage_s, norm_share=r.norm_shares, lab_decayed_s=lab,
-                              admin_jobs=admin_jobs.get(r.user, frozenset()), weights=weights)
+                              admin_jobs=admin_jobs.get(r.user, frozenset()), weights=weights, hold_s=hold_s)
             for r in rows}
 
 
@@ -231,18 +248,22 @@ class UserShare(float):
     are, keyed by user (hsched.sched.live builds no fair share of its own): one value per user is the whole
     channel. Read-only once made."""
 
-    __slots__ = ("admin_jobs", "decayed_s", "lab_decayed_s", "norm_share", "weights")
+    __slots__ = ("admin_jobs", "decayed_s", "hold_s", "lab_decayed_s", "norm_share", "weights")
     decayed_s: float
     norm_share: float
     lab_decayed_s: float
     admin_jobs: frozenset[int]
     weights: PriorityWeights
+    hold_s: float
+    """How long the lab's runs typically hold their GPUs (`Ledger.typical_run_s`; 0: unknown): what fair share
+    counts a GPU handed out in a selection as."""
 
     def __new__(cls, per_share: float, *, decayed_s: float, norm_share: float, lab_decayed_s: float,
-                admin_jobs: frozenset[int] = frozenset(), weights: PriorityWeights | None = None) -> UserShare:
+                admin_jobs: frozenset[int] = frozenset(), weights: PriorityWeights | None = None,
+                hold_s: float = 0.0) -> UserShare:
         self = super().__new__(cls, per_share)
         for k, v in (("decayed_s", decayed_s), ("norm_share", norm_share), ("lab_decayed_s", lab_decayed_s),
-                     ("admin_jobs", admin_jobs), ("weights", weights or PriorityWeights())):
+                     ("admin_jobs", admin_jobs), ("weights", weights or PriorityWeights()), ("hold_s", hold_s)):
             object.__setattr__(self, k, v)
         return self
 
@@ -251,15 +272,16 @@ class UserShare(float):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (_user_share, (float(self), self.decayed_s, self.norm_share, self.lab_decayed_s, self.admin_jobs,
-                              self.weights))
+                              self.weights, self.hold_s))
 
     def __repr__(self) -> str:
         return (f"UserShare({float(self)!r}, decayed_s={self.decayed_s!r}, norm_share={self.norm_share!r}, "
                 f"lab_decayed_s={self.lab_decayed_s!r})")
 
 
-def _user_share(v: float, d: float, n: float, t: float, a: frozenset[int], w: PriorityWeights) -> UserShare:
-    return UserShare(v, decayed_s=d, norm_share=n, lab_decayed_s=t, admin_jobs=a, weights=w)
+def _user_share(v: float, d: float, n: float, t: float, a: frozenset[int], w: PriorityWeights, hold: float
+                ) -> UserShare:
+    return UserShare(v, decayed_s=d, norm_share=n, lab_decayed_s=t, admin_jobs=a, weights=w, hold_s=hold)
 
 
 def charged_factor(decayed_s: float, charged_s: float, norm_share: float, lab_decayed_s: float,
@@ -323,7 +345,8 @@ def size_factor(gpus: int, fleet_gpus: int) -> float:
 
 
 def shared_usage(usage: Mapping[str, float], shares: Mapping[str, float], users: Iterable[str],
-                 running: Iterable[tuple[str, float]] = (), weights: PriorityWeights | None = None) -> dict[str, float]:
+                 running: Iterable[tuple[str, float]] = (), weights: PriorityWeights | None = None,
+                 hold_s: float = 0.0) -> dict[str, float]:
     """The simulator's `PolicyInput.user_usage`: GPU-seconds used so far per user (`usage`: ended runs; `running`:
     (user, GPU-seconds so far) of each running one, as the live controller's ledger counts them; no decay: a replay
     is days, not the weeks a half-life is set for) against `shares` (a user not named holds 1), as `policy_usage`
@@ -340,5 +363,5 @@ def shared_usage(usage: Mapping[str, float], shares: Mapping[str, float], users:
         norm = shares.get(u, 1.0) / total_shares
         used = usage.get(u, 0.0)
         out[u] = UserShare(used / (norm * n) if norm > 0 else used, decayed_s=used, norm_share=norm,
-                           lab_decayed_s=lab, weights=weights)
+                           lab_decayed_s=lab, weights=weights, hold_s=hold_s)
     return out

@@ -37,7 +37,9 @@ async def round_usage(ctl: Controller, now: float, users: Iterable[str], jobs: I
                       ) -> dict[str, float]:
     """What fair share compares in a round (FleetView.user_usage): decayed GPU-seconds per equal share, as
     `UserShare`s (`jobs`: the round's, for the priorities admins set)."""
-    return policy_usage(await lab_shares(ctl, now, users), ctl.settings.priority, admin_jobs(jobs))
+    rows = await lab_shares(ctl, now, users)
+    # (lab_shares advanced the store's ledger to now: its typical run length is this round's)
+    return policy_usage(rows, ctl.settings.priority, admin_jobs(jobs), await ctl.db(ctl.store.typical_run_s))
 
 
 def fleet_gpus(ctl: Controller) -> int:

@@ -17,19 +17,6 @@ _Key = tuple[int, int, int, bool, float, float, int, JobView]
 from a (re)start, GPU-seconds attained, arrival, id; then the view itself."""
 _VIEW = operator.itemgetter(7)
 _MEMO = "hsched.order"
-_RUNS = "hsched.runs"
-_RUNS_WEIGHT = 0.25
-"""How much the latest ended run moves the typical run length (an exponentially weighted mean)."""
-
-
-class _Runs(NamedTuple):
-    """What the last round saw running (job id -> when its run started) and the typical length of the runs that
-    ended since the first round (0: none yet): how long a GPU handed out now is likely held. Kept in the caller's
-    `PolicyInput.cache`."""
-
-    now: float
-    running: dict[int, float]
-    mean_s: float
 
 
 class _Memo(NamedTuple):
@@ -83,32 +70,17 @@ class Hsched(Policy):
         quantum = self.quantum_s if inp.quantum_s is None else inp.quantum_s
         return max(quantum, inp.round_s, self.quantum_per_checkpoint_s * inp.checkpoint_cost_s)
 
-    def hold_s(self, inp: PolicyInput, *, learn: bool = False) -> float:
+    def hold_s(self, inp: PolicyInput) -> float:
         """How long a GPU handed out in this selection is likely held (what fair share counts it as, `order`): the
-        typical length of the runs that ended so far (an exponentially weighted mean, learnt from round to round
-        where `learn`), at least one round (`round_s`); one round before any ended.
+        lab's typical run length (`UserShare.hold_s`: the controller's ledger of ended runs, the simulator's
+        replay so far), at least one round (`round_s`; one round before any run ended).
 
-        Why learnt and not a constant: the count must be near what a start really adds. One round (6 min) against
-        1000-s jobs let the user ahead by a hair take both GPUs of a round and the other user both of the next
-        (shares 2:1 split 1.7:1 over a flood); the quantum (1.5 h) let the selection outweigh the history (1.5:1).
-        At the runs' own length the split is 2:1 within a job (tests/sched/test_fair_share_decides.py)."""
-        got = inp.cache.get(_RUNS)
-        last = got if isinstance(got, _Runs) else None
-        if learn and not inp.starts_only:  # (a start-only round sees the newcomers alone, not who still runs)
-            now = inp.now
-            running = {j.id: j.run_start_s for j in inp.jobs
-                       if j.phase is JobPhase.RUNNING and j.run_start_s is not None}
-            mean = 0.0
-            if last is not None and last.now <= now:  # (a clock that went back: another fleet's cache, start over)
-                mean = last.mean_s
-                for jid, start in last.running.items():
-                    if running.get(jid) != start:  # ended, or stopped and started again, since the last round
-                        length = now - start
-                        mean = length if mean <= 0 else mean + _RUNS_WEIGHT * (length - mean)
-            last = _Runs(now, running, mean)
-            inp.cache[_RUNS] = last
-        mean = last.mean_s if last is not None else 0.0
-        return max(inp.round_s, mean)
+        Why the runs' own length and not a constant: the count must be near what a start really adds. One round
+        (6 min) against 1000-s jobs let the user ahead by a hair take both GPUs of a round and the other user both
+        of the next (shares 2:1 split 1.7:1 over a flood); the quantum (1.5 h) let the selection outweigh the
+        history (1.5:1). At the runs' own length the split is 2:1 within a job (tests/fairshare)."""
+        typical = max((v.hold_s for v in inp.user_usage.values() if isinstance(v, UserShare)), default=0.0)
+        return max(inp.round_s, typical)
 
     @staticmethod
     def shares(inp: PolicyInput) -> _Users | None:
@@ -216,7 +188,6 @@ class Hsched(Policy):
         keyed.sort()
         if users is None:
             return list(map(_VIEW, keyed))
-        self.hold_s(inp, learn=True)
         return self._between_users(inp, users, keyed)
 
     def _between_users(self, inp: PolicyInput, users: _Users, keyed: list[_Key]) -> list[JobView]:

@@ -258,6 +258,7 @@ class Simulator:
         busy: list[tuple[float, int]] = [(0.0, 0)]  # (time, GPUs held from then on), at each change
         active_integral = 0.0
         usage: dict[str, float] = {}
+        ended_runs = [0.0, 0]  # seconds and count of the runs that ended (fair share: `fair`)
         users = {j.tj.user for j in jobs}
         oracle = self.policy.clairvoyant
         time_sharing = self.policy.time_sharing
@@ -450,6 +451,8 @@ class Simulator:
                     data.release(ds, [p.node for p in j.placement], t)
             if len(users) > 1:
                 usage[j.tj.user] = usage.get(j.tj.user, 0.0) + run * j.tj.gpus
+                ended_runs[0] += run  # (their typical length: what fair share counts a start as)
+                ended_runs[1] += 1
             for p in j.placement:
                 free_on[p.node] = sorted((*free_on[p.node], *p.devices), key=position.__getitem__)
                 changed.add(p.node)
@@ -531,8 +534,11 @@ class Simulator:
 
         def fair(t: float) -> Mapping[str, float] | None:
             """Fair share's usage now: ended runs', and the running jobs' so far (as the live ledger counts)."""
+            if len(users) < 2:
+                return None
             return shared_usage(usage, cfg.shares, users, ((r.tj.user, r.tj.gpus * (t - r.run_start))
-                                                          for r in running.values())) if len(users) > 1 else None
+                                                          for r in running.values()),
+                                hold_s=ended_runs[0] / ended_runs[1] if ended_runs[1] else 0.0)
 
         def pending_view(j: _Job) -> JobView:
             """Built once per wait: a pending job's view does not change while it waits."""
