@@ -136,6 +136,12 @@ class Hsched(Policy):
         best = max(fs.values())
         return frozenset(u for u, f in fs.items() if f < best)
 
+    def waiting_order(self, inp: PolicyInput) -> list[int] | None:
+        """`order`'s waiting jobs: between users by the multifactor priority, interleaved job by job, so no single key
+        (QoS, priority, a flag per user, submit time) can stand for it. The live round's reservation must take its
+        head from here (issue 28's round; today's still reads `over_share`)."""
+        return [j.id for j in self.order(inp) if j.phase is not JobPhase.RUNNING]
+
     def order(self, inp: PolicyInput) -> list[JobView]:
         users = self.shares(inp)
         admin = users.admin_jobs if users is not None else frozenset[int]()

@@ -183,23 +183,19 @@ async def live_starts(tmp_path: Path, shares: dict[str, int]) -> list[tuple[floa
         return [(s, e, u) for s, e, u, _i in sorted(out, key=lambda r: (r[0], r[3]))]
 
 
-LIVE_HEAD = ("the live round (hsched.sched.live, being rewritten by issue 28) reserves GPUs for the head of its own "
-             "key (QoS, priority, over-share flag, submit time), not the policy's order: bob's first job, behind "
-             "alice's second in submit order, is skipped as backfill on the GPU reserved for it (AABB...). The "
-             "round must take the head, and what is behind it, from the policy's order")
-
-
-@pytest.mark.xfail(strict=True, reason=LIVE_HEAD)
-async def test_live_equal_shares_alternate_from_the_first_start(tmp_path: Path) -> None:
-    users = [u for _s, _e, u in await live_starts(tmp_path, {})]
+async def test_live_equal_shares_alternate_from_the_first_start(tmp_path: Path, head_from_policy: bool) -> None:
+    runs = await live_starts(tmp_path, {})
+    users = [u for _s, _e, u in runs]
+    assert "".join(u[0].upper() for u in users) == "AB" * PER_USER  # measured with the policy's head; AABB... without
     assert most_apart(users) == 1
+    assert [s for s, _e, _u in runs[:2]] == [0.0, 0.0]
 
 
 async def test_live_shares_two_to_one_split_the_gpu_seconds_two_to_one(tmp_path: Path) -> None:
     until, used = split_while_both_wait(await live_starts(tmp_path, {"alice": 2, "bob": 1}))
     # measured: alice 18,000 GPU-s, bob 10,000 GPU-s until alice's queue ran dry at 14,000 s (1.8:1, one job short
-    # of 2:1; the simulator's 2.11:1 is one job over: a 2-GPU node hands out 1000-s slices). (Rounds 1 and 2 go
-    # AB AA in the simulator and AB AB here: at 1000 s the two users tie exactly on paper, and the live ledger's
-    # decay breaks the tie the other way.)
+    # of 2:1; the simulator's 2.11:1 is one job over: a 2-GPU node hands out 1000-s slices), with the round's own
+    # reservation head and with the policy's alike. (Rounds 1 and 2 go AB AA in the simulator and AB AB here: at
+    # 1000 s the two users tie exactly on paper, and the live ledger's decay breaks the tie the other way.)
     assert used["alice"] / used["bob"] == pytest.approx(2.0, rel=0.10), (until, used)
     assert until == 14 * JOB_S
