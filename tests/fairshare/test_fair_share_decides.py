@@ -199,3 +199,34 @@ async def test_live_shares_two_to_one_split_the_gpu_seconds_two_to_one(tmp_path:
     # 1000 s the two users tie exactly on paper, and the live ledger's decay breaks the tie the other way.)
     assert used["alice"] / used["bob"] == pytest.approx(2.0, rel=0.10), (until, used)
     assert until == 14 * JOB_S
+
+
+def test_hsched_sim_shares_option_reads_the_traces_user_column(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from hsched.cli import main
+
+    trace = tmp_path / "flood.csv"
+    trace.write_text("id,submit,duration,gpus,user\n" + "".join(f"a{i},0,1000,1,alice\n" for i in range(20))
+                     + "".join(f"b{i},0,1000,1,bob\n" for i in range(20)))
+    out = tmp_path / "jobs.csv"
+    cols = "id=id,submit=submit,duration=duration,gpus=gpus,user=user"
+
+    def run(*argv: str) -> int:
+        monkeypatch.setattr("sys.argv", ["hsched", "sim", "--trace", str(trace), "--columns", cols,
+                                         "--cluster", "a100:2", "--gpus-per-node", "2", *argv])
+        with pytest.raises(SystemExit) as ex:
+            main()
+        return int(ex.value.code or 0)
+
+    assert run("--shares", "alice=2,bob=1", "--json", "--jobs-csv", str(out)) == 0
+    import csv
+
+    rows = list(csv.DictReader(out.open()))
+    runs = sorted(((float(r["start_s"]), float(r["end_s"]), "alice" if r["name"].startswith("a") else "bob")
+                   for r in rows), key=lambda r: r[0])
+    _until, used = split_while_both_wait(runs)
+    assert used["alice"] / used["bob"] == pytest.approx(2.0, rel=0.10)
+    capsys.readouterr()
+    assert run("--shares", "alice=two") == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "hsched: error: --shares 'alice=two': expected USER=N pairs with N > 0, such as alice=2,bob=1"]
