@@ -97,5 +97,6 @@ async def share_report(ctl: Controller) -> dict[str, Any]:
             "decayed_usage_gpu_hours": round(r.decayed_usage_s / 3600, 4),
             "effective_usage": round(r.effective_usage, 6), "fairshare": round(r.fairshare, 6),
         } for r in rows],
-        "jobs": sorted(jobs, key=lambda d: (-d["total"], d["job_id"])),
+        # (an admin's priority first, as the policy orders them between users; then the sum)
+        "jobs": sorted(jobs, key=lambda d: (-(d["admin_priority"] or 0), -d["total"], d["job_id"])),
     }

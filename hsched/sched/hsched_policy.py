@@ -7,7 +7,7 @@ import math
 import operator
 from typing import NamedTuple
 
-from hsched.fairshare import PriorityTerms, PriorityWeights, UserShare, age_factor, charged_factor, size_factor
+from hsched.fairshare import PriorityWeights, UserShare, charged_factor
 from hsched.model import DEFAULT_QOS
 from hsched.sched.policy import Policy, hetero_assign, select_by_capacity, wants_from_assignment
 from hsched.sched.view import QOS_RANK, JobPhase, JobView, Plan, PolicyInput, qos_rank
@@ -88,7 +88,8 @@ class Hsched(Policy):
         `UserShare`s; plain floats, a view built by hand: decayed GPU-seconds with equal shares); None with fewer
         than two users (nobody to share with: the order is the user's own)."""
         usage = inp.user_usage
-        users = set(usage).union(j.user for j in inp.jobs)
+        # (sorted: sums in one order, so equal usage ties the same way whatever the hash seed)
+        users = sorted(set(usage).union(j.user for j in inp.jobs))
         if len(usage) < 2 or len(users) < 2:
             return None
         decayed: dict[str, float] = {}
@@ -110,18 +111,6 @@ class Hsched(Policy):
             if j.phase is JobPhase.RUNNING:
                 held[j.user] += j.gpus
         return _Users(decayed, norm, held, lab, frozenset(admin), weights or PriorityWeights())
-
-    def terms(self, inp: PolicyInput, users: _Users, j: JobView, charged_gpus: int | None = None) -> PriorityTerms:
-        """Job `j`'s multifactor priority (sprio's breakdown) at the start of a selection, or with the user's
-        `charged_gpus` (held and started so far) where given."""
-        period = self.hold_s(inp)
-        fleet = sum(inp.capacity.values())
-        g = users.held.get(j.user, 0) if charged_gpus is None else charged_gpus
-        fs = charged_factor(users.decayed.get(j.user, 0.0), period * g, users.norm.get(j.user, 0.0),
-                            users.lab_decayed_s, period * fleet)
-        w = users.weights
-        return PriorityTerms(fs, age_factor(inp.now - j.arrival_s - j.run_s, w.max_age_s), size_factor(j.gpus, fleet),
-                             w, j.priority if j.id in users.admin_jobs else None)
 
     def over_share(self, inp: PolicyInput) -> frozenset[str]:
         """The users fair share serves after the others, as a flag the live round's reservation key can hold: those
