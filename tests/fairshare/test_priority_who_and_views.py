@@ -76,7 +76,25 @@ async def test_who_set_the_priority_is_recorded_and_only_an_admins_crosses_users
         assert (lowered["priority_by"], lowered["priority_admin"]) == ("lab1", False)
 
 
-async def test_share_and_show_give_each_factor_its_weight_and_the_total(tmp_path: Path) -> None:
+class Shown:
+    """`hsched show`'s controller: the reply the API gave."""
+
+    reply: dict[str, Any] = {}
+
+    def __enter__(self) -> Shown:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+    def call(self, op: str, **args: Any) -> dict[str, Any]:
+        assert op == "show"
+        return json.loads(json.dumps(Shown.reply))
+
+
+async def test_share_and_show_give_each_factor_its_weight_and_the_total(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     weights = PriorityWeights(fairshare=10000.0, age=1000.0, size=1000.0, max_age_s=86400.0)
     async with Lab.open(tmp_path, nodes=ONE_GPU, lab_mode=True, settings=Settings(priority=weights)) as lab:
         api = api_for(lab)
@@ -97,6 +115,14 @@ async def test_share_and_show_give_each_factor_its_weight_and_the_total(tmp_path
         shown = await api.handle("show", {"id": waiting["id"]}, LAB2)
         assert shown["priority_factors"]["total"] == row["total"]
         assert shown["priority_factors"]["weight_fairshare"] == 10000.0
+        # and as `hsched show` prints it: the sum, factor by factor
+        Shown.reply = shown
+        monkeypatch.setattr("hsched.cli.jobs._client", Shown)
+        monkeypatch.setenv("COLUMNS", "200")
+        assert run(monkeypatch, "show", str(waiting["id"])) == 0
+        line = next(x for x in capsys.readouterr().out.splitlines() if "multifactor:" in x)
+        assert line.split("multifactor: ")[1] == (f"{row['total']:g} = {row['fairshare']:.3f}x10000 fairshare + "
+                                                  "0.100x1000 age + 1.000x1000 size")
         running = (await api.handle("show", {"id": first["id"]}, LAB1))["priority_factors"]
         assert running["fairshare"] == pytest.approx(fs["lab1"]) and running["fairshare"] < 1.0
         await lab.finish(first["id"])
