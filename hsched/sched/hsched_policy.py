@@ -5,9 +5,10 @@ from __future__ import annotations
 import heapq
 import math
 import operator
+from collections.abc import Mapping
 from typing import NamedTuple
 
-from hsched.fairshare import PriorityWeights, UserShare, charged_factor
+from hsched.fairshare import PriorityWeights, UserShare, age_factor, charged_factor, size_factor
 from hsched.model import DEFAULT_QOS
 from hsched.sched.policy import Policy, hetero_assign, select_by_capacity, wants_from_assignment
 from hsched.sched.view import QOS_RANK, JobPhase, JobView, Plan, PolicyInput, qos_rank
@@ -201,52 +202,70 @@ class Hsched(Policy):
         decayed, norm = users.decayed, users.norm
         total = users.lab_decayed_s + period * fleet
         charged = dict.fromkeys(users.decayed, 0.0)
+        pow2 = math.pow
         out: list[JobView] = []
         i, n = 0, len(keyed)
         while i < n:
-            # one QoS class, in two parts (running within their quantum, the rest): each user's jobs in their order
+            # one QoS class, in two parts (running within their quantum, the rest): each user's jobs in their order,
+            # as positions in `keyed` (a position is the job's own key, ties between users broken by it)
             rank = keyed[i][0]
-            fresh: dict[str, list[_Key]] = {}
-            rest: dict[str, list[_Key]] = {}
+            fresh: dict[str, list[int]] = {}
+            rest: dict[str, list[int]] = {}
             while i < n and keyed[i][0] == rank:
                 k = keyed[i]
-                (rest if k[3] else fresh).setdefault(k[7].user, []).append(k)
+                (rest if k[3] else fresh).setdefault(k[7].user, []).append(i)
                 i += 1
             for queues in (fresh, rest):
                 if len(queues) <= 1:
                     for q in queues.values():
-                        out.extend(map(_VIEW, q))
-                        for k in q:
-                            charged[k[7].user] = charged.get(k[7].user, 0.0) + period * k[7].gpus
+                        for at in q:
+                            j = keyed[at][7]
+                            out.append(j)
+                            charged[j.user] = charged.get(j.user, 0.0) + period * j.gpus
                     continue
                 pos = dict.fromkeys(queues, 0)
-
-                def entry(u: str, queues: dict[str, list[_Key]] = queues, pos: dict[str, int] = pos,
-                          ) -> tuple[int, float, float, tuple[object, ...], str]:
-                    k = queues[u][pos[u]]
+                heap = [self._entry(keyed, q[0], u, decayed, norm, charged, total, now, fleet, w)
+                        for u, q in queues.items()]
+                heapq.heapify(heap)
+                replace, pop = heapq.heapreplace, heapq.heappop
+                while heap:
+                    at, u = heap[0][3], heap[0][4]
+                    j = keyed[at][7]
+                    out.append(j)
+                    c = charged[u] = charged.get(u, 0.0) + period * j.gpus
+                    q = queues[u]
+                    nxt = pos[u] = pos[u] + 1
+                    if nxt >= len(q):
+                        pop(heap)
+                        continue
+                    # the user's next head (`_entry`, inline: this is the loop over the whole queue)
+                    at = q[nxt]
+                    k = keyed[at]
                     j = k[7]
-                    s = norm.get(u, 0.0)
-                    use = (decayed.get(u, 0.0) + charged.get(u, 0.0)) / total if total > 0 else 0.0
-                    fs = 2.0 ** (-use / s) if s > 0 else 0.0
+                    share = norm.get(u, 0.0)
+                    use = (decayed.get(u, 0.0) + c) / total if total > 0 else 0.0
                     waited = now - j.arrival_s - j.run_s
                     age = 1.0 if max_age <= 0 else min(1.0, waited / max_age) if waited > 0 else 0.0
-                    size = min(1.0, j.gpus / fleet) if fleet > 0 else 0.0
-                    # (use / share breaks ties where factors underflow to 0 deep in a long queue)
-                    return (k[1], -(wfs * fs + wage * age + wsize * size), use / s if s > 0 else math.inf, k[2:7], u)
-
-                heap = [entry(u) for u in queues]
-                heapq.heapify(heap)
-                while heap:
-                    u = heap[0][-1]
-                    j = queues[u][pos[u]][7]
-                    out.append(j)
-                    charged[u] = charged.get(u, 0.0) + period * j.gpus
-                    pos[u] += 1
-                    if pos[u] < len(queues[u]):
-                        heapq.heapreplace(heap, entry(u))
-                    else:
-                        heapq.heappop(heap)
+                    prio = (wfs * pow2(2.0, -use / share) if share > 0 else 0.0) + wage * age + (
+                        wsize * min(1.0, j.gpus / fleet) if fleet > 0 else 0.0)
+                    replace(heap, (k[1], -prio, use / share if share > 0 else math.inf, at, u))
         return out
+
+    @staticmethod
+    def _entry(keyed: list[_Key], at: int, u: str, decayed: Mapping[str, float], norm: Mapping[str, float],
+               charged: Mapping[str, float], total: float, now: float, fleet: int, w: PriorityWeights,
+               ) -> tuple[int, float, float, int, str]:
+        """User `u`'s head (`keyed[at]`) as the merge compares heads: an admin's priority first, then the
+        multifactor priority (highest first), then usage per share (where factors underflow to 0 deep in a long
+        queue), then the job's own key (its position in `keyed`)."""
+        k = keyed[at]
+        j = k[7]
+        share = norm.get(u, 0.0)
+        use = (decayed.get(u, 0.0) + charged.get(u, 0.0)) / total if total > 0 else 0.0
+        fs = charged_factor(decayed.get(u, 0.0), charged.get(u, 0.0), share, total, 0.0)
+        prio = w.fairshare * fs + w.age * age_factor(now - j.arrival_s - j.run_s, w.max_age_s) + w.size * size_factor(
+            j.gpus, fleet)
+        return (k[1], -prio, use / share if share > 0 else math.inf, at, u)
 
     def move_gain(self, j: JobView, new_type: str, inp: PolicyInput) -> tuple[float, float]:
         """(seconds a move of running job `j` to `new_type` is expected to save, what its checkpoint and restore
