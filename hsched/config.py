@@ -20,7 +20,7 @@ from hsched.constraints import label_problem, parse_constraint
 from hsched.datasets import Dataset, datasets_from_table, parse_bytes
 from hsched.errors import ConfigError as ConfigError  # what the readers here raise (hsched.problems)
 from hsched.errors import UserError
-from hsched.fairshare import DEFAULT_HALF_LIFE_S, Account
+from hsched.fairshare import DEFAULT_HALF_LIFE_S, Account, PriorityWeights
 from hsched.model import (
     DEFAULT_QOS,
     QOS_CLASSES,
@@ -854,6 +854,9 @@ class Settings:
     """Fair share's usage decay (Slurm's PriorityDecayHalfLife): usage this old counts half; 0: no decay."""
     accounts: dict[str, Account] = field(default_factory=dict)
     """`[accounts]`: groups of users sharing a part of the lab (fair share); a user in none is their own."""
+    priority: PriorityWeights = field(default_factory=PriorityWeights)
+    """`[priority]`: the multifactor priority's weights (Slurm's PriorityWeight*: fair share, age, job size) and
+    `max_age_s` (PriorityMaxAge), which order jobs between users inside a QoS class (hsched.sched.hsched_policy)."""
     qos: dict[str, QosClass] = field(default_factory=lambda: dict(DEFAULT_QOS_TABLE))
     default_qos: str = DEFAULT_QOS
     metrics: str | None = None
@@ -956,7 +959,7 @@ def load_settings(path: Path) -> Settings:
     p = Problems(str(path))
     allowed = frozenset({*_SETTINGS_FLOATS, "checkpoint_exit_code", "max_restarts", "gpu_models", "qos",
                          "default_qos", "policy", "retries", "fatal_exit_codes", "metrics", "admins", "lab_group",
-                         "fairshare_half_life_s", "accounts", "moves", "history_days", "prefetch",
+                         "fairshare_half_life_s", "accounts", "priority", "moves", "history_days", "prefetch",
                          "data_limit_mbps", *_SETTINGS_BOUNDS})
     check_keys(p, data, allowed, "")
     kwargs: dict[str, Any] = {}
@@ -1042,6 +1045,8 @@ def load_settings(path: Path) -> Settings:
             kwargs["data_limit_mbps"] = float(v)
     if "accounts" in data:
         kwargs["accounts"] = _accounts(p, data["accounts"])
+    if "priority" in data:
+        kwargs["priority"] = _priority_weights(p, data["priority"])
     if "qos" in data:
         kwargs["qos"] = _qos_table(p, data["qos"])
     if "default_qos" in data:
@@ -1093,6 +1098,29 @@ def _gpu_aliases(p: Problems, table: Mapping[str, Any]) -> dict[str, tuple[str, 
         seen[name.lower()] = name
         out[name] = tuple(m.strip() for m in models)
     return out
+
+
+_PRIORITY_KEYS = {"weight_fairshare": "fairshare", "weight_age": "age", "weight_size": "size",
+                  "max_age_s": "max_age_s"}
+
+
+def _priority_weights(p: Problems, raw: Any) -> PriorityWeights:
+    """[priority]: weight_fairshare, weight_age, weight_size (numbers >= 0, Slurm's PriorityWeight*) and max_age_s
+    (seconds >= 0 of waiting for the full age factor, Slurm's PriorityMaxAge; 0: every waiting job has it)."""
+    if not isinstance(raw, dict):
+        p.expected("priority", "a table such as [priority] with weight_fairshare = 10000", raw)
+        return PriorityWeights()
+    check_keys(p, raw, frozenset(_PRIORITY_KEYS), "priority.")
+    kw: dict[str, float] = {}
+    for key, name in _PRIORITY_KEYS.items():
+        if key in raw:
+            v = raw[key]
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < float("inf"):
+                p.expected(f"priority.{key}", "a number of seconds >= 0 (604800 = 7 days)" if key == "max_age_s"
+                           else "a weight >= 0 such as 10000 (0 leaves the factor out)", v)
+            else:
+                kw[name] = float(v)
+    return PriorityWeights(**kw)
 
 
 def _accounts(p: Problems, raw: Any) -> dict[str, Account]:

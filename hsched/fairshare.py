@@ -95,6 +95,17 @@ class Ledger:
     """Runs seen without an end: read again until they end."""
     folded: Mapping[str, Usage] = field(default_factory=dict)
     """Ended runs' usage per user; `decayed_s` as of `as_of`."""
+    runs_n: float = 0.0
+    """Ended runs (with GPUs), each weighed by its end's age as usage is, as of `as_of`."""
+    runs_s: float = 0.0
+    """Their lengths in seconds, weighed alike: `typical_run_s` is the ratio."""
+
+    @property
+    def typical_run_s(self) -> float:
+        """How long the lab's runs hold their GPUs: the mean length of the ended runs, recent ones weighing more (by
+        the same half-life as usage); 0 before any ended. Folded sums, so it does not depend on the order runs were
+        read in (a restarted controller finds the same)."""
+        return self.runs_s / self.runs_n if self.runs_n > 0 else 0.0
 
     def advance(self, rows: Iterable[RunUsage], now: float) -> tuple[Ledger, dict[str, Usage]]:
         now = max(now, self.as_of)  # a clock stepped back does not make old usage grow
@@ -107,6 +118,7 @@ class Ledger:
         live_dec: dict[str, float] = {}
         still: set[int] = set()
         upto = self.upto
+        runs_n, runs_s = self.runs_n * f, self.runs_s * f
         for r in rows:
             upto = max(upto, r.id)
             start = r.start
@@ -118,13 +130,17 @@ class Ledger:
             if start is None:
                 continue
             end = now if r.end is None else min(r.end, now)
+            if r.end is not None and r.gpus > 0:
+                weight = decay_factor(now - end, h)
+                runs_n += weight
+                runs_s += weight * max(0.0, end - start)
             to_raw[r.user] = to_raw.get(r.user, 0.0) + max(0.0, end - start) * r.gpus
             to_dec[r.user] = to_dec.get(r.user, 0.0) + decayed_gpu_seconds(r.gpus, start, end, now, h)
         folded = {u: Usage(raw.get(u, 0.0), dec.get(u, 0.0)) for u in raw.keys() | dec.keys()}
         total = dict(folded)
         for u in live_raw.keys() | live_dec.keys():
             total[u] = total.get(u, Usage()) + Usage(live_raw.get(u, 0.0), live_dec.get(u, 0.0))
-        return Ledger(h, now, upto, frozenset(still), folded), total
+        return Ledger(h, now, upto, frozenset(still), folded, runs_n, runs_s), total
 
 
 # ------------------------------------------------------------------------------------------------ shares
@@ -186,11 +202,166 @@ def share_rows(users: Iterable[str], usage: Mapping[str, Usage], accounts: Mappi
     return sorted(rows, key=lambda r: (r.account, r.user))
 
 
-def policy_usage(rows: Iterable[ShareRow]) -> dict[str, float]:
+def policy_usage(rows: Iterable[ShareRow], weights: PriorityWeights | None = None,
+                 admin_jobs: Mapping[str, frozenset[int]] | None = None, hold_s: float = 0.0) -> dict[str, float]:
     """What the scheduling policy compares between users (PolicyInput.user_usage): decayed GPU-seconds per
-    equal share. With equal shares it is the decayed usage itself; a user whose account holds twice the share
-    counts half their usage. The policy serves users far above the mean after the others."""
+    equal share (with equal shares the decayed usage itself; a user whose account holds twice the share counts
+    half their usage), as `UserShare`s carrying the rest of what the multifactor priority reads: the user's
+    decayed usage and normalised share, the lab's decayed usage, the jobs whose priority an admin set, `weights`,
+    and how long runs typically hold their GPUs (`hold_s`)."""
     rows = list(rows)
     n = len(rows)
-    return {r.user: r.decayed_usage_s / (r.norm_shares * n) if r.norm_shares > 0 else r.decayed_usage_s
+    lab = sum(r.decayed_usage_s for r in rows)
+    admin_jobs = admin_jobs or {}
+    return {r.user: UserShare(r.decayed_usage_s / (r.norm_shares * n) if r.norm_shares > 0 else r.decayed_usage_s,
+                              decayed_s=r.decayed_usage_s, norm_share=r.norm_shares, lab_decayed_s=lab,
+                              admin_jobs=admin_jobs.get(r.user, frozenset()), weights=weights, hold_s=hold_s)
             for r in rows}
+
+
+# ------------------------------------------------------------------------------------ multifactor priority
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityWeights:
+    """Settings' `[priority]`: how the multifactor priority weighs its factors (Slurm's PriorityWeight*), and what
+    normalises age (PriorityMaxAge). Each factor is in [0, 1]; a job's priority is the weighted sum."""
+
+    fairshare: float = 10_000.0
+    """The user's fair-share factor (Slurm classic, with what the selection hands out counted: `charged_factor`)."""
+    age: float = 1_000.0
+    """Time the job has waited (not run), over `max_age_s`, at most 1."""
+    size: float = 1_000.0
+    """GPUs the job asks for, over the fleet's (Slurm's default favours large jobs: they starve otherwise)."""
+    max_age_s: float = 7 * 86400.0
+    """Waiting this long gives the full age factor (Slurm's PriorityMaxAge, 7 days)."""
+
+
+class UserShare(float):
+    """One user's entry of `PolicyInput.user_usage`: the float is what it always was (decayed GPU-seconds per equal
+    share, `policy_usage`), and it carries what the multifactor priority needs besides: the user's decayed
+    GPU-seconds, their normalised share of the lab, the whole lab's decayed GPU-seconds (classic fair share is a
+    fraction of the lab's usage, not of the round's users'), the ids of their jobs whose priority an admin set
+    (those may order across users), and the weights.
+
+    A float, not a record, because the live round hands the controller's values through to the policy as they
+    are, keyed by user (hsched.sched.live builds no fair share of its own): one value per user is the whole
+    channel. Read-only once made."""
+
+    __slots__ = ("admin_jobs", "decayed_s", "hold_s", "lab_decayed_s", "norm_share", "weights")
+    decayed_s: float
+    norm_share: float
+    lab_decayed_s: float
+    admin_jobs: frozenset[int]
+    weights: PriorityWeights
+    hold_s: float
+    """How long the lab's runs typically hold their GPUs (`Ledger.typical_run_s`; 0: unknown): what fair share
+    counts a GPU handed out in a selection as."""
+
+    def __new__(cls, per_share: float, *, decayed_s: float, norm_share: float, lab_decayed_s: float,
+                admin_jobs: frozenset[int] = frozenset(), weights: PriorityWeights | None = None,
+                hold_s: float = 0.0) -> UserShare:
+        self = super().__new__(cls, per_share)
+        for k, v in (("decayed_s", decayed_s), ("norm_share", norm_share), ("lab_decayed_s", lab_decayed_s),
+                     ("admin_jobs", admin_jobs), ("weights", weights or PriorityWeights()), ("hold_s", hold_s)):
+            object.__setattr__(self, k, v)
+        return self
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"UserShare is read-only ({name})")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_user_share, (float(self), self.decayed_s, self.norm_share, self.lab_decayed_s, self.admin_jobs,
+                              self.weights, self.hold_s))
+
+    def __repr__(self) -> str:
+        return (f"UserShare({float(self)!r}, decayed_s={self.decayed_s!r}, norm_share={self.norm_share!r}, "
+                f"lab_decayed_s={self.lab_decayed_s!r})")
+
+
+def _user_share(v: float, d: float, n: float, t: float, a: frozenset[int], w: PriorityWeights, hold: float
+                ) -> UserShare:
+    return UserShare(v, decayed_s=d, norm_share=n, lab_decayed_s=t, admin_jobs=a, weights=w, hold_s=hold)
+
+
+def charged_factor(decayed_s: float, charged_s: float, norm_share: float, lab_decayed_s: float,
+                   lab_charge_s: float) -> float:
+    """The classic fair-share factor 2^(-effective usage / normalised share), with what a selection hands out
+    counted as usage: `charged_s` the user's (their GPUs held now and started so far, times the policy's quantum),
+    `lab_charge_s` the whole selection's (the fleet's GPUs times the quantum). Effective usage is then
+
+        (decayed + charged) / (lab decayed + lab charge)
+
+    a mix of the user's fraction of the lab's past usage and their fraction of the fleet now, the latter weighing
+    as one quantum of the whole fleet. Without a charge it is sshare's factor (`share_rows`)."""
+    total = lab_decayed_s + lab_charge_s
+    if norm_share <= 0:
+        return 0.0
+    if total <= 0:
+        return 1.0
+    return 2.0 ** (-((decayed_s + charged_s) / total) / norm_share)
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityTerms:
+    """A job's multifactor priority, factor by factor (sprio's columns): each factor in [0, 1] and its weight."""
+
+    fairshare: float
+    age: float
+    size: float
+    weights: PriorityWeights
+    admin: int | None = None
+    """The priority an admin set on the job (it orders across users, ahead of the sum); None: none."""
+
+    @property
+    def total(self) -> float:
+        w = self.weights
+        return w.fairshare * self.fairshare + w.age * self.age + w.size * self.size
+
+    def as_dict(self) -> dict[str, object]:
+        w = self.weights
+        return {"fairshare": round(self.fairshare, 6), "age": round(self.age, 6), "size": round(self.size, 6),
+                "weight_fairshare": w.fairshare, "weight_age": w.age, "weight_size": w.size,
+                "admin_priority": self.admin, "total": round(self.total, 3)}
+
+
+def priority_line(p: Mapping[str, object]) -> str:
+    """`PriorityTerms.as_dict` as one line (`hsched show`): each factor times its weight, and the total."""
+    parts = [f"{p[k]:.3f}x{p[f'weight_{k}']:g} {k}" for k in ("fairshare", "age", "size")]
+    admin = p.get("admin_priority")
+    return f"{p['total']:g} = " + " + ".join(parts) + (f"; priority {admin} set by an admin (first)" if admin else "")
+
+
+def age_factor(waited_s: float, max_age_s: float) -> float:
+    """Time waited over PriorityMaxAge, at most 1 (0 max age: every waiting job has the full factor)."""
+    if max_age_s <= 0:
+        return 1.0
+    return min(1.0, max(0.0, waited_s) / max_age_s)
+
+
+def size_factor(gpus: int, fleet_gpus: int) -> float:
+    """GPUs asked for over the fleet's, at most 1."""
+    return min(1.0, gpus / fleet_gpus) if fleet_gpus > 0 else 0.0
+
+
+def shared_usage(usage: Mapping[str, float], shares: Mapping[str, float], users: Iterable[str],
+                 running: Iterable[tuple[str, float]] = (), weights: PriorityWeights | None = None,
+                 hold_s: float = 0.0) -> dict[str, float]:
+    """The simulator's `PolicyInput.user_usage`: GPU-seconds used so far per user (`usage`: ended runs; `running`:
+    (user, GPU-seconds so far) of each running one, as the live controller's ledger counts them; no decay: a replay
+    is days, not the weeks a half-life is set for) against `shares` (a user not named holds 1), as `policy_usage`
+    hands the live round its `UserShare`s."""
+    people = sorted(set(users))
+    total_shares = sum(shares.get(u, 1.0) for u in people) or 1.0
+    usage = dict(usage)
+    for u, used in running:
+        usage[u] = usage.get(u, 0.0) + used
+    lab = sum(usage.get(u, 0.0) for u in people)
+    n = len(people)
+    out: dict[str, float] = {}
+    for u in people:
+        norm = shares.get(u, 1.0) / total_shares
+        used = usage.get(u, 0.0)
+        out[u] = UserShare(used / (norm * n) if norm > 0 else used, decayed_s=used, norm_share=norm,
+                           lab_decayed_s=lab, weights=weights, hold_s=hold_s)
+    return out

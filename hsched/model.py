@@ -306,6 +306,12 @@ class JobSpec:
     resources: Resources = field(default_factory=Resources)
     qos: str = DEFAULT_QOS
     priority: int = 0
+    priority_by: str = ""
+    """Who set `priority` (the submitter or whoever ran `hsched priority`); "": nobody did (0), or a row from before
+    it was recorded."""
+    priority_admin: bool = False
+    """`priority_by` was a lab admin then: the priority orders this job across users (hsched.sched.hsched_policy);
+    a member's orders only their own jobs."""
     checkpoint_signal: CheckpointSignal = field(default_factory=CheckpointSignal)
     time_limit_s: float | None = None
     warn_signal: CheckpointSignal | None = None

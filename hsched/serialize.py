@@ -52,6 +52,8 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         },
         "qos": spec.qos,
         "priority": spec.priority,
+        **({"priority_by": spec.priority_by} if spec.priority_by else {}),
+        **({"priority_admin": True} if spec.priority_admin else {}),
         "checkpoint_signal": str(spec.checkpoint_signal),
         "time_limit_s": spec.time_limit_s,
         "warn_signal": str(spec.warn_signal) if spec.warn_signal else None,
@@ -97,6 +99,8 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
         ),
         qos=d.get("qos", "normal"),
         priority=d.get("priority", 0),
+        priority_by=str(d.get("priority_by") or ""),
+        priority_admin=bool(d.get("priority_admin", False)),
         checkpoint_signal=signal_of(str(d.get("checkpoint_signal", "TERM@30"))),
         time_limit_s=d.get("time_limit_s"),
         warn_signal=signal_of(d["warn_signal"]) if d.get("warn_signal") else None,
@@ -157,6 +161,10 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "reason": job.reason,
         "qos": s.qos,
         "priority": s.priority,
+        # who set the priority, and whether as an admin (then it orders the job across users; a member's orders
+        # only their own jobs)
+        "priority_by": s.priority_by or None,
+        "priority_admin": s.priority_admin,
         "user": job.user,
         "gpus": s.resources.gpus,
         "nodes": s.resources.nodes,

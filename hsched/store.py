@@ -960,6 +960,10 @@ class Store:
         self._ledger, usage = led.advance(self._usage_rows(led.upto, led.open), now)
         return usage
 
+    def typical_run_s(self) -> float:
+        """How long runs typically hold their GPUs, as of the last `user_usage` (`Ledger.typical_run_s`)."""
+        return self._ledger.typical_run_s if self._ledger is not None else 0.0
+
     def _usage_rows(self, after_id: int, also: frozenset[int]) -> list[RunUsage]:
         # a run's GPUs: its devices (a JSON list of UUIDs, which hold no comma: counted in SQL, where a whole
         # history costs a fraction of decoding it); ranks of one attempt on one node (--tasks-per-node) share

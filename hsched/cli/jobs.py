@@ -58,6 +58,15 @@ def _expected_line(job: dict[str, Any]) -> str:
     return "; ".join(parts) or "-"
 
 
+def _multifactor(p: dict[str, Any] | None) -> str:
+    """The job's multifactor priority (hsched.controller.shares.job_priority) as a sum; "-" once it ended."""
+    if not p:
+        return "-"
+    from hsched.fairshare import priority_line
+
+    return priority_line(p)
+
+
 def _progress_line(p: dict[str, Any] | None, ended: bool = False) -> str:
     """`step 1200 of 50000 (2.4%), 3.1 steps/s, about 4h22m left, loss 0.31` from a job's progress; a job not running
     (ended, or waiting to run again) has no time left shown: its last report's estimate is history, not a prediction."""
@@ -277,7 +286,10 @@ def register(app: typer.Typer) -> None:
         con.print(f"[bold]Job {job.get('display_id', job['id'])}[/] {escape(job['name'])}  "
                   f"[{color}]{job['state']}[/]" + (f" ({escape(job['reason'])})" if job["reason"] else ""))
         rows = [
-            ("user", job["user"]), ("qos / priority", f"{job['qos']} / {job['priority']}"),
+            ("user", job["user"]), ("qos / priority", f"{job['qos']} / {job['priority']}"
+                                                      + (f" (set by {job['priority_by']})" if job.get("priority_by")
+                                                         else "")),
+            ("multifactor", _multifactor(job.get("priority_factors"))),
             ("command", " ".join(job["command"])),
             ("kind", job.get("kind") or "-"),
             ("progress", _progress_line(job.get("progress"), ended=job["state"] != "RUNNING")),

@@ -32,6 +32,30 @@ def render_share(reply: dict[str, Any]) -> None:
     half = reply.get("half_life_s") or 0
     con.print(f"usage decays with a half-life of {half / 86400:g} days" if half else "usage does not decay",
               style="dim")
+    jobs = reply.get("jobs")
+    if jobs:
+        con.print()
+        con.print(priority_table(jobs, reply.get("weights") or {}))
+
+
+def priority_table(jobs: list[dict[str, Any]], weights: dict[str, Any]) -> Any:
+    """sprio's table: each waiting job's factors weighted, and the total (the order between users inside a QoS
+    class; a user's own jobs follow their --priority, then least attained service)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold", pad_edge=False,
+                  title=f"waiting jobs' priority (weights: fairshare {weights.get('weight_fairshare', 0):g}, "
+                        f"age {weights.get('weight_age', 0):g}, size {weights.get('weight_size', 0):g})",
+                  title_justify="left", title_style="dim")
+    for col in ("JOBID", "USER", "QOS", "PRIORITY", "FAIRSHARE", "AGE", "JOBSIZE", "ADMIN", "USERPRIO"):
+        table.add_column(col, justify="left" if col in ("USER", "QOS") else "right")
+    for j in jobs:
+        table.add_row(str(j["job_id"]), escape(j["user"]), escape(j["qos"]), f"{j['total']:.0f}",
+                      f"{j['fairshare'] * j['weight_fairshare']:.0f}", f"{j['age'] * j['weight_age']:.0f}",
+                      f"{j['size'] * j['weight_size']:.0f}",
+                      "-" if j.get("admin_priority") is None else str(j["admin_priority"]), str(j["priority"]))
+    return table
 
 
 def register(app: typer.Typer) -> None:
@@ -43,7 +67,8 @@ def register(app: typer.Typer) -> None:
                                             help="Only these accounts (comma-separated)."),
         as_json: bool = typer.Option(False, "--json", help="The half-life and one object per user, as JSON."),
     ) -> None:
-        """Fair share by user (sshare's role): shares, raw and decayed GPU-hours, the fair-share factor."""
+        """Fair share by user (sshare's role): shares, raw and decayed GPU-hours, the fair-share factor; then each
+        waiting job's multifactor priority, factor by factor (sprio's)."""
         from hsched.cli.jobs import _client
 
         with _client() as c:
@@ -51,9 +76,12 @@ def register(app: typer.Typer) -> None:
         if users:
             wanted = {u.strip() for u in users.split(",") if u.strip()}
             reply["users"] = [r for r in reply["users"] if r["user"] in wanted]
+            reply["jobs"] = [j for j in reply.get("jobs", []) if j["user"] in wanted]
         if accounts:
             wanted = {a.strip() for a in accounts.split(",") if a.strip()}
             reply["users"] = [r for r in reply["users"] if r["account"] in wanted]
+            mine = {r["user"] for r in reply["users"]}
+            reply["jobs"] = [j for j in reply.get("jobs", []) if j["user"] in mine]
         if as_json:
             print_json(reply)
         else:

@@ -85,6 +85,8 @@ _PREFETCH_HORIZON = typer.Option(
     900.0, "--prefetch-horizon", metavar="S",
     help="With --prefetch: how far ahead, in seconds, a job must be predicted to start for its data to be copied "
          "ahead (plus the copy's own time); the live setting prefetch_horizon_s, 900 by default.")
+_SHARES = typer.Option(None, "--shares", metavar="USER=N,...",
+                       help="Fair share between the trace's users (its user column): alice=2,bob=1; others hold 1.")
 _SLURM_POOL = typer.Option(
     None, "--slurm-pool", metavar="TYPE:N[:QUEUE_WAIT_S[:GPUS_PER_NODE]]",
     help="Add a Slurm-backed pool of N GPUs that the policy sees as one server: jobs handed over reach Slurm's queue "
@@ -222,10 +224,27 @@ def _check_learned_prior(learned_prior: str) -> str:
     return prior
 
 
+def _shares(text: str | None) -> dict[str, float]:
+    """--shares alice=2,bob=1: each user's shares (a positive number); one line naming the option otherwise."""
+    out: dict[str, float] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        user, sep, n = part.partition("=")
+        try:
+            value = float(n)
+        except ValueError:
+            value = -1.0
+        if not sep or not user.strip() or not 0 < value < float("inf"):
+            raise UserError(f"--shares {text!r}: expected USER=N pairs with N > 0, such as alice=2,bob=1")
+        out[user.strip()] = value
+    return out
+
+
 def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, round_s: float, span: float,
              pcie: float, rule: Any, round_mode: str = "event", seed: int = 0, *, learned: bool = False,
              learned_prior: str = "measured", predict: bool = False, data: Any = None, locality: Any = None,
-             pool: Any = None, prefetch_s: float | None = None) -> Any:
+             pool: Any = None, prefetch_s: float | None = None, shares: dict[str, float] | None = None) -> Any:
     from hsched.sim.bounds import MAX_DURATION_S, MAX_ROUND_S, MIN_ROUND_S, check
     from hsched.sim.engine import SimConfig, SimCosts, Simulator
     from hsched.sim.gavel import GAVEL_POLICIES
@@ -252,7 +271,7 @@ def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, ro
         return result
     cfg = SimConfig(round_s=round_s, costs=SimCosts(checkpoint_cost, span, pcie), preempt=rule,
                     round_mode=round_mode, learned=learned, refine_prior=learned_prior == "measured",
-                    predict=predict, data=data, slurm_pool=pool, prefetch_s=prefetch_s)
+                    predict=predict, data=data, slurm_pool=pool, prefetch_s=prefetch_s, shares=shares or {})
     if locality is not None:
         cfg = replace(cfg, locality=locality)
     sim = Simulator(tr, servers, _policy(name), cfg)
@@ -414,6 +433,7 @@ def sim(
     prefetch: bool = _PREFETCH,
     prefetch_horizon: float = _PREFETCH_HORIZON,
     slurm_pool: str | None = _SLURM_POOL,
+    shares: str | None = _SHARES,
 ) -> None:
     """Replay a trace under one policy (or run `hsched sim compare` for several)."""
     if ctx.invoked_subcommand is not None:
@@ -424,6 +444,7 @@ def sim(
     _check_plot(plot)
     mode = _check_round_mode(round_mode)
     prior = _check_learned_prior(learned_prior)
+    per_user = _shares(shares)
     rule = _rule(settings, time_sharing)
     tr = _load(trace, throughputs, columns, synthetic, seed, jobs_per_hour, max_jobs)
     servers = _servers(fleet, cluster, gpus_per_node, tr.throughput.gpu_types)
@@ -438,7 +459,7 @@ def sim(
         raise UserError("--slurm-pool with --data-model: the pool does not model data yet; give one of them")
     result = _run_one(tr, servers, policy, checkpoint_cost, round_s, span_factor, pcie_factor, rule, mode, seed,
                       learned=learned, learned_prior=prior, predict=predict, data=data, locality=modes[0],
-                      pool=pools[0], prefetch_s=prefetch_s)
+                      pool=pools[0], prefetch_s=prefetch_s, shares=per_user)
     if jobs_csv is not None:
         result.write_jobs_csv(jobs_csv)
     summary = dict(result.summary)

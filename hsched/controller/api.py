@@ -246,7 +246,7 @@ class Api:
         # who asks is who the kernel says connected (SO_PEERCRED); a `user` in the request is ignored
         await self.may_use_qos(uid, spec.qos)
         user = await self.user_name(uid)
-        job = await commands.submit(self.ctl, spec, user, env)
+        job = await commands.submit(self.ctl, await self._priority_by(spec, uid), user, env)
         return job_to_dict(job)
 
     async def op_submit_many(self, args: dict[str, Any], uid: int) -> Any:
@@ -281,8 +281,23 @@ class Api:
         for spec in specs:
             await self._hear_first_probes(spec.resources)
         user = await self.user_name(uid)  # the kernel's word, as for `submit`
+        specs = [await self._priority_by(s, uid) for s in specs]
         jobs = await commands.submit_many(self.ctl, specs, user, env, numbered=True)
         return [job_to_dict(j) for j in jobs]
+
+    async def _priority_by(self, spec: Any, uid: int) -> Any:
+        """A spec whose priority is set records who set it, and whether a lab admin (whose priority orders the job
+        across users; a member's orders only their own jobs). The request cannot say: the spec table has no
+        such keys."""
+        from dataclasses import replace
+
+        if not spec.priority:
+            return spec
+        return replace(spec, priority_by=await self.user_name(uid), priority_admin=await self._lab_admin(uid))
+
+    async def _lab_admin(self, uid: int) -> bool:
+        """An admin of a lab (in personal mode everyone is `is_admin`, but there is nobody else to order across)."""
+        return self.ctl.home.lab and await self.is_admin(uid)
 
     async def _learned_memory(self, spec: Any) -> Any:
         """A GPU job that asks for no GPU memory gets its kind's learned peak plus a margin (issue 15): a GPU too
@@ -430,6 +445,10 @@ class Api:
                           "interconnect": job.spec.resources.interconnect.value,
                           "offload": job.spec.resources.offload, "shared": job.spec.resources.shared}
         d["checkpoint_dir"] = str(self.ctl.checkpoint_dir(job.id))
+        # its multifactor priority, factor by factor (sprio's view; hsched.controller.shares), while not ended
+        from hsched.controller.shares import job_priority
+
+        d["priority_factors"] = await job_priority(self.ctl, job)
         # what its progress reports said: the running attempt's, else the last one kept
         from hsched.controller.learning import progress_of
 
@@ -486,7 +505,8 @@ class Api:
         qos = self.text(args, "qos", None, limit=100)
         if qos:
             await self.may_use_qos(uid, qos)
-        return job_to_dict(await commands.set_priority(self.ctl, job.id, prio, qos or None))
+        return job_to_dict(await commands.set_priority(self.ctl, job.id, prio, qos or None,
+                                                       by=await self.user_name(uid), admin=await self._lab_admin(uid)))
 
     async def op_requeue(self, args: dict[str, Any], uid: int) -> Any:
         job = await self._own_job(args, uid)

@@ -166,7 +166,10 @@ async def _hold_one(ctl: Controller, job_id: int, held: bool) -> Job:
                         event=("held" if held else "released", "held by the user" if held else "released"))
 
 
-async def set_priority(ctl: Controller, job_id: int, priority: int, qos: str | None = None) -> Job:
+async def set_priority(ctl: Controller, job_id: int, priority: int, qos: str | None = None, *, by: str = "",
+                       admin: bool = False) -> Job:
+    """`by`: who sets it (recorded in the spec); `admin`: they are a lab admin, so the priority orders the job
+    across users (a member's orders only their own jobs)."""
     now = ctl.clock.time()
     if qos is not None and qos not in ctl.settings.qos:
         raise UserError(f"--qos: expected one of {', '.join(ctl.settings.qos)}, found {qos!r}")
@@ -174,10 +177,11 @@ async def set_priority(ctl: Controller, job_id: int, priority: int, qos: str | N
         job = await ctl.get(job_id)
         if job.state.is_terminal():
             raise UserError(f"job {job_id} has ended ({job.state.value}); its priority no longer matters")
-        spec = replace(job.spec, priority=priority, qos=qos or job.spec.qos)
+        spec = replace(job.spec, priority=priority, qos=qos or job.spec.qos, priority_by=by, priority_admin=admin)
+        who = f" by {by}" + (" (admin: it orders the job across users)" if admin else "") if by else ""
         job = await ctl.db(ctl.store.set_job, job_id, now, spec=json.dumps(spec_to_dict(spec)),
                            priority=priority, qos=spec.qos,
-                           event=("priority", f"priority set to {priority} in {spec.qos}"))
+                           event=("priority", f"priority set to {priority} in {spec.qos}{who}"))
     await _changed(ctl)
     return job
 

@@ -239,7 +239,7 @@ async def round_input(ctl: Controller, *, always: bool = False) -> RoundInput | 
                        move_min_run_s=ctl.settings.move_min_run_s)
     if ctl.settings.policy:
         # fair share over the store's history (decayed GPU-seconds per share), for this round's users
-        view = replace(view, user_usage=await _usage(ctl, now, users, jobs.changes))
+        view = replace(view, user_usage=await _usage(ctl, now, users, jobs.changes, jobs.all))
     resumed = [j.id for j in pending if j.restarts > 0]
     prefer: dict[int, str] = {}
     if resumed:
@@ -342,12 +342,14 @@ part or the store changed (a run started or ended). Reading it costs ~10 ms with
 is read again, to count it up to now); in between, running jobs' usage grows by at most this many seconds'
 worth, against a half-life of days (Slurm recomputes its fair share every PriorityCalcPeriod, 5 minutes)."""
 
-async def _usage(ctl: Controller, now: float, users: frozenset[str], mark: int) -> dict[str, float]:
-    """`round_usage`, read again only when it may have moved (USAGE_REFRESH_S); `mark`: the store's change count."""
+async def _usage(ctl: Controller, now: float, users: frozenset[str], mark: int, jobs: Sequence[Job] = ()
+                 ) -> dict[str, float]:
+    """`round_usage`, read again only when it may have moved (USAGE_REFRESH_S); `mark`: the store's change count
+    (a priority an admin set, among `jobs`, is a change too)."""
     last = ctl.state.fair_usage
     if last is not None and last[1] == mark and last[2] == users and 0.0 <= now - last[0] < USAGE_REFRESH_S:
         return last[3]
-    usage = await round_usage(ctl, now, users)
+    usage = await round_usage(ctl, now, users, jobs)
     ctl.state.fair_usage = (now, mark, users, usage)
     return usage
 

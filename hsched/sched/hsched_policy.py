@@ -2,40 +2,58 @@
 
 from __future__ import annotations
 
+import heapq
+import math
 import operator
+from collections.abc import Mapping
 from typing import NamedTuple
 
+from hsched.fairshare import PriorityWeights, UserShare, age_factor, charged_factor, size_factor
 from hsched.model import DEFAULT_QOS
 from hsched.sched.policy import Policy, hetero_assign, select_by_capacity, wants_from_assignment
 from hsched.sched.view import QOS_RANK, JobPhase, JobView, Plan, PolicyInput, qos_rank
 
-_Key = tuple[int, int, bool, bool, float, float, int, JobView]
-"""A job's place in `Hsched.order`: QoS rank, -priority, over its fair share, not fresh from a (re)start, GPU-seconds
-attained, arrival, id; then the view itself."""
+_Key = tuple[int, int, int, bool, float, float, int, JobView]
+"""A job's place in its user's own order (`Hsched.order`): QoS rank, -priority an admin set, -priority, not fresh
+from a (re)start, GPU-seconds attained, arrival, id; then the view itself."""
 _VIEW = operator.itemgetter(7)
 _MEMO = "hsched.order"
 
 
 class _Memo(NamedTuple):
-    """The last `Hsched.order`'s waiting jobs: their views, the users over their fair share, their keys by id and their
-    keys sorted. Kept in the caller's `PolicyInput.cache` (a policy object is made afresh each live round), swapped
-    whole: a key holds its view, which tells whether it is still the job's. At 2,000 waiting jobs, keys made afresh
-    and sorted took 4.3 ms of a 21 ms live round (bench_live.py)."""
+    """The last `Hsched.order`'s waiting jobs: their views, the jobs whose priority an admin set, their keys by id
+    and their keys sorted. Kept in the caller's `PolicyInput.cache` (a policy object is made afresh each live round),
+    swapped whole: a key holds its view, which tells whether it is still the job's. At 2,000 waiting jobs, keys
+    made afresh and sorted took 4.3 ms of a 21 ms live round (bench_live.py)."""
 
     waiting: list[JobView]
-    over: frozenset[str]
+    admin: frozenset[int]
     keys: dict[int, _Key]
     ordered: list[_Key]
 
 
+class _Users(NamedTuple):
+    """Fair share's view of the round's users (`Hsched.shares`): each user's decayed GPU-seconds, normalised share
+    and GPUs held now; the lab's decayed GPU-seconds; the jobs whose priority an admin set; the weights."""
+
+    decayed: dict[str, float]
+    norm: dict[str, float]
+    held: dict[str, int]
+    lab_decayed_s: float
+    admin_jobs: frozenset[int]
+    weights: PriorityWeights
+
+
 class Hsched(Policy):
-    """QoS class first (prod, normal, scavenger), then fair share between users, then least attained service
-    counted in GPU-seconds (a gang's GPUs times its normalised seconds, so short and small jobs finish fast
-    without knowing durations); a running job keeps its GPUs for a quantum (1.5 h, longer with a checkpoint
-    cost) before a less-served job may take them. The chosen jobs get GPU types by relative speed (a job goes
-    where its throughput relative to the other types is highest), move to faster GPUs when they free up and
-    the move pays for its checkpoint, and gangs are packed onto one server where possible. Jobs that do not
-    fit are skipped, not waited for (backfill).
+    """QoS class first (prod, normal, scavenger); inside a class, whose job runs next between users by a
+    multifactor priority (Slurm's: the user's fair-share factor, the job's age and size, weighed by the settings'
+    `[priority]`), and which of a user's jobs by their own priority, then least attained service counted in
+    GPU-seconds (a gang's GPUs times its normalised seconds, so short and small jobs finish fast without knowing
+    durations); a running job keeps its GPUs for a quantum (1.5 h, longer with a checkpoint cost) before a
+    less-served job may take them. The chosen jobs get GPU types by relative speed (a job goes where its
+    throughput relative to the other types is highest), move to faster GPUs when they free up and the move pays
+    for its checkpoint, and gangs are packed onto one server where possible. Jobs that do not fit are skipped, not
+    waited for (backfill).
     """
 
     name = "hsched"
@@ -44,8 +62,6 @@ class Hsched(Policy):
     """How long a (re)started job keeps its GPUs before a less-served job may take them."""
     quantum_per_checkpoint_s = 12.0
     """...and at least this many times the checkpoint cost, so a stop costs at most ~1/12 of the run it ends."""
-    fair_share_slack = 1.5
-    """A user whose decayed usage is above this multiple of the mean is served after the others."""
 
     def min_run_s(self, inp: PolicyInput) -> float:
         # Why a quantum and not one round: least attained service alone re-sorts near-equal jobs every round,
@@ -55,17 +71,70 @@ class Hsched(Policy):
         quantum = self.quantum_s if inp.quantum_s is None else inp.quantum_s
         return max(quantum, inp.round_s, self.quantum_per_checkpoint_s * inp.checkpoint_cost_s)
 
-    def over_share(self, inp: PolicyInput) -> frozenset[str]:
-        """The users fair share serves after the others: usage above `fair_share_slack` times the mean. (The live
-        round reads it too, to find the most important waiting job it reserves GPUs for.)"""
+    def hold_s(self, inp: PolicyInput) -> float:
+        """How long a GPU handed out in this selection is likely held (what fair share counts it as, `order`): the
+        lab's typical run length (`UserShare.hold_s`: the controller's ledger of ended runs, the simulator's
+        replay so far), at least one round (`round_s`; one round before any run ended).
+
+        Why the runs' own length and not a constant: the count must be near what a start really adds. One round
+        (6 min) against 1000-s jobs let the user ahead by a hair take both GPUs of a round and the other user both
+        of the next (shares 2:1 split 1.7:1 over a flood); the quantum (1.5 h) let the selection outweigh the
+        history (1.5:1). At the runs' own length the split is 2:1 within a job (tests/fairshare)."""
+        typical = max((v.hold_s for v in inp.user_usage.values() if isinstance(v, UserShare)), default=0.0)
+        return max(inp.round_s, typical)
+
+    @staticmethod
+    def shares(inp: PolicyInput) -> _Users | None:
+        """Fair share's view of the round's users, from `inp.user_usage` (the controller's and the simulator's
+        `UserShare`s; plain floats, a view built by hand: decayed GPU-seconds with equal shares); None with fewer
+        than two users (nobody to share with: the order is the user's own)."""
         usage = inp.user_usage
-        mean = sum(usage.values()) / len(usage) if usage else 0.0
-        heavy = self.fair_share_slack * mean
-        return frozenset(u for u, v in usage.items() if v > heavy) if mean > 0 else frozenset[str]()
+        # (sorted: sums in one order, so equal usage ties the same way whatever the hash seed)
+        users = sorted(set(usage).union(j.user for j in inp.jobs))
+        if len(usage) < 2 or len(users) < 2:
+            return None
+        decayed: dict[str, float] = {}
+        norm: dict[str, float] = {}
+        admin: set[int] = set()
+        lab = 0.0
+        weights = None
+        for u in users:
+            v = usage.get(u, 0.0)
+            if isinstance(v, UserShare):
+                decayed[u], norm[u], lab = v.decayed_s, v.norm_share, max(lab, v.lab_decayed_s)
+                admin.update(v.admin_jobs)
+                weights = v.weights
+            else:
+                decayed[u], norm[u] = float(v), 1.0 / len(users)
+        lab = max(lab, sum(decayed.values()))
+        held: dict[str, int] = dict.fromkeys(users, 0)
+        for j in inp.jobs:
+            if j.phase is JobPhase.RUNNING:
+                held[j.user] += j.gpus
+        return _Users(decayed, norm, held, lab, frozenset(admin), weights or PriorityWeights())
+
+    def over_share(self, inp: PolicyInput) -> frozenset[str]:
+        """The users fair share serves after the others, as a flag the live round's reservation key can hold: those
+        whose fair-share factor at the start of the selection is below the best one's. (The order itself
+        interleaves users job by job: `order`.)"""
+        users = self.shares(inp)
+        if users is None:
+            return frozenset()
+        fleet, period = sum(inp.capacity.values()), self.hold_s(inp)
+        fs = {u: charged_factor(users.decayed[u], period * users.held[u], users.norm[u], users.lab_decayed_s,
+                                period * fleet) for u in users.decayed}
+        best = max(fs.values())
+        return frozenset(u for u, f in fs.items() if f < best)
+
+    def waiting_order(self, inp: PolicyInput) -> list[int] | None:
+        """`order`'s waiting jobs: between users by the multifactor priority, interleaved job by job, so no single key
+        (QoS, priority, a flag per user, submit time) can stand for it. The live round's reservation must take its
+        head from here (issue 28's round; today's still reads `over_share`)."""
+        return [j.id for j in self.order(inp) if j.phase is not JobPhase.RUNNING]
 
     def order(self, inp: PolicyInput) -> list[JobView]:
-        # fair share's "served after the others", once per user rather than once per job
-        over = self.over_share(inp)
+        users = self.shares(inp)
+        admin = users.admin_jobs if users is not None else frozenset[int]()
         min_run = self.min_run_s(inp)
         now = inp.now
         running = JobPhase.RUNNING
@@ -73,24 +142,26 @@ class Hsched(Policy):
         jobs = inp.jobs
         waiting = [j for j in jobs if j.phase is not running]
         memo = inp.cache.get(_MEMO)
-        last_waiting, last_over, last, last_sorted = memo if isinstance(memo, _Memo) else _Memo([], frozenset(), {}, [])
-        if over == last_over and len(waiting) == len(last_waiting) and all(map(operator.is_, waiting, last_waiting)):
-            # the very same waiting views as last time, and the same fair share flags: the same keys, sorted
+        last_waiting, last_admin, last, last_sorted = memo if isinstance(memo, _Memo) else _Memo([], frozenset(), {},
+                                                                                                  [])
+        if admin == last_admin and len(waiting) == len(last_waiting) and all(map(operator.is_, waiting,
+                                                                                  last_waiting)):
+            # the very same waiting views as last time, and the same admin priorities: the same keys, sorted
             # already (the live controller's usual round: 2,000 waiting jobs that did not change)
             waiting_sorted = last_sorted
         else:
-            # a waiting job's key is its view's and its user's fair share flag alone: the last round's, while both
-            # are (the live controller and the simulator keep a waiting job's very view from round to round)
+            # a waiting job's key is its view's alone (and whether an admin set its priority): the last round's,
+            # while it is (the live controller and the simulator keep a waiting job's very view from round to round)
             kept: dict[int, _Key] = {}
             for j in waiting:
                 hit = last.get(j.id)
-                if hit is None or hit[7] is not j or hit[2] is not (j.user in over):
-                    hit = (ranks.get(j.qos, normal), -j.priority, j.user in over, True, j.gpus * j.service_s,
-                           j.arrival_s, j.id, j)
+                adm = -j.priority if j.id in admin else 0
+                if hit is None or hit[7] is not j or hit[1] != adm:
+                    hit = (ranks.get(j.qos, normal), adm, -j.priority, True, j.gpus * j.service_s, j.arrival_s, j.id, j)
                 kept[j.id] = hit
             # (only this round's waiting jobs are kept: ended and started ones do not pile up)
             waiting_sorted = sorted(kept.values())
-            inp.cache[_MEMO] = _Memo(waiting, over, kept, waiting_sorted)
+            inp.cache[_MEMO] = _Memo(waiting, admin, kept, waiting_sorted)
         keyed = list(waiting_sorted)
         append = keyed.append
         last_qos: str | None = None  # (jobs of one class in a row: their rank looked up once)
@@ -104,14 +175,97 @@ class Hsched(Policy):
                 # GPU-seconds attained: a gang of 8 that ran an hour has had as much as 8 single jobs that ran one
                 # (Tiresias's two-dimensional LAS); on the gang trace this ranks far better than seconds alone
                 # (las-hetero's), and on single-GPU traces the two are the same
-                # the user's priority orders jobs inside their QoS class, before fair share and attained service
-                # (the fourth: not fresh from a (re)start within the quantum)
-                append((rank, -j.priority, j.user in over, start is None or not (now - start < min_run),
-                        j.gpus * j.service_s, j.arrival_s, j.id, j))
+                # the user's priority orders their jobs inside their QoS class, before attained service (the
+                # fourth: not fresh from a (re)start within the quantum)
+                append((rank, -j.priority if j.id in admin else 0, -j.priority,
+                        start is None or not (now - start < min_run), j.gpus * j.service_s, j.arrival_s, j.id, j))
         # (a sorted run and the running jobs' keys: the sort merges. Ids are unique: two keys never tie up to the
         # view, which is there to be handed back)
         keyed.sort()
-        return list(map(_VIEW, keyed))
+        if users is None:
+            return list(map(_VIEW, keyed))
+        return self._between_users(inp, users, keyed)
+
+    def _between_users(self, inp: PolicyInput, users: _Users, keyed: list[_Key]) -> list[JobView]:
+        """Interleave the users' own orders (`keyed`, sorted) class by class: the next job is the head of the user
+        whose head has the highest multifactor priority (an admin's priority first), and every job taken counts
+        its GPUs as its user's usage for as long as a run is likely to hold them (`hold_s`), so the factor reacts
+        within the selection (Slurm's only moves as usage accrues): with equal shares and equal jobs the starts
+        alternate from the first one on. Inside a class the running jobs still within their quantum come first
+        (fair share, like attained service, takes GPUs only from a job that had its quantum). Only the taken user's
+        priority changes (the lab's total is fixed for the selection: `charged_factor`): one heap of user heads."""
+        fleet = sum(inp.capacity.values())
+        period = self.hold_s(inp)
+        w = users.weights
+        wfs, wage, wsize, max_age = w.fairshare, w.age, w.size, w.max_age_s
+        now = inp.now
+        decayed, norm = users.decayed, users.norm
+        total = users.lab_decayed_s + period * fleet
+        charged = dict.fromkeys(users.decayed, 0.0)
+        pow2 = math.pow
+        out: list[JobView] = []
+        i, n = 0, len(keyed)
+        while i < n:
+            # one QoS class, in two parts (running within their quantum, the rest): each user's jobs in their order,
+            # as positions in `keyed` (a position is the job's own key, ties between users broken by it)
+            rank = keyed[i][0]
+            fresh: dict[str, list[int]] = {}
+            rest: dict[str, list[int]] = {}
+            while i < n and keyed[i][0] == rank:
+                k = keyed[i]
+                (rest if k[3] else fresh).setdefault(k[7].user, []).append(i)
+                i += 1
+            for queues in (fresh, rest):
+                if len(queues) <= 1:
+                    for q in queues.values():
+                        for at in q:
+                            j = keyed[at][7]
+                            out.append(j)
+                            charged[j.user] = charged.get(j.user, 0.0) + period * j.gpus
+                    continue
+                pos = dict.fromkeys(queues, 0)
+                heap = [self._entry(keyed, q[0], u, decayed, norm, charged, total, now, fleet, w)
+                        for u, q in queues.items()]
+                heapq.heapify(heap)
+                replace, pop = heapq.heapreplace, heapq.heappop
+                while heap:
+                    at, u = heap[0][3], heap[0][4]
+                    j = keyed[at][7]
+                    out.append(j)
+                    c = charged[u] = charged.get(u, 0.0) + period * j.gpus
+                    q = queues[u]
+                    nxt = pos[u] = pos[u] + 1
+                    if nxt >= len(q):
+                        pop(heap)
+                        continue
+                    # the user's next head (`_entry`, inline: this is the loop over the whole queue)
+                    at = q[nxt]
+                    k = keyed[at]
+                    j = k[7]
+                    share = norm.get(u, 0.0)
+                    use = (decayed.get(u, 0.0) + c) / total if total > 0 else 0.0
+                    waited = now - j.arrival_s - j.run_s
+                    age = 1.0 if max_age <= 0 else min(1.0, waited / max_age) if waited > 0 else 0.0
+                    prio = (wfs * pow2(2.0, -use / share) if share > 0 else 0.0) + wage * age + (
+                        wsize * min(1.0, j.gpus / fleet) if fleet > 0 else 0.0)
+                    replace(heap, (k[1], -prio, use / share if share > 0 else math.inf, at, u))
+        return out
+
+    @staticmethod
+    def _entry(keyed: list[_Key], at: int, u: str, decayed: Mapping[str, float], norm: Mapping[str, float],
+               charged: Mapping[str, float], total: float, now: float, fleet: int, w: PriorityWeights,
+               ) -> tuple[int, float, float, int, str]:
+        """User `u`'s head (`keyed[at]`) as the merge compares heads: an admin's priority first, then the
+        multifactor priority (highest first), then usage per share (where factors underflow to 0 deep in a long
+        queue), then the job's own key (its position in `keyed`)."""
+        k = keyed[at]
+        j = k[7]
+        share = norm.get(u, 0.0)
+        use = (decayed.get(u, 0.0) + charged.get(u, 0.0)) / total if total > 0 else 0.0
+        fs = charged_factor(decayed.get(u, 0.0), charged.get(u, 0.0), share, total, 0.0)
+        prio = w.fairshare * fs + w.age * age_factor(now - j.arrival_s - j.run_s, w.max_age_s) + w.size * size_factor(
+            j.gpus, fleet)
+        return (k[1], -prio, use / share if share > 0 else math.inf, at, u)
 
     def move_gain(self, j: JobView, new_type: str, inp: PolicyInput) -> tuple[float, float]:
         """(seconds a move of running job `j` to `new_type` is expected to save, what its checkpoint and restore

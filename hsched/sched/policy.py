@@ -31,6 +31,12 @@ class PolicyHooks:
         cost). Without a model of the gain: unbounded."""
         return math.inf, inp.checkpoint_costs.get(j.id, inp.checkpoint_cost_s)
 
+    def waiting_order(self, inp: PolicyInput) -> list[int] | None:
+        """The waiting jobs' ids, most important first, as this policy serves them: what a round's reservation should
+        take its head from (the first of them it does not start) and call backfill (a start after the head). None:
+        the policy has no order of its own beyond its plan (the round keeps its QoS, priority, submit order)."""
+        return None
+
 
 class Policy(PolicyHooks):
     """A non-clairvoyant policy. Subclasses set `name` and implement `plan`."""

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from hsched.config import Settings
+from hsched.fairshare import shared_usage
 from hsched.kinds import MIN_WINDOW_S, PlacementClass
 from hsched.model import Placement
 from hsched.sched.locality import Locality
@@ -99,6 +100,9 @@ class SimConfig:
     """With `data`: after each round, copy data ahead to where the first waiting jobs are predicted to start within
     this horizon (seconds, plus the copy's time), as the live controller's prefetch (settings prefetch_horizon_s;
     hsched.sim.data.prefetch_targets). None: no prefetch."""
+    shares: Mapping[str, float] = field(default_factory=dict)
+    """Fair share between the trace's users (its user column): user -> shares (`hsched sim --shares alice=2,bob=1`);
+    a user not named holds 1."""
     slurm_pool: SlurmPoolSpec | None = None
     """One more server, a Slurm-backed pool (hsched.sim.slurm): the round hands jobs over to it, and Slurm's FIFO
     with EASY backfill starts them there, after the pool's submit latency; they run there to their end."""
@@ -254,6 +258,7 @@ class Simulator:
         busy: list[tuple[float, int]] = [(0.0, 0)]  # (time, GPUs held from then on), at each change
         active_integral = 0.0
         usage: dict[str, float] = {}
+        ended_runs = [0.0, 0]  # seconds and count of the runs that ended (fair share: `fair`)
         users = {j.tj.user for j in jobs}
         oracle = self.policy.clairvoyant
         time_sharing = self.policy.time_sharing
@@ -446,6 +451,8 @@ class Simulator:
                     data.release(ds, [p.node for p in j.placement], t)
             if len(users) > 1:
                 usage[j.tj.user] = usage.get(j.tj.user, 0.0) + run * j.tj.gpus
+                ended_runs[0] += run  # (their typical length: what fair share counts a start as)
+                ended_runs[1] += 1
             for p in j.placement:
                 free_on[p.node] = sorted((*free_on[p.node], *p.devices), key=position.__getitem__)
                 changed.add(p.node)
@@ -524,6 +531,14 @@ class Simulator:
             running[j.tj.id] = j
             if not j.in_pool:
                 heapq.heappush(heap, (j.finish_at, j.tj.id, j.version))
+
+        def fair(t: float) -> Mapping[str, float] | None:
+            """Fair share's usage now: ended runs', and the running jobs' so far (as the live ledger counts)."""
+            if len(users) < 2:
+                return None
+            return shared_usage(usage, cfg.shares, users, ((r.tj.user, r.tj.gpus * (t - r.run_start))
+                                                          for r in running.values()),
+                                hold_s=ended_runs[0] / ended_runs[1] if ended_runs[1] else 0.0)
 
         def pending_view(j: _Job) -> JobView:
             """Built once per wait: a pending job's view does not change while it waits."""
@@ -650,7 +665,7 @@ class Simulator:
                     learn(now)
                 inp = build_input(now, [pending_view(j) for j in newcomers], free, pmodel,
                                   checkpoint_cost_s=cfg.costs.checkpoint_s, round_s=cfg.round_s,
-                                  user_usage=usage if len(users) > 1 else None, starts_only=True,
+                                  user_usage=fair(now), starts_only=True,
                                   cache=policy_cache)
                 if aware is not None:
                     aware.round_waiters.clear()
@@ -676,7 +691,7 @@ class Simulator:
             inp = build_input(
                 now, views, self.servers, pmodel,
                 checkpoint_cost_s=cfg.costs.checkpoint_s, round_s=cfg.round_s,
-                user_usage=usage if len(users) > 1 else None, cache=policy_cache,
+                user_usage=fair(now), cache=policy_cache,
             )
             remaining = None
             if oracle and predictor is not None:

@@ -50,9 +50,9 @@ async def test_fair_share_usage_is_read_again_when_it_may_have_moved(tmp_path: P
         asked: list[float] = []
         real = launching.round_usage
 
-        async def counted(ctl: Any, now: float, users: Any) -> dict[str, float]:
+        async def counted(ctl: Any, now: float, users: Any, jobs: Any = ()) -> dict[str, float]:
             asked.append(now)
-            return await real(ctl, now, users)
+            return await real(ctl, now, users, jobs)
 
         monkeypatch.setattr(launching, "round_usage", counted)
         for _ in range(3):
