@@ -36,7 +36,7 @@ from hsched.sim.data import (
     DataState,
     LocalityPlacer,
     Waiting,
-    prefetch_targets,
+    prefetch_copies,
 )
 from hsched.sim.knowledge import Learner, Predictor
 from hsched.sim.metrics import JobRecord, SimResult, lower_bounds, summarize
@@ -98,7 +98,7 @@ class SimConfig:
     prefetch_s: float | None = None
     """With `data`: after each round, copy data ahead to where the first waiting jobs are predicted to start within
     this horizon (seconds, plus the copy's time), as the live controller's prefetch (settings prefetch_horizon_s;
-    hsched.sim.data.prefetch_targets). None: no prefetch."""
+    hsched.sim.data.prefetch_copies). None: no prefetch."""
     slurm_pool: SlurmPoolSpec | None = None
     """One more server, a Slurm-backed pool (hsched.sim.slurm): the round hands jobs over to it, and Slurm's FIFO
     with EASY backfill starts them there, after the pool's submit latency; they run there to their end."""
@@ -353,7 +353,7 @@ class Simulator:
                     known[key] = free_in(name, gpus, len(free_on[name])) if gpus <= capacity[name] else None
                 return known[key]
 
-            for _jid, name, ds in prefetch_targets(data, first, soonest, t, cfg.prefetch_s):
+            for _jid, name, ds in prefetch_copies(data, first, soonest, t, cfg.prefetch_s):
                 data.prefetch(ds, name, t)
 
         def data_round(decision: RoundDecision, inp: PolicyInput, servers: tuple[ServerView, ...],

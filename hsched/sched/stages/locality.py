@@ -6,7 +6,8 @@ controller (hsched.controller.data) and the simulator (hsched.sim.data) move the
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Protocol, TypeVar, cast
 
 from hsched.model import Job, Node, Placement
 from hsched.sched.cache import RoundCache
@@ -162,60 +163,124 @@ PREFETCH_LOOKAHEAD = 64
 them are: a copy to a node a job ahead of it will take is a copy wasted."""
 
 
-def prefetch_targets(fleet: FleetView, queue: Sequence[Job], now: float, horizon_s: float,
-                     skip: Collection[int] = (), *, served: bool = False) -> list[tuple[int, str, tuple[str, ...]]]:
-    """(job, node, datasets to copy there) for the first PREFETCH_JOBS waiting jobs with data (queue order): the node
-    where each could compute soonest (predicted free time, or the copy's end when that is later: a copy started now
-    runs while the job waits) when it lacks the data and the job is predicted to start there within `horizon_s` plus
-    the copy's own time (a long copy starts earlier). Not when waiting for a node that holds the data is as good
-    (`choose_wait`): that node is where it goes. The waiting jobs ahead of it (up to PREFETCH_LOOKAHEAD) are given
-    first the devices they would take soonest, held for as long as nobody knows (their durations are not known
-    here): a node a job ahead will take is not where this one starts. `served`: `queue` is in the order the round
-    served it (the policy's: fair share, attained service), else it is put in QoS, priority and submit order. Pure:
-    the controller starts the copies (hsched.controller.data)."""
-    if not fleet.data_at:
-        return []
-    st = Local(fleet, default_chooser(), now)
-    out: list[tuple[int, str, tuple[str, ...]]] = []
-    taken: dict[str, float] = {}
-    """Devices the jobs ahead are predicted to take (held for ever, as far as this forecast knows)."""
+J = TypeVar("J")
+J_in = TypeVar("J_in", contravariant=True)
+
+
+class PrefetchView(Protocol[J_in]):
+    """What the prefetch rule asks of a fleet, live (`prefetch_targets`) or simulated (hsched.sim.data)."""
+
+    def nodes(self, job: J_in) -> Sequence[str]:
+        """The nodes the job could run on whole, in fleet order; none for a job the rule does not look at."""
+        ...
+
+    def free_in(self, job: J_in, node: str) -> float | None:
+        """Seconds until the node has room for the job, the devices the jobs ahead took counting as taken; None:
+        never known."""
+        ...
+
+    def copy_s(self, job: J_in, node: str) -> float:
+        """Seconds to bring the job's data to the node: 0 when it is there (or the job names none), inf when no
+        holder is up."""
+        ...
+
+    def has_data(self, job: J_in) -> bool:
+        ...
+
+    def take(self, job: J_in, node: str) -> None:
+        """The job is predicted to take the node's devices that free first: the jobs behind do not count on them."""
+        ...
+
+    def lacking(self, job: J_in, node: str) -> tuple[object, ...]:
+        """What to copy to the node for the job (none: nothing to start)."""
+        ...
+
+
+def prefetch_rule(view: PrefetchView[J], queue: Iterable[J], horizon_s: float
+                  ) -> list[tuple[J, str, tuple[object, ...]]]:
+    """The one prefetch rule, live and simulated: (job, node, what to copy there) for the first PREFETCH_JOBS waiting
+    jobs with data among the first PREFETCH_LOOKAHEAD of `queue` (in the order they are served).
+
+    Each job in turn goes where it could compute soonest, (max(free in, copy), copy, name) smallest (a copy started
+    now runs while the job waits), and takes the devices there that free first, for ever as far as this forecast
+    knows, so a node a job ahead will take is not where the next one starts. A job with data gets a copy there unless
+    that node holds it, waiting for a holder is as good (`choose_wait`: that node is where it goes), or it is not
+    predicted to have room there within `horizon_s` plus the copy's own time (a long copy starts earlier)."""
+    out: list[tuple[J, str, tuple[object, ...]]] = []
     looked = 0
-    ahead = [j for j in queue if j.id not in skip]
-    for n, job in enumerate(ahead if served else order(ahead)):
+    for n, job in enumerate(queue):
         if looked >= PREFETCH_JOBS or n >= PREFETCH_LOOKAHEAD:
             break
-        res = job.spec.resources
-        if res.nodes != 1 or not res.gpus or res.shared:
-            continue
-        data = bool(job.spec.data)
         best: tuple[float, float, str] | None = None
         holder: float | None = None
-        for node in st.nodes_for(job):
-            eta = st.free_in(node, job, taken)
+        for node in view.nodes(job):
+            eta = view.free_in(job, node)
             if eta is None:
                 continue
-            c = st.data_copy_s(job, node.name) if data else 0.0
+            c = view.copy_s(job, node)
             if c == 0.0:
                 holder = eta if holder is None else min(holder, eta)
             if math.isinf(c):
                 continue
-            cand = (max(eta, c), c, node.name)
+            cand = (max(eta, c), c, node)
             if best is None or cand < best:
                 best = cand
         if best is None:
             continue
-        _start_s, copy_s, node_name = best
-        node = st.by_name[node_name]
-        eta = st.free_in(node, job, taken) or 0.0
-        # the devices it would take there, first to free: the jobs behind it do not count on them
-        taken.update(dict.fromkeys(st.soonest_devices(node, job, taken), math.inf))
-        if not data:
+        _start_s, copy_s, name = best
+        eta = view.free_in(job, name) or 0.0
+        view.take(job, name)
+        if not view.has_data(job):
             continue
         looked += 1
         if copy_s == 0.0 or choose_wait(copy_s, holder) or eta > horizon_s + copy_s:
             continue  # its data is where it starts soonest, or waiting for a holder is as good, or not soon
-        at = fleet.data_at
-        lacking = tuple(d for d in job.spec.data if d in at and node_name not in at[d])
-        if lacking:
-            out.append((job.id, node_name, lacking))
+        what = view.lacking(job, name)
+        if what:
+            out.append((job, name, what))
     return out
+
+
+class _LiveFleet:
+    """`PrefetchView` over the live fleet: the round's own forecast (`Local.free_in`, `data_copy_s`)."""
+
+    def __init__(self, st: Local) -> None:
+        self.st = st
+        self.taken: dict[str, float] = {}
+        """Devices the jobs ahead are predicted to take (held for ever, as far as this forecast knows)."""
+
+    def nodes(self, job: Job) -> Sequence[str]:
+        res = job.spec.resources
+        if res.nodes != 1 or not res.gpus or res.shared:
+            return ()
+        return [n.name for n in self.st.nodes_for(job)]
+
+    def free_in(self, job: Job, node: str) -> float | None:
+        return self.st.free_in(self.st.by_name[node], job, self.taken)
+
+    def copy_s(self, job: Job, node: str) -> float:
+        return self.st.data_copy_s(job, node) if job.spec.data else 0.0
+
+    def has_data(self, job: Job) -> bool:
+        return bool(job.spec.data)
+
+    def take(self, job: Job, node: str) -> None:
+        self.taken.update(dict.fromkeys(self.st.soonest_devices(self.st.by_name[node], job, self.taken), math.inf))
+
+    def lacking(self, job: Job, node: str) -> tuple[str, ...]:
+        at = self.st.fleet.data_at
+        return tuple(d for d in job.spec.data if d in at and node not in at[d])
+
+
+def prefetch_targets(fleet: FleetView, queue: Sequence[Job], now: float, horizon_s: float,
+                     skip: Collection[int] = (), *, served: bool = False) -> list[tuple[int, str, tuple[str, ...]]]:
+    """(job, node, datasets to copy there): `prefetch_rule` over the live fleet, for the waiting jobs of `queue` but
+    those in `skip` (one-node GPU jobs only, not shared ones). `served`: `queue` is in the order the round served it
+    (the policy's: fair share, attained service), else it is put in QoS, priority and submit order. Pure: the
+    controller starts the copies (hsched.controller.data)."""
+    if not fleet.data_at:
+        return []
+    view = _LiveFleet(Local(fleet, default_chooser(), now))
+    ahead = [j for j in queue if j.id not in skip]
+    return [(job.id, node, cast("tuple[str, ...]", what))
+            for job, node, what in prefetch_rule(view, ahead if served else order(ahead), horizon_s)]
