@@ -9,6 +9,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from types import MappingProxyType
 
 from hsched.model import DEFAULT_QOS, Job, Node, Placement, Resources
 from hsched.sched.limits import QosLimits
@@ -18,9 +19,9 @@ from hsched.sched.view import QOS_RANK, Preempt, qos_rank
 from hsched.topo.models import DEFAULT_CATALOG, lookup_model
 from hsched.topo.place import place_on_node
 
-NONE: Mapping[int, float] = {}
+NONE: Mapping[int, float] = MappingProxyType({})
 """No figures (a default that is never written to)."""
-NO_DEVICES: Mapping[str, float] = {}
+NO_DEVICES: Mapping[str, float] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
