@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
-from hsched.model import DEFAULT_QOS, Job, Placement
+from hsched.model import DEFAULT_QOS, Job, Node, Placement
 from hsched.sched.cache import OrderKey, RoundCache
 from hsched.sched.fleet import NONE, DeviceChooser, FleetView, minute
 from hsched.sched.placement import fragmentation_key
@@ -29,6 +30,27 @@ def order_key(job: Job, over: frozenset[str] = frozenset(), attained: float = 0.
 
 
 _NORMAL = qos_rank(DEFAULT_QOS)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def earliest_start(releases: Sequence[tuple[float, T]], fits: Callable[[int], R | None], *, least: int = 1,
+                   stop: Callable[[float], bool] | None = None) -> tuple[float, R] | None:
+    """The reservation's search, live and in the simulator's Slurm: the earliest time at which what is released by
+    then (`releases`, in time order: free now at the time now, busy at its predicted end, inf when unknown) fits the
+    head, with what `fits(n)` made of the first n releases; None when nothing does. All that is released at one time
+    counts together; fewer than `least` releases never fit; `stop(t)`: no start at t or later is worth a search."""
+    for k in range(max(1, least) - 1, len(releases)):
+        t = releases[k][0]
+        if stop is not None and stop(t):
+            break
+        if k + 1 < len(releases) and releases[k + 1][0] <= t:
+            continue  # all that is released at t together
+        got = fits(k + 1)
+        if got is not None:
+            return t, got
+    return None
 
 
 def order_keys(jobs: Sequence[Job], over: frozenset[str], cache: RoundCache, attained: Mapping[int, float] = NONE
@@ -97,17 +119,18 @@ class Reserving(Preempting):
                 continue
             when = sorted((at.get(u, inf) if u in busy else now, u) for u in elig)
             frag = fragmentation_key(self.link_of(node), len(node.devices), free[node.name], g)
-            for k in range(g - 1, len(when)):
-                t = when[k][0]
-                if one and (t, frag) >= best:
-                    break  # (one node: no better than one found already, and the topology engine costs)
-                if k + 1 < len(when) and when[k + 1][0] <= t:
-                    continue  # all the devices that free at t together
-                p = self.fit(node, res, (), among=frozenset(u for _t, u in when[:k + 1]))
-                if p is not None:
-                    found.append((t, frag, idx, p))
-                    best = min(best, (t, frag))
-                    break
+
+            def fits(n: int, node: Node = node, when: list[tuple[float, str]] = when) -> Placement | None:
+                return self.fit(node, res, (), among=frozenset(u for _t, u in when[:n]))
+
+            def worse(t: float, frag: tuple[int, int, int] = frag) -> bool:
+                # (one node: no better than the best found so far, and the topology engine costs)
+                return (t, frag) >= best  # noqa: B023  (the best so far, as the search runs)
+
+            hit = earliest_start(when, fits, least=g, stop=worse if one else None)
+            if hit is not None:
+                found.append((hit[0], frag, idx, hit[1]))
+                best = min(best, (hit[0], frag))
         found.sort(key=lambda f: f[:3])
         chosen = found[:res.nodes]
         placed = [f[3] for f in chosen] if len(found) >= res.nodes else []
