@@ -79,7 +79,7 @@ class FleetView:
     ends: Mapping[int, float] = field(default_factory=dict)
     """Running job id -> when it is predicted to end (the controller's clock: its progress, its kind's history or
     its time limit; hsched.controller.learning.predicted_ends). A job not here has no known end: it counts as never
-    ending when the round reserves GPUs for the first blocked job (`_RoundState.reserve`)."""
+    ending when the round reserves GPUs for the first blocked job (hsched.sched.stages.reservation)."""
     movable: Mapping[int, float] = field(default_factory=dict)
     """Running job id -> what a checkpoint and restart costs it (seconds): the jobs that proved they checkpoint
     (hsched.controller.moves). Only these may be moved to faster GPUs or time-shared away; none without a policy."""

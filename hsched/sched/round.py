@@ -7,7 +7,7 @@ nothing, counted per type), keeps running jobs where they are when the policy st
 type, and asks the placer for devices. Which running jobs may be stopped is `hsched.sched.preempt`'s to say:
 `apply_rule` applies a preemptive plan only as far as the time-sharing rule allows, and `schedule_round`
 then lets waiting jobs preempt by QoS class (the live controller calls the same two steps, with its own
-backfill between them: hsched.sched.live).
+backfill between them: hsched.sched.pipeline).
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ waits given. Its `fit` places one request on one node; what may be used is asked
 * `eligible(node, res)`: the devices a request may use at all (eligibility: GPU models and memory);
 * `parts(node, free, need)`: how a node's free devices split into sets one share of a job must fit in (a Slurm
   node group: one set per Slurm node, `Device.host`);
-* `start_checks`: predicates a start must pass besides room (locality: a job waiting for the node that holds its
-  data, and the room promised to it);
+* `start_ok(job, placements)`: what a start must pass besides room (locality: a job waiting for the node that holds
+  its data, and the room promised to it);
 * `nodes_for(job)` / `ranked(job)`: the nodes a job may use, in the order it tries them (eligibility: labels,
   users).
 
@@ -22,7 +22,7 @@ Pure: no I/O; what it keeps between rounds is in the caller's `RoundCache`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from hsched.model import EndReason, Job, Node, NodeState, Placement, Resources
 from hsched.sched.cache import RoundCache
@@ -31,10 +31,6 @@ from hsched.sched.limits import Tally
 from hsched.sched.servers import server_link
 
 PREEMPTING, PRIORITY, RESOURCES = EndReason.PREEMPTING.value, EndReason.PRIORITY.value, EndReason.RESOURCES.value
-
-StartCheck = Callable[[Job, Sequence[Placement]], bool]
-"""A predicate a start must pass besides room (a stage's rule: locality's data waits)."""
-
 
 def hosts_of(node: Node) -> Mapping[str, str] | None:
     """Device UUID -> the host (a Slurm node) it sits on, when `node` is a group of hosts (`executor = "slurm"`);
@@ -92,8 +88,6 @@ class RoundState:
         """This round's waits, by job: the next round's `last_waits`."""
         self.wait_reasons: dict[int, str] = {}
         """Why a job waits, when a stage knows better than "Resources" (locality: for a node holding its data)."""
-        self.start_checks: list[StartCheck] = []
-        """What a start must pass besides room (`take`), as the stages register them."""
         self.head: int | None = None
         """The job the round reserves GPUs for: the most important one that cannot start now (EASY backfill)."""
         self.reserved: frozenset[str] = frozenset()
@@ -114,6 +108,12 @@ class RoundState:
     def nodes_for(self, job: Job) -> list[Node]:
         """The up nodes the job may use (eligibility narrows it)."""
         return self.up
+
+    def start_ok(self, job: Job, placements: Sequence[Placement]) -> bool:
+        """What a start must pass besides room (`take`); a stage adds its rule by extending this. (A hook method, not
+        a list of bound methods on the state: those would make every round's state a reference cycle, freed only by
+        the cyclic collector, outside the round, at the cost of a collection of everything it indexed.)"""
+        return True
 
     def hosts(self, node: Node) -> Mapping[str, str] | None:
         """`hosts_of(node)`, once per node in a round."""
@@ -197,9 +197,8 @@ class RoundState:
     def take(self, job: Job, placements: Sequence[Placement]) -> bool:
         """Start `job` on `placements` in the ledger, if they are still free and every start check passes."""
         res = job.spec.resources
-        for check in self.start_checks:
-            if not check(job, placements):
-                return False
+        if not self.start_ok(job, placements):
+            return False
         for p in placements:
             node = self.by_name.get(p.node)
             if node is None or any(u in self.busy for u in p.devices):

@@ -19,7 +19,7 @@ from hsched.sched.stages.eligibility import Eligible
 class Local(Eligible):
     """The round with data locality: a start on a node lacking the job's data passes `data_ok`, and a start on a
     node held for a job waiting for its data leaves that job its promised room (`leaves_data_room`); both are
-    registered as the ledger's start checks."""
+    the ledger's `start_ok`."""
 
     def __init__(self, fleet: FleetView, choose: DeviceChooser, now: float, cache: RoundCache | None = None) -> None:
         super().__init__(fleet, choose, now, cache)
@@ -30,15 +30,13 @@ class Local(Eligible):
         self.data_held: dict[str, tuple[Job, float]] = {}
         """Node -> the job waiting for it (first in line) and when it is predicted to have room for that job (seconds
         from now): others may take its free devices only if that stays so (EASY backfill's rule)."""
-        if fleet.data_at:
-            self.start_checks.append(self._data_check)
-        self.start_checks.append(self._room_check)
 
-    def _data_check(self, job: Job, placements: Sequence[Placement]) -> bool:
-        return not job.spec.data or self.data_ok(job, placements)
-
-    def _room_check(self, job: Job, placements: Sequence[Placement]) -> bool:
-        return not self.data_held or self.leaves_data_room(job, placements)
+    def start_ok(self, job: Job, placements: Sequence[Placement]) -> bool:
+        if job.spec.data and self.fleet.data_at and not self.data_ok(job, placements):
+            return False
+        if self.data_held and not self.leaves_data_room(job, placements):
+            return False
+        return super().start_ok(job, placements)
 
     def data_copy_s(self, job: Job, node: str) -> float:
         """Seconds to bring the job's datasets to `node` (the modelled copy: each dataset the node lacks, from its
