@@ -70,7 +70,6 @@ def eligible_devices(node: Node, res: Resources) -> list[str]:
     return out
 
 
-
 def unsatisfiable(res: Resources, nodes: Sequence[Node], *, labels: Mapping[str, frozenset[str]] | None = None,
                   aliases: Mapping[str, Sequence[str]] | None = None) -> str | None:
     """Why no node of the fleet could ever run this request (even empty), or None if some could. `labels`: each
@@ -155,7 +154,6 @@ def unsatisfiable(res: Resources, nodes: Sequence[Node], *, labels: Mapping[str,
             "lower --gpus, change --gpu-type or add a node")
 
 
-
 def host_memory_per_gpu(node: Node) -> float:
     """The node's host memory per GPU (MiB), what a job that offloads (`--offload`) prefers more of; 0 unknown."""
     if node.memory_total_mib is None:
@@ -170,7 +168,6 @@ def could_hold(node: Node, res: Resources) -> bool:
     if res.cpus is not None and node.cpus is not None and res.cpus > node.cpus:
         return False
     return res.memory_mib is None or node.memory_total_mib is None or res.memory_mib <= node.memory_total_mib
-
 
 
 def host_count(node: Node) -> int:

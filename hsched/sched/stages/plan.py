@@ -90,7 +90,6 @@ class LivePlacer:
         return None
 
 
-
 def core_round(policy_name: str, pending: Sequence[Job], st: Round, now: float, queued: Mapping[int, Job],
                throughput: ThroughputModel | None = None,
                 ) -> tuple[list[tuple[int, tuple[Placement, ...]]], dict[int, str], list[int], frozenset[str],
@@ -176,7 +175,6 @@ def core_round(policy_name: str, pending: Sequence[Job], st: Round, now: float, 
             continue
         starts.append((start.job_id, start.placement))
     return starts, waiting, wanted + rest, over, moved
-
 
 
 def moves(decision: RoundDecision, inp: PolicyInput, policy: AnyPolicy, queued: Mapping[int, Job],

@@ -80,9 +80,6 @@ def pending_view(job: Job, allowed: tuple[str, ...] = (), attained: float = 0.0)
                        job.restarts, spec.time_limit_s, res.nodes, allowed, False))
 
 
-
-
-
 def pending_views(pending: Sequence[Job], allowed: Callable[[Job], tuple[str, ...]],
                   fleet: tuple[object, ...], cache: RoundCache, attained: Mapping[int, float] = NONE) -> list[JobView]:
     """The waiting jobs' views. A waiting job's view is the same from round to round while the job is (the very
