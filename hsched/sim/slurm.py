@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 
 from hsched.errors import UserError
-from hsched.sched.stages.reservation import earliest_start
+from hsched.sched.stages.reservation import soonest_fit
 from hsched.sched.view import ServerView
 from hsched.sim.bounds import MAX_CLUSTER_GPUS, MAX_GPUS_PER_NODE, MAX_SPAN_S
 
@@ -194,9 +194,9 @@ class SlurmQueue:
             where = self.fit(head.gpus, proj)
             return None if where is None else (list(proj), where)
 
-        # the live round's search (hsched.sched.stages.reservation.earliest_start); all the jobs that end at the
+        # the live round's search (hsched.sched.stages.reservation.soonest_fit); all the jobs that end at the
         # head's start count as freed then
-        hit = earliest_start(releases, fits)
+        hit = soonest_fit(releases, fits)
         if hit is None or math.isinf(hit[0]):
             # the head's start is unknown (a running job has no estimate): a job with a known end may go ahead,
             # one without may not (it could hold the head's GPUs for ever)

@@ -159,7 +159,7 @@ def test_bad_pool_options_exit_2_with_one_line(args, needle):
 
 
 def test_every_job_ending_at_the_heads_start_counts_as_freed_then() -> None:
-    """Re-pinned on purpose (issue 28: the reservation's search is the live round's, `earliest_start`): all that
+    """Re-pinned on purpose (issue 28: the reservation's search is the live round's, `soonest_fit`): all that
     frees at the head's start counts together. Before, the search stopped at the first of two jobs ending at the same
     moment, so a long job that fits beside the head on the GPUs the second one frees was refused backfill."""
     q = SlurmQueue(SlurmPoolSpec("a100", 16, 0.0, 8))

@@ -35,7 +35,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-def earliest_start(releases: Sequence[tuple[float, T]], fits: Callable[[int], R | None], *, least: int = 1,
+def soonest_fit(releases: Sequence[tuple[float, T]], fits: Callable[[int], R | None], *, least: int = 1,
                    stop: Callable[[float], bool] | None = None) -> tuple[float, R] | None:
     """The reservation's search, live and in the simulator's Slurm: the earliest time at which what is released by
     then (`releases`, in time order: free now at the time now, busy at its predicted end, inf when unknown) fits the
@@ -127,7 +127,7 @@ class Reserving(Preempting):
                 # (one node: no better than the best found so far, and the topology engine costs)
                 return (t, frag) >= best  # noqa: B023  (the best so far, as the search runs)
 
-            hit = earliest_start(when, fits, least=g, stop=worse if one else None)
+            hit = soonest_fit(when, fits, least=g, stop=worse if one else None)
             if hit is not None:
                 found.append((hit[0], frag, idx, hit[1]))
                 best = min(best, (hit[0], frag))
