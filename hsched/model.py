@@ -166,6 +166,9 @@ class Device:
     """A MIG instance: the UUID of the GPU it is a slice of (that GPU, in MIG mode, is no device of its own)."""
     mig_profile: str | None = None
     """A MIG instance's profile, "1g.10gb": what `--gpu-type 1g.10gb` asks for."""
+    host: str | None = None
+    """The machine it sits in when its node groups several (a Slurm node group: the Slurm node); None: the node
+    itself. One share of a job is placed on one host (hsched.sched.state.RoundState.fit)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -245,6 +245,7 @@ def device_to_dict(d: Device, job: int | None = None) -> dict[str, Any]:
         "power_w": d.power_w,
         "simulated": d.simulated,
         "cpu_affinity": _cpulist(d.cpu_affinity),
+        "host": d.host,
         "job": job,
     }
 
@@ -257,6 +258,7 @@ def device_from_dict(d: dict[str, Any]) -> Device:
         compute_capability=d.get("compute_capability"), temperature_c=d.get("temperature_c"),
         power_w=d.get("power_w"), simulated=bool(d.get("simulated", False)),
         cpu_affinity=_parse_cpulist(d.get("cpu_affinity")),
+        host=d.get("host"),  # (absent from rows stored before it was: None)
     )
 
 

@@ -31,6 +31,7 @@ from hsched.lifecycle import StopPlan
 from hsched.model import Job, JobState, NodeState
 from hsched.node.records import read_json
 from hsched.paths import Home
+from hsched.sched.cache import RoundCache
 from hsched.store import Store
 
 log = logging.getLogger("hsched.controller")
@@ -95,6 +96,9 @@ class Controller:
         self.wake = asyncio.Event()
         self.changed = asyncio.Condition()
         self.version = 0
+        self.round_cache = RoundCache()
+        """What one scheduling round keeps for the next (hsched.sched.cache): used by one round at a time, in the
+        round's thread (hsched.controller.launching)."""
         self.stopping = asyncio.Event()
         self.ready = asyncio.Event()
         """Set once every node's first probe has ended and what a previous controller left was adopted: the

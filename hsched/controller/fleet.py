@@ -211,6 +211,7 @@ def _real_devices(probe: dict[str, Any]) -> tuple[tuple[Device, ...], tuple[Link
             utilization_gpu=d.get("utilization_gpu"), numa_node=d.get("numa_node"), pci_bus_id=d.get("pci_bus_id"),
             compute_capability=d.get("compute_capability"), temperature_c=d.get("temperature_c"),
             power_w=d.get("power_w"), cpu_affinity=tuple(d.get("cpu_affinity") or ()),
+            host=d.get("slurm_node"),  # a Slurm group's device: the Slurm node it is on
         )
         if d.get("mig_mode_current"):
             # a GPU in MIG mode is its instances: each one schedulable (CUDA_VISIBLE_DEVICES takes MIG UUIDs), the

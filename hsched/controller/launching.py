@@ -45,6 +45,7 @@ from hsched.errors import ExecutorError
 from hsched.executors.base import LaunchRequest
 from hsched.lifecycle import Outcome, StopReason
 from hsched.model import EndReason, Job, JobState, NodeState, Placement, Run, RunState
+from hsched.sched.cache import RoundCache
 from hsched.sched.limits import QosLimits
 from hsched.sched.live import (
     Decision,
@@ -99,6 +100,8 @@ class RoundInput:
     """The store's change count when the jobs were read (`_changes`): still the same, no job changed since."""
     prefetch_horizon_s: float | None = None
     """Settings' `prefetch_horizon_s` when prefetch is on and some waiting job names datasets; else None."""
+    cache: RoundCache | None = None
+    """The controller's round cache (`Controller.round_cache`): what the last round kept for this one."""
 
 
 SWITCH_INTERVAL_S = 0.001
@@ -132,7 +135,7 @@ def _compute(inp: RoundInput) -> tuple[list[Decision], list[tuple[int, str, tupl
     if paused:
         gc.disable()
     try:
-        decisions = schedule(inp.view, inp.pending, inp.at)
+        decisions = schedule(inp.view, inp.pending, inp.at, cache=inp.cache)
         targets: list[tuple[int, str, tuple[str, ...]]] = []
         if inp.view.data_at and inp.prefetch_horizon_s is not None:
             # the copies that put waiting jobs' data where they are predicted to start (issue 15, item 2)
@@ -262,7 +265,8 @@ async def round_input(ctl: Controller, *, always: bool = False) -> RoundInput | 
         view = replace(view, prefer=prefer)
     # the store's change count as the jobs were read: a write since (dependencies' reasons above, or anyone's while
     # the round computes) makes the checks read the jobs they act on again
-    return RoundInput(now, at, view, tuple(pending), jobs.active_by_id, pending_by_id, jobs.changes, horizon)
+    return RoundInput(now, at, view, tuple(pending), jobs.active_by_id, pending_by_id, jobs.changes, horizon,
+                      ctl.round_cache)
 
 
 def rewrites(job: Job, d: Wait) -> bool:

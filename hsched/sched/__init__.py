@@ -6,8 +6,9 @@ The simulator calls, once per event or quantum:
     decision = schedule_round(make_policy("hsched"), inp, servers, rule=PreemptRule.from_qos(settings.qos))
     # decision.preempt: job ids to stop (checkpoint and requeue); decision.starts: jobs to launch or move
 
-The live controller calls the same steps through its adapter, hsched.sched.live (`schedule`), which adds
-what only a live fleet has: real device constraints, devices being released, CPU-only jobs.
+The live controller calls the same steps as one stage of its round (hsched.sched.pipeline `schedule`, re-exported
+by hsched.sched.live), whose other stages add what only a live fleet has: real device constraints, caps, shared
+GPUs, devices being released, CPU-only jobs.
 
 No asyncio, sqlite, textual or networkx here: only frozen data in, frozen data out.
 
@@ -20,7 +21,13 @@ No asyncio, sqlite, textual or networkx here: only frozen data in, frozen data o
     preempt.py     every preemption: the time-sharing rule and QoS victims (PreemptRule, Victims)
     round.py       one round: plan, apply under the rule, QoS preemption (schedule_round)
     servers.py     a node as a server of one GPU type (the one conversion, live and simulated)
-    live.py        the live controller's adapter: FleetView -> Launch / Wait / Preempt decisions
+    fleet.py       what a live round reads and decides (FleetView, Running, Launch, Wait, Move)
+    cache.py       RoundCache: what one live round keeps for the next, owned by the caller
+    state.py       the live round's ledger and index (RoundState: free, held, taken devices; fit)
+    stages/        the live round's stages: eligibility, caps, sharing, plan, reservation, backfill,
+                   preemption, locality (the one prefetch rule), groups (Slurm node groups)
+    pipeline.py    the live round: FleetView -> Launch / Wait / Preempt / Move decisions (schedule)
+    live.py        the names the controller, CLI and tests import, re-exported
 """
 
 from hsched.sched.placement import PackingPlacer, Placer

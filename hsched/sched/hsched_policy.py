@@ -8,9 +8,9 @@ import operator
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from hsched.fairshare import PriorityWeights, UserShare, age_factor, charged_factor, size_factor
 from hsched.model import DEFAULT_QOS
 from hsched.sched.policy import Policy, hetero_assign, select_by_capacity, wants_from_assignment
+from hsched.sched.priority import PriorityWeights, UserShare, age_factor, charged_factor, size_factor
 from hsched.sched.view import QOS_RANK, JobPhase, JobView, Plan, PolicyInput, qos_rank
 
 _Key = tuple[int, int, int, bool, float, float, int, JobView]
@@ -18,6 +18,7 @@ _Key = tuple[int, int, int, bool, float, float, int, JobView]
 from a (re)start, GPU-seconds attained, arrival, id; then the view itself."""
 _VIEW = operator.itemgetter(7)
 _MEMO = "hsched.order"
+_LAST = "hsched.order.last"
 
 
 class _Memo(NamedTuple):
@@ -127,10 +128,15 @@ class Hsched(Policy):
         return frozenset(u for u, f in fs.items() if f < best)
 
     def waiting_order(self, inp: PolicyInput) -> list[int] | None:
-        """`order`'s waiting jobs: between users by the multifactor priority, interleaved job by job, so no single key
-        (QoS, priority, a flag per user, submit time) can stand for it. The live round's reservation must take its
-        head from here (issue 28's round; today's still reads `over_share`)."""
-        return [j.id for j in self.order(inp) if j.phase is not JobPhase.RUNNING]
+        """`order`'s waiting jobs when users share the fleet: between users by the multifactor priority, interleaved
+        job by job, so no single key (QoS, priority, a flag per user, submit time) can stand for it; the live round's
+        reservation takes its head from here (hsched.sched.stages.plan). One user: None (the round's own key, QoS,
+        priority and attained service, is this order's). The order the plan just made is reused, not made again."""
+        if self.shares(inp) is None:
+            return None
+        last = inp.cache.get(_LAST)
+        ordered = last[1] if isinstance(last, tuple) and last[0] is inp else self.order(inp)
+        return [j.id for j in ordered if j.phase is not JobPhase.RUNNING]
 
     def order(self, inp: PolicyInput) -> list[JobView]:
         users = self.shares(inp)
@@ -182,9 +188,9 @@ class Hsched(Policy):
         # (a sorted run and the running jobs' keys: the sort merges. Ids are unique: two keys never tie up to the
         # view, which is there to be handed back)
         keyed.sort()
-        if users is None:
-            return list(map(_VIEW, keyed))
-        return self._between_users(inp, users, keyed)
+        out = list(map(_VIEW, keyed)) if users is None else self._between_users(inp, users, keyed)
+        inp.cache[_LAST] = (inp, out)  # (for `waiting_order`, asked right after the plan with the same input)
+        return out
 
     def _between_users(self, inp: PolicyInput, users: _Users, keyed: list[_Key]) -> list[JobView]:
         """Interleave the users' own orders (`keyed`, sorted) class by class: the next job is the head of the user

@@ -7,13 +7,14 @@ nothing, counted per type), keeps running jobs where they are when the policy st
 type, and asks the placer for devices. Which running jobs may be stopped is `hsched.sched.preempt`'s to say:
 `apply_rule` applies a preemptive plan only as far as the time-sharing rule allows, and `schedule_round`
 then lets waiting jobs preempt by QoS class (the live controller calls the same two steps, with its own
-backfill between them: hsched.sched.live).
+backfill between them: hsched.sched.pipeline).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import replace
+from typing import cast
 
 from hsched.model import EndReason, Placement
 from hsched.sched.placement import PackingPlacer, Placer
@@ -52,7 +53,9 @@ def build_input(
     cache: MutableMapping[str, object] | None = None,
 ) -> PolicyInput:
     """Assemble a PolicyInput: capacity per GPU type from the servers, types ordered fastest first."""
-    capacity, gpu_types = _fleet(servers, throughput)
+    if cache is None:
+        cache = {}
+    capacity, gpu_types = _fleet(servers, throughput, cache)
     return PolicyInput(
         now=now,
         jobs=tuple(jobs),
@@ -66,20 +69,23 @@ def build_input(
         checkpoint_costs=checkpoint_costs or {},
         forecast_s=forecast_s or {},
         quantum_s=quantum_s,
-        cache={} if cache is None else cache,
+        cache=cache,
     )
 
 
-# The simulator hands the same tuple of servers to every full round: remember that fleet's capacity and type order.
-# (Its start-only rounds, in between, hand tuples of the free servers, new each time: they are remembered apart, so
-# they do not push the whole fleet out; that alone missed 60% of the time on bench_sim.py --scale.)
-_last_fleet: tuple[Sequence[ServerView], ThroughputModel, dict[str, int], tuple[str, ...]] | None = None
-_last_free: tuple[Sequence[ServerView], ThroughputModel, dict[str, int], tuple[str, ...]] | None = None
+FleetMemo = tuple[Sequence[ServerView], ThroughputModel, dict[str, int], tuple[str, ...]]
+_FLEET, _FREE = "round.fleet", "round.free"
+"""The caller's cache keys (PolicyInput.cache) of the last whole fleet's and the last free servers' `_fleet`."""
 
 
-def _fleet(servers: Sequence[ServerView], throughput: ThroughputModel) -> tuple[dict[str, int], tuple[str, ...]]:
-    global _last_fleet, _last_free
-    for last in (_last_fleet, _last_free):
+def _fleet(servers: Sequence[ServerView], throughput: ThroughputModel, cache: MutableMapping[str, object]
+           ) -> tuple[dict[str, int], tuple[str, ...]]:
+    """Capacity per GPU type and the types fastest first. The simulator hands the same tuple of servers to every full
+    round: that fleet's answer is kept in the caller's `cache`. (Its start-only rounds, in between, hand tuples of the
+    free servers, new each time: they are kept apart, so they do not push the whole fleet out; that alone missed 60%
+    of the time on bench_sim.py --scale.)"""
+    last_fleet = cast("FleetMemo | None", cache.get(_FLEET))
+    for last in (last_fleet, cast("FleetMemo | None", cache.get(_FREE))):
         if last is not None and last[0] is servers and last[1] is throughput and isinstance(servers, tuple):
             return dict(last[2]), last[3]
     capacity: dict[str, int] = {}
@@ -87,10 +93,10 @@ def _fleet(servers: Sequence[ServerView], throughput: ThroughputModel) -> tuple[
         capacity[s.gpu_type] = capacity.get(s.gpu_type, 0) + len(s.devices)
     gpu_types = throughput.order_types(capacity)
     entry = (servers, throughput, dict(capacity), gpu_types)
-    if _last_fleet is None or len(servers) >= len(_last_fleet[0]):
-        _last_fleet = entry
+    if last_fleet is None or len(servers) >= len(last_fleet[0]):
+        cache[_FLEET] = entry
     else:
-        _last_free = entry
+        cache[_FREE] = entry
     return capacity, gpu_types
 
 

@@ -20,13 +20,13 @@ job in time (`leaves_room`), and nobody else waits for it. The engine runs the r
 chose to wait, so the GPUs the policy counted for them go to the jobs behind. Under `Locality.IGNORE` the usual
 placer places, and copies are paid.
 
-Prefetch (`prefetch_targets`, `DataState.prefetch`; the engine's `SimConfig.prefetch_s`) mirrors the live
-controller's (hsched.sched.live.prefetch_targets): after each round, for the first PREFETCH_JOBS waiting jobs with
+Prefetch (`prefetch_copies`, `DataState.prefetch`; the engine's `SimConfig.prefetch_s`) is the live controller's rule
+itself (hsched.sched.stages.locality.prefetch_rule): after each round, for the first PREFETCH_JOBS waiting jobs with
 data (the live queue order: QoS class, priority, arrival), the server where each could compute soonest (its predicted
 free time, or the copy's end when later; the GPUs the jobs ahead would take first count as taken) when it lacks the
 data and the job is predicted to have room there within the horizon plus the copy's time, unless waiting for a
-holder is as good (`choose_wait`). The copy starts at once,
-in the background (no GPUs held), and lands in that server's copies under the LRU quota; a job that starts there
+holder is as good (`choose_wait`). The copy starts at once, in the background (no GPUs held), and lands in that
+server's copies under the LRU quota; a job that starts there
 waits only for the rest of it. A prefetch that no job uses before it is evicted, or by the end, is wasted.
 
 Simplifications: copies do not share bandwidth (each runs at the link speed, all at once, as the live controller
@@ -41,13 +41,17 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from hsched.errors import UserError
 from hsched.model import Placement
-from hsched.sched.live import PREFETCH_JOBS, PREFETCH_LOOKAHEAD
 from hsched.sched.locality import choose_wait, copy_seconds, leaves_room, link_bytes_per_s
 from hsched.sched.placement import PackingPlacer, Placer, best_fit_key
+from hsched.sched.stages.locality import (  # noqa: F401  (PREFETCH_*: re-exported, the engine reads them here)
+    PREFETCH_JOBS,
+    PREFETCH_LOOKAHEAD,
+    prefetch_rule,
+)
 from hsched.sched.view import JobView, ServerView
 from hsched.sim.bounds import check
 from hsched.sim.trace import Trace
@@ -316,7 +320,7 @@ class DataState:
 
 @dataclass(frozen=True, slots=True)
 class Waiting:
-    """A waiting job as `prefetch_targets` sees it."""
+    """A waiting job as `prefetch_copies` sees it."""
 
     job_id: int
     gpus: int
@@ -325,59 +329,48 @@ class Waiting:
     that must span servers (the live rule looks at one-node jobs only)."""
 
 
-def prefetch_targets(state: DataState, queue: Iterable[Waiting], free_in: Callable[[str, int], float | None],
-                     now: float, horizon_s: float) -> list[tuple[int, str, int]]:
-    """(job, server, dataset to copy there): the live rule (hsched.sched.live.prefetch_targets) on the simulator's
-    state, for the first PREFETCH_JOBS waiting jobs with data among the first PREFETCH_LOOKAHEAD of `queue` (in the
-    live queue order).
+class _SimFleet:
+    """`PrefetchView` over the simulator's state: `free_in(server, n)` predicts when `n` GPUs of the server are free
+    (the running jobs' ends); the GPUs the jobs ahead took are the first to free, so a job of g GPUs behind k taken
+    ones has room when k + g are free."""
 
-    Each job in turn goes where it could compute soonest, (max(free in, copy), copy, name) smallest, the copy being
-    what is still to move there (none without data), and takes the GPUs there that free first, for ever as far as
-    this forecast knows, so a server a job ahead will take is not where the next one starts. A job with data gets a
-    copy there unless that server holds it, waiting for a holder is as good (`choose_wait`), or it is not predicted
-    to have room there within `horizon_s` plus the copy.
+    def __init__(self, state: DataState, free_in: Callable[[str, int], float | None], now: float) -> None:
+        self.state = state
+        self.predict = free_in
+        self.now = now
+        self.taken: dict[str, int] = {}
 
-    `free_in(server, n)` predicts when `n` GPUs of the server are free (the running jobs' ends): the GPUs the jobs
-    ahead took are the first to free, so a job of g GPUs behind k taken ones has room when k + g are free.
-    """
-    out: list[tuple[int, str, int]] = []
-    taken: dict[str, int] = {}
-    looked = 0
-    for n, w in enumerate(queue):
-        if looked >= PREFETCH_JOBS or n >= PREFETCH_LOOKAHEAD:
-            break
-        if not w.servers:
-            continue
-        ds = state.dataset(w.job_id)
-        full = 0.0 if ds is None else state.model.copy_s(ds)
-        best: tuple[float, float, str] | None = None
-        holder: float | None = None
-        for name in w.servers:
-            eta = free_in(name, taken.get(name, 0) + w.gpus)
-            if eta is None:
-                continue
-            ready = None if ds is None else state.ready_in(name, ds, now)
-            c = 0.0 if ds is None else full if ready is None else ready
-            if c == 0.0:
-                holder = eta if holder is None else min(holder, eta)
-            if math.isinf(c):
-                continue
-            cand = (max(eta, c), c, name)
-            if best is None or cand < best:
-                best = cand
-        if best is None:
-            continue
-        _start_s, copy_s, name = best
-        eta = free_in(name, taken.get(name, 0) + w.gpus) or 0.0
-        taken[name] = taken.get(name, 0) + w.gpus
+    def nodes(self, job: Waiting) -> Sequence[str]:
+        return job.servers
+
+    def free_in(self, job: Waiting, node: str) -> float | None:
+        return self.predict(node, self.taken.get(node, 0) + job.gpus)
+
+    def copy_s(self, job: Waiting, node: str) -> float:
+        ds = self.state.dataset(job.job_id)
         if ds is None:
-            continue
-        looked += 1
-        if copy_s == 0.0 or choose_wait(copy_s, holder) or eta > horizon_s + copy_s:
-            continue  # its data is where it starts soonest, or waiting for a holder is as good, or not soon
-        if state.ready_in(name, ds, now) is None:  # (a copy under way there is not started again)
-            out.append((w.job_id, name, ds))
-    return out
+            return 0.0
+        ready = self.state.ready_in(node, ds, self.now)
+        return self.state.model.copy_s(ds) if ready is None else ready
+
+    def has_data(self, job: Waiting) -> bool:
+        return self.state.dataset(job.job_id) is not None
+
+    def take(self, job: Waiting, node: str) -> None:
+        self.taken[node] = self.taken.get(node, 0) + job.gpus
+
+    def lacking(self, job: Waiting, node: str) -> tuple[int, ...]:
+        ds = self.state.dataset(job.job_id)
+        # (a copy under way there is not started again)
+        return () if ds is None or self.state.ready_in(node, ds, self.now) is not None else (ds,)
+
+
+def prefetch_copies(state: DataState, queue: Iterable[Waiting], free_in: Callable[[str, int], float | None],
+                    now: float, horizon_s: float) -> list[tuple[int, str, int]]:
+    """(job, server, dataset to copy there): the live rule (hsched.sched.stages.locality.prefetch_rule, the one
+    `prefetch_targets` runs) on the simulator's state, the queue in the live queue order."""
+    return [(w.job_id, name, cast(int, what[0]))
+            for w, name, what in prefetch_rule(_SimFleet(state, free_in, now), queue, horizon_s)]
 
 
 FreeIn = Callable[[str, int, int], float | None]

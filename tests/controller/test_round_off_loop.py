@@ -37,8 +37,9 @@ class Paused:
         self.thread: str | None = None
         self.decisions: list[Decision] = []
 
-    def __call__(self, view: FleetView, pending: Sequence[Job], now: float) -> list[Decision]:
-        self.decisions = live.schedule(view, pending, now)
+    def __call__(self, view: FleetView, pending: Sequence[Job], now: float,
+                 cache: live.RoundCache | None = None) -> list[Decision]:
+        self.decisions = live.schedule(view, pending, now, cache=cache)
         self.thread = threading.current_thread().name
         self.decided.set()
         if not self.go.wait(WAIT_S):

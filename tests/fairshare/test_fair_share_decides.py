@@ -183,10 +183,10 @@ async def live_starts(tmp_path: Path, shares: dict[str, int]) -> list[tuple[floa
         return [(s, e, u) for s, e, u, _i in sorted(out, key=lambda r: (r[0], r[3]))]
 
 
-async def test_live_equal_shares_alternate_from_the_first_start(tmp_path: Path, head_from_policy: bool) -> None:
+async def test_live_equal_shares_alternate_from_the_first_start(tmp_path: Path) -> None:
     runs = await live_starts(tmp_path, {})
     users = [u for _s, _e, u in runs]
-    assert "".join(u[0].upper() for u in users) == "AB" * PER_USER  # measured with the policy's head; AABB... without
+    assert "".join(u[0].upper() for u in users) == "AB" * PER_USER  # AABB... with the round's own head
     assert most_apart(users) == 1
     assert [s for s, _e, _u in runs[:2]] == [0.0, 0.0]
 

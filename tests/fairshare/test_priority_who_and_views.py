@@ -35,8 +35,7 @@ async def submit(api: Api, uid: int, **spec: Any) -> dict[str, Any]:
     return await api.handle("submit", {"spec": table}, uid)  # type: ignore[no-any-return]
 
 
-async def test_who_set_the_priority_is_recorded_and_only_an_admins_crosses_users(tmp_path: Path,
-                                                                                 head_from_policy: bool) -> None:
+async def test_who_set_the_priority_is_recorded_and_only_an_admins_crosses_users(tmp_path: Path) -> None:
     weights = PriorityWeights(fairshare=5000.0, age=0.0, size=100.0)
     async with Lab.open(tmp_path, nodes=ONE_GPU, lab_mode=True,
                         settings=Settings(admins=("labadmin",), priority=weights)) as lab:

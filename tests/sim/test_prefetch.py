@@ -12,7 +12,7 @@ from hsched.cli import app
 from hsched.sched import make_policy
 from hsched.sched.locality import Locality, link_bytes_per_s
 from hsched.sim.cluster import parse_cluster
-from hsched.sim.data import GB, DataModel, Dataset, DataState, SyntheticSpec, Waiting, prefetch_targets, synthetic_data
+from hsched.sim.data import GB, DataModel, Dataset, DataState, SyntheticSpec, Waiting, prefetch_copies, synthetic_data
 from hsched.sim.engine import SimConfig, simulate
 from hsched.sim.trace import Trace, TraceJob, load_trace
 from tests.sched.handmade import model, trace
@@ -120,32 +120,32 @@ def test_the_rule_gives_the_jobs_ahead_the_gpus_they_take_first():
     state = DataState(_model(("a",), {2: 0}))
     data_job = Waiting(2, 1, ("a", "b"))
     ends = {"a": [7200.0], "b": [600.0]}
-    assert prefetch_targets(state, [data_job], _free_in(ends), 0.0, 900.0) == [(2, "b", 0)]
+    assert prefetch_copies(state, [data_job], _free_in(ends), 0.0, 900.0) == [(2, "b", 0)]
     # behind a job that will take b first it is not (that copy would be wasted) ...
-    assert prefetch_targets(state, [Waiting(1, 1, ("a", "b")), data_job], _free_in(ends), 0.0, 900.0) == []
+    assert prefetch_copies(state, [Waiting(1, 1, ("a", "b")), data_job], _free_in(ends), 0.0, 900.0) == []
     # ... unless b has room for both
     roomy = {"a": [7200.0], "b": [600.0, 600.0]}
-    assert prefetch_targets(state, [Waiting(1, 1, ("a", "b")), data_job], _free_in(roomy), 0.0, 900.0) == [
+    assert prefetch_copies(state, [Waiting(1, 1, ("a", "b")), data_job], _free_in(roomy), 0.0, 900.0) == [
         (2, "b", 0)]
     # not soon: b frees past the horizon plus the copy (80 s)
-    assert prefetch_targets(state, [data_job], _free_in({"a": [7200.0], "b": [981.0]}), 0.0, 900.0) == []
-    assert prefetch_targets(state, [data_job], _free_in({"a": [7200.0], "b": [980.0]}), 0.0, 900.0) != []
+    assert prefetch_copies(state, [data_job], _free_in({"a": [7200.0], "b": [981.0]}), 0.0, 900.0) == []
+    assert prefetch_copies(state, [data_job], _free_in({"a": [7200.0], "b": [980.0]}), 0.0, 900.0) != []
     # waiting for the holder is as good as the copy: no copy
-    assert prefetch_targets(state, [data_job], _free_in({"a": [80.0], "b": [0.0]}), 0.0, 900.0) == []
-    assert prefetch_targets(state, [data_job], _free_in({"a": [81.0], "b": [0.0]}), 0.0, 900.0) == [(2, "b", 0)]
+    assert prefetch_copies(state, [data_job], _free_in({"a": [80.0], "b": [0.0]}), 0.0, 900.0) == []
+    assert prefetch_copies(state, [data_job], _free_in({"a": [81.0], "b": [0.0]}), 0.0, 900.0) == [(2, "b", 0)]
 
 
 def test_the_rule_looks_at_eight_jobs_with_data_among_the_first_64():
     state = DataState(_model(tuple("h" for _ in range(10)), {i: i for i in range(10)}))
     many = {"h": [1e9], "x": [0.0] * 100}
     queue = [Waiting(i, 1, ("x",)) for i in range(10)]
-    assert prefetch_targets(state, queue, _free_in(many), 0.0, 900.0) == [(i, "x", i) for i in range(8)]
+    assert prefetch_copies(state, queue, _free_in(many), 0.0, 900.0) == [(i, "x", i) for i in range(8)]
     # a gang that must span servers is passed over, and does not count among the eight
     queue = [Waiting(0, 8, ()), *queue[1:]]
-    assert [j for j, _, _ in prefetch_targets(state, queue, _free_in(many), 0.0, 900.0)] == list(range(1, 9))
+    assert [j for j, _, _ in prefetch_copies(state, queue, _free_in(many), 0.0, 900.0)] == list(range(1, 9))
     # 63 jobs without data ahead: only the first data job is within the 64 looked at
     queue = [Waiting(100 + i, 1, ("x",)) for i in range(63)] + [Waiting(i, 1, ("x",)) for i in range(10)]
-    assert prefetch_targets(state, queue, _free_in(many), 0.0, 900.0) == [(0, "x", 0)]
+    assert prefetch_copies(state, queue, _free_in(many), 0.0, 900.0) == [(0, "x", 0)]
 
 
 # ---------------------------------------------------------------- a real trace

@@ -156,3 +156,17 @@ def test_bad_pool_options_exit_2_with_one_line(args, needle):
     assert r.exit_code == 2, r.output
     assert needle in r.output
     assert "Traceback" not in r.output
+
+
+def test_every_job_ending_at_the_heads_start_counts_as_freed_then() -> None:
+    """Re-pinned on purpose (issue 28: the reservation's search is the live round's, `soonest_fit`): all that
+    frees at the head's start counts together. Before, the search stopped at the first of two jobs ending at the same
+    moment, so a long job that fits beside the head on the GPUs the second one frees was refused backfill."""
+    q = SlurmQueue(SlurmPoolSpec("a100", 16, 0.0, 8))
+    # node 0 held for ever; node 1: two jobs of 2 GPUs end at 100, 4 GPUs free now
+    q.free = [0, 4]
+    q.running = {1: (((0, 8),), float("inf")), 2: (((1, 2),), 100.0), 3: (((1, 2),), 100.0)}
+    q.submit(10, 6, 0.0, 50.0)  # the head: 6 GPUs, at 100 on node 1
+    q.submit(11, 2, 0.0, 10_000.0)  # long, behind it: at 100 node 1 has 8 free, the head takes 6, 2 stay its own
+    assert q._reserve(q.queue[0], 0.0) == (100.0, [0, 8], {1: 6})
+    assert [j for j, _ in q.schedule(0.0)] == [11]

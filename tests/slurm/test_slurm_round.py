@@ -17,7 +17,7 @@ def group(name: str = "cluster", slurm_nodes: tuple[str, ...] = ("n1", "n2"), gp
           model: str = "a100", cpus: int = 8) -> Node:
     """A Slurm node group as the Slurm executor's probe makes it: one device per GPU of each Slurm node, named
     slurm-<group>-<slurm node>-gpu<index>."""
-    devices = tuple(Device(f"slurm-{name}-{sn}-gpu{i}", k * gpus + i, model)
+    devices = tuple(Device(f"slurm-{name}-{sn}-gpu{i}", k * gpus + i, model, host=sn)
                     for k, sn in enumerate(slurm_nodes) for i in range(gpus))
     return Node(name, "slurm", NodeState.UP, cpus=cpus * len(slurm_nodes), memory_total_mib=4000 * len(slurm_nodes),
                 devices=devices)

@@ -1,0 +1,90 @@
+"""Preemption: QoS classes that may stop others (`PreemptRule.qos_preempts`) claim the devices of running jobs, chosen
+by `hsched.sched.preempt.Victims` exactly as the simulator chooses them; and devices being released (a preemption or
+cancel under way) are claimed by the next job that fits them. Gangs never preempt. Pure: no I/O."""
+
+from __future__ import annotations
+
+from hsched.model import Job, Node, Resources
+from hsched.sched.cache import RoundCache
+from hsched.sched.fleet import Decision, DeviceChooser, FleetView, Wait
+from hsched.sched.preempt import Victims
+from hsched.sched.stages.sharing import Sharing
+from hsched.sched.stages.views import pending_view, running_view
+from hsched.sched.state import PREEMPTING
+
+
+class Preempting(Sharing):
+    """The round with QoS preemption: the running jobs QoS may preempt, indexed once on first need."""
+
+    def __init__(self, fleet: FleetView, choose: DeviceChooser, now: float, cache: RoundCache | None = None) -> None:
+        super().__init__(fleet, choose, now, cache)
+        self._victims: Victims | None = None
+        # the classes QoS could preempt at all this round: a waiting job whose class preempts none of them
+        # never searches for victims
+        self.victim_classes = frozenset(r.job.spec.qos for r in fleet.running if len(r.job.placement) == 1)
+        self._choosable = (-1, frozenset[str]())
+
+    def victims(self) -> Victims:
+        """The round's QoS victims, indexed once, on first need."""
+        if self._victims is None:
+            self._victims = Victims(self.fleet.rule, [running_view(r, {}, self.now) for r in self.fleet.running],
+                                    shared=self.sharing())
+        return self._victims
+
+    def choosable(self) -> frozenset[str]:
+        """The QoS classes of the running jobs still free to be chosen as victims."""
+        if not self.victim_classes:
+            return self.victim_classes
+        version, classes = self._choosable
+        if version != self.version:
+            classes = self.victims().classes()
+            self._choosable = (self.version, classes)
+        return classes
+
+
+    def claim_releasing(self, job: Job, nodes: list[Node], exempt: bool) -> Decision | None:
+        """Devices being released (preemption or cancel under way) may be this job's soon (not those reserved for
+        the head, unless it ends before the head starts): it claims them and waits for them (`Preempting`)."""
+        res = job.spec.resources
+        if res.nodes != 1 or not self.releasing or self.missed(key := ("releasing", res, self.nodes_key(job), exempt)):
+            return None
+        soon = self.busy - self.releasing
+        if not exempt:
+            soon |= self.reserved
+        for n in nodes:
+            claim = self.fit(n, res, soon)
+            if claim is not None:
+                self.hold(claim.devices)
+                self.releasing.difference_update(claim.devices)
+                self.blocked_ahead = True
+                self.tally.add(job)
+                return Wait(job.id, PREEMPTING)
+        self.miss(key)
+        return None
+
+    def preempt_for(self, job: Job, nodes: list[Node]) -> Decision | None:
+        """QoS preemption: the victims `Victims` chooses for the job on one of `nodes`, claimed (a
+        `Preempt`), or None."""
+        res: Resources = job.spec.resources
+        allowed = self.fleet.rule.qos_preempts.get(job.spec.qos)
+        if (res.nodes != 1 or not allowed or allowed.isdisjoint(self.victim_classes)
+                or allowed.isdisjoint(self.choosable())
+                or self.missed(qkey := ("qos", res, self.nodes_key(job), job.spec.qos))):
+            return None
+        busy = self.busy
+
+        def fits(name: str, freed: frozenset[str]) -> bool:
+            return self.fit(self.by_name[name], res, busy, freed=freed) is not None
+
+        chosen = self.victims().choose(pending_view(job), [n.name for n in nodes], fits)
+        if chosen is not None:
+            shares = self.sharing()
+            freed = frozenset(u for r in self.fleet.running if r.id in chosen.victims for u in r.devices
+                              if u not in shares or shares[u] <= set(chosen.victims))
+            claim = self.fit(self.by_name[chosen.node], res, busy, freed=freed)
+            self.hold(claim.devices if claim is not None else ())  # the victims are taken, in any case
+            self.blocked_ahead = True
+            self.tally.add(job)  # its start is decided: the next job of its user counts it
+            return chosen
+        self.miss(qkey)
+        return None
