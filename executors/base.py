@@ -61,7 +61,7 @@ class LaunchRequest:
     """A hard limit a backend with its own (Slurm's `--time`) may enforce as a safety net: the job's limit plus
     its grace and the kill delay, so that hsched's own stop (signal, grace, kill) always comes first."""
     output: str | None = None
-    """sbatch's --output, expanded (hsched.outfiles): the node also writes the run's stdout (and stderr, without
+    """sbatch's --output, expanded (hsched.spec.outfiles): the node also writes the run's stdout (and stderr, without
     `error`) to this file as the run's user, relative to its working folder. None: the run folder's log only."""
     error: str | None = None
     """sbatch's --error, expanded: the file the node also writes the run's stderr to."""

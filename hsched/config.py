@@ -15,12 +15,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hsched.arrays import MAX_ARRAY_TASKS
-from hsched.constraints import label_problem, parse_constraint
 from hsched.datasets import Dataset, datasets_from_table, parse_bytes
 from hsched.errors import ConfigError as ConfigError  # what the readers here raise (hsched.problems)
 from hsched.errors import UserError
-from hsched.fairshare import DEFAULT_HALF_LIFE_S, Account, PriorityWeights
+from hsched.learn.fairshare import DEFAULT_HALF_LIFE_S, Account, PriorityWeights
 from hsched.model import (
     DEFAULT_QOS,
     QOS_CLASSES,
@@ -32,6 +30,8 @@ from hsched.model import (
 )
 from hsched.problems import Problems, shown
 from hsched.protocol import IDLE_TIMEOUT_S, MAX_CONNECTIONS
+from hsched.spec.arrays import MAX_ARRAY_TASKS
+from hsched.spec.constraints import label_problem, parse_constraint
 
 # ---------------------------------------------------------------------------------------------- parsing
 
@@ -339,14 +339,14 @@ def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple
     deps: tuple[Dependency, ...] = ()
     any_of = False
     if "dependency" in data:
-        from hsched.dependencies import parse_dependency
+        from hsched.spec.dependencies import parse_dependency
 
         parsed = _converted(p, "dependency", data["dependency"], lambda v: parse_dependency(str(v)))
         if parsed is not None:
             deps, any_of = parsed
     array = None
     if "array" in data:
-        from hsched.arrays import parse_array
+        from hsched.spec.arrays import parse_array
 
         array = _converted(p, "array", data["array"], parse_array)
     kill_invalid = data.get("kill_on_invalid_dep", False)
@@ -430,9 +430,9 @@ def _data_names(p: Problems, raw: Any) -> tuple[str, ...]:
 
 
 def _output_pattern(p: Problems, key: str, value: Any) -> str | None:
-    """sbatch's --output/--error file pattern (hsched.outfiles), checked here so that a bad one is refused at
+    """sbatch's --output/--error file pattern (hsched.spec.outfiles), checked here so that a bad one is refused at
     submit rather than failing the run on its node."""
-    from hsched.outfiles import pattern_problem
+    from hsched.spec.outfiles import pattern_problem
 
     text = _str(p, key, value, nonempty=True)
     if text is None:
@@ -576,7 +576,7 @@ class NodeConfig:
     labels: tuple[str, ...] = ()
     """What `--constraint` matches (sbatch's node features): ["nvme", "ib"]."""
     partition: str | None = None
-    """executor "slurm": the Slurm partition this node group stands for (executors/slurm.py)."""
+    """executor "slurm": the Slurm partition this node group stands for (executors/slurm/executor.py)."""
     account: str | None = None
     """executor "slurm": sbatch's --account."""
     slurm_qos: str | None = None
@@ -585,7 +585,7 @@ class NodeConfig:
     """executor "slurm": sbatch's --clusters (a multi-cluster Slurm)."""
     login: str | None = None
     """executor "slurm": "user@host" of a login node whose Slurm commands are run over SSH (with the entry's
-    port, identity_file, known_hosts as an ssh node's); None: this machine's (executors/_slurm_login.py)."""
+    port, identity_file, known_hosts as an ssh node's); None: this machine's (executors/slurm/login.py)."""
     login_dir: str | None = None
     """executor "slurm" with `login`: hsched's folder on the login node (run folders, checkpoint copies), on a
     filesystem the cluster's nodes share: absolute, `~/...`, `$HOME` and `$USER` expanded there
@@ -870,7 +870,7 @@ class Settings:
     """Lab mode: only this group's members may use the socket (0660); None lets every local user (0666)."""
     idle_after_s: float = 1800.0
     """A running job whose GPUs have all been idle this long is flagged (event `idle`, profile `idle`;
-    hsched.profiles.IDLE_AFTER_S). Nothing is done to it."""
+    hsched.learn.profiles.IDLE_AFTER_S). Nothing is done to it."""
     moves: bool = True
     """The policy may move a running job that proved it checkpoints (it exited with the checkpoint code before)
     to faster free GPUs when the move pays, and time-share such jobs within a QoS class (least attained service

@@ -212,7 +212,7 @@ class Resources:
     tasks_per_node: int = 1
     """Processes started per node, each with torchrun's RANK/LOCAL_RANK/WORLD_SIZE... (Slurm's ntasks-per-node)."""
     constraint: str = ""
-    """Node labels the job needs, in sbatch's --constraint syntax ("nvme&ib", "a100|h100"; hsched.constraints),
+    """Node labels the job needs, in sbatch's --constraint syntax ("nvme&ib", "a100|h100"; hsched.spec.constraints),
     normalised; empty: any node."""
     offload: bool = False
     """The job offloads to host memory (ZeRO-Offload, DeepSpeed): placement prefers nodes with more host memory
@@ -255,7 +255,7 @@ class CheckpointSignal:
 
 
 class DepKind(enum.StrEnum):
-    """sbatch's dependency types (hsched.dependencies says what each means)."""
+    """sbatch's dependency types (hsched.spec.dependencies says what each means)."""
 
     AFTER = "after"
     AFTEROK = "afterok"
@@ -330,10 +330,10 @@ class JobSpec:
     array: ArraySpec | None = None
     """`--array`: the submit makes one job per index (the tasks), sharing this spec."""
     kind: str = ""
-    """`--kind`: what the job is, for what hsched learns of its speed (hsched.kinds); "" derives it from the
+    """`--kind`: what the job is, for what hsched learns of its speed (hsched.learn.kinds); "" derives it from the
     command."""
     output: str | None = None
-    """`-o/--output`: the file pattern (hsched.outfiles) the run's stdout (and stderr, without `error`) is also
+    """`-o/--output`: the file pattern (hsched.spec.outfiles) the run's stdout (and stderr, without `error`) is also
     written to on its node, as the job's user; None: the run folder's log only."""
     error: str | None = None
     """`-e/--error`: the file pattern for stderr; None: stderr goes where stdout goes."""
@@ -342,7 +342,7 @@ class JobSpec:
     run appends either way)."""
     ntasks: int | None = None
     """`--ntasks N` on one node (sbatch's, with srun's meaning): the command runs once, with SLURM_NTASKS=N, and `srun
-    CMD` in a batch shell script runs CMD N times (hsched.batch); None: the job's tasks are its ranks
+    CMD` in a batch shell script runs CMD N times (hsched.spec.batch); None: the job's tasks are its ranks
     (`resources.tasks_per_node`), each running the command."""
     data: tuple[str, ...] = ()
     """`--data`: the datasets (the fleet file's `[[dataset]]` names) the job reads: placement weighs copying them

@@ -7,7 +7,7 @@ stand-in job (hsched.replayjob) that runs its steps at the trace's rate for the 
 the speedup and reports its progress, waits for all to end, and prints the live metrics next to the
 simulator's for the same jobs, cluster and policy. JCTs are in the trace's seconds (wall seconds x speedup).
 
-Knowledge: `table` seeds the controller's learned speeds (hsched.kinds) with the trace's throughput table,
+Knowledge: `table` seeds the controller's learned speeds (hsched.learn.kinds) with the trace's throughput table,
 what the simulator knows; `learn` starts from the accelerator prior alone and learns from progress, as a new
 lab would.
 """
@@ -57,7 +57,7 @@ def fleet_toml(nodes: Sequence[Node]) -> str:
 def seed_knowledge(db: Path, trace: Any, nodes: Sequence[Node], now: float) -> int:
     """The trace's throughput table as learned speeds, for every job type and GPU count of the replayed jobs
     on every GPU type of the cluster (what the simulator knows); the number of entries."""
-    from hsched.kinds import PlacementClass
+    from hsched.learn.kinds import PlacementClass
     from hsched.sched.live import gpu_type_of
     from hsched.store import Store
 

@@ -118,13 +118,13 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
 
 
 def _array_of(text: str | None) -> ArraySpec | None:
-    from hsched.arrays import parse_array
+    from hsched.spec.arrays import parse_array
 
     return parse_array(text) if text else None
 
 
 def _dependency_of(d: dict[str, Any]) -> dict[str, Any]:
-    from hsched.dependencies import parse_dependency
+    from hsched.spec.dependencies import parse_dependency
 
     text = d.get("dependency") or ""
     deps, any_of = parse_dependency(text) if text else ((), False)
@@ -145,8 +145,8 @@ def placement_from_list(items: list[dict[str, Any]]) -> tuple[Placement, ...]:
 
 
 def job_kind(job: Job) -> str:
-    """The job's kind: the one it named, else the one its command looks like (hsched.kinds)."""
-    from hsched.jobkind import kind_of
+    """The job's kind: the one it named, else the one its command looks like (hsched.learn.kinds)."""
+    from hsched.spec.jobkind import kind_of
 
     return kind_of(job.spec.kind, job.spec.command)
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from hsched.config import SimulatedDevices
 from hsched.errors import UserError
+from hsched.learn.profiles import Profile
 from hsched.model import Device, Link
-from hsched.profiles import Profile
 
 _SIM_NS = uuid.UUID("6f1c1f40-3a4b-4e39-9a51-6c2f0a3a9d11")
 
@@ -86,7 +86,7 @@ def _load_topology(sim: SimulatedDevices) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class _Nature:
-    """How a simulated GPU reads while a job of a declared nature (hsched.profiles.SIM_NATURE_ENV) holds it."""
+    """How a simulated GPU reads while a job of a declared nature (hsched.learn.profiles.SIM_NATURE_ENV) holds it."""
 
     util: float
     """Mean utilization_gpu %, swinging by `swing` either way."""
@@ -103,7 +103,7 @@ class _Nature:
     """Of the GPU's memory in use."""
 
 
-# each far on the right side of hsched.profiles' thresholds, so a declared nature is what the profile finds
+# each far on the right side of hsched.learn.profiles' thresholds, so a declared nature is what the profile finds
 _NATURES: dict[Profile, _Nature] = {
     Profile.COMPUTE: _Nature(94.0, 4.0, 32.0, 300.0, 150.0, 60.0, 0.70),
     Profile.MEMORY: _Nature(86.0, 6.0, 80.0, 300.0, 150.0, 60.0, 0.85),
@@ -121,7 +121,7 @@ def simulated_telemetry(devices: Sequence[Device], busy: Collection[str], now: f
                         natures: Mapping[str, Profile] | None = None) -> tuple[Device, ...]:
     """Plausible readings for simulated devices, so the lab demo and the dashboard look like a lab: busy
     (held by a job: `busy` UUIDs) or idle; a busy GPU whose job declared a nature (`natures`: UUID -> the
-    job's hsched.profiles.sim_nature) reads as that nature does. Power follows the model's board power (a 72 W
+    job's hsched.learn.profiles.sim_nature) reads as that nature does. Power follows the model's board power (a 72 W
     L4 never draws 490 W), temperature the power; real devices among them are returned untouched."""
     from hsched.topo.models import lookup_model
 

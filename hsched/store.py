@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from hsched.datasets import DataPlace, PlaceOrigin, PlaceState
 from hsched.errors import HschedError, UserError
-from hsched.fairshare import Ledger, RunUsage, Usage
+from hsched.learn.fairshare import Ledger, RunUsage, Usage
 from hsched.model import (
     LIVE_RUN_STATES,
     EndReason,
@@ -60,7 +60,7 @@ from hsched.serialize import (
 )
 
 if TYPE_CHECKING:
-    from hsched.kinds import KindRate
+    from hsched.learn.kinds import KindRate
 
 # Each migration is a list of statements, run in one transaction with the version bump.
 _MIGRATIONS: list[tuple[str, ...]] = [
@@ -172,12 +172,12 @@ _MIGRATIONS: list[tuple[str, ...]] = [
         "CREATE TABLE job_envs (job_id INTEGER PRIMARY KEY REFERENCES jobs(id), "
         "sha TEXT NOT NULL REFERENCES envs(sha))",
     ),
-    # 6: what the monitoring samples said of each attempt on each node (hsched.efficiency; `hsched eff`)
+    # 6: what the monitoring samples said of each attempt on each node (hsched.learn.efficiency; `hsched eff`)
     (
         "CREATE TABLE run_usage (job_id INTEGER NOT NULL, attempt INTEGER NOT NULL, node TEXT NOT NULL, "
         "body TEXT NOT NULL, PRIMARY KEY (job_id, attempt, node)) WITHOUT ROWID",
     ),
-    # 7: what the jobs' progress reports taught: steps per second per kind and placement (hsched.kinds), and
+    # 7: what the jobs' progress reports taught: steps per second per kind and placement (hsched.learn.kinds), and
     # each attempt's progress (first and last report, its speed)
     (
         "CREATE TABLE kind_rates (kind TEXT NOT NULL, gpu_type TEXT NOT NULL, gpus INTEGER NOT NULL, "
@@ -186,7 +186,7 @@ _MIGRATIONS: list[tuple[str, ...]] = [
         "CREATE TABLE run_progress (job_id INTEGER NOT NULL, attempt INTEGER NOT NULL, body TEXT NOT NULL, "
         "PRIMARY KEY (job_id, attempt)) WITHOUT ROWID",
     ),
-    # 8: how long completed jobs ran, by kind and user, and what was predicted for them (hsched.predict)
+    # 8: how long completed jobs ran, by kind and user, and what was predicted for them (hsched.learn.predict)
     (
         "CREATE TABLE job_durations (job_id INTEGER PRIMARY KEY, kind TEXT NOT NULL, user TEXT NOT NULL, "
         "duration_s REAL NOT NULL, ended REAL NOT NULL, predicted_s REAL, gpu_peak_mib INTEGER, "
@@ -786,7 +786,7 @@ class Store:
     def learn_kind_rate(self, kind: str, gpu_type: str, gpus: int, klass: str, steps_per_s: float,
                         now: float) -> KindRate:
         """One more run of `kind` measured at `steps_per_s`: the kind's moving average, updated and returned."""
-        from hsched.kinds import KindRate, PlacementClass, averaged
+        from hsched.learn.kinds import KindRate, PlacementClass, averaged
 
         with self.tx() as db:
             row = db.execute("SELECT steps_per_s, runs FROM kind_rates WHERE kind = ? AND gpu_type = ? AND gpus = ? "
@@ -798,7 +798,7 @@ class Store:
         return KindRate(kind, gpu_type, gpus, PlacementClass(klass), rate, runs + 1, now)
 
     def kind_rates(self) -> list[KindRate]:
-        from hsched.kinds import KindRate, PlacementClass
+        from hsched.learn.kinds import KindRate, PlacementClass
 
         return [KindRate(r[0], r[1], int(r[2]), PlacementClass(r[3]), float(r[4]), int(r[5]), float(r[6]))
                 for r in self.db.execute("SELECT kind, gpu_type, gpus, class, steps_per_s, runs, updated "
@@ -951,7 +951,7 @@ class Store:
     # -------------------------------------------------------------------------------------- fair share
 
     def user_usage(self, now: float, half_life_s: float) -> dict[str, Usage]:
-        """GPU-seconds per user over every run, raw and decayed by age as of `now` (hsched.fairshare), running
+        """GPU-seconds per user over every run, raw and decayed by age as of `now` (hsched.learn.fairshare), running
         runs up to `now`. The first call reads the whole history; later ones only runs started since and runs
         that were still going (`Ledger`), so a round pays for what changed, not for the history."""
         led = self._ledger

@@ -28,19 +28,17 @@ LAYERS: Layers = (
     ("node", ("hsched.node", "hsched.nodehelper", "hsched.safefiles")),
     # the domain's types and rules, errors, clocks, paths, the socket protocol's constants
     ("base", ("hsched", "hsched.errors", "hsched.problems", "hsched.clock", "hsched.paths", "hsched.protocol",
-              "hsched.model", "hsched.jobids", "hsched.lifecycle", "hsched.progress")),
+              "hsched.model", "hsched.lifecycle", "hsched.progress")),
     # hardware: topology parsers, the accelerator table, placement inside a node
     ("topo", ("hsched.topo",)),
     # what a job asks (arrays, batch scripts, constraints, dependencies, output files, its kind, its datasets)
     # and the JSON forms of all of it
-    ("spec", ("hsched.spec", "hsched.arrays", "hsched.batch", "hsched.constraints", "hsched.dependencies",
-              "hsched.outfiles", "hsched.jobkind", "hsched.hostlist", "hsched.datasets", "hsched.serialize")),
+    ("spec", ("hsched.spec", "hsched.datasets", "hsched.serialize")),
     # the pure scheduling core, shared by the live round and the simulator: what the layers above learn reaches
     # it as numbers and models in its views, never by import
     ("sched", ("hsched.sched",)),
     # what the controller learns: kinds' speeds (as the core's throughput model), durations, profiles, usage
-    ("learn", ("hsched.learn", "hsched.kinds", "hsched.predict", "hsched.profiles", "hsched.efficiency",
-               "hsched.tallies", "hsched.fairshare", "hsched.accounting")),
+    ("learn", ("hsched.learn",)),
     # the fleet file and settings (policy names are checked against the core's registry), simulated devices
     ("settings", ("hsched.config", "hsched.simulated")),
     ("sim", ("hsched.sim",)),

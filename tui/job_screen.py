@@ -80,7 +80,7 @@ def detail_table(d: dict[str, Any]) -> Table:
 
 
 def profile_text(p: dict[str, Any] | None) -> Text:
-    """What its GPUs' readings say the job is (hsched.profiles), as `hsched show` says it; a job flagged idle
+    """What its GPUs' readings say the job is (hsched.learn.profiles), as `hsched show` says it; a job flagged idle
     stands out."""
     if not p:
         return Text("- (no GPU readings)", style="bright_black")

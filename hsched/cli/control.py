@@ -7,10 +7,10 @@ from typing import Any
 
 import typer
 
-from hsched import jobids
 from hsched.cli import complete
 from hsched.cli._common import EXIT_FAILED, EXIT_USAGE, handle_errors, print_json
 from hsched.errors import ControllerError, UserError
+from hsched.spec import jobids
 
 
 def job_ids_of(c: Any, tokens: list[str], *, whole_arrays: bool = True) -> list[int]:
@@ -51,7 +51,7 @@ def job_ids_of(c: Any, tokens: list[str], *, whole_arrays: bool = True) -> list[
 
 def _parsed(token: str) -> tuple[str, int, int | None]:
     """(token, job id, task index or None) of `12` or `12_3`; a UserError for anything else, or for a number
-    beyond the store's range (hsched.jobids)."""
+    beyond the store's range (hsched.spec.jobids)."""
     head, sep, task = token.strip().partition("_")
     if not head.isdigit() or (sep and not task.isdigit()):
         raise UserError(f"{token!r}: expected a job id such as 12 or an array task such as 12_3")

@@ -1,8 +1,8 @@
 """`hsched eff JOB`: how well a job used what it held (seff's role): state, exit code, elapsed time per run,
 GPUs and GPU-hours, GPU utilization and memory peak, CPU efficiency and memory peak (from each run's cgroup:
 CPU time over cores allocated x elapsed, peak over memory requested or the node's share), from the monitoring
-samples the controller folded while it ran (hsched.efficiency), and what kind of work that was (its profile,
-hsched.profiles). No progress or time left is shown: an ended job's estimate is history."""
+samples the controller folded while it ran (hsched.learn.efficiency), and what kind of work that was (its profile,
+hsched.learn.profiles). No progress or time left is shown: an ended job's estimate is history."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def figure_lines(f: dict[str, Any], indent: str = "") -> list[str]:
 
 def render(e: dict[str, Any]) -> list[str]:
     from hsched.cli.listing import _clock
-    from hsched.profiles import profile_line
+    from hsched.learn.profiles import profile_line
 
     exit_code = "-" if e.get("exit_code") is None else str(e["exit_code"])
     lines = [f"Job {e.get('display_id') or e['id']} ({e['name']}) of {e['user']}",

@@ -39,7 +39,7 @@ def _given(value: Any) -> bool:
 
 def batch_script(path: str) -> Any:
     """The BatchScript at `path` if it is one (a text file with a #! line or #SBATCH/#HSCHED lines), else None."""
-    from hsched.batch import read_batch_script
+    from hsched.spec.batch import read_batch_script
 
     return read_batch_script(Path(path))
 
@@ -62,7 +62,7 @@ def _multifactor(p: dict[str, Any] | None) -> str:
     """The job's multifactor priority (hsched.controller.shares.job_priority) as a sum; "-" once it ended."""
     if not p:
         return "-"
-    from hsched.fairshare import priority_line
+    from hsched.learn.fairshare import priority_line
 
     return priority_line(p)
 
@@ -277,7 +277,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.markup import escape
 
-        from hsched.profiles import profile_line
+        from hsched.learn.profiles import profile_line
         from hsched.theme import state_color
 
         con = Console(highlight=False, soft_wrap=True)  # long commands stay whole lines when piped
@@ -299,7 +299,7 @@ def register(app: typer.Typer) -> None:
             ("output", _files_line(job)),
             ("data", ", ".join(job.get("data") or ()) or "-"),
             ("resources", _resources_line(job["resources"])),
-            ("constraint", job.get("constraint") or "-"),  # --partition's labels too (hsched.constraints)
+            ("constraint", job.get("constraint") or "-"),  # --partition's labels too (hsched.spec.constraints)
             ("submitted", job["submit_time"]), ("started", job["start_time"]), ("ended", job["end_time"]),
             ("time limit", _limit(job.get("time_limit_s"))),
             ("signals", f"checkpoint {job.get('checkpoint_signal')}"

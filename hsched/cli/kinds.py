@@ -1,5 +1,5 @@
 """`hsched kinds`: what hsched learnt of each job kind, from the jobs' progress reports, and the profile its
-jobs usually show (hsched.profiles)."""
+jobs usually show (hsched.learn.profiles)."""
 
 from __future__ import annotations
 

@@ -122,8 +122,8 @@ def _allowed(me: bool, users: str | None) -> set[str] | None:
 
 def _job_set(text: str) -> set[str]:
     """squeue -j's list: ids (`12`, an array's id: all its tasks) and tasks (`12_3`), comma-separated; checked as
-    every id argument is (hsched.jobids)."""
-    from hsched.jobids import job_id, task_index
+    every id argument is (hsched.spec.jobids)."""
+    from hsched.spec.jobids import job_id, task_index
 
     words = [w.strip() for w in text.split(",") if w.strip()]
     if not words:
@@ -171,7 +171,7 @@ def _where(job: dict[str, Any]) -> str:
 def queue_rows(jobs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     """(JOBID text, job) per row, as squeue: an array's pending tasks in one row (`12_[3-99%8]`, at the place of
     its first), its other tasks one row each (`12_0`)."""
-    from hsched.arrays import pending_label
+    from hsched.spec.arrays import pending_label
 
     pending: dict[int, list[dict[str, Any]]] = {}
     for j in jobs:

@@ -140,9 +140,9 @@ def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict
     if o.get("constraint") is not None:
         table.pop("constraint", None)  # the command line's wins over a spec file's, wherever that put it
     if o.get("partition") is not None:
-        # a partition is a node label (hsched.constraints): -p a,b is a node labelled a or b, and with a
+        # a partition is a node label (hsched.spec.constraints): -p a,b is a node labelled a or b, and with a
         # constraint (the command line's or the spec file's) a node of the partition that also satisfies it
-        from hsched.constraints import with_partition
+        from hsched.spec.constraints import with_partition
 
         given = res.get("constraint") or table.pop("constraint", None)
         try:
@@ -150,8 +150,8 @@ def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict
         except ValueError as e:
             raise UserError(f"--partition {o['partition']!r}: expected {e}") from None
     if hosts:
-        # -w/-x: the nodes' own names in the job's constraint (hsched.constraints), over its labels
-        from hsched.constraints import with_nodes
+        # -w/-x: the nodes' own names in the job's constraint (hsched.spec.constraints), over its labels
+        from hsched.spec.constraints import with_nodes
 
         given = res.get("constraint") or table.pop("constraint", None)
         try:
@@ -197,7 +197,7 @@ def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict
 def _hosts(o: dict[str, Any], res: dict[str, Any]) -> dict[str, list[str]]:
     """-w/--nodelist and -x/--exclude as node names (Slurm's host lists expanded), checked against each other and
     --nodes as sbatch checks them; without --nodes the job gets every listed node, as sbatch's."""
-    from hsched import hostlist
+    from hsched.spec import hostlist
 
     out: dict[str, list[str]] = {}
     for key in ("nodelist", "exclude"):
@@ -257,7 +257,7 @@ def check_nodes(c: Any, hosts: dict[str, list[str]]) -> None:
 def _file_pattern(key: str, value: str) -> str:
     """--output/--error's pattern, refused here naming the option (a spec file's is checked by the controller,
     naming its key)."""
-    from hsched.outfiles import env_like, pattern_problem
+    from hsched.spec.outfiles import env_like, pattern_problem
 
     if key == "error" and env_like(value):
         # `-e NAME=VALUE` was hsched's --env before -e became sbatch's: never make a file of someone's variable
@@ -281,7 +281,7 @@ def check(table: dict[str, Any], source: str) -> None:
 def check_partitions(c: Any, text: str) -> None:
     """Refuse a partition no node of the controller's fleet carries, naming the ones there are (sbatch's
     "invalid partition name specified"), before the job is queued."""
-    from hsched.constraints import partition_names
+    from hsched.spec.constraints import partition_names
 
     known = c.call("partitions")["partitions"]
     unknown = [p for p in partition_names(text) if p not in known]
@@ -335,7 +335,7 @@ def submit(o: dict[str, Any], args: list[str], table: dict[str, Any], source: st
         if o.get("partition"):
             check_partitions(c, o["partition"])
         if o.get("nodelist") or o.get("exclude"):
-            from hsched import hostlist
+            from hsched.spec import hostlist
 
             check_nodes(c, {k: hostlist.expand(o[k]) for k in ("nodelist", "exclude") if o.get(k)})
         if o.get("test_only"):

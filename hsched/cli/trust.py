@@ -56,7 +56,7 @@ def _find_node(name: str) -> Any:
     for n in fleet.nodes:
         if n.name == name:
             if n.executor == "slurm" and n.login:
-                from hsched.executors.slurm import login_config
+                from hsched.executors.slurm.executor import login_config
 
                 return login_config(n)  # a Slurm group reached over SSH: its login node's key
             if n.executor != "ssh":

@@ -34,7 +34,6 @@ from hsched.controller.core import ACTIVE_STATES, Controller, Stopping
 from hsched.controller.health import check_health
 from hsched.controller.visible import for_others, for_owner, quotes_log
 from hsched.errors import ExecutorError, PermissionDenied, UserError
-from hsched.jobkind import kind_of
 from hsched.model import JobState, NodeState, Resources
 from hsched.protocol import PROTOCOL, Preencoded
 from hsched.sched.live import unsatisfiable
@@ -49,6 +48,7 @@ from hsched.serialize import (
     pick_jobs,
     run_to_dict,
 )
+from hsched.spec.jobkind import kind_of
 from hsched.store import job_from_row
 
 API_VERSION = 1
@@ -465,7 +465,7 @@ class Api:
         end, source = (await predicted_end(self.ctl, job, self.ctl.clock.time())
                        if job.state is JobState.RUNNING else (None, ""))
         d["predicted_end"] = {"time": iso(end), "from": source} if end is not None else None
-        # what its GPUs' readings say it is (hsched.profiles): the running attempt's, else the last one's
+        # what its GPUs' readings say it is (hsched.learn.profiles): the running attempt's, else the last one's
         from hsched.controller.usage import profile_of
 
         stored = await self.ctl.db(self.ctl.store.run_usage, job.id)
@@ -625,7 +625,7 @@ class Api:
 
     async def op_acct(self, args: dict[str, Any], uid: int) -> Any:
         """Accounting: the jobs of a time window with their runs, and GPU-hours by user and by GPU model."""
-        from hsched.accounting import usage
+        from hsched.learn.accounting import usage
 
         # -1: not given (the window is open on that side)
         since_v = self.number(args, "since", -1.0, low=-1.0, high=1e12)
@@ -646,10 +646,10 @@ class Api:
                                            "total": use.total_gpu_hours}}
 
     async def op_eff(self, args: dict[str, Any], uid: int) -> Any:
-        """seff's figures for job `id` (the job object with hsched.efficiency.report's fields): from the monitoring
-        samples folded while it ran (hsched.controller.usage). Everyone may read it (as `show`)."""
+        """seff's figures for job `id` (the job object with hsched.learn.efficiency.report's fields): from the
+        monitoring samples folded while it ran (hsched.controller.usage). Everyone may read it (as `show`)."""
         from hsched.controller.usage import flagged_attempts, tallies_of
-        from hsched.efficiency import report
+        from hsched.learn.efficiency import report
 
         job = await self._job(args)
         runs = await self.ctl.db(self.ctl.store.runs, job.id)
@@ -680,14 +680,14 @@ class Api:
                 "gpu_type": r.gpu_type, "gpus": r.gpus, "class": r.klass.value, "steps_per_s": r.steps_per_s,
                 "runs": r.runs, "stored_runs": stored[key].runs if key in stored else 0,
                 "updated": iso(r.updated) if r.updated else None})
-        # each kind's usual profile (hsched.profiles) over its latest jobs' last attempts
+        # each kind's usual profile (hsched.learn.profiles) over its latest jobs' last attempts
         from hsched.controller.usage import kind_profiles, live_snapshot
-        from hsched.profiles import most_common
+        from hsched.learn.profiles import most_common
 
         profiles = await self.ctl.db(kind_profiles, self.ctl.store, live_snapshot(self.ctl),
                                      self.ctl.settings.idle_after_s)
         usual = {k: most_common(ps) for k, ps in profiles.items()}
-        # how long each kind runs, and how wrong the predictions made at the jobs' starts were (hsched.predict)
+        # how long each kind runs, and how wrong the predictions made at the jobs' starts were (hsched.learn.predict)
         from hsched.controller.learning import expected_of, history_of
 
         errors = await self.ctl.db(self.ctl.store.prediction_errors)

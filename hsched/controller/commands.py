@@ -9,16 +9,16 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from hsched.constraints import node_labels
 from hsched.controller.core import Controller
 from hsched.controller.stopping import begin_stop, send
-from hsched.dependencies import named_jobs, named_tasks
 from hsched.errors import HschedError, UserError
 from hsched.lifecycle import StopReason
 from hsched.model import EndReason, Job, JobSpec, JobState
 from hsched.sched.limits import QosLimits, never_within
 from hsched.sched.live import unsatisfiable
 from hsched.serialize import spec_to_dict
+from hsched.spec.constraints import node_labels
+from hsched.spec.dependencies import named_jobs, named_tasks
 
 
 async def _changed(ctl: Controller) -> None:

@@ -14,7 +14,6 @@ from dataclasses import replace
 from typing import Any
 
 from hsched.config import Settings
-from hsched.constraints import node_labels
 from hsched.controller import learning, moves
 from hsched.controller.checkpoints import path_on
 from hsched.controller.core import Controller
@@ -24,6 +23,7 @@ from hsched.errors import ExecutorError
 from hsched.lifecycle import EndRules, StopReason, ended_run_state, failed, settle, taken
 from hsched.model import EndReason, GpuHolder, Job, JobState, Run, RunState
 from hsched.serialize import spec_to_dict
+from hsched.spec.constraints import node_labels
 
 log = logging.getLogger("hsched.ending")
 
@@ -144,9 +144,9 @@ async def run_taken(ctl: Controller, job: Job, run: Run, now: float, cause: EndR
 
 
 async def memory_peaks(ctl: Controller, job: Job) -> tuple[int | None, int | None]:
-    """The job's GPU and host memory peaks (MiB) from the samples folded while it ran (hsched.efficiency)."""
+    """The job's GPU and host memory peaks (MiB) from the samples folded while it ran (hsched.learn.efficiency)."""
     from hsched.controller.usage import tallies_of
-    from hsched.efficiency import figures
+    from hsched.learn.efficiency import figures
 
     stored = await ctl.db(ctl.store.run_usage, job.id)
     f = figures(tallies_of(ctl, job.id, stored))

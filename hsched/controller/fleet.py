@@ -117,7 +117,7 @@ def make_executor(cfg: NodeConfig, *, lab: bool = False) -> Executor:
 
         return SSHExecutor(cfg, node_root=LAB_NODE_ROOT if lab else None, helper=helper)
     if cfg.executor == "slurm" and cfg.partition:
-        from hsched.executors.slurm import SlurmExecutor
+        from hsched.executors.slurm.executor import SlurmExecutor
 
         # (through its `login` node over SSH where the entry names one)
         return SlurmExecutor.from_config(cfg)

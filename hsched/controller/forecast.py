@@ -22,17 +22,17 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hsched.arrays import within_limits
-from hsched.constraints import node_labels
 from hsched.controller import learning
 from hsched.controller.core import Controller
 from hsched.controller.jobcache import job_cache
 from hsched.controller.launching import RoundInput, off_loop, round_input
 from hsched.controller.shares import round_usage
+from hsched.learn.predict import remaining
 from hsched.model import Job, JobSpec, JobState, NodeState, Placement
-from hsched.predict import remaining
 from hsched.sched.live import FleetView, Launch, Preempt, Running, Wait, schedule, unsatisfiable
 from hsched.serialize import iso, job_kind
+from hsched.spec.arrays import within_limits
+from hsched.spec.constraints import node_labels
 
 HORIZON_S = 14 * 24 * 3600.0
 """How far ahead starts are predicted (two weeks): a job the round has not started by then starts "not before"."""

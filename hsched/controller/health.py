@@ -34,9 +34,9 @@ from hsched.controller.fleet import HISTORY, NodeRuntime, probe_node
 from hsched.controller.jobcache import job_cache
 from hsched.controller.stopping import begin_stop
 from hsched.errors import ExecutorError, NodeRefused
+from hsched.learn.profiles import IDLE_UTIL_PCT as IDLE_UTIL
 from hsched.lifecycle import StopReason, node_lost
 from hsched.model import EndReason, JobState, NodeState, RunState
-from hsched.profiles import IDLE_UTIL_PCT as IDLE_UTIL
 from hsched.simulated import simulated_telemetry
 
 log = logging.getLogger("hsched.health")

@@ -27,10 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
-from hsched import outfiles
-from hsched.arrays import within_limits
 from hsched.config import beyond_limits
-from hsched.constraints import node_labels
 from hsched.controller import data, learning, moves
 from hsched.controller.checkpoints import bring_along, is_shared, path_on, sees
 from hsched.controller.core import Controller
@@ -40,7 +37,6 @@ from hsched.controller.jobcache import JobCache, Jobs, _changes, _jobs_now, job_
 from hsched.controller.metrics import note_round
 from hsched.controller.shares import round_usage
 from hsched.controller.stopping import begin_stop, send
-from hsched.dependencies import DepState, named_jobs, verdict
 from hsched.errors import ExecutorError
 from hsched.executors.base import LaunchRequest
 from hsched.lifecycle import Outcome, StopReason
@@ -62,6 +58,10 @@ from hsched.sched.live import (
 )
 from hsched.sched.throughput import ThroughputModel
 from hsched.serialize import job_kind
+from hsched.spec import outfiles
+from hsched.spec.arrays import within_limits
+from hsched.spec.constraints import node_labels
+from hsched.spec.dependencies import DepState, named_jobs, verdict
 from hsched.store import no_room
 
 log = logging.getLogger("hsched.launch")
@@ -503,7 +503,7 @@ def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ..
         "HSCHED_NODE": run.node,
         "HSCHED_CHECKPOINT_DIR": checkpoint_dir,
         "HSCHED_RESTART_COUNT": str(job.restarts),
-        # what the job is (hsched.kinds) and what it runs on: a trainer may log it, a test trainer's speed
+        # what the job is (hsched.learn.kinds) and what it runs on: a trainer may log it, a test trainer's speed
         # may depend on it
         "HSCHED_KIND": job_kind(job),
         "HSCHED_GPU_MODEL": _model_of(ctl, run.node, here.devices),
@@ -532,7 +532,7 @@ def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ..
     if job.spec.resources.cpus:
         env["SLURM_CPUS_PER_TASK"] = str(max(1, job.spec.resources.cpus // max(1, tasks_here)))
     if job.spec.ntasks is not None:
-        # sbatch --ntasks on one node: one batch shell for N tasks; the srun it defines starts them (hsched.batch)
+        # sbatch --ntasks on one node: one batch shell for N tasks; the srun it defines starts them (hsched.spec.batch)
         env.update({"SLURM_NTASKS": str(job.spec.ntasks), "SLURM_NPROCS": str(job.spec.ntasks),
                     "HSCHED_SRUN_TASKS": str(job.spec.ntasks)})
     if job.array_id is not None and job.array_task is not None and job.spec.array is not None:

@@ -1,13 +1,13 @@
-"""What the controller learns from the jobs' progress reports: each run's speed, each kind's (hsched.kinds).
+"""What the controller learns from the jobs' progress reports: each run's speed, each kind's (hsched.learn.kinds).
 
 A job reports progress into its run folder (hsched.progress); every node's monitoring stream carries the new
 reports of its active runs every few seconds (nodehelper `watch`), and `observe` keeps, per attempt of a job,
 its first and last report (rank 0's: a gang's ranks step together). The speed of a run is the steps between
-them over the seconds between them, once they span hsched.kinds.MIN_WINDOW_S (start-up is not a speed).
+them over the seconds between them, once they span hsched.learn.kinds.MIN_WINDOW_S (start-up is not a speed).
 When the job no longer holds that attempt's GPUs the run's speed joins its kind's moving average in the
 store (kind, GPU type, GPU count, placement class), and its progress is kept (`hsched show`).
 
-The live policy reads `throughput(ctl)`: the kinds' speeds as a throughput model (hsched.kinds.learned_model),
+The live policy reads `throughput(ctl)`: the kinds' speeds as a throughput model (hsched.learn.kinds.learned_model),
 the running jobs' current speeds counted in, rebuilt at most every MODEL_EVERY_S (a round may run ten times a
 second; a model that changes every round would defeat what the policy keeps from round to round).
 """
@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from hsched.controller.state import End, Learning, RateKey, RunProgress
-from hsched.kinds import (
+from hsched.learn.kinds import (
     KindRate,
     PlacementClass,
     _fallback,
@@ -224,13 +224,13 @@ async def history_of(ctl: Controller, kind: str) -> list[tuple[str, float]]:
 
 
 def expected_of(history: list[tuple[str, float]], user: str) -> float | None:
-    from hsched.predict import expected_duration
+    from hsched.learn.predict import expected_duration
 
     return expected_duration([d for u, d in history if u == user], [d for _u, d in history])
 
 
 async def expected(ctl: Controller, job: Job) -> float | None:
-    """How long `job` is expected to run (hsched.predict), from its kind's history; None: no history."""
+    """How long `job` is expected to run (hsched.learn.predict), from its kind's history; None: no history."""
     return expected_of(await history_of(ctl, job_kind(job)), job.user)
 
 
@@ -286,8 +286,8 @@ def predicted_ends(ctl: Controller, jobs: Iterable[Job], now: float) -> dict[int
     else its time limit; a job nothing predicts is left out (never ending). Synchronous and cheap: a round runs ten
     times a second, so the figures are kept per job while its progress and its kind's history do not change. `now` and
     the ends: on the controller's timeline (Controller.timeline), as the attempts' starts."""
+    from hsched.learn.predict import remaining
     from hsched.model import JobState
-    from hsched.predict import remaining
 
     lr = learning(ctl)
     last = ctl.state.ends

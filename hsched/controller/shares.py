@@ -1,4 +1,4 @@
-"""Fair share in the controller: usage from the store, shares from the settings (the math: hsched.fairshare).
+"""Fair share in the controller: usage from the store, shares from the settings (the math: hsched.learn.fairshare).
 
 The scheduling round hands the policy each user's decayed usage per share (`round_usage`, as `UserShare`s that
 also carry the user's share, the lab's usage, the jobs whose priority an admin set and the settings' weights);
@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hsched.controller.core import Controller
-from hsched.fairshare import PriorityTerms, ShareRow, age_factor, policy_usage, share_rows, size_factor
+from hsched.learn.fairshare import PriorityTerms, ShareRow, age_factor, policy_usage, share_rows, size_factor
 from hsched.model import Job, JobState, NodeState
 
 

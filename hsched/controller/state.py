@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hsched.datasets import DataPlace
-from hsched.efficiency import RunTally
-from hsched.kinds import KindRate, run_speed
+from hsched.learn.efficiency import RunTally
+from hsched.learn.kinds import KindRate, run_speed
 from hsched.model import Job, JobState, Placement
 from hsched.store import Store, job_from_row
 

@@ -1,4 +1,4 @@
-"""Each running job's monitoring samples folded into tallies (hsched.efficiency), for `hsched eff`.
+"""Each running job's monitoring samples folded into tallies (hsched.learn.efficiency), for `hsched eff`.
 
 The controller keeps only a few minutes of each GPU's history (hsched.controller.fleet.HISTORY), too little
 for a job of hours; so every node sample is folded, as it arrives, into one small tally per attempt and node
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hsched.controller.state import Usage
-from hsched.efficiency import RunTally, fold, fold_usage
-from hsched.profiles import IDLE_AFTER_S, Characterization, Profile, characterize
+from hsched.learn.efficiency import RunTally, fold, fold_usage
+from hsched.learn.profiles import IDLE_AFTER_S, Characterization, Profile, characterize
 from hsched.serialize import job_of_run_dir
 
 if TYPE_CHECKING:
@@ -143,9 +143,9 @@ def _refresh(ctl: Controller) -> Usage:
 def observe_simulated(ctl: Controller, rt: NodeRuntime, now: float) -> None:
     """Fold the readings hsched.simulated just made up for `rt`'s simulated GPUs (hsched.controller.health.
     simulate_telemetry) into tallies marked `simulated`: profiles read them, `hsched eff`'s figures do not. A
-    job that declared a nature (hsched.profiles.SIM_NATURE_ENV) gets the readings of that nature, including
+    job that declared a nature (hsched.learn.profiles.SIM_NATURE_ENV) gets the readings of that nature, including
     memory bandwidth, interconnect traffic and its processes' CPU; any other, the plain busy readings only."""
-    from hsched.profiles import sim_nature
+    from hsched.learn.profiles import sim_nature
     from hsched.simulated import simulated_extras, simulated_processes
 
     u = _refresh(ctl)
@@ -177,7 +177,7 @@ def observe_simulated(ctl: Controller, rt: NodeRuntime, now: float) -> None:
 def sim_natures(ctl: Controller, owners: Mapping[str, int]) -> dict[str, Profile]:
     """UUID -> the nature its holder declared for simulated readings (from the job cache's latest snapshot)."""
     from hsched.controller.jobcache import job_cache
-    from hsched.profiles import sim_nature
+    from hsched.learn.profiles import sim_nature
 
     jobs = job_cache(ctl).last
     if jobs is None:
@@ -273,7 +273,7 @@ def idle_changes(ctl: Controller, now: float) -> list[IdleChange]:
 
 def profile_of(ctl: Controller, job_id: int, attempt: int, stored: list[dict[str, Any]],
                running: bool) -> dict[str, Any] | None:
-    """The profile (hsched.profiles.Characterization.to_dict, with `flagged`) of attempt `attempt` of job
+    """The profile (hsched.learn.profiles.Characterization.to_dict, with `flagged`) of attempt `attempt` of job
     `job_id`, from its live tallies or those kept in the store (`stored`: its run_usage bodies); None when
     no tally exists."""
     mine = [t for t in tallies_of(ctl, job_id, stored) if t.attempt == attempt]

@@ -62,7 +62,7 @@ class FleetView:
     """Job id -> the node holding its checkpoint: tried first, so a resumed job avoids the copy when it can."""
     user_usage: Mapping[str, float] | None = None
     """Fair share's usage per user: decayed GPU-seconds of the store's runs, running ones up to now, per equal
-    share (hsched.fairshare.policy_usage). None (a view built by hand): the running jobs' GPU-seconds."""
+    share (hsched.learn.fairshare.policy_usage). None (a view built by hand): the running jobs' GPU-seconds."""
     labels: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """Node name -> its labels (the fleet file's `[[node]] labels`), what `--constraint` is matched against."""
     absent_users: Mapping[str, frozenset[str]] = field(default_factory=dict)
@@ -74,7 +74,7 @@ class FleetView:
     holders: tuple[Job, ...] | None = None
     """Every job holding devices (launching, running, being stopped): what the caps count. None: `running`."""
     throughput: ThroughputModel | None = None
-    """What the controller learnt of the jobs' kinds (hsched.kinds.learned_model); None: the accelerator
+    """What the controller learnt of the jobs' kinds (hsched.learn.kinds.learned_model); None: the accelerator
     table's prior alone (catalog_throughput)."""
     ends: Mapping[int, float] = field(default_factory=dict)
     """Running job id -> when it is predicted to end (the controller's clock: its progress, its kind's history or

@@ -1,7 +1,7 @@
 """The multifactor priority's arithmetic (Slurm's priority/multifactor, classic fair share), as the scheduling core
 computes it: the weights, each factor, and the one value per user through which the caller hands the core what fair
-share knows (`UserShare`). Pure functions: what the controller learns of usage (hsched.fairshare) reaches the core as
-these numbers, never by an import of the layers above."""
+share knows (`UserShare`). Pure functions: what the controller learns of usage (hsched.learn.fairshare) reaches the
+core as these numbers, never by an import of the layers above."""
 
 from __future__ import annotations
 

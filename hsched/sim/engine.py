@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from hsched.config import Settings
-from hsched.fairshare import shared_usage
-from hsched.kinds import MIN_WINDOW_S, PlacementClass
+from hsched.learn.fairshare import shared_usage
+from hsched.learn.kinds import MIN_WINDOW_S, PlacementClass
 from hsched.model import Placement
 from hsched.sched.locality import Locality
 from hsched.sched.placement import PackingPlacer, Placer

@@ -2,15 +2,15 @@
 
 By default a simulated policy reads the trace's throughput table (the oracle: every job's speed on every GPU
 type, before it ever ran) and clairvoyant policies read true remaining work. The live controller has neither:
-it learns speeds from the jobs' progress (hsched.kinds) and predicts durations from the history of completed
-jobs (hsched.predict). These two classes give the simulator the same knowledge, from the same functions, so
+it learns speeds from the jobs' progress (hsched.learn.kinds) and predicts durations from the history of completed
+jobs (hsched.learn.predict). These two classes give the simulator the same knowledge, from the same functions, so
 `hsched sim --learned --predict` measures what the product would do on the trace:
 
 * `Learner`: the policy's throughput model starts from the accelerator table's relative speeds alone
-  (`hsched.kinds.catalog_prior`); each stint of a job on a GPU type that ran long enough joins a learned table
-  per (job type, GPU type, GPU count, placement class) with `hsched.kinds.averaged`, and the model is
-  `hsched.kinds.learned_model` over it, rebuilt only when something was learned since the last one.
-* `Predictor`: a job's expected running time is `hsched.predict.expected_duration` over the completed jobs of
+  (`hsched.learn.kinds.catalog_prior`); each stint of a job on a GPU type that ran long enough joins a learned table
+  per (job type, GPU type, GPU count, placement class) with `hsched.learn.kinds.averaged`, and the model is
+  `hsched.learn.kinds.learned_model` over it, rebuilt only when something was learned since the last one.
+* `Predictor`: a job's expected running time is `hsched.learn.predict.expected_duration` over the completed jobs of
   its type (its user's, else anyone's), else the median of every completed job so far, else one hour.
 
 Pure: no I/O, no clock; deterministic for a given order of calls.
@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Mapping
 
-from hsched.kinds import (
+from hsched.learn.kinds import (
     KindRate,
     PlacementClass,
     _fallback,
@@ -30,7 +30,7 @@ from hsched.kinds import (
     learned_model,
     measured_prior,
 )
-from hsched.predict import HISTORY, expected_duration
+from hsched.learn.predict import HISTORY, expected_duration
 from hsched.sched.throughput import ThroughputModel
 
 RateKey = tuple[str, str, int, PlacementClass]
@@ -101,7 +101,7 @@ class Learner:
 
 
 class Predictor:
-    """Expected running times from the jobs completed so far (hsched.predict.expected_duration).
+    """Expected running times from the jobs completed so far (hsched.learn.predict.expected_duration).
 
     Args:
         default_s: the guess when no job has completed yet.

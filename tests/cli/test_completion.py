@@ -31,7 +31,7 @@ def test_job_ids_and_qos_complete(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     a = store.submit(JobSpec(command=("x",)), "u", 1.0)
     b = store.submit(JobSpec(command=("y",)), "u", 2.0)
     store.set_job(b.id, 3.0, state="COMPLETED")
-    from hsched.arrays import parse_array
+    from hsched.spec.arrays import parse_array
 
     arr = store.submit_array(JobSpec(command=("z",), array=parse_array("0-1")), "u", 4.0)
     store.close()

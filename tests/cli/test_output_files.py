@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from hsched.config import ConfigError, job_spec_from_table
-from hsched.outfiles import NO_ARRAY_TASK, expand, pattern_problem
 from hsched.serialize import spec_from_dict, spec_to_dict
+from hsched.spec.outfiles import NO_ARRAY_TASK, expand, pattern_problem
 from tests.cli.test_submit_args import Recorder, submit
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from hsched.cli import main
 from hsched.cli.listing import format_queue
-from hsched.constraints import parse_constraint, partition_constraint, with_partition
+from hsched.spec.constraints import parse_constraint, partition_constraint, with_partition
 
 PARTITIONS = {"partitions": {"debug": ["b"], "gpu": ["a", "b"]}}
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import typer.main
 
-from hsched.batch import _IGNORED, _translate
 from hsched.cli._app import app
+from hsched.spec.batch import _IGNORED, _translate
 
 TABLE = Path(__file__).resolve().parents[2] / "docs" / "slurm-compat.md"
 STATUSES = {"same", "differs", "script", "ignored", "no"}
@@ -117,7 +117,7 @@ def test_what_the_table_says_hsched_lacks_it_still_refuses(section: str, slurm: 
 
 def test_cpus_per_task_and_export_in_a_script(tmp_path: Path) -> None:
     # issue 29: `#SBATCH --cpus-per-task` refused the whole script, and `--export=ALL,FOO=bar` never set FOO
-    from hsched.batch import read_batch_script
+    from hsched.spec.batch import read_batch_script
 
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\n#SBATCH --cpus-per-task=4\n#SBATCH --ntasks-per-node=2\n"

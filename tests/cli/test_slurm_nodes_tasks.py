@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from hsched.batch import read_batch_script
 from hsched.cli.submitting import check_nodes, job_table
 from hsched.config import job_spec_from_table
-from hsched.constraints import node_labels, parse_constraint, with_nodes
-from hsched.dependencies import DepState, parse_dependency, verdict
 from hsched.errors import UserError
-from hsched.hostlist import expand
 from hsched.model import Job, JobSpec, JobState
 from hsched.serialize import spec_from_dict, spec_to_dict
+from hsched.spec.batch import read_batch_script
+from hsched.spec.constraints import node_labels, parse_constraint, with_nodes
+from hsched.spec.dependencies import DepState, parse_dependency, verdict
+from hsched.spec.hostlist import expand
 
 # ------------------------------------------------------------------------------------------------ host lists
 

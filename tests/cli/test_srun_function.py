@@ -1,5 +1,5 @@
 """`srun` inside a batch script (issue 29, item 9): hsched has no srun, and `--ntasks=2` ran the whole script once
-per task, so `srun` in it failed. A batch shell script now gets an srun function (hsched.batch.SRUN) that runs its
+per task, so `srun` in it failed. A batch shell script now gets an srun function (hsched.spec.batch.SRUN) that runs its
 command once per task of the job, as srun within an allocation. Here the function runs in real shells (bash and
 the system's sh), from the very command `hsched submit` makes of the script."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hsched.batch import read_batch_script
+from hsched.spec.batch import read_batch_script
 
 pytestmark = pytest.mark.slow  # real shells
 

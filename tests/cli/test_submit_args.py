@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from hsched.batch import SRUN
 from hsched.cli import main
+from hsched.spec.batch import SRUN
 
 
 class Recorder:

@@ -9,7 +9,7 @@ import pytest
 
 from hsched.config import job_spec_from_table, load_fleet, load_settings
 from hsched.errors import ConfigError
-from hsched.fairshare import DEFAULT_HALF_LIFE_S, Account
+from hsched.learn.fairshare import DEFAULT_HALF_LIFE_S, Account
 from hsched.serialize import job_to_dict, spec_from_dict, spec_to_dict
 
 

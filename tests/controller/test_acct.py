@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from hsched.accounting import in_window, run_gpu_seconds
 from hsched.cli.acct import parse_when
 from hsched.controller.api import Api
 from hsched.errors import UserError
+from hsched.learn.accounting import in_window, run_gpu_seconds
 from hsched.model import Job, JobSpec, JobState, Run, RunState
 from hsched.testing import CannedNode, Lab
 

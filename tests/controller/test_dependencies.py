@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from hsched.dependencies import DepState, parse_dependency, verdict
 from hsched.errors import UserError
 from hsched.model import DepKind, EndReason, Job, JobSpec, JobState
+from hsched.spec.dependencies import DepState, parse_dependency, verdict
 from hsched.testing import Lab
 
 
@@ -82,7 +82,7 @@ async def test_a_dependency_on_a_job_that_does_not_exist_is_refused_at_submit(tm
 
 
 async def test_an_array_is_one_job_per_index_with_at_most_n_running(tmp_path: Path) -> None:
-    from hsched.arrays import parse_array
+    from hsched.spec.arrays import parse_array
 
     async with Lab.open(tmp_path) as lab:
         spec_job = await lab.submit("task")  # only for its spec's shape; the array is submitted below
@@ -121,7 +121,7 @@ async def test_an_array_is_one_job_per_index_with_at_most_n_running(tmp_path: Pa
 
 
 def test_parse_array() -> None:
-    from hsched.arrays import parse_array, pending_label
+    from hsched.spec.arrays import parse_array, pending_label
 
     assert parse_array("0-99%8").indices == tuple(range(100)) and parse_array("0-99%8").max_running == 8
     assert parse_array("1,3,5-7").indices == (1, 3, 5, 6, 7)
@@ -137,8 +137,8 @@ async def test_the_controller_honours_a_task_dependency_and_refuses_a_missing_ta
     # issue 29: `afterok:5_3` was refused; sbatch waits for that task alone
     from dataclasses import replace
 
-    from hsched.arrays import parse_array
     from hsched.controller import commands
+    from hsched.spec.arrays import parse_array
 
     async with Lab.open(tmp_path) as lab:
         shape = await lab.submit("task")

@@ -17,7 +17,7 @@ from hsched.controller.api import Api
 from hsched.controller.health import record_sample
 from hsched.controller.launching import job_cache
 from hsched.controller.usage import observe
-from hsched.efficiency import RunTally, figures, fold
+from hsched.learn.efficiency import RunTally, figures, fold
 from hsched.testing import Lab
 
 ROOT = "/fake/runs/a"

@@ -22,7 +22,7 @@ from hsched.cli import main
 from hsched.controller.api import Api
 from hsched.controller.launching import job_cache
 from hsched.controller.usage import observe
-from hsched.efficiency import Allocation, RunTally, allocation, figures, figures_to_dict, fold_usage
+from hsched.learn.efficiency import Allocation, RunTally, allocation, figures, figures_to_dict, fold_usage
 from hsched.model import Job, JobSpec, JobState, Resources
 from hsched.testing import CannedNode, Lab
 from tests.controller.test_profiles import telemetry

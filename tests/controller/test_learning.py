@@ -14,9 +14,9 @@ import pytest
 from hsched.controller import learning
 from hsched.controller.api import Api
 from hsched.controller.launching import job_cache
-from hsched.jobkind import derive_kind
-from hsched.kinds import KindRate, PlacementClass, averaged, learned_model, placement_class
+from hsched.learn.kinds import KindRate, PlacementClass, averaged, learned_model, placement_class
 from hsched.sched.live import gpu_type_of
+from hsched.spec.jobkind import derive_kind
 from hsched.testing import CannedNode, Lab
 
 
@@ -165,7 +165,7 @@ async def test_reports_of_other_ranks_ended_attempts_and_strangers_are_ignored(t
 
 def test_a_kind_seen_only_as_a_gang_still_has_a_rate_for_one_gpu() -> None:
     """A kind measured only at 4 GPUs: a 1-GPU job of it must still be placeable (it had no rate anywhere)."""
-    from hsched.kinds import _fallback, measured_prior
+    from hsched.learn.kinds import _fallback, measured_prior
 
     rates = [KindRate("k", "a100", 4, PlacementClass.NVLINK, 40.0, 1, 0.0)]
     prior = {"a100": 2.0, "h100": 3.0}

@@ -13,7 +13,7 @@ import pytest
 from hsched.controller import learning
 from hsched.controller.api import Api
 from hsched.controller.launching import job_cache
-from hsched.predict import expected_duration, remaining
+from hsched.learn.predict import expected_duration, remaining
 from hsched.testing import Lab
 
 

@@ -19,9 +19,8 @@ from hsched.controller.api import Api
 from hsched.controller.health import check_idle, record_sample, simulate_telemetry
 from hsched.controller.launching import job_cache
 from hsched.controller.usage import IDLE_CHECK_S, observe
-from hsched.efficiency import RunTally, figures, fold
-from hsched.model import Job, JobSpec, Resources
-from hsched.profiles import (
+from hsched.learn.efficiency import RunTally, figures, fold
+from hsched.learn.profiles import (
     COMPUTE_BOUND_PCT,
     IDLE_UTIL_PCT,
     INPUT_GPU_MAX_PCT,
@@ -33,6 +32,7 @@ from hsched.profiles import (
     most_common,
     sim_nature,
 )
+from hsched.model import Job, JobSpec, Resources
 from hsched.testing import CannedNode, Lab
 
 # ------------------------------------------------------------------------------------------ the classifier

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hsched.config import Settings
-from hsched.fairshare import Account, PriorityWeights, UserShare
+from hsched.learn.fairshare import Account, PriorityWeights, UserShare
 from hsched.model import JobState
 from hsched.sched.hsched_policy import Hsched
 from hsched.sched.registry import make_policy
@@ -110,7 +110,7 @@ def policy_input(jobs: tuple[JobView, ...], usage: dict[str, float], capacity: i
 def shares(decayed: dict[str, float], norm: dict[str, float] | None = None,
            admin: dict[str, frozenset[int]] | None = None, weights: PriorityWeights | None = None
            ) -> dict[str, float]:
-    """What the controller hands the round (hsched.fairshare.policy_usage), from decayed GPU-seconds per user."""
+    """What the controller hands the round (hsched.learn.fairshare.policy_usage), from decayed GPU-seconds per user."""
     lab = sum(decayed.values())
     norm = norm or {u: 1 / len(decayed) for u in decayed}
     return {u: UserShare(d / (norm[u] * len(decayed)), decayed_s=d, norm_share=norm[u], lab_decayed_s=lab,

@@ -15,7 +15,7 @@ from hsched.config import Settings, load_settings
 from hsched.controller.api import Api
 from hsched.controller.launching import round_input
 from hsched.errors import ConfigError
-from hsched.fairshare import PriorityWeights, UserShare
+from hsched.learn.fairshare import PriorityWeights, UserShare
 from hsched.model import JobSpec
 from hsched.serialize import spec_from_dict, spec_to_dict
 from hsched.testing import CannedNode, Lab

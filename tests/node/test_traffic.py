@@ -1,4 +1,4 @@
-"""The node helper's GPU samplers give what run profiles need (hsched.profiles): memory-bandwidth utilization
+"""The node helper's GPU samplers give what run profiles need (hsched.learn.profiles): memory-bandwidth utilization
 from NVML and nvidia-smi, and NVLink and PCIe traffic as rates between two of NVML's cumulative counters; a
 counter a GPU or driver lacks is left out of the sample (unknown), never 0. In-process, with a fake pynvml."""
 

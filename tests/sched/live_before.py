@@ -11,7 +11,6 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from hsched.constraints import Constraint, parse_constraint
 from hsched.model import EndReason, Interconnect, Job, Node, NodeState, Placement, Resources
 from hsched.sched.limits import QosLimits, Tally
 from hsched.sched.placement import fragmentation_key
@@ -21,6 +20,7 @@ from hsched.sched.round import apply_rule, build_input, make_plan
 from hsched.sched.servers import server_link, server_of
 from hsched.sched.throughput import ThroughputModel
 from hsched.sched.view import JobPhase, JobView, Preempt, ServerView, qos_rank
+from hsched.spec.constraints import Constraint, parse_constraint
 from hsched.topo.models import DEFAULT_CATALOG, lookup_model
 from hsched.topo.place import place_on_node
 
@@ -85,7 +85,7 @@ class FleetView:
     """Job id -> the node holding its checkpoint: tried first, so a resumed job avoids the copy when it can."""
     user_usage: Mapping[str, float] | None = None
     """Fair share's usage per user: decayed GPU-seconds of the store's runs, running ones up to now, per equal
-    share (hsched.fairshare.policy_usage). None (a view built by hand): the running jobs' GPU-seconds."""
+    share (hsched.learn.fairshare.policy_usage). None (a view built by hand): the running jobs' GPU-seconds."""
     labels: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """Node name -> its labels (the fleet file's `[[node]] labels`), what `--constraint` is matched against."""
     absent_users: Mapping[str, frozenset[str]] = field(default_factory=dict)

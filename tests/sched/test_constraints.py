@@ -1,10 +1,10 @@
-"""sbatch's --constraint syntax over node labels (hsched.constraints)."""
+"""sbatch's --constraint syntax over node labels (hsched.spec.constraints)."""
 
 from __future__ import annotations
 
 import pytest
 
-from hsched.constraints import label_problem, parse_constraint
+from hsched.spec.constraints import label_problem, parse_constraint
 
 
 @pytest.mark.parametrize(("text", "labels", "ok"), [

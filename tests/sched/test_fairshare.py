@@ -1,4 +1,4 @@
-"""Fair share's pure parts (hsched.fairshare): the decay, the folding ledger, shares and factors."""
+"""Fair share's pure parts (hsched.learn.fairshare): the decay, the folding ledger, shares and factors."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from hsched.fairshare import (
+from hsched.learn.fairshare import (
     Account,
     Ledger,
     RunUsage,

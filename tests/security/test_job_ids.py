@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from hsched.arrays import parse_array
 from hsched.cli import main
 from hsched.controller.api import Api
-from hsched.dependencies import parse_dependency
 from hsched.errors import UserError
+from hsched.spec.arrays import parse_array
+from hsched.spec.dependencies import parse_dependency
 from hsched.testing import Lab
 
 HUGE = "99999999999999999999"

@@ -276,7 +276,7 @@ def test_an_array_of_a_billion_tasks_is_refused_at_once_not_built() -> None:
     t = time.perf_counter()
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, preexec_fn=limit)
     took = time.perf_counter() - t
-    # (the index itself is past Slurm's ceiling, hsched.jobids: refused before any range is counted or walked)
+    # (the index itself is past Slurm's ceiling, hsched.spec.jobids: refused before any range is counted or walked)
     assert p.stdout.strip() == ("ConfigError <command line>: array: expected an array task index from 0 to 4000000, "
                                 "found '0-1000000000'"), p.stdout + p.stderr
     assert took < 30, took

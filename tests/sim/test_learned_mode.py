@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hsched.cli import app
-from hsched.kinds import MIN_WINDOW_S, KindRate, PlacementClass, catalog_prior
+from hsched.learn.kinds import MIN_WINDOW_S, KindRate, PlacementClass, catalog_prior
 from hsched.sched import make_policy
 from hsched.sched.policy import AnyPolicy
 from hsched.sched.view import PolicyInput

@@ -201,7 +201,7 @@ class SlurmCluster:
     def job(self, job_id: int | str, *, epochs: bool = False) -> dict[str, str]:
         """`scontrol show job` of one job, as key -> value (the first of each key); times as epochs with
         `epochs` (SLURM_TIME_FORMAT=%s, as the executor asks), else as Slurm prints them by default."""
-        from hsched.executors._slurm_text import oneliner
+        from hsched.executors.slurm.text import oneliner
 
         env = {**self.env, "SLURM_TIME_FORMAT": "%s"} if epochs else self.env
         p = subprocess.run(["scontrol", "-d", "-o", "show", "job", str(job_id)], env=env, capture_output=True,

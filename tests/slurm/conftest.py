@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from hsched.executors.slurm import SlurmExecutor
+from hsched.executors.slurm.executor import SlurmExecutor
 
 from tests.slurm.cluster import SlurmCluster, available
 

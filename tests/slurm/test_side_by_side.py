@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from hsched.hostlist import expand
+from hsched.spec.hostlist import expand
 from tests.conftest import Hs
 from tests.slurm.cluster import SlurmCluster, available
 

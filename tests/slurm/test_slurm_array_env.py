@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hsched.executors.slurm import _passed
+from hsched.executors.slurm.executor import _passed
 
 from hsched.model import RunStatus
 from tests.slurm.cluster import SlurmCluster

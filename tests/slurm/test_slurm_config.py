@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from hsched.executors.slurm import SlurmExecutor, login_config
+from hsched.executors.slurm.executor import SlurmExecutor, login_config
 
 from hsched.config import fleet_from_table
 from hsched.controller.fleet import build_fleet, make_executor
@@ -99,7 +99,7 @@ def test_problems_name_the_key(text: str, problem: str) -> None:
 
 
 def test_login_dir_says_where_hscheds_folder_is_on_the_login_node() -> None:
-    from hsched.executors._slurm_text import expand_login_dir
+    from hsched.executors.slurm.text import expand_login_dir
 
     [nc] = fleet(GROUP + 'login = "me@login1"\nlogin_dir = "/scratch/$USER/hsched"\n').nodes
     assert nc.login_dir == "/scratch/$USER/hsched"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hsched.executors.slurm import SlurmExecutor
+from hsched.executors.slurm.executor import SlurmExecutor
 
 from hsched.errors import Refusal
 from hsched.testing import CHECKS, ExecutorUnderTest, run_check

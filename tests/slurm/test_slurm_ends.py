@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from hsched.executors.base import StatusQuery
-from hsched.executors.slurm import SlurmExecutor, SlurmRunReport
+from hsched.executors.slurm.executor import SlurmExecutor, SlurmRunReport
 
 from hsched.model import EndReason, RunHandle, RunStatus
 from tests.slurm.cluster import URGENT, SlurmCluster

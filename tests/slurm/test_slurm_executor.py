@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from hsched.executors import _slurm_text as text
 from hsched.executors.base import LaunchRequest, StatusQuery
-from hsched.executors.slurm import SlurmError, SlurmExecutor, SlurmUnreachable
+from hsched.executors.slurm import text
+from hsched.executors.slurm.executor import SlurmError, SlurmExecutor, SlurmUnreachable
 
 from hsched.model import RunHandle, RunReport, RunStatus
 from tests.e2e.ssh.test_quoting import DUMP, corpus

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from hsched.executors.base import LaunchRequest
-from hsched.executors.slurm import SlurmError, SlurmExecutor
+from hsched.executors.slurm.executor import SlurmError, SlurmExecutor
 
 from hsched.model import RunHandle, RunStatus
 from tests.slurm.cluster import SlurmCluster
@@ -120,7 +120,7 @@ def test_a_gang_spread_over_the_group_and_another_node_is_refused(slurm: SlurmCl
 
 def test_a_rank_whose_other_ranks_never_come_is_not_submitted(slurm: SlurmCluster, runs: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from hsched.executors import slurm as module
+    from hsched.executors.slurm import executor as module
 
     monkeypatch.setattr(module, "GATHER_S", 0.5)
 

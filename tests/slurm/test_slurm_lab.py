@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hsched.executors.slurm import SlurmError, SlurmExecutor
+from hsched.executors.slurm.executor import SlurmError, SlurmExecutor
 
 from hsched.config import NodeConfig
 from hsched.model import RunStatus

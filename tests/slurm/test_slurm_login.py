@@ -1,4 +1,4 @@
-"""A Slurm group reached over SSH (executors/_slurm_login.py): the real two-node test cluster, and a real sshd
+"""A Slurm group reached over SSH (executors/slurm/login.py): the real two-node test cluster, and a real sshd
 test host (tests/e2e/ssh/hosts.py) standing for the cluster's login node. The host runs on this machine's
 loopback (not in a network namespace: its sessions' Slurm commands must reach the test slurmctld, which listens
 here), with its own host key, verified against the test known_hosts as on any SSH node. Its sessions set
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from hsched.executors.base import StatusQuery
-from hsched.executors.slurm import SlurmError, SlurmExecutor
+from hsched.executors.slurm.executor import SlurmError, SlurmExecutor
 
 from hsched.config import NodeConfig, fleet_from_table
 from hsched.controller.fleet import make_executor

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 
 import pytest
-from hsched.executors import _slurm_text as text
+from hsched.executors.slurm import text
 
 from tests.conftest import FIXTURES
 
@@ -142,7 +142,7 @@ def test_batch_script_quotes_every_word() -> None:
 
 
 def test_other_jobs_gpus_are_spread_over_devices_none_of_ours_is_counted_on() -> None:
-    from hsched.executors.slurm import _spread
+    from hsched.executors.slurm.executor import _spread
 
     def dev(node: str, i: int, t: str = "a100") -> dict[str, object]:
         return {"uuid": f"{node}-{i}", "slurm_node": node, "name": t}
@@ -159,7 +159,7 @@ def test_other_jobs_gpus_are_spread_over_devices_none_of_ours_is_counted_on() ->
 def test_jobs_slurm_took_away_are_lost_with_their_cause_and_a_start() -> None:
     """A job Slurm preempted, or whose node failed, is LOST with the cause the controller requeues it by (no
     retry used); every ended job's report says when Slurm really started it, a never-started one none."""
-    from hsched.executors.slurm import SlurmRunReport, _final_of, _final_report
+    from hsched.executors.slurm.executor import SlurmRunReport, _final_of, _final_report
 
     from hsched.model import EndReason, RunHandle, RunStatus
 
@@ -200,7 +200,7 @@ def test_a_gangs_scripts_start_each_rank_by_its_task_number() -> None:
 
 
 def test_a_gang_whose_srun_failed_before_any_task_ended_fails_every_rank() -> None:
-    from hsched.executors.slurm import _rank_end
+    from hsched.executors.slurm.executor import _rank_end
 
     failed = {"state": "FAILED", "exit_status": 1, "exit_signal": 0}
     log = ("srun: error: Munge encode failed: Permission denied\n"

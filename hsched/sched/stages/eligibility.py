@@ -1,6 +1,6 @@
 """Eligibility: which nodes and devices a job may use at all, and why none could ever hold it.
 
-A node is the job's when its labels satisfy the job's `--constraint` (hsched.constraints) and its user exists there
+A node is the job's when its labels satisfy the job's `--constraint` (hsched.spec.constraints) and its user exists there
 (`FleetView.absent_users`, lab mode); a device when its model is one the request names (`--gpu-type`, settings
 aliases resolved) and its memory is enough. `unsatisfiable` refuses at submit time what no node of the fleet could
 ever run, naming the resource and the fix. `Eligible` is the round's index of these answers (once per constraint,
@@ -13,11 +13,11 @@ import operator
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
-from hsched.constraints import Constraint, parse_constraint
 from hsched.model import Interconnect, Job, Node, NodeState, Placement, Resources
 from hsched.sched.cache import RoundCache
 from hsched.sched.fleet import DeviceChooser, FleetView, gpu_size, size_text
 from hsched.sched.state import PRIORITY, RESOURCES, RoundState, hosts_of, per_host
+from hsched.spec.constraints import Constraint, parse_constraint
 from hsched.topo.place import place_on_node
 
 NodesKey = tuple[str, str]

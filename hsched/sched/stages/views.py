@@ -7,11 +7,11 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from hsched.jobkind import kind_of
 from hsched.model import Job
 from hsched.sched.cache import RoundCache, ViewCache
 from hsched.sched.fleet import NONE, Running
 from hsched.sched.view import JobPhase, JobView
+from hsched.spec.jobkind import kind_of
 
 ARRIVAL = operator.itemgetter(3, 0)
 """A JobView's (arrival_s, id), as a C-level sort key (a round sorts every active job by it)."""

@@ -5,7 +5,7 @@
     --constraint "a100|h100"     labelled a100 or h100
     --constraint "(nvme|ssd)&ib" parentheses group; `&` binds tighter than `|` without them
     @n1, !@n3                    the node named n1; any node but n3: sbatch's -w/--nodelist and -x/--exclude,
-                                 kept in the constraint (hsched.hostlist reads Slurm's host lists)
+                                 kept in the constraint (hsched.spec.hostlist reads Slurm's host lists)
 
 Labels are the fleet file's `[[node]] labels = ["nvme", "ib"]`. Every node of a gang must satisfy the
 constraint (sbatch's meaning of `&` and `|` is per node too). sbatch's matching OR (`[a|b]`: all nodes the same

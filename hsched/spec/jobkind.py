@@ -5,7 +5,7 @@ The script (or module) a command runs and the arguments that name a model, a bat
 model=resnet50 batch-size=64"), whatever else differs (seeds, output folders, learning rates).
 
 Part of what a job asks, below everything that reads it: the round (hsched.sched), the JSON forms
-(hsched.serialize) and what the controller learns per kind (hsched.kinds) all take it from here.
+(hsched.serialize) and what the controller learns per kind (hsched.learn.kinds) all take it from here.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def derive_kind(command: Sequence[str]) -> str:
     shell line that runs no program of its own (only shell words and commands like `echo`, `id`, `cd`):
     such jobs have no kind and teach nothing.
 
-    A batch script (`sh -c TEXT PATH ARGS`, how hsched.batch runs one) is named after its file, as sbatch
+    A batch script (`sh -c TEXT PATH ARGS`, how hsched.spec.batch runs one) is named after its file, as sbatch
     names a job; a shell line (`sh -c TEXT`) after the first program it runs that is not a shell word."""
     words = list(command)
     if len(words) >= 3 and os.path.basename(words[0]) in _SHELLS and words[1] == "-c":

@@ -19,8 +19,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from hsched.jobids import job_id, task_index
 from hsched.model import Dependency, DepKind, Job, JobState
+from hsched.spec.jobids import job_id, task_index
 
 _DEP_RE = re.compile(r"^(after|afterok|afternotok|afterany)((?::\d+(?:_\d+)?)+)$|^(singleton)$")
 HELP = ("a dependency such as afterok:12, afterany:13:14, afternotok:15, afterok:12_3 (one array task) or singleton "
@@ -29,7 +29,7 @@ HELP = ("a dependency such as afterok:12, afterany:13:14, afternotok:15, afterok
 
 def parse_dependency(text: str) -> tuple[tuple[Dependency, ...], bool]:
     """The dependencies in `text` and whether any one suffices (`?`) rather than all (`,`). ValueError naming
-    what is expected (a job id out of the store's range too: hsched.jobids)."""
+    what is expected (a job id out of the store's range too: hsched.spec.jobids)."""
     text = text.strip()
     if not text:
         raise ValueError(HELP)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from hsched.jobids import task_index
 from hsched.model import ArraySpec, Job, JobState, compress_indices
+from hsched.spec.jobids import task_index
 
 _ARRAY_RE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
 MAX_ARRAY_TASKS = 10_000
@@ -22,7 +22,7 @@ MAX_ARRAY_TASKS = 10_000
 
 def parse_array(text: str) -> ArraySpec:
     """sbatch's `--array`: '0-99', '1,3,5-7', '0-15:4' (a step), each with an optional '%N' (at most N tasks
-    running at once). Indices from 0 to INDEX_MAX (hsched.jobids). ValueError naming what is expected."""
+    running at once). Indices from 0 to INDEX_MAX (hsched.spec.jobids). ValueError naming what is expected."""
     body, _, limit = str(text).strip().partition("%")
     indices: set[int] = set()
     for part in body.split(","):

@@ -1,4 +1,4 @@
-"""What the controller learns about job kinds (hsched.jobkind): how fast each kind runs on each GPU type.
+"""What the controller learns about job kinds (hsched.spec.jobkind): how fast each kind runs on each GPU type.
 
 Speeds are learned from the jobs' own progress reports (hsched.progress): steps per second per (kind, GPU
 type, GPU count, placement class). The classes are how the GPUs talk: `single` (one GPU), `nvlink` (all
@@ -18,9 +18,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-# re-exported for hsched.sched.live until it imports hsched.jobkind itself (issue 28: the core imports no learning)
-from hsched.jobkind import kind_of as kind_of
 from hsched.sched.throughput import ThroughputModel
+
+# re-exported for hsched.sched.live until it imports hsched.spec.jobkind itself (issue 28: the core imports no learning)
+from hsched.spec.jobkind import kind_of as kind_of
 
 RUNS_KEPT = 5
 """The moving average's memory: a new run counts at least 1/RUNS_KEPT."""

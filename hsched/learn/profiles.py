@@ -1,5 +1,5 @@
 """What kind of work a run does on its GPUs (issue 14, item 3), as pure functions of its usage tallies
-(hsched.efficiency.RunTally): `compute-bound`, `memory-bound`, `communication-bound`, `input-bound`, `idle`, or
+(hsched.learn.efficiency.RunTally): `compute-bound`, `memory-bound`, `communication-bound`, `input-bound`, `idle`, or
 `unknown` when the samples do not say.
 
 The readings are what NVML and nvidia-smi give, not a profiler's: `utilization_gpu` is the share of time some
@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# the tallies live below both this module and hsched.efficiency (which reads profiles): no loop either way
-from hsched.tallies import IDLE_UTIL_PCT, RunTally, samples_of
+# the tallies live below both this module and hsched.learn.efficiency (which reads profiles): no loop either way
+from hsched.learn.tallies import IDLE_UTIL_PCT, RunTally, samples_of
 
 
 class Profile(enum.StrEnum):
@@ -78,7 +78,7 @@ class Signals:
     cpu_cores: float | None
     """Mean cores the job's GPU processes kept busy, summed over its nodes."""
     samples: int
-    """Node samples folded in (hsched.tallies.samples_of): the count `hsched eff` shows beside the profile."""
+    """Node samples folded in (hsched.learn.tallies.samples_of): the count `hsched eff` shows beside the profile."""
     gpu_readings: int
     """GPU readings with a utilization (the most of any one GPU): too few say nothing yet."""
     span_s: float

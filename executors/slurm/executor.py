@@ -14,8 +14,8 @@ Slurm is reached through the client commands installed on this machine (sbatch, 
 `SLURM_CONF` as for any user of them). Each command is an asyncio subprocess with its own timeout, never a
 shell: every value is one argv word. With `login` (and the entry's `port`, `identity_file`, `known_hosts`, as
 an ssh node's), the same commands run on that login node over the SSH executor's connection, host key verified,
-every word shlex-quoted, and run folders live on the login node's disk (executors/_slurm_login.py). Both ways
-are a Site (executors/_slurm_site.py): everything below is the same for either.
+every word shlex-quoted, and run folders live on the login node's disk (executors/slurm/login.py). Both ways
+are a Site (executors/slurm/site.py): everything below is the same for either.
 
 **Who decides what (two levels of scheduling).** The partition is one node of hsched's fleet, a *node group*:
 its devices are every GPU of the partition's usable nodes (`gres`, one device per GPU, named
@@ -36,7 +36,7 @@ group no more GPUs than Slurm has free (a job that still does not fit waits in S
 **A run is one Slurm batch job.** launch writes the run folder:
 
     slurm.sh      the batch script: `export NAME='value'` per environment variable, then `exec` of the argv,
-                  each word single-quoted (executors/_slurm_text.batch_script): no shell reinterprets anything
+                  each word single-quoted (executors/slurm/text.batch_script): no shell reinterprets anything
     slurm.json    {comment, cluster, partition, devices} before sbatch (devices: what hsched counts the run
                   on), {job_id, submitted, argv} added as soon as sbatch answered (each write fsync, rename);
                   then `final` once the job has ended: {state, exit_status, exit_signal, end_time, nodes,
@@ -138,10 +138,10 @@ from hsched.config import NodeConfig
 from hsched.errors import ExecutorError, HelperError
 from hsched.model import EndReason, RunHandle, RunReport, RunStatus
 
-from . import _slurm_text as text
-from ._contact import recorded
-from ._slurm_site import LOG, SIGNALS, Account, LocalSite, Result, Site, SlurmError, SlurmUnreachable
-from .base import Executor, LaunchRequest, StatusQuery
+from .._contact import recorded
+from ..base import Executor, LaunchRequest, StatusQuery
+from . import text
+from .site import LOG, SIGNALS, Account, LocalSite, Result, Site, SlurmError, SlurmUnreachable
 
 SCRIPT = "slurm.sh"
 RECORD = "slurm.json"
@@ -240,7 +240,7 @@ class SlurmExecutor:
         timeout_s: one Slurm command.
         poll_s: how long squeue's answer serves status calls, and how often monitoring asks Slurm.
         login: reach Slurm over SSH on this login node (an ssh node's settings: host, user, port, identity_file,
-            known_hosts; executors/_slurm_login.py); None: the client commands of this machine.
+            known_hosts; executors/slurm/login.py); None: the client commands of this machine.
         ssh_config: with `login`, an ssh config file to read instead of ~/.ssh/config (as SSHExecutor's).
         login_dir: with `login`, hsched's folder on the login node (`~`, `$HOME`, `$USER` expanded there); None:
             $HSCHED_NODE_ROOT there, else ~/.cache/hsched.
@@ -266,7 +266,7 @@ class SlurmExecutor:
             site = LocalSite(name, self.env)
         else:
             # imported here: asyncssh costs a Slurm group reached from this machine nothing
-            from ._slurm_login import LoginSite
+            from .login import LoginSite
 
             self.env = {**(env or {}), "SLURM_TIME_FORMAT": "%s"}
             # one bound for a command and a file call alike; the connect has its own (the SSH executor's)

@@ -45,10 +45,10 @@ import asyncssh
 from hsched.config import NodeConfig
 from hsched.errors import NodeRefused, NodeUnreachable, Refusal
 
-from . import _confined, _sshfiles
-from ._slurm_site import LOG, SIGNALS, Account, Result
-from ._slurm_text import expand_login_dir
-from .ssh import Remote, SSHExecutor, classify, shell_command, transfer_error
+from .. import _confined, _sshfiles
+from ..ssh import Remote, SSHExecutor, classify, shell_command, transfer_error
+from .site import LOG, SIGNALS, Account, Result
+from .text import expand_login_dir
 
 ROOT_COMMAND = 'printf "%s\\n%s\\n%s\\n" "${HSCHED_NODE_ROOT:-$HOME/.cache/hsched}" "$HOME" "$(id -un)"'
 """The one line of shell hsched sends that is not quoted word by word: a constant, expanded by the login shell
@@ -93,7 +93,7 @@ class _LoginConnection(SSHExecutor):
 
 
 class LoginSite:
-    """The Site (executors/_slurm_site.py) of a login node reached over SSH."""
+    """The Site (executors/slurm/site.py) of a login node reached over SSH."""
 
     def __init__(self, name: str, login: NodeConfig, env: Mapping[str, str], *,
                  ssh_config: str | Path | None = None, login_dir: str | None = None, **ssh: Any) -> None:

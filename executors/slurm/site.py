@@ -1,5 +1,5 @@
 """Where the Slurm executor's commands run and its run folders live: this machine (the default), or a login
-node over SSH (executors/_slurm_login.py). The executor speaks only to a Site, so the two ways of reaching Slurm
+node over SSH (executors/slurm/login.py). The executor speaks only to a Site, so the two ways of reaching Slurm
 share every line of its logic (submission, status, signals, restart) and differ only in these primitives.
 
 A Site's paths are its own: the executor maps each run folder the controller names to the site's folder for it
@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from hsched.errors import HelperError, NodeRefused, NodeUnreachable, Refusal
 from hsched.node import files, owners, records
 
-from ._files import copy_off_loop
+from .._files import copy_off_loop
 
 LOG = "output.log"
 SIGNALS = "signals.log"

@@ -1,5 +1,5 @@
 """Job efficiency (seff's role), as pure functions: the report `hsched eff` prints from a job's runs and the
-usage tallies its monitoring samples were folded into (hsched.tallies).
+usage tallies its monitoring samples were folded into (hsched.learn.tallies).
 
 CPU and memory efficiency are seff's: CPU time used / (cores allocated x elapsed), and memory peak / memory
 requested, per attempt and for the whole job, from each run's cgroup (hsched/node/cgroupstats.py: every process
@@ -20,9 +20,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hsched.learn.tallies import GAP_S, IDLE_UTIL_PCT, DeviceTally, RunTally, UsageTally, fold, fold_usage, samples_of
 from hsched.model import Job, Run
 from hsched.serialize import iso
-from hsched.tallies import GAP_S, IDLE_UTIL_PCT, DeviceTally, RunTally, UsageTally, fold, fold_usage, samples_of
 
 __all__ = [
     "GAP_S",
@@ -71,7 +71,7 @@ class Figures:
     """The most memory the runs held at once on their nodes (a gang's nodes and ranks are summed): the cgroups'
     peak where read, else the GPU processes' resident memory."""
     samples: int
-    """Node samples folded in (hsched.tallies.samples_of: the count the profile shows)."""
+    """Node samples folded in (hsched.learn.tallies.samples_of: the count the profile shows)."""
     source: str | None = None
     """Where cpu_s and host_memory_peak_mib come from: "cgroup", "processes" (the run's process accounting, no
     cgroup), "gpu processes" (the GPU tool's process list, a floor), None (nothing)."""
@@ -256,10 +256,10 @@ def report(job: Job, runs: Sequence[Run], tallies: Sequence[RunTally], now: floa
            idle_after_s: float | None = None, flagged: Collection[int] = (),
            nodes: Mapping[str, NodeFacts] | None = None) -> dict[str, Any]:
     """`hsched eff`'s fields for `job`: each attempt's state, exit code, elapsed time, GPUs and GPU-hours with
-    its figures and profile (hsched.profiles; `flagged`: the attempts flagged idle now), and the whole job's (its
+    its figures and profile (hsched.learn.profiles; `flagged`: the attempts flagged idle now), and the whole job's (its
     profile: the last attempt's). A running attempt counts up to `now`. `nodes`: the fleet's node facts, for the
     share of a node a job that asked no --cpus or --mem held."""
-    from hsched.profiles import IDLE_AFTER_S, characterize
+    from hsched.learn.profiles import IDLE_AFTER_S, characterize
 
     res = job.spec.resources
     nodes = nodes or {}

@@ -1,6 +1,6 @@
 """Usage tallies: what a run's monitoring samples said, folded as they come into one small record per attempt
 and node (hsched.controller.usage keeps them, the store keeps them once the attempt is over). Pure data and
-the folds; hsched.efficiency reads them into `hsched eff`'s figures, hsched.profiles into a run's profile.
+the folds; hsched.learn.efficiency reads them into `hsched eff`'s figures, hsched.learn.profiles into a run's profile.
 
 A tally holds, for one attempt of one job on one node:
 
@@ -44,7 +44,7 @@ class DeviceTally:
     util_samples: int = 0
     memory_peak_mib: int | None = None
     mem_util_sum: float = 0.0
-    """Sum of `utilization_memory` (memory bandwidth %) over the samples that carried it (hsched.profiles)."""
+    """Sum of `utilization_memory` (memory bandwidth %) over the samples that carried it (hsched.learn.profiles)."""
     mem_util_samples: int = 0
     nvlink_sum: float = 0.0
     """Sum of NVLink traffic (MiB/s, sent + received) over the samples that carried it."""

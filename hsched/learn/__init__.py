@@ -1,0 +1,1 @@
+"""What hsched learns and accounts: kinds, predictions, profiles, efficiency, fair share, accounting."""

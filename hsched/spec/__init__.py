@@ -1,0 +1,1 @@
+"""What a job asks: arrays, batch scripts, constraints, dependencies, output files, job ids."""
