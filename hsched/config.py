@@ -856,7 +856,7 @@ class Settings:
     """`[accounts]`: groups of users sharing a part of the lab (fair share); a user in none is their own."""
     priority: PriorityWeights = field(default_factory=PriorityWeights)
     """`[priority]`: the multifactor priority's weights (Slurm's PriorityWeight*: fair share, age, job size) and
-    `max_age_s` (PriorityMaxAge), which order jobs between users inside a QoS class (hsched.sched.hsched_policy)."""
+    `max_age_s` (PriorityMaxAge), which order jobs between users inside a QoS class (hsched.sched.policies.hsched)."""
     qos: dict[str, QosClass] = field(default_factory=lambda: dict(DEFAULT_QOS_TABLE))
     default_qos: str = DEFAULT_QOS
     metrics: str | None = None

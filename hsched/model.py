@@ -313,7 +313,7 @@ class JobSpec:
     """Who set `priority` (the submitter or whoever ran `hsched priority`); "": nobody did (0), or a row from before
     it was recorded."""
     priority_admin: bool = False
-    """`priority_by` was a lab admin then: the priority orders this job across users (hsched.sched.hsched_policy);
+    """`priority_by` was a lab admin then: the priority orders this job across users (hsched.sched.policies.hsched);
     a member's orders only their own jobs."""
     checkpoint_signal: CheckpointSignal = field(default_factory=CheckpointSignal)
     time_limit_s: float | None = None

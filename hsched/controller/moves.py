@@ -11,7 +11,7 @@ What a move costs a job is measured: the time from a preemption's decision to it
 `preempted` event's data), plus the time from its restart to its first progress report (the restore, from
 hsched.controller.learning); a part not measured yet counts half of the settings' `move_cost_s`. The policy
 moves a job only when its predicted remaining time times the speed it stops wasting is worth twice that
-(hsched.sched.hsched_policy.Hsched.move_gain).
+(hsched.sched.policies.hsched.Hsched.move_gain).
 
 A move is a preemption with a destination: the job's stop is recorded (event `move`, with where from and to, the
 expected gain and the cost; `hsched show` lists them), the new devices are held for it while it stops (nobody else

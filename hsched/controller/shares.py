@@ -50,7 +50,7 @@ def fleet_gpus(ctl: Controller) -> int:
 def job_terms(job: Job, rows: Mapping[str, ShareRow], ctl: Controller, now: float) -> PriorityTerms:
     """A job's multifactor priority as sprio shows it: its user's fair-share factor (sshare's), its age (time
     waited since submit, over `[priority] max_age_s`) and size (GPUs over the fleet's), with the weights. The
-    policy starts each selection from these and counts what it hands out as it goes (hsched.sched.hsched_policy)."""
+    policy starts each selection from these and counts what it hands out as it goes (hsched.sched.policies.hsched)."""
     w = ctl.settings.priority
     row = rows.get(job.user)
     waited = (job.start_time if job.state is not JobState.PENDING and job.start_time else now) - job.submit_time

@@ -31,7 +31,7 @@ No asyncio, sqlite, textual or networkx here: only frozen data in, frozen data o
 """
 
 from hsched.sched.placement import PackingPlacer, Placer
-from hsched.sched.policy import OraclePolicy, Policy
+from hsched.sched.policies.base import OraclePolicy, Policy
 from hsched.sched.preempt import PreemptRule, Victims
 from hsched.sched.registry import make_policy, policy_names, register
 from hsched.sched.round import apply_plan, apply_rule, build_input, schedule_round

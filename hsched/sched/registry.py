@@ -1,24 +1,20 @@
 """Policies by name: the built-in ones, and any a caller registers.
 
 The list is explicit rather than filled by import side effects: the policy modules import the contract
-(hsched.sched.policy) and this module imports them, so nothing imports back up.
+(hsched.sched.policies.base) and this module imports them, so nothing imports back up.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from hsched.sched.hsched_policy import Hsched
-from hsched.sched.policies import (
-    Backfill,
-    Fifo,
-    FifoHetero,
-    FinishTimeFairness,
-    Las,
-    LasHetero,
-    SrtfOracle,
-)
-from hsched.sched.policy import AnyPolicy, OraclePolicy, Policy
+from hsched.sched.policies.backfill import Backfill
+from hsched.sched.policies.base import AnyPolicy, OraclePolicy, Policy
+from hsched.sched.policies.fifo import Fifo, FifoHetero
+from hsched.sched.policies.ftf import FinishTimeFairness
+from hsched.sched.policies.hsched import Hsched
+from hsched.sched.policies.las import Las, LasHetero
+from hsched.sched.policies.oracle import SrtfOracle
 
 _REGISTRY: dict[str, Callable[[], AnyPolicy]] = {}
 

@@ -18,7 +18,7 @@ from typing import cast
 
 from hsched.model import EndReason, Placement
 from hsched.sched.placement import PackingPlacer, Placer
-from hsched.sched.policy import AnyPolicy
+from hsched.sched.policies.base import AnyPolicy
 from hsched.sched.preempt import PreemptRule, Victims, displaced, protected
 from hsched.sched.throughput import ThroughputModel
 from hsched.sched.view import (

@@ -27,7 +27,7 @@ from hsched.learn.kinds import MIN_WINDOW_S, PlacementClass
 from hsched.model import Placement
 from hsched.sched.locality import Locality
 from hsched.sched.placement import PackingPlacer, Placer
-from hsched.sched.policy import AnyPolicy
+from hsched.sched.policies.base import AnyPolicy
 from hsched.sched.preempt import PreemptRule
 from hsched.sched.round import build_input, schedule_round
 from hsched.sched.view import JobPhase, JobView, PolicyInput, RoundDecision, ServerView, Start, qos_rank

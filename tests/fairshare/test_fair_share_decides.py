@@ -17,7 +17,7 @@ import pytest
 from hsched.config import Settings
 from hsched.learn.fairshare import Account, PriorityWeights, UserShare
 from hsched.model import JobState
-from hsched.sched.hsched_policy import Hsched
+from hsched.sched.policies.hsched import Hsched
 from hsched.sched.registry import make_policy
 from hsched.sched.throughput import ThroughputModel
 from hsched.sched.view import JobPhase, JobView, PolicyInput, ServerView

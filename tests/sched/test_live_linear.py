@@ -161,7 +161,7 @@ def heads_by_the_rounds_own_key(monkeypatch: pytest.MonkeyPatch) -> None:
     user, submit time). Since issue 29 the round takes it from the `hsched` policy's order when users share the
     fleet (fair share interleaves them job by job: tests/fairshare), a change made on purpose; everything else the
     round decides is held to the reference here, so the policy gives no order of its own in these tests."""
-    from hsched.sched.hsched_policy import Hsched
+    from hsched.sched.policies.hsched import Hsched
 
     monkeypatch.setattr(Hsched, "waiting_order", lambda self, inp: None)
 

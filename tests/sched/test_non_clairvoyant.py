@@ -8,7 +8,7 @@ from typing import ClassVar
 import pytest
 
 from hsched.sched import JobView, Plan, Policy, PolicyInput, build_input, make_policy, policy_names, schedule_round
-from hsched.sched.policy import OraclePolicy
+from hsched.sched.policies.base import OraclePolicy
 from hsched.sched.registry import register
 from hsched.sched.view import OracleInput
 from hsched.sim.cluster import parse_cluster

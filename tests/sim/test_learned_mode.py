@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from hsched.cli import app
 from hsched.learn.kinds import MIN_WINDOW_S, KindRate, PlacementClass, catalog_prior
 from hsched.sched import make_policy
-from hsched.sched.policy import AnyPolicy
+from hsched.sched.policies.base import AnyPolicy
 from hsched.sched.view import PolicyInput
 from hsched.sim.cluster import parse_cluster
 from hsched.sim.engine import SimConfig, Simulator, simulate

@@ -13,7 +13,7 @@ from dataclasses import replace
 from hsched.model import Job, Node, Placement
 from hsched.sched.fleet import Launch, Move, catalog_throughput, gpu_type_of, order, secs
 from hsched.sched.placement import fragmentation_key
-from hsched.sched.policy import AnyPolicy
+from hsched.sched.policies.base import AnyPolicy
 from hsched.sched.registry import make_policy
 from hsched.sched.round import apply_rule, build_input, make_plan
 from hsched.sched.servers import server_of

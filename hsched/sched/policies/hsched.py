@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from hsched.model import DEFAULT_QOS
-from hsched.sched.policy import Policy, hetero_assign, select_by_capacity, wants_from_assignment
+from hsched.sched.policies.base import Policy, hetero_assign, select_by_capacity, wants_from_assignment
 from hsched.sched.priority import PriorityWeights, UserShare, age_factor, charged_factor, size_factor
 from hsched.sched.view import QOS_RANK, JobPhase, JobView, Plan, PolicyInput, qos_rank
 

@@ -1,0 +1,72 @@
+"""Least attained service: Tiresias's discretised LAS, and Gavel's heterogeneity-aware LAS (with the body it
+shares with finish-time fairness)."""
+
+from __future__ import annotations
+
+import math
+
+from hsched.sched.policies.base import (
+    Policy,
+    hetero_assign,
+    select_by_capacity,
+    wants_from_assignment,
+)
+from hsched.sched.view import JobView, Plan, PolicyInput, Want
+
+
+class Las(Policy):
+    """Tiresias-style discretised two-dimensional least-attained-service: a job's service is GPUs x seconds
+    run; queues at 1 h, 4 h, 16 h ... of GPU time; the lowest queue runs first, FIFO inside a queue; a job
+    that has waited `starve_factor` times as long as it has run is promoted to the top queue (starvation
+    guard). Preemptive and heterogeneity-unaware (a job stays on its type, else takes a
+    random type with room), re-evaluated every round.
+    """
+
+    name = "las"
+    time_sharing = True
+    first_threshold_gpu_s = 3600.0
+    growth = 4.0
+    starve_factor = 8.0
+
+    def queue(self, j: JobView, now: float) -> int:
+        waited = now - j.arrival_s - j.run_s
+        # half the ratio while running: hysteresis, so a promoted job is not demoted after one round
+        if j.run_s > 0 and waited >= self.starve_factor * (0.5 if j.running else 1.0) * j.run_s:
+            return 0
+        gpu_s = j.gpus * j.run_s
+        if gpu_s < self.first_threshold_gpu_s:
+            return 0
+        return 1 + int(math.log(gpu_s / self.first_threshold_gpu_s, self.growth))
+
+    def plan(self, inp: PolicyInput) -> Plan:
+        ordered = sorted(inp.jobs, key=lambda j: (self.queue(j, inp.now), j.arrival_s, j.id))
+        return Plan(tuple(Want(j.id) for j in ordered), preempt=True, strict=False)
+
+
+class HeteroFair(Policy):
+    """Shared body of las-hetero and ftf: pick jobs in fairness order, then give types by efficiency."""
+
+    time_sharing = True
+
+    def order(self, inp: PolicyInput) -> list[JobView]:
+        raise NotImplementedError
+
+    def plan(self, inp: PolicyInput) -> Plan:
+        ordered = self.order(inp)
+        chosen = select_by_capacity(ordered, inp.capacity, inp)
+        assigned = hetero_assign(chosen, inp.capacity, inp)
+        # the chosen jobs are those assigned a type, in the order: wants over them are the wants over all
+        return Plan(wants_from_assignment(chosen, assigned, inp), preempt=True, strict=False)
+
+
+class LasHetero(HeteroFair):
+    """Heterogeneity-aware least attained service (Gavel's max-min fairness over normalised throughput,
+    realised round by round): jobs with the least service, counted in seconds on their fastest GPU type,
+    run first; the chosen jobs get GPU types so that each goes where its speed relative to the other types
+    is highest. Preemptive; 360 s rounds.
+    """
+
+    name = "las-hetero"
+
+    def order(self, inp: PolicyInput) -> list[JobView]:
+        return sorted(inp.jobs, key=lambda j: (j.service_s, j.arrival_s, j.id))
