@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 
 from hsched.errors import UserError
-from hsched.sched.stages.reservation import soonest_fit
+from hsched.sched.soonest import soonest_fit
 from hsched.sched.view import ServerView
 from hsched.sim.bounds import MAX_CLUSTER_GPUS, MAX_GPUS_PER_NODE, MAX_SPAN_S
 

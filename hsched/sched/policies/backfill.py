@@ -8,6 +8,7 @@ from hsched.sched.policies.base import (
     Policy,
     fastest_types,
 )
+from hsched.sched.soonest import soonest_fit
 from hsched.sched.view import JobView, Plan, PolicyInput, Want, qos_rank
 
 
@@ -67,26 +68,21 @@ def _reservation(
     ends: dict[str, list[tuple[float, int]]],
     inp: PolicyInput,
 ) -> tuple[str | None, float, int]:
-    """The type where `head` can start soonest, that time (inf if unknown), and GPUs it leaves spare then."""
+    """The type where `head` can start soonest, that time (inf if unknown), and GPUs it leaves spare then: per type,
+    the one reservation search (`soonest_fit`) over what is free now and what each running job frees at its end."""
     best: tuple[float, int, str] | None = None
     best_extra = 0
     for t in types:
         if inp.capacity.get(t, 0) < head.gpus:
             continue
-        avail = free.get(t, 0)
-        when = math.inf
-        for end, g in sorted(ends.get(t, [])):
-            if avail >= head.gpus:
-                break
-            if math.isinf(end):
-                break
-            avail += g
-            when = end
-        if avail < head.gpus:
-            when = math.inf
-        elif free.get(t, 0) >= head.gpus:
-            when = inp.now
-        extra = max(0, avail - head.gpus) if not math.isinf(when) else 0
+        releases = [(inp.now, free.get(t, 0)), *sorted(ends.get(t, []))]
+
+        def fits(n: int, releases: list[tuple[float, int]] = releases) -> int | None:
+            got = sum(g for _end, g in releases[:n])
+            return got - head.gpus if got >= head.gpus else None
+
+        found = soonest_fit(releases, fits, stop=math.isinf)
+        when, extra = found if found is not None else (math.inf, 0)
         # soonest start; with none known, the type that is closest to having room
         key = (when, -free.get(t, 0), t)
         if best is None or key < best:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Mapping, Sequence
 
 from hsched.model import DEFAULT_QOS, Job, Node, Placement
 from hsched.sched.cache import OrderKey, RoundCache
 from hsched.sched.fleet import NONE, DeviceChooser, FleetView, minute
 from hsched.sched.placement import fragmentation_key
+from hsched.sched.soonest import soonest_fit
 from hsched.sched.stages.groups import gang_on_group
 from hsched.sched.stages.preemption import Preempting
 from hsched.sched.state import RESOURCES
@@ -31,26 +31,6 @@ def order_key(job: Job, over: frozenset[str] = frozenset(), attained: float = 0.
 
 _NORMAL = qos_rank(DEFAULT_QOS)
 
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-def soonest_fit(releases: Sequence[tuple[float, T]], fits: Callable[[int], R | None], *, least: int = 1,
-                   stop: Callable[[float], bool] | None = None) -> tuple[float, R] | None:
-    """The reservation's search, live and in the simulator's Slurm: the earliest time at which what is released by
-    then (`releases`, in time order: free now at the time now, busy at its predicted end, inf when unknown) fits the
-    head, with what `fits(n)` made of the first n releases; None when nothing does. All that is released at one time
-    counts together; fewer than `least` releases never fit; `stop(t)`: no start at t or later is worth a search."""
-    for k in range(max(1, least) - 1, len(releases)):
-        t = releases[k][0]
-        if stop is not None and stop(t):
-            break
-        if k + 1 < len(releases) and releases[k + 1][0] <= t:
-            continue  # all that is released at t together
-        got = fits(k + 1)
-        if got is not None:
-            return t, got
-    return None
 
 
 def order_keys(jobs: Sequence[Job], over: frozenset[str], cache: RoundCache, attained: Mapping[int, float] = NONE
