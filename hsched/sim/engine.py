@@ -40,9 +40,14 @@ from hsched.sim.data import (
     prefetch_copies,
 )
 from hsched.sim.knowledge import Learner, Predictor
+from hsched.sim.live import LiveInput, LiveRounds
 from hsched.sim.metrics import JobRecord, SimResult, lower_bounds, summarize
 from hsched.sim.slurm import Alloc, SlurmPoolSpec, SlurmQueue
 from hsched.sim.trace import Trace, TraceJob, too_long
+
+LIVE_PASSES = 8
+"""Live rounds at one instant at most: a QoS preemption stops its victims and the job that asked starts on their
+devices in the next round (as live), which runs at once; a bound, so a round that preempts for ever cannot stall."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +84,12 @@ class SimConfig:
     does. "gavel": rounds only every round_s (and when an idle cluster sees an arrival), as Gavel's simulator:
     a job waits for the next boundary and GPUs freed mid-round stay idle until it. The policies that have a
     Gavel counterpart are replayed by `hsched.sim.gavel` instead; this mode gives every other policy Gavel's
-    timing, so a gap can be split into timing and allocation."""
+    timing, so a gap can be split into timing and allocation. "live": the event mode's timing, but each round is the
+    live controller's own pipeline (hsched.sched.pipeline.schedule, via hsched.sim.live) over the simulated servers
+    as nodes: caps, constraints, shared GPUs, the reservation and moves as they run live (`live` gives the labels and
+    caps); the quantum's time-sharing is not the live round's, so none."""
+    live: LiveInput | None = None
+    """With round_mode "live": node labels, QoS caps and move_min_run_s (hsched.sim.live.LiveInput); None: none."""
     learned: bool = False
     """The policy's throughput model is learned as the trace unfolds (hsched.sim.knowledge.Learner), starting
     from `prior` alone, instead of being the trace's table. Jobs still progress at the table's (true) rates."""
@@ -205,6 +215,8 @@ class Simulator:
         """With SimConfig.data: the copies made and their counters, after `run`."""
         self.slurm: SlurmQueue | None = None
         """With SimConfig.slurm_pool: Slurm's side of the pool, after `run`."""
+        self.live: LiveRounds | None = None
+        """With round_mode "live": the live rounds and their log of starts, after `run`."""
 
     # ------------------------------------------------------------------ feasibility
 
@@ -289,6 +301,31 @@ class Simulator:
                 ok = tuple(t for t in self.types if self._best_rate(job.tj, t))
                 if len(ok) < len(self.types):
                     job.allowed = ok
+        # The live round mode: the controller's pipeline decides, over the servers as live nodes (hsched.sim.live)
+        live: LiveRounds | None = None
+        live_allowed: dict[int, tuple[str, ...]] = {}  # job id -> the GPU types its table has a speed for, if not all
+        if cfg.round_mode == "live":
+            if oracle:
+                raise ValueError(f"policy {self.policy.name!r} needs job durations, which the live round does not know")
+            if cfg.data is not None or cfg.slurm_pool is not None:
+                raise ValueError("the live round mode does not model data locality or a Slurm pool yet")
+            live = self.live = LiveRounds(self.servers, cfg.live or LiveInput({}, {}), rule, self.policy.name,
+                                          pmodel, cfg.costs.checkpoint_s)
+            time_sharing = False  # the live round moves jobs (after move_min_run_s); it has no quantum
+            for job in jobs:
+                ok = tuple(t for t in self.types if self._best_rate(job.tj, t))
+                if len(ok) < len(self.types):
+                    live_allowed[job.tj.id] = ok
+
+        def live_decide(t: float) -> tuple[RoundDecision, bool]:
+            assert live is not None
+            live.throughput = pmodel
+            pending = [(j.tj, live_allowed.get(jid, ()), j.restarts) for jid, j in active.items() if j.gpu_type is None]
+            ends = {jid: (r.finish_at if predictor is None else t + rest(r, r.run_s + (t - r.run_start)))
+                    for jid, r in running.items()}
+            attained = {jid: j.run_s for jid, j in active.items() if j.run_s > 0}
+            return live.decide(t, pending, ends, attained, fair(t))
+
         # Data locality (cfg.data): the copies, and under AWARE a placer that reads them and the running jobs'
         # predicted ends (on_server: per server, running job id -> the GPUs it holds there)
         data = self.data = DataState(cfg.data) if cfg.data is not None else None
@@ -460,6 +497,8 @@ class Simulator:
             j.gpu_type, j.placement, j.rate, j.rel, j.finish_at = None, (), 0.0, 0.0, math.inf
             j.view = None
             del running[j.tj.id]
+            if live is not None:
+                live.stopped(j.tj.id)
 
         def start(j: _Job, s: Start, t: float) -> None:
             nonlocal lost_gpu_s, held
@@ -529,6 +568,8 @@ class Simulator:
                 changed.add(p.node)
             held += j.tj.gpus
             running[j.tj.id] = j
+            if live is not None:
+                live.started(tj, live_allowed.get(tj.id, ()), j.restarts, s.placement, t)
             if not j.in_pool:
                 heapq.heappush(heap, (j.finish_at, j.tj.id, j.version))
 
@@ -578,9 +619,31 @@ class Simulator:
             changed.clear()
             return tuple(sv for sv in free_view.values() if sv.devices)
 
+        def apply(decision: RoundDecision, t: float) -> None:
+            """A round's decision: its stops first, then its starts (a running job's is a move)."""
+            nonlocal preemptions, lost_gpu_s
+            for jid in decision.preempt:
+                j = active[jid]
+                if j.gpu_type is not None:
+                    run_start = j.run_start
+                    stop(j, t)
+                    j.restarts += 1
+                    preemptions += 1
+                    if not j.tj.checkpointable:
+                        # only a QoS preemption stops such a job: it starts over, and its run is lost
+                        lost_gpu_s += (t - run_start) * j.tj.gpus
+                        j.remaining = j.tj.work
+            for s in decision.starts:
+                j = active[s.job_id]
+                if j.gpu_type is not None:
+                    stop(j, t)
+                    j.restarts += 1
+                    j.migrations += 1
+                start(j, s, t)
+
         new_view = tuple.__new__  # JobView is a NamedTuple: a running job's view is three tuples joined
-        if cfg.round_mode not in ("event", "gavel"):
-            raise ValueError(f"round_mode {cfg.round_mode!r}: expected 'event' or 'gavel'")
+        if cfg.round_mode not in ("event", "gavel", "live"):
+            raise ValueError(f"round_mode {cfg.round_mode!r}: expected 'event', 'gavel' or 'live'")
         boundaries = cfg.round_mode == "gavel"
 
         while ai < len(arrivals) or active:
@@ -680,6 +743,19 @@ class Simulator:
                 continue
             if learner is not None:
                 learn(now)
+            if live is not None:
+                again, passes = True, 0
+                while again and passes < LIVE_PASSES:
+                    decision, again = live_decide(now)
+                    passes += 1
+                    rounds += 1
+                    apply(decision, now)
+                last_round = now
+                moves_due = False
+                note_busy(now)
+                if not running and ai == len(arrivals):
+                    break  # nothing runs, nothing will arrive, and the round starts nothing: stuck for good
+                continue
             # (the hot loop of a replay at scale: a conditional instead of max(0.0, ...), the same floats, took
             # 40 % less time)
             views = [
@@ -711,24 +787,7 @@ class Simulator:
             rounds += 1
             last_round = now
             moves_due = False
-            for jid in decision.preempt:
-                j = active[jid]
-                if j.gpu_type is not None:
-                    run_start = j.run_start
-                    stop(j, now)
-                    j.restarts += 1
-                    preemptions += 1
-                    if not j.tj.checkpointable:
-                        # only a QoS preemption stops such a job: it starts over, and its run is lost
-                        lost_gpu_s += (now - run_start) * j.tj.gpus
-                        j.remaining = j.tj.work
-            for s in decision.starts:
-                j = active[s.job_id]
-                if j.gpu_type is not None:
-                    stop(j, now)
-                    j.restarts += 1
-                    j.migrations += 1
-                start(j, s, now)
+            apply(decision, now)
             prefetch(now)
             if slurm is not None:
                 pool_tick(now)

@@ -13,7 +13,7 @@ import json
 import math
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -51,6 +51,12 @@ class TraceJob:
     """Resumes from a checkpoint when stopped, as Gavel's jobs do: the round may time-share it, and a stop
     loses nothing (but the checkpoint cost). False: never time-shared (as the live controller treats its
     jobs); a QoS preemption makes it start over."""
+    constraint: str = ""
+    """`--constraint`: the node labels it needs (read by the live round mode alone: hsched.sim.live)."""
+    shared: bool = False
+    """`--shared`: it takes `gpu_memory_mib` of one GPU that other shared jobs use too (live round mode alone)."""
+    gpu_memory_mib: int | None = None
+    """`--gpu-memory`: the GPU memory it needs (live round mode alone; a shared job's share of its GPU)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +173,36 @@ CSV_PRESETS: Mapping[str, Mapping[str, str]] = {
     "acme": {"id": "job_id", "submit": "submit_time", "duration": "duration", "gpus": "gpu_num",
              "nodes": "node_num", "user": "user", "vc": "vc", "state": "state"},
 }
-CSV_KEYS = ("id", "submit", "duration", "gpus", "nodes", "user", "vc", "state", "time_limit", "job_type", "qos")
+CSV_KEYS = ("id", "submit", "duration", "gpus", "nodes", "user", "vc", "state", "time_limit", "job_type", "qos",
+            "constraint", "shared", "gpu_memory_mib")
+LIVE_KEYS = ("qos", "constraint", "shared", "gpu_memory_mib")
+"""Optional columns read under their own names when the mapping does not name them: what the live round mode
+(hsched.sim.live) reads of a job beyond the default rounds' (its QoS, node constraint, shared GPU, GPU memory)."""
+TRUE_WORDS = ("1", "true", "yes", "y")
+FALSE_WORDS = ("", "0", "false", "no", "n")
+
+
+def _live_columns(r: Mapping[str, str], columns: Mapping[str, str], where: str
+                  ) -> tuple[str, bool, int | None]:
+    """A row's constraint, shared flag and GPU memory (MiB): one line naming the row and column when bad."""
+    from hsched.spec.constraints import parse_constraint
+
+    constraint = (r.get(columns.get("constraint", ""), "") or "").strip()
+    if constraint:
+        try:
+            parse_constraint(constraint)
+        except (UserError, ValueError) as e:
+            raise UserError(f"{where}: {columns['constraint']}: bad constraint {constraint!r} ({e})") from None
+    word = (r.get(columns.get("shared", ""), "") or "").strip().lower()
+    if word not in TRUE_WORDS + FALSE_WORDS:
+        raise UserError(f"{where}: {columns['shared']}: {word!r}: expected true or false (1/0, yes/no)")
+    mem_text = (r.get(columns.get("gpu_memory_mib", ""), "") or "").strip()
+    mem = whole(mem_text, where, columns["gpu_memory_mib"], low=1, high=2**31) if mem_text else None
+    shared = word in TRUE_WORDS
+    if shared and mem is None:
+        col = columns.get("gpu_memory_mib", "gpu_memory_mib")
+        raise UserError(f"{where}: a shared job needs its GPU memory: give its {col} column (MiB)")
+    return constraint, shared, mem
 
 
 def parse_columns(spec: str) -> dict[str, str]:
@@ -203,6 +238,7 @@ def load_csv(path: Path, columns: Mapping[str, str], reference_type: str = "v100
             raise UserError(f"{path}: the column mapping needs '{key}=COLUMN' (have: {', '.join(columns)})")
     rows = _read_csv(path)
     _require_columns(path, rows, tuple(columns.values()), "fix --columns")
+    columns = {**{k: k for k in LIVE_KEYS if k in rows[0]}, **columns}
     raw: list[tuple[float, TraceJob]] = []
     rejected: list[tuple[str, str]] = []
     for n, r in enumerate(rows, 2):
@@ -225,19 +261,21 @@ def load_csv(path: Path, columns: Mapping[str, str], reference_type: str = "v100
         if dur <= 0:
             rejected.append((name, "no duration"))
             continue
+        constraint, shared, mem = _live_columns(r, columns, where)
+        if shared and gpus != 1:
+            raise UserError(f"{where}: a shared job takes part of one GPU; it asks for {gpus}")
         raw.append((at, TraceJob(0, r.get(columns.get("job_type", ""), "") or "", gpus, 0.0, dur, name=name,
                                  user=r.get(columns.get("user", ""), "") or "",
                                  qos=r.get(columns.get("qos", ""), "") or DEFAULT_QOS,
-                                 time_limit_s=limit, max_servers=nodes)))
+                                 time_limit_s=limit, max_servers=nodes, constraint=constraint, shared=shared,
+                                 gpu_memory_mib=mem)))
     raw.sort(key=lambda x: x[0])
     t0 = raw[0][0] if raw else 0.0
     if raw and raw[-1][0] - t0 > MAX_SPAN_S:
         raise UserError(f"{path}: its submit times span {(raw[-1][0] - t0) / 86400:,.0f} days, more than the "
                         f"simulator's {MAX_SPAN_S / 86400:,.0f}; replay a slice of it (a CSV of fewer rows)")
     jobs = tuple(
-        TraceJob(i, j.job_type, j.gpus, at - t0, j.work, j.name, j.user, j.qos, j.priority, j.time_limit_s,
-                 j.max_servers)
-        for i, (at, j) in enumerate(raw)
+        replace(j, id=i, arrival_s=at - t0) for i, (at, j) in enumerate(raw)
     )
     return Trace(jobs, ThroughputModel(reference_type=reference_type), str(path), "seconds", tuple(rejected))
 
