@@ -38,12 +38,20 @@ _PLOT = typer.Option(None, "--plot", metavar="FILE.png",
                      help="Also draw JCT distributions and utilization over time to a PNG (needs hsched\\[plot]).")
 _SETTINGS = typer.Option(None, "--settings", metavar="FILE",
                          help="hsched's settings.toml: its QoS table decides who may preempt whom "
-                              "(default: the controller's default table).")
+                              "(default: the controller's default table); with --round-mode live, also its QoS "
+                              "caps (max_gpus, max_gpus_per_user, max_jobs_per_user) and move_min_run_s.")
 _ROUND_MODE = typer.Option(
-    "event", "--round-mode", metavar="event|gavel",
+    "event", "--round-mode", metavar="event|gavel|live",
     help="event: rounds on arrivals and completions (the controller's timing). gavel: Gavel's simulator "
          "reproduced: 360 s rounds only, and for fifo, las, las-hetero, ftf Gavel's own allocation over time "
-         "fractions and per-type priorities (needs numpy for the LP policies: pip install 'hsched[gavel]').")
+         "fractions and per-type priorities (needs numpy for the LP policies: pip install 'hsched[gavel]'). "
+         "live: event timing, but each round is the live controller's own pipeline: QoS caps (--settings), "
+         "node constraints (--labels, the trace's constraint column), shared GPUs (its shared and "
+         "gpu_memory_mib columns), the reservation and moves as they run live.")
+_LABELS = typer.Option(
+    None, "--labels", metavar="NODE_PREFIX=LABEL[+LABEL],...",
+    help="With --round-mode live: node labels the trace's constraint column is matched against; every simulated "
+         "node whose name starts with the prefix gets them (v100=fast+ib,k80-0=old).")
 _TIME_SHARING = typer.Option(True, "--time-sharing/--no-time-sharing",
                              help="Let preemptive policies stop and move jobs that checkpoint (as Gavel does); "
                                   "off, only QoS preemption stops a job, as in the live controller.")
@@ -212,9 +220,26 @@ def _rule(settings: Path | None, time_sharing: bool) -> Any:
 
 def _check_round_mode(round_mode: str) -> str:
     mode = round_mode.strip().lower()
-    if mode not in ("event", "gavel"):
-        raise UserError(f"--round-mode {round_mode!r}: expected event or gavel")
+    if mode not in ("event", "gavel", "live"):
+        raise UserError(f"--round-mode {round_mode!r}: expected event, gavel or live")
     return mode
+
+
+def _live(mode: str, settings: Path | None, labels: str | None, servers: Any, data: Any, pools: list[Any]) -> Any:
+    """With --round-mode live: what the live round reads beyond the default rounds (hsched.sim.live.LiveInput)."""
+    if mode != "live":
+        if labels:
+            raise UserError("--labels: node labels are read by the live round alone; add --round-mode live")
+        return None
+    from hsched.config import Settings, load_settings
+    from hsched.sched.limits import QosLimits
+    from hsched.sim.live import LiveInput, parse_labels
+
+    if data is not None or any(p is not None for p in pools):
+        raise UserError("--round-mode live does not model --data-model or --slurm-pool yet; give either alone")
+    conf = load_settings(settings) if settings is not None else Settings()
+    return LiveInput(parse_labels(labels or "", [s.name for s in servers]), QosLimits.from_qos(conf.qos),
+                     conf.move_min_run_s)
 
 
 def _check_learned_prior(learned_prior: str) -> str:
@@ -244,7 +269,8 @@ def _shares(text: str | None) -> dict[str, float]:
 def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, round_s: float, span: float,
              pcie: float, rule: Any, round_mode: str = "event", seed: int = 0, *, learned: bool = False,
              learned_prior: str = "measured", predict: bool = False, data: Any = None, locality: Any = None,
-             pool: Any = None, prefetch_s: float | None = None, shares: dict[str, float] | None = None) -> Any:
+             pool: Any = None, prefetch_s: float | None = None, shares: dict[str, float] | None = None,
+             live: Any = None) -> Any:
     from hsched.sim.bounds import MAX_DURATION_S, MAX_ROUND_S, MIN_ROUND_S, check
     from hsched.sim.engine import SimConfig, SimCosts, Simulator
     from hsched.sim.gavel import GAVEL_POLICIES
@@ -271,10 +297,15 @@ def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, ro
         return result
     cfg = SimConfig(round_s=round_s, costs=SimCosts(checkpoint_cost, span, pcie), preempt=rule,
                     round_mode=round_mode, learned=learned, refine_prior=learned_prior == "measured",
-                    predict=predict, data=data, slurm_pool=pool, prefetch_s=prefetch_s, shares=shares or {})
+                    predict=predict, data=data, slurm_pool=pool, prefetch_s=prefetch_s, shares=shares or {},
+                    live=live)
     if locality is not None:
         cfg = replace(cfg, locality=locality)
-    sim = Simulator(tr, servers, _policy(name), cfg)
+    chosen = _policy(name)
+    if round_mode == "live" and chosen.clairvoyant:
+        raise UserError(f"--round-mode live --policy {name}: the live round knows no job durations; pick a policy "
+                        f"that does not need them (see --list-policies)")
+    sim = Simulator(tr, servers, chosen, cfg)
     result = _progress_run(sim, _label(name, locality, pool))
     result.summary["round_mode"] = round_mode
     result.summary["gavel_allocation"] = False
@@ -434,6 +465,7 @@ def sim(
     prefetch_horizon: float = _PREFETCH_HORIZON,
     slurm_pool: str | None = _SLURM_POOL,
     shares: str | None = _SHARES,
+    labels: str | None = _LABELS,
 ) -> None:
     """Replay a trace under one policy (or run `hsched sim compare` for several)."""
     if ctx.invoked_subcommand is not None:
@@ -457,9 +489,10 @@ def sim(
         raise UserError(f"--slurm-pool {slurm_pool!r}: `hsched sim` runs one fleet; `hsched sim compare` runs several")
     if data is not None and pools[0] is not None:
         raise UserError("--slurm-pool with --data-model: the pool does not model data yet; give one of them")
+    live = _live(mode, settings, labels, servers, data, pools)
     result = _run_one(tr, servers, policy, checkpoint_cost, round_s, span_factor, pcie_factor, rule, mode, seed,
                       learned=learned, learned_prior=prior, predict=predict, data=data, locality=modes[0],
-                      pool=pools[0], prefetch_s=prefetch_s, shares=per_user)
+                      pool=pools[0], prefetch_s=prefetch_s, shares=per_user, live=live)
     if jobs_csv is not None:
         result.write_jobs_csv(jobs_csv)
     summary = dict(result.summary)
@@ -508,6 +541,7 @@ def compare(
     prefetch: bool = _PREFETCH,
     prefetch_horizon: float = _PREFETCH_HORIZON,
     slurm_pool: str | None = _SLURM_POOL,
+    labels: str | None = _LABELS,
 ) -> None:
     """Run several policies on the same trace and fleet; print them side by side with the bounds."""
     names = [p.strip() for p in policy.split(",") if p.strip()]
@@ -526,9 +560,10 @@ def compare(
     pools = _pools(slurm_pool, gpus_per_node, servers)
     if data is not None and any(p is not None for p in pools):
         raise UserError("--slurm-pool with --data-model: the pool does not model data yet; give one of them")
+    live = _live(mode, settings, labels, servers, data, pools)
     results = [_run_one(tr, servers, n, checkpoint_cost, round_s, span_factor, pcie_factor, rule, mode, seed,
                         learned=learned, learned_prior=prior, predict=predict, data=data, locality=loc, pool=pool,
-                        prefetch_s=prefetch_s)
+                        prefetch_s=prefetch_s, live=live)
                for n in names for loc in modes for pool in pools]
     summaries = [dict(r.summary) for r in results]
     if plot is not None:
