@@ -304,6 +304,8 @@ class Simulator:
         # The live round mode: the controller's pipeline decides, over the servers as live nodes (hsched.sim.live)
         live: LiveRounds | None = None
         live_allowed: dict[int, tuple[str, ...]] = {}  # job id -> the GPU types its table has a speed for, if not all
+        shared_on: dict[str, int] = {}  # live: a shared GPU -> how many jobs run on it
+        shared_since: dict[str, float] = {}  # live: a shared GPU -> since when it has had one
         if cfg.round_mode == "live":
             if oracle:
                 raise ValueError(f"policy {self.policy.name!r} needs job durations, which the live round does not know")
@@ -475,8 +477,17 @@ class Simulator:
             j.service_s += j.rel * progressed
             run = t - j.run_start
             j.run_s += run
-            busy_gpu_s += run * j.tj.gpus
-            held -= j.tj.gpus
+            if j.tj.shared and live is not None:
+                for p in j.placement:
+                    for u in p.devices:  # a shared GPU is busy while any of its jobs runs: counted once
+                        shared_on[u] -= 1
+                        if not shared_on[u]:
+                            del shared_on[u]
+                            busy_gpu_s += t - shared_since.pop(u)
+                            held -= 1
+            else:
+                busy_gpu_s += run * j.tj.gpus
+                held -= j.tj.gpus
             if j.in_pool:
                 assert slurm is not None
                 slurm.cancel(j.tj.id)
@@ -491,7 +502,8 @@ class Simulator:
                 ended_runs[0] += run  # (their typical length: what fair share counts a start as)
                 ended_runs[1] += 1
             for p in j.placement:
-                free_on[p.node] = sorted((*free_on[p.node], *p.devices), key=position.__getitem__)
+                back = [u for u in p.devices if u not in shared_on]  # (a shared GPU frees with its last job)
+                free_on[p.node] = sorted((*free_on[p.node], *back), key=position.__getitem__)
                 changed.add(p.node)
             j.version += 1
             j.gpu_type, j.placement, j.rate, j.rel, j.finish_at = None, (), 0.0, 0.0, math.inf
@@ -566,7 +578,16 @@ class Simulator:
                 taken = set(p.devices)
                 free_on[p.node] = [d for d in free_on[p.node] if d not in taken]
                 changed.add(p.node)
-            held += j.tj.gpus
+            if tj.shared and live is not None:
+                for p in s.placement:
+                    for u in p.devices:
+                        if u not in shared_on:
+                            shared_on[u] = 0
+                            shared_since[u] = t
+                            held += 1
+                        shared_on[u] += 1
+            else:
+                held += j.tj.gpus
             running[j.tj.id] = j
             if live is not None:
                 live.started(tj, live_allowed.get(tj.id, ()), j.restarts, s.placement, t)

@@ -167,3 +167,15 @@ def test_trace_live_columns_refused_with_one_line(tmp_path):
                                  "--cluster", CLUSTER, "--round-mode", "live"])
     assert r.exit_code == 2, r.output
     assert f"{bad}:2: shared" in r.output
+
+
+def test_a_shared_gpu_counts_once_in_utilization(tmp_path):
+    """Two shared jobs on the one GPU run side by side: the GPU is busy once (utilization 1, not 2), and both end
+    at 600 s (sharing does not slow them in the simulator)."""
+    trace = tmp_path / "shared.csv"
+    trace.write_text("submit,duration,gpus,user,shared,gpu_memory_mib\n0,600,1,alice,yes,4000\n0,600,1,alice,yes,4000\n")
+    tr = load_trace(trace, columns="submit=submit,duration=duration,gpus=gpus,user=user")
+    sim = Simulator(tr, parse_cluster("v100:1"), make_policy("hsched"), SimConfig(round_mode="live"))
+    result = sim.run()
+    assert [(r.start_s, r.end_s) for r in result.records] == [(0.0, 600.0), (0.0, 600.0)]
+    assert result.summary["utilization"] == pytest.approx(1.0)
