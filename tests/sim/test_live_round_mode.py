@@ -24,7 +24,7 @@ from hsched.sched.pipeline import schedule
 from hsched.sched.preempt import PreemptRule
 from hsched.sched.registry import make_policy
 from hsched.sim.cluster import cluster_nodes, parse_cluster
-from hsched.sim.engine import SimConfig, Simulator
+from hsched.sim.engine import SimConfig, SimCosts, Simulator
 from hsched.sim.live import LiveInput, parse_labels
 from hsched.sim.trace import Trace, load_trace
 from hsched.spec.constraints import node_labels
@@ -179,3 +179,18 @@ def test_a_shared_gpu_counts_once_in_utilization(tmp_path):
     result = sim.run()
     assert [(r.start_s, r.end_s) for r in result.records] == [(0.0, 600.0), (0.0, 600.0)]
     assert result.summary["utilization"] == pytest.approx(1.0)
+
+
+def test_qos_preemption_checkpoints_and_requeues(tmp_path):
+    """The live round's QoS preemption (the default table: prod preempts scavenger) stops the victim at once; the job
+    that asked starts on its devices in the round that follows at the same instant; the victim requeues and resumes
+    after paying the checkpoint cost (30 s): 100 s + 30 s + the 900 s it had left."""
+    trace = tmp_path / "preempt.csv"
+    trace.write_text("id,submit,duration,gpus,user,qos\nlow,0,1000,2,alice,scavenger\nhigh,100,200,1,bob,prod\n")
+    tr = load_trace(trace, columns="id=id,submit=submit,duration=duration,gpus=gpus,user=user")
+    sim = Simulator(tr, parse_cluster("v100:2"), make_policy("hsched"),
+                    SimConfig(round_mode="live", costs=SimCosts(checkpoint_s=30.0)))
+    result = sim.run()
+    got = {r.name: (r.start_s, r.end_s, r.restarts) for r in result.records}
+    assert got == {"low": (0.0, 1230.0, 1), "high": (100.0, 300.0, 0)}
+    assert result.summary["preemptions"] == 1
