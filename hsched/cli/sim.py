@@ -236,7 +236,8 @@ def _live(mode: str, settings: Path | None, labels: str | None, servers: Any, da
     from hsched.sim.live import LiveInput, parse_labels
 
     if data is not None or any(p is not None for p in pools):
-        raise UserError("--round-mode live does not model --data-model or --slurm-pool yet; give either alone")
+        raise UserError("--round-mode live does not model --data-model or --slurm-pool yet; drop them, or use "
+                        "--round-mode event")
     conf = load_settings(settings) if settings is not None else Settings()
     return LiveInput(parse_labels(labels or "", [s.name for s in servers]), QosLimits.from_qos(conf.qos),
                      conf.move_min_run_s)
