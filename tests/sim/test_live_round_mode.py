@@ -1,11 +1,13 @@
 """The simulator's live round mode runs the live pipeline itself (issue 28): a QoS cap, a node constraint and a shared
 GPU act in `simulate(..., round_mode="live")` and `hsched sim --round-mode live` exactly as in the live round.
 
-The live side is driven here by hand, independently of the simulator's code: its own nodes, jobs, FleetView and
-clock, calling `hsched.sched.pipeline.schedule` at every arrival and completion, as the controller calls it."""
+The live side is run twice here, independently of the simulator's code: by hand (its own nodes, jobs, FleetView and
+clock, calling `hsched.sched.pipeline.schedule` at every arrival and completion) and as the real controller in-process
+on a fake clock (hsched.testing.Lab: its store, rounds and launches over fake nodes of V100s)."""
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import heapq
 import json
@@ -17,6 +19,7 @@ from typer.testing import CliRunner
 
 from hsched.cli import app
 from hsched.config import load_settings
+from hsched.controller import commands
 from hsched.model import Job, JobSpec, JobState, Resources
 from hsched.sched.fleet import FleetView, Launch, Running, Wait
 from hsched.sched.limits import QosLimits
@@ -26,8 +29,9 @@ from hsched.sched.registry import make_policy
 from hsched.sim.cluster import cluster_nodes, parse_cluster
 from hsched.sim.engine import SimConfig, SimCosts, Simulator
 from hsched.sim.live import LiveInput, parse_labels
-from hsched.sim.trace import Trace, load_trace
+from hsched.sim.trace import Trace, TraceJob, load_trace
 from hsched.spec.constraints import node_labels
+from hsched.testing import CannedNode, Lab
 
 HERE = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "live"
 TRACE = HERE / "caps-constraint-shared.csv"
@@ -38,6 +42,7 @@ LABELS = "v100-1=ib"
 V100_MIB = 16384  # the accelerator table's V100: what shared GPUs' memory is matched against
 
 Start = tuple[float, str, tuple[tuple[str, tuple[str, ...]], ...]]
+"""(when, job name, its placements as (node, devices)); devices named as `--cluster` names them (NODE/INDEX)."""
 
 
 def _trace() -> Trace:
@@ -111,9 +116,57 @@ def _live_by_hand() -> list[Start]:
     return out
 
 
-def test_cap_constraint_and_shared_gpu_act_as_in_the_live_round():
+def _live_controller(root: Path) -> list[Start]:
+    """The real controller in-process (hsched.testing.Lab): three nodes of four simulated V100s, v100-1 labelled ib,
+    the settings' caps; each job is submitted at its arrival and its run exits after its duration (a V100 is the
+    trace's reference type)."""
+    tr = _trace()
+    settings = replace(load_settings(SETTINGS), policy="hsched")
+
+    async def drive() -> list[Start]:
+        nodes = [CannedNode(f"v100-{i}", "Tesla V100-SXM2-16GB", 4) for i in range(3)]
+        async with Lab.open(root, nodes=nodes, settings=settings) as lab:
+            rt = lab.ctl.nodes["v100-1"]
+            rt.config = replace(rt.config, labels=("ib",))  # the fleet file's `labels = ["ib"]`
+            index = {d.uuid: f"{name}/{d.index}" for name, r in lab.ctl.nodes.items() for d in r.node.devices}
+            t0 = lab.clock.time()
+            arrivals = sorted((tj.arrival_s, tj.id) for tj in tr.jobs)
+            submitted: dict[int, TraceJob] = {}
+            ends: list[tuple[float, int]] = []
+            out: list[Start] = []
+            while arrivals or ends:
+                now = min(arrivals[0][0] if arrivals else float("inf"), ends[0][0] if ends else float("inf"))
+                lab.clock.advance(t0 + now - lab.clock.time())
+                while ends and ends[0][0] <= now:
+                    await lab.finish(heapq.heappop(ends)[1])
+                while arrivals and arrivals[0][0] <= now:
+                    tj = tr.jobs[arrivals.pop(0)[1]]
+                    res = Resources(gpus=tj.gpus, gpu_memory_mib=tj.gpu_memory_mib, constraint=tj.constraint,
+                                    shared=tj.shared)
+                    job = await commands.submit(lab.ctl, JobSpec(("train",), name=tj.name, resources=res, qos=tj.qos),
+                                                tj.user, None)
+                    submitted[job.id] = tj
+                await lab.round()  # the run that exited is reaped, the jobs that came are queued; a round decides
+                await lab.round()
+                for jid, tj in submitted.items():
+                    job = await lab.job(jid)
+                    if job.state in (JobState.LAUNCHING, JobState.RUNNING) and tj.name not in {n for _, n, _ in out}:
+                        out.append((now, tj.name, tuple((p.node, tuple(index[u] for u in p.devices))
+                                                        for p in job.placement)))
+                        heapq.heappush(ends, (now + tj.work, jid))
+            return out
+
+    return asyncio.run(drive())
+
+
+def _in_order(starts: list[Start]) -> list[Start]:
+    return sorted(starts, key=lambda s: (s[0], s[1]))
+
+
+def test_cap_constraint_and_shared_gpu_act_as_in_the_live_round(tmp_path):
     simulated = _simulated()
     assert simulated == _live_by_hand()
+    assert _in_order(simulated) == _in_order(_live_controller(tmp_path))
     at = {name: (t, where) for t, name, where in simulated}
     # the cap: class "low" holds 2 GPUs at most, so the third low job starts when the first two end, not at 0
     assert at["cap0"][0] == at["cap1"][0] == 0.0
