@@ -196,7 +196,7 @@ class Executor(Protocol):
         """A dataset request the node helper answers (hsched/node `data_<op>`): `scan`, `list`, `free`,
         `root`, `read`, `write`, `read_many`, `write_many`, `claim`, `commit`, `drop` or `hash`, with the node's own
         absolute paths; its reply as it came (an older helper answers "unknown request" to the newer ones).
-        hsched/datacopy.py builds copies, scans and eviction on it. Within `timeout_s`, else NodeUnreachable;
+        hsched/controller/datacopy.py builds copies, scans and eviction on it. Within `timeout_s`, else NodeUnreachable;
         HelperError for a request the node refused (no such file, a link on the way, outside a confined
         helper's folder, an unknown op); a node that keeps no datasets of its own (Slurm) refuses them all."""
         ...

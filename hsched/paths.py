@@ -230,7 +230,7 @@ class Home:
 
     @property
     def db_backup(self) -> Path:
-        """The store's last good copy (hsched.store.Store.backup): what a damaged store is restored from."""
+        """The store's last good copy (hsched.controller.store.Store.backup): what a damaged store is restored from."""
         return self.root / "hsched.db.backup"
 
     def has_history(self) -> bool:
@@ -260,7 +260,7 @@ class Home:
         file drops every POSIX lock the process holds on it, SQLite's included, and with the controller's shared
         lock gone the next client to close the database (an admin's `sqlite3` query) takes it for the last one
         and deletes the write-ahead log under the running controller, with every commit since. The store
-        creates its own file 0600 (hsched.store.Store)."""
+        creates its own file 0600 (hsched.controller.store.Store)."""
         self.ensure()
         os.close(os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE))
         for path in self.private_files():

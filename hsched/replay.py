@@ -57,9 +57,9 @@ def fleet_toml(nodes: Sequence[Node]) -> str:
 def seed_knowledge(db: Path, trace: Any, nodes: Sequence[Node], now: float) -> int:
     """The trace's throughput table as learned speeds, for every job type and GPU count of the replayed jobs
     on every GPU type of the cluster (what the simulator knows); the number of entries."""
+    from hsched.controller.store import Store
     from hsched.learn.kinds import PlacementClass
     from hsched.sched.live import gpu_type_of
-    from hsched.store import Store
 
     types = sorted({d.model for n in nodes for d in n.devices})
     store = Store(db)

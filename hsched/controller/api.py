@@ -32,6 +32,7 @@ from hsched.config import PRIORITY_MAX, PRIORITY_MIN, beyond_limits, job_spec_fr
 from hsched.controller import commands
 from hsched.controller.core import ACTIVE_STATES, Controller, Stopping
 from hsched.controller.health import check_health
+from hsched.controller.store import job_from_row
 from hsched.controller.visible import for_others, for_owner, quotes_log
 from hsched.errors import ExecutorError, PermissionDenied, UserError
 from hsched.model import JobState, NodeState, Resources
@@ -49,7 +50,6 @@ from hsched.serialize import (
     run_to_dict,
 )
 from hsched.spec.jobkind import kind_of
-from hsched.store import job_from_row
 
 API_VERSION = 1
 

@@ -26,13 +26,13 @@ from hsched.clock import SYSTEM_CLOCK, Clock, Timeline
 from hsched.config import FleetConfig, Settings
 from hsched.controller.fleet import NodeRuntime, build_fleet
 from hsched.controller.state import ControllerState
+from hsched.controller.store import Store
 from hsched.errors import ExecutorError, HschedError, UserError
 from hsched.lifecycle import StopPlan
 from hsched.model import Job, JobState, NodeState
 from hsched.node.records import read_json
 from hsched.paths import Home
 from hsched.sched.cache import RoundCache
-from hsched.store import Store
 
 log = logging.getLogger("hsched.controller")
 T = TypeVar("T")

@@ -5,9 +5,9 @@ Where a dataset is: the fleet file's declaration (`[[dataset]] nodes/paths`: hsc
 scan` found at the declared paths, and the copies hsched made (under the node's `data_dir`). The last two are rows of
 the store (`data_places`), so a restarted controller knows them, and resumes a copy it was making.
 
-Copies go through the controller over the node helpers' channels (hsched.datacopy): resumable, atomic (a reader
-sees the old tree or the whole new one), throttled by settings `data_limit_mbps`. Each copy's speed is folded into
-the pair's measured link speed (`link_speeds`), which the next round's placement reads (hsched.sched.live
+Copies go through the controller over the node helpers' channels (hsched.controller.datacopy): resumable, atomic
+(a reader sees the old tree or the whole new one), throttled by settings `data_limit_mbps`. Each copy's speed is
+folded into the pair's measured link speed (`link_speeds`), which the next round's placement reads (hsched.sched
 `data_copy_s`): the modelled copy time it weighs against waiting for a node that holds the data.
 
 Prefetch: after each round the pure `prefetch_targets` names the waiting jobs predicted to start soon on a node
@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from hsched import datacopy
+from hsched.controller import datacopy
 from hsched.controller.core import Controller
 from hsched.controller.fleet import NodeRuntime
 from hsched.controller.metrics import recorder

@@ -8,8 +8,8 @@ from collections.abc import Iterable
 
 from hsched.controller.core import Controller
 from hsched.controller.state import JobCache, Jobs  # noqa: F401  (re-exported)
+from hsched.controller.store import Store
 from hsched.model import Job
-from hsched.store import Store
 
 
 def _changes(store: Store) -> int:

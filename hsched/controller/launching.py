@@ -37,6 +37,7 @@ from hsched.controller.jobcache import JobCache, Jobs, _changes, _jobs_now, job_
 from hsched.controller.metrics import note_round
 from hsched.controller.shares import round_usage
 from hsched.controller.stopping import begin_stop, send
+from hsched.controller.store import no_room
 from hsched.errors import ExecutorError
 from hsched.executors.base import LaunchRequest
 from hsched.lifecycle import Outcome, StopReason
@@ -62,7 +63,6 @@ from hsched.spec import outfiles
 from hsched.spec.arrays import within_limits
 from hsched.spec.constraints import node_labels
 from hsched.spec.dependencies import DepState, named_jobs, verdict
-from hsched.store import no_room
 
 log = logging.getLogger("hsched.launch")
 T = TypeVar("T")
@@ -461,7 +461,7 @@ async def _dependencies_met(ctl: Controller, pending: list[Job], active: Sequenc
 
 
 async def still_dirty(ctl: Controller) -> frozenset[str]:
-    """Dirty GPUs (hsched.store.dirty_devices) that are still dirty. A GPU is clean again when the node's
+    """Dirty GPUs (hsched.controller.store.dirty_devices) that are still dirty. A GPU is clean again when the node's
     monitoring shows none of the recorded processes on it any more; until the node's monitoring lists its GPU
     processes (after a controller restart, the first sample), the GPU stays dirty."""
     dirty = await ctl.db(ctl.store.dirty_devices)

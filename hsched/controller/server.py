@@ -41,6 +41,7 @@ from hsched.controller.core import Controller, Stopping, installed_fingerprint
 from hsched.controller.health import monitor
 from hsched.controller.loops import health_loop, installed_now, reconcile, run_loop, start
 from hsched.controller.metrics import serve as serve_metrics
+from hsched.controller.store import Store, damaged
 from hsched.errors import HschedError, PermissionDenied, UserError
 from hsched.paths import Home
 from hsched.protocol import (
@@ -55,7 +56,6 @@ from hsched.protocol import (
     stamped,
     too_large,
 )
-from hsched.store import Store, damaged
 
 log = logging.getLogger("hsched.controller")
 
@@ -674,7 +674,8 @@ async def serve(home: Home, limits: Limits | None = None, *, lock_fd: int | None
 
 
 def open_store(home: Home) -> Store:
-    """The home's store, checked (hsched.store.Store), or one line saying why the controller will not start on it.
+    """The home's store, checked (hsched.controller.store.Store), or one line saying why the controller will not
+    start on it.
     A zero-length file where a store is expected (the home ran jobs, or has a backup or a write-ahead log) is a
     lost store, never a fresh start: an empty queue in its place would forget every job in silence. Blocking."""
     try:

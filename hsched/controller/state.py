@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from hsched.controller.store import Store, job_from_row
 from hsched.datasets import DataPlace
 from hsched.learn.efficiency import RunTally
 from hsched.learn.kinds import KindRate, run_speed
 from hsched.model import Job, JobState, Placement
-from hsched.store import Store, job_from_row
 
 if TYPE_CHECKING:
     from hsched.sched.live import Running

@@ -43,7 +43,7 @@ def _held(jobs: Jobs) -> dict[str, dict[str, tuple[int, int]]]:
     for j in jobs.active:
         for p in j.placement:
             for uuid in p.devices:
-                # a running attempt's runs are numbered restarts + 1 (hsched.store.Store.start_runs)
+                # a running attempt's runs are numbered restarts + 1 (hsched.controller.store.Store.start_runs)
                 out.setdefault(p.node, {})[uuid] = (j.id, j.restarts + 1)
     return out
 

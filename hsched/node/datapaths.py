@@ -7,7 +7,7 @@ import os
 from . import confine
 from .confine import Refused, inside
 
-# A dataset (one file or a folder tree) copied from node to node by the controller (hsched/datacopy.py): it
+# A dataset (one file or a folder tree) copied from node to node by the controller (hsched/controller/datacopy.py): it
 # reads chunks from one node's helper and writes them through another's into a partial folder beside the
 # destination, `DEST.partial/` = the copy's manifest (`.hsched-copy.json`: the source's files, sizes, mtimes
 # and modes, written by the controller before any byte), its claim (`.hsched-claim`: the attempt it is now) and

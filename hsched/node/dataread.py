@@ -1,5 +1,5 @@
 """The dataset requests that read (`data_scan`, `data_list`, `data_free`, `data_root`, `data_read`,
-`data_read_many`, `data_hash`): the source side of a copy between nodes (hsched/datacopy.py)."""
+`data_read_many`, `data_hash`): the source side of a copy between nodes (hsched/controller/datacopy.py)."""
 
 import hashlib
 import os

@@ -1,6 +1,6 @@
 """The dataset requests that write (`data_claim`, `data_write`, `data_write_many`, `data_commit`, `data_drop`):
-the destination side of a copy between nodes (hsched/datacopy.py), into a partial folder beside the destination
-that is committed whole."""
+the destination side of a copy between nodes (hsched/controller/datacopy.py), into a partial folder beside the
+destination that is committed whole."""
 
 import json
 import os

@@ -31,12 +31,12 @@ from hsched.controller.core import Controller
 from hsched.controller.fleet import build_fleet
 from hsched.controller.health import check_health, probe_all, record_sample
 from hsched.controller.loops import one_round
+from hsched.controller.store import Store
 from hsched.datasets import Dataset
 from hsched.executors.fake import FakeExecutor, FakeRun
 from hsched.model import GpuHolder, Job, JobSpec, Resources, Run
 from hsched.paths import Home
 from hsched.spec.dependencies import parse_dependency
-from hsched.store import Store
 from hsched.testing.conformance import (
     CHECKS,
     ConformanceError,

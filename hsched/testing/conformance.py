@@ -503,7 +503,7 @@ async def dataset_requests_alike(subject: ExecutorUnderTest, scratch: Path) -> s
         return None
     if not subject.same_machine:
         return "the check makes a symbolic link on the node's disk: it needs the node's files on this machine"
-    from hsched.datacopy import DATA_MANIFEST
+    from hsched.controller.datacopy import DATA_MANIFEST
 
     base = subject.runs.parent / "node-data"  # the real path (a write refuses a link on the way)
     partial, dest = f"{base}/ds.partial", f"{base}/ds"

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from hsched.executors.local import LocalExecutor  # noqa: E402
 
-from hsched import datacopy  # noqa: E402
+from hsched.controller import datacopy  # noqa: E402
 from hsched.node import datawrite  # noqa: E402
 
 MB = 1e6

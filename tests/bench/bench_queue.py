@@ -23,10 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from hsched.controller.store import Store
 from hsched.model import JobSpec, JobState
 from hsched.paths import Home
 from hsched.serialize import spec_to_dict
-from hsched.store import Store
 
 
 def fill(home: Home, n: int, held_every: int = 20) -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from hsched.cli import complete, main
+from hsched.controller.store import Store
 from hsched.model import JobSpec
 from hsched.paths import Home
-from hsched.store import Store
 
 
 def complete_words(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], words: str) -> list[str]:

@@ -11,8 +11,8 @@ import pytest
 
 from hsched.config import Settings
 from hsched.controller.loops import compact
+from hsched.controller.store import Store
 from hsched.model import JobSpec, JobState, Placement
-from hsched.store import Store
 from hsched.testing import Lab
 
 DAY = 86400.0

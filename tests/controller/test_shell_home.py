@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from hsched.controller.store import Store
 from hsched.errors import UserError
 from hsched.paths import Home
-from hsched.store import Store
 
 
 def mode(p: Path) -> int:

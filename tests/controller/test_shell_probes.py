@@ -20,10 +20,10 @@ from hsched.controller.core import Controller
 from hsched.controller.fleet import build_fleet, within
 from hsched.controller.health import PROBE_TIMEOUT_S, check_health, probe_timeout_s, record_sample, reprobe
 from hsched.controller.loops import reconcile, run_loop, start
+from hsched.controller.store import Store
 from hsched.errors import HelperError, NodeUnreachable
 from hsched.model import JobSpec, JobState, NodeState, Resources
 from hsched.paths import Home
-from hsched.store import Store
 from hsched.testing import FakeClock, FakeExecutor
 from tests.controller.conftest import until
 

@@ -1,4 +1,4 @@
-"""Copying a dataset from node to node through the controller (hsched/datacopy.py), on real files: two fake
+"""Copying a dataset from node to node through the controller (hsched/controller/datacopy.py), on real files: two fake
 nodes run the node helper's own data requests on this machine's disk (in-process), two local nodes the helper
 itself (slow). Byte-identical trees, a copy cancelled mid-way that resumes with only the rest, a source that
 changed, no room, and the throttle on a fake clock."""
@@ -19,8 +19,8 @@ import pytest
 from hsched.executors.base import Executor
 from hsched.executors.fake import FakeExecutor
 
-from hsched import datacopy
-from hsched.datacopy import CopyResult, NoSpace, TreeInfo, copy_tree, free_bytes, remove, scan, tree_hash
+from hsched.controller import datacopy
+from hsched.controller.datacopy import CopyResult, NoSpace, TreeInfo, copy_tree, free_bytes, remove, scan, tree_hash
 from hsched.errors import HelperError, NodeUnreachable, TransferError
 from hsched.node import confine, datapaths, datawrite
 

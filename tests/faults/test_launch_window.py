@@ -15,9 +15,9 @@ from hsched.controller import launching
 from hsched.controller.core import Controller
 from hsched.controller.fleet import build_fleet
 from hsched.controller.health import probe_all
+from hsched.controller.store import Store
 from hsched.controller.watching import watch_runs
 from hsched.model import JobState, RunState
-from hsched.store import Store
 from hsched.testing import Lab, canned_fleet
 from tests.faults.cluster import read_store
 from tests.faults.invariants import state_violations

@@ -187,7 +187,7 @@ class _SwapOnRead:
 def test_a_dataset_folder_swapped_for_a_link_mid_copy_is_refused(users: Any, base: Path) -> None:
     from hsched.executors.local import LocalExecutor
 
-    from hsched import datacopy
+    from hsched.controller import datacopy
     from hsched.errors import ExecutorError
 
     attacker, victim_acct = users
@@ -401,7 +401,7 @@ def _one(tally: Tally, path: str, rng: random.Random, base: Path, users: Any, i:
 def test_randomised_hostile_trees_gain_nothing_on_any_copy_path(users: Any, base: Path, hosts: Any) -> None:
     from hsched.executors.local import LocalExecutor
 
-    from hsched import datacopy
+    from hsched.controller import datacopy
 
     rng = random.Random(SEED)
     tally = Tally()

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from hsched.controller.store import SCHEMA_VERSION, Store
 from hsched.model import JobSpec, JobState, Placement, RunHandle
-from hsched.store import SCHEMA_VERSION, Store
 
 
 @pytest.fixture
@@ -79,7 +79,7 @@ def test_schema_1_store_is_migrated_in_place(tmp_path: Path) -> None:
     """A store written by the first release (no ranks) opens with its jobs and runs intact."""
     import json
 
-    from hsched import store as store_mod
+    from hsched.controller import store as store_mod
 
     path = tmp_path / "old.db"
     db = sqlite3.connect(path, isolation_level=None)

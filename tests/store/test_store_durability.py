@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from hsched import store as store_mod
+from hsched.controller import store as store_mod
+from hsched.controller.store import DiskFull, Store, StoreDamaged
 from hsched.paths import Home
 from hsched.serialize import spec_from_dict
-from hsched.store import DiskFull, Store, StoreDamaged
 
 SPEC = spec_from_dict({"command": ["true"], "resources": {"gpus": 1}})
 
@@ -105,7 +105,7 @@ def test_the_check_on_open_is_bounded_in_time(tmp_path: Path, caplog: pytest.Log
         s.submit(SPEC, "u", time.time(), {"A": "x" * 300})
     try:
         assert store_mod.quick_check(s.db, 60.0) is None  # whole: no problem
-        with caplog.at_level("WARNING", logger="hsched.store"):
+        with caplog.at_level("WARNING", logger="hsched.controller.store"):
             assert store_mod.quick_check(s.db, 0.0) is None  # stopped at its bound: used unchecked, and said
         assert "did not finish within 0 s" in caplog.text
         assert s.db.execute("SELECT count(*) FROM jobs").fetchone()[0] == 300  # the connection works on

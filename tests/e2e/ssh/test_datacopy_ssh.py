@@ -1,4 +1,4 @@
-"""Datasets copied between real SSH nodes through the controller (hsched/datacopy.py over each node's helper
+"""Datasets copied between real SSH nodes through the controller (hsched/controller/datacopy.py over each node's helper
 channel): a copy whose destination is cut off the network mid-way fails, never leaves half a tree, and resumes
 with only the rest once the node is back; the tree arrives byte-identical, and goes on to this machine's node."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hsched.executors.local import LocalExecutor
 
-from hsched.datacopy import copy_tree, scan, tree_hash
+from hsched.controller.datacopy import copy_tree, scan, tree_hash
 from hsched.errors import NodeUnreachable
 from tests.e2e.ssh.conftest import run
 from tests.e2e.ssh.hosts import TestHosts

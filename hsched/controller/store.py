@@ -194,7 +194,7 @@ _MIGRATIONS: list[tuple[str, ...]] = [
         "CREATE INDEX job_durations_kind ON job_durations(kind, ended)",
     ),
     # 9: the jobs that ended since a time (`queue` shows the recently ended too) by an index, not a scan of the
-    # whole history; and compaction of old events by time (hsched.store.Store.compact)
+    # whole history; and compaction of old events by time (hsched.controller.store.Store.compact)
     (
         "CREATE INDEX jobs_end ON jobs(end_time)",
         "CREATE INDEX events_time ON events(time)",
@@ -217,7 +217,7 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 _LIVE = tuple(sorted(LIVE_RUN_STATES))
 
 
-log = logging.getLogger("hsched.store")
+log = logging.getLogger("hsched.controller.store")
 
 MIN_FREE_BYTES = 1 << 20
 """New work (a submit) is refused when the store's disk has less room than this (`Store.disk_full`)."""
