@@ -228,6 +228,8 @@ def _real_devices(probe: dict[str, Any]) -> tuple[tuple[Device, ...], tuple[Link
             from hsched.topo.nvml import topology_from_nvml  # type: ignore[import-not-found,unused-ignore]
 
             links = topology_to_links(topology_from_nvml(gpus), [d.uuid for d in devices])
+        elif gpus.get("vendor") == "amd":
+            links = amd_links(gpus, devices)
         elif topo_text:
             from hsched.topo.parse_nvidia import parse_topo_matrix
 
@@ -236,6 +238,37 @@ def _real_devices(probe: dict[str, Any]) -> tuple[tuple[Device, ...], tuple[Link
     except Exception as e:  # a topology we cannot read leaves the node usable, just not topology-aware
         log.warning("cannot read topology: %s", e)
     return tuple(devices), links
+
+
+def amd_links(gpus: dict[str, Any], devices: list[Device]) -> tuple[Link, ...]:
+    """An AMD node's links (XGMI, PCIe) from the topology text its amd-smi/rocm-smi printed (hsched/node/amd.py
+    sends it as printed), read by hsched/topo/parse_amd.py as captures are. The tables name devices by PCI address
+    (amd-smi) or by the tool's index (rocm-smi): joined on the address where both have it, else on the index."""
+    from hsched.topo import parse_amd
+    from hsched.topo.synthetic import topology_to_links
+    from hsched.topo.topology import Topology, normalize_bus_id
+
+    text, fmt = gpus.get("topo_text"), gpus.get("topo_format")
+    if not isinstance(text, str) or not text.strip():
+        return ()
+    parsers = {"amd-smi topology --json": parse_amd.parse_amd_smi_topology_json,
+               "amd-smi topology": parse_amd.parse_amd_smi_topology, "amd-smi xgmi": parse_amd.parse_amd_smi_xgmi,
+               "rocm-smi --json": parse_amd.parse_rocm_json, "rocm-smi --showtopo": parse_amd.parse_rocm_showtopo,
+               "rocm-smi --showtoponuma": parse_amd.parse_rocm_showtopo}
+    parse = parsers.get(str(fmt))
+    if parse is None:
+        return ()
+    topo = parse(text, source=str(fmt))
+    if not isinstance(topo, Topology):
+        return ()  # rocm-smi --json without its topology keys: an inventory, no links
+    by_bus = {normalize_bus_id(d.pci_bus_id): d.uuid for d in devices if d.pci_bus_id}
+    by_index = {d.index: d.uuid for d in devices}
+    tdevs = sorted(topo.devices, key=lambda d: d.index)
+    if tdevs and all(d.pci_bus_id and normalize_bus_id(d.pci_bus_id) in by_bus for d in tdevs):
+        uuids = [by_bus[normalize_bus_id(d.pci_bus_id or "")] for d in tdevs]
+    else:
+        uuids = [by_index[d.index] for d in tdevs if d.index in by_index]
+    return topology_to_links(topo, uuids)
 
 
 async def within(clock: Clock, seconds: float, aw: Awaitable[T]) -> T:

@@ -1,5 +1,6 @@
-"""`probe`: the machine's facts (CPUs, memory, NUMA nodes, boot id) and its NVIDIA GPUs, from NVML (nvidia-ml-py's
-pynvml, shipped beside the helper, and hsched/topo/nvml_probe.py), else nvidia-smi; the GPU discovery runs in a
+"""`probe`: the machine's facts (CPUs, memory, NUMA nodes, boot id) and its GPUs: NVIDIA's from NVML (nvidia-ml-py's
+pynvml, shipped beside the helper, and hsched/topo/nvml_probe.py), else nvidia-smi; AMD's from amd-smi, else
+rocm-smi (amd.py), where those find none; the GPU discovery runs in a
 child process with a hard time limit, so a hung driver costs a bounded wait."""
 
 import json
@@ -9,6 +10,7 @@ import shutil
 import subprocess
 import sys
 
+from .amd import amd_tools, probe_amd
 from .children import child_setup, run_bounded
 from .confine import ENTRY
 from .records import boot_id, read_text
@@ -190,18 +192,26 @@ def probe_nvidia_smi():
 
 
 def probe_gpus():
-    """GPU discovery in this process (what the `_probe_gpus` child runs): NVML, else nvidia-smi."""
+    """GPU discovery in this process (what the `_probe_gpus` child runs): NVML, else nvidia-smi; where they
+    find no GPU, AMD's amd-smi, else rocm-smi (hsched/node/amd.py)."""
     gpus = probe_nvml()
     if not gpus or not gpus.get("devices"):
         smi = probe_nvidia_smi()
         if smi is not None and (smi.get("devices") or not gpus):
             gpus = smi
+    if not gpus or not gpus.get("devices"):
+        amd = probe_amd()
+        if amd is not None:
+            for dev in amd["devices"]:
+                if dev.get("numa_node") is None:
+                    dev["numa_node"] = pci_numa_node(dev.get("pci_bus_id"))
+            gpus = amd
     return gpus or {"source": None, "devices": []}
 
 
 def _gpu_tools():
     """Whether this machine has anything to discover GPUs with (no child process is started otherwise)."""
-    if shutil.which("nvidia-smi"):
+    if shutil.which("nvidia-smi") or amd_tools():
         return True
     try:
         import importlib.util
