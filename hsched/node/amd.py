@@ -28,7 +28,7 @@ def _run(argv, timeout_s):
     exe = shutil.which(argv[0])
     if not exe:
         return None
-    r = run_bounded([exe] + argv[1:], timeout_s, argv[0], new_session=False)
+    r = run_bounded([exe, *argv[1:]], timeout_s, argv[0], new_session=False)
     if r["error"] is not None or r["rc"] != 0:
         return None
     text = r["out"].decode("utf-8", "replace")
