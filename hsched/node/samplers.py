@@ -18,6 +18,7 @@ class _Bounded(object):
     def __init__(self, inner, timeout_s):
         self.inner = inner
         self.source = inner.source
+        self.lists_processes = getattr(inner, "lists_processes", True)
         self.timeout_s = timeout_s
         self.cv = threading.Condition()
         self.asked = self.answered = 0
@@ -99,6 +100,8 @@ class _NoGpuSampler(_SimSampler):
 class AmdSampler(object):
     """AMD GPUs' numbers: amd-smi (static and metric) or rocm-smi asked once per sample, without the topology.
     Their processes are not listed (hsched reads no `amd-smi process` output yet): the sample says so."""
+
+    lists_processes = False
 
     def __init__(self, timeout_s):
         self.timeout_s = timeout_s

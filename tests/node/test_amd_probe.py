@@ -4,7 +4,9 @@ reads that text into XGMI links (hsched/controller/fleet.py). The stubs are proc
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from hsched.node.probe import _gpu_tools, probe_gpus
 from hsched.node.samplers import gpu_sampler
 
 AMDBIN = Path(__file__).resolve().parent.parent / "fixtures" / "amdbin"
+HELPER = Path(__file__).resolve().parents[2] / "hsched" / "node" / "nodehelper.py"
 
 
 def on_path(monkeypatch: pytest.MonkeyPatch, machine: str | None) -> None:
@@ -106,3 +109,15 @@ def test_a_watch_on_an_amd_node_samples_its_gpus_with_the_amd_tools(monkeypatch:
 def test_the_after_run_process_check_says_it_is_unavailable_on_amd_gpus() -> None:
     holders, error = gpu_holders(["AMD-0000:0c:00.0", "AMD-0000:22:00.0"])
     assert holders == [] and error is not None and "unavailable on AMD GPUs" in error
+
+
+@pytest.mark.slow
+def test_a_watch_sample_on_an_amd_node_lists_no_processes_rather_than_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller reads `processes: []` as "no GPU process there" (a dirty GPU is clean again): an AMD node's
+    stream says None, as it does not list them."""
+    on_path(monkeypatch, "mi210")
+    out = subprocess.run([sys.executable, str(HELPER), "watch"], input=json.dumps({"interval_s": 0.2, "count": 1}),
+                         capture_output=True, text=True, timeout=120)
+    sample = json.loads(out.stdout.splitlines()[0])  # then the closing {"samples": 1}
+    assert sample["gpus"]["source"] == "rocm-smi" and len(sample["gpus"]["devices"]) == 8
+    assert sample["processes"] is None and sample["gpu_error"] is None
