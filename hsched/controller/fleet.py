@@ -110,7 +110,7 @@ def make_executor(cfg: NodeConfig, *, lab: bool = False) -> Executor:
     if cfg.executor == "local":
         from hsched.executors.local import LocalExecutor
 
-        return LocalExecutor(node=cfg.name, simulate=cfg.simulate, helper=helper)
+        return LocalExecutor(node=cfg.name, simulate=cfg.simulate, helper=helper, discover=cfg.discover)
     if cfg.executor == "ssh":
         # imported here: asyncssh costs a fleet of local nodes (and the CLI) nothing
         from hsched.executors.ssh import SSHExecutor
@@ -228,6 +228,9 @@ def _real_devices(probe: dict[str, Any]) -> tuple[tuple[Device, ...], tuple[Link
             from hsched.topo.nvml import topology_from_nvml  # type: ignore[import-not-found,unused-ignore]
 
             links = topology_to_links(topology_from_nvml(gpus), [d.uuid for d in devices])
+        elif gpus.get("vendor") == "plugin":
+            links = tuple(Link(a=str(lk["a"]), b=str(lk["b"]), kind=str(lk["kind"]),
+                               bandwidth_gbps=lk.get("bandwidth_gbps")) for lk in gpus.get("links") or [])
         elif gpus.get("vendor") == "amd":
             links = amd_links(gpus, devices)
         elif topo_text:
@@ -317,6 +320,7 @@ async def probe_node(rt: NodeRuntime, clock: Clock, timeout_s: float, *, gpu_tim
         return
     finally:
         rt.probed_at = clock.monotonic()
+    read_plugin(probe)
     rt.raw_probe = probe
     if rt.boot_id is not None and probe.get("boot_id") not in (None, rt.boot_id):
         rt.rebooted = True
@@ -334,6 +338,31 @@ async def probe_node(rt: NodeRuntime, clock: Clock, timeout_s: float, *, gpu_tim
     rt.node = replace(node, state=rt.node.state, message=rt.probe_problem or "")
 
 
+def read_plugin(probe: dict[str, Any]) -> None:
+    """A discovery plugin's output (hsched/node/plugin.py sends it as printed) checked and turned into the probe's
+    device list, in place; output that does not follow the schema (hsched/topo/plugin.py) is the node's GPU probe
+    error: one line, the node UNHEALTHY (gpu_problem), nothing of it read."""
+    from hsched.topo.plugin import PluginError, parse_plugin_output
+
+    gpus = probe.get("gpus")
+    if not isinstance(gpus, dict) or gpus.get("source") != "plugin":
+        return
+    path = gpus.get("plugin")
+    try:
+        report = parse_plugin_output(str(gpus.get("output") or ""))
+    except PluginError as e:
+        probe["gpus"] = {"source": None, "devices": [], "plugin": path, "error": f"discovery plugin {path}: {e}"}
+        return
+    probe["gpus"] = {
+        "source": "plugin", "vendor": "plugin", "plugin": path, "select_env": report.select_env,
+        "select_by": report.select_by, "utilization": report.utilization,
+        "devices": [{"uuid": d.id, "index": d.index, "name": d.type, "memory_total_mib": d.memory_mib,
+                     "numa_node": d.numa_node, "pci_bus_id": d.pci_bus_id, "utilization_gpu": d.utilization}
+                    for d in report.devices],
+        "links": [{"a": lk.a, "b": lk.b, "kind": lk.kind, "bandwidth_gbps": lk.bandwidth_gbps} for lk in report.links],
+    }
+
+
 def gpu_problem(rt: NodeRuntime, probe: dict[str, Any]) -> str | None:
     """The GPU tools' failure on a node with real GPUs (a hung or broken nvidia-smi answers with an error and
     no devices): such a node is unhealthy, not a node with 0 GPUs. Simulated nodes' devices are not probed."""
@@ -341,5 +370,5 @@ def gpu_problem(rt: NodeRuntime, probe: dict[str, Any]) -> str | None:
     error = gpus.get("error") if isinstance(gpus, dict) else None
     if rt.config.simulate is not None or not error or gpus.get("devices"):
         return None
-    line = str(error).splitlines()[0][:200]
-    return line if line.startswith("GPU probe") else f"GPU probe failed: {line}"
+    line = str(error).splitlines()[0][:300]
+    return line if line.startswith(("GPU probe", "discovery plugin")) else f"GPU probe failed: {line}"

@@ -13,6 +13,7 @@ import sys
 from .amd import amd_tools, probe_amd
 from .children import child_setup, run_bounded
 from .confine import ENTRY
+from .plugin import run_plugin
 from .records import boot_id, read_text
 from .version import HELPER_VERSION
 
@@ -253,6 +254,8 @@ def probe(req):
         "cpus": os.cpu_count(),
         "memory_total_mib": memory_total_mib(),
         "numa": numa_nodes(),
-        "gpus": probe_gpus_bounded(timeout_s),
+        # a node with a discovery plugin is described by it alone (hsched/node/plugin.py)
+        "gpus": run_plugin(req["discover"], timeout_s) if isinstance(req.get("discover"), str) else
+        probe_gpus_bounded(timeout_s),
         "loadavg": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
