@@ -148,3 +148,33 @@ async def test_plugin_devices_are_scheduled_by_type_and_bad_plugins_leave_only_t
         await asyncio.gather(*ctl.probes, *ctl._tasks, return_exceptions=True)
         ctl.close()
         store.close()
+
+
+def example_output() -> str:
+    """What the example plugin prints (its here-document), read without running it."""
+    text = EXAMPLE.read_text()
+    return text.split("<<'JSON'\n", 1)[1].split("\nJSON\n", 1)[0]
+
+
+def test_the_example_plugins_devices_show_in_nodes_and_topo_show(capsys: pytest.CaptureFixture[str]) -> None:
+    from hsched.cli.fleet import render_nodes
+    from hsched.controller.fleet import NodeRuntime, node_from_probe, read_plugin
+    from hsched.model import Node
+    from hsched.serialize import node_from_dict, node_to_dict
+    from hsched.topo.place import topology_of_node
+
+    reply: dict[str, Any] = {"cpus": 16, "numa": [], "gpus": {"source": "plugin", "plugin": str(EXAMPLE),
+                                                               "output": example_output(), "devices": []}}
+    read_plugin(reply)
+    nc = NodeConfig(name="tt1", executor="local", discover=str(EXAMPLE))
+    rt = NodeRuntime(config=nc, executor=FakeExecutor(name="tt1"),
+                     node=Node(name="tt1", executor="local", state=NodeState.UP))
+    node = node_from_probe(rt, reply)
+    raw = node_to_dict(node)
+    render_nodes([raw])
+    out = capsys.readouterr().out
+    assert "tt1" in out and "tenstorrent-n300" in out
+    topo = topology_of_node(node_from_dict(raw)).with_bandwidth().to_json()
+    assert [(d["uuid"], d["model"], d["numa_node"]) for d in topo["devices"]] == [
+        ("tt-n300-0", "tenstorrent-n300", 0), ("tt-n300-1", "tenstorrent-n300", 0)]
+    assert [(lk["a"], lk["b"], lk["kind"]) for lk in topo["links"]] == [("GPU0", "GPU1", "ETH")]
