@@ -124,7 +124,8 @@ async def test_plugin_devices_are_scheduled_by_type_and_bad_plugins_leave_only_t
         assert tt.state is NodeState.UP
         assert [(d.uuid, d.index, d.model, d.memory_total_mib, d.numa_node) for d in tt.devices] == [
             ("tt-n300-0", 0, "tenstorrent-n300", 24576, 0), ("tt-n300-1", 1, "tenstorrent-n300", 24576, 0)]
-        assert [(lk.a, lk.b, lk.kind, lk.bandwidth_gbps) for lk in tt.links] == [("tt-n300-0", "tt-n300-1", "ETH", 25.0)]
+        assert [(lk.a, lk.b, lk.kind, lk.bandwidth_gbps) for lk in tt.links] == [
+            ("tt-n300-0", "tt-n300-1", "ETH", 25.0)]
         messages = {n: ctl.nodes[n].node.message for n in ("notjson", "missing", "hangs")}
         assert all(ctl.nodes[n].node.state is NodeState.UNHEALTHY for n in messages)
         assert messages["notjson"].startswith(f"discovery plugin {plugins['notjson']}: printed no JSON")
