@@ -179,3 +179,19 @@ def test_the_example_plugins_devices_show_in_nodes_and_topo_show(capsys: pytest.
     assert [(d["uuid"], d["model"], d["numa_node"]) for d in topo["devices"]] == [
         ("tt-n300-0", "tenstorrent-n300", 0), ("tt-n300-1", "tenstorrent-n300", 0)]
     assert [(lk["a"], lk["b"], lk["kind"]) for lk in topo["links"]] == [("GPU0", "GPU1", "ETH")]
+
+
+def test_a_confined_helper_runs_plugins_only_from_the_admins_folder(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    """A service account's helper is root: a request naming any other executable (one it planted, or
+    /sbin/reboot) is refused before anything runs."""
+    from hsched.node import confine
+    from hsched.node.plugin import run_plugin
+
+    monkeypatch.setattr(confine, "CONFINE", str(tmp_path / "root"))
+    for path in (str(EXAMPLE), "/sbin/reboot", "/etc/hsched/discover/../../../sbin/reboot"):
+        reply = run_plugin(path, 1.0)
+        assert reply["source"] is None and reply["devices"] == []
+        assert "runs discovery plugins only from /etc/hsched/discover" in reply["error"]
+    reply = run_plugin("/etc/hsched/discover/n300", 1.0)  # not there on this machine
+    assert reply["source"] is None and reply["error"].startswith("discovery plugin /etc/hsched/discover/n300: /etc")
