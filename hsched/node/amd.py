@@ -160,7 +160,7 @@ def _amd_smi_topology(timeout_s):
 
 # ---- rocm-smi  ------
 
-_ROCM_JSON = ["rocm-smi", "--showproductname", "--showmeminfo", "vram", "--showuse", "--showtopo", "--json"]
+_ROCM_INVENTORY = ["rocm-smi", "--showproductname", "--showbus", "--showuniqueid", "--showmeminfo", "vram", "--json"]
 _GPU_KV = re.compile(r"^GPU\[(\d+)\]\s*:\s*(.*?)\s*:\s*(.*)$")
 
 
@@ -214,27 +214,50 @@ def _rocm_kv(text):
     return cards
 
 
-def _rocm_smi(timeout_s):
-    text = _run(_ROCM_JSON, timeout_s)
+def _cards(text):
+    """rocm-smi --json's {"card0": {...}, ...} -> index -> fields; {} for anything else."""
     data = _json(text)
-    if isinstance(data, dict):
-        cards = dict((int(k[4:]), v) for k, v in data.items() if re.match(r"^card\d+$", k) and isinstance(v, dict))
-        if cards:
-            return _rocm_card_devices(cards), text, "rocm-smi --json"
-    # text forms: the concise table for every GPU, then whatever --show* text this release prints over it
-    cards = _rocm_concise(_run(["rocm-smi"], timeout_s))
-    for argv in (["rocm-smi", "--showproductname"], ["rocm-smi", "--showmeminfo", "vram"], ["rocm-smi", "--showbus"]):
-        for index, kv in _rocm_kv(_run(argv, timeout_s)).items():
-            cards.setdefault(index, {}).update((k, v) for k, v in kv.items() if v)
+    if not isinstance(data, dict):
+        return {}
+    return dict((int(k[4:]), v) for k, v in data.items() if re.match(r"^card\d+$", k) and isinstance(v, dict))
+
+
+def _merge(cards, more):
+    for index, kv in more.items():
+        cards.setdefault(index, {}).update((k, v) for k, v in kv.items() if v not in (None, ""))
+
+
+def _rocm_smi(timeout_s, topology=True):
+    """(devices, topology text, its format). Each part in its JSON form first (rocm-smi >= 5), else its text:
+    the inventory (--showproductname --showbus --showuniqueid --showmeminfo vram), the use (--showuse), the
+    topology (--showtopo, else --showtoponuma: NUMA only)."""
+    cards = _cards(_run(_ROCM_INVENTORY, timeout_s))
+    if cards:
+        _merge(cards, _cards(_run(["rocm-smi", "--showuse", "--json"], timeout_s)))
+    else:
+        # text forms: the concise table for every GPU, then whatever --show* text this release prints over it
+        cards = _rocm_concise(_run(["rocm-smi"], timeout_s))
+        answered = False
+        for argv in (["rocm-smi", "--showproductname"], ["rocm-smi", "--showmeminfo", "vram"],
+                     ["rocm-smi", "--showbus"], ["rocm-smi", "--showuniqueid"]):
+            kv = _rocm_kv(_run(argv, timeout_s))
+            answered = answered or bool(kv)
+            _merge(cards, kv)
+        if not answered:
+            _merge(cards, _rocm_kv(_run(["rocm-smi", "-a"], timeout_s)))  # a release with no --show* alone
     topo, fmt = None, None
-    for argv in (["rocm-smi", "--showtopo"], ["rocm-smi", "--showtoponuma"]):
-        topo = _run(argv, timeout_s)
-        if topo is not None:
-            fmt = "rocm-smi " + argv[1]
-            for index, kv in _rocm_kv(topo).items():
-                if "(Topology) Numa Node" in kv:
-                    cards.setdefault(index, {})["(Topology) Numa Node"] = kv["(Topology) Numa Node"]
-            break
+    if topology:
+        for argv, form in ((["rocm-smi", "--showtopo", "--json"], "rocm-smi --json"),
+                           (["rocm-smi", "--showtopo"], "rocm-smi --showtopo"),
+                           (["rocm-smi", "--showtoponuma"], "rocm-smi --showtoponuma")):
+            text = _run(argv, timeout_s)
+            found = _cards(text) if form == "rocm-smi --json" else _rocm_kv(text)
+            if text is not None and found:
+                topo, fmt = text, form
+                for index, kv in found.items():
+                    if "(Topology) Numa Node" in kv:
+                        cards.setdefault(index, {})["(Topology) Numa Node"] = kv["(Topology) Numa Node"]
+                break
     return _rocm_card_devices(cards), topo, fmt
 
 
@@ -250,8 +273,7 @@ def probe_amd(timeout_s=60.0, topology=True):
             text, fmt = _amd_smi_topology(timeout_s) if topology else (None, None)
             return {"source": "amd-smi", "vendor": "amd", "devices": devices, "topo_text": text, "topo_format": fmt}
     if shutil.which("rocm-smi"):
-        devices, text, fmt = _rocm_smi(timeout_s)
+        devices, text, fmt = _rocm_smi(timeout_s, topology)
         if devices:
-            return {"source": "rocm-smi", "vendor": "amd", "devices": devices,
-                    "topo_text": text if topology else None, "topo_format": fmt if topology else None}
+            return {"source": "rocm-smi", "vendor": "amd", "devices": devices, "topo_text": text, "topo_format": fmt}
     return None

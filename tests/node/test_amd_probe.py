@@ -121,3 +121,28 @@ def test_a_watch_sample_on_an_amd_node_lists_no_processes_rather_than_none(monke
     sample = json.loads(out.stdout.splitlines()[0])  # then the closing {"samples": 1}
     assert sample["gpus"]["source"] == "rocm-smi" and len(sample["gpus"]["devices"]) == 8
     assert sample["processes"] is None and sample["gpu_error"] is None
+
+
+@pytest.mark.slow
+def test_a_rocm_smi_with_no_show_text_alone_is_read_from_its_full_dump_and_its_json_topology(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 4x MI300X guest: the concise table, `rocm-smi -a` for bus and identity, `--showtopo --json`."""
+    on_path(monkeypatch, "mi300x-4")
+    gpus = probe_gpus()
+    devs = gpus["devices"]
+    assert [d["pci_bus_id"] for d in devs] == ["00000000:26:00.0", "00000000:46:00.0", "00000000:65:00.0",
+                                               "00000000:85:00.0"]
+    assert devs[0]["uuid"] == "AMD-0x8d1457e2c20f59d2" and {d["name"] for d in devs} == {"AMD Instinct MI300X"}
+    assert [d["numa_node"] for d in devs] == [0, 0, 1, 1]
+    assert gpus["topo_format"] == "rocm-smi --json"
+    links = amd_links(gpus, devices_of(gpus))
+    assert len(links) == 6 and {lk.kind for lk in links} == {"XGMI"}
+
+
+@pytest.mark.slow
+def test_rocm_smis_json_inventory_gives_memory_and_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    on_path(monkeypatch, "mi210-2")
+    gpus = probe_gpus()
+    assert [(d["name"], d["memory_total_mib"], d["pci_bus_id"]) for d in gpus["devices"]] == [
+        ("AMD Instinct MI210", 65520, "00000000:05:00.0"), ("AMD Instinct MI210", 65520, "00000000:26:00.0")]
+    assert gpus["topo_text"] is None  # no topology form answered: devices without links
