@@ -371,4 +371,4 @@ def gpu_problem(rt: NodeRuntime, probe: dict[str, Any]) -> str | None:
     if rt.config.simulate is not None or not error or gpus.get("devices"):
         return None
     line = str(error).splitlines()[0][:300]
-    return line if line.startswith(("GPU probe", "discovery plugin")) else f"GPU probe failed: {line}"
+    return line if line.startswith(("GPU probe", "AMD GPU probe", "discovery plugin")) else f"GPU probe failed: {line}"

@@ -23,13 +23,23 @@ def amd_tools():
     return [t for t in AMD_SOURCES if shutil.which(t)]
 
 
+_FAILED = []
+"""Why each command of the probe under way failed (a release without it, a driver that is not loaded, a hang):
+what the probe says when no form found a GPU. Reset by probe_amd; one probe at a time in a helper process."""
+
+
 def _run(argv, timeout_s):
     """stdout of argv when it answered 0 in time, else None (a release without that command or option)."""
     exe = shutil.which(argv[0])
     if not exe:
         return None
     r = run_bounded([exe, *argv[1:]], timeout_s, argv[0], new_session=False)
-    if r["error"] is not None or r["rc"] != 0:
+    if r["error"] is not None:
+        _FAILED.append(r["error"])
+        return None
+    if r["rc"] != 0:
+        _FAILED.append("%s failed (exit status %s): %s" % (" ".join(argv), r["rc"],
+                                                           (r["err"] or "no message").splitlines()[-1][:200]))
         return None
     text = r["out"].decode("utf-8", "replace")
     return text if text.strip() else None
@@ -262,8 +272,10 @@ def _rocm_smi(timeout_s, topology=True):
 
 
 def probe_amd(timeout_s=60.0, topology=True):
-    """{"source": "amd-smi" | "rocm-smi", "vendor": "amd", "devices": [...], "topo_text", "topo_format"}, or None
-    when neither tool is here or neither finds a GPU."""
+    """{"source": "amd-smi" | "rocm-smi", "vendor": "amd", "devices": [...], "topo_text", "topo_format"}; None
+    when neither tool is here or they answer and find no GPU; {"source": None, "devices": [], "error"} when they
+    are here and every command they were asked failed (a broken driver is the node's problem, as for nvidia-smi)."""
+    del _FAILED[:]
     if shutil.which("amd-smi"):
         devices = _amd_smi_devices(timeout_s)
         if devices:
@@ -276,4 +288,6 @@ def probe_amd(timeout_s=60.0, topology=True):
         devices, text, fmt = _rocm_smi(timeout_s, topology)
         if devices:
             return {"source": "rocm-smi", "vendor": "amd", "devices": devices, "topo_text": text, "topo_format": fmt}
+    if _FAILED and amd_tools():
+        return {"source": None, "devices": [], "error": "AMD GPU probe failed: " + _FAILED[0]}
     return None

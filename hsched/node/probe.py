@@ -202,7 +202,7 @@ def probe_gpus():
             gpus = smi
     if not gpus or not gpus.get("devices"):
         amd = probe_amd()
-        if amd is not None:
+        if amd is not None and (amd["devices"] or not (gpus and gpus.get("source"))):
             for dev in amd["devices"]:
                 if dev.get("numa_node") is None:
                     dev["numa_node"] = pci_numa_node(dev.get("pci_bus_id"))

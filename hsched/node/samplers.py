@@ -109,8 +109,8 @@ class AmdSampler(object):
 
     def sample(self):
         found = probe_amd(self.timeout_s, topology=False)
-        if found is None:
-            return [], [], "%s found no GPU" % self.source
+        if found is None or not found["devices"]:
+            return [], [], (found or {}).get("error") or "%s found no GPU" % self.source
         keys = ("index", "uuid", "utilization_gpu", "memory_used_mib", "memory_total_mib", "temperature_c", "power_w")
         return [dict((k, d.get(k)) for k in keys) for d in found["devices"]], [], None
 

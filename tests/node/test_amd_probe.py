@@ -146,3 +146,16 @@ def test_rocm_smis_json_inventory_gives_memory_and_identity(monkeypatch: pytest.
     assert [(d["name"], d["memory_total_mib"], d["pci_bus_id"]) for d in gpus["devices"]] == [
         ("AMD Instinct MI210", 65520, "00000000:05:00.0"), ("AMD Instinct MI210", 65520, "00000000:26:00.0")]
     assert gpus["topo_text"] is None  # no topology form answered: devices without links
+
+
+@pytest.mark.slow
+def test_an_amd_tool_that_fails_is_the_probes_error_not_zero_gpus(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    stub = tmp_path / "amd-smi"
+    stub.write_text("#!/bin/sh\necho 'ERROR: amdgpu driver not initialized' >&2\nexit 1\n")
+    stub.chmod(0o755)
+    on_path(monkeypatch, None)
+    monkeypatch.setenv("PATH", str(tmp_path) + os.pathsep + os.environ["PATH"])
+    gpus = probe_gpus()
+    assert gpus["devices"] == [] and gpus["error"] == (
+        "AMD GPU probe failed: amd-smi static --json failed (exit status 1): ERROR: amdgpu driver not initialized")
