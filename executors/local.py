@@ -100,7 +100,7 @@ class _Shared:
         """Status requests waiting for this loop iteration's batch."""
         self.statuses_timeout_s = 0.0
         """The batch's time limit: the longest of its callers' (each caller's own is its executor's)."""
-        self.probing: dict[float, asyncio.Task[dict[str, Any]]] = {}
+        self.probing: dict[tuple[float, str | None], asyncio.Task[dict[str, Any]]] = {}
         """Probes in flight by GPU timeout: a node that probes meanwhile gets the same answer."""
         self.tasks: set[asyncio.Task[Any]] = set()
         self.dropped: weakref.WeakSet[HelperClient] = weakref.WeakSet()
@@ -210,17 +210,22 @@ class _Shared:
             if not fut.done():  # a caller that gave up (its own timeout) is not answered
                 fut.set_result(part)
 
-    async def probe(self, srv: HelperClient, gpu_timeout_s: float, timeout_s: float) -> dict[str, Any]:
-        """The machine's probe: one in flight at a time per GPU timeout, its answer every asking node's."""
-        task = self.probing.get(gpu_timeout_s)
+    async def probe(self, srv: HelperClient, gpu_timeout_s: float, timeout_s: float,
+                    discover: str | None = None) -> dict[str, Any]:
+        """The machine's probe: one in flight at a time per GPU timeout (and discovery plugin), its answer every
+        asking node's."""
+        key = (gpu_timeout_s, discover)
+        task = self.probing.get(key)
         if task is None or task.done():
-            task = asyncio.get_running_loop().create_task(
-                srv.call("probe", {"gpu_timeout_s": gpu_timeout_s}, timeout_s))
-            self.probing[gpu_timeout_s] = task
+            request: dict[str, Any] = {"gpu_timeout_s": gpu_timeout_s}
+            if discover is not None:
+                request["discover"] = discover
+            task = asyncio.get_running_loop().create_task(srv.call("probe", request, timeout_s))
+            self.probing[key] = task
 
             def done(t: asyncio.Task[dict[str, Any]]) -> None:
-                if self.probing.get(gpu_timeout_s) is t:
-                    del self.probing[gpu_timeout_s]
+                if self.probing.get(key) is t:
+                    del self.probing[key]
                 if not t.cancelled():
                     t.exception()  # retrieved here too: all its callers may have given up on it
 
@@ -290,8 +295,11 @@ class LocalExecutor:
     kind = "local"
 
     def __init__(self, *, node: str = "local", simulate: SimulatedDevices | None = None, timeout_s: float = 60.0,
-                 python: str = sys.executable, serve: bool = True, helper: str | None = None) -> None:
+                 python: str = sys.executable, serve: bool = True, helper: str | None = None,
+                 discover: str | None = None) -> None:
         self.node = node
+        self.discover = discover
+        """The node's discovery plugin (the fleet file's `discover`), run by the helper's probe."""
         self.name = node
         self.simulate = simulate
         self.timeout_s = timeout_s
@@ -349,7 +357,7 @@ class LocalExecutor:
                 if command == "status":
                     reply = await shared.status(srv, request["runs"], limit)
                 elif command == "probe":
-                    reply = await shared.probe(srv, request["gpu_timeout_s"], limit)
+                    reply = await shared.probe(srv, request["gpu_timeout_s"], limit, request.get("discover"))
                 else:
                     reply = await srv.call(command, request, limit)
             except NodeUnreachable:
@@ -401,7 +409,10 @@ class LocalExecutor:
             # first contact with an installed helper: its sudo rule, its confinement and its protocol, before
             # anything is asked of it (an older one would half do what a newer controller asks)
             await self._node_root()
-        return await self._call("probe", {"gpu_timeout_s": gpu_timeout_s})
+        request: dict[str, Any] = {"gpu_timeout_s": gpu_timeout_s}
+        if self.discover is not None:
+            request["discover"] = self.discover
+        return await self._call("probe", request)
 
     @property
     def home_shared(self) -> bool:

@@ -573,7 +573,10 @@ class SSHExecutor:
 
     @recorded
     async def probe(self, *, gpu_timeout_s: float = 10.0) -> dict[str, Any]:
-        reply = await self._helper("probe", {"gpu_timeout_s": gpu_timeout_s})
+        request: dict[str, Any] = {"gpu_timeout_s": gpu_timeout_s}
+        if self.cfg.discover is not None:
+            request["discover"] = self.cfg.discover  # the node's discovery plugin, run by its helper's probe
+        reply = await self._helper("probe", request)
         reply["remote_root"] = self._remote.root if self._remote else None
         return reply
 

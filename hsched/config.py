@@ -542,7 +542,7 @@ _LOGIN_DIR_VARS = re.compile(r"\$(?:\{(?:HOME|USER)\}|(?:HOME|USER)(?![A-Za-z0-9
 """`$HOME`, `$USER` (or `${...}`): what a slurm group's `login_dir` may say, expanded on the login node."""
 _NODE_KEYS = frozenset(
     {"name", "executor", "host", "port", "user", "identity_file", "known_hosts", "simulate", "labels",
-     "shared_paths", "helper", "data_dir", "data_quota", *_SLURM_KEYS}
+     "shared_paths", "helper", "data_dir", "data_quota", "discover", *_SLURM_KEYS}
 )
 _SIM_KEYS = frozenset({"model", "count", "memory_mib", "topology", "numa_nodes", "cpus", "memory"})
 MAX_SIMULATED_DEVICES = 1024
@@ -599,6 +599,9 @@ class NodeConfig:
     data_quota_bytes: int | None = None
     """At most this much of the node's disk for dataset copies (least recently used evicted first); None: what the
     disk has free."""
+    discover: str | None = None
+    """executor "local"/"ssh": the absolute path, on the node, of a discovery plugin whose JSON describes the
+    node's accelerators (docs/reference.md#discovery-plugins); the node helper runs it in its probe."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -675,6 +678,15 @@ def fleet_from_table(data: Mapping[str, Any], source: str, base_dir: Path) -> Fl
         elif helper is not None and executor not in ("local", "ssh"):
             p.add(f"{key}.helper", 'only for executor = "local" or "ssh"')
             helper = None
+        discover = raw.get("discover")
+        if discover is not None and not (isinstance(discover, str) and discover.startswith("/")
+                                         and discover.isprintable()):
+            p.expected(f"{key}.discover", 'the absolute path on the node of a discovery plugin, such as '
+                       '"/opt/lab/discover-n300" (docs/reference.md: discovery plugins)', discover)
+            discover = None
+        elif discover is not None and (executor not in ("local", "ssh") or sim is not None):
+            p.add(f"{key}.discover", 'only for a real node of executor = "local" or "ssh" (not simulated)')
+            discover = None
         data_dir = raw.get("data_dir")
         if data_dir is not None and not (isinstance(data_dir, str) and data_dir.startswith("/")):
             p.expected(f"{key}.data_dir", 'an absolute path on the node for dataset copies, such as "/scratch/hsched"',
@@ -694,7 +706,7 @@ def fleet_from_table(data: Mapping[str, Any], source: str, base_dir: Path) -> Fl
                 labels=tuple(dict.fromkeys(labels)), partition=slurm.get("partition"), account=slurm.get("account"),
                 slurm_qos=slurm.get("qos"), cluster=slurm.get("cluster"), login=slurm.get("login"),
                 login_dir=slurm.get("login_dir"), helper=helper,
-                data_dir=data_dir, data_quota_bytes=quota,
+                data_dir=data_dir, data_quota_bytes=quota, discover=discover,
             )
         )
     datasets = datasets_from_table(p, data["dataset"], [n.name for n in nodes]) if "dataset" in data else ()

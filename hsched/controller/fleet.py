@@ -110,7 +110,7 @@ def make_executor(cfg: NodeConfig, *, lab: bool = False) -> Executor:
     if cfg.executor == "local":
         from hsched.executors.local import LocalExecutor
 
-        return LocalExecutor(node=cfg.name, simulate=cfg.simulate, helper=helper)
+        return LocalExecutor(node=cfg.name, simulate=cfg.simulate, helper=helper, discover=cfg.discover)
     if cfg.executor == "ssh":
         # imported here: asyncssh costs a fleet of local nodes (and the CLI) nothing
         from hsched.executors.ssh import SSHExecutor
@@ -228,6 +228,11 @@ def _real_devices(probe: dict[str, Any]) -> tuple[tuple[Device, ...], tuple[Link
             from hsched.topo.nvml import topology_from_nvml  # type: ignore[import-not-found,unused-ignore]
 
             links = topology_to_links(topology_from_nvml(gpus), [d.uuid for d in devices])
+        elif gpus.get("vendor") == "plugin":
+            links = tuple(Link(a=str(lk["a"]), b=str(lk["b"]), kind=str(lk["kind"]),
+                               bandwidth_gbps=lk.get("bandwidth_gbps")) for lk in gpus.get("links") or [])
+        elif gpus.get("vendor") == "amd":
+            links = amd_links(gpus, devices)
         elif topo_text:
             from hsched.topo.parse_nvidia import parse_topo_matrix
 
@@ -236,6 +241,37 @@ def _real_devices(probe: dict[str, Any]) -> tuple[tuple[Device, ...], tuple[Link
     except Exception as e:  # a topology we cannot read leaves the node usable, just not topology-aware
         log.warning("cannot read topology: %s", e)
     return tuple(devices), links
+
+
+def amd_links(gpus: dict[str, Any], devices: list[Device]) -> tuple[Link, ...]:
+    """An AMD node's links (XGMI, PCIe) from the topology text its amd-smi/rocm-smi printed (hsched/node/amd.py
+    sends it as printed), read by hsched/topo/parse_amd.py as captures are. The tables name devices by PCI address
+    (amd-smi) or by the tool's index (rocm-smi): joined on the address where both have it, else on the index."""
+    from hsched.topo import parse_amd
+    from hsched.topo.synthetic import topology_to_links
+    from hsched.topo.topology import Topology, normalize_bus_id
+
+    text, fmt = gpus.get("topo_text"), gpus.get("topo_format")
+    if not isinstance(text, str) or not text.strip():
+        return ()
+    parsers = {"amd-smi topology --json": parse_amd.parse_amd_smi_topology_json,
+               "amd-smi topology": parse_amd.parse_amd_smi_topology, "amd-smi xgmi": parse_amd.parse_amd_smi_xgmi,
+               "rocm-smi --json": parse_amd.parse_rocm_json, "rocm-smi --showtopo": parse_amd.parse_rocm_showtopo,
+               "rocm-smi --showtoponuma": parse_amd.parse_rocm_showtopo}
+    parse = parsers.get(str(fmt))
+    if parse is None:
+        return ()
+    topo = parse(text, source=str(fmt))
+    if not isinstance(topo, Topology):
+        return ()  # rocm-smi --json without its topology keys: an inventory, no links
+    by_bus = {normalize_bus_id(d.pci_bus_id): d.uuid for d in devices if d.pci_bus_id}
+    by_index = {d.index: d.uuid for d in devices}
+    tdevs = sorted(topo.devices, key=lambda d: d.index)
+    if tdevs and all(d.pci_bus_id and normalize_bus_id(d.pci_bus_id) in by_bus for d in tdevs):
+        uuids = [by_bus[normalize_bus_id(d.pci_bus_id or "")] for d in tdevs]
+    else:
+        uuids = [by_index[d.index] for d in tdevs if d.index in by_index]
+    return topology_to_links(topo, uuids)
 
 
 async def within(clock: Clock, seconds: float, aw: Awaitable[T]) -> T:
@@ -284,6 +320,7 @@ async def probe_node(rt: NodeRuntime, clock: Clock, timeout_s: float, *, gpu_tim
         return
     finally:
         rt.probed_at = clock.monotonic()
+    read_plugin(probe)
     rt.raw_probe = probe
     if rt.boot_id is not None and probe.get("boot_id") not in (None, rt.boot_id):
         rt.rebooted = True
@@ -301,6 +338,31 @@ async def probe_node(rt: NodeRuntime, clock: Clock, timeout_s: float, *, gpu_tim
     rt.node = replace(node, state=rt.node.state, message=rt.probe_problem or "")
 
 
+def read_plugin(probe: dict[str, Any]) -> None:
+    """A discovery plugin's output (hsched/node/plugin.py sends it as printed) checked and turned into the probe's
+    device list, in place; output that does not follow the schema (hsched/topo/plugin.py) is the node's GPU probe
+    error: one line, the node UNHEALTHY (gpu_problem), nothing of it read."""
+    from hsched.topo.plugin import PluginError, parse_plugin_output
+
+    gpus = probe.get("gpus")
+    if not isinstance(gpus, dict) or gpus.get("source") != "plugin":
+        return
+    path = gpus.get("plugin")
+    try:
+        report = parse_plugin_output(str(gpus.get("output") or ""))
+    except PluginError as e:
+        probe["gpus"] = {"source": None, "devices": [], "plugin": path, "error": f"discovery plugin {path}: {e}"}
+        return
+    probe["gpus"] = {
+        "source": "plugin", "vendor": "plugin", "plugin": path, "select_env": report.select_env,
+        "select_by": report.select_by, "utilization": report.utilization,
+        "devices": [{"uuid": d.id, "index": d.index, "name": d.type, "memory_total_mib": d.memory_mib,
+                     "numa_node": d.numa_node, "pci_bus_id": d.pci_bus_id, "utilization_gpu": d.utilization}
+                    for d in report.devices],
+        "links": [{"a": lk.a, "b": lk.b, "kind": lk.kind, "bandwidth_gbps": lk.bandwidth_gbps} for lk in report.links],
+    }
+
+
 def gpu_problem(rt: NodeRuntime, probe: dict[str, Any]) -> str | None:
     """The GPU tools' failure on a node with real GPUs (a hung or broken nvidia-smi answers with an error and
     no devices): such a node is unhealthy, not a node with 0 GPUs. Simulated nodes' devices are not probed."""
@@ -308,5 +370,5 @@ def gpu_problem(rt: NodeRuntime, probe: dict[str, Any]) -> str | None:
     error = gpus.get("error") if isinstance(gpus, dict) else None
     if rt.config.simulate is not None or not error or gpus.get("devices"):
         return None
-    line = str(error).splitlines()[0][:200]
-    return line if line.startswith("GPU probe") else f"GPU probe failed: {line}"
+    line = str(error).splitlines()[0][:300]
+    return line if line.startswith(("GPU probe", "AMD GPU probe", "discovery plugin")) else f"GPU probe failed: {line}"

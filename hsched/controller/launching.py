@@ -524,6 +524,7 @@ def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ..
         "SLURM_NODELIST": ",".join(p.node for p in placements) or run.node,
         "SLURM_GPUS_ON_NODE": str(len(here.devices)),
     })
+    env.update(vendor_env(ctl, run.node, here.devices, env))
     # where `hsched submit` ran, as sbatch's (-D changes the working folder, not this); the working folder otherwise
     submit_dir = (submit_env or {}).get("PWD") or job.spec.workdir
     if submit_dir:
@@ -584,6 +585,28 @@ def shared_gpu_env(ctl: Controller, node: str, uuid: str, need_mib: int) -> dict
             "CUDA_MPS_PIPE_DIRECTORY": f"{MPS_BASE}/nvidia-mps-{uuid}",
             "CUDA_MPS_LOG_DIRECTORY": f"{MPS_BASE}/nvidia-mps-log-{uuid}",
             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct)}
+
+
+def vendor_env(ctl: Controller, node: str, devices: tuple[str, ...], env: dict[str, str]) -> dict[str, str]:
+    """An AMD node's device selection: ROCR_VISIBLE_DEVICES with the indices amd-smi/rocm-smi print (the ROCr
+    runtime's own order; the UUIDs ROCr also takes are rocminfo's "GPU-<serial>", which neither tool prints in
+    every release, and an SR-IOV guest's rocm-smi gives none), then HIP_VISIBLE_DEVICES 0..n-1: HIP numbers the
+    devices ROCr left visible from 0, so the same physical indices there would select the wrong ones or none.
+    CUDA_VISIBLE_DEVICES goes (HIP reads it as HIP_VISIBLE_DEVICES, and it names NVIDIA UUIDs). A discovery
+    plugin's node: its `select_env` alone. {} on an NVIDIA node."""
+    rt = ctl.nodes.get(node)
+    gpus = rt.raw_probe.get("gpus") if rt is not None else None
+    if not isinstance(gpus, dict) or gpus.get("vendor") not in ("amd", "plugin") or rt is None:
+        return {}
+    index = {d.uuid: d.index for d in rt.node.devices}
+    picked = [str(index[u]) for u in devices if u in index]
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env.pop("CUDA_DEVICE_ORDER", None)
+    if gpus.get("vendor") == "plugin":
+        # the plugin's own variable, with what it said the runtime takes (docs/reference.md: discovery plugins)
+        chosen = picked if gpus.get("select_by", "index") == "index" else [u for u in devices if u in index]
+        return {str(gpus["select_env"]): ",".join(chosen)}
+    return {"ROCR_VISIBLE_DEVICES": ",".join(picked), "HIP_VISIBLE_DEVICES": ",".join(map(str, range(len(picked))))}
 
 
 def _model_of(ctl: Controller, node: str, devices: tuple[str, ...]) -> str:

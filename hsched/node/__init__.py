@@ -18,6 +18,7 @@ installed there. The executors (hsched/executors) import its public names in-pro
     progress.py    runs' progress reports              safefiles.py  copies as data only (also the controller's)
     datapaths.py   dataset paths, no link followed     dataread.py, datawrite.py  the dataset requests
     cgroupstats.py a run's CPU time and memory peak, from its cgroup (hsched eff)
+    amd.py         AMD GPUs: amd-smi, rocm-smi             plugin.py     a node's discovery plugin, run
 
 This file imports nothing: callers import the modules they use (hsched.node.records, hsched.node.main, ...).
 """

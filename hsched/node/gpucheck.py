@@ -1,5 +1,5 @@
 """What the wrapper checks about GPUs when a run ends: whether its log says a GPU ran out of memory, and which
-processes still hold its GPUs (nvidia-smi)."""
+processes still hold its GPUs (nvidia-smi; unavailable on AMD GPUs, and said so)."""
 
 import os
 import shutil
@@ -60,6 +60,10 @@ def gpu_holders(devices, timeout_s=GPU_CHECK_TIMEOUT_S):
     """The processes that hold any of `devices` (GPU UUIDs) now, and why the check failed if it did."""
     if not devices:
         return [], None
+    if all(str(d).startswith("AMD-") for d in devices):
+        # hsched/node/amd.py's devices: no process list is read from amd-smi/rocm-smi yet, and saying none is left
+        # would be a guess
+        return [], "the GPU process check is unavailable on AMD GPUs: processes left on them are not checked"
     exe = shutil.which("nvidia-smi")
     if not exe:
         return [], None

@@ -1,5 +1,6 @@
-"""`probe`: the machine's facts (CPUs, memory, NUMA nodes, boot id) and its NVIDIA GPUs, from NVML (nvidia-ml-py's
-pynvml, shipped beside the helper, and hsched/topo/nvml_probe.py), else nvidia-smi; the GPU discovery runs in a
+"""`probe`: the machine's facts (CPUs, memory, NUMA nodes, boot id) and its GPUs: NVIDIA's from NVML (nvidia-ml-py's
+pynvml, shipped beside the helper, and hsched/topo/nvml_probe.py), else nvidia-smi; AMD's from amd-smi, else
+rocm-smi (amd.py), where those find none; the GPU discovery runs in a
 child process with a hard time limit, so a hung driver costs a bounded wait."""
 
 import json
@@ -9,8 +10,10 @@ import shutil
 import subprocess
 import sys
 
+from .amd import amd_tools, probe_amd
 from .children import child_setup, run_bounded
 from .confine import ENTRY
+from .plugin import run_plugin
 from .records import boot_id, read_text
 from .version import HELPER_VERSION
 
@@ -190,18 +193,26 @@ def probe_nvidia_smi():
 
 
 def probe_gpus():
-    """GPU discovery in this process (what the `_probe_gpus` child runs): NVML, else nvidia-smi."""
+    """GPU discovery in this process (what the `_probe_gpus` child runs): NVML, else nvidia-smi; where they
+    find no GPU, AMD's amd-smi, else rocm-smi (hsched/node/amd.py)."""
     gpus = probe_nvml()
     if not gpus or not gpus.get("devices"):
         smi = probe_nvidia_smi()
         if smi is not None and (smi.get("devices") or not gpus):
             gpus = smi
+    if not gpus or not gpus.get("devices"):
+        amd = probe_amd()
+        if amd is not None and (amd["devices"] or not (gpus and gpus.get("source"))):
+            for dev in amd["devices"]:
+                if dev.get("numa_node") is None:
+                    dev["numa_node"] = pci_numa_node(dev.get("pci_bus_id"))
+            gpus = amd
     return gpus or {"source": None, "devices": []}
 
 
 def _gpu_tools():
     """Whether this machine has anything to discover GPUs with (no child process is started otherwise)."""
-    if shutil.which("nvidia-smi"):
+    if shutil.which("nvidia-smi") or amd_tools():
         return True
     try:
         import importlib.util
@@ -243,6 +254,8 @@ def probe(req):
         "cpus": os.cpu_count(),
         "memory_total_mib": memory_total_mib(),
         "numa": numa_nodes(),
-        "gpus": probe_gpus_bounded(timeout_s),
+        # a node with a discovery plugin is described by it alone (hsched/node/plugin.py)
+        "gpus": run_plugin(req["discover"], timeout_s) if isinstance(req.get("discover"), str) else
+        probe_gpus_bounded(timeout_s),
         "loadavg": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }

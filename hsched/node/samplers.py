@@ -1,10 +1,11 @@
-"""The GPU sampler a watch uses: NVML in a thread with a time limit, else nvidia-smi, else a simulated node's
-numbers (tests) or none."""
+"""The GPU sampler a watch uses: NVML in a thread with a time limit, else nvidia-smi, else AMD's amd-smi or
+rocm-smi, else a simulated node's numbers (tests) or none."""
 
 import shutil
 import threading
 import time
 
+from .amd import amd_tools, probe_amd
 from .nvmlsampler import NvmlSampler
 from .smisampler import SmiSampler
 
@@ -17,6 +18,7 @@ class _Bounded(object):
     def __init__(self, inner, timeout_s):
         self.inner = inner
         self.source = inner.source
+        self.lists_processes = getattr(inner, "lists_processes", True)
         self.timeout_s = timeout_s
         self.cv = threading.Condition()
         self.asked = self.answered = 0
@@ -95,6 +97,27 @@ class _NoGpuSampler(_SimSampler):
         return [], [], self.error
 
 
+class AmdSampler(object):
+    """AMD GPUs' numbers: amd-smi (static and metric) or rocm-smi asked once per sample, without the topology.
+    Their processes are not listed (hsched reads no `amd-smi process` output yet): the sample says so."""
+
+    lists_processes = False
+
+    def __init__(self, timeout_s):
+        self.timeout_s = timeout_s
+        self.source = amd_tools()[0]
+
+    def sample(self):
+        found = probe_amd(self.timeout_s, topology=False)
+        if found is None or not found["devices"]:
+            return [], [], (found or {}).get("error") or "%s found no GPU" % self.source
+        keys = ("index", "uuid", "utilization_gpu", "memory_used_mib", "memory_total_mib", "temperature_c", "power_w")
+        return [dict((k, d.get(k)) for k in keys) for d in found["devices"]], [], None
+
+    def close(self):
+        pass
+
+
 def gpu_sampler(req, interval_s):
     if req.get("simulate") is not None:
         return _SimSampler(req["simulate"])
@@ -125,4 +148,6 @@ def gpu_sampler(req, interval_s):
     exe = shutil.which("nvidia-smi")
     if exe:
         return SmiSampler(exe, interval_s, timeout_s)
+    if amd_tools():
+        return _Bounded(AmdSampler(sample_s), sample_s)
     return _NoGpuSampler()
