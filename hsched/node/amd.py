@@ -23,7 +23,7 @@ def amd_tools():
     return [t for t in AMD_SOURCES if shutil.which(t)]
 
 
-_FAILED = []
+_FAILED = []  # type: list
 """Why each command of the probe under way failed (a release without it, a driver that is not loaded, a hang):
 what the probe says when no form found a GPU. Reset by probe_amd; one probe at a time in a helper process."""
 

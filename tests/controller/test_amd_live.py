@@ -20,10 +20,10 @@ from hsched.controller.core import Controller
 from hsched.controller.fleet import build_fleet
 from hsched.controller.health import check_health, record_sample
 from hsched.controller.loops import one_round, start
+from hsched.controller.store import Store
 from hsched.model import JobSpec, JobState, NodeState, Resources
 from hsched.node.probe import probe_gpus
 from hsched.paths import Home
-from hsched.store import Store
 from hsched.testing import FakeClock, FakeExecutor
 
 pytestmark = pytest.mark.slow  # the stub tools are processes

@@ -19,11 +19,11 @@ from hsched.controller.core import Controller
 from hsched.controller.fleet import build_fleet
 from hsched.controller.health import check_health, record_sample
 from hsched.controller.loops import one_round, start
+from hsched.controller.store import Store
 from hsched.errors import UserError
 from hsched.model import JobSpec, JobState, NodeState, Resources
 from hsched.node.probe import probe
 from hsched.paths import Home
-from hsched.store import Store
 from hsched.testing import FakeClock, FakeExecutor
 from hsched.topo.plugin import PluginError, parse_plugin_output
 
