@@ -16,14 +16,14 @@ from hsched.tui.banner import Banner
 from hsched.tui.confirm import ConfirmScreen
 from hsched.tui.events_view import EventsView
 from hsched.tui.feed import Feed
-from hsched.tui.fleet_view import FleetView, node_summary
+from hsched.tui.fleet_view import FleetPanel, node_summary
 from hsched.tui.help_screen import HelpScreen
 from hsched.tui.history import History
 from hsched.tui.job_screen import DashHost, JobScreen
 from hsched.tui.jobs_view import SORTS, JobsView
 from hsched.tui.keys import CHANGING_ACTIONS, bindings
 from hsched.tui.messages import FeedLost, FeedRestored, FrameArrived
-from hsched.tui.model import EventView, Frame, HistoryDelta, JobView
+from hsched.tui.model import EventView, Frame, HistoryDelta, JobRow
 from hsched.tui.processes_view import ProcessesView
 from hsched.tui.prompt import PromptScreen
 from hsched.tui.topology_view import TopologyView
@@ -42,7 +42,7 @@ JOB_KEYS = {"details", "logs", "tag", "sort", "reverse", "me", "topology_of_job"
 NODE_KEYS = {"drain", "resume"}
 
 # what each job action asks and which request it sends
-JOB_OPS: dict[str, tuple[str, str, Callable[[JobView], dict[str, Any]]]] = {
+JOB_OPS: dict[str, tuple[str, str, Callable[[JobRow], dict[str, Any]]]] = {
     "cancel": ("Cancel", "cancel", lambda j: {"id": j.id}),
     "hold": ("Hold", "hold", lambda j: {"id": j.id, "hold": True}),
     "release": ("Release", "hold", lambda j: {"id": j.id, "hold": False}),
@@ -76,7 +76,7 @@ class DashApp(App[None]):
         self.can_preempt = False
         self.history = History()
         self.banner = Banner(id="banner")
-        self.fleet = FleetView(self.history, id="fleet-view")
+        self.fleet = FleetPanel(self.history, id="fleet-view")
         self.topology = TopologyView(id="topology-view")
         self.jobs = JobsView(me=me, clock=clock, id="jobs-view")
         self.events_view = EventsView(id="events-view")
@@ -340,7 +340,7 @@ class DashApp(App[None]):
     def action_priority(self) -> None:
         self.job_action("priority", self.jobs.targets())
 
-    def job_action(self, name: str, jobs: list[JobView]) -> None:
+    def job_action(self, name: str, jobs: list[JobRow]) -> None:
         """Ask, then send. Used by the Jobs view (tagged or cursor jobs) and by the job screen."""
         if not self.action_allowed(name):
             return

@@ -29,10 +29,10 @@ FLOW_WIDTHS = [w for key, _, w in COLUMNS[3:]]
 """The widths of the columns after GPU, over which such a line's reason is written."""
 
 
-class FleetView(Vertical):
+class FleetPanel(Vertical):
     DEFAULT_CSS = """
-    FleetView { height: 1fr; }
-    FleetView DataTable { height: 1fr; }
+    FleetPanel { height: 1fr; }
+    FleetPanel DataTable { height: 1fr; }
     """
 
     def __init__(self, history: History, **kwargs: Any) -> None:

@@ -11,7 +11,7 @@ from typing import Any, Protocol, cast
 
 from hsched.tui.events_view import kind_style
 from hsched.tui.fmt import bar, gib, na, printable, reading, short_model, state_text
-from hsched.tui.model import Frame, JobView, job_from_dict
+from hsched.tui.model import Frame, JobRow, job_from_dict
 from rich.table import Table
 from rich.text import Text
 from textual import work
@@ -34,7 +34,7 @@ class DashHost(Protocol):
 
     def action_allowed(self, action: str) -> bool: ...
 
-    def job_action(self, name: str, jobs: list[JobView]) -> None: ...
+    def job_action(self, name: str, jobs: list[JobRow]) -> None: ...
 
 
 LOG_POLL_S = 1.0
@@ -138,7 +138,7 @@ class JobScreen(Screen[None]):
         self.log_offset = 0
         self.run_no: int | None = None
         self._tail_busy = False
-        self._job: JobView | None = None
+        self._job: JobRow | None = None
         self.detail: dict[str, Any] | None = None  # the last `show` answer
         self.title_bar = Static(f"job {job_id}", id="job-title")
         self.info = Static("loading…", id="job-info-text")
@@ -188,7 +188,7 @@ class JobScreen(Screen[None]):
         self._title(job)
         self._devices(frame, job)
 
-    def _title(self, job: JobView | None) -> None:
+    def _title(self, job: JobRow | None) -> None:
         t = Text(f"job {self.job_id}")
         if job is not None:
             t.append(f"  {printable(job.name)}  {job.state}  {job.user}  {job.node}")
@@ -196,7 +196,7 @@ class JobScreen(Screen[None]):
             t.append(f"  log of run {self.run_no}")
         self.title_bar.update(t)
 
-    def _devices(self, frame: Frame, job: JobView | None) -> None:
+    def _devices(self, frame: Frame, job: JobRow | None) -> None:
         if job is None or not job.devices:
             self.devices.update("")
             return

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hsched.tui.fmt import duration, printable, state_text
-from hsched.tui.model import Frame, JobView
+from hsched.tui.model import Frame, JobRow
 from hsched.tui.sync import RowSync
 from rich.text import Text
 from textual import on
@@ -21,7 +21,7 @@ COLUMNS = [("tag", " ", 1), ("id", "JOBID", 6), ("name", "NAME", 18), ("user", "
 # squeue's default order is by state then priority; the others are one `s` away
 # jobs holding devices first (running, launching, preempting), then the waiting ones
 STATE_RANK = {"RUNNING": 0, "PREEMPTING": 0, "LAUNCHING": 0, "COMPLETING": 0, "PENDING": 1}
-SORTS: dict[str, Callable[[JobView], Any]] = {
+SORTS: dict[str, Callable[[JobRow], Any]] = {
     "state": lambda j: (STATE_RANK.get(j.state, 2), -j.priority, j.id),
     "id": lambda j: j.id,
     "priority": lambda j: (-j.priority, j.id),
@@ -32,13 +32,13 @@ SORTS: dict[str, Callable[[JobView], Any]] = {
 }
 
 
-def elapsed(job: JobView, now: float) -> str:
+def elapsed(job: JobRow, now: float) -> str:
     if job.start_ts is None:
         return duration(0)
     return duration((job.end_ts or now) - job.start_ts)
 
 
-def matches(job: JobView, needle: str) -> bool:
+def matches(job: JobRow, needle: str) -> bool:
     """Case-insensitive substring over the columns a user reads (k9s's `/`)."""
     if not needle:
         return True
@@ -63,7 +63,7 @@ class JobsView(Vertical):
         self.sort = "state"
         self.reverse = False
         self.tagged: set[int] = set()
-        self.jobs: dict[int, JobView] = {}
+        self.jobs: dict[int, JobRow] = {}
         self.table: DataTable[Any] = DataTable(id="jobs-table", cursor_type="row")
         self.sync = RowSync(self.table, [c[0] for c in COLUMNS])
         self.filter_input = Input(placeholder="filter: words that every shown job contains (Esc clears)",
@@ -84,9 +84,9 @@ class JobsView(Vertical):
         self.tagged &= set(self.jobs)
         self._refresh_rows()
 
-    def _visible(self) -> dict[str, tuple[JobView, bool, str]]:
+    def _visible(self) -> dict[str, tuple[JobRow, bool, str]]:
         now = self.clock()
-        out: dict[str, tuple[JobView, bool, str]] = {}
+        out: dict[str, tuple[JobRow, bool, str]] = {}
         for j in self.jobs.values():
             if self.me is not None and j.user != self.me:
                 continue
@@ -126,13 +126,13 @@ class JobsView(Vertical):
 
     # ------------------------------------------------------------------ selection
 
-    def cursor_job(self) -> JobView | None:
+    def cursor_job(self) -> JobRow | None:
         if self.table.row_count == 0:
             return None
         key = self.table.coordinate_to_cell_key(self.table.cursor_coordinate).row_key.value
         return self.jobs.get(int(str(key)))
 
-    def targets(self) -> list[JobView]:
+    def targets(self) -> list[JobRow]:
         """Tagged jobs if any (htop's space), else the one under the cursor."""
         if self.tagged:
             return [self.jobs[i] for i in sorted(self.tagged) if i in self.jobs]
@@ -191,7 +191,7 @@ class JobsView(Vertical):
         self.close_filter(clear=False)
 
 
-def _render(src: tuple[JobView, bool, str]) -> tuple[Any, ...]:
+def _render(src: tuple[JobRow, bool, str]) -> tuple[Any, ...]:
     j, tagged, took = src
     return (Text("*", style="bold yellow") if tagged else Text(" "), str(j.id), printable(j.name)[:18], j.user[:10],
             state_text(j.state), j.qos, str(j.priority), str(j.gpus), j.node[:12], took, j.reason[:28])

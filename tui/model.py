@@ -77,7 +77,7 @@ class NodeView:
 
 
 @dataclass(frozen=True, slots=True)
-class JobView:
+class JobRow:
     id: int
     name: str
     state: str
@@ -154,14 +154,14 @@ class Frame:
 
     version: int
     time: str
-    jobs: tuple[JobView, ...]
+    jobs: tuple[JobRow, ...]
     nodes: tuple[NodeView, ...]
     events: tuple[EventView, ...] = ()  # only the events new since the previous frame
     can_preempt: bool = False
     history: HistoryDelta | None = None  # the controller's samples new since the previous frame, if it serves them
     transfers: tuple[TransferView, ...] = ()  # dataset copies under way, by receiving node
 
-    def job(self, job_id: int) -> JobView | None:
+    def job(self, job_id: int) -> JobRow | None:
         return next((j for j in self.jobs if j.id == job_id), None)
 
     def node(self, name: str) -> NodeView | None:
@@ -236,9 +236,9 @@ def _node(n: dict[str, Any]) -> NodeView:
     )
 
 
-def job_from_dict(j: dict[str, Any]) -> JobView:
+def job_from_dict(j: dict[str, Any]) -> JobRow:
     placement = j.get("placement") or []
-    return JobView(
+    return JobRow(
         id=int(j["id"]), name=str(j.get("name") or ""), state=str(j.get("state", "")),
         reason=str(j.get("reason") or ""), qos=str(j.get("qos") or ""), priority=int(j.get("priority") or 0),
         user=str(j.get("user") or ""), gpus=int(j.get("gpus") or 0),

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from hsched.tui.fmt import LINK_COLOR, link_color, node_state_text
-from hsched.tui.model import Frame, JobView, NodeView
+from hsched.tui.model import Frame, JobRow, NodeView
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -75,7 +75,7 @@ class TopologyView(Vertical):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.node_name: str | None = None
-        self.highlight: JobView | None = None
+        self.highlight: JobRow | None = None
         self.frame: Frame | None = None
         self._signature: object = None
         self.title = Static("", id="topo-title")
@@ -99,7 +99,7 @@ class TopologyView(Vertical):
             self.highlight = frame.job(self.highlight.id) or self.highlight
         self._redraw()
 
-    def show(self, node: str | None = None, job: JobView | None = None) -> None:
+    def show(self, node: str | None = None, job: JobRow | None = None) -> None:
         if job is not None:
             self.highlight = job
             node = node or (job.node.split(",")[0] if job.node else None)

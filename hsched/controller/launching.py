@@ -68,12 +68,12 @@ log = logging.getLogger("hsched.launch")
 T = TypeVar("T")
 
 
-async def schedule_round(ctl: Controller) -> bool:
+async def run_round(ctl: Controller) -> bool:
     """One round: decisions from the pure scheduler, recorded, then launches and preemptions started."""
     started = time.perf_counter()
     preemptions = 0
     try:
-        changed, preemptions = await _schedule_round(ctl)
+        changed, preemptions = await _run_round(ctl)
     finally:
         note_round(ctl, time.perf_counter() - started, preemptions)
     return changed
@@ -148,7 +148,7 @@ def _compute(inp: RoundInput) -> tuple[list[Decision], list[tuple[int, str, tupl
             gc.enable()
 
 
-async def _schedule_round(ctl: Controller) -> tuple[bool, int]:
+async def _run_round(ctl: Controller) -> tuple[bool, int]:
     async with ctl.lock:
         inp = await round_input(ctl)
     if inp is None:

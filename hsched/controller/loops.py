@@ -15,7 +15,7 @@ import time
 from hsched.clock import wait_at_most
 from hsched.controller.core import Controller, installed_fingerprint
 from hsched.controller.health import check_health, load_admin, probe_soon, reprobe, simulate_telemetry
-from hsched.controller.launching import job_cache, schedule_round
+from hsched.controller.launching import job_cache, run_round
 from hsched.controller.stopping import check_time_limits, tick
 from hsched.controller.watching import watch_runs
 from hsched.model import JobState
@@ -32,7 +32,7 @@ async def one_round(ctl: Controller) -> bool:
         # 512 running jobs afresh took 50 ms every poll
         jobs = await ctl.db(job_cache(ctl).read, ctl.store)
         await check_time_limits(ctl, [j for j in jobs.active if j.state is JobState.RUNNING])
-    changed |= await schedule_round(ctl)
+    changed |= await run_round(ctl)
     return changed
 
 

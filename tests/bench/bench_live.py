@@ -8,7 +8,7 @@ The real controller in-process (hsched.testing.Lab: a real SQLite store, fake no
 clock), 64 nodes of 8 GPUs, the queue full of 2,000 waiting jobs of mixed sizes (1 to 8 GPUs), QoS classes and
 twelve users, in two running mixes: 64 eight-GPU jobs, and 512 one-GPU jobs. It reports:
 
-* the scheduling round (`hsched.controller.launching.schedule_round`: snapshot, pure round, checks, records) in
+* the scheduling round (`hsched.controller.launching.run_round`: snapshot, pure round, checks, records) in
   CPU time of this process, every thread counted (time.process_time: the store's thread, the round's), median
   and p99 over steady rounds (the clock moves 0.5 s, every node sends its heartbeat, then one round); and the
   daemon's whole poll around it (`one_round`: watching the runs, stops and time limits, then the round);
@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from hsched.config import Settings
 from hsched.controller.api import Api
-from hsched.controller.launching import schedule_round
+from hsched.controller.launching import run_round
 from hsched.controller.loops import one_round
 from hsched.controller.server import Door, Limits
 from hsched.model import JobState
@@ -99,7 +99,7 @@ async def step(lab: Lab) -> float:
     lab.clock.advance(0.5)
     await lab.beat()
     t = time.process_time()
-    await schedule_round(lab.ctl)
+    await run_round(lab.ctl)
     cpu = time.process_time() - t
     await lab.settle_tasks()
     return cpu
@@ -162,7 +162,7 @@ async def during_rounds(lab: Lab, n: int, op: str, every_s: float) -> list[float
             lab.clock.advance(0.5)
             await lab.beat()
             t = time.monotonic()
-            await schedule_round(lab.ctl)
+            await run_round(lab.ctl)
             windows.append((t, time.monotonic()))
             await lab.settle_tasks()
     finally:
@@ -191,7 +191,7 @@ async def submits(lab: Lab, n: int, *, with_rounds: bool) -> tuple[float, float]
     async def rounds_meanwhile() -> None:
         while not stop:
             lab.clock.advance(0.5)
-            await schedule_round(lab.ctl)
+            await run_round(lab.ctl)
             await asyncio.sleep(0)
 
     task = asyncio.create_task(rounds_meanwhile()) if with_rounds else None

@@ -99,7 +99,7 @@ def test_launched_with_the_reply_lost_is_adopted_after_a_restart(tmp_path: Path)
             lab.ctl.store.run_launched = crash  # type: ignore[method-assign]
             with pytest.raises(Crash):
                 await lab.beat()
-                changed = await launching.schedule_round(lab.ctl)
+                changed = await launching.run_round(lab.ctl)
                 assert changed
                 tasks = list(lab.ctl._tasks)
                 await asyncio.gather(*tasks)
