@@ -35,6 +35,13 @@ def test_wheel_layout(wheel: Path) -> None:
     assert "hsched/executors/local.py" in names
     assert "hsched/node/nodehelper.py" in names and "hsched/node/safefiles.py" in names
     assert "hsched/examples/lab/fleet.toml" in names
+    # every module of the checkout is in the wheel: pyproject lists packages by hand, and a package left out (the
+    # round's stages, the policies) imports in a checkout and fails only for someone who ran `pip install .`
+    mapped = {"hsched": REPO / "hsched", "hsched/tui": REPO / "tui", "hsched/executors": REPO / "executors"}
+    missing = sorted(f"{prefix}/{f.relative_to(folder)}" for prefix, folder in mapped.items()
+                     for f in folder.rglob("*.py") if "__pycache__" not in f.parts
+                     and f"{prefix}/{f.relative_to(folder)}" not in names)
+    assert missing == []
 
 
 def test_fresh_venv_install(wheel: Path, tmp_path: Path) -> None:
