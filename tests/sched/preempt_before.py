@@ -47,8 +47,9 @@ class Victims:
         """The QoS classes of the jobs that may still be chosen."""
         return frozenset(v.qos for lst in self.by_node.values() for v in lst if v.id not in self.taken)
 
-    def choose(self, job: JobView, nodes: Iterable[str], fits: Fits) -> Preempt | None:
-        """The best server's victims for `job`, marked taken; None when no server would do.
+    def choose(self, job: JobView, nodes: Iterable[str], fits: Fits, **_: object) -> Preempt | None:
+        """The best server's victims for `job`, marked taken; None when no server would do (today's keywords, which
+        keep answers between jobs, ignored: this is the search without them).
 
         `nodes`: the servers `job` may run on, in the caller's order of preference (the first of equals wins).
         `fits(node, freed)`: whether `job` fits `node` once `freed` (devices of victims there) are free.

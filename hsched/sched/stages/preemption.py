@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hsched.model import Job, Node, Resources
 from hsched.sched.cache import RoundCache
-from hsched.sched.fleet import Decision, DeviceChooser, FleetView, Wait
+from hsched.sched.fleet import Decision, DeviceChooser, FleetView, Running, Wait
 from hsched.sched.preempt import Victims
 from hsched.sched.stages.sharing import Sharing
 from hsched.sched.stages.views import pending_view, running_view
@@ -23,6 +23,7 @@ class Preempting(Sharing):
         # never searches for victims
         self.victim_classes = frozenset(r.job.spec.qos for r in fleet.running if len(r.job.placement) == 1)
         self._choosable = (-1, frozenset[str]())
+        self._by_id: dict[int, Running] | None = None
 
     def victims(self) -> Victims:
         """The round's QoS victims, indexed once, on first need."""
@@ -30,6 +31,16 @@ class Preempting(Sharing):
             self._victims = Victims(self.fleet.rule, [running_view(r, {}, self.now) for r in self.fleet.running],
                                     shared=self.sharing())
         return self._victims
+
+    def _node_stamp(self, name: str) -> tuple[int | None, int, int]:
+        """What the round placed on a server so far: its devices' free count (the round's busy devices only grow,
+        `hold`), CPUs and host memory promised; `fit`'s answer there depends on nothing else the round changes."""
+        return self.free.get(name), self.cpus_used.get(name, 0), self.memory_used.get(name, 0)
+
+    def _running_by_id(self) -> dict[int, Running]:
+        if self._by_id is None:
+            self._by_id = {r.id: r for r in self.fleet.running}
+        return self._by_id
 
     def choosable(self) -> frozenset[str]:
         """The QoS classes of the running jobs still free to be chosen as victims."""
@@ -76,10 +87,13 @@ class Preempting(Sharing):
         def fits(name: str, freed: frozenset[str]) -> bool:
             return self.fit(self.by_name[name], res, busy, freed=freed) is not None
 
-        chosen = self.victims().choose(pending_view(job), [n.name for n in nodes], fits)
+        # (a server's answer holds for the next job of this shape until the round places or preempts there)
+        chosen = self.victims().choose(pending_view(job), [n.name for n in nodes], fits, shape=qkey,
+                                       stamp=self._node_stamp)
         if chosen is not None:
             shares = self.sharing()
-            freed = frozenset(u for r in self.fleet.running if r.id in chosen.victims for u in r.devices
+            by_id = self._running_by_id()
+            freed = frozenset(u for vid in chosen.victims for u in by_id[vid].devices
                               if u not in shares or shares[u] <= set(chosen.victims))
             claim = self.fit(self.by_name[chosen.node], res, busy, freed=freed)
             self.hold(claim.devices if claim is not None else ())  # the victims are taken, in any case
