@@ -132,19 +132,21 @@ async def whole_polls(lab: Lab, n: int) -> list[float]:
 @contextmanager
 def baseline(old: bool) -> Iterator[None]:
     """With `old`, the code before issue 33 where it changed: the preemption search of tests/sched/preempt_before.py
-    (per waiting job, over every candidate server)."""
+    (per waiting job, over every candidate server, the topology engine asked for every candidate set)."""
     if not old:
         yield
         return
     from hsched.sched.stages import preemption
     from tests.sched import preempt_before
 
-    now = preemption.Victims
+    now, room = preemption.Victims, preemption.Preempting.room
     preemption.Victims = preempt_before.Victims  # type: ignore[misc,assignment]
+    preemption.Preempting.room = preempt_before.room_by_placement  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
         preemption.Victims = now  # type: ignore[misc]
+        preemption.Preempting.room = room  # type: ignore[method-assign]
 
 
 class Ticker:

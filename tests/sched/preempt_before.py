@@ -10,6 +10,11 @@ from hsched.sched.preempt import Fits, PreemptRule
 from hsched.sched.view import JobView, Preempt, qos_rank
 
 
+def room_by_placement(self: object, node: object, res: object, busy: object, freed: object) -> bool:
+    """`Preempting.room` as it was: the topology engine asked for every candidate set (`fit`)."""
+    return self.fit(node, res, busy, freed=freed) is not None  # type: ignore[attr-defined, no-any-return]
+
+
 def least_important(v: JobView) -> tuple[int, int, float]:
     """Sort key, least important first: lowest class, lowest priority, most recently started."""
     return (-qos_rank(v.qos), v.priority, -(v.run_start_s or 0.0))

@@ -4,7 +4,7 @@ cancel under way) are claimed by the next job that fits them. Gangs never preemp
 
 from __future__ import annotations
 
-from hsched.model import Job, Node, Resources
+from hsched.model import Interconnect, Job, Node, Resources
 from hsched.sched.cache import RoundCache
 from hsched.sched.fleet import Decision, DeviceChooser, FleetView, Running, Wait
 from hsched.sched.preempt import Victims
@@ -36,6 +36,18 @@ class Preempting(Sharing):
         """What the round placed on a server so far: its devices' free count (the round's busy devices only grow,
         `hold`), CPUs and host memory promised; `fit`'s answer there depends on nothing else the round changes."""
         return self.free.get(name), self.cpus_used.get(name, 0), self.memory_used.get(name, 0)
+
+    def room(self, node: Node, res: Resources, busy: set[str], freed: frozenset[str]) -> bool:
+        """`fit(node, res, busy, freed=freed) is not None` for a request without device constraints, by counting:
+        the same CPU and host memory checks, then enough eligible devices free or freed."""
+        used = self.cpus_used.get(node.name, 0)
+        if res.cpus is not None and node.cpus is not None and used + res.cpus > node.cpus:
+            return False
+        if res.memory_mib and node.memory_total_mib is not None and (
+                self.memory_used.get(node.name, 0) + res.memory_mib > node.memory_total_mib):
+            return False
+        free = sum(1 for u in self.eligible(node, res) if u not in busy or u in freed)
+        return free >= res.gpus
 
     def _running_by_id(self) -> dict[int, Running]:
         if self._by_id is None:
@@ -84,8 +96,16 @@ class Preempting(Sharing):
             return None
         busy = self.busy
 
+        # a request the topology engine cannot refuse once enough devices are free (no GPU type, memory or NVLink
+        # constraint, not on a host group): the victim search counts devices and asks the engine only for the
+        # winner's claim below (the engine was 60% of a storm's round, for answers the count gives)
+        plain = (not res.gpu_types and not res.gpu_memory_mib and res.interconnect is Interconnect.ANY)
+
         def fits(name: str, freed: frozenset[str]) -> bool:
-            return self.fit(self.by_name[name], res, busy, freed=freed) is not None
+            node = self.by_name[name]
+            if plain and self.hosts(node) is None:
+                return self.room(node, res, busy, freed)
+            return self.fit(node, res, busy, freed=freed) is not None
 
         # (a server's answer holds for the next job of this shape until the round places or preempts there)
         chosen = self.victims().choose(pending_view(job), [n.name for n in nodes], fits, shape=qkey,
