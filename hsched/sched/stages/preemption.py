@@ -24,12 +24,13 @@ class Preempting(Sharing):
         self.victim_classes = frozenset(r.job.spec.qos for r in fleet.running if len(r.job.placement) == 1)
         self._choosable = (-1, frozenset[str]())
         self._by_id: dict[int, Running] | None = None
+        self._shared: dict[str, frozenset[int]] | None = None
 
     def victims(self) -> Victims:
         """The round's QoS victims, indexed once, on first need."""
         if self._victims is None:
             self._victims = Victims(self.fleet.rule, [running_view(r, {}, self.now) for r in self.fleet.running],
-                                    shared=self.sharing())
+                                    shared=self._shares())
         return self._victims
 
     def _node_stamp(self, name: str) -> tuple[int | None, int, int]:
@@ -48,6 +49,12 @@ class Preempting(Sharing):
             return False
         free = sum(1 for u in self.eligible(node, res) if u not in busy or u in freed)
         return free >= res.gpus
+
+    def _shares(self) -> dict[str, frozenset[int]]:
+        """`sharing()`, once a round: the running jobs do not change in a round (it was asked once per preemption)."""
+        if self._shared is None:
+            self._shared = self.sharing()
+        return self._shared
 
     def _running_by_id(self) -> dict[int, Running]:
         if self._by_id is None:
@@ -111,7 +118,7 @@ class Preempting(Sharing):
         chosen = self.victims().choose(pending_view(job), [n.name for n in nodes], fits, shape=qkey,
                                        stamp=self._node_stamp)
         if chosen is not None:
-            shares = self.sharing()
+            shares = self._shares()
             by_id = self._running_by_id()
             freed = frozenset(u for vid in chosen.victims for u in by_id[vid].devices
                               if u not in shares or shares[u] <= set(chosen.victims))
