@@ -944,9 +944,12 @@ class Store:
         return value
 
     def live_runs(self) -> list[Run]:
+        return [_run(r) for r in self.live_run_rows()]
+
+    def live_run_rows(self) -> list[sqlite3.Row]:
+        """The live runs' rows, by id, undecoded (`run_from_row`): `LiveRuns` decodes only the rows that changed."""
         marks = ",".join("?" * len(_LIVE))
-        return [_run(r) for r in self.db.execute(f"SELECT * FROM runs WHERE state IN ({marks}) ORDER BY id",
-                                                 _LIVE)]
+        return self.db.execute(f"SELECT * FROM runs WHERE state IN ({marks}) ORDER BY id", _LIVE).fetchall()
 
     # -------------------------------------------------------------------------------------- fair share
 
@@ -1049,6 +1052,10 @@ def job_from_row(row: sqlite3.Row) -> Job:
         array_id=row["array_id"],
         array_task=row["array_task"],
     )
+
+
+def run_from_row(row: sqlite3.Row) -> Run:
+    return _run(row)
 
 
 def _run(row: sqlite3.Row) -> Run:
