@@ -644,6 +644,13 @@ class Store:
         assert job is not None
         return job
 
+    def set_reasons(self, reasons: Sequence[tuple[int, str]]) -> None:
+        """Waiting jobs' reasons, all in one transaction (a round's waits: one commit, not one per job)."""
+        if reasons:
+            with self.tx() as db:
+                for job_id, reason in reasons:
+                    self._set_job(db, job_id, {"reason": reason})
+
     @staticmethod
     def _set_job(db: sqlite3.Connection, job_id: int, fields: dict[str, Any]) -> None:
         cols, args = [], []

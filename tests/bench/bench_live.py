@@ -132,21 +132,28 @@ async def whole_polls(lab: Lab, n: int) -> list[float]:
 @contextmanager
 def baseline(old: bool) -> Iterator[None]:
     """With `old`, the code before issue 33 where it changed: the preemption search of tests/sched/preempt_before.py
-    (per waiting job, over every candidate server, the topology engine asked for every candidate set)."""
+    (per waiting job, over every candidate server, the topology engine asked for every candidate set), and the live
+    runs decoded afresh at every read (the store's `live_runs`, not `LiveRuns`), one transaction per wait's reason."""
     if not old:
         yield
         return
+    from hsched.controller.state import LiveRuns
+    from hsched.controller.store import Store
     from hsched.sched.stages import preemption
     from tests.sched import preempt_before
 
-    now, room = preemption.Victims, preemption.Preempting.room
+    now, room, live, reasons = preemption.Victims, preemption.Preempting.room, LiveRuns.read, Store.set_reasons
     preemption.Victims = preempt_before.Victims  # type: ignore[misc,assignment]
     preemption.Preempting.room = preempt_before.room_by_placement  # type: ignore[method-assign,assignment]
+    LiveRuns.read = lambda self, store: store.live_runs()  # type: ignore[method-assign,assignment]
+    Store.set_reasons = lambda self, rs: [self.set_job(j, 0.0, reason=r) for j, r in rs]  # type: ignore[method-assign,assignment,misc]
     try:
         yield
     finally:
         preemption.Victims = now  # type: ignore[misc]
         preemption.Preempting.room = room  # type: ignore[method-assign]
+        LiveRuns.read = live  # type: ignore[method-assign]
+        Store.set_reasons = reasons  # type: ignore[method-assign]
 
 
 class Ticker:
