@@ -616,6 +616,14 @@ class Store:
             sql = f"SELECT * FROM ({sql.replace(' ORDER BY id', ' ORDER BY id DESC')} LIMIT {int(limit)}) ORDER BY id"
         return [job_from_row(r) for r in self.db.execute(sql, args).fetchall()]
 
+    def job_rows_by_id(self, ids: Sequence[int]) -> list[sqlite3.Row]:
+        """Raw rows of these jobs (those that exist), by id: what `JobCache` reads again after writes."""
+        out: list[sqlite3.Row] = []
+        for k in range(0, len(ids), 500):
+            part = list(ids[k:k + 500])
+            out += self.db.execute(f"SELECT * FROM jobs WHERE id IN ({','.join('?' * len(part))})", part).fetchall()
+        return sorted(out, key=lambda r: r["id"])
+
     def job_rows(self, *, active_only: bool, ended_since: float | None = None) -> list[sqlite3.Row]:
         """Raw rows for the fast queue listing (no dataclass round trip); with `ended_since`, also the jobs
         that ended after that time."""

@@ -18,13 +18,21 @@ async def test_a_round_reads_the_jobs_again_only_after_the_store_changed(tmp_pat
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     async with Lab.open(tmp_path) as lab:
         reads: list[int] = []
-        real = lab.ctl.store.job_rows
+        real, real_by_id = lab.ctl.store.job_rows, lab.ctl.store.job_rows_by_id
+        fetched: list[int] = []
 
         def counted(**kw: Any) -> Any:
             reads.append(1)
             return real(**kw)
 
+        def counted_by_id(ids: Any) -> Any:
+            # (issue 33: after the first read, only the rows written since are fetched)
+            reads.append(1)
+            fetched.extend(ids)
+            return real_by_id(ids)
+
         monkeypatch.setattr(lab.ctl.store, "job_rows", counted)
+        monkeypatch.setattr(lab.ctl.store, "job_rows_by_id", counted_by_id)
         jobs = [await lab.submit("x", gpus=4) for _ in range(3)]  # two start, one waits
         await lab.round()
         cache = launching.job_cache(lab.ctl)
@@ -39,6 +47,7 @@ async def test_a_round_reads_the_jobs_again_only_after_the_store_changed(tmp_pat
         await commands.set_priority(lab.ctl, jobs[0].id, 5)  # a running job's row changes, the waiting one's not
         await lab.round()
         assert len(reads) == before + 1
+        assert fetched[-1:] == [jobs[0].id]  # that row alone
         again = {j.id: j for j in cache.last.all}
         assert again[waiting.id] is waiting
         assert again[jobs[0].id] is not first[jobs[0].id] and again[jobs[0].id].spec.priority == 5
