@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -129,23 +130,49 @@ async def whole_polls(lab: Lab, n: int) -> list[float]:
 # ------------------------------------------------------------------------------------------------- churn (issue 33)
 
 
+_WHOLE: dict[int, dict[tuple[object, ...], object]] = {}
+
+
+def whole_read(self: Any, store: Any) -> Any:
+    """`JobCache.read` before issue 33: after any write, every active job's row fetched again (unchanged rows kept
+    their Job objects)."""
+    from hsched.controller.state import Jobs
+    from hsched.controller.store import job_from_row
+
+    changes = store.db.total_changes
+    if changes == self.last.changes:
+        return self.last
+    seen = _WHOLE.get(id(self), {})
+    rows: dict[tuple[object, ...], object] = {}
+    for r in store.job_rows(active_only=True):
+        key = tuple(r)
+        job = seen.get(key)
+        rows[key] = job if job is not None else job_from_row(r)
+    _WHOLE[id(self)] = rows
+    self.last = Jobs.of(changes, tuple(rows.values()))  # type: ignore[arg-type]
+    return self.last
+
+
 @contextmanager
 def baseline(old: bool) -> Iterator[None]:
     """With `old`, the code before issue 33 where it changed: the preemption search of tests/sched/preempt_before.py
     (per waiting job, over every candidate server, the topology engine asked for every candidate set), and the live
-    runs decoded afresh at every read (the store's `live_runs`, not `LiveRuns`), one transaction per wait's reason."""
+    runs decoded afresh at every read (the store's `live_runs`, not `LiveRuns`), one transaction per wait's reason, and
+    the job cache fetching every active row after any write (`whole_read`)."""
     if not old:
         yield
         return
-    from hsched.controller.state import LiveRuns
+    from hsched.controller.state import JobCache, LiveRuns
     from hsched.controller.store import Store
     from hsched.sched.stages import preemption
     from tests.sched import preempt_before
 
     now, room, live, reasons = preemption.Victims, preemption.Preempting.room, LiveRuns.read, Store.set_reasons
+    jobs_read = JobCache.read
     preemption.Victims = preempt_before.Victims  # type: ignore[misc,assignment]
     preemption.Preempting.room = preempt_before.room_by_placement  # type: ignore[method-assign,assignment]
     LiveRuns.read = lambda self, store: store.live_runs()  # type: ignore[method-assign,assignment]
+    JobCache.read = whole_read  # type: ignore[method-assign]
     Store.set_reasons = lambda self, rs: [self.set_job(j, 0.0, reason=r) for j, r in rs]  # type: ignore[method-assign,assignment,misc]
     try:
         yield
@@ -154,6 +181,7 @@ def baseline(old: bool) -> Iterator[None]:
         preemption.Preempting.room = room  # type: ignore[method-assign]
         LiveRuns.read = live  # type: ignore[method-assign]
         Store.set_reasons = reasons  # type: ignore[method-assign]
+        JobCache.read = jobs_read  # type: ignore[method-assign]
 
 
 class Ticker:
