@@ -79,3 +79,37 @@ async def test_fair_share_usage_is_read_again_when_it_may_have_moved(tmp_path: P
         await lab.submit("y", gpus=1, user="bob")  # a store change and a new user
         await lab.round()
         assert len(asked) == n + 2
+
+
+async def test_the_incremental_read_sees_what_a_whole_read_sees(tmp_path: Path) -> None:
+    """Issue 33: after the first read, the cache fetches only the rows written since (submits, starts, ends,
+    cancels, a priority change, a requeue); after each step it holds exactly what a whole read of the store gives,
+    in id order, and live runs likewise."""
+    from hsched.controller.store import job_from_row
+
+    async with Lab.open(tmp_path) as lab:
+        store, cache = lab.ctl.store, launching.job_cache(lab.ctl)
+
+        async def check() -> None:
+            got = await lab.ctl.db(cache.read, store)
+            whole = await lab.ctl.db(lambda: [job_from_row(r) for r in store.job_rows(active_only=True)])
+            assert list(got.all) == whole
+            runs = await lab.ctl.db(lab.ctl.state.live_runs.read, store)
+            assert runs == await lab.ctl.db(store.live_runs)
+
+        jobs = [await lab.submit("x", gpus=(1, 2, 4)[k % 3], user=f"u{k % 3}") for k in range(12)]
+        await check()
+        await lab.round()
+        await check()
+        running = [j for j in jobs if (await lab.job(j.id)).state is JobState.RUNNING]
+        await lab.finish(running[0].id)
+        await commands.cancel(lab.ctl, jobs[-1].id)
+        await commands.set_priority(lab.ctl, jobs[-2].id, 7)
+        await check()
+        await lab.round()
+        await check()
+        await lab.finish(running[1].id, exit_code=3)
+        await lab.submit("y", gpus=1, user="u9")
+        await lab.round()
+        await check()
+        assert len(cache.last.all) >= 10
