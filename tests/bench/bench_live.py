@@ -2,7 +2,8 @@
 
     nice python tests/bench/bench_live.py               # both running mixes, 512 GPUs, 2,000 pending; scaling
     nice python tests/bench/bench_live.py --quick       # fewer rounds, no scaling table
-    nice python tests/bench/bench_live.py --no-before   # without the in-run baseline (the round before issue 18)
+    nice python tests/bench/bench_live.py --no-before   # without the in-run baselines
+    nice python tests/bench/bench_live.py --mixes "" --no-scaling   # issue 33's churn and storm cases alone
 
 The real controller in-process (hsched.testing.Lab: a real SQLite store, fake nodes of simulated H100s, a fake
 clock), 64 nodes of 8 GPUs, the queue full of 2,000 waiting jobs of mixed sizes (1 to 8 GPUs), QoS classes and
@@ -20,7 +21,15 @@ twelve users, in two running mixes: 64 eight-GPU jobs, and 512 one-GPU jobs. It 
 * the scaling table: 500 -> 2,000 waiting jobs on 512 GPUs, and 128 -> 1,024 GPUs with 500 waiting, with the
   growth of the round's CPU time against the growth of the input;
 * the baseline measured in the same run: the pure round as it was before issue 18 (tests/sched/live_before.py)
-  on the same snapshot, against today's pure round (`hsched.sched.live.schedule`).
+  on the same snapshot, against today's pure round (`hsched.sched.live.schedule`);
+* churn (issue 33): 512 one-GPU jobs running, 2,000 waiting, 2 jobs end and 2 arrive before each poll; the whole
+  poll (`one_round`: watching, stops, snapshot, round, checks, writes) in CPU time of every thread, its on-loop
+  part (time.thread_time on the event loop's thread, the lag ticker's own wake-ups included) and the event loop's
+  lag p99 (`Ticker`: a task that sleeps 1 ms and records how late it woke), beside the code before issue 33
+  (`baseline`: the old job read, live-run read, per-wait transactions and preemption search) on a fleet filled
+  alike in the same run;
+* the preemption storm (issue 33): 512 GPUs of scavenger jobs, 2,000 normal jobs waiting (QoS preemption), the
+  pure round's median CPU beside the search before issue 33 (tests/sched/preempt_before.py), alternating.
 
 The acceptance (issue 18): round median <= 20 ms CPU and p99 <= 60 ms, ping p99 <= 20 ms while rounds run, and
 growth at most linear. The machine is shared and noisy: run it under `nice`, compare ratios.
