@@ -131,7 +131,7 @@ class Victims:
     only after a preemption or start there; the classes still choosable are counted, not recomputed.
     """
 
-    __slots__ = ("_answers", "_left", "_taken_on", "by_node", "rule", "shared", "taken")
+    __slots__ = ("_answers", "_left", "_shapes", "_taken_on", "by_node", "rule", "shared", "taken")
 
     def __init__(self, rule: PreemptRule, running: Iterable[JobView],
                  shared: Mapping[str, frozenset[int]] | None = None) -> None:
@@ -155,7 +155,9 @@ class Victims:
         self.taken: set[int] = set()
         self._left = left
         self._taken_on: dict[str, int] = {}
-        self._answers: dict[tuple[str, Hashable], tuple[object, int, list[JobView] | None]] = {}
+        self._answers: dict[tuple[str, int], tuple[object, int, list[JobView] | None]] = {}
+        self._shapes: dict[Hashable, int] = {}
+        """Shape -> a small number: a shape (a request's resources) hashed once a call, not once per server."""
 
     def classes(self) -> frozenset[str]:
         """The QoS classes of the jobs that may still be chosen."""
@@ -175,6 +177,7 @@ class Victims:
         if not allowed:
             return None
         memo = stamp is not None and shape is not None
+        sid = self._shapes.setdefault(shape, len(self._shapes)) if memo else 0
         best: tuple[tuple[int, int], str, list[JobView]] | None = None
         for node in nodes:
             lst = self.by_node.get(node)
@@ -183,12 +186,12 @@ class Victims:
             if memo:
                 assert stamp is not None
                 now = (stamp(node), self._taken_on.get(node, 0))
-                kept = self._answers.get((node, shape))
+                kept = self._answers.get((node, sid))
                 if kept is not None and kept[0] == now[0] and kept[1] == now[1]:
                     chosen = kept[2]
                 else:
                     chosen = self._search(lst, allowed, node, fits)
-                    self._answers[(node, shape)] = (now[0], now[1], chosen)
+                    self._answers[(node, sid)] = (now[0], now[1], chosen)
             else:
                 chosen = self._search(lst, allowed, node, fits)
             if chosen is None:
