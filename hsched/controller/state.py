@@ -115,12 +115,12 @@ class JobCache:
                 tail = next(reversed(rows), 0)
                 unsorted = False
                 for jid in ids:
-                    r = got.get(jid)
-                    if r is None or JobState(r["state"]).is_terminal():
+                    row = got.get(jid)
+                    if row is None or JobState(row["state"]).is_terminal():
                         rows.pop(jid, None)
                         continue
                     unsorted |= jid not in rows and jid < tail  # (an update keeps its place; a new id goes last)
-                    self._keep(r, rows.get(jid))
+                    self._keep(row, rows.get(jid))
                 if unsorted:
                     self.rows = dict(sorted(rows.items()))
         # (the temp table's own writes counted too: the mark is taken after them)
