@@ -159,6 +159,11 @@ async def _run_round(ctl: Controller) -> tuple[bool, int]:
     launches: list[tuple[Job, list[Run]]] = []
     async with ctl.lock:
         valid = await still_valid(ctl, inp, decisions)
+        # the waits' new reasons in one transaction (a storm or a fresh queue changes 2,000 at once: one commit
+        # each was one fsync each), written before the launches and preemptions, all under this lock
+        reasons = [(d.job_id, d.reason) for d in decisions if d.job_id in valid and isinstance(d, Wait)]
+        if reasons:
+            await ctl.db(ctl.store.set_reasons, reasons)
         for d in decisions:
             if d.job_id not in valid:
                 continue  # a wait with nothing new to say, or a decision that no longer holds
@@ -167,8 +172,7 @@ async def _run_round(ctl: Controller) -> tuple[bool, int]:
                 continue
             job = inp.by_id[d.job_id]
             if isinstance(d, Wait):
-                await ctl.db(ctl.store.set_job, job.id, inp.now, reason=d.reason)
-                continue
+                continue  # (its reason is written above)
             if isinstance(d, Preempt):
                 await ctl.db(ctl.store.set_job, job.id, inp.now, reason=EndReason.PREEMPTING.value,
                              event=("preempts", d.why))

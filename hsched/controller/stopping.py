@@ -50,7 +50,7 @@ async def send(ctl: Controller, job_id: int, sig: str, *, all_processes: bool, b
     answer is skipped (the plan's next step, or the lease, deals with it). `purpose` (a StopReason's value,
     "warning" or "checkpoint") is recorded on the node, where the job can read why it got the signal."""
     sent = False
-    for run in await ctl.db(ctl.store.live_runs):
+    for run in await ctl.db(ctl.state.live_runs.read, ctl.store):
         if run.job_id != job_id or run.handle is None:
             continue
         rt = ctl.nodes.get(run.node)

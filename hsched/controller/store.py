@@ -616,6 +616,14 @@ class Store:
             sql = f"SELECT * FROM ({sql.replace(' ORDER BY id', ' ORDER BY id DESC')} LIMIT {int(limit)}) ORDER BY id"
         return [job_from_row(r) for r in self.db.execute(sql, args).fetchall()]
 
+    def job_rows_by_id(self, ids: Sequence[int]) -> list[sqlite3.Row]:
+        """Raw rows of these jobs (those that exist), by id: what `JobCache` reads again after writes."""
+        out: list[sqlite3.Row] = []
+        for k in range(0, len(ids), 500):
+            part = list(ids[k:k + 500])
+            out += self.db.execute(f"SELECT * FROM jobs WHERE id IN ({','.join('?' * len(part))})", part).fetchall()
+        return sorted(out, key=lambda r: r["id"])
+
     def job_rows(self, *, active_only: bool, ended_since: float | None = None) -> list[sqlite3.Row]:
         """Raw rows for the fast queue listing (no dataclass round trip); with `ended_since`, also the jobs
         that ended after that time."""
@@ -643,6 +651,13 @@ class Store:
         job = self.get_job(job_id)
         assert job is not None
         return job
+
+    def set_reasons(self, reasons: Sequence[tuple[int, str]]) -> None:
+        """Waiting jobs' reasons, all in one transaction (a round's waits: one commit, not one per job)."""
+        if reasons:
+            with self.tx() as db:
+                for job_id, reason in reasons:
+                    self._set_job(db, job_id, {"reason": reason})
 
     @staticmethod
     def _set_job(db: sqlite3.Connection, job_id: int, fields: dict[str, Any]) -> None:
@@ -944,9 +959,12 @@ class Store:
         return value
 
     def live_runs(self) -> list[Run]:
+        return [_run(r) for r in self.live_run_rows()]
+
+    def live_run_rows(self) -> list[sqlite3.Row]:
+        """The live runs' rows, by id, undecoded (`run_from_row`): `LiveRuns` decodes only the rows that changed."""
         marks = ",".join("?" * len(_LIVE))
-        return [_run(r) for r in self.db.execute(f"SELECT * FROM runs WHERE state IN ({marks}) ORDER BY id",
-                                                 _LIVE)]
+        return self.db.execute(f"SELECT * FROM runs WHERE state IN ({marks}) ORDER BY id", _LIVE).fetchall()
 
     # -------------------------------------------------------------------------------------- fair share
 
@@ -1049,6 +1067,10 @@ def job_from_row(row: sqlite3.Row) -> Job:
         array_id=row["array_id"],
         array_task=row["array_task"],
     )
+
+
+def run_from_row(row: sqlite3.Row) -> Run:
+    return _run(row)
 
 
 def _run(row: sqlite3.Row) -> Run:

@@ -29,7 +29,7 @@ counts devices, the live controller asks the topology engine), passed in as a fu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -124,9 +124,14 @@ class Victims:
     Built once per round from the running jobs that hold one server each (a gang spread over servers is
     never a victim: stopping it frees devices on several). `choose` is called for each waiting job in the
     order the round serves them; victims chosen for one job are not offered to the next.
+
+    The search is linear in the running jobs per round, not per waiting job: a server's answer for a request
+    shape (`choose`'s `shape`) is kept until the server changes (its victims taken, or `stamp(server)` moved: the
+    caller's ledger of what the round placed there), so a storm of 2,000 waiting jobs asks each server again
+    only after a preemption or start there; the classes still choosable are counted, not recomputed.
     """
 
-    __slots__ = ("by_node", "rule", "shared", "taken")
+    __slots__ = ("_answers", "_left", "_shapes", "_taken_on", "by_node", "rule", "shared", "taken")
 
     def __init__(self, rule: PreemptRule, running: Iterable[JobView],
                  shared: Mapping[str, frozenset[int]] | None = None) -> None:
@@ -140,32 +145,55 @@ class Victims:
             if j.qos in targets and len(j.placement) == 1:
                 by_node.setdefault(j.placement[0].node, []).append(j)
         sharing = frozenset().union(*self.shared.values()) if self.shared else frozenset()
+        left: dict[str, int] = {}
         for lst in by_node.values():
             # (shared jobs first: inference on a slice is cheaper to stop than a training job's whole GPU)
             lst.sort(key=(lambda v: (v.id not in sharing, *least_important(v))) if sharing else least_important)
+            for v in lst:
+                left[v.qos] = left.get(v.qos, 0) + 1
         self.by_node = by_node
         self.taken: set[int] = set()
+        self._left = left
+        self._taken_on: dict[str, int] = {}
+        self._answers: dict[tuple[str, int], tuple[object, int, list[JobView] | None]] = {}
+        self._shapes: dict[Hashable, int] = {}
+        """Shape -> a small number: a shape (a request's resources) hashed once a call, not once per server."""
 
     def classes(self) -> frozenset[str]:
         """The QoS classes of the jobs that may still be chosen."""
-        return frozenset(v.qos for lst in self.by_node.values() for v in lst if v.id not in self.taken)
+        return frozenset(q for q, n in self._left.items() if n > 0)
 
-    def choose(self, job: JobView, nodes: Iterable[str], fits: Fits) -> Preempt | None:
+    def choose(self, job: JobView, nodes: Iterable[str], fits: Fits, *, shape: Hashable = None,
+               stamp: Callable[[str], object] | None = None) -> Preempt | None:
         """The best server's victims for `job`, marked taken; None when no server would do.
 
         `nodes`: the servers `job` may run on, in the caller's order of preference (the first of equals wins).
         `fits(node, freed)`: whether `job` fits `node` once `freed` (devices of victims there) are free.
+        `shape` and `stamp`: with both, a server's answer is kept for jobs of the same shape (what `fits` depends on
+        besides the server: the request and what it may use) while `stamp(server)` (what the round placed there)
+        and the server's victims stay the same.
         """
         allowed = self.rule.qos_preempts.get(job.qos)
         if not allowed:
             return None
+        memo = stamp is not None and shape is not None
+        sid = self._shapes.setdefault(shape, len(self._shapes)) if memo else 0
         best: tuple[tuple[int, int], str, list[JobView]] | None = None
         for node in nodes:
             lst = self.by_node.get(node)
             if not lst:
                 continue
-            cands = [v for v in lst if v.qos in allowed and v.id not in self.taken]
-            chosen = _fewest(cands, node, fits, self.shared) if cands else None
+            if memo:
+                assert stamp is not None
+                now = (stamp(node), self._taken_on.get(node, 0))
+                kept = self._answers.get((node, sid))
+                if kept is not None and kept[0] == now[0] and kept[1] == now[1]:
+                    chosen = kept[2]
+                else:
+                    chosen = self._search(lst, allowed, node, fits)
+                    self._answers[(node, sid)] = (now[0], now[1], chosen)
+            else:
+                chosen = self._search(lst, allowed, node, fits)
             if chosen is None:
                 continue
             key = (len(chosen), sum(len(v.placement[0].devices) for v in chosen))
@@ -174,10 +202,17 @@ class Victims:
         if best is None:
             return None
         _, node, chosen = best
-        self.taken.update(v.id for v in chosen)
+        for v in chosen:
+            self.taken.add(v.id)
+            self._left[v.qos] -= 1
+        self._taken_on[node] = self._taken_on.get(node, 0) + 1
         names = ", ".join(f"{v.id} ({v.qos})" for v in chosen)
         return Preempt(job.id, tuple(v.id for v in chosen), node,
                        f"job {job.id} ({job.qos}) needs {node}: preempting {names}")
+
+    def _search(self, lst: list[JobView], allowed: frozenset[str], node: str, fits: Fits) -> list[JobView] | None:
+        cands = [v for v in lst if v.qos in allowed and v.id not in self.taken]
+        return _fewest(cands, node, fits, self.shared) if cands else None
 
 
 def _devices(jobs: Iterable[JobView], shared: Mapping[str, frozenset[int]] | None = None) -> frozenset[str]:

@@ -2,7 +2,8 @@
 
     nice python tests/bench/bench_live.py               # both running mixes, 512 GPUs, 2,000 pending; scaling
     nice python tests/bench/bench_live.py --quick       # fewer rounds, no scaling table
-    nice python tests/bench/bench_live.py --no-before   # without the in-run baseline (the round before issue 18)
+    nice python tests/bench/bench_live.py --no-before   # without the in-run baselines
+    nice python tests/bench/bench_live.py --mixes "" --no-scaling   # issue 33's churn and storm cases alone
 
 The real controller in-process (hsched.testing.Lab: a real SQLite store, fake nodes of simulated H100s, a fake
 clock), 64 nodes of 8 GPUs, the queue full of 2,000 waiting jobs of mixed sizes (1 to 8 GPUs), QoS classes and
@@ -20,7 +21,15 @@ twelve users, in two running mixes: 64 eight-GPU jobs, and 512 one-GPU jobs. It 
 * the scaling table: 500 -> 2,000 waiting jobs on 512 GPUs, and 128 -> 1,024 GPUs with 500 waiting, with the
   growth of the round's CPU time against the growth of the input;
 * the baseline measured in the same run: the pure round as it was before issue 18 (tests/sched/live_before.py)
-  on the same snapshot, against today's pure round (`hsched.sched.live.schedule`).
+  on the same snapshot, against today's pure round (`hsched.sched.live.schedule`);
+* churn (issue 33): 512 one-GPU jobs running, 2,000 waiting, 2 jobs end and 2 arrive before each poll; the whole
+  poll (`one_round`: watching, stops, snapshot, round, checks, writes) in CPU time of every thread, its on-loop
+  part (time.thread_time on the event loop's thread, the lag ticker's own wake-ups included) and the event loop's
+  lag p99 (`Ticker`: a task that sleeps 1 ms and records how late it woke), beside the code before issue 33
+  (`baseline`: the old job read, live-run read, per-wait transactions and preemption search) on a fleet filled
+  alike in the same run;
+* the preemption storm (issue 33): 512 GPUs of scavenger jobs, 2,000 normal jobs waiting (QoS preemption), the
+  pure round's median CPU beside the search before issue 33 (tests/sched/preempt_before.py), alternating.
 
 The acceptance (issue 18): round median <= 20 ms CPU and p99 <= 60 ms, ping p99 <= 20 ms while rounds run, and
 growth at most linear. The machine is shared and noisy: run it under `nice`, compare ratios.
@@ -39,8 +48,10 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -55,6 +66,8 @@ from hsched.testing import CannedNode, Lab
 MODEL = "NVIDIA H100 80GB HBM3"
 GOALS = {"round median": 20.0, "round p99": 60.0, "ping p99": 20.0}
 """ms: issue 18's acceptance."""
+GOALS_33 = {"churn poll median": 25.0, "churn on-loop median": 5.0, "churn lag p99": 10.0, "storm round": 50.0}
+"""ms: issue 33's acceptance."""
 
 
 def pct(values: Sequence[float], p: float) -> float:
@@ -120,6 +133,147 @@ async def whole_polls(lab: Lab, n: int) -> list[float]:
         await one_round(lab.ctl)
         out.append(time.process_time() - t)
         await lab.settle_tasks()
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- churn (issue 33)
+
+
+_WHOLE: dict[int, dict[tuple[object, ...], object]] = {}
+
+
+def whole_read(self: Any, store: Any) -> Any:
+    """`JobCache.read` before issue 33: after any write, every active job's row fetched again (unchanged rows kept
+    their Job objects)."""
+    from hsched.controller.state import Jobs
+    from hsched.controller.store import job_from_row
+
+    changes = store.db.total_changes
+    if changes == self.last.changes:
+        return self.last
+    seen = _WHOLE.get(id(self), {})
+    rows: dict[tuple[object, ...], object] = {}
+    for r in store.job_rows(active_only=True):
+        key = tuple(r)
+        job = seen.get(key)
+        rows[key] = job if job is not None else job_from_row(r)
+    _WHOLE[id(self)] = rows
+    self.last = Jobs.of(changes, tuple(rows.values()))  # type: ignore[arg-type]
+    return self.last
+
+
+@contextmanager
+def baseline(old: bool) -> Iterator[None]:
+    """With `old`, the code before issue 33 where it changed: the preemption search of tests/sched/preempt_before.py
+    (per waiting job, over every candidate server, the topology engine asked for every candidate set), and the live
+    runs decoded afresh at every read (the store's `live_runs`, not `LiveRuns`), one transaction per wait's reason, and
+    the job cache fetching every active row after any write (`whole_read`)."""
+    if not old:
+        yield
+        return
+    from hsched.controller.state import JobCache, LiveRuns
+    from hsched.controller.store import Store
+    from hsched.sched.stages import preemption
+    from tests.sched import preempt_before
+
+    now, room, live, reasons = preemption.Victims, preemption.Preempting.room, LiveRuns.read, Store.set_reasons
+    jobs_read = JobCache.read
+    preemption.Victims = preempt_before.Victims  # type: ignore[misc,assignment]
+    preemption.Preempting.room = preempt_before.room_by_placement  # type: ignore[method-assign,assignment]
+    LiveRuns.read = lambda self, store: store.live_runs()  # type: ignore[method-assign,assignment]
+    JobCache.read = whole_read  # type: ignore[method-assign]
+    Store.set_reasons = lambda self, rs: [self.set_job(j, 0.0, reason=r) for j, r in rs]  # type: ignore[method-assign,assignment,misc]
+    try:
+        yield
+    finally:
+        preemption.Victims = now  # type: ignore[misc]
+        preemption.Preempting.room = room  # type: ignore[method-assign]
+        LiveRuns.read = live  # type: ignore[method-assign]
+        Store.set_reasons = reasons  # type: ignore[method-assign]
+        JobCache.read = jobs_read  # type: ignore[method-assign]
+
+
+class Ticker:
+    """A task on the event loop that wakes every `every_s` and records how late it woke: the event loop's lag as any
+    request would see it (only the samples taken while `on` is set count)."""
+
+    def __init__(self, every_s: float = 0.001) -> None:
+        self.every_s = every_s
+        self.on = False
+        self.lags: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            due = loop.time() + self.every_s
+            await asyncio.sleep(self.every_s)
+            if self.on:
+                self.lags.append(max(0.0, loop.time() - due))
+
+    def __enter__(self) -> Ticker:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+
+async def churn_polls(lab: Lab, n: int, *, ends: int = 2, arrivals: int = 2, seed: int = 1
+                      ) -> tuple[list[float], list[float], list[float]]:
+    """`n` whole polls (`one_round`) after `ends` running jobs ended and `arrivals` jobs were submitted before each:
+    (CPU seconds of the whole poll, every thread counted; CPU seconds of the event loop's thread during it; the
+    event loop's lag samples while it ran)."""
+    rng = random.Random(seed)
+    users = [f"u{k:02d}" for k in range(12)]
+    whole, on_loop = [], []
+    with Ticker() as ticker:
+        for _ in range(n):
+            running = await lab.ctl.db(lab.ctl.store.jobs, states=[JobState.RUNNING])
+            for j in rng.sample(running, min(ends, len(running))):
+                await lab.finish(j.id)
+            for _ in range(arrivals):
+                await lab.submit("train", gpus=rng.choice((1, 1, 1, 2)), user=rng.choice(users))
+            lab.clock.advance(0.5)
+            await lab.beat()
+            await asyncio.sleep(0.005)  # the ticker runs before the poll: its lag is the poll's
+            ticker.on = True
+            t, tt = time.process_time(), time.thread_time()
+            await one_round(lab.ctl)
+            whole.append(time.process_time() - t)
+            on_loop.append(time.thread_time() - tt)
+            ticker.on = False
+            await lab.settle_tasks()
+    return whole, on_loop, ticker.lags
+
+
+async def churn(args: argparse.Namespace) -> dict[str, float]:
+    """Issue 33's churn case: 2,000 waiting x 512 GPUs (one-GPU jobs running), 2 ends and 2 arrivals before each
+    poll; the whole poll's CPU, its on-loop part and the event loop's lag, the baseline (`--baseline-path`: the
+    code before issue 33) measured in the same run on a fleet filled alike."""
+    out: dict[str, float] = {}
+    sides = [("now", False)] + ([("before", True)] if args.before else [])
+    got: dict[str, tuple[list[float], list[float], list[float]]] = {}
+    for side, old in sides:
+        with tempfile.TemporaryDirectory() as tmp, baseline(old):
+            async with Lab.open(Path(tmp), nodes=lab_nodes(512), settings=Settings()) as lab:
+                await fill(lab, gpus=512, pending=2000, mix="1")
+                await churn_polls(lab, 3)  # (warm-up: the first ends' records)
+                got[side] = await churn_polls(lab, args.rounds)
+    print("\nchurn (issue 33): 512 GPUs (one-GPU jobs), 2,000 waiting, 2 ends and 2 arrivals before each poll")
+    for side, (whole, loop, lags) in got.items():
+        print(f"  {side:6s} whole poll CPU ms: median {ms(statistics.median(whole))}  p99 {ms(pct(whole, 99))}   "
+              f"on the loop: median {ms(statistics.median(loop))}  p99 {ms(pct(loop, 99))}   "
+              f"loop lag p99 {ms(pct(lags, 99))}  max {ms(max(lags))}  ({len(whole)} polls, {len(lags)} ticks)")
+    whole, loop, lags = got["now"]
+    out = {"churn poll median": statistics.median(whole) * 1000, "churn on-loop median": statistics.median(loop) * 1000,
+           "churn lag p99": pct(lags, 99) * 1000}
+    if "before" in got:
+        bw, bl, blag = got["before"]
+        print(f"  ratio now/before: whole poll median {statistics.median(whole) / statistics.median(bw):.2f}x, "
+              f"on the loop {statistics.median(loop) / statistics.median(bl):.2f}x, "
+              f"lag p99 {pct(lags, 99) / max(pct(blag, 99), 1e-9):.2f}x")
     return out
 
 
@@ -240,39 +394,55 @@ def cpu_of(fn: Callable[[], object]) -> float:
     return time.process_time() - t
 
 
-def storm(before: bool) -> None:
-    """The pure round when QoS preemption has work: 512 GPUs of scavenger jobs, 2,000 normal jobs waiting (normal
-    preempts scavenger), so every waiting job searches for victims (the search was 69% of a round in issue 18)."""
+def storm_case(gpus: int = 512, waiting: int = 2000) -> tuple[object, list[object]]:
+    """(view, queue) of a QoS preemption storm: `gpus` GPUs (8 a server) of one-GPU scavenger jobs, `waiting` normal
+    jobs of 1-8 GPUs waiting (normal preempts scavenger). Also tests/sched/test_storm_decisions.py's case."""
     from hsched.config import DEFAULT_QOS_TABLE, SimulatedDevices
     from hsched.model import Job, JobSpec, Node, NodeState, Placement, Resources
-    from hsched.sched.live import FleetView, Preempt, PreemptRule, Running, schedule
+    from hsched.sched.live import FleetView, PreemptRule, Running
     from hsched.simulated import simulated_devices
 
     nodes = []
-    for k in range(64):
+    for k in range(gpus // 8):
         devices, links = simulated_devices(f"n{k:03d}", SimulatedDevices(model=MODEL, count=8, topology="nvswitch"))
         nodes.append(Node(f"n{k:03d}", "fake", NodeState.UP, cpus=128, memory_total_mib=1 << 20, devices=devices,
                           links=links))
-    running = [Running(Job(10_000 + i, JobSpec(command=("x",), qos="scavenger", resources=Resources(gpus=1)),
+    running = [Running(Job(10_000 + i, JobSpec(command=("x",), qos="scavenger", resources=Resources(gpus=1),
+                                               priority=(0, 0, 5)[i % 3]),
                            f"u{i % 5}", JobState.RUNNING, "", 0.0, start_time=float(i % 100),
                            placement=(Placement(d[0], (d[1],)),)), float(i % 100))
                for i, d in enumerate((n.name, dev.uuid) for n in nodes for dev in n.devices)]
     queue = [Job(q, JobSpec(command=("x",), qos="normal", resources=Resources(gpus=(1, 1, 2, 4, 8)[q % 5])),
-                 f"v{q % 7}", JobState.PENDING, "", float(q)) for q in range(1, 2001)]
+                 f"v{q % 7}", JobState.PENDING, "", float(q)) for q in range(1, waiting + 1)]
     view = FleetView(tuple(nodes), frozenset(u for r in running for u in r.devices), {}, tuple(running),
                      rule=PreemptRule.from_qos(DEFAULT_QOS_TABLE), policy="hsched")
-    decisions: list[object] = []
-    now_s = cpu_of(lambda: decisions.extend(schedule(view, queue, 1000.0)))
-    n = sum(isinstance(d, Preempt) for d in decisions)
-    line = f"\npreemption storm (pure round): 512 scavenger GPUs, 2,000 normal jobs waiting: {now_s * 1000:,.0f} ms CPU"
-    if before:
-        from tests.sched import live_before
+    return view, queue  # type: ignore[return-value]
 
-        old = live_before.FleetView(view.nodes, view.busy, {}, tuple(live_before.Running(r.job, r.started)
-                                                                     for r in running), rule=view.rule, policy="hsched")
-        then_s = cpu_of(lambda: live_before.schedule(old, queue, 1000.0))
-        line += f"; before issue 18 {then_s * 1000:,.0f} ms ({then_s / now_s:,.1f}x)"
+
+def storm(before: bool, repeat: int = 5) -> float:
+    """The pure round when QoS preemption has work (`storm_case`), so every waiting job may search for victims (the
+    search was 69% of a round in issue 18); median CPU ms of `repeat` rounds, and the search before issue 33 on the
+    same case, alternating."""
+    from hsched.sched.live import Preempt, schedule
+
+    view, queue = storm_case()
+    now_s, then_s, n = [], [], 0
+    for _ in range(repeat):
+        t = time.process_time()
+        decisions = schedule(view, queue, 1000.0)  # type: ignore[arg-type]
+        now_s.append(time.process_time() - t)
+        n = sum(isinstance(d, Preempt) for d in decisions)
+        if before:
+            with baseline(True):
+                then_s.append(cpu_of(lambda: schedule(view, queue, 1000.0)))  # type: ignore[arg-type]
+    now = statistics.median(now_s)
+    line = (f"\npreemption storm (pure round): 512 scavenger GPUs, 2,000 normal jobs waiting: {now * 1000:,.1f} ms "
+            f"CPU (median of {repeat})")
+    if before:
+        then = statistics.median(then_s)
+        line += f"; before issue 33 {then * 1000:,.1f} ms (now/before {now / then:.2f}x)"
     print(f"{line}; {n} preemptions decided")
+    return now * 1000
 
 
 # ------------------------------------------------------------------------------------------------- scenarios
@@ -345,14 +515,22 @@ async def scaling(args: argparse.Namespace) -> None:
 
 async def main_async(args: argparse.Namespace) -> int:
     worst: dict[str, float] = {}
-    for mix in args.mixes.split(","):
+    for mix in filter(None, args.mixes.split(",")):
         got = await headline(mix, args)
         for k, v in got.items():
             worst[k] = max(worst.get(k, 0.0), v)
-    storm(args.before)
-    print("\nacceptance (issue 18), worst of the mixes:")
+    if args.churn:
+        worst.update(await churn(args))
+    worst["storm round"] = storm(args.before)
+    if any(k in worst for k in GOALS):
+        print("\nacceptance (issue 18), worst of the mixes:")
     for k, goal in GOALS.items():
-        print(f"  {k:13s} {worst[k]:8.1f} ms  (goal <= {goal:g} ms)  {'OK' if worst[k] <= goal else 'OVER'}")
+        if k in worst:
+            print(f"  {k:13s} {worst[k]:8.1f} ms  (goal <= {goal:g} ms)  {'OK' if worst[k] <= goal else 'OVER'}")
+    print("acceptance (issue 33):")
+    for k, goal in GOALS_33.items():
+        if k in worst:
+            print(f"  {k:20s} {worst[k]:8.1f} ms  (goal <= {goal:g} ms)  {'OK' if worst[k] <= goal else 'OVER'}")
     if args.scaling:
         await scaling(args)
     return 0
@@ -368,6 +546,7 @@ def main() -> int:
     ap.add_argument("--no-scaling", dest="scaling", action="store_false", help="skip the scaling table")
     ap.add_argument("--no-before", dest="before", action="store_false",
                     help="skip the in-run baseline (the pure round before issue 18)")
+    ap.add_argument("--no-churn", dest="churn", action="store_false", help="skip the churn case (issue 33)")
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.scaling = min(args.rounds, 10), False

@@ -18,13 +18,21 @@ async def test_a_round_reads_the_jobs_again_only_after_the_store_changed(tmp_pat
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     async with Lab.open(tmp_path) as lab:
         reads: list[int] = []
-        real = lab.ctl.store.job_rows
+        real, real_by_id = lab.ctl.store.job_rows, lab.ctl.store.job_rows_by_id
+        fetched: list[int] = []
 
         def counted(**kw: Any) -> Any:
             reads.append(1)
             return real(**kw)
 
+        def counted_by_id(ids: Any) -> Any:
+            # (issue 33: after the first read, only the rows written since are fetched)
+            reads.append(1)
+            fetched.extend(ids)
+            return real_by_id(ids)
+
         monkeypatch.setattr(lab.ctl.store, "job_rows", counted)
+        monkeypatch.setattr(lab.ctl.store, "job_rows_by_id", counted_by_id)
         jobs = [await lab.submit("x", gpus=4) for _ in range(3)]  # two start, one waits
         await lab.round()
         cache = launching.job_cache(lab.ctl)
@@ -39,6 +47,7 @@ async def test_a_round_reads_the_jobs_again_only_after_the_store_changed(tmp_pat
         await commands.set_priority(lab.ctl, jobs[0].id, 5)  # a running job's row changes, the waiting one's not
         await lab.round()
         assert len(reads) == before + 1
+        assert fetched[-1:] == [jobs[0].id]  # that row alone
         again = {j.id: j for j in cache.last.all}
         assert again[waiting.id] is waiting
         assert again[jobs[0].id] is not first[jobs[0].id] and again[jobs[0].id].spec.priority == 5
@@ -70,3 +79,37 @@ async def test_fair_share_usage_is_read_again_when_it_may_have_moved(tmp_path: P
         await lab.submit("y", gpus=1, user="bob")  # a store change and a new user
         await lab.round()
         assert len(asked) == n + 2
+
+
+async def test_the_incremental_read_sees_what_a_whole_read_sees(tmp_path: Path) -> None:
+    """Issue 33: after the first read, the cache fetches only the rows written since (submits, starts, ends,
+    cancels, a priority change, a requeue); after each step it holds exactly what a whole read of the store gives,
+    in id order, and live runs likewise."""
+    from hsched.controller.store import job_from_row
+
+    async with Lab.open(tmp_path) as lab:
+        store, cache = lab.ctl.store, launching.job_cache(lab.ctl)
+
+        async def check() -> None:
+            got = await lab.ctl.db(cache.read, store)
+            whole = await lab.ctl.db(lambda: [job_from_row(r) for r in store.job_rows(active_only=True)])
+            assert list(got.all) == whole
+            runs = await lab.ctl.db(lab.ctl.state.live_runs.read, store)
+            assert runs == await lab.ctl.db(store.live_runs)
+
+        jobs = [await lab.submit("x", gpus=(1, 2, 4)[k % 3], user=f"u{k % 3}") for k in range(12)]
+        await check()
+        await lab.round()
+        await check()
+        running = [j for j in jobs if (await lab.job(j.id)).state is JobState.RUNNING]
+        await lab.finish(running[0].id)
+        await commands.cancel(lab.ctl, jobs[-1].id)
+        await commands.set_priority(lab.ctl, jobs[-2].id, 7)
+        await check()
+        await lab.round()
+        await check()
+        await lab.finish(running[1].id, exit_code=3)
+        await lab.submit("y", gpus=1, user="u9")
+        await lab.round()
+        await check()
+        assert len(cache.last.all) >= 10

@@ -4,9 +4,9 @@ cancel under way) are claimed by the next job that fits them. Gangs never preemp
 
 from __future__ import annotations
 
-from hsched.model import Job, Node, Resources
+from hsched.model import Interconnect, Job, Node, Resources
 from hsched.sched.cache import RoundCache
-from hsched.sched.fleet import Decision, DeviceChooser, FleetView, Wait
+from hsched.sched.fleet import Decision, DeviceChooser, FleetView, Running, Wait
 from hsched.sched.preempt import Victims
 from hsched.sched.stages.sharing import Sharing
 from hsched.sched.stages.views import pending_view, running_view
@@ -23,13 +23,43 @@ class Preempting(Sharing):
         # never searches for victims
         self.victim_classes = frozenset(r.job.spec.qos for r in fleet.running if len(r.job.placement) == 1)
         self._choosable = (-1, frozenset[str]())
+        self._by_id: dict[int, Running] | None = None
+        self._shared: dict[str, frozenset[int]] | None = None
 
     def victims(self) -> Victims:
         """The round's QoS victims, indexed once, on first need."""
         if self._victims is None:
             self._victims = Victims(self.fleet.rule, [running_view(r, {}, self.now) for r in self.fleet.running],
-                                    shared=self.sharing())
+                                    shared=self._shares())
         return self._victims
+
+    def _node_stamp(self, name: str) -> tuple[int | None, int, int]:
+        """What the round placed on a server so far: its devices' free count (the round's busy devices only grow,
+        `hold`), CPUs and host memory promised; `fit`'s answer there depends on nothing else the round changes."""
+        return self.free.get(name), self.cpus_used.get(name, 0), self.memory_used.get(name, 0)
+
+    def room(self, node: Node, res: Resources, busy: set[str], freed: frozenset[str]) -> bool:
+        """`fit(node, res, busy, freed=freed) is not None` for a request without device constraints, by counting:
+        the same CPU and host memory checks, then enough eligible devices free or freed."""
+        used = self.cpus_used.get(node.name, 0)
+        if res.cpus is not None and node.cpus is not None and used + res.cpus > node.cpus:
+            return False
+        if res.memory_mib and node.memory_total_mib is not None and (
+                self.memory_used.get(node.name, 0) + res.memory_mib > node.memory_total_mib):
+            return False
+        free = sum(1 for u in self.eligible(node, res) if u not in busy or u in freed)
+        return free >= res.gpus
+
+    def _shares(self) -> dict[str, frozenset[int]]:
+        """`sharing()`, once a round: the running jobs do not change in a round (it was asked once per preemption)."""
+        if self._shared is None:
+            self._shared = self.sharing()
+        return self._shared
+
+    def _running_by_id(self) -> dict[int, Running]:
+        if self._by_id is None:
+            self._by_id = {r.id: r for r in self.fleet.running}
+        return self._by_id
 
     def choosable(self) -> frozenset[str]:
         """The QoS classes of the running jobs still free to be chosen as victims."""
@@ -73,13 +103,24 @@ class Preempting(Sharing):
             return None
         busy = self.busy
 
-        def fits(name: str, freed: frozenset[str]) -> bool:
-            return self.fit(self.by_name[name], res, busy, freed=freed) is not None
+        # a request the topology engine cannot refuse once enough devices are free (no GPU type, memory or NVLink
+        # constraint, not on a host group): the victim search counts devices and asks the engine only for the
+        # winner's claim below (the engine was 60% of a storm's round, for answers the count gives)
+        plain = (not res.gpu_types and not res.gpu_memory_mib and res.interconnect is Interconnect.ANY)
 
-        chosen = self.victims().choose(pending_view(job), [n.name for n in nodes], fits)
+        def fits(name: str, freed: frozenset[str]) -> bool:
+            node = self.by_name[name]
+            if plain and self.hosts(node) is None:
+                return self.room(node, res, busy, freed)
+            return self.fit(node, res, busy, freed=freed) is not None
+
+        # (a server's answer holds for the next job of this shape until the round places or preempts there)
+        chosen = self.victims().choose(pending_view(job), [n.name for n in nodes], fits, shape=qkey,
+                                       stamp=self._node_stamp)
         if chosen is not None:
-            shares = self.sharing()
-            freed = frozenset(u for r in self.fleet.running if r.id in chosen.victims for u in r.devices
+            shares = self._shares()
+            by_id = self._running_by_id()
+            freed = frozenset(u for vid in chosen.victims for u in by_id[vid].devices
                               if u not in shares or shares[u] <= set(chosen.victims))
             claim = self.fit(self.by_name[chosen.node], res, busy, freed=freed)
             self.hold(claim.devices if claim is not None else ())  # the victims are taken, in any case
