@@ -16,6 +16,7 @@ from hsched.sched.limits import QosLimits
 from hsched.sched.preempt import PreemptRule
 from hsched.sched.throughput import ThroughputModel
 from hsched.sched.view import QOS_RANK, Preempt, qos_rank
+from hsched.topo.fabric import Fabric
 from hsched.topo.models import DEFAULT_CATALOG, lookup_model
 from hsched.topo.place import place_on_node
 
@@ -63,6 +64,8 @@ class FleetView:
     user_usage: Mapping[str, float] | None = None
     """Fair share's usage per user: decayed GPU-seconds of the store's runs, running ones up to now, per equal
     share (hsched.learn.fairshare.policy_usage). None (a view built by hand): the running jobs' GPU-seconds."""
+    fabric: Fabric = field(default_factory=Fabric)
+    """The fleet's switch layout (hsched.topo.fabric): a gang across nodes is placed by it and the nodes' NICs."""
     labels: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """Node name -> its labels (the fleet file's `[[node]] labels`), what `--constraint` is matched against."""
     absent_users: Mapping[str, frozenset[str]] = field(default_factory=dict)
