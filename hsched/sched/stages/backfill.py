@@ -7,19 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from hsched.model import Job, Node, Placement, Resources
+from hsched.model import Job, Node, Placement
 from hsched.sched.cache import RoundCache
 from hsched.sched.fleet import Decision, DeviceChooser, FleetView, Launch, Wait
 from hsched.sched.placement import fragmentation_key
 from hsched.sched.stages.eligibility import host_memory_per_gpu
+from hsched.sched.stages.fabric import gang_on_fabric, on_fabric
 from hsched.sched.stages.groups import gang_on_group
 from hsched.sched.stages.reservation import Reserving
-from hsched.topo.fabric import best_gang, node_nics
-
-
-def indices(node: Node, p: Placement) -> list[int]:
-    """The device indices of a share (what a NIC's `near` names)."""
-    return [d.index for u in p.devices if (d := node.device(u)) is not None]
 
 
 class Round(Reserving):
@@ -58,8 +53,14 @@ class Round(Reserving):
                                           fragmentation_key(link(n), len(n.devices), free[n.name], g)))
         else:
             nodes = self.ranked(job)
-        if res.nodes > 1 and (self.fleet.fabric.switches or any(n.nics for n in nodes)):
-            chosen = self.gang_on_fabric(job, nodes, busy)
+        if res.nodes > 1 and on_fabric(self.fleet.fabric, nodes):
+            # the network between nodes is known: the nodes of least modelled cost (hsched.sched.stages.fabric)
+            eligible = self.eligible
+            chosen = gang_on_fabric(
+                self.fleet.fabric, res.nodes, res.gpus, nodes,
+                lambda n, among: self.fit(n, res, busy, among),
+                lambda n: [u for u in eligible(n, res) if u not in busy],
+                (lambda p: self.leaves_data_room(job, (p,))) if self.data_held else None)
             if chosen is not None:
                 return chosen
         # a gang goes whole to one Slurm node group (each share on another of its Slurm nodes), or to distinct
@@ -89,44 +90,6 @@ class Round(Reserving):
         self.miss(key)
         return None
 
-
-    def gang_on_fabric(self, job: Job, nodes: list[Node], busy: frozenset[str] | set[str]
-                       ) -> tuple[Placement, ...] | None:
-        """A gang across distinct (non-Slurm) nodes of a fleet whose network is known: each node's share as the
-        intra-node placer gives it (or on the GPUs PCIe-near one of its faster active NICs, where that reaches a
-        NIC the plain share does not), then the nodes of least cost (hsched.topo.fabric: the bottleneck of NIC
-        rates and switch uplinks, then the switch hops; the round's order among equals). None: no k nodes fit
-        here (the plain search below then tries Slurm groups)."""
-        res = job.spec.resources
-        shares: list[tuple[Node, Placement]] = []
-        for node in nodes:
-            if node.executor == "slurm":
-                continue
-            p = self.fit(node, res, busy)
-            if p is None:
-                continue
-            if node.nics:
-                p = self.nearer_share(node, res, busy, p)
-            if self.data_held and not self.leaves_data_room(job, (p,)):
-                continue
-            shares.append((node, p))
-        picked = best_gang(self.fleet.fabric, [(n, indices(n, p)) for n, p in shares], res.nodes)
-        if picked is None:
-            return None
-        return tuple(shares[i][1] for i in picked[0])
-
-    def nearer_share(self, node: Node, res: Resources, busy: frozenset[str] | set[str], plain: Placement
-                     ) -> Placement:
-        """`plain`, or a share on the GPUs near a NIC that gives the node more bandwidth (the stated cost)."""
-        best, best_bw = plain, node_nics(node, indices(node, plain))[0]
-        by_index = {d.index: d.uuid for d in node.devices}
-        for nic in sorted((x for x in node.nics if x.active and x.near), key=lambda x: -x.rate_gbps):
-            if nic.rate_gbps <= best_bw or len(nic.near) < res.gpus:
-                continue
-            p = self.fit(node, res, busy, frozenset(by_index[i] for i in nic.near if i in by_index))
-            if p is not None and (bw := node_nics(node, indices(node, p))[0]) > best_bw:
-                best, best_bw = p, bw
-        return best
 
     def settle_all(self, jobs: Iterable[Job], reasons: Mapping[int, str]) -> list[Decision]:
         """`settle` each job in turn. While nothing is free or being released (`quiet`), a job that needs GPUs and
