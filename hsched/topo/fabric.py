@@ -75,9 +75,14 @@ class GangCost:
         """Smaller is better."""
         return (-self.bandwidth_gbps, self.hops)
 
+    leaves: tuple[str, ...] = ()
+    """The leaf switches the gang's nodes sit under (empty: no layout declared)."""
+
     def explain(self) -> str:
-        used = "; ".join(f"{n}: {','.join(x.name for x in nics) or 'no NIC'}" for n, nics in self.nics.items())
-        return f"modelled inter-node bandwidth {self.bandwidth_gbps:g} Gb/s over {self.hops} switch hop(s) ({used})"
+        where = f"under leaf {self.leaves[0]}" if len(self.leaves) == 1 else (
+            f"across leaves {', '.join(self.leaves)}" if self.leaves else "no switch layout")
+        return (f"gang of {len(self.nics)} nodes: modelled inter-node bandwidth {self.bandwidth_gbps:g} Gb/s "
+                f"(the least of the NIC rates and switch uplinks), {self.hops} switch hops, {where}")
 
 
 def node_nics(node: Node, devices: Iterable[int]) -> tuple[float, tuple[Nic, ...]]:
@@ -127,7 +132,8 @@ def gang_cost(fabric: Fabric, shares: Sequence[tuple[Node, Sequence[int]]]) -> G
             bw = min(bw, r)
     if bw == float("inf"):
         bw = 0.0
-    return GangCost(bandwidth_gbps=bw, hops=hops, nics=nics)
+    leaves = tuple(dict.fromkeys(p[0] for p in paths if p))
+    return GangCost(bandwidth_gbps=bw, hops=hops, nics=nics, leaves=leaves)
 
 
 def best_gang(fabric: Fabric, candidates: Sequence[tuple[Node, Sequence[int]]], k: int

@@ -158,5 +158,10 @@ def test_the_fabric_changes_the_choice(tmp_path: Path) -> None:
             # and the share sits on a GPU near the NIC
             index = {d.uuid: d.index for rt in lab.ctl.nodes.values() for d in rt.node.devices}
             assert all(index[u] in (0, 1) for r in runs for u in r.devices)
+            # `hsched show`'s "why there" names the modelled bandwidth and the NICs
+            shown = (await lab.job(job.id)).placement
+            why = "; ".join(p.explanation for p in shown)
+            assert "modelled inter-node bandwidth 400 Gb/s" in why and "under leaf L2" in why
+            assert why.count("NIC mlx5_0") == 2
 
     asyncio.run(go())

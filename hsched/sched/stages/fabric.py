@@ -6,6 +6,7 @@ equals). Used by the plan's placer and by backfill alike. Pure: no I/O."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 
 from hsched.model import Node, Placement
 from hsched.topo.fabric import Fabric, best_gang, node_nics
@@ -63,4 +64,14 @@ def gang_on_fabric(fabric: Fabric, need: int, gpus: int, nodes: Sequence[Node], 
     picked = best_gang(fabric, [(n, indices(n, p)) for n, p in shares], need)
     if picked is None:
         return None
-    return tuple(shares[i][1] for i in picked[0])
+    chosen, cost = picked
+    # `hsched show` joins the shares' explanations: the gang's cost once (on the first), each node's NICs on its own
+    out = []
+    for k, i in enumerate(chosen):
+        node, p = shares[i]
+        nics = cost.nics.get(node.name, ())
+        note = f"NIC {','.join(x.name for x in nics)}" if nics else "no active NIC"
+        if k == 0:
+            note = f"{cost.explain()}; {note}"
+        out.append(replace(p, explanation=f"{p.explanation}; {note}" if p.explanation else note))
+    return tuple(out)
