@@ -64,8 +64,6 @@ class FleetView:
     user_usage: Mapping[str, float] | None = None
     """Fair share's usage per user: decayed GPU-seconds of the store's runs, running ones up to now, per equal
     share (hsched.learn.fairshare.policy_usage). None (a view built by hand): the running jobs' GPU-seconds."""
-    fabric: Fabric = field(default_factory=Fabric)
-    """The fleet's switch layout (hsched.topo.fabric): a gang across nodes is placed by it and the nodes' NICs."""
     labels: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """Node name -> its labels (the fleet file's `[[node]] labels`), what `--constraint` is matched against."""
     absent_users: Mapping[str, frozenset[str]] = field(default_factory=dict)
@@ -112,6 +110,8 @@ class FleetView:
     data_waited: Mapping[int, float] = field(default_factory=dict)
     """Job id -> seconds it has waited for a node holding its data so far (since the first round that made it wait):
     its whole wait is bounded by its copy (`choose_wait`)."""
+    fabric: Fabric = field(default_factory=Fabric)
+    """The fleet's switch layout (hsched.topo.fabric): a gang across nodes is placed by it and the nodes' NICs."""
 
 
 @dataclass(frozen=True, slots=True)
