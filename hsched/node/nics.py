@@ -42,8 +42,8 @@ def _near(a, b):
     if not a or not b:
         return False
     common = 0
-    for x, y in zip(a[:-1], b[:-1]):
-        if x != y:
+    for i in range(min(len(a), len(b)) - 1):
+        if a[i] != b[i]:
             break
         common += 1
     return common >= 2
