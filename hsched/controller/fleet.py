@@ -17,6 +17,8 @@ from hsched.model import Device, Link, Nic, Node, NodeState
 from hsched.serialize import nic_from_dict
 from hsched.simulated import simulated_devices
 from hsched.topo.inventory import MIG_INDEX, profile_memory_mib
+from hsched.topo.parse_net import nics_near
+from hsched.topo.parse_nvidia import parse_topo_matrix
 
 log = logging.getLogger("hsched.fleet")
 
@@ -179,6 +181,14 @@ def probe_nics(probe: dict[str, Any]) -> tuple[Nic, ...]:
             out.append(nic_from_dict(d))
         except (KeyError, TypeError, ValueError):
             continue
+    matrix = (probe.get("gpus") or {}).get("topo_matrix")
+    if out and isinstance(matrix, str) and not any(x.near for x in out):
+        # sysfs gave no PCIe paths (a VM, a container without /sys/bus/pci): nvidia-smi topo -m's NIC columns
+        try:
+            near = nics_near(parse_topo_matrix(matrix))
+        except UserError:
+            near = {}
+        out = [replace(x, near=near.get(x.name, ())) for x in out]
     return tuple(out)
 
 
