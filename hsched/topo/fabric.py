@@ -267,11 +267,12 @@ def layout_problem(switches: Sequence[Switch]) -> str | None:
         for child in s.switches:
             if child not in names:
                 return f"switch {s.name!r} names unknown switch {child!r}"
-    for s in names:
-        seen, cur = set(), s
+    for name in names:
+        seen: set[str] = set()
+        cur = name
         while cur in parent:
             if cur in seen:
-                return f"switch {s!r} is in a cycle"
+                return f"switch {name!r} is in a cycle"
             seen.add(cur)
             cur = parent[cur]
     return None

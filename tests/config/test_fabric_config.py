@@ -91,3 +91,9 @@ def test_nic_mistakes(tmp_path: Path) -> None:
     got = "\n".join(problems(p))
     assert 'nics[0].kind: expected "ib", "roce" or "ethernet"' in got
     assert "nics[0].near: expected a list of this node's GPU indices" in got
+
+
+def test_a_cycle_of_switches(tmp_path: Path) -> None:
+    p = tmp_path / "fleet.toml"
+    p.write_text(NODES + '[[switch]]\nname = "a"\nswitches = ["b"]\n[[switch]]\nname = "b"\nswitches = ["a"]\n')
+    assert any("is in a cycle" in line for line in problems(p))
