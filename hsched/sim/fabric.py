@@ -43,15 +43,18 @@ class SimFabric:
         return 1.0 / ((1.0 - self.comm_share) + self.comm_share * self.nic_gbps / bw)
 
 
-def two_leaves(servers: Sequence[ServerView], **kw: float) -> SimFabric:
-    """Each GPU type's servers split in two: the first half under leaf1, the rest under leaf2."""
+def two_leaves(servers: Sequence[ServerView], interleaved: bool = False, **kw: float) -> SimFabric:
+    """Each GPU type's servers split in two: the first half under leaf1, the rest under leaf2 (`interleaved`:
+    alternately, as cabling by rack position rather than by name would; a blind placer's name order then no longer
+    happens to follow the leaves)."""
     leaf: dict[str, str] = {}
     by_type: dict[str, list[str]] = {}
     for s in servers:
         by_type.setdefault(s.gpu_type, []).append(s.name)
     for names in by_type.values():
         for i, n in enumerate(names):
-            leaf[n] = "leaf1" if i < (len(names) + 1) // 2 else "leaf2"
+            first = i % 2 == 0 if interleaved else i < (len(names) + 1) // 2
+            leaf[n] = "leaf1" if first else "leaf2"
     return SimFabric(leaf_of=leaf, **kw)
 
 

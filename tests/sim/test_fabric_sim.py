@@ -13,6 +13,7 @@ def test_the_stated_speed() -> None:
     servers = parse_cluster("v100:16", 4)
     f = two_leaves(servers)
     assert [f.leaf_of[s.name] for s in servers] == ["leaf1", "leaf1", "leaf2", "leaf2"]
+    assert [two_leaves(servers, interleaved=True).leaf_of[s.name] for s in servers] == ["leaf1", "leaf2"] * 2
     assert f.speed(["v100-0"]) == 1.0
     assert f.speed(["v100-0", "v100-1"]) == 1.0  # within a leaf: full NIC speed
     # across leaves: 100 Gb/s of 200: 1 / (0.7 + 0.3 x 2)
