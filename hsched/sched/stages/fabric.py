@@ -16,7 +16,11 @@ ShareFit = Callable[[Node, Collection[str] | None], Placement | None]
 
 
 def on_fabric(fabric: Fabric, nodes: Sequence[Node]) -> bool:
-    """Whether the network between these nodes is known at all (else gangs keep the plain order)."""
+    """Whether the network between these nodes is known at all (else gangs keep the plain order). Not where a
+    Slurm node group is among them: a gang goes whole to the first group in order that takes it (Slurm places
+    it inside), and that order stays as it was."""
+    if any(n.executor == "slurm" for n in nodes):
+        return False
     return bool(fabric.switches) or any(n.nics for n in nodes)
 
 
