@@ -26,12 +26,14 @@ from hsched.model import (
     Dependency,
     Interconnect,
     JobSpec,
+    Nic,
     Resources,
 )
 from hsched.problems import Problems, shown
 from hsched.protocol import IDLE_TIMEOUT_S, MAX_CONNECTIONS
 from hsched.spec.arrays import MAX_ARRAY_TASKS
 from hsched.spec.constraints import label_problem, parse_constraint
+from hsched.topo.fabric import Fabric, Switch, layout_problem, nic_kind, parse_topology_conf
 
 # ---------------------------------------------------------------------------------------------- parsing
 
@@ -544,7 +546,9 @@ _NODE_KEYS = frozenset(
     {"name", "executor", "host", "port", "user", "identity_file", "known_hosts", "simulate", "labels",
      "shared_paths", "helper", "data_dir", "data_quota", "discover", *_SLURM_KEYS}
 )
-_SIM_KEYS = frozenset({"model", "count", "memory_mib", "topology", "numa_nodes", "cpus", "memory"})
+_SIM_KEYS = frozenset({"model", "count", "memory_mib", "topology", "numa_nodes", "cpus", "memory", "nics"})
+_NIC_KEYS = frozenset({"name", "kind", "rate_gbps", "active", "netdev", "near"})
+_SWITCH_KEYS = frozenset({"name", "nodes", "switches", "rate_gbps"})
 MAX_SIMULATED_DEVICES = 1024
 """A simulated node's GPUs at most (`simulate.count`)."""
 EXECUTORS = ("local", "ssh", "slurm")
@@ -560,6 +564,8 @@ class SimulatedDevices:
     numa_nodes: int = 1
     cpus: int | None = None
     memory_mib_host: int | None = None
+    nics: tuple[Nic, ...] = ()
+    """The simulated node's network adapters (`[[node.simulate.nics]]`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -610,6 +616,8 @@ class FleetConfig:
     source: str = "<built-in: this machine>"
     datasets: tuple[Dataset, ...] = ()
     """The fleet file's `[[dataset]]`s (hsched.datasets)."""
+    fabric: Fabric = field(default_factory=Fabric)
+    """The switch layout between nodes: `[[switch]]` tables or `topology = "topology.conf"` (issue 32)."""
 
     @staticmethod
     def default() -> FleetConfig:
@@ -623,7 +631,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 def fleet_from_table(data: Mapping[str, Any], source: str, base_dir: Path) -> FleetConfig:
     p = Problems(source)
-    check_keys(p, data, frozenset({"node", "dataset"}), "")
+    check_keys(p, data, frozenset({"node", "dataset", "switch", "topology"}), "")
     raw_nodes = data.get("node", [])
     if not isinstance(raw_nodes, list) or not raw_nodes:
         p.add("node", "expected at least one [[node]] table")
@@ -710,8 +718,114 @@ def fleet_from_table(data: Mapping[str, Any], source: str, base_dir: Path) -> Fl
             )
         )
     datasets = datasets_from_table(p, data["dataset"], [n.name for n in nodes]) if "dataset" in data else ()
+    fabric = _fabric(p, data, base_dir, {n.name for n in nodes})
     p.raise_if_any()
-    return FleetConfig(nodes=tuple(nodes), source=source, datasets=datasets)
+    return FleetConfig(nodes=tuple(nodes), source=source, datasets=datasets, fabric=fabric)
+
+
+def _fabric(p: Problems, data: Mapping[str, Any], base_dir: Path, names: set[str]) -> Fabric:
+    """The switch layout: `[[switch]]` tables (name, nodes, switches, rate_gbps) or `topology` naming a Slurm
+    topology.conf (relative to the fleet file); not both."""
+    switches: list[Switch] = []
+    if "switch" in data and "topology" in data:
+        p.add("topology", "give the switch layout once: [[switch]] tables or topology = \"topology.conf\", not both")
+        return Fabric()
+    if "topology" in data:
+        raw = data["topology"]
+        if not isinstance(raw, str) or not raw.strip():
+            p.expected("topology", 'a Slurm topology.conf file such as "topology.conf"', raw)
+            return Fabric()
+        path = (base_dir / raw).expanduser()
+        try:
+            switches = parse_topology_conf(path.read_text())
+        except OSError as e:
+            p.add("topology", f"cannot read {str(path)!r}: {e.strerror or e}; paths are relative to the fleet file")
+            return Fabric()
+        except ValueError as e:
+            p.add("topology", f"{path}: {e}")
+            return Fabric()
+        where = "topology"
+    elif "switch" in data:
+        raws = data["switch"]
+        if not isinstance(raws, list):
+            p.expected("switch", "[[switch]] tables", raws)
+            return Fabric()
+        for i, raw in enumerate(raws):
+            key = f"switch[{i}]"
+            if not isinstance(raw, dict):
+                p.expected(key, "a [[switch]] table", raw)
+                continue
+            check_keys(p, raw, _SWITCH_KEYS, f"{key}.")
+            name = _str(p, f"{key}.name", raw.get("name"), nonempty=True)
+            lists = {}
+            for k in ("nodes", "switches"):
+                v = raw.get(k, [])
+                if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+                    p.expected(f"{key}.{k}", 'a list of names such as ["n1", "n2"]', v)
+                    v = []
+                lists[k] = tuple(v)
+            if not lists["nodes"] and not lists["switches"]:
+                p.add(f"{key}", "a switch needs nodes = [...] (a leaf) or switches = [...] (a spine)")
+            rate = raw.get("rate_gbps")
+            if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0):
+                p.expected(f"{key}.rate_gbps", "a positive number (the uplink's Gb/s, e.g. 400)", rate)
+                rate = None
+            if name is not None:
+                switches.append(Switch(name=name, nodes=lists["nodes"], switches=lists["switches"],
+                                       rate_gbps=float(rate) if rate is not None else None))
+        where = "switch"
+    else:
+        return Fabric()
+    for s in switches:
+        for n in s.nodes:
+            if n not in names:
+                p.add(where, f"switch {s.name!r} names node {n!r}, which is not a [[node]] of this fleet")
+                return Fabric()
+    problem = layout_problem(switches)
+    if problem is not None:
+        p.add(where, problem)
+        return Fabric()
+    return Fabric(switches=tuple(switches))
+
+
+def _nics(p: Problems, raw: Any, key: str, count: int | None) -> tuple[Nic, ...]:
+    """A simulated node's `nics`: tables of name, kind ("ib", "roce", "ethernet"), rate_gbps, active, netdev, near
+    (GPU indices PCIe-near it)."""
+    if not isinstance(raw, list):
+        p.expected(key, 'a list of tables such as [{name = "mlx5_0", kind = "ib", rate_gbps = 400}]', raw)
+        return ()
+    out: list[Nic] = []
+    for i, t in enumerate(raw):
+        k = f"{key}[{i}]"
+        if not isinstance(t, dict):
+            p.expected(k, "a table", t)
+            continue
+        check_keys(p, t, _NIC_KEYS, f"{k}.")
+        name = _str(p, f"{k}.name", t.get("name"), nonempty=True)
+        kind = nic_kind(t["kind"]) if isinstance(t.get("kind"), str) else None
+        if kind is None:
+            p.expected(f"{k}.kind", '"ib", "roce" or "ethernet"', t.get("kind"))
+        rate = t.get("rate_gbps")
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0:
+            p.expected(f"{k}.rate_gbps", "a positive number of Gb/s (e.g. 400 for NDR InfiniBand)", rate)
+            rate = None
+        active = t.get("active", True)
+        if not isinstance(active, bool):
+            p.expected(f"{k}.active", "true or false", active)
+            active = True
+        near = t.get("near", [])
+        if (not isinstance(near, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                                                   and (count is None or x < count) for x in near)):
+            p.expected(f"{k}.near", "a list of this node's GPU indices (0 to count-1) PCIe-near the NIC", near)
+            near = []
+        netdev = t.get("netdev")
+        if netdev is not None and not (isinstance(netdev, str) and netdev):
+            p.expected(f"{k}.netdev", 'a network interface name such as "ib0"', netdev)
+            netdev = None
+        if name is not None and kind is not None and rate is not None:
+            out.append(Nic(name=name, kind=kind, rate_gbps=float(rate), active=active, netdev=netdev,
+                           near=tuple(near)))
+    return tuple(out)
 
 
 def _slurm_keys(p: Problems, raw: Mapping[str, Any], key: str, executor: Any) -> dict[str, str]:
@@ -792,10 +906,11 @@ def _simulate(p: Problems, raw: Any, key: str, base_dir: Path) -> SimulatedDevic
     numa = _int(p, f"{key}.numa_nodes", raw.get("numa_nodes", 1), minimum=1) or 1
     cpus = _int(p, f"{key}.cpus", raw["cpus"], minimum=1) if "cpus" in raw else None
     host_mem = _converted(p, f"{key}.memory", raw["memory"], parse_size_mib) if "memory" in raw else None
+    nics = _nics(p, raw["nics"], f"{key}.nics", count) if "nics" in raw else ()
     if model is None or count is None:
         return None
     return SimulatedDevices(model=model, count=count, memory_mib=mem, topology=topo, numa_nodes=numa, cpus=cpus,
-                            memory_mib_host=host_mem)
+                            memory_mib_host=host_mem, nics=nics)
 
 
 def load_fleet(path: Path | None) -> FleetConfig:

@@ -181,6 +181,33 @@ class Link:
     bandwidth_gbps: float | None = None
 
 
+class NicKind(enum.StrEnum):
+    """What a network adapter speaks: InfiniBand, RDMA over Converged Ethernet, or plain Ethernet (TCP sockets)."""
+
+    IB = "ib"
+    ROCE = "roce"
+    ETHERNET = "ethernet"
+
+
+@dataclass(frozen=True, slots=True)
+class Nic:
+    """One network adapter of a node, as the node probe (sysfs /sys/class/infiniband and /sys/class/net, like
+    `ibstat`) or the fleet file reports it."""
+
+    name: str
+    """The RDMA device (`mlx5_0`, what NCCL_IB_HCA names) or, for plain Ethernet, the interface (`eth0`)."""
+    kind: NicKind
+    rate_gbps: float
+    """Link rate in Gb/s (`ibstat`'s Rate: 400 for NDR; an Ethernet link's speed / 1000)."""
+    active: bool = True
+    """The port is up (ibstat "State: Active", an interface whose operstate is up)."""
+    netdev: str | None = None
+    """The network interface of an RDMA device (`ib0`, `ens1f0np0`): what NCCL_SOCKET_IFNAME names."""
+    near: tuple[int, ...] = ()
+    """Device indices of the GPUs PCIe-near this NIC (PIX/PXB in `nvidia-smi topo -m`): GPUDirect RDMA reaches
+    them without crossing the CPU."""
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     name: str
@@ -193,6 +220,8 @@ class Node:
     links: tuple[Link, ...] = ()
     host: str | None = None
     message: str = ""
+    nics: tuple[Nic, ...] = ()
+    """Its network adapters (issue 32): what a gang across nodes is placed by (hsched.topo.fabric)."""
 
     def device(self, uuid: str) -> Device | None:
         return next((d for d in self.devices if d.uuid == uuid), None)

@@ -14,6 +14,8 @@ from hsched.model import (
     Job,
     JobSpec,
     Link,
+    Nic,
+    NicKind,
     Node,
     NodeState,
     Placement,
@@ -287,7 +289,19 @@ def node_to_dict(n: Node, owners: dict[str, int] | None = None) -> dict[str, Any
         "message": n.message,
         "devices": [device_to_dict(d, owners.get(d.uuid)) for d in n.devices],
         "links": [{"a": lk.a, "b": lk.b, "kind": lk.kind} for lk in n.links],
+        "nics": [nic_to_dict(x) for x in n.nics],
     }
+
+
+def nic_to_dict(x: Nic) -> dict[str, Any]:
+    return {"name": x.name, "kind": x.kind.value, "rate_gbps": x.rate_gbps, "active": x.active,
+            "netdev": x.netdev, "near": list(x.near)}
+
+
+def nic_from_dict(d: dict[str, Any]) -> Nic:
+    return Nic(name=d["name"], kind=NicKind(d["kind"]), rate_gbps=float(d["rate_gbps"]),
+               active=bool(d.get("active", True)), netdev=d.get("netdev"),
+               near=tuple(int(i) for i in d.get("near", ())))
 
 
 def node_from_dict(d: dict[str, Any]) -> Node:
@@ -297,6 +311,8 @@ def node_from_dict(d: dict[str, Any]) -> Node:
         devices=tuple(device_from_dict(x) for x in d.get("devices", [])),
         links=tuple(Link(a=x["a"], b=x["b"], kind=x["kind"]) for x in d.get("links", [])),
         host=d.get("host"), message=d.get("message", ""),
+        # (a row stored before issue 32 has no NICs)
+        nics=tuple(nic_from_dict(x) for x in d.get("nics", [])),
     )
 
 

@@ -13,9 +13,12 @@ from hsched.clock import Clock
 from hsched.config import FleetConfig, NodeConfig
 from hsched.errors import ExecutorError, HelperError, NodeUnreachable, UserError
 from hsched.executors.base import Executor
-from hsched.model import Device, Link, Node, NodeState
+from hsched.model import Device, Link, Nic, Node, NodeState
+from hsched.serialize import nic_from_dict
 from hsched.simulated import simulated_devices
 from hsched.topo.inventory import MIG_INDEX, profile_memory_mib
+from hsched.topo.parse_net import nics_near
+from hsched.topo.parse_nvidia import parse_topo_matrix
 
 log = logging.getLogger("hsched.fleet")
 
@@ -139,7 +142,7 @@ def build_fleet(cfg: FleetConfig, transports: Mapping[str, Executor] | None = No
         node = Node(name=nc.name, executor=nc.executor, state=NodeState.PROBING, devices=devices, links=links,
                     host=nc.host, cpus=nc.simulate.cpus if nc.simulate else None,
                     memory_total_mib=nc.simulate.memory_mib_host if nc.simulate else None,
-                    message="first probe under way")
+                    message="first probe under way", nics=nc.simulate.nics if nc.simulate else ())
         executor = given.get(nc.name) or make_executor(nc, lab=lab)
         out[nc.name] = NodeRuntime(config=nc, executor=executor, node=node)
     return out
@@ -165,7 +168,28 @@ def node_from_probe(rt: NodeRuntime, probe: dict[str, Any]) -> Node:
         devices=devices,
         links=links,
         message="",
+        # its NICs: the simulated ones, else what the probe read of sysfs (an old helper reports none)
+        nics=n.nics if sim is not None else probe_nics(probe),
     )
+
+
+def probe_nics(probe: dict[str, Any]) -> tuple[Nic, ...]:
+    """The probe's `nics` (hsched.node.probe.nics) as the model's, skipping what an older or odd helper sent."""
+    out = []
+    for d in probe.get("nics") or []:
+        try:
+            out.append(nic_from_dict(d))
+        except (KeyError, TypeError, ValueError):
+            continue
+    matrix = (probe.get("gpus") or {}).get("topo_matrix")
+    if out and isinstance(matrix, str) and not any(x.near for x in out):
+        # sysfs gave no PCIe paths (a VM, a container without /sys/bus/pci): nvidia-smi topo -m's NIC columns
+        try:
+            near = nics_near(parse_topo_matrix(matrix))
+        except UserError:
+            near = {}
+        out = [replace(x, near=near.get(x.name, ())) for x in out]
+    return tuple(out)
 
 
 

@@ -63,6 +63,7 @@ from hsched.spec import outfiles
 from hsched.spec.arrays import within_limits
 from hsched.spec.constraints import node_labels
 from hsched.spec.dependencies import DepState, named_jobs, verdict
+from hsched.topo.fabric import network_env
 
 log = logging.getLogger("hsched.launch")
 T = TypeVar("T")
@@ -391,6 +392,7 @@ def fleet_view(ctl: Controller, active: Sequence[Job], dirty: frozenset[str] = f
                      running=running_t, releasing=frozen_releasing,
                      rule=PreemptRule.from_qos(ctl.settings.qos), policy=ctl.settings.policy,
                      labels=labels, absent_users=absent, gpu_aliases=ctl.settings.gpu_aliases,
+                     fabric=ctl.fleet_cfg.fabric,
                      limits=QosLimits.from_qos(ctl.settings.qos), holders=tuple(active),
                      throughput=_learned(ctl),
                      # the running jobs' predicted ends: when the first blocked job's reserved GPUs free up
@@ -529,6 +531,11 @@ def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ..
         "SLURM_GPUS_ON_NODE": str(len(here.devices)),
     })
     env.update(vendor_env(ctl, run.node, here.devices, env))
+    if len(placements) > 1 and (rt := ctl.nodes.get(run.node)) is not None:
+        # a gang across nodes: the NICs its placement chose (hsched.topo.fabric); what the job set itself wins
+        given = dict(job.spec.env)
+        net = network_env(rt.node, [d.index for u in here.devices if (d := rt.node.device(u)) is not None])
+        env.update({k: v for k, v in net.items() if k not in given})
     # where `hsched submit` ran, as sbatch's (-D changes the working folder, not this); the working folder otherwise
     submit_dir = (submit_env or {}).get("PWD") or job.spec.workdir
     if submit_dir:

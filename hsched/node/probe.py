@@ -13,6 +13,7 @@ import sys
 from .amd import amd_tools, probe_amd
 from .children import child_setup, run_bounded
 from .confine import ENTRY
+from .nics import probe_nics
 from .plugin import run_plugin
 from .records import boot_id, read_text
 from .version import HELPER_VERSION
@@ -246,6 +247,14 @@ def probe(req):
     import socket
 
     timeout_s = max(0.1, float(req.get("gpu_timeout_s") or 10.0))
+    # a node with a discovery plugin is described by it alone (hsched/node/plugin.py)
+    gpus = run_plugin(req["discover"], timeout_s) if isinstance(req.get("discover"), str) else \
+        probe_gpus_bounded(timeout_s)
+    try:
+        # the network adapters and which GPUs are PCIe-near them (sysfs reads only: nothing can hang)
+        nics = probe_nics([d for d in gpus.get("devices") or [] if isinstance(d, dict)])
+    except Exception:  # a probe reports what it could: an odd sysfs costs the NICs, never the node
+        nics = []
     return {
         "helper_version": HELPER_VERSION,
         "hostname": socket.gethostname(),
@@ -254,8 +263,7 @@ def probe(req):
         "cpus": os.cpu_count(),
         "memory_total_mib": memory_total_mib(),
         "numa": numa_nodes(),
-        # a node with a discovery plugin is described by it alone (hsched/node/plugin.py)
-        "gpus": run_plugin(req["discover"], timeout_s) if isinstance(req.get("discover"), str) else
-        probe_gpus_bounded(timeout_s),
+        "gpus": gpus,
+        "nics": nics,
         "loadavg": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }

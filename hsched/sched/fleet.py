@@ -16,6 +16,7 @@ from hsched.sched.limits import QosLimits
 from hsched.sched.preempt import PreemptRule
 from hsched.sched.throughput import ThroughputModel
 from hsched.sched.view import QOS_RANK, Preempt, qos_rank
+from hsched.topo.fabric import Fabric
 from hsched.topo.models import DEFAULT_CATALOG, lookup_model
 from hsched.topo.place import place_on_node
 
@@ -109,6 +110,8 @@ class FleetView:
     data_waited: Mapping[int, float] = field(default_factory=dict)
     """Job id -> seconds it has waited for a node holding its data so far (since the first round that made it wait):
     its whole wait is bounded by its copy (`choose_wait`)."""
+    fabric: Fabric = field(default_factory=Fabric)
+    """The fleet's switch layout (hsched.topo.fabric): a gang across nodes is placed by it and the nodes' NICs."""
 
 
 @dataclass(frozen=True, slots=True)

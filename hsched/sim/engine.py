@@ -39,6 +39,7 @@ from hsched.sim.data import (
     Waiting,
     prefetch_copies,
 )
+from hsched.sim.fabric import SimFabric
 from hsched.sim.knowledge import Learner, Predictor
 from hsched.sim.live import LiveInput, LiveRounds
 from hsched.sim.metrics import JobRecord, SimResult, lower_bounds, summarize
@@ -64,6 +65,9 @@ class SimCosts:
     checkpoint_s: float = 0.0
     span_factor: float = 1.0
     pcie_factor: float = 1.0
+    fabric: SimFabric | None = None
+    """The network between servers (hsched.sim.fabric): a gang spanning them runs at its `speed`; None: no network
+    modelled (the default figures)."""
 
 
 def default_rule(settings: Settings | None = None, *, time_sharing: bool = True) -> PreemptRule:
@@ -520,6 +524,8 @@ class Simulator:
                 raise RuntimeError(f"policy put job {j.tj.id} on {s.gpu_type}, where it cannot run")
             if spans:
                 rate *= cfg.costs.span_factor
+                if cfg.costs.fabric is not None:
+                    rate *= cfg.costs.fabric.speed([p.node for p in s.placement])
             if j.tj.gpus > 1 and any(self.server_link.get(p.node) == "pcie" for p in s.placement):
                 rate *= cfg.costs.pcie_factor
             # a job that starts over restores nothing

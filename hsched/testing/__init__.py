@@ -34,7 +34,7 @@ from hsched.controller.loops import one_round
 from hsched.controller.store import Store
 from hsched.datasets import Dataset
 from hsched.executors.fake import FakeExecutor, FakeRun
-from hsched.model import GpuHolder, Job, JobSpec, Resources, Run
+from hsched.model import GpuHolder, Job, JobSpec, Nic, Resources, Run
 from hsched.paths import Home
 from hsched.spec.dependencies import parse_dependency
 from hsched.testing.conformance import (
@@ -46,6 +46,7 @@ from hsched.testing.conformance import (
     local_subject,
     run_check,
 )
+from hsched.topo.fabric import Fabric
 
 __all__ = ["CANNED_FLEET", "CHECKS", "ConformanceError", "ExecutorUnderTest", "FakeClock", "FakeExecutor", "FakeRun",
            "Lab", "canned_fleet", "check_executor", "fake_subject", "local_subject", "run_check"]
@@ -102,6 +103,8 @@ class CannedNode:
     gpus: int
     topology: str | None = "nvswitch"
     cpus: int = 64
+    nics: tuple[Nic, ...] = ()
+    """Its network adapters (simulated, as a fleet file's `simulate.nics`)."""
 
 
 CANNED_FLEET = (CannedNode("a", "NVIDIA A100-SXM4-80GB", 4), CannedNode("b", "NVIDIA A100-SXM4-80GB", 4))
@@ -113,7 +116,7 @@ def canned_fleet(nodes: Sequence[CannedNode] = CANNED_FLEET) -> FleetConfig:
     return FleetConfig(
         nodes=tuple(NodeConfig(name=n.name, executor="fake",
                                simulate=SimulatedDevices(model=n.model, count=n.gpus, topology=n.topology,
-                                                         cpus=n.cpus, memory_mib_host=256 * 1024))
+                                                         cpus=n.cpus, memory_mib_host=256 * 1024, nics=n.nics))
                     for n in nodes),
         source="<hsched.testing canned fleet>",
     )
@@ -131,7 +134,8 @@ class Lab:
     @asynccontextmanager
     async def open(cls, root: Path, *, nodes: Sequence[CannedNode] = CANNED_FLEET,
                    settings: Settings | None = None, clock: FakeClock | None = None,
-                   lab_mode: bool = False, datasets: Sequence[Dataset] = ()) -> AsyncIterator[Lab]:
+                   lab_mode: bool = False, datasets: Sequence[Dataset] = (),
+                   fabric: Fabric | None = None) -> AsyncIterator[Lab]:
         """A controller over `root`'s store: open it again on the same `root` (and `clock`, so time goes on)
         for what a restarted controller finds. `lab_mode`: a lab controller's (every user's jobs, as their owners;
         its FakeExecutors' `accounts` say which users exist on each node)."""
@@ -140,6 +144,8 @@ class Lab:
         cfg = canned_fleet(nodes)
         if datasets:
             cfg = replace(cfg, datasets=tuple(datasets))
+        if fabric is not None:
+            cfg = replace(cfg, fabric=fabric)
         clock = clock or FakeClock()
         # the nodes' own record of contact runs on the same clock as the controller's heartbeat check
         executors = {n.name: FakeExecutor(cpus=n.cpus, name=n.name, clock=clock.time, monotonic=clock.monotonic)

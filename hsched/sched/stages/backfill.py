@@ -12,6 +12,7 @@ from hsched.sched.cache import RoundCache
 from hsched.sched.fleet import Decision, DeviceChooser, FleetView, Launch, Wait
 from hsched.sched.placement import fragmentation_key
 from hsched.sched.stages.eligibility import host_memory_per_gpu
+from hsched.sched.stages.fabric import gang_on_fabric, on_fabric
 from hsched.sched.stages.groups import gang_on_group
 from hsched.sched.stages.reservation import Reserving
 
@@ -52,6 +53,16 @@ class Round(Reserving):
                                           fragmentation_key(link(n), len(n.devices), free[n.name], g)))
         else:
             nodes = self.ranked(job)
+        if res.nodes > 1 and on_fabric(self.fleet.fabric, nodes):
+            # the network between nodes is known: the nodes of least modelled cost (hsched.sched.stages.fabric)
+            eligible = self.eligible
+            chosen = gang_on_fabric(
+                self.fleet.fabric, res.nodes, res.gpus, nodes,
+                lambda n, among: self.fit(n, res, busy, among),
+                lambda n: [u for u in eligible(n, res) if u not in busy],
+                (lambda p: self.leaves_data_room(job, (p,))) if self.data_held else None)
+            if chosen is not None:
+                return chosen
         # a gang goes whole to one Slurm node group (each share on another of its Slurm nodes), or to distinct
         # other nodes, never to both: the first node in order that is a group and takes it whole wins; a group
         # met once other nodes were chosen is tried only if those fall short

@@ -20,12 +20,14 @@ from hsched.sched.servers import server_of
 from hsched.sched.stages.backfill import Round
 from hsched.sched.stages.caps import plannable
 from hsched.sched.stages.eligibility import NodesKey, host_memory_per_gpu
+from hsched.sched.stages.fabric import gang_on_fabric, on_fabric
 from hsched.sched.stages.reservation import order_keys
 from hsched.sched.stages.views import ARRIVAL, JOB_ID, MODEL_MEMORY, USER, pending_views, running_views
 from hsched.sched.stages.work import Work
 from hsched.sched.state import PREEMPTING, RESOURCES
 from hsched.sched.throughput import ThroughputModel
 from hsched.sched.view import JobView, PolicyInput, Preempt, RoundDecision, ServerView
+from hsched.topo.fabric import Fabric
 
 Fit = Callable[[Node, Job, Sequence[str], Collection[str]], Placement | None]
 """Place `job` on `node` using only the given free devices (and the busy ones of the last argument), or None."""
@@ -37,8 +39,10 @@ class LivePlacer:
     def __init__(self, nodes: Mapping[str, Node], jobs: Mapping[int, Job], fit: Fit,
                  prefer: Mapping[int, str] | None = None, labels: Mapping[str, frozenset[str]] | None = None,
                  moving: Mapping[int, Job] | None = None, busy: Collection[str] = (),
-                 stoppable: Collection[str] = ()) -> None:
+                 stoppable: Collection[str] = (), fabric: Fabric | None = None) -> None:
         self.nodes = nodes
+        self.fabric = fabric or Fabric()
+        """The switch layout: with it or the nodes' NICs, a gang's nodes are those of least modelled cost."""
         self.jobs = jobs
         self.fit = fit
         self.prefer = prefer or {}
@@ -81,6 +85,14 @@ class LivePlacer:
 
         ranked = sorted(servers, key=key)
         need = j.spec.resources.nodes
+        if need > 1 and on_fabric(self.fabric, nodes := [self.nodes[s.name] for s in ranked]):
+            job_ = j
+
+            def share(node: Node, among: Collection[str] | None) -> Placement | None:
+                return self.fit(node, job_, free.get(node.name, ()) if among is None else list(among), stoppable)
+
+            return gang_on_fabric(self.fabric, need, gpus_each, nodes, share,
+                                  lambda node: list(free.get(node.name, ())))
         out: list[Placement] = []
         for s in ranked:
             p = self.fit(self.nodes[s.name], j, free.get(s.name, ()), stoppable)
@@ -155,7 +167,8 @@ def core_round(policy_name: str, pending: Sequence[Job], st: Round, now: float, 
     # (the placer places the waiting jobs it knows, and the running ones that may move, on devices free now)
     moving = {r.id: r.job for r in fleet.running if r.id in movable} if movable else {}
     placer = LivePlacer({n.name: n for n in typed}, queued, st.fit_free, fleet.prefer, fleet.labels, moving,
-                        st.busy, frozenset(u for j in moving.values() for p in j.placement for u in p.devices))
+                        st.busy, frozenset(u for j in moving.values() for p in j.placement for u in p.devices),
+                        fabric=fleet.fabric)
     # only the jobs that proved they checkpoint (`movable`) may be stopped by the plan, once they have run
     # `move_min_run_s`; the rule keeps every other running job in place
     rule = replace(fleet.rule, time_sharing=bool(movable), min_run_s=fleet.move_min_run_s)
