@@ -195,3 +195,31 @@ def test_a_confined_helper_runs_plugins_only_from_the_admins_folder(monkeypatch:
         assert "runs discovery plugins only from /etc/hsched/discover" in reply["error"]
     reply = run_plugin("/etc/hsched/discover/n300", 1.0)  # not there on this machine
     assert reply["source"] is None and reply["error"].startswith("discovery plugin /etc/hsched/discover/n300: /etc")
+
+
+async def test_the_example_plugins_devices_show_on_the_dashboard() -> None:
+    # issue 32: a plugin-declared type shows in the dashboard's fleet view as GPUs do (the node as the controller's
+    # snapshot carries it: node_to_dict of the node the plugin's output made)
+    from hsched.tui.app import DashApp
+    from hsched.tui.model import parse_snapshot
+
+    from hsched.controller.fleet import NodeRuntime, node_from_probe, read_plugin
+    from hsched.model import Node
+    from hsched.serialize import node_to_dict
+    from tests.tui.canned import EVENTS, NOW, snapshot
+
+    reply: dict[str, Any] = {"cpus": 16, "numa": [], "gpus": {"source": "plugin", "plugin": str(EXAMPLE),
+                                                               "output": example_output(), "devices": []}}
+    read_plugin(reply)
+    rt = NodeRuntime(config=NodeConfig(name="tt1", executor="local", discover=str(EXAMPLE)),
+                     executor=FakeExecutor(name="tt1"), node=Node(name="tt1", executor="local", state=NodeState.UP))
+    snap = snapshot()
+    snap["nodes"] = [*snap["nodes"], node_to_dict(node_from_probe(rt, reply))]
+    app = DashApp(None, frame=parse_snapshot(snap, EVENTS, True), clock=lambda: NOW, view="fleet", user="alice")
+    async with app.run_test(size=(140, 50)):
+        rows = {k: " ".join(str(getattr(c, "plain", c)) for c in (app.fleet.sync.cells(k) or ()))
+                for k in app.fleet.sync.keys()}
+        mine = [text for key, text in rows.items() if key.startswith("tt-n300-")]
+        # (the model column is as wide as for any GPU: a long type name is cut, as "A100-PCIE-40GB" would be)
+        assert len(mine) == 2 and all("tenstorrent-n3" in t for t in mine), rows
+        assert mine[0].startswith("tt1 up 0 ") and mine[1].split()[0] == "1"
