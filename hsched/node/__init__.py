@@ -19,6 +19,7 @@ installed there. The executors (hsched/executors) import its public names in-pro
     datapaths.py   dataset paths, no link followed     dataread.py, datawrite.py  the dataset requests
     cgroupstats.py a run's CPU time and memory peak, from its cgroup (hsched eff)
     amd.py         AMD GPUs: amd-smi, rocm-smi             plugin.py     a node's discovery plugin, run
+    amdprocs.py    the processes on AMD GPUs (amd-smi process, rocm-smi --showpids)
 
 This file imports nothing: callers import the modules they use (hsched.node.records, hsched.node.main, ...).
 """

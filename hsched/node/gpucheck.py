@@ -1,9 +1,11 @@
 """What the wrapper checks about GPUs when a run ends: whether its log says a GPU ran out of memory, and which
-processes still hold its GPUs (nvidia-smi; unavailable on AMD GPUs, and said so)."""
+processes still hold its GPUs (nvidia-smi; on AMD GPUs amd-smi or rocm-smi, amdprocs.py)."""
 
 import os
 import shutil
 
+from .amd import probe_amd
+from .amdprocs import amd_gpu_processes
 from .children import run_bounded
 
 GPU_CHECK_TIMEOUT_S = 10.0
@@ -61,9 +63,7 @@ def gpu_holders(devices, timeout_s=GPU_CHECK_TIMEOUT_S):
     if not devices:
         return [], None
     if all(str(d).startswith("AMD-") for d in devices):
-        # hsched/node/amd.py's devices: no process list is read from amd-smi/rocm-smi yet, and saying none is left
-        # would be a guess
-        return [], "the GPU process check is unavailable on AMD GPUs: processes left on them are not checked"
+        return _amd_holders(devices, timeout_s)
     exe = shutil.which("nvidia-smi")
     if not exe:
         return [], None
@@ -76,3 +76,16 @@ def gpu_holders(devices, timeout_s=GPU_CHECK_TIMEOUT_S):
     wanted = set(devices)
     apps = parse_compute_apps(r["out"].decode("utf-8", "replace"))
     return [{"uuid": a["uuid"], "pid": a["pid"], "name": a["name"]} for a in apps if a["uuid"] in wanted], None
+
+
+def _amd_holders(devices, timeout_s):
+    """gpu_holders for hsched/node/amd.py's devices: the tool's GPU indices mapped to UUIDs by the same probe
+    that named them."""
+    found = probe_amd(timeout_s, topology=False)
+    if found is None or not found["devices"]:
+        return [], "the GPU process check found no AMD GPU: %s" % ((found or {}).get("error") or "no amd-smi/rocm-smi")
+    procs, error = amd_gpu_processes(found["devices"], timeout_s)
+    if procs is None:
+        return [], "the GPU process check is unavailable here: %s" % error
+    wanted = set(devices)
+    return [{"uuid": p["uuid"], "pid": p["pid"], "name": p["name"]} for p in procs if p["uuid"] in wanted], None

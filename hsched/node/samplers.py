@@ -6,6 +6,7 @@ import threading
 import time
 
 from .amd import amd_tools, probe_amd
+from .amdprocs import amd_gpu_processes
 from .nvmlsampler import NvmlSampler
 from .smisampler import SmiSampler
 
@@ -98,10 +99,12 @@ class _NoGpuSampler(_SimSampler):
 
 
 class AmdSampler(object):
-    """AMD GPUs' numbers: amd-smi (static and metric) or rocm-smi asked once per sample, without the topology.
-    Their processes are not listed (hsched reads no `amd-smi process` output yet): the sample says so."""
+    """AMD GPUs' numbers: amd-smi (static and metric) or rocm-smi asked once per sample, without the topology,
+    and their processes (amdprocs.py). Where the tools cannot say which GPU a process is on, the sample's
+    processes are None ("not listed"), never [] ("none there"), and `processes_error` says why (the GPUs'
+    numbers themselves are fine: `gpu_error` stays None)."""
 
-    lists_processes = False
+    processes_error = None
 
     def __init__(self, timeout_s):
         self.timeout_s = timeout_s
@@ -112,7 +115,8 @@ class AmdSampler(object):
         if found is None or not found["devices"]:
             return [], [], (found or {}).get("error") or "%s found no GPU" % self.source
         keys = ("index", "uuid", "utilization_gpu", "memory_used_mib", "memory_total_mib", "temperature_c", "power_w")
-        return [dict((k, d.get(k)) for k in keys) for d in found["devices"]], [], None
+        procs, self.processes_error = amd_gpu_processes(found["devices"], self.timeout_s)
+        return [dict((k, d.get(k)) for k in keys) for d in found["devices"]], procs, None
 
     def close(self):
         pass

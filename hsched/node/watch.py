@@ -61,7 +61,8 @@ def watch(req):
     "memory_mib": N} | null}. A sample: {"seq", "t", "boot_id", "cpu": {"util", "count", "loadavg"},
     "memory": {...}, "gpus": {"source", "devices": [...]}, "gpu_error": null or why the GPU numbers are
     missing or old (a hung NVML or nvidia-smi), "processes": [{"pid", "uuid", "used_memory_mib", "name",
-    "run_dir", "user", "command", "cpu_percent", "rss_mib"}] or null where the GPU tools list none (AMD)}
+    "run_dir", "user", "command", "cpu_percent", "rss_mib"}] or null where the GPU tools cannot list them per GPU
+    (an AMD node with rocm-smi only), and "processes_error": why, or null}
     (cpu_percent: since the last sample, null
     in a process's first), and every `progress_every_s` (5 intervals) "progress": [{"run_dir", "step", "total",
     "samples", "loss", "t", "reports"}]: each active run's last report since the previous look. Every
@@ -127,8 +128,11 @@ def watch(req):
                 "memory": _memory(),
                 "gpus": {"source": gpus.source, "devices": devices},
                 "gpu_error": gpu_error,
-                # None where the sampler lists no GPU processes (AMD): "none listed", not "none there"
-                "processes": usage.annotate(procs) if getattr(gpus, "lists_processes", True) else None,
+                # None where the sampler cannot list GPU processes: "none listed", not "none there"
+                "processes": usage.annotate(procs) if procs is not None and getattr(gpus, "lists_processes", True)
+                else None,
+                # why an AMD node's processes are None (amdprocs.py): its tools cannot say which GPU
+                "processes_error": getattr(getattr(gpus, "inner", gpus), "processes_error", None),
             }
             if reports:
                 sample["progress"] = reports
