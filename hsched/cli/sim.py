@@ -25,6 +25,11 @@ _COLUMNS = typer.Option(None, "--columns", help="CSV column mapping key=COL,... 
 _FLEET = typer.Option(None, "--fleet", help="Fleet TOML whose nodes have \\[node.simulate] tables.")
 _CLUSTER = typer.Option(None, "--cluster", help="Short fleet spec: v100:16,p100:16,k80:16 (optional @pcie).")
 _GPN = typer.Option(4, "--gpus-per-node", help="GPUs per server for --cluster.")
+_SPEEDS = typer.Option(
+    None, "--speeds", metavar="TYPE=REL,...",
+    help="Training speed relative to a V100 (1.0) of GPU types the throughput table lacks "
+         "(tenstorrent-n300=0.8): the table's jobs run there at their table rates times that. A type that "
+         "neither the table, the built-in prior nor the accelerator catalog knows needs one.")
 _CKPT = typer.Option(0.0, "--checkpoint-cost", help="Seconds a preempted or moved job loses on resume.")
 _ROUND = typer.Option(360.0, "--round-s", help="Round length (quantum) for time-sharing policies.")
 _SPAN = typer.Option(1.0, "--span-factor", help="Throughput multiplier for a gang spanning servers.")
@@ -183,6 +188,14 @@ def _servers(fleet: Path | None, cluster: str | None, gpus_per_node: int, known:
         return servers_from_fleet(fleet, known)
     assert cluster is not None
     return parse_cluster(cluster, gpus_per_node)
+
+
+def _fit_speeds(tr: Any, servers: Any, speeds: str | None) -> tuple[Any, dict[str, float]]:
+    """The trace with its throughput model made to know every GPU type of the fleet (hsched.sim.cluster)."""
+    from hsched.sim.cluster import fit_speeds, parse_speeds
+
+    model, used = fit_speeds(tr.throughput, servers, parse_speeds(speeds))
+    return (replace(tr, throughput=model) if used else tr), used
 
 
 def _policy(name: str) -> Any:
@@ -439,6 +452,7 @@ def sim(
     fleet: Path | None = _FLEET,
     cluster: str | None = _CLUSTER,
     gpus_per_node: int = _GPN,
+    speeds: str | None = _SPEEDS,
     policy: str = typer.Option("hsched", "--policy", help="Policy name (see --list-policies)."),
     checkpoint_cost: float = _CKPT,
     round_s: float = _ROUND,
@@ -481,6 +495,7 @@ def sim(
     rule = _rule(settings, time_sharing)
     tr = _load(trace, throughputs, columns, synthetic, seed, jobs_per_hour, max_jobs)
     servers = _servers(fleet, cluster, gpus_per_node, tr.throughput.gpu_types)
+    tr, speeds_used = _fit_speeds(tr, servers, speeds)
     data, modes = _data(tr, servers, data_model, locality, seed, data_link_gbps, data_quota)
     prefetch_s = _prefetch(prefetch, prefetch_horizon, data)
     if len(modes) > 1:
@@ -498,6 +513,8 @@ def sim(
         result.write_jobs_csv(jobs_csv)
     summary = dict(result.summary)
     summary["rejected_rows"] = len(tr.rejected)
+    if speeds_used:
+        summary["speeds"] = speeds_used
     if plot is not None:
         _plot([result], plot)
         summary["plot"] = str(plot)
@@ -518,6 +535,7 @@ def compare(
     fleet: Path | None = _FLEET,
     cluster: str | None = _CLUSTER,
     gpus_per_node: int = _GPN,
+    speeds: str | None = _SPEEDS,
     policy: str = typer.Option("fifo,las,las-hetero,hsched", "--policy", help="Comma-separated policy names."),
     checkpoint_cost: float = _CKPT,
     round_s: float = _ROUND,
@@ -556,6 +574,7 @@ def compare(
     rule = _rule(settings, time_sharing)
     tr = _load(trace, throughputs, columns, synthetic, seed, jobs_per_hour, max_jobs)
     servers = _servers(fleet, cluster, gpus_per_node, tr.throughput.gpu_types)
+    tr, speeds_used = _fit_speeds(tr, servers, speeds)
     data, modes = _data(tr, servers, data_model, locality, seed, data_link_gbps, data_quota)
     prefetch_s = _prefetch(prefetch, prefetch_horizon, data)
     pools = _pools(slurm_pool, gpus_per_node, servers)
@@ -566,7 +585,7 @@ def compare(
                         learned=learned, learned_prior=prior, predict=predict, data=data, locality=loc, pool=pool,
                         prefetch_s=prefetch_s, live=live)
                for n in names for loc in modes for pool in pools]
-    summaries = [dict(r.summary) for r in results]
+    summaries = [dict(r.summary, **({"speeds": speeds_used} if speeds_used else {})) for r in results]
     if plot is not None:
         _plot(results, plot)
     if as_json:

@@ -29,14 +29,20 @@ BUILTIN_SPEED_PRIOR: Mapping[str, float] = {
 Key = tuple[str, int]
 
 
-def _prior_lookup(gpu_type: str, prior: Mapping[str, float]) -> float:
+def prior_match(gpu_type: str, prior: Mapping[str, float]) -> float | None:
+    """The prior's speed for `gpu_type`: its own key, else the longest key inside it; None when none matches."""
     low = gpu_type.lower()
     if low in prior:
         return prior[low]
     for name in sorted(prior, key=len, reverse=True):
         if name in low:
             return prior[name]
-    return 1.0
+    return None
+
+
+def _prior_lookup(gpu_type: str, prior: Mapping[str, float]) -> float:
+    found = prior_match(gpu_type, prior)
+    return 1.0 if found is None else found
 
 
 class ThroughputModel:
@@ -60,7 +66,12 @@ class ThroughputModel:
         spanned: Mapping[str, Mapping[Key, float]] | None = None,
         prior: Mapping[str, float] | None = None,
         reference_type: str | None = None,
+        estimated: Iterable[str] = (),
     ) -> None:
+        self._explicit = {k.lower(): v for k, v in (prior or {}).items()}
+        # GPU types the table lacks whose rates for the table's jobs are estimated from their prior speed
+        # (`with_speeds`): without it such a type runs none of the table's jobs
+        self._estimated = frozenset(t.lower() for t in estimated)
         self._table = {t.lower(): dict(v) for t, v in (table or {}).items()}
         self._spanned = {t.lower(): dict(v) for t, v in (spanned or {}).items()}
         self._known_types: set[str] = {k[0] for v in self._table.values() for k in v}
@@ -153,6 +164,17 @@ class ThroughputModel:
     def prior_speed(self, gpu_type: str) -> float:
         return _prior_lookup(gpu_type, self._prior)
 
+    def has_speed(self, gpu_type: str) -> bool:
+        """Whether anything says how fast `gpu_type` is: the table, or a prior entry (given or built in)."""
+        return gpu_type.lower() in self._table or prior_match(gpu_type, self._prior) is not None
+
+    def with_speeds(self, speeds: Mapping[str, float]) -> ThroughputModel:
+        """This model with `speeds` (relative to a V100 = 1.0) as the prior of those GPU types, and the table's
+        jobs running on a type the table lacks at their table rates scaled by prior speed (`rate`)."""
+        extra = {k.lower(): v for k, v in speeds.items()}
+        return ThroughputModel(self._table, self._spanned, {**self._explicit, **extra}, self.reference_type,
+                               self._estimated | {t for t in extra if t not in self._table})
+
     def order_types(self, gpu_types: Iterable[str]) -> tuple[str, ...]:
         """Fastest first by the prior; ties by name so the order is deterministic."""
         return tuple(sorted(set(gpu_types), key=lambda t: (-self.prior_speed(t), t)))
@@ -168,7 +190,9 @@ class ThroughputModel:
         out: float | None
         if job_type in self._known_types:
             out = self._table.get(t, {}).get((job_type, gpus))
-            if out is None and (job_type, gpus) not in self._keys:
+            if out is None and t in self._estimated:
+                out = self._by_prior(job_type, gpus, t)
+            elif out is None and (job_type, gpus) not in self._keys:
                 # a count the table never measured for this job type (on any GPU type): the scaling prior
                 out = self._scaled(job_type, gpus, t)
             if spans and out is not None:
@@ -179,6 +203,18 @@ class ThroughputModel:
             out = None
         self._rate_cache[key] = out
         return out
+
+    def _by_prior(self, job_type: str, gpus: int, gpu_type: str) -> float | None:
+        """A table job on a type the table lacks: the geometric mean over the table's types of its rate there x
+        prior(gpu_type) / prior(that type), so a type given as 0.5 runs each job at half its V100 rate."""
+        logs = []
+        for tt, rates in self._table.items():
+            r = rates.get((job_type, gpus))
+            if r is None and (job_type, gpus) not in self._keys:
+                r = self._scaled(job_type, gpus, tt)
+            if r:
+                logs.append(math.log(r * self.prior_speed(gpu_type) / self.prior_speed(tt)))
+        return math.exp(sum(logs) / len(logs)) if logs else None
 
     def rel_speeds(self, job_type: str, gpus: int, gpu_types: tuple[str, ...]) -> dict[str, float]:
         """Speed on each type relative to this job's fastest type (1.0); 0.0 where it cannot run.

@@ -6,7 +6,7 @@ Both become `hsched.model.Node` values first, then servers by the conversion the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import combinations
 from pathlib import Path
 
@@ -14,6 +14,7 @@ from hsched.config import load_fleet
 from hsched.errors import UserError
 from hsched.model import Device, Link, Node, NodeState
 from hsched.sched.servers import server_of
+from hsched.sched.throughput import ThroughputModel, prior_match
 from hsched.sched.view import ServerView
 from hsched.sim.bounds import MAX_CLUSTER_GPUS, MAX_GPUS_PER_NODE
 from hsched.simulated import simulated_devices
@@ -112,3 +113,51 @@ def servers_from_fleet(path: Path, known_types: tuple[str, ...]) -> tuple[Server
     if not nodes:
         raise UserError(f"{path}: no nodes; add [[node]] tables with [node.simulate]")
     return _servers(nodes, known_types)
+
+
+def parse_speeds(text: str | None) -> dict[str, float]:
+    """--speeds tenstorrent-n300=0.8,gaudi2=1.5: GPU type -> training speed relative to a V100 (1.0)."""
+    out: dict[str, float] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        name, sep, rel = part.partition("=")
+        name = name.strip().lower()
+        try:
+            speed = float(rel) if sep and name else -1.0
+        except ValueError:
+            speed = -1.0
+        if not (0 < speed < 1e6):  # also refuses nan and inf
+            raise UserError(f"--speeds {text!r}: expected TYPE=REL,... with REL a positive speed relative to a "
+                            f"V100 (1.0), such as tenstorrent-n300=0.8 (bad part {part.strip()!r})")
+        out[name] = speed
+    return out
+
+
+def fit_speeds(model: ThroughputModel, servers: Sequence[ServerView],
+               speeds: Mapping[str, float]) -> tuple[ThroughputModel, dict[str, float]]:
+    """The throughput model for this fleet, and the speeds it was given beyond its table and prior.
+
+    A GPU type of the fleet is known by, in order: the trace's throughput table; `speeds` (--speeds); the
+    prior's built-in figure for a model name inside it; the accelerator catalog's relative training speed. A
+    type given a speed here (the last two or --speeds, where the table lacks it) runs the table's jobs at their
+    table rates scaled by that speed (`ThroughputModel.with_speeds`) and other jobs at that speed. A type with
+    none of these is refused: a silent 1.0 would make an unknown accelerator a V100."""
+    from hsched.learn.kinds import catalog_prior
+
+    types = sorted({s.gpu_type.lower() for s in servers})
+    stray = sorted(set(speeds) - set(types))
+    if stray:
+        raise UserError(f"--speeds: no GPU type {stray[0]!r} in the simulated fleet (its types: {', '.join(types)})")
+    used = dict(speeds)
+    catalog = catalog_prior()
+    for t in types:
+        if t in used or model.has_speed(t):
+            continue
+        found = prior_match(t, catalog)
+        if found is None:
+            raise UserError(f"GPU type {t!r} has no speed: the trace's throughput table, the built-in prior and the "
+                            f"accelerator catalog do not know it; give one with --speeds {t}=REL (relative to a "
+                            f"V100 = 1.0)")
+        used[t] = found
+    return (model.with_speeds(used) if used else model), used
