@@ -124,3 +124,59 @@ async def test_a_mixed_fleet_places_amd_jobs_on_xgmi_sets_with_rocm_variables(
         await asyncio.gather(*ctl.probes, *ctl._tasks, return_exceptions=True)
         ctl.close()
         store.close()
+
+
+def helper_watch_sample(machine: str) -> dict[str, Any]:
+    """One sample of the real node helper's watch on `machine`'s stub tools."""
+    import json
+    import subprocess
+
+    env = dict(os.environ, PATH=os.pathsep.join([str(AMDBIN / machine), os.path.dirname(sys.executable),
+                                                 "/usr/bin", "/bin"]))
+    helper = Path(__file__).resolve().parents[2] / "hsched" / "node" / "nodehelper.py"
+    out = subprocess.run([sys.executable, str(helper), "watch"], input=json.dumps({"interval_s": 0.2, "count": 1}),
+                         capture_output=True, text=True, timeout=120, env=env, check=True)
+    sample: dict[str, Any] = json.loads(out.stdout.splitlines()[0])
+    return sample
+
+
+async def test_a_process_the_watch_lists_on_an_amd_gpu_keeps_that_gpu_from_jobs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """amd-smi process (a real capture) says pid 2266127 is on the MI300X node's GPU 0: the controller takes it
+    as a foreign process: a 4-GPU job gets four of the other seven, and a second one waits."""
+    gpus = helper_probe(monkeypatch, "mi300x")
+    sample = helper_watch_sample("mi300x")
+    gpu0 = next(d["uuid"] for d in gpus["devices"] if d["index"] == 0)
+    assert [(p["uuid"], p["pid"]) for p in sample["processes"]] == [(gpu0, 2266127)]
+    home = Home(tmp_path / "home")
+    home.ensure()
+    cfg = FleetConfig(nodes=(NodeConfig(name="mi300x", executor="local"),), source="<test>")
+    clock = FakeClock()
+    ex = ProbedNode(gpus, name="mi300x", cpus=64, clock=clock.time, monotonic=clock.monotonic)
+    store = Store(home.db)
+    ctl = Controller(home, cfg, Settings(), store, nodes=build_fleet(cfg, transports={"mi300x": ex}), clock=clock)
+    try:
+        await start(ctl)
+        await asyncio.gather(*(rt.probe_task for rt in ctl.nodes.values()))  # type: ignore[misc]
+        record_sample(ctl.nodes["mi300x"], sample, clock.time(), seen=clock.monotonic())
+        await check_health(ctl)
+        assert set(ctl.nodes["mi300x"].foreign) == {gpu0}
+        four = await commands.submit(ctl, JobSpec(command=("true",), name="four", resources=Resources(gpus=4)),
+                                     "alice", None)
+        await one_round(ctl)
+        while ctl._tasks:
+            await asyncio.gather(*list(ctl._tasks), return_exceptions=True)
+        assert (await ctl.get(four.id)).state is JobState.RUNNING
+        [run] = list(ex.runs.values())
+        assert len(run.request.devices) == 4 and gpu0 not in run.request.devices
+        # three GPUs are left, GPU 0 among them: a 4-GPU job waits (it would run, were GPU 0 free)
+        more = await commands.submit(ctl, JobSpec(command=("true",), name="more", resources=Resources(gpus=4)),
+                                     "alice", None)
+        await one_round(ctl)
+        assert (await ctl.get(more.id)).state is JobState.PENDING
+    finally:
+        ctl.stopping.set()
+        ctl.cancel_probes()
+        await asyncio.gather(*ctl.probes, *ctl._tasks, return_exceptions=True)
+        ctl.close()
+        store.close()
