@@ -4,6 +4,7 @@ simulated nodes, next to the simulator's figures for the same jobs, cluster and 
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 from tests.conftest import Hs
@@ -22,6 +23,16 @@ def test_replay_of_a_trace_slice_comes_close_to_the_simulator(tmp_path: Path) ->
     # machine's delays are in the trace's seconds times the speedup, so this slice gets more room
     assert 0.75 < out["avg_jct_live_over_sim"] < 1.3, out
     assert not (tmp_path / "mine").exists()
+    # time-sharing (the default): each job that outlived its first quantum checkpointed once on its own, which
+    # proved it checkpoints, and the controller time-shared the jobs that had (a preempted run exiting 85)
+    assert out["time_sharing"] is True
+    db = sqlite3.connect(f"file:{tmp_path / 'replay' / 'hsched.db'}?mode=ro", uri=True)
+    try:
+        runs = dict(db.execute("SELECT state, COUNT(*) FROM runs WHERE exit_code = 85 GROUP BY state").fetchall())
+    finally:
+        db.close()
+    assert runs.get("CHECKPOINTED", 0) >= 1, runs
+    assert runs.get("PREEMPTED", 0) >= 1, runs
     # the controller it ran is stopped, and what it learnt is there to see
     kept = Hs(tmp_path / "replay")
     assert kept.controller_pid() is None
