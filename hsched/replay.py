@@ -7,6 +7,12 @@ stand-in job (hsched.replayjob) that runs its steps at the trace's rate for the 
 the speedup and reports its progress, waits for all to end, and prints the live metrics next to the
 simulator's for the same jobs, cluster and policy. JCTs are in the trace's seconds (wall seconds x speedup).
 
+Time-sharing: with a quantum (`quantum_s`, in the trace's seconds; the CLI's default is the policy's own), the
+controller's live quantum (`move_min_run_s`) is that quantum over the speedup, and each stand-in job checkpoints
+on its own once at the end of its first quantum (hsched.replayjob `--checkpoint-after`), which proves it
+checkpoints: from then on the controller may time-share and move it, as the simulator's default does. Without
+one, no job proves it and the replay matches `hsched sim --no-time-sharing`.
+
 Knowledge: `table` seeds the controller's learned speeds (hsched.learn.kinds) with the trace's throughput table,
 what the simulator knows; `learn` starts from the accelerator prior alone and learns from progress, as a new
 lab would.
@@ -77,10 +83,12 @@ def seed_knowledge(db: Path, trace: Any, nodes: Sequence[Node], now: float) -> i
     return n
 
 
-def job_spec(tj: Any, trace: Any, types: Sequence[str], speedup: float) -> dict[str, Any]:
+def job_spec(tj: Any, trace: Any, types: Sequence[str], speedup: float,
+             checkpoint_after_s: float = 0.0) -> dict[str, Any]:
     rates = {t: r for t in types if (r := trace.throughput.rate(tj.job_type, tj.gpus, t))}
+    extra = ["--checkpoint-after", repr(checkpoint_after_s)] if checkpoint_after_s > 0 else []
     return {"command": [sys.executable, "-m", "hsched.replayjob", "--steps", repr(float(tj.work)),
-                        "--rates", json.dumps(rates), "--speedup", repr(speedup)],
+                        "--rates", json.dumps(rates), "--speedup", repr(speedup), *extra],
             "name": f"trace-{tj.id}", "kind": tj.job_type or f"trace-{tj.id}", "resources": {"gpus": tj.gpus}}
 
 
@@ -90,14 +98,22 @@ def _ts(text: str | None) -> float:
 
 
 def run_live(home: Path, trace: Any, nodes: Sequence[Node], speedup: float, *, policy: str = "hsched",
-             knowledge: str = "table", say: Callable[[str], None] = lambda _m: None) -> list[LiveJob]:
-    """Replay `trace` on a controller of its own in `home` (made here) and return each job's times."""
+             knowledge: str = "table", say: Callable[[str], None] = lambda _m: None,
+             quantum_s: float | None = None) -> list[LiveJob]:
+    """Replay `trace` on a controller of its own in `home` (made here) and return each job's times; with
+    `quantum_s` (trace seconds), time-sharing as the module's docstring says."""
     from hsched.client import Client
     from hsched.paths import Home
 
     home.mkdir(parents=True, exist_ok=True)
     (home / "fleet.toml").write_text(fleet_toml(nodes))
-    (home / "settings.toml").write_text(f'poll_interval_s = 0.05\nmonitor_interval_s = 0.5\npolicy = "{policy}"\n')
+    settings = f'poll_interval_s = 0.05\nmonitor_interval_s = 0.5\npolicy = "{policy}"\n'
+    live_quantum = quantum_s / speedup if quantum_s else 0.0
+    if live_quantum > 0:
+        # the quantum in wall seconds; a move's cost before one is measured near the simulator's default (free
+        # checkpoints): a tenth of a poll (the setting must be > 0)
+        settings += f"moves = true\nmove_min_run_s = {live_quantum!r}\nmove_cost_s = 0.005\n"
+    (home / "settings.toml").write_text(settings)
     h = Home(home)
     h.ensure()
     if knowledge == "table":
@@ -116,7 +132,8 @@ def run_live(home: Path, trace: Any, nodes: Sequence[Node], speedup: float, *, p
                 wait = t0 + tj.arrival_s / speedup - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)
-                job = c.call("submit", spec=job_spec(tj, trace, types, speedup), source=f"<replay {trace.source}>")
+                job = c.call("submit", spec=job_spec(tj, trace, types, speedup, live_quantum),
+                             source=f"<replay {trace.source}>")
                 ids[int(job["id"])] = tj.id
             say(f"submitted {len(ids)} jobs; waiting for them to end")
             while True:

@@ -7,6 +7,12 @@ its GPU type is found in HSCHED_GPU_MODEL, which hsched sets. It advances `rate 
 wall time, reports its progress every second (hsched.progress: the controller learns the kind's speed from
 it), saves its step on SIGTERM/SIGUSR1 and exits 85 (hsched's "checkpointed, requeue me"), and resumes from
 the saved step. No GPU is touched: a stand-in for a trainer whose speed depends on the GPU it runs on.
+
+`--checkpoint-after S`: a first attempt that has run S wall seconds saves its step and exits 85 on its own, once,
+as a trainer that checkpoints at the end of its first quantum. Why: the controller time-shares (and moves) only
+jobs that proved they checkpoint (hsched.controller.moves); a job that is never stopped never proves it, and a
+replay would then measure a controller that cannot time-share against a simulator that does. The run after it
+resumes from the saved step, so nothing is lost, at the price of one restart, as a time-share switch costs.
 """
 
 from __future__ import annotations
@@ -37,13 +43,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=float, required=True)
     ap.add_argument("--rates", required=True, help="JSON: GPU type -> steps per second")
     ap.add_argument("--speedup", type=float, default=1.0)
+    ap.add_argument("--checkpoint-after", type=float, default=0.0,
+                    help="wall seconds after which a first attempt checkpoints and exits 85 on its own (0: never)")
     opts = ap.parse_args(argv)
     rate = rate_for(os.environ.get("HSCHED_GPU_MODEL", ""), json.loads(opts.rates)) * opts.speedup
     ckpt = os.path.join(os.environ.get("HSCHED_CHECKPOINT_DIR") or ".", "replay-step")
     step = 0.0
+    first = True  # no checkpoint yet: the first attempt
     try:
         with open(ckpt) as f:
             step = float(f.read().strip() or 0)
+            first = False
     except (OSError, ValueError):
         pass
     stop = {"now": False}
@@ -55,13 +65,17 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, on_signal)
     t0, s0 = time.monotonic(), step
     end = t0 + max(0.0, opts.steps - s0) / rate
+    prove_at = t0 + opts.checkpoint_after if first and opts.checkpoint_after > 0 else None
     while not stop["now"]:
         now = time.monotonic()
         step = min(opts.steps, s0 + rate * (now - t0))
         report(step=step, total=opts.steps)
         if now >= end:
             break
-        time.sleep(min(0.1, end - now))
+        if prove_at is not None and now >= prove_at:
+            stop["now"] = True  # the one checkpoint of its own (see the module's docstring)
+            break
+        time.sleep(min(0.1, end - now, *(() if prove_at is None else (max(0.0, prove_at - now),))))
     flush()
     if stop["now"] and step < opts.steps:
         with open(ckpt, "w") as f:

@@ -31,6 +31,11 @@ def register(app: typer.Typer) -> None:
         knowledge: str = typer.Option("table", "--knowledge", help="table: the controller starts knowing the "
                                       "trace's throughputs (as the simulator does); learn: from its prior, "
                                       "learning from the jobs' progress."),
+        time_sharing: bool = typer.Option(True, "--time-sharing/--no-time-sharing",
+                                          help="Jobs checkpoint once at the end of their first quantum, which "
+                                          "proves they can, so the controller time-shares them, against the "
+                                          "simulator's default (--no-time-sharing: against hsched sim "
+                                          "--no-time-sharing, no job ever stopped)."),
         keep: Path | None = typer.Option(None, "--keep", help="Run the controller in this folder and keep it "
                                          "(default: a temporary one)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
@@ -53,8 +58,13 @@ def register(app: typer.Typer) -> None:
         tr = _load(trace, throughputs, None, None, 0, 4.0, max_jobs)
         servers = _servers(None, cluster, gpus_per_node, tr.throughput.gpu_types)
         nodes = cluster_nodes(cluster, gpus_per_node)
-        # the live controller moves jobs only through QoS preemption: the simulator without time-sharing
-        sim = _run_one(tr, servers, policy, 0.0, 360.0, 1.0, 1.0, default_rule(time_sharing=False)).summary
+        # with time-sharing, the simulator's default; without, the live controller moves jobs only through QoS
+        # preemption: the simulator without time-sharing
+        sim = _run_one(tr, servers, policy, 0.0, 360.0, 1.0, 1.0, default_rule(time_sharing=time_sharing)).summary
+        from hsched.sched.registry import make_policy
+
+        # the live quantum: the policy's own (hsched's 1.5 h), else the simulator's round
+        quantum = float(getattr(make_policy(policy), "quantum_s", 360.0)) if time_sharing else None
         if sim.get("unschedulable_jobs"):
             raise UserError(f"{sim['unschedulable_jobs']} job(s) of this slice can never run on --cluster {cluster}")
         factor = speedup or max(1.0, float(sim["makespan_s"]) / wall)
@@ -70,14 +80,15 @@ def register(app: typer.Typer) -> None:
         t0 = time.monotonic()
         if keep is not None:
             live_jobs = run_live(keep.expanduser().absolute(), tr, nodes, factor, policy=policy, knowledge=knowledge,
-                                 say=say)
+                                 say=say, quantum_s=quantum)
         else:
             with tempfile.TemporaryDirectory(prefix="hsched-replay-") as tmp:
                 live_jobs = run_live(Path(tmp) / "home", tr, nodes, factor, policy=policy, knowledge=knowledge,
-                                     say=say)
+                                     say=say, quantum_s=quantum)
         live = live_summary(live_jobs, factor)
         ratio = live["avg_jct_s"] / float(sim["avg_jct_s"]) if sim.get("avg_jct_s") else None
         out: dict[str, Any] = {"trace": str(trace), "cluster": cluster, "policy": policy, "knowledge": knowledge,
+                               "time_sharing": time_sharing,
                                "jobs": len(tr.jobs), "speedup": factor, "wall_s": time.monotonic() - t0,
                                "live": live, "sim": {k: sim.get(k) for k in ("avg_jct_s", "p50_jct_s", "p95_jct_s",
                                                                              "makespan_s")},

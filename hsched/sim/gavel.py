@@ -74,6 +74,7 @@ class _GJob:
     migrations: int = 0
     last_type: str = ""
     arrived_integral: float = 0.0
+    isolated_s: float = 0.0  # FTF: the time its work so far would have taken at its isolated rates
 
 
 class GavelSimulator:
@@ -99,6 +100,7 @@ class GavelSimulator:
         rest = trace.throughput.order_types(t for t in self.capacity if t not in known)
         self.types = (*known, *rest)
         self.alloc_types = tuple(sorted(self.capacity))  # Gavel's matrices use sorted type names
+        self._ftf_prev: dict[int, tuple[int, float]] = {}  # FTF: job id -> (steps left, isolated rate) last time
 
     # ------------------------------------------------------------------ allocation
 
@@ -116,23 +118,39 @@ class GavelSimulator:
         cap = np.array([float(self.capacity[t]) for t in types])
         scale = np.array([float(j.tj.gpus) for j in jobs])
         tput = np.array([[j.rates.get(t, 0.0) for t in types] for j in jobs])
-        # the type-blind ("isolated") allocation: every job's time counts the same on every type
-        ones = (tput > 0).astype(float) * scale[:, None]
-        g_coef, g_scale, counts, of_row = ga.group_rows(ones, [j.tj.gpus for j in jobs])
-        iso_x = ga.max_min(g_coef, g_scale, counts, cap)[of_row]
         if self.kind == "max_min_fairness":
-            x = iso_x
+            # type-blind: every job's time counts the same on every type
+            ones = (tput > 0).astype(float) * scale[:, None]
+            g_coef, g_scale, counts, of_row = ga.group_rows(ones, [j.tj.gpus for j in jobs])
+            x = ga.max_min(g_coef, g_scale, counts, cap)[of_row]
         else:
-            isolated = np.sum(tput * iso_x, axis=1)
-            isolated = np.where(isolated > 0, isolated, 1e-12)
             if self.kind == "max_min_fairness_perf":
+                # Gavel's normaliser (policies/max_min_fairness.py, MaxMinFairnessPolicyWithPerf, through
+                # policies/proportional.py): every job's throughput on capacity[t] / total of each type, whatever
+                # its scale. (Normalising by the type-blind LAS allocation instead, which gives a gang of s GPUs
+                # 1/s of a single GPU's time, counted a gang's scale twice: het-LAS 1.208x Gavel's figure on the
+                # multi-GPU trace, 0.986x with this.)
+                isolated = np.maximum(tput @ (cap / float(np.sum(cap))), 1e-12)
                 coef = tput * scale[:, None] / isolated[:, None]
                 g_coef, g_scale, counts, of_row = ga.group_rows(coef, [j.tj.gpus for j in jobs])
                 x = ga.max_min(g_coef, g_scale, counts, cap)[of_row]
             else:
+                # Gavel's FTF (policies/finish_time_fairness.py with policies/isolated.py): the isolated share is
+                # capacity[t] / (jobs x scale) of each type, rows scaled so that the fullest sums to 1; the
+                # isolated finish time counts the work done so far at the isolated rates of the allocations it
+                # was done under, not the time since arrival
+                share = cap[None, :] / (float(len(jobs)) * scale[:, None])
+                share = share / float(np.max(np.sum(share, axis=1)))
+                isolated = np.maximum(np.sum(tput * share, axis=1), 1e-12)
+                for j in jobs:
+                    if j.tj.id in self._ftf_prev:
+                        prev_left, prev_iso = self._ftf_prev[j.tj.id]
+                        j.isolated_s += (prev_left - j.steps_left) / prev_iso
+                self._ftf_prev = {j.tj.id: (j.steps_left, float(isolated[i])) for i, j in enumerate(jobs)}
                 since = np.array([now - j.tj.arrival_s for j in jobs])
                 left = np.array([float(j.steps_left) for j in jobs])
-                x = ga.finish_time_fair(tput, scale, since, left, isolated, cap)
+                so_far = np.array([j.isolated_s for j in jobs])
+                x = ga.finish_time_fair(tput, scale, since, left, isolated, cap, isolated_so_far=so_far)
         return {j.tj.id: {t: float(x[i, k]) for k, t in enumerate(types)} for i, j in enumerate(jobs)}
 
     def _fifo(self, jobs: list[_GJob], assigned: dict[int, str], rng: random.Random) -> dict[int, dict[str, float]]:

@@ -160,13 +160,16 @@ def max_min(coef: np.ndarray, scale: np.ndarray, counts: np.ndarray, capacity: n
 
 
 def finish_time_fair(tput: np.ndarray, scale: np.ndarray, since_start: np.ndarray, remaining: np.ndarray,
-                     isolated: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+                     isolated: np.ndarray, capacity: np.ndarray,
+                     isolated_so_far: np.ndarray | None = None) -> np.ndarray:
     """Per-job time fractions X (n x m) for Gavel's finish-time fairness:
 
         min rho  s.t.  (T_i + R_i / a_i) / E_i <= rho, i.e. a_i (rho E_i - T_i) >= R_i,  a_i = tput_i . X_i,
                        sum_t X_i <= 1, X >= 0, sum_i scale_i X_i[t] <= capacity[t]
 
-    with E_i = T_i + R_i / isolated_i (the finish time under the isolated share). Gavel's solver sees the ratio
+    with E_i = T_i + R_i / isolated_i (the finish time under the isolated share), or, given `isolated_so_far`
+    (Gavel's FinishTimeFairnessPolicyWithPerf), E_i = isolated_so_far_i + R_i / isolated_i: the time the work
+    already done would have taken on the isolated share, not the time since arrival. Gavel's solver sees the ratio
     through an epigraph variable sigma_i >= 1 / a_i (a second-order cone) and rho >= (T_i + R_i sigma_i) / E_i;
     minimising its barrier over sigma_i in closed form leaves 2 log g_i - log a_i with g_i = a_i (rho E_i - T_i)
     - R_i, which is the barrier used here: the same centre, one variable fewer per job.
@@ -178,7 +181,7 @@ def finish_time_fair(tput: np.ndarray, scale: np.ndarray, since_start: np.ndarra
     tp = tput[:, live]
     cap = capacity[live]
     m = tp.shape[1]
-    e = since_start + remaining / isolated
+    e = (since_start if isolated_so_far is None else isolated_so_far) + remaining / isolated
     qk = scale.astype(float)
     alpha = 0.5 * min(1.0 / m, float(np.min(cap)) / float(np.sum(qk)))
     x = np.full((n_jobs, m), alpha)

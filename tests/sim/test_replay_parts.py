@@ -43,3 +43,26 @@ def test_live_metrics_are_in_the_traces_seconds() -> None:
     s = live_summary(jobs, 10.0)
     assert s["avg_jct_s"] == pytest.approx((20 + 40) / 2) and s["makespan_s"] == pytest.approx(50.0)
     assert s["avg_wait_s"] == pytest.approx((5 + 10) / 2)
+
+
+def test_a_replayed_job_checkpoints_once_on_its_own_then_resumes(tmp_path, monkeypatch) -> None:
+    """Issue 33 item 5: `--checkpoint-after` makes a first attempt save its step and exit 85 (which proves to the
+    controller that it checkpoints); the next attempt resumes from the saved step and never does it again."""
+    import signal
+
+    from hsched import replayjob
+
+    monkeypatch.delenv("HSCHED_PROGRESS", raising=False)
+    monkeypatch.setenv("HSCHED_GPU_MODEL", "Tesla V100-SXM2-16GB")
+    monkeypatch.setenv("HSCHED_CHECKPOINT_DIR", str(tmp_path))
+    args = ["--steps", "1e12", "--rates", '{"v100": 1000.0}', "--checkpoint-after", "0.05"]
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
+    try:  # main() installs its own signal handlers: pytest's come back after
+        assert replayjob.main(args) == replayjob.CHECKPOINT_EXIT  # 1e12 steps at 1,000/s: only the checkpoint ends it
+        saved = float((tmp_path / "replay-step").read_text())
+        assert 0 < saved < 1e12
+        # the second attempt: fast enough to finish at once, and no second checkpoint of its own
+        assert replayjob.main([*args, "--speedup", "1e12"]) == 0
+    finally:
+        for sig, h in handlers.items():
+            signal.signal(sig, h)
