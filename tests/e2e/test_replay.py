@@ -46,7 +46,7 @@ def test_replay_of_a_trace_slice_comes_close_to_the_simulator(tmp_path: Path) ->
 
 
 def test_replay_time_shares_jobs_that_proved_they_checkpoint(tmp_path: Path) -> None:
-    out = _replay(tmp_path)  # time-sharing is the default, against the simulator's default
+    out = _replay(tmp_path, "--time-sharing")  # against the simulator's default
     assert out["time_sharing"] is True
     # each job that outlived its first quantum checkpointed once on its own, which proved it checkpoints, and the
     # controller then time-shared the jobs that had: preempted runs that exited 85 and resumed
