@@ -5,27 +5,13 @@ from __future__ import annotations
 
 import asyncio
 
-from hsched.executors.base import Executor, StatusQuery
+from hsched.executors.base import Executor
 
-from hsched.model import RunHandle, RunReport, RunStatus
+from hsched.model import RunHandle, RunReport
 from hsched.node import procfs
+from hsched.testing.conformance import wait_log, wait_status
 
-
-async def wait_status(ex: Executor, handle: RunHandle, *, running: bool) -> RunReport:
-    """The run's report once it is (or is no longer) running; bounded by the test's deadline."""
-    while True:
-        [rep] = await ex.status([StatusQuery(handle.run_dir, handle)])
-        if (rep.status is RunStatus.RUNNING) == running:
-            return rep
-        await asyncio.sleep(0.02)
-
-
-async def wait_log(ex: Executor, run_dir: str, text: bytes) -> bytes:
-    while True:
-        log = await ex.read_log(run_dir, 0)
-        if text in log:
-            return log
-        await asyncio.sleep(0.02)
+__all__ = ["wait_exited", "wait_gone", "wait_log", "wait_status"]
 
 
 async def wait_gone(pid: int) -> None:
