@@ -14,17 +14,14 @@ from typing import Any
 
 import pytest
 
-from hsched.config import FleetConfig, NodeConfig, Settings
+from hsched.config import FleetConfig, NodeConfig
 from hsched.controller import commands
-from hsched.controller.core import Controller
-from hsched.controller.fleet import build_fleet
 from hsched.controller.health import check_health, record_sample
-from hsched.controller.loops import one_round, start
-from hsched.controller.store import Store
+from hsched.controller.loops import one_round
 from hsched.model import JobSpec, JobState, NodeState, Resources
 from hsched.node.probe import probe_gpus
-from hsched.paths import Home
 from hsched.testing import FakeClock, FakeExecutor
+from tests.controller.probed import probed_controller
 
 pytestmark = pytest.mark.slow  # the stub tools are processes
 
@@ -60,17 +57,11 @@ async def test_a_mixed_fleet_places_amd_jobs_on_xgmi_sets_with_rocm_variables(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     probes = {"mi300x": helper_probe(monkeypatch, "mi300x"), "mi210": helper_probe(monkeypatch, "mi210"),
               "h100": NVIDIA}
-    home = Home(tmp_path / "home")
-    home.ensure()
     cfg = FleetConfig(nodes=tuple(NodeConfig(name=n, executor="local") for n in probes), source="<test>")
     clock = FakeClock()
     executors = {n: ProbedNode(g, name=n, cpus=64, clock=clock.time, monotonic=clock.monotonic)
                  for n, g in probes.items()}
-    store = Store(home.db)
-    ctl = Controller(home, cfg, Settings(), store, nodes=build_fleet(cfg, transports=executors), clock=clock)
-    try:
-        await start(ctl)
-        await asyncio.gather(*(rt.probe_task for rt in ctl.nodes.values()))  # type: ignore[misc]
+    async with probed_controller(tmp_path, cfg, executors, clock) as ctl:
         for rt in ctl.nodes.values():
             record_sample(rt, {"seq": 0, "gpus": {"devices": []}, "processes": []}, clock.time(),
                           seen=clock.monotonic())
@@ -118,12 +109,6 @@ async def test_a_mixed_fleet_places_amd_jobs_on_xgmi_sets_with_rocm_variables(
         node, req = launched(jobs["mi210"].id)
         assert node == "mi210" and req.env["HIP_VISIBLE_DEVICES"] == "0,1"
         assert len(req.env["ROCR_VISIBLE_DEVICES"].split(",")) == 2
-    finally:
-        ctl.stopping.set()
-        ctl.cancel_probes()
-        await asyncio.gather(*ctl.probes, *ctl._tasks, return_exceptions=True)
-        ctl.close()
-        store.close()
 
 
 def helper_watch_sample(machine: str) -> dict[str, Any]:
@@ -148,16 +133,10 @@ async def test_a_process_the_watch_lists_on_an_amd_gpu_keeps_that_gpu_from_jobs(
     sample = helper_watch_sample("mi300x")
     gpu0 = next(d["uuid"] for d in gpus["devices"] if d["index"] == 0)
     assert [(p["uuid"], p["pid"]) for p in sample["processes"]] == [(gpu0, 2266127)]
-    home = Home(tmp_path / "home")
-    home.ensure()
     cfg = FleetConfig(nodes=(NodeConfig(name="mi300x", executor="local"),), source="<test>")
     clock = FakeClock()
     ex = ProbedNode(gpus, name="mi300x", cpus=64, clock=clock.time, monotonic=clock.monotonic)
-    store = Store(home.db)
-    ctl = Controller(home, cfg, Settings(), store, nodes=build_fleet(cfg, transports={"mi300x": ex}), clock=clock)
-    try:
-        await start(ctl)
-        await asyncio.gather(*(rt.probe_task for rt in ctl.nodes.values()))  # type: ignore[misc]
+    async with probed_controller(tmp_path, cfg, {"mi300x": ex}, clock) as ctl:
         record_sample(ctl.nodes["mi300x"], sample, clock.time(), seen=clock.monotonic())
         await check_health(ctl)
         assert set(ctl.nodes["mi300x"].foreign) == {gpu0}
@@ -174,9 +153,3 @@ async def test_a_process_the_watch_lists_on_an_amd_gpu_keeps_that_gpu_from_jobs(
                                      "alice", None)
         await one_round(ctl)
         assert (await ctl.get(more.id)).state is JobState.PENDING
-    finally:
-        ctl.stopping.set()
-        ctl.cancel_probes()
-        await asyncio.gather(*ctl.probes, *ctl._tasks, return_exceptions=True)
-        ctl.close()
-        store.close()

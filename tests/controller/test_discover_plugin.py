@@ -13,19 +13,16 @@ from typing import Any
 
 import pytest
 
-from hsched.config import FleetConfig, NodeConfig, Settings, load_fleet
+from hsched.config import FleetConfig, NodeConfig, load_fleet
 from hsched.controller import commands
-from hsched.controller.core import Controller
-from hsched.controller.fleet import build_fleet
 from hsched.controller.health import check_health, record_sample
-from hsched.controller.loops import one_round, start
-from hsched.controller.store import Store
+from hsched.controller.loops import one_round
 from hsched.errors import UserError
 from hsched.model import JobSpec, JobState, NodeState, Resources
 from hsched.node.probe import probe
-from hsched.paths import Home
 from hsched.testing import FakeClock, FakeExecutor
 from hsched.topo.plugin import PluginError, parse_plugin_output
+from tests.controller.probed import probed_controller
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "discover" / "tenstorrent-n300"
 GOOD = {"select_env": "TT_VISIBLE_DEVICES", "devices": [
@@ -104,18 +101,12 @@ async def test_plugin_devices_are_scheduled_by_type_and_bad_plugins_leave_only_t
         "missing": script(tmp_path, "missing", f"cat <<'J'\n{json.dumps(missing)}\nJ\n"),
         "hangs": script(tmp_path, "hangs", "exec sleep 600\n"),
     }
-    home = Home(tmp_path / "home")
-    home.ensure()
     cfg = FleetConfig(nodes=tuple(NodeConfig(name=n, executor="local", discover=p) for n, p in plugins.items()),
                       source="<test>")
     clock = FakeClock()
     executors = {n: HelperProbed(p, name=n, cpus=16, clock=clock.time, monotonic=clock.monotonic)
                  for n, p in plugins.items()}
-    store = Store(home.db)
-    ctl = Controller(home, cfg, Settings(), store, nodes=build_fleet(cfg, transports=executors), clock=clock)
-    try:
-        await start(ctl)
-        await asyncio.gather(*(rt.probe_task for rt in ctl.nodes.values()))  # type: ignore[misc]
+    async with probed_controller(tmp_path, cfg, executors, clock) as ctl:
         for rt in ctl.nodes.values():
             record_sample(rt, {"seq": 0, "gpus": {"devices": []}, "processes": []}, clock.time(),
                           seen=clock.monotonic())
@@ -143,12 +134,6 @@ async def test_plugin_devices_are_scheduled_by_type_and_bad_plugins_leave_only_t
         [run] = list(executors["tt"].runs.values())
         assert run.request.env["TT_VISIBLE_DEVICES"] == "0,1" and "CUDA_VISIBLE_DEVICES" not in run.request.env
         assert not any(ex.runs for n, ex in executors.items() if n != "tt")
-    finally:
-        ctl.stopping.set()
-        ctl.cancel_probes()
-        await asyncio.gather(*ctl.probes, *ctl._tasks, return_exceptions=True)
-        ctl.close()
-        store.close()
 
 
 def example_output() -> str:
