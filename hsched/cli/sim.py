@@ -60,6 +60,12 @@ _LABELS = typer.Option(
 _TIME_SHARING = typer.Option(True, "--time-sharing/--no-time-sharing",
                              help="Let preemptive policies stop and move jobs that checkpoint (as Gavel does); "
                                   "off, only QoS preemption stops a job, as in the live controller.")
+_TOTALS = typer.Option(
+    True, "--progress-totals/--no-progress-totals",
+    help="The trace's jobs report their progress with a total (Gavel's run a fixed number of steps), so once a job "
+         "has run the policy knows its remaining time (the hsched policy ranks such a job by it, shortest first); "
+         "off, nothing is known of remaining time and hsched ranks by attained service alone (with --round-mode "
+         "live the running jobs' predicted ends still count, as the live controller's forecasts do).")
 _LEARNED = typer.Option(
     False, "--learned",
     help="The policy learns throughputs from the jobs' own progress as the trace unfolds, starting from the "
@@ -284,7 +290,7 @@ def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, ro
              pcie: float, rule: Any, round_mode: str = "event", seed: int = 0, *, learned: bool = False,
              learned_prior: str = "measured", predict: bool = False, data: Any = None, locality: Any = None,
              pool: Any = None, prefetch_s: float | None = None, shares: dict[str, float] | None = None,
-             live: Any = None) -> Any:
+             live: Any = None, progress_totals: bool = True) -> Any:
     from hsched.sim.bounds import MAX_DURATION_S, MAX_ROUND_S, MIN_ROUND_S, check
     from hsched.sim.engine import SimConfig, SimCosts, Simulator
     from hsched.sim.gavel import GAVEL_POLICIES
@@ -312,7 +318,7 @@ def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, ro
     cfg = SimConfig(round_s=round_s, costs=SimCosts(checkpoint_cost, span, pcie), preempt=rule,
                     round_mode=round_mode, learned=learned, refine_prior=learned_prior == "measured",
                     predict=predict, data=data, slurm_pool=pool, prefetch_s=prefetch_s, shares=shares or {},
-                    live=live)
+                    live=live, progress_totals=progress_totals)
     if locality is not None:
         cfg = replace(cfg, locality=locality)
     chosen = _policy(name)
@@ -468,6 +474,7 @@ def sim(
     plot: Path | None = _PLOT,
     settings: Path | None = _SETTINGS,
     time_sharing: bool = _TIME_SHARING,
+    progress_totals: bool = _TOTALS,
     round_mode: str = _ROUND_MODE,
     learned: bool = _LEARNED,
     learned_prior: str = _LEARNED_PRIOR,
@@ -508,7 +515,8 @@ def sim(
     live = _live(mode, settings, labels, servers, data, pools)
     result = _run_one(tr, servers, policy, checkpoint_cost, round_s, span_factor, pcie_factor, rule, mode, seed,
                       learned=learned, learned_prior=prior, predict=predict, data=data, locality=modes[0],
-                      pool=pools[0], prefetch_s=prefetch_s, shares=per_user, live=live)
+                      pool=pools[0], prefetch_s=prefetch_s, shares=per_user, live=live,
+                      progress_totals=progress_totals)
     if jobs_csv is not None:
         result.write_jobs_csv(jobs_csv)
     summary = dict(result.summary)
@@ -549,6 +557,7 @@ def compare(
     plot: Path | None = _PLOT,
     settings: Path | None = _SETTINGS,
     time_sharing: bool = _TIME_SHARING,
+    progress_totals: bool = _TOTALS,
     round_mode: str = _ROUND_MODE,
     learned: bool = _LEARNED,
     learned_prior: str = _LEARNED_PRIOR,
@@ -583,7 +592,7 @@ def compare(
     live = _live(mode, settings, labels, servers, data, pools)
     results = [_run_one(tr, servers, n, checkpoint_cost, round_s, span_factor, pcie_factor, rule, mode, seed,
                         learned=learned, learned_prior=prior, predict=predict, data=data, locality=loc, pool=pool,
-                        prefetch_s=prefetch_s, live=live)
+                        prefetch_s=prefetch_s, live=live, progress_totals=progress_totals)
                for n in names for loc in modes for pool in pools]
     summaries = [dict(r.summary, **({"speeds": speeds_used} if speeds_used else {})) for r in results]
     if plot is not None:

@@ -396,7 +396,9 @@ def fleet_view(ctl: Controller, active: Sequence[Job], dirty: frozenset[str] = f
                      limits=QosLimits.from_qos(ctl.settings.qos), holders=tuple(active),
                      throughput=_learned(ctl),
                      # the running jobs' predicted ends: when the first blocked job's reserved GPUs free up
-                     ends=learning.predicted_ends(ctl, active, ctl.timeline.now()))
+                     ends=learning.predicted_ends(ctl, active, ctl.timeline.now()),
+                     # what requeued jobs' progress said was left: the policy ranks them by it (hsched's _work)
+                     left=learning.waiting_left(ctl))
 
 
 def _held_by(ctl: Controller, active: Sequence[Job]) -> tuple[frozenset[str], frozenset[str], dict[str, int],

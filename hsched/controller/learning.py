@@ -133,11 +133,22 @@ def _flush_ended(ctl: Controller, lr: Learning, now: float) -> None:
     store; forgotten here once written."""
     assert lr.jobs is not None
     live = {(j.id, j.restarts + 1) for j in lr.jobs.active}
+    if lr.left:
+        for jid in [i for i in lr.left if i not in lr.jobs.active_by_id]:
+            del lr.left[jid]  # (ended jobs do not pile up)
     done = [rp for k, rp in lr.runs.items() if k not in live]
     if not done:
         return
     for rp in done:
         del lr.runs[(rp.job_id, rp.attempt)]
+        # what its progress says is left, for the policy to rank it by while it waits (waiting_left)
+        speed = rp.steps_per_s
+        if rp.last is not None and rp.total is not None and speed and rp.job_id in lr.jobs.active_by_id:
+            from hsched.learn.predict import remaining
+
+            left = remaining(0.0, None, rp.last[1], rp.total, speed)
+            if left is not None and left > 0:
+                lr.left[rp.job_id] = (left, rp.key[1])
 
     async def write() -> None:
         for rp in done:
@@ -276,6 +287,13 @@ async def learned_gpu_memory(ctl: Controller, kind: str) -> int | None:
 OVERRUN_SHARE = 0.5
 """A running job past its expected duration by up to this share of it is predicted to end SOON_S from now."""
 SOON_S = 30.0
+
+
+def waiting_left(ctl: Controller) -> dict[int, tuple[float, str]]:
+    """The round's `FleetView.left`: per job whose last ended attempt reported progress with a total, the seconds
+    that progress said were left and the GPU type it ran on (the round reads only its waiting jobs'). A copy: the
+    round reads it in its own thread while the loop learns."""
+    return dict(learning(ctl).left)
 
 
 def predicted_ends(ctl: Controller, jobs: Iterable[Job], now: float) -> dict[int, float]:

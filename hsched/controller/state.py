@@ -328,6 +328,10 @@ class Learning:
     """Kind -> (user, running time) of its last completed jobs, oldest first (read from the store per kind)."""
     predicted: dict[int, float | None] = field(default_factory=dict)
     """Job id -> the duration predicted when it first started (to measure the prediction when it completes)."""
+    left: dict[int, tuple[float, str]] = field(default_factory=dict)
+    """Job id -> (seconds its last ended attempt's progress said were left, the GPU type it ran on), for the jobs
+    that reported a total and are active (the round's `FleetView.left`); kept in memory only: after a restart a
+    requeued job is ranked by its attained service until it reports again."""
 
 
 @dataclass(slots=True)

@@ -91,6 +91,11 @@ class FleetView:
     attained: Mapping[int, float] = field(default_factory=dict)
     """Job id -> seconds its earlier attempts ran (its attained service before this attempt, for the least-attained
     rule: a job stopped and requeued does not jump back to the front). A job not here has none."""
+    left: Mapping[int, tuple[float, str]] = field(default_factory=dict)
+    """Waiting job id -> (the seconds its last attempt's progress said were left: steps to its reported total over
+    the speed it measured, the GPU type it measured them on; hsched.controller.learning.waiting_left): with the
+    running jobs' predicted ends, the policy's remaining-time estimates (`PolicyInput.forecast_s`, which the plan
+    stage normalises to the job's fastest type). A job not here reported no total."""
     memory_used: Mapping[str, int] = field(default_factory=dict)
     """Host memory (MiB, `--mem`) promised to active runs, per node: reserved as CPUs are."""
     shared_use: Mapping[str, int] = field(default_factory=dict)

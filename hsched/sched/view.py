@@ -122,8 +122,12 @@ class PolicyInput:
     """Job id -> what a checkpoint and restart of that job costs (seconds), where measured (the live controller's
     jobs that proved they checkpoint); a job not here costs `checkpoint_cost_s`."""
     forecast_s: Mapping[int, float] = field(default_factory=dict)
-    """Running job id -> its predicted remaining seconds where something predicts it (the live controller: its
-    progress or its kind's history). A prediction, not the truth: non-clairvoyant policies may read it."""
+    """Job id -> its predicted remaining seconds on its fastest GPU type (normalised as `JobView.service_s` is: the
+    seconds left where it runs times its speed there relative to its fastest type), where something predicts it: a
+    running job's from its progress or its kind's history (the live controller), a waiting job that ran before from
+    the progress its last attempt reported with a total (steps left over the speed it measured); the simulator's
+    trace jobs report a total (`SimConfig.progress_totals`). A prediction, not the truth: non-clairvoyant policies
+    may read it."""
     quantum_s: float | None = None
     """How long a (re)started job keeps its GPUs before time-sharing may take them (the live settings'
     `move_min_run_s`); None: the policy's own."""

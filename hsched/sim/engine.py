@@ -117,6 +117,11 @@ class SimConfig:
     shares: Mapping[str, float] = field(default_factory=dict)
     """Fair share between the trace's users (its user column): user -> shares (`hsched sim --shares alice=2,bob=1`);
     a user not named holds 1."""
+    progress_totals: bool = True
+    """The trace's jobs report their progress with a total (Gavel's run a fixed number of steps; a live job does with
+    `hsched.progress.report(step=..., total=...)`): once a job has run, the policy is told its remaining time, the
+    work left over the speed it last ran at (`PolicyInput.forecast_s`, as the live controller predicts it from such
+    reports). False: no job reports a total; nothing is known of remaining time."""
     slurm_pool: SlurmPoolSpec | None = None
     """One more server, a Slurm-backed pool (hsched.sim.slurm): the round hands jobs over to it, and Slurm's FIFO
     with EASY backfill starts them there, after the pool's submit latency; they run there to their end."""
@@ -127,7 +132,8 @@ class _Job:
 
     __slots__ = (
         "allowed", "arrived", "busy_until", "copy_s", "end", "fastest_rate", "finish_at", "first_start", "gpu_type",
-        "in_pool", "klass", "last_type", "measured", "migrations", "overhead_s", "placement", "pool_overhead",
+        "in_pool", "klass", "last_rate", "last_type", "measured", "migrations", "overhead_s", "placement",
+        "pool_overhead",
         "pool_wait_s", "predicted", "rate", "rel", "remaining", "restarts", "run_head", "run_s", "run_start",
         "run_tail", "service_s", "span_servers", "tj", "version", "view",
     )
@@ -140,6 +146,7 @@ class _Job:
         self.last_type = ""
         self.placement: tuple[Placement, ...] = ()
         self.rate = 0.0
+        self.last_rate = 0.0  # the rate of its last run, after it stopped: what its progress reports measured
         self.rel = 0.0  # rate / fastest_rate on the current placement
         self.run_start = 0.0
         self.busy_until = 0.0
@@ -323,6 +330,14 @@ class Simulator:
                 if len(ok) < len(self.types):
                     live_allowed[job.tj.id] = ok
 
+        totals = cfg.progress_totals and not oracle
+
+        def progress_left(t: float) -> dict[int, float]:
+            """What the jobs that ran have reported (`cfg.progress_totals`): their work left, in seconds on their
+            fastest type (`PolicyInput.forecast_s`)."""
+            return {jid: (j.remaining - (j.rate * (t - j.busy_until) if t > j.busy_until else 0.0)) / j.fastest_rate
+                    for jid, j in active.items() if j.rate > 0 or j.last_rate > 0}
+
         def live_decide(t: float) -> tuple[RoundDecision, bool]:
             assert live is not None
             live.throughput = pmodel
@@ -330,7 +345,9 @@ class Simulator:
             ends = {jid: (r.finish_at if predictor is None else t + rest(r, r.run_s + (t - r.run_start)))
                     for jid, r in running.items()}
             attained = {jid: j.run_s for jid, j in active.items() if j.run_s > 0}
-            return live.decide(t, pending, ends, attained, fair(t))
+            left = {jid: (j.remaining / j.last_rate, j.last_type) for jid, j in active.items()
+                    if j.gpu_type is None and j.last_rate > 0} if totals else {}
+            return live.decide(t, pending, ends, attained, fair(t), left)
 
         # Data locality (cfg.data): the copies, and under AWARE a placer that reads them and the running jobs'
         # predicted ends (on_server: per server, running job id -> the GPUs it holds there)
@@ -510,6 +527,7 @@ class Simulator:
                 free_on[p.node] = sorted((*free_on[p.node], *back), key=position.__getitem__)
                 changed.add(p.node)
             j.version += 1
+            j.last_rate = j.rate
             j.gpu_type, j.placement, j.rate, j.rel, j.finish_at = None, (), 0.0, 0.0, math.inf
             j.view = None
             del running[j.tj.id]
@@ -794,7 +812,7 @@ class Simulator:
             inp = build_input(
                 now, views, self.servers, pmodel,
                 checkpoint_cost_s=cfg.costs.checkpoint_s, round_s=cfg.round_s,
-                user_usage=fair(now), cache=policy_cache,
+                user_usage=fair(now), cache=policy_cache, forecast_s=progress_left(now) if totals else None,
             )
             remaining = None
             if oracle and predictor is not None:
@@ -857,6 +875,7 @@ class Simulator:
         summary = result.summary
         summary["throughputs"] = "learned" if learner is not None else "table"
         summary["durations"] = "predicted" if predictor is not None else "true"
+        summary["remaining"] = "progress totals" if totals else "unknown"  # what the policy was told of it
         if learner is not None:
             summary["learned_rates"] = len(learner.rates)
             summary["model_rebuilds"] = learner.rebuilds

@@ -142,7 +142,7 @@ class LiveRounds:
         self.can_move.pop(job_id, None)
 
     def fleet(self, ends: Mapping[int, float], attained: Mapping[int, float], usage: Mapping[str, float] | None,
-              movable: Mapping[int, float]) -> FleetView:
+              movable: Mapping[int, float], left: Mapping[int, tuple[float, str]] | None = None) -> FleetView:
         busy: set[str] = set()
         shared_use: dict[str, int] = {}
         for r in self.running.values():
@@ -155,11 +155,12 @@ class LiveRounds:
         return FleetView(nodes=self.nodes, busy=frozenset(busy), cpus_used={}, running=tuple(self.running.values()),
                          rule=self.rule, policy=self.policy, user_usage=usage, labels=self.labels,
                          limits=self.live.limits, throughput=self.throughput, ends=ends, movable=movable,
-                         move_min_run_s=self.live.move_min_run_s, attained=attained, shared_use=shared_use)
+                         move_min_run_s=self.live.move_min_run_s, attained=attained, shared_use=shared_use,
+                         left=left or {})
 
     def decide(self, now: float, pending: Sequence[tuple[TraceJob, tuple[str, ...], int]],
-               ends: Mapping[int, float], attained: Mapping[int, float], usage: Mapping[str, float] | None
-               ) -> tuple[RoundDecision, bool]:
+               ends: Mapping[int, float], attained: Mapping[int, float], usage: Mapping[str, float] | None,
+               left: Mapping[int, tuple[float, str]] | None = None) -> tuple[RoundDecision, bool]:
         """One live round: the engine's decision (stops first, then starts: launches, and moves as migrations,
         their checkpoint paid on resume) and whether to round again at once (a QoS preemption stopped its victims:
         the job that asked starts on their devices in the next round, as live)."""
@@ -169,7 +170,7 @@ class LiveRounds:
             if j is None or j.restarts != restarts:
                 j = self.waiting[tj.id] = job_of(tj, allowed, self.node_gpus, restarts)
             queue.append(j)
-        decisions = schedule(self.fleet(ends, attained, usage, self.can_move), queue, now, cache=self.cache)
+        decisions = schedule(self.fleet(ends, attained, usage, self.can_move, left), queue, now, cache=self.cache)
         stops: list[int] = []
         starts: list[Start] = []
         again = False

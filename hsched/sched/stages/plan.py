@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
 from hsched.model import Job, Node, Placement
-from hsched.sched.fleet import Launch, Move, catalog_throughput, gpu_type_of, order, secs
+from hsched.sched.fleet import FleetView, Launch, Move, catalog_throughput, gpu_type_of, order, secs
 from hsched.sched.placement import fragmentation_key
 from hsched.sched.policies.base import AnyPolicy
 from hsched.sched.registry import make_policy
@@ -103,6 +103,26 @@ class LivePlacer:
         return None
 
 
+def remaining_times(views: Sequence[JobView], fleet: FleetView, movable: Mapping[int, float], now: float,
+                    model: ThroughputModel, gpu_types: tuple[str, ...]) -> dict[int, float]:
+    """`PolicyInput.forecast_s`: remaining seconds on each job's fastest type, where known: the running jobs that may
+    be time-shared or moved (their predicted ends), and the waiting ones whose last attempt reported progress with a
+    total (`FleetView.left`). A running job's seconds where it runs, times its speed there relative to its fastest
+    type, as attained service is counted."""
+    out: dict[int, float] = {}
+    ends, left = fleet.ends, fleet.left
+    for v in views:
+        if v.gpu_type is not None:
+            end = ends.get(v.id) if v.id in movable else None
+            if end is not None:
+                rel = model.rel_speeds(v.job_type, v.gpus, gpu_types).get(v.gpu_type) or 1.0
+                out[v.id] = max(0.0, end - now) * rel
+        elif (hit := left.get(v.id)) is not None:
+            rel = model.rel_speeds(v.job_type, v.gpus, gpu_types).get(hit[1]) or 1.0
+            out[v.id] = hit[0] * rel
+    return out
+
+
 def core_round(policy_name: str, pending: Sequence[Job], st: Round, now: float, queued: Mapping[int, Job],
                throughput: ThroughputModel | None = None,
                 ) -> tuple[list[tuple[int, tuple[Placement, ...]]], dict[int, str], list[int], frozenset[str],
@@ -158,11 +178,13 @@ def core_round(policy_name: str, pending: Sequence[Job], st: Round, now: float, 
     signature = tuple((n.name, types_of[n.name], labels.get(n.name), absent.get(n.name),
                        tuple(map(MODEL_MEMORY, n.devices))) for n in typed)
     views += pending_views(pending, allowed, signature, st.cache, fleet.attained)
-    forecast = {i: max(0.0, end - now) for i, end in fleet.ends.items() if i in movable} if movable else None
+    model = throughput or catalog_throughput()
     inp = build_input(now, sorted(views, key=ARRIVAL), servers,
-                      throughput or catalog_throughput(), user_usage=usage if len(usage) > 1 else {},
-                      checkpoint_costs=movable, forecast_s=forecast,
+                      model, user_usage=usage if len(usage) > 1 else {},
+                      checkpoint_costs=movable, forecast_s=None,
                       quantum_s=fleet.move_min_run_s if movable else None, cache=st.cache.policy)
+    if movable or fleet.left:
+        inp = replace(inp, forecast_s=remaining_times(views, fleet, movable, now, model, inp.gpu_types))
     plan = make_plan(policy, inp)
     # (the placer places the waiting jobs it knows, and the running ones that may move, on devices free now)
     moving = {r.id: r.job for r in fleet.running if r.id in movable} if movable else {}
@@ -295,7 +317,10 @@ def plan_stage(w: Work) -> None:
         decisions.append(d)
     started_ids = {i for i, _ in starts}
     if ranked is None:
-        keys = order_keys(gpu_jobs, over, st.cache, fleet.attained)
+        # (the policy's key: what a requeued job's progress said was left, where it said, else what it attained)
+        work = {**fleet.attained, **{i: left for i, (left, _type) in fleet.left.items()}} if fleet.left else \
+            fleet.attained
+        keys = order_keys(gpu_jobs, over, st.cache, work)
     else:
         # the policy's own order between users (fair share interleaves them job by job: no key of a job's own can
         # say it), so a start the policy made for the user whose turn it is is never dropped as backfill

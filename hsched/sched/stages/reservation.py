@@ -23,7 +23,8 @@ from hsched.sched.view import QOS_RANK, qos_rank
 def order_key(job: Job, over: frozenset[str] = frozenset(), attained: float = 0.0) -> OrderKey:
     """Which waiting job is the most important (the one the round reserves GPUs for): `order`'s key, with the
     `hsched` policy's fair share (`over`: the users it serves after the others) after QoS and priority, then the
-    GPU-seconds its earlier attempts attained, as that policy orders waiting jobs."""
+    GPU-seconds its earlier attempts attained (or, where its progress reported a total, have left), as that policy
+    orders waiting jobs."""
     res = job.spec.resources
     return (QOS_RANK.get(job.spec.qos, _NORMAL), -job.spec.priority, job.user in over,
             max(1, res.gpus * res.nodes) * attained, job.submit_time, job.id)
