@@ -250,6 +250,12 @@ _RES_KEYS = frozenset({"gpus", "gpu_types", "gpu_memory", "cpus", "memory", "nod
 def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple[str, ...] = QOS_CLASSES,
                         default_qos: str = DEFAULT_QOS) -> JobSpec:
     """Validate a job table (from a spec file or from CLI options merged over it)."""
+    if "component" in data:
+        # a heterogeneous job (hsched.spec.components): each component's table, then the job's keys, checked here
+        from hsched.spec.components import hetjob_spec
+
+        return hetjob_spec(data, source, lambda t, s: job_spec_from_table(t, s, qos_classes, default_qos),
+                           _JOB_KEYS | {"component"})
     p = Problems(source)
     check_keys(p, data, _JOB_KEYS, "")
     name = _str(p, "name", data.get("name", "")) or ""

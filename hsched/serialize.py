@@ -9,6 +9,7 @@ from typing import Any
 from hsched.model import (
     ArraySpec,
     CheckpointSignal,
+    Component,
     Device,
     Interconnect,
     Job,
@@ -70,6 +71,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "open_mode": "append" if spec.output_append else "truncate",
         "data": list(spec.data),
         **({"ntasks": spec.ntasks} if spec.ntasks is not None else {}),
+        **({"components": [component_to_dict(c) for c in spec.components]} if spec.components else {}),
     }
 
 
@@ -116,7 +118,37 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
         output_append=d.get("open_mode") == "append",
         data=tuple(d.get("data") or ()),
         ntasks=d.get("ntasks"),
+        components=tuple(component_from_dict(c) for c in d.get("components") or ()),
     )
+
+
+def component_to_dict(c: Component) -> dict[str, Any]:
+    """One component of a heterogeneous job, as a stored spec keeps it (its resources as the spec's)."""
+    return {"command": list(c.command), "resources": spec_to_dict(JobSpec(command=(), resources=c.resources))[
+        "resources"], "env": dict(c.env), "workdir": c.workdir}
+
+
+def component_from_dict(d: dict[str, Any]) -> Component:
+    base = spec_from_dict({"command": d.get("command", []), "resources": d.get("resources", {})})
+    return Component(command=tuple(d.get("command", ())), resources=base.resources,
+                     env=tuple((k, v) for k, v in (d.get("env") or {}).items()), workdir=d.get("workdir"))
+
+
+def components_to_list(job: Job) -> list[dict[str, Any]]:
+    """The contract's `components` of a heterogeneous job (`queue --json`, `show --json`): each one's id as squeue
+    shows it (`12+1`), command, resources and placement; [] for an ordinary job."""
+    from hsched.model import component_placements
+
+    s = job.spec
+    out = []
+    for i, (c, ps) in enumerate(zip(s.components, component_placements(s, job.placement), strict=True)):
+        r = c.resources
+        out.append({"component": i, "display_id": job.component_id(i), "command": list(c.command),
+                    "label": c.label, "gpus": r.gpus, "nodes": r.nodes, "gpu_types": list(r.gpu_types),
+                    "cpus": r.cpus, "memory_mib": r.memory_mib, "tasks_per_node": r.tasks_per_node,
+                    "constraint": r.constraint or None, "state": job.state.value,
+                    "placement": [{"node": p.node, "devices": list(p.devices)} for p in ps]})
+    return out
 
 
 def _array_of(text: str | None) -> ArraySpec | None:
@@ -199,6 +231,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "placement": [{"node": p.node, "devices": list(p.devices)} for p in job.placement],
         "kind": job_kind(job),
         "placement_explanation": "; ".join(p.explanation for p in job.placement if p.explanation) or None,
+        "components": components_to_list(job),
     }
 
 
