@@ -78,6 +78,10 @@ def _admissible(ctl: Controller, spec: JobSpec) -> str | None:
     # labels are the fleet file's, known before any probe: a constraint no node has is refused here
     labels = {rt.name: node_labels(rt.name, rt.config.labels, spec.resources.constraint) for rt in ctl.nodes.values()}
     why = unsatisfiable(spec.resources, known, labels=labels, aliases=ctl.settings.gpu_aliases)
+    for i, c in enumerate(spec.components):  # a heterogeneous job: each component's request (its own labels)
+        cl = {rt.name: node_labels(rt.name, rt.config.labels, c.resources.constraint) for rt in ctl.nodes.values()}
+        got = unsatisfiable(c.resources, known, labels=cl, aliases=ctl.settings.gpu_aliases)
+        why = why or (f"component {i} ({c.label}): {got}" if got is not None else None)
     if why is not None and not unknown:
         raise UserError(f"job request cannot be satisfied by this fleet ({ctl.fleet_cfg.source}): {why}")
     if why is not None:
