@@ -217,7 +217,10 @@ def register(app: typer.Typer) -> None:
             from_script = ctx.command.make_context(ctx.info_name or "submit", script.options, parent=ctx.parent)
             o = {**{k: v for k, v in from_script.params.items() if _given(v)},
                  **{k: v for k, v in o.items() if _given(v)}}
-            args = [*script.command, *args[1:]]
+            extra = args[1:]
+            args = [*script.command, *extra]
+            for more in script.components:  # `#SBATCH hetjob`: each later component runs the script too
+                args += [":", *more, "--", *script.command, *extra]
             for line in script.warnings:
                 print(f"hsched: warning: {line}", file=sys.stderr)
             if o.get("output") is None:

@@ -190,7 +190,7 @@ def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict
                 raise UserError(f"--env {item!r}: expected NAME=VALUE")
             merged[k] = v
         table["env"] = merged
-    if "command" not in table:
+    if "command" not in table and "component" not in table:  # (a spec file's [[component]] tables have theirs)
         raise UserError("nothing to run: give a command after -- (hsched submit -- python train.py) "
                         "or a spec file with command = [...]")
     return table
@@ -374,7 +374,7 @@ def hetjob_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> d
         comps[0]["constraint"] = first.pop("constraint")
     by_option = {opt: name for name, (opts, *_rest) in OPTIONS.items() for opt in opts}
     for i, words in enumerate(parts[1:], 1):
-        check_component_options(i, words, by_option)
+        check_component_options(i, words, by_option, {n for n, (_o, kind, *_r) in OPTIONS.items() if kind == FLAG})
         parsed = quick.parse(words, OPTIONS)
         if parsed is None:
             raise UserError(f"component {i}: cannot read its options ({' '.join(words)}): give them as --gpus 2 "

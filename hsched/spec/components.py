@@ -48,13 +48,20 @@ def split_argv(args: Sequence[str]) -> list[list[str]]:
     return out
 
 
-def check_component_options(i: int, words: Sequence[str], by_option: Mapping[str, str]) -> None:
+def check_component_options(i: int, words: Sequence[str], by_option: Mapping[str, str],
+                            flags: Collection[str] = ()) -> None:
     """Refuse, in one line, an option a component after the first `:` may not give: unknown, or the job's (it
-    applies to every component, so it goes before the first `:`)."""
+    applies to every component, so it goes before the first `:`). `by_option`: option -> its name; `flags`: the
+    names that take no value."""
+    value_next = False
     for w in words:
+        if value_next:
+            value_next = False
+            continue
         if w == "--" or not w.startswith("-"):
             return
         opt = w.partition("=")[0] if w.startswith("--") else w
+        value_next = "=" not in w and by_option.get(opt) not in flags
         name = by_option.get(opt)
         if name is None:
             if opt[:2] in by_option and not opt.startswith("--"):
