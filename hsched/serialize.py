@@ -437,3 +437,32 @@ def pick_jobs(jobs: Iterable[dict[str, Any]], *, users: Collection[str] | None =
         out = [j for j in out if str(j["id"]) in ids or str(j.get("array_id")) in ids
                or f"{j.get('array_id')}_{j.get('array_task')}" in ids]
     return out
+
+
+def components_with_runs(job: Job, runs: Iterable[Run]) -> list[dict[str, Any]]:
+    """`components_to_list` with each component's own state from its runs of the job's last attempt (`show`): a
+    component that failed says EXITED and its exit code while the others say how they were stopped."""
+    from hsched.model import component_ranks
+
+    out = components_to_list(job)
+    which = component_ranks(job.spec)
+    last = max((r.attempt for r in runs), default=None)
+    mine: dict[int, list[Run]] = {}
+    for r in runs:
+        if r.attempt == last and r.rank < len(which):
+            mine.setdefault(which[r.rank][0], []).append(r)
+    # the component whose failure ended the job (its run's reason says so: hsched.controller.ending)
+    cause = next((which[r.rank][0] for r in runs if r.attempt == last and r.reason and r.rank < len(which)), None)
+    for c in out:
+        rs = mine.get(c["component"], [])
+        c["runs"] = [{"rank": x.rank, "node": x.node, "state": x.state.value, "exit_code": x.exit_code} for x in rs]
+        if rs and job.state.is_terminal():
+            # ended: its own end (else, pending or running, the job's state is each component's), as sacct's rows:
+            # the failing component FAILED, those stopped because of it CANCELLED
+            bad = [r for r in rs if r.exit_code not in (0, None)]
+            r = bad[0] if bad else rs[0]
+            state = r.state.value if r.state.value != "EXITED" else "FAILED"
+            if job.state.value == "FAILED" and cause is not None and c["component"] != cause and bad:
+                state = "CANCELLED"
+            c["state"], c["exit_code"] = state, r.exit_code
+    return out

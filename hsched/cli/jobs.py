@@ -320,6 +320,12 @@ def register(app: typer.Typer) -> None:
         ]
         for k, v in rows:
             con.print(f"  {k:>15}: {'' if v is None else escape(str(v))}")
+        if job.get("components"):
+            from hsched.cli.listing import component_lines
+
+            con.print("  [bold]components[/]")
+            for line in component_lines(job["components"]):
+                con.print(escape(f"    {line}"))
         if job["runs"]:
             con.print("  [bold]runs[/]")
             for r in job["runs"]:

@@ -153,3 +153,41 @@ async def test_preemption_requeues_the_job_whole_and_cancel_stops_every_componen
         job = await lab.job(job.id)
         assert job.state is JobState.CANCELLED
         assert all(not r.state.is_live() for r in await lab.runs(job.id))
+
+
+async def test_queue_show_and_acct_show_each_component(tmp_path: Path) -> None:
+    import os
+
+    from hsched.cli.acct import component_rows
+    from hsched.cli.listing import component_lines, format_queue
+    from hsched.controller.api import Api
+
+    me = os.getuid()
+    async with Lab.open(tmp_path, nodes=FLEET) as lab:
+        api = Api(lab.ctl)
+        job = await api.handle("submit", {"spec": PIPELINE, "source": "<test>"}, me)
+        await lab.round()
+        queued = await api.handle("queue", {}, me)
+        [j] = [q for q in queued if q["id"] == job["id"]]
+        assert [c["display_id"] for c in j["components"]] == [f"{job['id']}+{i}" for i in range(3)]
+        # squeue's rows: one per component, each with its own GPUs and nodes
+        lines = format_queue(queued, "%i %b %R")
+        fuse = j["components"][2]["placement"][0]["node"]
+        assert lines[1:] == [f"{job['id']}+0 1 l", f"{job['id']}+1 2 h", f"{job['id']}+2 0 {fuse}"]
+        for ex in lab.executors.values():
+            ex.exit_on_signal = {"TERM": 143}
+        await lab.finish(job["id"], 3, rank=1)
+        await lab.round()
+        await lab.round()
+        shown = await api.handle("show", {"id": job["id"]}, me)
+        assert shown["state"] == "FAILED"
+        states = [(c["display_id"], c["state"], c["exit_code"]) for c in shown["components"]]
+        assert states == [(f"{job['id']}+0", "CANCELLED", 143), (f"{job['id']}+1", "FAILED", 3),
+                          (f"{job['id']}+2", "CANCELLED", 143)]
+        assert "FAILED" in component_lines(shown["components"])[1] and "train.py" in component_lines(
+            shown["components"])[1]
+        acct = await api.handle("acct", {}, me)
+        rows = component_rows([a for a in acct["jobs"] if a["id"] == job["id"]])
+        assert [(r["display_id"], r["state"], r["gpus"], len(r["runs"])) for r in rows] == [
+            (f"{job['id']}+0", "CANCELLED", 1, 1), (f"{job['id']}+1", "FAILED", 2, 1),
+            (f"{job['id']}+2", "CANCELLED", 0, 1)]
