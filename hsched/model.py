@@ -343,8 +343,10 @@ class Component:
     @property
     def label(self) -> str:
         """What names it in events: its program's file name ("train.py" of `python train.py`)."""
-        words = [w for w in self.command if not w.startswith("-")]
-        prog = next((w for w in words if "." in w.rsplit("/", 1)[-1]), words[0] if words else "")
+        # the script an interpreter runs (`python train.py`, `bash run.sh`), else the program itself (`sh -c '...'`
+        # is "sh": a shell line is no name)
+        words = [w for w in self.command[:3] if not w.startswith("-") and not any(c.isspace() for c in w)]
+        prog = next((w for w in words if "." in w.rsplit("/", 1)[-1]), self.command[0] if self.command else "")
         return prog.rsplit("/", 1)[-1]
 
 
