@@ -407,6 +407,15 @@ def beyond_limits(spec: JobSpec, settings: Settings) -> list[str]:
              "max_tasks", " tasks")
     if spec.ntasks is not None:
         over("ntasks", "--ntasks", spec.ntasks, "max_tasks_per_node")
+    for i, c in enumerate(spec.components[1:], 1):  # a heterogeneous job: the later components' requests too
+        over(f"component[{i}].resources.nodes", "--nodes", c.resources.nodes, "max_nodes")
+        over(f"component[{i}].resources.tasks_per_node", "--tasks-per-node", c.resources.tasks_per_node,
+             "max_tasks_per_node")
+        if c.resources.cpus is not None:
+            over(f"component[{i}].resources.cpus", "--cpus", c.resources.cpus, "max_cpus")
+    if len(spec.components) > 1:
+        over("the components' GPUs", "--gpus", sum(c.resources.gpus * c.resources.nodes for c in spec.components),
+             "max_gpus", " GPUs")
     over("resources.gpus x resources.nodes", "--gpus", res.gpus * res.nodes, "max_gpus", " GPUs")
     if res.cpus is not None:
         over("resources.cpus", "--cpus", res.cpus, "max_cpus")

@@ -72,7 +72,9 @@ def _admissible(ctl: Controller, spec: JobSpec) -> str | None:
     # some node was never reached, it may be the one that can, so the job waits instead of being refused
     known = [rt.node for rt in ctl.nodes.values() if rt.last_ok is not None or rt.config.simulate]
     unknown = sorted(rt.name for rt in ctl.nodes.values() if rt.last_ok is None and not rt.config.simulate)
-    limit = never_within(spec.resources, spec.qos, QosLimits.from_qos(ctl.settings.qos))
+    # (a heterogeneous job: all its components' GPUs together)
+    total = replace(spec.resources, gpus=sum(c.resources.gpus * c.resources.nodes for c in spec.components), nodes=1)
+    limit = never_within(total if spec.components else spec.resources, spec.qos, QosLimits.from_qos(ctl.settings.qos))
     if limit is not None:
         raise UserError(f"job request exceeds its QoS class's limits: {limit}")
     # labels are the fleet file's, known before any probe: a constraint no node has is refused here

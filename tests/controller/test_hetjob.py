@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from hsched.config import job_spec_from_table
 from hsched.controller import commands
+from hsched.errors import UserError
 from hsched.model import EndReason, Job, JobState
 from hsched.serialize import job_to_dict
 from hsched.testing import CannedNode, Lab
+from tests.controller.test_lab_scheduling import capped
 
 # one L40S node, one node of two H100s, and a node with no GPU at all
 FLEET = (CannedNode("l", "NVIDIA L40S", 1), CannedNode("h", "NVIDIA H100 80GB HBM3", 2),
@@ -93,17 +97,11 @@ async def test_none_starts_while_one_component_cannot_fit_and_the_wait_names_it(
 
 
 async def test_a_component_no_node_can_run_is_refused_at_submit(tmp_path: Path) -> None:
-    from hsched.errors import UserError
-
     table = {"component": [PIPELINE["component"][0],  # type: ignore[index]
                            {"command": ["python", "train.py"], "resources": {"gpus": 4, "gpu_types": ["h100"]}}]}
     async with Lab.open(tmp_path, nodes=FLEET) as lab:
-        try:
+        with pytest.raises(UserError, match=r"component 1 \(train.py\)"):
             await submit(lab, table)
-        except UserError as e:
-            assert "component 1 (train.py)" in str(e)
-        else:
-            raise AssertionError("a component no node can run was queued")
 
 
 async def test_a_failure_of_one_component_ends_all_three_naming_it(tmp_path: Path) -> None:
@@ -191,3 +189,18 @@ async def test_queue_show_and_acct_show_each_component(tmp_path: Path) -> None:
         assert [(r["display_id"], r["state"], r["gpus"], len(r["runs"])) for r in rows] == [
             (f"{job['id']}+0", "CANCELLED", 1, 1), (f"{job['id']}+1", "FAILED", 2, 1),
             (f"{job['id']}+2", "CANCELLED", 0, 1)]
+
+
+async def test_qos_caps_count_every_components_gpus(tmp_path: Path) -> None:
+    async with Lab.open(tmp_path, nodes=FLEET, settings=capped(max_gpus_per_user=2)) as lab:
+        # 1 + 2 GPUs: over the cap of 2, though component 0 alone is within it
+        with pytest.raises(UserError, match="asks for 3 GPU"):
+            await submit(lab)
+    async with Lab.open(tmp_path / "b", nodes=FLEET, settings=capped(max_gpus_per_user=3)) as lab:
+        other = await lab.submit("python", "x.py", gpus=1)
+        await lab.round()
+        job = await submit(lab)
+        await lab.round()
+        job = await lab.job(job.id)
+        assert (await lab.job(other.id)).state is JobState.RUNNING
+        assert (job.state, job.reason) == (JobState.PENDING, EndReason.QOS_MAX_GPU_PER_USER.value)
