@@ -118,7 +118,7 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
         output_append=d.get("open_mode") == "append",
         data=tuple(d.get("data") or ()),
         ntasks=d.get("ntasks"),
-        components=tuple(component_from_dict(c) for c in d.get("components") or ()),
+        components=tuple(component_from_dict(c) for c in d["components"]) if d.get("components") else (),
     )
 
 

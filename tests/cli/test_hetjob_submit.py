@@ -116,3 +116,16 @@ def test_components_round_trip_and_old_rows_read_without_them() -> None:
     assert spec_from_dict(spec_to_dict(spec)) == spec
     old = spec_to_dict(JobSpec(command=("x",)))
     assert "components" not in old and spec_from_dict(old).components == ()
+
+
+def test_components_that_are_scripts_with_a_shebang_keep_their_arguments(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                  submitted: list[dict[str, Any]]) -> None:  # noqa: F811
+    for name in ("prep.py", "train.py"):
+        (tmp_path / name).write_text("#!/usr/bin/env python3\nprint('hi')\n")
+        (tmp_path / name).chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    assert submit(monkeypatch, "--gpus", "1", "--", "./prep.py", "--x", ":", "--gpus", "2", "--", "./train.py") == 0
+    spec = _spec(submitted[0])
+    # (the first is read as a batch script, as `hsched submit -- ./prep.py` reads it: run by path, the same run)
+    first, second = (c.command for c in spec.components)
+    assert first[-2:] == (str(tmp_path / "prep.py"), "--x") and second == ("./train.py",)
