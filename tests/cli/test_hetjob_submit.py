@@ -118,8 +118,8 @@ def test_components_round_trip_and_old_rows_read_without_them() -> None:
     assert "components" not in old and spec_from_dict(old).components == ()
 
 
-def test_components_that_are_scripts_with_a_shebang_keep_their_arguments(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                                  submitted: list[dict[str, Any]]) -> None:  # noqa: F811
+def test_shebang_scripts_as_components_keep_their_arguments(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                          submitted: list[dict[str, Any]]) -> None:  # noqa: F811
     for name in ("prep.py", "train.py"):
         (tmp_path / name).write_text("#!/usr/bin/env python3\nprint('hi')\n")
         (tmp_path / name).chmod(0o755)
