@@ -29,7 +29,8 @@ COMPONENT_KEYS = frozenset({"command", "resources", "env", "workdir", "constrain
 """A component's own keys in a job table; every other key is the job's."""
 
 COMPONENT_OPTIONS = frozenset({"gpus", "gpus_per_node", "gpu_type", "gpu_memory", "nodes", "cpus", "memory",
-                               "tasks_per_node", "constraint", "interconnect", "env", "workdir"})
+                               "tasks_per_node", "constraint", "partition", "nodelist", "exclude", "interconnect",
+                               "env", "workdir"})
 """The submit options (hsched.cli.submitting.OPTIONS' names) a component after the first `:` may give."""
 
 REFUSED = ("array", "ntasks")
@@ -122,7 +123,7 @@ def hetjob_spec(data: Mapping[str, Any], source: str, parse: Callable[[Mapping[s
     rest = {k: v for k, v in data.items() if k not in ("component", "command", "resources")}
     base = parse({**rest, "command": list(comps[0].command)}, source)
     if base.resources.constraint:
-        # a constraint at the top (--partition, -w before the first `:`) is every component's that has none
+        # a spec file's top-level `constraint` is every component's that has none of its own
         comps = [c if c.resources.constraint else replace(c, resources=replace(
             c.resources, constraint=base.resources.constraint)) for c in comps]
     if len(comps) == 1:
