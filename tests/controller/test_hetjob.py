@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hsched.config import job_spec_from_table
+from hsched.config import Settings, job_spec_from_table
 from hsched.controller import commands
 from hsched.errors import UserError
 from hsched.model import EndReason, Job, JobState
@@ -204,3 +204,29 @@ async def test_qos_caps_count_every_components_gpus(tmp_path: Path) -> None:
         job = await lab.job(job.id)
         assert (await lab.job(other.id)).state is JobState.RUNNING
         assert (job.state, job.reason) == (JobState.PENDING, EndReason.QOS_MAX_GPU_PER_USER.value)
+
+
+async def test_a_node_lost_under_one_component_requeues_the_whole_job(tmp_path: Path) -> None:
+    settings = Settings(heartbeat_timeout_s=15.0, lease_s=60.0)
+    two_l40s = (CannedNode("l1", "NVIDIA L40S", 1), CannedNode("l2", "NVIDIA L40S", 1),
+                CannedNode("h", "NVIDIA H100 80GB HBM3", 2))
+    async with Lab.open(tmp_path, nodes=two_l40s, settings=settings) as lab:
+        job = await submit(lab)
+        await lab.round()
+        first = sorted(await lab.runs(job.id), key=lambda r: r.rank)
+        prep = first[0].node
+        gone = lab.executors[prep]
+        gone.unreachable = True
+        await lab.advance(16.0)
+        await lab.advance(40.0)
+        assert (await lab.job(job.id)).state is JobState.RUNNING  # within the lease
+        await lab.advance(30.0)  # lease over: the other components are stopped and the job requeued whole
+        for _ in range(4):
+            await lab.advance(5.0)
+        job = await lab.job(job.id)
+        assert (job.restarts, job.state) == (1, JobState.RUNNING)
+        again = sorted((r for r in await lab.runs(job.id) if r.attempt == 2), key=lambda r: r.rank)
+        assert len(again) == 3 and again[0].node != prep and all(r.state.is_live() for r in again)
+        # the first attempt's runs that were not on the lost node were stopped, not left running beside the new ones
+        stopped = [lab.executors[r.node].runs[r.run_dir] for r in first if r.node != prep]
+        assert all(f.signals and f.exit_code is not None for f in stopped)
