@@ -3,10 +3,13 @@ request in one round, committed all or none; a component shares a node with anot
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from hsched.model import Component, Device, Job, JobSpec, JobState, Node, NodeState, Resources, component_placements
 from hsched.sched.live import FleetView, Launch, Wait, schedule
+from hsched.sched.preempt import PreemptRule
 
 
 def _node(name: str, model: str, gpus: int, cpus: int = 8) -> Node:
@@ -58,3 +61,14 @@ def test_components_share_a_node_only_where_its_cpus_allow() -> None:
     greedy = (comps[0], Component(("b.py",), Resources(gpus=2, cpus=5)))  # 4 + 5 CPUs > 8
     [w] = schedule(FleetView((node,), frozenset(), {}), [_het(2, greedy)], 0.0)
     assert isinstance(w, Wait) and "component 1 (b.py" in w.reason
+
+
+def test_a_hetjob_waits_while_a_job_that_may_preempt_it_waits() -> None:
+    rule = PreemptRule({"normal": frozenset({"scavenger"})})
+    low = replace(_het(1), spec=replace(_het(1).spec, qos="scavenger"))
+    blocked = _job(2, 4, ("h100",))  # waits (no node has 4 H100s) and may preempt scavenger jobs
+    got = {d.job_id: d for d in schedule(FleetView(FLEET, frozenset(), {}, rule=rule), [low, blocked], 0.0)}
+    assert isinstance(got[1], Wait) and got[1].reason == "Priority"
+    # alone, or beside jobs that may not preempt it, it starts
+    [alone] = schedule(FleetView(FLEET, frozenset(), {}, rule=rule), [low], 0.0)
+    assert isinstance(alone, Launch)

@@ -2,7 +2,8 @@
 same round, all or none, a gang across GPU types and nodes.
 
 The stage runs first in the round, before the policy's plan (which plans one request per job), in the queue's
-order: each component is placed as an ordinary job of its resources would be (`Round.start_now`: the fragmentation-
+order (a hetjob waits, as squeue's Priority, while a job of a class that may preempt its class waits: it would
+be started and then preempted): each component is placed as an ordinary job of its resources would be (`Round.start_now`: the fragmentation-
 aware best fit, eligibility, the head's reservation) and taken in the ledger before the next is placed, so two
 components share a node only where its devices, CPUs and memory allow both. When one component finds no room the
 ledger is put back as it was and the job waits, its reason naming that component. The launch's placements are the
@@ -19,6 +20,7 @@ from hsched.sched.fleet import Decision, Launch, order
 from hsched.sched.stages.backfill import Round
 from hsched.sched.stages.eligibility import resolved
 from hsched.sched.stages.work import Work
+from hsched.sched.state import PRIORITY
 
 
 def hetjob_stage(w: Work) -> None:
@@ -27,7 +29,14 @@ def hetjob_stage(w: Work) -> None:
         return
     het = order([j for j in w.queue if j.spec.components])
     w.queue = [j for j in w.queue if not j.spec.components]
+    # (placed before the plan, a hetjob would take GPUs that a waiting job of a class allowed to preempt its class
+    # then takes back by preemption a round later: it waits instead, as squeue's Priority)
+    rule = w.st.fleet.rule
+    waiting = {j.spec.qos for j in w.queue}
     for job in het:
+        if any(rule.may_preempt(q, job.spec.qos) for q in waiting):
+            w.decisions.append(w.st.wait(job.id, PRIORITY))
+            continue
         w.decisions.append(place_hetjob(w.st, job))
 
 
