@@ -6,9 +6,10 @@ order; a hetjob waits, as squeue's Priority, while a job of a class that may pre
 started and then preempted). Each component is placed as an ordinary job of its resources would be
 (`Round.start_now`: the fragmentation-aware best fit, eligibility, locality) and taken in the ledger before the
 next is placed, so two components share a node only where its devices, CPUs and memory allow both. When one
-component finds no room the ledger is put back as it was and the job waits, its reason naming that component. The launch's placements are the
-components' in order (hsched.model.component_placements splits them again). Hetjobs neither preempt nor claim
-released devices; they are preempted, requeued and ended as one job, as gangs are. Pure: no I/O.
+component finds no room the ledger is put back as it was and the job waits, its reason naming that component. The
+launch's placements are the components' in order (hsched.model.component_placements splits them again). Hetjobs
+neither preempt nor claim released devices; they are preempted, requeued and ended as one job, as gangs are. Pure:
+no I/O.
 """
 
 from __future__ import annotations
