@@ -250,6 +250,12 @@ _RES_KEYS = frozenset({"gpus", "gpu_types", "gpu_memory", "cpus", "memory", "nod
 def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple[str, ...] = QOS_CLASSES,
                         default_qos: str = DEFAULT_QOS) -> JobSpec:
     """Validate a job table (from a spec file or from CLI options merged over it)."""
+    if "component" in data:
+        # a heterogeneous job (hsched.spec.components): each component's table, then the job's keys, checked here
+        from hsched.spec.components import hetjob_spec
+
+        return hetjob_spec(data, source, lambda t, s: job_spec_from_table(t, s, qos_classes, default_qos),
+                           _JOB_KEYS | {"component"})
     p = Problems(source)
     check_keys(p, data, _JOB_KEYS, "")
     name = _str(p, "name", data.get("name", "")) or ""
@@ -401,6 +407,15 @@ def beyond_limits(spec: JobSpec, settings: Settings) -> list[str]:
              "max_tasks", " tasks")
     if spec.ntasks is not None:
         over("ntasks", "--ntasks", spec.ntasks, "max_tasks_per_node")
+    for i, c in enumerate(spec.components[1:], 1):  # a heterogeneous job: the later components' requests too
+        over(f"component[{i}].resources.nodes", "--nodes", c.resources.nodes, "max_nodes")
+        over(f"component[{i}].resources.tasks_per_node", "--tasks-per-node", c.resources.tasks_per_node,
+             "max_tasks_per_node")
+        if c.resources.cpus is not None:
+            over(f"component[{i}].resources.cpus", "--cpus", c.resources.cpus, "max_cpus")
+    if len(spec.components) > 1:
+        over("the components' GPUs", "--gpus", sum(c.resources.gpus * c.resources.nodes for c in spec.components),
+             "max_gpus", " GPUs")
     over("resources.gpus x resources.nodes", "--gpus", res.gpus * res.nodes, "max_gpus", " GPUs")
     if res.cpus is not None:
         over("resources.cpus", "--cpus", res.cpus, "max_cpus")

@@ -330,6 +330,47 @@ def compress_indices(indices: tuple[int, ...] | list[int]) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Component:
+    """One component of a heterogeneous job (a Slurm hetjob's het group): what it runs and on what."""
+
+    command: tuple[str, ...]
+    resources: Resources = field(default_factory=Resources)
+    env: tuple[tuple[str, str], ...] = ()
+    """Its own variables, over the job's."""
+    workdir: str | None = None
+    """Its own working folder; None: the job's."""
+
+    @property
+    def label(self) -> str:
+        """What names it in events: its program's file name ("train.py" of `python train.py`)."""
+        # the script an interpreter runs (`python train.py`, `bash run.sh`), else the program itself (`sh -c '...'`
+        # is "sh": a shell line is no name)
+        words = [w for w in self.command[:3] if not w.startswith("-") and not any(c.isspace() for c in w)]
+        prog = next((w for w in words if "." in w.rsplit("/", 1)[-1]), self.command[0] if self.command else "")
+        return prog.rsplit("/", 1)[-1]
+
+
+def component_ranks(spec: JobSpec) -> tuple[tuple[int, int, int], ...]:
+    """A heterogeneous job's runs, in rank order: (component, rank within it, runs of it). Component i has nodes x
+    tasks_per_node runs, after those of components 0..i-1 (its placements too, one per node, follow theirs)."""
+    out: list[tuple[int, int, int]] = []
+    for i, c in enumerate(spec.components):
+        n = c.resources.nodes * c.resources.tasks_per_node
+        out.extend((i, k, n) for k in range(n))
+    return tuple(out)
+
+
+def component_placements(spec: JobSpec, placement: tuple[Placement, ...]) -> tuple[tuple[Placement, ...], ...]:
+    """A heterogeneous job's placement split by component (each component's `nodes` placements, in order)."""
+    out: list[tuple[Placement, ...]] = []
+    at = 0
+    for c in spec.components:
+        out.append(placement[at:at + c.resources.nodes])
+        at += c.resources.nodes
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
 class JobSpec:
     command: tuple[str, ...]
     name: str = ""
@@ -376,6 +417,10 @@ class JobSpec:
     data: tuple[str, ...] = ()
     """`--data`: the datasets (the fleet file's `[[dataset]]` names) the job reads: placement weighs copying them
     against waiting for a node that holds them, and the run finds each at `$HSCHED_DATA_<NAME>` (hsched.datasets)."""
+    components: tuple[Component, ...] = ()
+    """A heterogeneous job (sbatch's hetjob: `hsched submit A : B`, `#SBATCH hetjob`, `[[component]]`): its
+    components 0.., each with its own command and resources, placed and started together or not at all and ended as
+    one (hsched.sched.stages.hetjob); `command` and `resources` above are component 0's. Empty: one ordinary job."""
 
     @property
     def dependency_text(self) -> str:
@@ -422,6 +467,10 @@ class Job:
     def display_id(self) -> str:
         """'12' or, for an array task, '12_3' (as squeue shows it)."""
         return f"{self.array_id}_{self.array_task}" if self.array_id is not None else str(self.id)
+
+    def component_id(self, i: int) -> str:
+        """'12+1': a heterogeneous job's component (as squeue shows a hetjob's)."""
+        return f"{self.display_id}+{i}"
 
     @property
     def name(self) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 from hsched.model import (
     ArraySpec,
     CheckpointSignal,
+    Component,
     Device,
     Interconnect,
     Job,
@@ -70,6 +71,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "open_mode": "append" if spec.output_append else "truncate",
         "data": list(spec.data),
         **({"ntasks": spec.ntasks} if spec.ntasks is not None else {}),
+        **({"components": [component_to_dict(c) for c in spec.components]} if spec.components else {}),
     }
 
 
@@ -116,7 +118,39 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
         output_append=d.get("open_mode") == "append",
         data=tuple(d.get("data") or ()),
         ntasks=d.get("ntasks"),
+        components=tuple(component_from_dict(c) for c in d["components"]) if d.get("components") else (),
     )
+
+
+def component_to_dict(c: Component) -> dict[str, Any]:
+    """One component of a heterogeneous job, as a stored spec keeps it (its resources as the spec's)."""
+    return {"command": list(c.command), "resources": spec_to_dict(JobSpec(command=(), resources=c.resources))[
+        "resources"], "env": dict(c.env), "workdir": c.workdir}
+
+
+def component_from_dict(d: dict[str, Any]) -> Component:
+    base = spec_from_dict({"command": d.get("command", []), "resources": d.get("resources", {})})
+    return Component(command=tuple(d.get("command", ())), resources=base.resources,
+                     env=tuple((k, v) for k, v in (d.get("env") or {}).items()), workdir=d.get("workdir"))
+
+
+def components_to_list(job: Job) -> list[dict[str, Any]]:
+    """The contract's `components` of a heterogeneous job (`queue --json`, `show --json`): each one's id as squeue
+    shows it (`12+1`), command, resources and placement; [] for an ordinary job."""
+    s = job.spec
+    if not s.components:
+        return []  # (every job of a listing passes here: 10,000 of them)
+    from hsched.model import component_placements
+
+    out = []
+    for i, (c, ps) in enumerate(zip(s.components, component_placements(s, job.placement), strict=True)):
+        r = c.resources
+        out.append({"component": i, "display_id": job.component_id(i), "command": list(c.command),
+                    "label": c.label, "gpus": r.gpus, "nodes": r.nodes, "gpu_types": list(r.gpu_types),
+                    "cpus": r.cpus, "memory_mib": r.memory_mib, "tasks_per_node": r.tasks_per_node,
+                    "constraint": r.constraint or None, "state": job.state.value,
+                    "placement": [{"node": p.node, "devices": list(p.devices)} for p in ps]})
+    return out
 
 
 def _array_of(text: str | None) -> ArraySpec | None:
@@ -199,6 +233,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "placement": [{"node": p.node, "devices": list(p.devices)} for p in job.placement],
         "kind": job_kind(job),
         "placement_explanation": "; ".join(p.explanation for p in job.placement if p.explanation) or None,
+        "components": components_to_list(job),
     }
 
 
@@ -403,4 +438,33 @@ def pick_jobs(jobs: Iterable[dict[str, Any]], *, users: Collection[str] | None =
     if ids is not None:
         out = [j for j in out if str(j["id"]) in ids or str(j.get("array_id")) in ids
                or f"{j.get('array_id')}_{j.get('array_task')}" in ids]
+    return out
+
+
+def components_with_runs(job: Job, runs: Iterable[Run]) -> list[dict[str, Any]]:
+    """`components_to_list` with each component's own state from its runs of the job's last attempt (`show`): a
+    component that failed says EXITED and its exit code while the others say how they were stopped."""
+    from hsched.model import component_ranks
+
+    out = components_to_list(job)
+    which = component_ranks(job.spec)
+    last = max((r.attempt for r in runs), default=None)
+    mine: dict[int, list[Run]] = {}
+    for r in runs:
+        if r.attempt == last and r.rank < len(which):
+            mine.setdefault(which[r.rank][0], []).append(r)
+    # the component whose failure ended the job (its run's reason says so: hsched.controller.ending)
+    cause = next((which[r.rank][0] for r in runs if r.attempt == last and r.reason and r.rank < len(which)), None)
+    for c in out:
+        rs = mine.get(c["component"], [])
+        c["runs"] = [{"rank": x.rank, "node": x.node, "state": x.state.value, "exit_code": x.exit_code} for x in rs]
+        if rs and job.state.is_terminal():
+            # ended: its own end (else, pending or running, the job's state is each component's), as sacct's rows:
+            # the failing component FAILED, those stopped because of it CANCELLED
+            bad = [r for r in rs if r.exit_code not in (0, None)]
+            r = bad[0] if bad else rs[0]
+            state = r.state.value if r.state.value != "EXITED" else "FAILED"
+            if job.state.value == "FAILED" and cause is not None and c["component"] != cause and bad:
+                state = "CANCELLED"
+            c["state"], c["exit_code"] = state, r.exit_code
     return out

@@ -73,6 +73,12 @@ def detail_table(d: dict[str, Any]) -> Table:
     for p in d.get("placement") or []:
         rows.append(("placement", f"{p['node']}: {len(p['devices'])} device(s)"))
     rows.append(("why there", str(d.get("placement_explanation") or "not placed yet")))
+    for c in d.get("components") or []:
+        # a heterogeneous job: each component's id, state, request and where it runs (hsched show's lines)
+        gpus = f"{c['gpus']} GPU {'|'.join(c.get('gpu_types') or []) or ''}".rstrip() if c.get("gpus") else "CPU only"
+        where = ", ".join(p["node"] for p in c.get("placement") or []) or "not placed"
+        rows.append((f"component {c.get('component')}", f"{c.get('display_id')}  {c.get('state')}  {gpus}  on {where}"
+                                                         f"  {printable(' '.join(c.get('command') or []))}"))
     for label, value in rows:
         # (a name, a command or a reason is its owner's text: drawn as it is, never read as Rich markup)
         t.add_row(label, value if isinstance(value, Text) else Text(str(value)))

@@ -155,7 +155,7 @@ def register(app: typer.Typer) -> None:
                 for k, v in hours[key].items():
                     print(f"    {k:<28} {v:10.2f}")
             return
-        rows = [[str(FIELDS[f](j)) for f in fields] for j in jobs]
+        rows = [[str(FIELDS[f](j)) for f in fields] for j in component_rows(jobs)]
         if parsable:
             if not noheader:
                 print("|".join(f.capitalize() for f in fields))
@@ -168,3 +168,19 @@ def register(app: typer.Typer) -> None:
             print("  ".join("-" * w for w in widths))
         for r in rows:
             print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+
+
+def component_rows(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The jobs as sacct's rows: a heterogeneous job as one row per component (`12+0`, `12+1`), each with its own
+    state, exit code, GPUs, nodes and runs; other jobs as they are."""
+    out: list[dict[str, Any]] = []
+    for j in jobs:
+        if not j.get("components"):
+            out.append(j)
+            continue
+        for c in j["components"]:
+            ranks = {r["rank"] for r in c.get("runs") or ()}
+            out.append(dict(j, display_id=c["display_id"], state=c["state"], gpus=c["gpus"], nodes=c["nodes"],
+                            exit_code=c.get("exit_code", j["exit_code"]),
+                            runs=[r for r in j.get("runs") or () if r["rank"] in ranks]))
+    return out

@@ -217,7 +217,10 @@ def register(app: typer.Typer) -> None:
             from_script = ctx.command.make_context(ctx.info_name or "submit", script.options, parent=ctx.parent)
             o = {**{k: v for k, v in from_script.params.items() if _given(v)},
                  **{k: v for k, v in o.items() if _given(v)}}
-            args = [*script.command, *args[1:]]
+            extra = args[1:]
+            args = [*script.command, *extra]
+            for more in script.components:  # `#SBATCH hetjob`: each later component runs the script too
+                args += [":", *more, "--", *script.command, *extra]
             for line in script.warnings:
                 print(f"hsched: warning: {line}", file=sys.stderr)
             if o.get("output") is None:
@@ -317,6 +320,12 @@ def register(app: typer.Typer) -> None:
         ]
         for k, v in rows:
             con.print(f"  {k:>15}: {'' if v is None else escape(str(v))}")
+        if job.get("components"):
+            from hsched.cli.listing import component_lines
+
+            con.print("  [bold]components[/]")
+            for line in component_lines(job["components"]):
+                con.print(escape(f"    {line}"))
         if job["runs"]:
             con.print("  [bold]runs[/]")
             for r in job["runs"]:

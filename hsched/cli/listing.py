@@ -187,6 +187,12 @@ def queue_rows(jobs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
                 limit = j.get("array_limit")
                 rows.append((pending_label(aid, [t["array_task"] for t in pending[aid]], limit), j))
             continue
+        if j.get("components"):
+            # a heterogeneous job: one row per component (`12+0`, `12+1`), each with its own GPUs and nodes, as squeue
+            rows.extend((c["display_id"], dict(j, gpus=c["gpus"], nodes=c["nodes"], placement=c["placement"],
+                                               constraint=c.get("constraint")))
+                        for c in j["components"])
+            continue
         rows.append((str(j.get("display_id") or j["id"]), j))
     return rows
 
@@ -349,3 +355,18 @@ def render_queue(jobs: list[dict[str, Any]], header: bool = True) -> None:
         table.add_row(label, escape(j["name"][:24]), escape(j["user"]), f"[{color}]{state_code(j['state'])}[/]",
                       j["qos"], str(j["priority"]), str(j["gpus"]), _elapsed(j), escape(_where(j)))
     Console().print(table)
+
+
+def component_lines(components: list[dict[str, Any]]) -> list[str]:
+    """`show`'s lines for a heterogeneous job's components: id, state, resources, placement, command."""
+    out = []
+    for c in components:
+        types = "|".join(c.get("gpu_types") or ())
+        gpus = f"{c['gpus']} GPU(s){' ' + types if types else ''}" if c["gpus"] else "CPU only"
+        res = ", ".join(x for x in (gpus, f"{c['cpus']} CPUs" if c.get("cpus") else "",
+                                    f"{c['nodes']} nodes" if c.get("nodes", 1) > 1 else "") if x)
+        where = ", ".join(f"{p['node']}" + (f" [{','.join(p['devices'])}]" if p["devices"] else "")
+                          for p in c.get("placement") or ()) or "-"
+        code = f" exit={c['exit_code']}" if c.get("exit_code") is not None else ""
+        out.append(f"{c['display_id']:<8} {c['state']:<10}{code} {res}; on {where}; {' '.join(c['command'])}")
+    return out

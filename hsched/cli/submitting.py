@@ -113,6 +113,8 @@ def quick_submit(argv: list[str]) -> int | None:
 def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict[str, Any]:
     """The job table the controller gets: `table` (a spec file's, or empty) with the command `args` and the
     options `o` over it."""
+    if ":" in args:
+        return hetjob_table(o, args, table)
     if args[:1] == ["--"]:
         args = args[1:]
     if args:
@@ -188,7 +190,7 @@ def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict
                 raise UserError(f"--env {item!r}: expected NAME=VALUE")
             merged[k] = v
         table["env"] = merged
-    if "command" not in table:
+    if "command" not in table and "component" not in table:  # (a spec file's [[component]] tables have theirs)
         raise UserError("nothing to run: give a command after -- (hsched submit -- python train.py) "
                         "or a spec file with command = [...]")
     return table
@@ -351,3 +353,36 @@ def submit(o: dict[str, Any], args: list[str], table: dict[str, Any], source: st
     else:
         # sbatch's very line (an array's too), which scripts parse (`awk '{print $4}'`, `${out##* }`)
         print(f"Submitted batch job {job['id']}")
+
+
+def hetjob_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict[str, Any]:
+    """`hsched submit [OPTIONS] -- CMD : [OPTIONS] -- CMD ...` (sbatch's heterogeneous job, hsched.spec.components):
+    the job table with a `component` list. The options before the first `:` are the job's and component 0's
+    resources (its --env and --workdir the job's, every component's); each later component gives only its own
+    (resources, --env, --workdir)."""
+    from hsched.spec.components import check_component_options, split_argv
+
+    parts = split_argv(args[1:] if args[:1] == ["--"] else args)
+    for i, words in enumerate(parts):
+        if not [w for w in words if w != "--"]:
+            raise UserError(f"component {i} is empty: give each component a command, as in hsched submit --gpus 1 "
+                            f"-- prep.py : --gpus 2 -- train.py")
+    first = job_table(o, parts[0], table)
+    comps = [{"command": first.pop("command"), **({"resources": first.pop("resources")} if "resources" in first
+                                                 else {})}]
+    if "constraint" in first:
+        comps[0]["constraint"] = first.pop("constraint")
+    by_option = {opt: name for name, (opts, *_rest) in OPTIONS.items() for opt in opts}
+    for i, words in enumerate(parts[1:], 1):
+        check_component_options(i, words, by_option, {n for n, (_o, kind, *_r) in OPTIONS.items() if kind == FLAG})
+        parsed = quick.parse(words, OPTIONS)
+        if parsed is None:
+            raise UserError(f"component {i}: cannot read its options ({' '.join(words)}): give them as --gpus 2 "
+                            f"--gpu-type h100 -- CMD")
+        oi, rest = parsed
+        if not rest:
+            raise UserError(f"component {i} has no command: give it after its options and `--`")
+        t = job_table(oi, rest, {})
+        comps.append({k: v for k, v in t.items() if k in ("command", "resources", "env", "workdir")})
+    first["component"] = comps
+    return first

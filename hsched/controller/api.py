@@ -39,6 +39,7 @@ from hsched.model import JobState, NodeState, Resources
 from hsched.protocol import PROTOCOL, Preencoded
 from hsched.sched.live import unsatisfiable
 from hsched.serialize import (
+    components_with_runs,
     gpu_processes_to_list,
     history_to_dict,
     host_load_to_dict,
@@ -423,6 +424,8 @@ class Api:
         events = [(for_owner if sees_all else for_others)(e)
                   for e in await self.ctl.db(self.ctl.store.events, job.id)]
         d["runs"] = [run_to_dict(r) for r in runs]
+        if job.spec.components:
+            d["components"] = components_with_runs(job, runs)  # a heterogeneous job: each component's state
         # (an event's figures too, where it has some: a copy's bytes and seconds, a preemption's time to free)
         d["events"] = [{"time": iso(e["time"]), "kind": e["kind"], "message": e["message"], "node": e["node"],
                         **({"data": e["data"]} if e["data"] else {})}
@@ -641,6 +644,8 @@ class Api:
             d = job_to_dict(j)
             d["runs"] = [{**run_to_dict(r), "models": sorted({model_of.get(u, "unknown") for u in r.devices})}
                          for r in runs.get(j.id, [])]
+            if j.spec.components:
+                d["components"] = components_with_runs(j, runs.get(j.id, []))  # sacct's row per component
             out.append(d)
         return {"jobs": out, "gpu_hours": {"by_user": dict(use.by_user), "by_model": dict(use.by_model),
                                            "total": use.total_gpu_hours}}

@@ -72,12 +72,18 @@ def _admissible(ctl: Controller, spec: JobSpec) -> str | None:
     # some node was never reached, it may be the one that can, so the job waits instead of being refused
     known = [rt.node for rt in ctl.nodes.values() if rt.last_ok is not None or rt.config.simulate]
     unknown = sorted(rt.name for rt in ctl.nodes.values() if rt.last_ok is None and not rt.config.simulate)
-    limit = never_within(spec.resources, spec.qos, QosLimits.from_qos(ctl.settings.qos))
+    # (a heterogeneous job: all its components' GPUs together)
+    total = replace(spec.resources, gpus=sum(c.resources.gpus * c.resources.nodes for c in spec.components), nodes=1)
+    limit = never_within(total if spec.components else spec.resources, spec.qos, QosLimits.from_qos(ctl.settings.qos))
     if limit is not None:
         raise UserError(f"job request exceeds its QoS class's limits: {limit}")
     # labels are the fleet file's, known before any probe: a constraint no node has is refused here
     labels = {rt.name: node_labels(rt.name, rt.config.labels, spec.resources.constraint) for rt in ctl.nodes.values()}
     why = unsatisfiable(spec.resources, known, labels=labels, aliases=ctl.settings.gpu_aliases)
+    for i, c in enumerate(spec.components):  # a heterogeneous job: each component's request (its own labels)
+        cl = {rt.name: node_labels(rt.name, rt.config.labels, c.resources.constraint) for rt in ctl.nodes.values()}
+        got = unsatisfiable(c.resources, known, labels=cl, aliases=ctl.settings.gpu_aliases)
+        why = why or (f"component {i} ({c.label}): {got}" if got is not None else None)
     if why is not None and not unknown:
         raise UserError(f"job request cannot be satisfied by this fleet ({ctl.fleet_cfg.source}): {why}")
     if why is not None:

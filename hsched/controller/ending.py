@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from hsched.config import Settings
-from hsched.controller import learning, moves
+from hsched.controller import hetjobs, learning, moves
 from hsched.controller.checkpoints import path_on
 from hsched.controller.core import Controller
 from hsched.controller.stopping import begin_stop
@@ -59,6 +59,8 @@ async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_cod
     runs = await ctl.db(ctl.store.attempt_runs, job.id, run.attempt)
     others_live = [r for r in runs if r.id != run.id and r.state.is_live()]
     rank = f" rank {run.rank}" if run.world > 1 else ""
+    if job.spec.components:
+        rank = f" of {hetjobs.name(job.spec, run.rank)}"  # a heterogeneous job: the component named
     what = "lost: the process is gone and left no exit code" if lost else f"exited with code {exit_code}"
     if oom:
         what += " (out of memory: killed by the kernel)"
@@ -69,12 +71,18 @@ async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_cod
               else EndReason.GPU_OOM.value if gpu_oom else "")
     ck = ctl.settings.checkpoint_exit_code
     if others_live:
+        if (job.spec.components and not reason and failed(exit_code, lost, ck)
+                and job.state in (JobState.RUNNING, JobState.LAUNCHING)):
+            reason = EndReason.NONZERO_EXIT.value  # the component whose failure ends the others (named at the end)
         await ctl.db(ctl.store.end_run, run, now, run_state=ended_run_state(exit_code, lost), exit_code=exit_code,
                      reason=reason, job_fields=None, event=("rank_ended", f"run{rank} {what}"),
                      event_data=private, ended_at=end)
         if failed(exit_code, lost, ck) and job.state in (JobState.RUNNING, JobState.LAUNCHING):
             await begin_stop(ctl, job, StopReason.RANK_FAILED,
-                             f"rank {run.rank} {what}: stopping the other {len(others_live)} rank(s)")
+                             f"rank {run.rank} {what}: stopping the other {len(others_live)} rank(s)"
+                             if not job.spec.components else
+                             f"{hetjobs.name(job.spec, run.rank)} {what}: stopping the other components' "
+                             f"{len(others_live)} run(s)")
         return
     # in the order they ended: a gang's first failure is its cause, the rest were stopped because of it
     before = sorted((r for r in runs if r.id != run.id), key=lambda r: r.end_time or 0.0)
@@ -83,6 +91,15 @@ async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_cod
     gpu_oom_any = bool(gpu_oom) or any(r.reason == EndReason.GPU_OOM for r in before)
     outcome = settle(job, ended, end_rules(ctl.settings), end, oom=oom_any, gpu_oom=gpu_oom_any and not oom_any)
     message = outcome.message
+    if job.spec.components and outcome.state in (JobState.FAILED, JobState.PENDING):
+        # a heterogeneous job's end names the component whose failure ended it (the first to fail)
+        cause = next((r for r in before if r.reason), None) or next(
+            (r for r in [*before, run] if failed(r.exit_code if r is not run else exit_code,
+                                                 (r.state is RunState.LOST) if r is not run else lost, ck)), None)
+        if cause is not None:
+            code = cause.exit_code if cause is not run else exit_code
+            message = (f"{hetjobs.name(job.spec, cause.rank)} "
+                       f"{'was lost' if code is None else f'exited with code {code}'}; {message}")
     data: dict[str, Any] = {"end_time": end}
     if gpu_oom and outcome.reason in (EndReason.GPU_OOM, EndReason.RETRY_BACKOFF):
         data[LOG_LINE] = gpu_oom

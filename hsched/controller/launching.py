@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from hsched.config import beyond_limits
-from hsched.controller import data, learning, moves
+from hsched.controller import data, hetjobs, learning, moves
 from hsched.controller.checkpoints import bring_along, is_shared, path_on, sees
 from hsched.controller.core import Controller
 from hsched.controller.ending import run_ended
@@ -201,6 +201,8 @@ async def _run_round(ctl: Controller) -> tuple[bool, int]:
                     rank = node_rank * tpn + local
                     run_dir = str(ctl.run_folder(job, p.node) / f"{job.id}-{attempt}-r{rank}-{int(inp.now * 1000)}")
                     ranks.append((p, run_dir))
+            if job.spec.components:
+                ranks = hetjobs.run_ranks(ctl, job, d.placements, inp.now)  # each component's tasks per node
             runs = await ctl.db(ctl.store.start_runs, job, ranks, inp.now, d.placements)
             launches.append((job, runs))
     for job, runs in launches:
@@ -413,15 +415,16 @@ def _held_by(ctl: Controller, active: Sequence[Job]) -> tuple[frozenset[str], fr
     running: list[Running] = []
     last, kept = ctl.state.running, {}
     for j in active:
-        for p in j.placement:
+        for k, p in enumerate(j.placement):
             busy.update(p.devices)
             if j.state in (JobState.PREEMPTING, JobState.COMPLETING):
                 releasing.update(p.devices)
-            if j.spec.resources.cpus:
-                cpus_used[p.node] = cpus_used.get(p.node, 0) + j.spec.resources.cpus
-            if j.spec.resources.memory_mib:
+            res = j.spec.resources if not j.spec.components else hetjobs.share_resources(j.spec, k)
+            if res.cpus:
+                cpus_used[p.node] = cpus_used.get(p.node, 0) + res.cpus
+            if res.memory_mib:
                 # --mem is per node, as sbatch's: promised on each node of the job
-                memory_used[p.node] = memory_used.get(p.node, 0) + j.spec.resources.memory_mib
+                memory_used[p.node] = memory_used.get(p.node, 0) + res.memory_mib
             if j.spec.resources.shared:
                 for u in p.devices:
                     shared_use[u] = shared_use.get(u, 0) + (j.spec.resources.gpu_memory_mib or 0)
@@ -502,6 +505,8 @@ def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ..
     env: dict[str, str] = {} if remote else dict(submit_env or {})
     env.update(dict(job.spec.env))
     here = next((p for p in placements if p.node == run.node), Placement(run.node, run.devices))
+    if job.spec.components:
+        here = Placement(run.node, run.devices)  # a heterogeneous job: two components may share a node
     env.update({
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES": ",".join(here.devices),
@@ -580,6 +585,8 @@ def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ..
             "GROUP_RANK": str(run.rank // tpn),
             "HSCHED_GANG_NODES": ",".join(p.node for p in placements),
         })
+    if job.spec.components:
+        env.update(hetjobs.component_env(ctl, job, run, placements))  # a heterogeneous job's component
     return env
 
 
@@ -673,6 +680,9 @@ async def launch(ctl: Controller, job: Job, run: Run) -> None:
                           submit_env=submit_env)
             env.update(data_env)
             workdir = job.spec.workdir
+            comp = hetjobs.component_of(job.spec, run.rank)  # a heterogeneous job's: its own command and resources
+            if comp is not None and comp.workdir is not None:
+                workdir = comp.workdir
             if workdir is None:
                 # where the user submitted from, if the node sees that folder; else the run folder
                 pwd = (submit_env or {}).get("PWD")
@@ -680,13 +690,16 @@ async def launch(ctl: Controller, job: Job, run: Run) -> None:
                     workdir = pwd
             # pin to the cores local to the GPUs, on real machines (a simulated node's cores are made up)
             here = next((p for p in current.placement if p.node == run.node), None)
+            if comp is not None:
+                here = hetjobs.placement_of(current, run)
             simulated = rt.config.simulate is not None
             cpus = () if simulated or here is None else here.cpus
-            res = job.spec.resources
+            res = job.spec.resources if comp is None else comp.resources
             # --mem is per node (as sbatch's): the ranks on one node share it
             mem = -(-res.memory_mib // res.tasks_per_node) if res.memory_mib else None
             output, error = outfiles.for_run(current, run)
-            req = LaunchRequest(run_dir=run.run_dir, command=job.spec.command, env=env, workdir=workdir,
+            req = LaunchRequest(run_dir=run.run_dir, command=job.spec.command if comp is None else comp.command,
+                                env=env, workdir=workdir,
                                 cpus=cpus, memory_mib=mem, cpu_limit=float(res.cpus) if res.cpus else None,
                                 devices=() if simulated else run.devices,
                                 checkpoint_exit_code=ctl.settings.checkpoint_exit_code,

@@ -58,6 +58,13 @@ def gpus_of(res: Resources) -> int:
     return res.gpus * res.nodes
 
 
+def job_gpus(job: Job) -> int:
+    """The GPUs a job holds: a heterogeneous job's components' together (its `resources` are component 0's)."""
+    if job.spec.components:
+        return sum(gpus_of(c.resources) for c in job.spec.components)
+    return gpus_of(job.spec.resources)
+
+
 def never_within(res: Resources, qos: str, limits: Mapping[str, QosLimits]) -> str | None:
     """Why a request can never start under its class's caps, whatever else runs (a request larger than the
     cap itself), or None. The submit refuses such a job rather than queue it for ever."""
@@ -97,7 +104,7 @@ class Tally:
         if lim is None:
             return None
         key = (qos, job.user)
-        gpus = gpus_of(job.spec.resources)
+        gpus = job_gpus(job)
         if lim.max_jobs_per_user is not None and self.user_jobs.get(key, 0) + 1 > lim.max_jobs_per_user:
             return EndReason.QOS_MAX_JOBS_PER_USER.value
         if gpus and lim.max_gpus_per_user is not None and self.user_gpus.get(key, 0) + gpus > lim.max_gpus_per_user:
@@ -112,7 +119,7 @@ class Tally:
         if qos not in self.limits:
             return
         key = (qos, job.user)
-        gpus = gpus_of(job.spec.resources)
+        gpus = job_gpus(job)
         self.class_gpus[qos] = self.class_gpus.get(qos, 0) + gpus
         self.user_gpus[key] = self.user_gpus.get(key, 0) + gpus
         self.user_jobs[key] = self.user_jobs.get(key, 0) + 1

@@ -7,6 +7,7 @@ The stages run in order over a `Work` (the jobs left, the decisions so far, the 
 
 1. `held`: a job a move promised devices to starts there as soon as they are free (before the state is built: the
    promised devices are busy for everyone else);
+1b. `hetjob`: heterogeneous jobs (sbatch's hetjobs), every component placed or none (hsched.sched.stages.hetjob);
 2. `sharing`: shared jobs (`--shared`, a fraction of one GPU each) are packed first, apart from the policy;
 3. `plan`: with a policy (settings' `policy`, by default `hsched`), the scheduling core's plan over the live fleet,
    the simulator's very code, with moves; caps and eligibility keep out of it the jobs it could not start; the one
@@ -28,6 +29,7 @@ from hsched.sched.cache import RoundCache
 from hsched.sched.fleet import Decision, DeviceChooser, FleetView, Launch, default_chooser, order
 from hsched.sched.stages.backfill import Round
 from hsched.sched.stages.eligibility import resolved
+from hsched.sched.stages.hetjob import hetjob_stage
 from hsched.sched.stages.plan import plan_stage
 from hsched.sched.stages.work import Stage, Work
 
@@ -46,7 +48,7 @@ def backfill_stage(w: Work) -> None:
     w.queue = []
 
 
-STAGES: tuple[Stage, ...] = (sharing_stage, plan_stage, backfill_stage)
+STAGES: tuple[Stage, ...] = (hetjob_stage, sharing_stage, plan_stage, backfill_stage)
 """The live round's stages, in order (the held starts come first, before the state is built)."""
 
 

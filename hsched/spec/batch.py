@@ -89,6 +89,10 @@ class BatchScript:
     """The option words of its #SBATCH/#HSCHED lines, translated to hsched's (sbatch's --gres, -n)."""
     command: list[str]
     warnings: list[str]
+    components: tuple[list[str], ...] = ()
+    """A heterogeneous job's later components (`#SBATCH hetjob` lines between them): each one's option words, as
+    `options` holds component 0's (and the job's). Every component runs the script; `$HSCHED_COMPONENT` (Slurm's
+    `$SLURM_HET_JOB_OFFSET`) says which it is (hsched.spec.components)."""
 
 
 def read_batch_script(path: Path) -> BatchScript | None:
@@ -121,7 +125,11 @@ def read_batch_script(path: Path) -> BatchScript | None:
             raise UserError(f"{path}:{n}: cannot read the option line: {e}") from None
     if not shebang and not words:
         return None
+    groups = _hetjob_groups(words, path)
+    words = groups[0]
+    later = [_translate(g, path) for g in groups[1:]]
     options, warnings = _translate(words, path)
+    warnings += [w for _o, ws in later for w in ws]
     if not any(w in ("-J", "--job-name", "--name") or w.startswith(("--job-name=", "--name=")) for w in options):
         options = ["--job-name", path.name, *options]  # sbatch names the job after its script
     absolute = str(path.resolve())
@@ -132,7 +140,28 @@ def read_batch_script(path: Path) -> BatchScript | None:
         command = [*interp, "-c", SRUN + text, absolute]
     else:
         command = [*interp, absolute]
-    return BatchScript(options, command, warnings)
+    return BatchScript(options, command, warnings, tuple(o for o, _w in later))
+
+
+HETJOB_WORDS = frozenset({"hetjob", "packjob"})
+"""sbatch's separator line between a heterogeneous job's components (`packjob`: its name before Slurm 20.02)."""
+
+
+def _hetjob_groups(words: list[str], path: Path) -> list[list[str]]:
+    """The option words split at each `hetjob` word: component 0's (and the job's), then each later one's."""
+    groups: list[list[str]] = [[]]
+    for w in words:
+        if w in HETJOB_WORDS:
+            if not groups[-1]:
+                raise UserError(f"{path}: #SBATCH {w}: component {len(groups) - 1} has no options before it; give "
+                                f"each component its resources (#SBATCH --gpus 1 ...) before the {w} line")
+            groups.append([])
+        else:
+            groups[-1].append(w)
+    if len(groups) > 1 and not groups[-1]:
+        raise UserError(f"{path}: #SBATCH hetjob: component {len(groups) - 1} has no options after it; give its "
+                        "resources (#SBATCH --gpus 2 --gpu-type h100) after the hetjob line, or drop the line")
+    return groups
 
 
 def _translate(words: list[str], path: Path) -> tuple[list[str], list[str]]:
