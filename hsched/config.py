@@ -22,6 +22,7 @@ from hsched.learn.fairshare import DEFAULT_HALF_LIFE_S, Account, PriorityWeights
 from hsched.model import (
     DEFAULT_QOS,
     QOS_CLASSES,
+    WORKLOADS,  # issue 30
     CheckpointSignal,
     Dependency,
     Interconnect,
@@ -29,7 +30,6 @@ from hsched.model import (
     Nic,
     Resources,
 )
-from hsched.model import WORKLOADS  # issue 30
 from hsched.problems import Problems, shown
 from hsched.protocol import IDLE_TIMEOUT_S, MAX_CONNECTIONS
 from hsched.spec.arrays import MAX_ARRAY_TASKS

@@ -388,7 +388,7 @@ class JobSpec:
     """`--data`: the datasets (the fleet file's `[[dataset]]` names) the job reads: placement weighs copying them
     against waiting for a node that holds them, and the run finds each at `$HSCHED_DATA_<NAME>` (hsched.datasets)."""
     service: str = ""
-    """The service (`hsched serve start NAME`) this job is a replica of; "": not a replica (hsched.controller.services)."""
+    """The service (`hsched serve start NAME`) this job is a replica of; "": none (hsched.controller.services)."""
     replica: int | None = None
     """Which replica of `service` it is (`$HSCHED_REPLICA`); None for a job that is no replica."""
     workload: str = ""

@@ -22,8 +22,8 @@ from hsched.model import (
     Resources,
     Run,
     RunHandle,
+    workload_of,  # issue 30 (its own line: several branches add to the list above)
 )
-from hsched.model import workload_of  # issue 30 (its own line: several branches add to the list above)
 
 
 def iso(ts: float | None) -> str | None:

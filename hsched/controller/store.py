@@ -1065,7 +1065,8 @@ class Store:
 
     # ---------------------------------------------------------------------------------------- services
 
-    def add_service(self, spec: ServiceSpec, user: str, now: float) -> ServiceRecord:
+    def add_service(self, spec: ServiceSpec, user: str, now: float, environ: dict[str, str] | None = None
+                    ) -> ServiceRecord:
         """Record a new service (ACTIVE, wanting MIN replicas, at least one) with its event; a UserError when one of
         that name is not stopped. A stopped one of the name is replaced (its events stay)."""
         with self.tx() as db:
@@ -1075,7 +1076,8 @@ class Store:
                                 f"{spec.name}` it first or choose another name")
             wanted = max(1, spec.min_replicas)
             db.execute("INSERT OR REPLACE INTO services(name, user, body, state, wanted, created, updated) "
-                       "VALUES (?,?,?,?,?,?,?)", (spec.name, user, json.dumps(service_to_dict(spec)),
+                       "VALUES (?,?,?,?,?,?,?)", (spec.name, user, json.dumps({**service_to_dict(spec),
+                                                                                "environ": environ}),
                                                   ServiceState.ACTIVE.value, wanted, now, now))
             self._event(db, now, "service", f"service {spec.name} started by {user}: {spec.min_replicas}-"
                         f"{spec.max_replicas} replicas, p99 target {spec.slo_p99_s * 1000:g} ms",
@@ -1103,7 +1105,9 @@ class Store:
             if wanted is not None:
                 fields["wanted"] = wanted
             if spec is not None:
-                fields["body"] = json.dumps(service_to_dict(spec))
+                old = db.execute("SELECT body FROM services WHERE name = ?", (name,)).fetchone()
+                environ = json.loads(old["body"]).get("environ") if old is not None else None
+                fields["body"] = json.dumps({**service_to_dict(spec), "environ": environ})
             cols = ", ".join(f"{k} = ?" for k in fields)
             db.execute(f"UPDATE services SET {cols} WHERE name = ?", (*fields.values(), name))
             if event is not None:
@@ -1113,6 +1117,12 @@ class Store:
         if row is None:
             raise UserError(f"no service {name}; `hsched serve list` lists them")
         return _service(row)
+
+    def service_environ(self, name: str) -> dict[str, str] | None:
+        """The environment `serve start` was run in: its replicas run in it, as a job runs in its submitter's."""
+        row = self.db.execute("SELECT body FROM services WHERE name = ?", (name,)).fetchone()
+        env = json.loads(row["body"]).get("environ") if row is not None else None
+        return dict(env) if isinstance(env, dict) else None
 
     def service_events(self, name: str, limit: int = 50) -> list[dict[str, Any]]:
         """The service's last `limit` events (scaling, replicas ready or replaced), oldest first."""
