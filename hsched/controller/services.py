@@ -27,7 +27,7 @@ import socket
 import statistics
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import asdict, dataclass, field, is_dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from hsched.controller import commands
@@ -88,15 +88,16 @@ class RouterLike(Protocol):
     async def close(self) -> None: ...
 
 
-MakeRouter = Callable[[str, str, int, Callable[[], float]], RouterLike]
+MakeRouter = Callable[[str, str, int, Callable[[], float], float], RouterLike]
+"""(name, host, port, clock, the latency target in seconds) -> a router, not started."""
 Probe = Callable[[str, str | None], Awaitable[bool]]
 Decide = Callable[..., Any]
 
 
-def _real_router(name: str, host: str, port: int, clock: Callable[[], float]) -> RouterLike:
+def _real_router(name: str, host: str, port: int, clock: Callable[[], float], slo_s: float) -> RouterLike:
     from hsched.serve.router import Router
 
-    return Router(name, host=host, port=port, clock=clock)
+    return Router(name, host=host, port=port, clock=clock, slo_s=slo_s)
 
 
 async def _real_probe(url: str, path: str | None) -> bool:
@@ -181,14 +182,15 @@ class ServiceManager:
                                   + ", ".join(str(r.job_id) for r in rt.replicas.values()))
 
     async def _open(self, rec: ServiceRecord) -> ServiceRuntime:
-        router = self.make_router(rec.spec.name, self.host, rec.spec.port, self.ctl.clock.monotonic)
+        router = self.make_router(rec.spec.name, self.host, rec.spec.port, self.ctl.clock.monotonic,
+                                  rec.spec.slo_p99_s)
         try:
             await router.start()
         except OSError:
             if rec.spec.port == 0:
                 raise
             # the port it had is taken now: a new one, said in an event (the address changes)
-            router = self.make_router(rec.spec.name, self.host, 0, self.ctl.clock.monotonic)
+            router = self.make_router(rec.spec.name, self.host, 0, self.ctl.clock.monotonic, rec.spec.slo_p99_s)
             await router.start()
             await self._event(rec.spec.name, "service", f"port {rec.spec.port} is taken: listening on "
                               f"{router.address[1]} now")
@@ -199,6 +201,9 @@ class ServiceManager:
                                     spec=replace(rec.spec, port=port))
         rt = ServiceRuntime(rec, router, _memo())
         self.services[rec.spec.name] = rt
+        if hasattr(router, "on_unready"):
+            # a replica that refused a connection is probed again before it takes traffic again
+            router.on_unready = lambda rid: _unready(rt, rid)
         return rt
 
     async def _active(self) -> list[Job]:
@@ -486,6 +491,7 @@ class ServiceManager:
             "p99_ms": round(max(p99s) * 1000.0, 1) if p99s else None,
             "slo_attainment": stats.get("slo_attainment"),
             "requests": stats.get("requests"),
+            "errors": stats.get("errors"),
             "stats": stats,
             "created": iso(rec.created),
             "instances": [{"replica": r.index, "job": r.job_id, "phase": r.phase.value, "node": r.node, "url": r.url,
@@ -510,25 +516,40 @@ def _port_of(job: Job) -> int:
         return 0
 
 
+def _unready(rt: ServiceRuntime, rid: str) -> None:
+    for r in rt.replicas.values():
+        if rt.rid(r.index) == rid and r.phase is Phase.READY:
+            rt.replicas[r.index] = replace(r, phase=Phase.STARTING, adopted=True)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return round(seconds * 1000.0, 1) if seconds is not None else None
+
+
 def _stats(router: RouterLike, slo_s: float) -> dict[str, Any]:
-    """The router's figures as a JSON object (hsched.serve.router.RouterStats)."""
+    """The router's figures (hsched.serve.router.RouterStats) as a JSON object: totals since it started, the latency
+    histogram, attainment of the service's target, each replica's requests in flight."""
+    from hsched.serve.router import LATENCY_BUCKETS_S
+
     try:
-        stats = router.stats()
+        s = router.stats()
+        return {"requests": s.requests, "errors": s.errors, "unavailable": s.unavailable, "in_flight": s.in_flight,
+                "answered": s.answered, "p50_ms": _ms(s.p50_s), "p99_ms": _ms(s.p99_s),
+                "slo_attainment": s.attainment(slo_s),
+                "latency_buckets_s": list(LATENCY_BUCKETS_S), "latency_counts": list(s.buckets),
+                "latency_sum_s": round(s.latency_sum_s, 6),
+                "replicas": [{"name": r.name, "url": r.base_url, "ready": r.ready, "draining": r.draining,
+                              "outstanding": r.outstanding, "requests": r.requests} for r in s.replicas]}
     except Exception:  # figures are for show: a router that cannot give them still routes
         log.exception("router stats failed")
         return {}
-    raw: dict[str, Any] = asdict(stats) if is_dataclass(stats) and not isinstance(stats, type) else dict(stats or {})
-    attained = getattr(stats, "attainment", None)
-    if callable(attained):
-        with contextlib.suppress(Exception):
-            raw["slo_attainment"] = attained(slo_s)
-    return raw
 
 
 def _outstanding(router: RouterLike) -> dict[str, int]:
-    stats = _stats(router, 0.0)
-    per = stats.get("outstanding") or stats.get("per_replica_outstanding") or {}
-    return dict(per) if isinstance(per, Mapping) else {}
+    try:
+        return dict(router.stats().outstanding)
+    except Exception:
+        return {}
 
 
 def manager(ctl: Controller) -> ServiceManager:
