@@ -207,7 +207,7 @@ class ServiceManager:
         return rt
 
     async def _active(self) -> list[Job]:
-        return list((await self.ctl.db(job_cache(self.ctl).read, self.ctl.store)).active)
+        return list((await self.ctl.db(job_cache(self.ctl).read, self.ctl.store)).all)
 
     async def _event(self, name: str, kind: str, message: str, job_id: int | None = None,
                      **data: Any) -> None:
