@@ -187,6 +187,8 @@ def register(app: typer.Typer) -> None:
         test_only: bool = typer.Option(False, "--test-only", help="Queue nothing: say when and on which node "
                                        "the job would start (sbatch's): the controller's round stepped through the "
                                        "running jobs' predicted ends."),
+        workload: str | None = typer.Option(None, "--workload", help="training, inference or preprocessing "
+                                            "(what accounting, `hsched kinds` and placement group it by)."),
     ) -> None:
         """Queue a job: a spec file, a command after --, or both (options override the file)."""
         from hsched.cli import submitting
@@ -292,6 +294,8 @@ def register(app: typer.Typer) -> None:
             ("multifactor", _multifactor(job.get("priority_factors"))),
             ("command", " ".join(job["command"])),
             ("kind", job.get("kind") or "-"),
+            ("workload", (job.get("workload") or "-") + (f" (service {job['service']}, replica {job['replica']})"
+                                                          if job.get("service") else "")),
             ("progress", _progress_line(job.get("progress"), ended=job["state"] != "RUNNING")),
             ("profile", profile_line(job.get("profile"))),
             ("expected", _expected_line(job)),
