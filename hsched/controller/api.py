@@ -788,7 +788,8 @@ class Api:
                                             processes=gpu_processes_to_list(rt.gpu_processes, owners, runs_root))
                           for rt in self.ctl.nodes.values()],
                 # dataset copies under way (hsched.controller.data): the dashboard shows their progress
-                "transfers": _transfers(self.ctl)}
+                "transfers": _transfers(self.ctl),
+                "services": services.summary(self.ctl)}  # issue 30: the dashboard's Services view
 
     async def op_serve(self, args: dict[str, Any], uid: int) -> Any:
         """`hsched serve start|list|show|scale|stop` (issue 30): hsched.controller.services.request."""
