@@ -329,6 +329,17 @@ def compress_indices(indices: tuple[int, ...] | list[int]) -> str:
     return ",".join(out)
 
 
+WORKLOADS = ("training", "inference", "preprocessing")
+"""The workload classes a job or a service may say it is (`--workload`); "" is unknown."""
+
+
+def workload_of(spec: JobSpec) -> str:
+    """The job's workload class: the one it said, else "inference" for a service's replica, else "" (unknown)."""
+    if spec.workload:
+        return spec.workload
+    return "inference" if spec.service else ""
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     command: tuple[str, ...]
@@ -376,6 +387,13 @@ class JobSpec:
     data: tuple[str, ...] = ()
     """`--data`: the datasets (the fleet file's `[[dataset]]` names) the job reads: placement weighs copying them
     against waiting for a node that holds them, and the run finds each at `$HSCHED_DATA_<NAME>` (hsched.datasets)."""
+    service: str = ""
+    """The service (`hsched serve start NAME`) this job is a replica of; "": none (hsched.controller.services)."""
+    replica: int | None = None
+    """Which replica of `service` it is (`$HSCHED_REPLICA`); None for a job that is no replica."""
+    workload: str = ""
+    """`--workload`: training, inference or preprocessing (WORKLOADS); "": not said (`workload_of` infers it: a
+    service's replica is inference)."""
 
     @property
     def dependency_text(self) -> str:

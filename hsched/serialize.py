@@ -22,6 +22,7 @@ from hsched.model import (
     Resources,
     Run,
     RunHandle,
+    workload_of,  # issue 30 (its own line: several branches add to the list above)
 )
 
 
@@ -70,6 +71,9 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "open_mode": "append" if spec.output_append else "truncate",
         "data": list(spec.data),
         **({"ntasks": spec.ntasks} if spec.ntasks is not None else {}),
+        **({"service": spec.service} if spec.service else {}),
+        **({"replica": spec.replica} if spec.replica is not None else {}),
+        **({"workload": spec.workload} if spec.workload else {}),
     }
 
 
@@ -116,6 +120,9 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
         output_append=d.get("open_mode") == "append",
         data=tuple(d.get("data") or ()),
         ntasks=d.get("ntasks"),
+        service=str(d.get("service") or ""),
+        replica=d.get("replica"),
+        workload=str(d.get("workload") or ""),
     )
 
 
@@ -199,6 +206,11 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "placement": [{"node": p.node, "devices": list(p.devices)} for p in job.placement],
         "kind": job_kind(job),
         "placement_explanation": "; ".join(p.explanation for p in job.placement if p.explanation) or None,
+        # issue 30: the workload class (said, or inferred: a service's replica is inference; None unknown), and the
+        # service and replica a replica belongs to
+        "workload": workload_of(s) or None,
+        "service": s.service or None,
+        "replica": s.replica,
     }
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from hsched import __version__
 from hsched.config import PRIORITY_MAX, PRIORITY_MIN, beyond_limits, job_spec_from_table
-from hsched.controller import commands
+from hsched.controller import commands, services
 from hsched.controller.core import ACTIVE_STATES, Controller, Stopping
 from hsched.controller.health import check_health
 from hsched.controller.store import job_from_row
@@ -237,7 +237,7 @@ class Api:
                 "probing": sorted(rt.name for rt in ctl.nodes.values() if rt.node.state is NodeState.PROBING),
                 "unhealthy_nodes": sorted(rt.name for rt in ctl.nodes.values()
                                           if rt.node.state is NodeState.UNHEALTHY),
-                **ctl.health_report()}
+                **ctl.health_report(), "services": services.summary(ctl)}
 
     async def op_submit(self, args: dict[str, Any], uid: int) -> Any:
         env = self._environ(args)
@@ -783,6 +783,10 @@ class Api:
                           for rt in self.ctl.nodes.values()],
                 # dataset copies under way (hsched.controller.data): the dashboard shows their progress
                 "transfers": _transfers(self.ctl)}
+
+    async def op_serve(self, args: dict[str, Any], uid: int) -> Any:
+        """`hsched serve start|list|show|scale|stop` (issue 30): hsched.controller.services.request."""
+        return await services.request(self, args, uid)
 
     async def op_share(self, args: dict[str, Any], uid: int) -> Any:
         """Fair share by user, as sshare shows it: account, shares, raw and decayed GPU-hours, the fair-share
