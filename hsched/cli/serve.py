@@ -190,8 +190,8 @@ def register(app: typer.Typer) -> None:
         slo: str | None = typer.Option(None, "--slo", help="The latency objective: p99=300ms."),
         target_concurrency: float | None = typer.Option(None, "--target-concurrency", min=0.001,
                                                         help="Requests in flight per replica to aim at (default 2)."),
-        ready_path: str | None = typer.Option(None, "--ready-path", help="HTTP path whose 2xx says a replica is "
-                                              "ready (default: its port accepts)."),
+        ready_path: str | None = typer.Option(None, "--ready-path", "--ready", help="HTTP path whose 2xx says a "
+                                              "replica is ready (default: its port accepts)."),
         port: int | None = typer.Option(None, "--port", min=1, max=65535, help="The service's port (default: any "
                                         "free one, kept)."),
         cpus: int | None = typer.Option(None, "--cpus", "-c", min=1, help="CPUs of each replica."),

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 from hsched.controller import commands
 from hsched.controller.core import Controller
 from hsched.controller.launching import job_cache
+from hsched.controller.metrics import ServiceReading, watch_services
 from hsched.errors import HschedError, PermissionDenied, UserError
 from hsched.model import Job, JobState
 from hsched.serialize import iso
@@ -155,6 +156,10 @@ class ServiceManager:
         self.loaded = False
         self.lock = asyncio.Lock()
         """One change at a time to the services (a tick, a start, a scale, a stop)."""
+        watch_services(ctl, self.readings)  # the metrics scrape shows each service (hsched.controller.metrics)
+
+    def readings(self) -> list[ServiceReading]:
+        return [ServiceReading(name, rt.router.stats(), rt.record.wanted) for name, rt in sorted(self.services.items())]
 
     # ------------------------------------------------------------------------------------------ loading
 
