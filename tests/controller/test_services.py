@@ -266,7 +266,7 @@ async def test_stop_drains_every_replica_then_the_service_is_stopped(tmp_path: P
 
 async def test_the_serve_request_checks_and_who_may_scale(tmp_path: Path) -> None:
     async with Lab.open(tmp_path, lab_mode=True) as lab:
-        m, _ = make_manager(lab, Script())
+        make_manager(lab, Script())
         api = Api(lab.ctl)
         table = {"name": "llm", "replicas": "1-2", "slo": "p99=250ms", "gpus_per_replica": 1,
                  "command": ["python", "server.py"]}
@@ -303,3 +303,58 @@ async def test_the_serve_request_checks_and_who_may_scale(tmp_path: Path) -> Non
             await api.handle("serve", {"action": "show", "name": "nope"}, os.getuid())
         assert services.summary(lab.ctl)[0]["replicas"]["wanted"] == 2
         assert Phase.STARTING.value == "starting"
+
+
+async def test_a_prod_replica_preempts_checkpointable_training(tmp_path: Path) -> None:
+    """Scaling up takes GPUs in the service's QoS order: on a full fleet a prod replica stops a training job with its
+    checkpoint signal, the training job goes back to the queue (to resume from its checkpoint), the replica runs."""
+    async with Lab.open(tmp_path) as lab:
+        trainers = [await lab.submit("python", "train.py", gpus=4, checkpoint_signal="USR1@60") for _ in range(2)]
+        await lab.round()
+        assert [(await lab.job(t.id)).state for t in trainers] == [JobState.RUNNING] * 2
+        m, routers = make_manager(lab, Script())
+        prod = ServiceSpec(name="llm", replica=JobSpec(command=("python", "server.py"), resources=Resources(gpus=1),
+                                                       qos="prod"),
+                           min_replicas=1, max_replicas=2, slo_p99_s=0.3)
+        await m.start_service(prod, "alice", None)
+        await lab.round()
+        states = [(await lab.job(t.id)).state for t in trainers]
+        assert states.count(JobState.PREEMPTING) == 1
+        (victim,) = [t for t, s in zip(trainers, states, strict=True) if s is JobState.PREEMPTING]
+        assert (await lab.fake_runs(victim.id))[-1].signals == ["USR1"]  # its checkpoint signal, first
+        await lab.finish(victim.id, exit_code=85)  # it saved its checkpoint and exited (settings checkpoint_exit_code)
+        await lab.round()
+        await lab.round()
+        assert (await lab.job(victim.id)).state is JobState.PENDING  # requeued, to resume later
+        (replica,) = await replica_jobs(lab)
+        assert (await lab.job(replica.id)).state is JobState.RUNNING
+        await m.tick()
+        assert list(routers[0].ready) == ["llm-0"]
+
+
+async def test_the_autoscaler_itself_scales_on_the_router_s_samples(tmp_path: Path) -> None:
+    """hsched.sched.autoscale.decide (not a script) on the samples the manager keeps: concurrency of 6 against a
+    target of 2 per replica wants 3 replicas (the panic window reacts within seconds)."""
+    async with Lab.open(tmp_path) as lab:
+        routers: list[StandInRouter] = []
+
+        def make(*args: Any) -> StandInRouter:
+            routers.append(StandInRouter(*args))
+            return routers[-1]
+
+        async def probe(url: str, path: str | None) -> bool:
+            return True
+
+        m = ServiceManager(lab.ctl, make_router=make, probe=probe)
+        lab.ctl.state.services = m
+        await m.start_service(spec(lo=1, hi=4), "alice", None)
+        await lab.round()
+        await m.tick()
+        loaded = routers[0]
+        loaded.sample = lambda: Sample(t=loaded.clock(), dt=1.0, concurrency=6.0, arrivals=12,  # type: ignore[method-assign]
+                                       p99_s=0.2, ready=len(loaded.ready))
+        for _ in range(4):
+            lab.clock.advance(1.0)
+            await m.tick()
+        assert m.services["llm"].record.wanted == 3
+        assert len(await replica_jobs(lab)) == 3
