@@ -662,6 +662,10 @@ async def _start(api: ApiLike, m: ServiceManager, args: dict[str, Any], uid: int
     if over:
         raise UserError(over[0], problems=over)
     spec = service_from_table(own, replica, source)
+    if 0 < spec.port < 1024 and not await api.is_admin(uid):
+        # a lab's controller may run as root: a member must not take a system port through it
+        raise PermissionDenied(f"permission denied: port {spec.port} is below 1024, for root and the lab's admins; "
+                               "choose a port from 1024 up or leave --port out")
     await api.may_use_qos(uid, replica.qos)
     user = await api.user_name(uid)  # the kernel's word (SO_PEERCRED), never the request's
     return await m.start_service(spec, user, environ)

@@ -294,6 +294,8 @@ async def test_the_serve_request_checks_and_who_may_scale(tmp_path: Path) -> Non
         with pytest.raises(PermissionDenied, match="belongs to"):
             await api.handle("serve", {"action": "stop", "name": "llm"}, nobody)
         await api.handle("serve", {"action": "show", "name": "llm"}, nobody)
+        with pytest.raises(PermissionDenied, match="port 80 is below 1024"):
+            await api.handle("serve", {"action": "start", "service": {**table, "name": "web", "port": 80}}, nobody)
         scaled = await api.handle("serve", {"action": "scale", "name": "llm", "replicas": "2-3"}, os.getuid())
         assert (scaled["replicas"]["min"], scaled["replicas"]["wanted"]) == (2, 2)
         assert len(await replica_jobs(lab)) == 2

@@ -206,6 +206,7 @@ class Eligible(RoundState):
         self._nodes: dict[NodesKey, list[Node]] = {}
         self._by_constraint: dict[str, list[Node]] = {}
         self._ranked: dict[NodesKey, list[Node]] = {}
+        self._for_inference: dict[tuple[NodesKey, tuple[str, ...], int | None], list[Node]] = {}
         self._eligible: dict[tuple[str, tuple[str, ...], int | None], tuple[str, ...]] = {}
         self._where: dict[tuple[object, ...], frozenset[str]] = {}
         # the last round's `where` per job, while the nodes' names, states, devices and labels and the absent users
@@ -280,15 +281,15 @@ class Eligible(RoundState):
         device on each that fits the request (its GPU types and memory); nodes with none that fits last; the order
         before kept among equals."""
         res = job.spec.resources
-        key = (self.nodes_key(job), "inference", res.gpu_types, res.gpu_memory_mib)
-        got = self._ranked.get(key)
+        key = (self.nodes_key(job), res.gpu_types, res.gpu_memory_mib)
+        got = self._for_inference.get(key)
         if got is None:
             def speed(n: Node) -> float:
                 fits = set(self.eligible(n, res))
                 speeds = [inference_speed(d.model) for d in n.devices if d.uuid in fits]
                 return min(speeds) if speeds else float("inf")
 
-            got = self._ranked[key] = sorted(nodes, key=speed)
+            got = self._for_inference[key] = sorted(nodes, key=speed)
         return got
 
     def eligible(self, node: Node, res: Resources) -> tuple[str, ...]:
