@@ -157,6 +157,17 @@ def test_a_service_scales_and_replaces_a_killed_replica(hs: Hs) -> None:
     assert show(hs)["instances"][0]["job"] != live["job"]
     assert generate(address)[0] == 200
 
+    # a restarted controller listens on the same address and adopts the running replica
+    before = show(hs)["instances"][0]["job"]
+    hs.run("daemon", "restart", check=True)
+    wait_until(lambda: show(hs)["replicas"]["ready"] == 1)
+    again = show(hs)
+    assert again["address"] == address and again["instances"][0]["job"] == before
+    assert any("adopted 1 replica job(s)" in e["message"] for e in again["events"])
+    assert generate(address)[0] == 200
+
+    text = hs.run("serve", "show", "chat", check=True).stdout
+    assert address in text and "1 ready" in text and "p99 2000 ms" in text
     listed = hs.json("serve", "list")
     assert [x["name"] for x in listed] == ["chat"]
     status = hs.json("daemon", "status")
