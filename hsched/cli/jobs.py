@@ -202,6 +202,9 @@ def register(app: typer.Typer) -> None:
 
             spec_path = Path(args.pop(0)).expanduser().absolute()
             table = read_toml(spec_path)
+            if isinstance(table.get("service"), dict):  # issue 30: a service's spec file
+                raise UserError(f"{spec_path}: a [service] table is a service, not a job: start it with "
+                                f"`hsched serve start {spec_path}`")
             source = str(spec_path)
             base = spec_path.parent
             if isinstance(table.get("workdir"), str):

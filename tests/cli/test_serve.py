@@ -123,3 +123,11 @@ def test_scale_checks_its_range_and_the_others_send_their_request(monkeypatch: p
     assert code == 0 and Recorder.calls == [{"op": "serve", "action": "stop", "name": "llm"}]
     code, out, _ = hsched(monkeypatch, capsys, "serve", "show", "llm", "--json")
     assert code == 0 and "http://127.0.0.1:8123" in out
+
+
+def test_submit_of_a_service_file_says_how_to_start_it(monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "llm.toml").write_text('[service]\nname = "llm"\nslo = "p99=1s"\ncommand = ["x"]\n')
+    code, _, err = hsched(monkeypatch, capsys, "submit", "llm.toml")
+    assert code == 2 and err == (f"hsched: error: {tmp_path / 'llm.toml'}: a [service] table is a service, not a job: "
+                                 f"start it with `hsched serve start {tmp_path / 'llm.toml'}`\n")
