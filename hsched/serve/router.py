@@ -234,8 +234,7 @@ class Router:
         await self._runner.setup()
         self._site = web.TCPSite(self._runner, self.host, self.port, backlog=1024)
         await self._site.start()
-        sockets = self._site._server.sockets if self._site._server is not None else ()  # type: ignore[union-attr]
-        host, port = sockets[0].getsockname()[:2]
+        host, port = self._runner.addresses[0][:2]
         self._address = (host, port)
         # one pool for every replica; no total timeout (a generation may stream for minutes), a bounded connect
         self._session = aiohttp.ClientSession(
