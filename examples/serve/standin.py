@@ -128,7 +128,7 @@ async def serve(host: str, port: int, standin: Standin, started: Callable[[int],
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
-    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    bound = int(runner.addresses[0][1])
     if started is not None:
         started(bound)
     stop = asyncio.Event()

@@ -151,7 +151,7 @@ class _Collector:
                 snap = rec.snapshot = asyncio.run_coroutine_threadsafe(take_snapshot(ctl), self.loop).result(1.0)
             except Exception as e:  # a busy or stopping controller: serve the last snapshot, not an error page
                 log.debug("metrics snapshot: %s", e)
-        if _SERVICE_SOURCES.get(ctl) is not None:
+        if _SERVICE_SOURCES.get(ctl) is not None or getattr(ctl.state.services, "services", None):
             try:  # on the controller's loop, where the routers change their counters
                 self.services = asyncio.run_coroutine_threadsafe(_read_services(ctl), self.loop).result(1.0)
             except Exception as e:
@@ -423,9 +423,18 @@ def watch_services(ctl: Controller, source: ServiceSource) -> None:
 
 
 def service_readings(ctl: Controller) -> Sequence[ServiceReading]:
-    """The services' readings now (on the controller's loop); none when no source is registered."""
+    """The services' readings now (on the controller's loop): from the source registered with watch_services, else
+    from the controller's service manager (ctl.state.services: each service's router and replicas wanted; read
+    by duck type, because hsched.controller.services imports what imports this module)."""
     source = _SERVICE_SOURCES.get(ctl)
-    return source() if source is not None else ()
+    if source is not None:
+        return source()
+    out = []
+    for rt in list(getattr(ctl.state.services, "services", {}).values()):
+        stats = rt.router.stats()
+        if isinstance(stats, RouterStats):  # (a test's stand-in router has other stats)
+            out.append(ServiceReading(rt.name, stats, int(rt.record.wanted)))
+    return out
 
 
 async def _read_services(ctl: Controller) -> Sequence[ServiceReading]:

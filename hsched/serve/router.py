@@ -191,7 +191,8 @@ class Router:
 
     def __init__(self, name: str, *, host: str = "127.0.0.1", port: int = 0,
                  clock: Callable[[], float] = time.monotonic, wait_ready_s: float = WAIT_READY_S,
-                 retry_after_s: int = RETRY_AFTER_S, slo_s: float | None = None) -> None:
+                 retry_after_s: int = RETRY_AFTER_S, slo_s: float | None = None,
+                 max_ongoing: int | None = None) -> None:
         self.name = name
         self.host = host
         self.port = port
@@ -201,12 +202,17 @@ class Router:
         self.slo_s = slo_s
         """The latency target attainment counts against (set it before traffic: earlier requests are not
         recounted)."""
+        self.max_ongoing = max_ongoing
+        """At most this many requests outstanding at one replica (Ray Serve's max_ongoing_requests); more wait at
+        the router, first come first served, for the first replica with room, a new one included. None: no limit
+        (every request goes to a replica at once, and waits in its own queue beyond its batch)."""
         self.on_unready: Callable[[str], None] | None = None
         """Called with a replica's name when the router marks it not ready (a refused or reset connection), so
         that the service manager checks it again."""
         self._replicas: dict[str, _Replica] = {}
         self._turn = itertools.count()
-        self._waiters: set[asyncio.Future[None]] = set()
+        self._waiters: dict[asyncio.Future[None], None] = {}
+        """Requests waiting for a replica (or for room at one), oldest first."""
         self._runner: web.ServerRunner | None = None
         self._site: web.TCPSite | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -234,8 +240,7 @@ class Router:
         await self._runner.setup()
         self._site = web.TCPSite(self._runner, self.host, self.port, backlog=1024)
         await self._site.start()
-        sockets = self._site._server.sockets if self._site._server is not None else ()  # type: ignore[union-attr]
-        host, port = sockets[0].getsockname()[:2]
+        host, port = self._runner.addresses[0][:2]
         self._address = (host, port)
         # one pool for every replica; no total timeout (a generation may stream for minutes), a bounded connect
         self._session = aiohttp.ClientSession(
@@ -280,6 +285,7 @@ class Router:
         if r is None:
             return 0
         r.draining = True
+        self._wake()  # those queued for room re-check what is left (none ready: their wait for one starts)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout_s):
                 await r.idle.wait()
@@ -287,41 +293,54 @@ class Router:
 
     def remove(self, replica: str) -> None:
         self._replicas.pop(replica, None)
+        self._wake()
 
     def _wake(self) -> None:
+        """Every waiter tries again, oldest first (futures' callbacks run in the order they were resolved)."""
         for w in self._waiters:
             if not w.done():
                 w.set_result(None)
-        self._waiters.clear()
 
     def _pick(self, exclude: str | None) -> _Replica | None:
         """The ready replica with the fewest outstanding requests; ties in turn."""
-        ready = [r for r in self._replicas.values() if r.ready and not r.draining and r.name != exclude]
+        ready = [r for r in self._replicas.values() if r.ready and not r.draining and r.name != exclude
+                 and (self.max_ongoing is None or r.outstanding < self.max_ongoing)]
         if not ready:
             return None
         fewest = min(r.outstanding for r in ready)
         tied = [r for r in ready if r.outstanding == fewest]
         return tied[next(self._turn) % len(tied)]
 
+    def _any_ready(self, exclude: str | None) -> bool:
+        return any(r.ready and not r.draining and r.name != exclude for r in self._replicas.values())
+
     async def _choose(self, exclude: str | None) -> _Replica:
-        r = self._pick(exclude)
-        if r is not None:
+        """A replica for the request: at once when one has room and nobody waits before it; else wait for room
+        (as long as it takes while some replica is ready: the request is queued, not refused) or, while none is
+        ready, up to wait_ready_s for one (NoReplica after)."""
+        if (self.max_ongoing is None or not self._waiters) and (r := self._pick(exclude)) is not None:
             return r
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait_ready_s
-        while (left := deadline - loop.time()) > 0:
+        while True:
+            if self._any_ready(exclude):
+                deadline = loop.time() + self.wait_ready_s  # queued behind busy replicas: no deadline runs
+            left = deadline - loop.time()
+            if left <= 0:
+                raise NoReplica()
             waiter: asyncio.Future[None] = loop.create_future()
-            self._waiters.add(waiter)
+            self._waiters[waiter] = None
             try:
                 async with asyncio.timeout(left):
                     await waiter
             except TimeoutError:
-                break
+                if not self._any_ready(exclude):
+                    raise NoReplica() from None
+                continue
             finally:
-                self._waiters.discard(waiter)
+                self._waiters.pop(waiter, None)
             if (r := self._pick(exclude)) is not None:
                 return r
-        raise NoReplica()
 
     # ------------------------------------------------------------------------------------------ measuring
 
@@ -396,6 +415,7 @@ class Router:
             except _NothingSent as e:
                 log.info("router %s: replica %s failed before answering (%s)", self.name, r.name, e.cause)
                 r.ready = False
+                self._wake()
                 if self.on_unready is not None:
                     self.on_unready(r.name)
                 failed = r.name
@@ -406,6 +426,8 @@ class Router:
                 r.outstanding -= 1
                 if r.outstanding == 0:
                     r.idle.set()
+                if self._waiters and self.max_ongoing is not None:
+                    self._wake()  # room at a replica: the oldest waiter takes it
         raise AssertionError("unreachable")
 
     async def _relay(self, request: web.BaseRequest, r: _Replica, body: bytes | None,

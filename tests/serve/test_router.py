@@ -323,3 +323,31 @@ def test_quantile_reads_a_histogram_as_prometheus_does() -> None:
     assert quantile(buckets, 0.5) == pytest.approx(0.175)
     buckets[-1] = 1
     assert quantile(buckets, 1.0) == LATENCY_BUCKETS_S[-1]
+
+
+def test_max_ongoing_queues_at_the_router_first_come_first_served_and_a_new_replica_takes_the_queue() -> None:
+    async def body() -> None:
+        router, reps, session = await started("a", max_ongoing=1)
+        (a,) = reps
+        late = await Replica("late").start()
+        try:
+            first = asyncio.create_task(session.get(router.url + "/hold"))
+            await a.arrived.get()
+            queued = [asyncio.create_task(session.get(router.url + "/echo")) for _ in range(2)]
+            await until(lambda: router.stats().in_flight == 3, "both queued at the router")
+            assert a.arrived.empty() and router.stats().outstanding == {"a": 1}
+            router.add_ready("late", late.url)  # a new replica takes the oldest queued request at once
+            await late.arrived.get()
+            second, third = await asyncio.gather(*queued)
+            assert second.status == third.status == 200
+            second.release()
+            third.release()
+            assert len(late.seen) == 2 and len(a.seen) == 1  # a held its one; late took both, one after the other
+            a.release.set()
+            (await first).release()
+            assert router.stats().errors == 0
+        finally:
+            await late.close()
+            await closed(router, reps, session)
+
+    run(body)

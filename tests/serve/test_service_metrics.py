@@ -69,3 +69,15 @@ async def test_a_scrape_carries_each_services_requests_latency_replicas_and_atta
     finally:
         await rep.close()
         await router.close()
+
+
+async def test_the_controllers_service_manager_feeds_the_scrape_without_registration(tmp_path: Path) -> None:
+    from tests.controller.test_services import Script, make_manager, spec
+
+    async with Lab.open(tmp_path) as lab:
+        script = Script()
+        m, _routers = make_manager(lab, script)  # the manager as the controller keeps it: ctl.state.services
+        await m.start_service(spec(lo=2, hi=3), "alice", {"PATH": "/usr/bin"})
+        got = parsed(render(lab.ctl, await take_snapshot(lab.ctl)).decode())
+        assert ({"service": "llm", "state": "wanted"}, 2.0) in got["hsched_service_replicas"]
+        assert got["hsched_service_slo_seconds"] == [({"service": "llm"}, 0.3)]
