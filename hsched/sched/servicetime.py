@@ -178,8 +178,8 @@ class ReplicaQueue:
     def __init__(self, model: ServiceModel | None = None, t: float = 0.0) -> None:
         self.model = model or ServiceModel()
         self.t = t
-        self.active: dict[object, float] = {}  # request id -> remaining alone-seconds (insertion = admission)
-        self.waiting: deque[tuple[object, float]] = deque()
+        self.active: dict[int, float] = {}  # request id -> remaining alone-seconds (insertion = admission)
+        self.waiting: deque[tuple[int, float]] = deque()
         self.busy_s = 0.0  # seconds with at least one request in service
 
     @property
@@ -194,7 +194,7 @@ class ReplicaQueue:
             rid, work = self.waiting.popleft()
             self.active[rid] = work
 
-    def arrive(self, now: float, rid: object, work_s: float) -> list[tuple[object, float]]:
+    def arrive(self, now: float, rid: int, work_s: float) -> list[tuple[int, float]]:
         """A request arrives at `now`; returns the requests that finished up to then (id, finish time)."""
         done = self.advance(now)
         self.waiting.append((rid, max(0.0, work_s)))
@@ -207,9 +207,9 @@ class ReplicaQueue:
             return None
         return self.t + min(self.active.values()) / self._rate()
 
-    def advance(self, now: float) -> list[tuple[object, float]]:
+    def advance(self, now: float) -> list[tuple[int, float]]:
         """Progress to `now`; returns the requests that finished (id, finish time), in order."""
-        done: list[tuple[object, float]] = []
+        done: list[tuple[int, float]] = []
         while self.active:
             rate = self._rate()
             least = min(self.active.values())
