@@ -583,5 +583,6 @@ def describe(figures: Mapping[str, object]) -> list[str]:
         f"static for the peak minute: {f['static_peak_replicas']} replicas = "
         f"{float(f['static_peak_gpu_hours']):.3f} GPU-hours; median minute: {f['static_median_replicas']}",  # type: ignore[arg-type]
         f"  scale-ups {f['scale_ups']}, scale-downs {f['scale_downs']}, replicas preempted "
-        f"{f['replica_preemptions']}; training GPU-hours {float(f['training_gpu_hours']):.2f}",  # type: ignore[arg-type]
+        f"{f['replica_preemptions']}; training GPU-hours {float(f['training_gpu_hours']):.2f} in all, "
+        f"{float(f.get('training_gpu_hours_during_service', 0.0)):.3f} while the service ran",  # type: ignore[arg-type]
     ]

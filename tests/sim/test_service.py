@@ -141,6 +141,10 @@ def test_training_preempted_by_the_service_resumes_and_loses_no_work():
     stopped = [r for r in recs if r.restarts]
     assert stopped, "the replicas the service added on a full fleet preempt training"
     assert base["preemptions"] >= len(stopped)
+    # the fleet stayed full while the service ran: what the service did not hold, training did
+    svc = base["service"]
+    full = 8 * svc["service_span_s"] / 3600.0
+    assert svc["training_gpu_hours_during_service"] + svc["service_gpu_hours"] == pytest.approx(full, rel=0.02)
     for r in recs:
         # every job ran its whole work once (600 s at rate 1) plus one checkpoint restore per restart
         assert r.run_s == pytest.approx(600.0 + 30.0 * r.restarts, abs=1e-6)
