@@ -245,9 +245,7 @@ def decide(
     want += boost
 
     # scale to zero and wake
-    # (a window covered to within one sample: a live router's intervals jitter around their nominal length)
-    covered = s_span >= policy.stable_window_s - max(s.dt for s in stable) - 1e-9
-    idle = all(s.arrivals == 0 for s in stable) and s_conc <= 0.0 and covered
+    idle = all(s.arrivals == 0 for s in stable) and s_conc <= 0.0 and s_span >= policy.stable_window_s - 1e-9
     if want == 0 and not idle:
         want = 1  # requests were seen within the window: keep one until the window is idle
         why = f"concurrency {s_conc:.2f} over {s_span:.0f} s, not idle for a whole window -> 1 replica"

@@ -197,12 +197,3 @@ def test_policy_problems_name_the_field(kw, word):
     probs = ScalePolicy(**base).problems()
     assert len(probs) == 1 and word in probs[0]
     assert not ScalePolicy(1, 4, 2.0, 1.0).problems()
-
-
-def test_idle_with_jittery_intervals_still_goes_to_zero():
-    # a live router's samples come a little late: 1.01 s apart, 59 of them span 59.6 s of a 60 s window
-    pol = ScalePolicy(min_replicas=0, max_replicas=4, target_concurrency=4.0, slo_p99_s=1.0, scale_down_delay_s=0.0)
-    samples = [Sample(t=i * 1.01, dt=1.01, concurrency=0.0, arrivals=0, p99_s=None, ready=1) for i in range(1, 200)]
-    now = samples[-1].t
-    d = decide(pol, [s for s in samples if s.t > now - 70], now, 1, ScaleMemo())
-    assert d.wanted == 0, d.reason
