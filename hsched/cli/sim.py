@@ -116,11 +116,13 @@ _SVC_SCALE = typer.Option(1.0, "--service-scale", help="With --service: multiply
 _SVC_REPLICAS = typer.Option("1-8", "--service-replicas", metavar="MIN-MAX", help="With --service: replica bounds.")
 _SVC_GPR = typer.Option(1, "--service-gpus-per-replica", help="With --service: GPUs each replica takes.")
 _SVC_SLO = typer.Option("p99=1500ms", "--service-slo", metavar="p99=DURATION", help="With --service: the objective.")
-_SVC_TARGET = typer.Option(6.0, "--service-target-concurrency",
+_SVC_TARGET = typer.Option(8.0, "--service-target-concurrency",
                            help="With --service: requests in flight per replica the autoscaler aims at.")
 _SVC_QOS = typer.Option("prod", "--service-qos", help="With --service: the replicas' class (prod preempts training).")
 _SVC_STATIC = typer.Option(None, "--service-static", metavar="N",
                            help="With --service: N replicas throughout (no autoscaling): the baseline.")
+_SVC_INITIAL = typer.Option(None, "--service-initial", metavar="N",
+                            help="With --service: replicas launched before the first request (default: MIN).")
 _SVC_COLD = typer.Option("20s", "--service-cold-start", metavar="DURATION",
                          help="With --service: a replica's launch to ready.")
 _SVC_WINDOW = typer.Option("60s", "--service-stable-window", metavar="DURATION",
@@ -131,9 +133,9 @@ _SVC_WINDOW = typer.Option("60s", "--service-stable-window", metavar="DURATION",
 def _service(path: Path | None, rule: Any, **options: Any) -> Any:
     """--service FILE and its options -> a hsched.sim.service.ServiceSim (None without --service)."""
     if path is None:
-        given = [k for k, v in options.items() if v is not None and k == "static"]
-        if given:
-            raise UserError("--service-static needs --service TRACE.csv")
+        for key in ("static", "initial"):
+            if options.get(key) is not None:
+                raise UserError(f"--service-{key} needs --service TRACE.csv")
         return None
     from hsched.sim.service import service_from_options
 
@@ -532,6 +534,7 @@ def sim(
     service_target_concurrency: float = _SVC_TARGET,
     service_qos: str = _SVC_QOS,
     service_static: int | None = _SVC_STATIC,
+    service_initial: int | None = _SVC_INITIAL,
     service_cold_start: str = _SVC_COLD,
     service_stable_window: str = _SVC_WINDOW,
 ) -> None:
@@ -562,7 +565,7 @@ def sim(
     svc = _service(service, rule, speedup=service_speedup, scale=service_scale, replicas=service_replicas,
                    gpus_per_replica=service_gpus_per_replica, slo=service_slo,
                    target_concurrency=service_target_concurrency, qos=service_qos, static=service_static,
-                   cold_start=service_cold_start, stable_window=service_stable_window)
+                   cold_start=service_cold_start, stable_window=service_stable_window, initial=service_initial)
     result = _run_one(tr, servers, policy, checkpoint_cost, round_s, span_factor, pcie_factor, rule, mode, seed,
                       learned=learned, learned_prior=prior, predict=predict, data=data, locality=modes[0],
                       pool=pools[0], prefetch_s=prefetch_s, shares=per_user, live=live, service=svc)

@@ -68,6 +68,9 @@ class ServiceConfig:
     speedup: float = 1.0
     """The trace's speed-up (for the peak-minute figures: a trace minute is 60 / speedup s here)."""
     source: str = ""
+    initial: int | None = None
+    """Replicas launched at 0, before the first request (Ray Serve's initial_replicas, Knative's initial-scale);
+    None: min_replicas (at least 1). The autoscaler takes over from the first tick on."""
 
 
 class _Replica:
@@ -112,6 +115,10 @@ class ServiceSim:
             problems.append(f"static replicas {cfg.static} must be >= 1")
         if not cfg.requests:
             problems.append("no requests in the service trace")
+        if cfg.initial is not None and not cfg.policy.min_replicas <= cfg.initial <= cfg.policy.max_replicas:
+            problems.append(
+                f"initial replicas {cfg.initial} outside [{cfg.policy.min_replicas}, {cfg.policy.max_replicas}]"
+            )
         if problems:
             raise ValueError("; ".join(problems))
         self.cfg = cfg
@@ -174,9 +181,14 @@ class ServiceSim:
             self.next_tick = math.inf
             return add, remove
         self._sample(now)
+        cfg = self.cfg
         current = sum(1 for r in self.replicas.values() if not r.draining)
-        if self.cfg.static is not None:
-            wanted, reason = self.cfg.static, f"static {self.cfg.static} replicas"
+        if cfg.static is not None:
+            wanted, reason = cfg.static, f"static {cfg.static} replicas"
+        elif now == 0.0 and not self.replicas and self.next_req == 0:
+            lo, hi = cfg.policy.min_replicas, cfg.policy.max_replicas
+            wanted = max(lo, min(hi, cfg.initial if cfg.initial is not None else max(1, lo)))
+            reason = f"launch: {wanted} initial replicas"
         else:
             d = decide(self.cfg.policy, list(self.samples), now, current, self.memo, self.cfg.cold_start_s)
             self.memo = d.memo
@@ -202,8 +214,16 @@ class ServiceSim:
         rid = self.next_id
         self.next_id += 1
         self.replicas[rid] = _Replica(rid, now, self.cfg.model)
-        return TraceJob(id=rid, job_type=JOB_TYPE, gpus=self.cfg.gpus_per_replica, arrival_s=now, work=math.inf,
-                        name=f"{self.cfg.name}/{rid - REPLICA_ID_BASE}", qos=self.cfg.qos, checkpointable=False)
+        return TraceJob(
+            id=rid,
+            job_type=JOB_TYPE,
+            gpus=self.cfg.gpus_per_replica,
+            arrival_s=now,
+            work=math.inf,
+            name=f"{self.cfg.name}/{rid - REPLICA_ID_BASE}",
+            qos=self.cfg.qos,
+            checkpointable=False,
+        )
 
     def _shrink(self, n: int, now: float) -> list[int]:
         """Cancel the replicas not ready yet (waiting for GPUs first, then starting), then drain the ready ones
@@ -298,7 +318,7 @@ class ServiceSim:
         req = self.cfg.requests[q]
         work = service_time_s(req.context_tokens, req.generated_tokens, self.cfg.model, relative_speed(r.gpu_type))
         for k, tf in r.queue.arrive(t, q, work):
-            self._finish(r, int(k), tf)  # pragma: no cover - the loop advanced every replica to t already
+            self._finish(r, k, tf)  # pragma: no cover - the loop advanced every replica to t already
         r.inflight.add(q)
 
     def _to(self, t: float) -> None:
@@ -307,7 +327,7 @@ class ServiceSim:
         for r in self.replicas.values():
             if r.ready:
                 for k, tf in r.queue.advance(t):
-                    self._finish(r, int(k), tf)
+                    self._finish(r, k, tf)
         self.t = max(self.t, t)
 
     def _finish(self, r: _Replica, q: int, tf: float) -> None:
@@ -323,8 +343,7 @@ class ServiceSim:
         dt = self.cfg.interval_s
         lat = sorted(self.done_lat)
         p99 = lat[min(len(lat) - 1, math.ceil(0.99 * len(lat)) - 1)] if lat else None
-        s = Sample(t=now, dt=dt, concurrency=self.area / dt, arrivals=self.arrived, p99_s=p99,
-                   ready=len(self._ready()))
+        s = Sample(t=now, dt=dt, concurrency=self.area / dt, arrivals=self.arrived, p99_s=p99, ready=len(self._ready()))
         self.area, self.arrived, self.done_lat = 0.0, 0, []
         self.samples.append(s)
         keep = self.cfg.policy.stable_window_s + 2 * dt
@@ -379,7 +398,7 @@ class ServiceSim:
             return lat[min(len(lat) - 1, max(0, math.ceil(p * len(lat)) - 1))] if lat else None
 
         within = sum(1 for x in lat if x <= cfg.policy.slo_p99_s + 1e-9)
-        span = (self.finished_at if self.finished_at is not None else end_s)
+        span = self.finished_at if self.finished_at is not None else end_s
         peak, median = self.provisioning()
         ready_counts = [w for _, _, w in self.timeline]
         return {
@@ -426,12 +445,11 @@ def make_service(
     return ServiceSim(ServiceConfig(tuple(requests), policy, **kw))  # type: ignore[arg-type]
 
 
-
 # ---------------------------------------------------------------------- `hsched sim --service` options
 
 
 def parse_seconds(text: str, option: str) -> float:
-    """"20s", "500ms", "2m", "1.5" (seconds) -> seconds; ValueError names the option."""
+    """A duration ("20s", "500ms", "2m", or "1.5" seconds) -> seconds; ValueError names the option."""
     t = text.strip().lower()
     scale = 1.0
     for suffix, mult in (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
@@ -448,7 +466,7 @@ def parse_seconds(text: str, option: str) -> float:
 
 
 def parse_replicas(text: str) -> tuple[int, int]:
-    """"MIN-MAX" (or "N": MIN = MAX = N) -> (min, max)."""
+    """The replica bounds "MIN-MAX" (or "N": MIN = MAX = N) -> (min, max)."""
     lo, sep, hi = text.strip().partition("-")
     try:
         a = int(lo)
@@ -456,13 +474,14 @@ def parse_replicas(text: str) -> tuple[int, int]:
     except ValueError:
         a = b = -1
     if a < 0 or b < max(1, a):
-        raise ValueError(f"--service-replicas {text!r}: "
-                         "expected MIN-MAX with 0 <= MIN <= MAX and MAX >= 1, such as 1-8")
+        raise ValueError(
+            f"--service-replicas {text!r}: expected MIN-MAX with 0 <= MIN <= MAX and MAX >= 1, such as 1-8"
+        )
     return a, b
 
 
 def parse_slo(text: str) -> float:
-    """"p99=500ms" -> 0.5 (the p99 objective in seconds)."""
+    """The objective "p99=500ms" -> 0.5 (the p99 in seconds)."""
     key, sep, val = text.strip().partition("=")
     if not sep or key.strip().lower() != "p99":
         raise ValueError(f"--service-slo {text!r}: expected p99=DURATION, such as p99=1500ms")
@@ -481,12 +500,13 @@ def service_from_options(
     replicas: str = "1-8",
     gpus_per_replica: int = 1,
     slo: str = "p99=1500ms",
-    target_concurrency: float = 6.0,
+    target_concurrency: float = 8.0,
     qos: str = "prod",
     static: int | None = None,
     cold_start: str = "20s",
     interval: str = "1s",
     stable_window: str = "60s",
+    initial: int | None = None,
     qos_names: Sequence[str] = ("prod", "normal", "scavenger"),
 ) -> ServiceSim:
     """The service of `hsched sim --service FILE ...` from the options' texts; ValueError names the option."""
@@ -505,6 +525,8 @@ def service_from_options(
     if static is not None and static < 1:
         raise ValueError(f"--service-static {static}: expected at least 1 replica")
     lo, hi = parse_replicas(replicas)
+    if initial is not None and not lo <= initial <= hi:
+        raise ValueError(f"--service-initial {initial}: expected a number within --service-replicas {replicas}")
     step = parse_seconds(interval, "--service-interval")
     if step <= 0:
         raise ValueError(f"--service-interval {interval!r}: expected a duration > 0, such as 1s")
@@ -515,13 +537,26 @@ def service_from_options(
     if static is not None:
         lo = hi = static
     policy = ScalePolicy(
-        min_replicas=lo, max_replicas=hi, target_concurrency=target_concurrency, slo_p99_s=parse_slo(slo),
-        stable_window_s=window, panic_window_s=max(step, window / 10), scale_down_delay_s=window / 2,
+        min_replicas=lo,
+        max_replicas=hi,
+        target_concurrency=target_concurrency,
+        slo_p99_s=parse_slo(slo),
+        stable_window_s=window,
+        panic_window_s=max(step, window / 10),
+        scale_down_delay_s=window / 2,
     )
     cfg = ServiceConfig(
-        requests=requests, policy=policy, name=source.rsplit("/", 1)[-1].removesuffix(".csv") or "service",
-        gpus_per_replica=gpus_per_replica, qos=qos, cold_start_s=parse_seconds(cold_start, "--service-cold-start"),
-        interval_s=step, static=static, speedup=speedup, source=source,
+        requests=requests,
+        policy=policy,
+        name=source.rsplit("/", 1)[-1].removesuffix(".csv") or "service",
+        gpus_per_replica=gpus_per_replica,
+        qos=qos,
+        cold_start_s=parse_seconds(cold_start, "--service-cold-start"),
+        interval_s=step,
+        static=static,
+        speedup=speedup,
+        source=source,
+        initial=initial,
     )
     return ServiceSim(cfg)
 
@@ -548,5 +583,6 @@ def describe(figures: Mapping[str, object]) -> list[str]:
         f"static for the peak minute: {f['static_peak_replicas']} replicas = "
         f"{float(f['static_peak_gpu_hours']):.3f} GPU-hours; median minute: {f['static_median_replicas']}",  # type: ignore[arg-type]
         f"  scale-ups {f['scale_ups']}, scale-downs {f['scale_downs']}, replicas preempted "
-        f"{f['replica_preemptions']}; training GPU-hours {float(f['training_gpu_hours']):.2f}",  # type: ignore[arg-type]
+        f"{f['replica_preemptions']}; training GPU-hours {float(f['training_gpu_hours']):.2f} in all, "
+        f"{float(f.get('training_gpu_hours_during_service', 0.0)):.3f} while the service ran",  # type: ignore[arg-type]
     ]
