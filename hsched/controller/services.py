@@ -271,8 +271,8 @@ class ServiceManager:
         for (r, url), ok in zip(probes, results, strict=True):
             if not ok or rt.replicas.get(r.index) != r:
                 continue
-            job = jobs[r.job_id]
-            cold = None if r.adopted or job.start_time is None else max(0.0, now - job.start_time)
+            launched = None if r.adopted else await self._launched(jobs[r.job_id])
+            cold = None if launched is None else max(0.0, now - launched)
             rt.replicas[r.index] = replace(r, phase=Phase.READY, cold_start_s=cold)
             rt.router.add_ready(rt.rid(r.index), url)
             if cold is not None:
@@ -280,6 +280,13 @@ class ServiceManager:
             said = f"cold start {cold:.1f} s" if cold is not None else "adopted"
             await self._event(rt.name, "service_replica", f"replica {r.index} (job {r.job_id}) ready on {r.node} "
                               f"({said})", job_id=r.job_id, replica=r.index, cold_start_s=cold)
+
+    async def _launched(self, job: Job) -> float | None:
+        """When the job's current attempt started (its latest run's start; a requeued replica's first start is not
+        its cold start's)."""
+        runs = await self.ctl.db(self.ctl.store.runs, job.id)
+        starts = [r.start_time for r in runs if r.start_time is not None]
+        return max(starts) if starts else job.start_time
 
     async def _probe(self, url: str, path: str | None) -> bool:
         try:

@@ -24,7 +24,7 @@ from hsched.model import JobSpec, JobState, Resources
 from hsched.sched.autoscale import Sample, ScaleDecision
 from hsched.serve.router import LATENCY_BUCKETS_S, ReplicaStats, RouterStats
 from hsched.spec.service import ServiceSpec, ServiceState
-from hsched.testing import Lab
+from hsched.testing import CannedNode, Lab
 
 
 class StandInRouter:
@@ -360,3 +360,28 @@ async def test_the_autoscaler_itself_scales_on_the_router_s_samples(tmp_path: Pa
             await m.tick()
         assert m.services["llm"].record.wanted == 3
         assert len(await replica_jobs(lab)) == 3
+
+
+async def test_a_preempted_replica_leaves_the_router_until_it_runs_again(tmp_path: Path) -> None:
+    async with Lab.open(tmp_path, nodes=(CannedNode("a", "NVIDIA A100-SXM4-80GB", 1),)) as lab:
+        m, routers = make_manager(lab, Script())
+        await m.start_service(spec(), "alice", None)  # a normal-class replica on the one GPU
+        await lab.round()
+        await m.tick()
+        assert list(routers[0].ready) == ["llm-0"]
+        (replica,) = await replica_jobs(lab)
+        urgent = await lab.submit("python", "urgent.py", gpus=1, qos="prod")
+        await lab.round()
+        assert (await lab.job(replica.id)).state is JobState.PREEMPTING
+        await m.tick()
+        assert routers[0].ready == {}  # no new request goes to a replica being stopped
+        await lab.advance(31.0)  # its grace over: stopped, requeued
+        assert (await lab.job(replica.id)).state is JobState.PENDING
+        await lab.finish(urgent.id)
+        await lab.round()
+        lab.clock.advance(3.0)
+        await m.tick()
+        assert list(routers[0].ready) == ["llm-0"]
+        # its cold start counts from this run's launch, not its first
+        assert m.services["llm"].replicas[0].cold_start_s == pytest.approx(3.0)
+        assert [r.job_id for r in m.services["llm"].replicas.values()] == [replica.id]  # the same job, not replaced
