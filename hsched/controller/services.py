@@ -186,13 +186,15 @@ class ServiceManager:
                 await self._event(rec.spec.name, "service", f"adopted {len(rt.replicas)} replica job(s): "
                                   + ", ".join(str(r.job_id) for r in rt.replicas.values()))
 
-    async def _open(self, rec: ServiceRecord) -> ServiceRuntime:
+    async def _open(self, rec: ServiceRecord, *, strict: bool = False) -> ServiceRuntime:
+        """Start the service's router on its port; `strict` (a new service): a port taken is an error, else (a restart)
+        another port is taken and said in an event."""
         router = self.make_router(rec.spec.name, self.host, rec.spec.port, self.ctl.clock.monotonic,
                                   rec.spec.slo_p99_s)
         try:
             await router.start()
         except OSError:
-            if rec.spec.port == 0:
+            if rec.spec.port == 0 or strict:
                 raise
             # the port it had is taken now: a new one, said in an event (the address changes)
             router = self.make_router(rec.spec.name, self.host, 0, self.ctl.clock.monotonic, rec.spec.slo_p99_s)
@@ -422,7 +424,7 @@ class ServiceManager:
         async with self.lock:
             rec = await self.ctl.db(self.ctl.store.add_service, spec, user, self.ctl.clock.time(), environ)
             try:
-                rt = await self._open(rec)
+                rt = await self._open(rec, strict=True)
             except OSError as e:
                 await self.ctl.db(self.ctl.store.set_service, spec.name, self.ctl.clock.time(),
                                   state=ServiceState.STOPPED, wanted=0,

@@ -385,3 +385,45 @@ async def test_a_preempted_replica_leaves_the_router_until_it_runs_again(tmp_pat
         # its cold start counts from this run's launch, not its first
         assert m.services["llm"].replicas[0].cold_start_s == pytest.approx(3.0)
         assert [r.job_id for r in m.services["llm"].replicas.values()] == [replica.id]  # the same job, not replaced
+
+
+async def test_a_port_in_use_refuses_the_start_and_records_nothing_running(tmp_path: Path) -> None:
+    import socket
+
+    async with Lab.open(tmp_path) as lab:
+        from hsched.controller.services import _real_probe, _real_router
+
+        m = ServiceManager(lab.ctl, make_router=_real_router, probe=_real_probe, decide=Script())
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            with pytest.raises(UserError, match=f"--port {port}: the service's router cannot listen there"):
+                await m.start_service(replace_port(spec(), port), "alice", None)
+        rec = await lab.ctl.db(lab.ctl.store.get_service, "llm")
+        assert rec is not None and rec.state is ServiceState.STOPPED and await replica_jobs(lab) == []
+        out = await m.start_service(spec(), "alice", None)  # a free port: the real router listens there
+        assert out["address"].startswith("http://127.0.0.1:") and not out["address"].endswith(":0")
+        await m.close()
+
+
+def replace_port(s: ServiceSpec, port: int) -> ServiceSpec:
+    from dataclasses import replace
+
+    return replace(s, port=port)
+
+
+async def test_shared_replicas_pack_on_one_gpu(tmp_path: Path) -> None:
+    """--shared: small models share a GPU (the sharing stage packs one user's shared jobs by memory)."""
+    async with Lab.open(tmp_path, nodes=(CannedNode("a", "NVIDIA A100-SXM4-80GB", 1),)) as lab:
+        script = Script()
+        script.wanted = 3
+        m, routers = make_manager(lab, script)
+        await m.start_service(spec(lo=1, hi=3, gpu_memory_mib=20_000, shared=True), "alice", None)
+        await m.tick()
+        await lab.round()
+        jobs = await replica_jobs(lab)
+        assert [j.state for j in jobs] == [JobState.RUNNING] * 3
+        assert len({d for j in jobs for p in j.placement for d in p.devices}) == 1
+        await m.tick()
+        assert sorted(routers[0].ready) == ["llm-0", "llm-1", "llm-2"]
