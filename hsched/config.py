@@ -22,6 +22,7 @@ from hsched.learn.fairshare import DEFAULT_HALF_LIFE_S, Account, PriorityWeights
 from hsched.model import (
     DEFAULT_QOS,
     QOS_CLASSES,
+    WORKLOADS,  # issue 30
     CheckpointSignal,
     Dependency,
     Interconnect,
@@ -237,6 +238,7 @@ _JOB_KEYS = frozenset(
      "time_limit", "hold", "signal", "retries", "dependency", "kill_on_invalid_dep", "array", "constraint",
      "kind", "output", "error", "open_mode", "data", "ntasks"}
 )
+_JOB_KEYS = _JOB_KEYS | {"workload"}  # issue 30: the workload class (its own line: other branches add keys too)
 MAX_NAME_BYTES = 256
 OPEN_MODES = ("append", "truncate")
 """sbatch's --open-mode for the -o/-e files."""
@@ -377,14 +379,17 @@ def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple
             p.add("ntasks", "one node only, without resources.tasks_per_node: over several nodes give "
                   "resources.tasks_per_node (each task runs the command, with its rank)")
             ntasks = None
+    workload = (_str(p, "workload", data.get("workload", "")) or "").strip()
+    if workload and workload not in WORKLOADS:
+        p.add("workload", f"expected one of {', '.join(WORKLOADS)}, found {workload!r}")
     p.raise_if_any()
-    return JobSpec(
+    return replace(JobSpec(
         command=command, name=name, workdir=workdir, env=tuple(env), resources=resources, qos=qos,
         priority=priority, checkpoint_signal=ck, time_limit_s=time_limit, warn_signal=warn, hold=hold,
         retries=retries, dependency=deps, dependency_any=any_of, kill_on_invalid_dep=kill_invalid, array=array,
         kind=kind, output=files["output"], error=files["error"], output_append=open_mode == "append",
         data=datasets, ntasks=ntasks,
-    )
+    ), workload=workload)
 
 
 def beyond_limits(spec: JobSpec, settings: Settings) -> list[str]:

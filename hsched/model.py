@@ -329,6 +329,17 @@ def compress_indices(indices: tuple[int, ...] | list[int]) -> str:
     return ",".join(out)
 
 
+WORKLOADS = ("training", "inference", "preprocessing")
+"""The workload classes a job or a service may say it is (`--workload`); "" is unknown."""
+
+
+def workload_of(spec: JobSpec) -> str:
+    """The job's workload class: the one it said, else "inference" for a service's replica, else "" (unknown)."""
+    if spec.workload:
+        return spec.workload
+    return "inference" if spec.service else ""
+
+
 @dataclass(frozen=True, slots=True)
 class Component:
     """One component of a heterogeneous job (a Slurm hetjob's het group): what it runs and on what."""
@@ -421,6 +432,13 @@ class JobSpec:
     """A heterogeneous job (sbatch's hetjob: `hsched submit A : B`, `#SBATCH hetjob`, `[[component]]`): its
     components 0.., each with its own command and resources, placed and started together or not at all and ended as
     one (hsched.sched.stages.hetjob); `command` and `resources` above are component 0's. Empty: one ordinary job."""
+    service: str = ""
+    """The service (`hsched serve start NAME`) this job is a replica of; "": none (hsched.controller.services)."""
+    replica: int | None = None
+    """Which replica of `service` it is (`$HSCHED_REPLICA`); None for a job that is no replica."""
+    workload: str = ""
+    """`--workload`: training, inference or preprocessing (WORKLOADS); "": not said (`workload_of` infers it: a
+    service's replica is inference)."""
 
     @property
     def dependency_text(self) -> str:

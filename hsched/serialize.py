@@ -23,6 +23,7 @@ from hsched.model import (
     Resources,
     Run,
     RunHandle,
+    workload_of,  # issue 30 (its own line: several branches add to the list above)
 )
 
 
@@ -72,6 +73,9 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "data": list(spec.data),
         **({"ntasks": spec.ntasks} if spec.ntasks is not None else {}),
         **({"components": [component_to_dict(c) for c in spec.components]} if spec.components else {}),
+        **({"service": spec.service} if spec.service else {}),
+        **({"replica": spec.replica} if spec.replica is not None else {}),
+        **({"workload": spec.workload} if spec.workload else {}),
     }
 
 
@@ -119,6 +123,9 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
         data=tuple(d.get("data") or ()),
         ntasks=d.get("ntasks"),
         components=tuple(component_from_dict(c) for c in d["components"]) if d.get("components") else (),
+        service=str(d.get("service") or ""),
+        replica=d.get("replica"),
+        workload=str(d.get("workload") or ""),
     )
 
 
@@ -234,6 +241,11 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "kind": job_kind(job),
         "placement_explanation": "; ".join(p.explanation for p in job.placement if p.explanation) or None,
         "components": components_to_list(job),
+        # issue 30: the workload class (said, or inferred: a service's replica is inference; None unknown), and the
+        # service and replica a replica belongs to
+        "workload": workload_of(s) or None,
+        "service": s.service or None,
+        "replica": s.replica,
     }
 
 

@@ -43,6 +43,9 @@ LAYERS: Layers = (
     ("settings", ("hsched.config", "hsched.simulated")),
     ("sim", ("hsched.sim",)),
     ("executors", ("hsched.executors",)),
+    # inference services' data path: the router (an HTTP proxy) and readiness checks; I/O like the executors,
+    # and what the controller's service manager drives, so between the two
+    ("serve", ("hsched.serve",)),
     # the controller with its own store and copy engine
     ("controller", ("hsched.controller",)),
     # what people and tests run

@@ -26,6 +26,7 @@ from hsched.tui.messages import FeedLost, FeedRestored, FrameArrived
 from hsched.tui.model import EventView, Frame, HistoryDelta, JobRow
 from hsched.tui.processes_view import ProcessesView
 from hsched.tui.prompt import PromptScreen
+from hsched.tui.services_view import ServicesView
 from hsched.tui.topology_view import TopologyView
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
@@ -36,7 +37,7 @@ from hsched.client import Client
 from hsched.errors import HschedError
 from hsched.paths import Home
 
-VIEWS = ("fleet", "topology", "jobs", "events", "processes")
+VIEWS = ("fleet", "topology", "jobs", "events", "processes", "services")
 JOB_KEYS = {"details", "logs", "tag", "sort", "reverse", "me", "topology_of_job", "cancel", "hold", "release",
             "requeue", "priority", "preempt"}
 NODE_KEYS = {"drain", "resume"}
@@ -81,6 +82,7 @@ class DashApp(App[None]):
         self.jobs = JobsView(me=me, clock=clock, id="jobs-view")
         self.events_view = EventsView(id="events-view")
         self.processes = ProcessesView(id="processes-view")
+        self.services = ServicesView(id="services-view")
         self.feed: Feed | None = None
         # frames are coalesced: when the UI is behind, only the newest frame is drawn (events and history
         # samples are kept: each frame brings only what is new)
@@ -103,6 +105,8 @@ class DashApp(App[None]):
                 yield self.events_view
             with TabPane("5 Procs", id="processes"):
                 yield self.processes
+            with TabPane("6 Services", id="services"):
+                yield self.services
         yield Footer()
 
     def on_mount(self) -> None:
@@ -170,6 +174,7 @@ class DashApp(App[None]):
             self.topology.apply(frame)
             self.jobs.apply(frame)
             self.processes.apply(frame)
+            self.services.apply(frame.services)
             self.events_view.add(frame.events if events is None else events)
             for screen in self.screen_stack:
                 if isinstance(screen, JobScreen):
@@ -203,7 +208,7 @@ class DashApp(App[None]):
 
     def _focus_view(self, view: str) -> None:
         target = {"fleet": self.fleet.table, "jobs": self.jobs.table, "topology": self.topology.node_tree,
-                  "events": self.events_view, "processes": self.processes.table}.get(view)
+                  "events": self.events_view, "processes": self.processes.table, "services": self.services}.get(view)
         if target is not None:
             target.focus()
 

@@ -30,6 +30,7 @@ KEYS: list[Key] = [
     Key("4", "view('events')", "Events", "Events view: what happened, as it happens", "Views"),
     Key("5", "view('processes')", "Procs", "Processes view: GPU processes as nvitop lists them, hosts' CPU, memory",
         "Views"),
+    Key("6", "view('services')", "Services", "Services view: replicas, requests/s, p99 against the SLO", "Views"),
     Key("g", "toggle_history", "History", "show / hide the GPU history panel under the Fleet table", "Views"),
     Key("escape", "back", "Back", "close the filter, a dialog or the job screen", "General",
         shown_as="Esc"),

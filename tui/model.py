@@ -135,6 +135,24 @@ class TransferView:
         return self.done / self.seconds / 1e6 if self.seconds and self.seconds > 0 else None
 
 
+@dataclass(frozen=True, slots=True)
+class ServiceView:
+    """A service as the Services view shows it (the snapshot's `services`, issue 30)."""
+
+    name: str
+    user: str
+    state: str
+    ready: int
+    wanted: int
+    min_replicas: int
+    max_replicas: int
+    requests_per_s: float
+    p99_ms: float | None
+    slo_ms: float
+    attainment: float | None
+    address: str
+
+
 Point = tuple[float, float | None, float | None]
 """One history sample: (epoch seconds, utilization % or host CPU %, memory used MiB)."""
 
@@ -160,6 +178,7 @@ class Frame:
     can_preempt: bool = False
     history: HistoryDelta | None = None  # the controller's samples new since the previous frame, if it serves them
     transfers: tuple[TransferView, ...] = ()  # dataset copies under way, by receiving node
+    services: tuple[ServiceView, ...] = ()  # the services, by name (issue 30)
 
     def job(self, job_id: int) -> JobRow | None:
         return next((j for j in self.jobs if j.id == job_id), None)
@@ -311,4 +330,25 @@ def parse_snapshot(snap: dict[str, Any], events: list[dict[str, Any]] | None = N
         can_preempt=can_preempt,
         history=parse_history(history) if history is not None else None,
         transfers=parse_transfers(snap.get("transfers")),
+        services=parse_services(snap.get("services")),
     )
+
+
+def parse_services(rows: Any) -> tuple[ServiceView, ...]:
+    """The snapshot's `services` list (hsched.controller.services' reports), by name; () when the controller sends
+    none (an older one has no such key) or a row is not what it should be."""
+    if not isinstance(rows, list):
+        return ()
+    out = []
+    for s in rows:
+        try:
+            r = s["replicas"]
+            out.append(ServiceView(
+                name=str(s["name"]), user=str(s.get("user") or ""), state=str(s.get("state") or ""),
+                ready=int(r["ready"]), wanted=int(r["wanted"]), min_replicas=int(r["min"]), max_replicas=int(r["max"]),
+                requests_per_s=float(s.get("requests_per_s") or 0.0), p99_ms=_number(s.get("p99_ms")),
+                slo_ms=float(s["slo_p99_ms"]), attainment=_number(s.get("slo_attainment")),
+                address=str(s.get("address") or "")))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return tuple(sorted(out, key=lambda v: v.name))

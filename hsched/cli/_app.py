@@ -46,6 +46,7 @@ def _register() -> None:
     from hsched.cli import kinds; kinds.register(app)  # noqa: E702, I001  (hsched kinds: learned speeds)
     from hsched.cli import replay; replay.register(app)  # noqa: E702, I001  (hsched replay: live vs simulator)
     from hsched.cli import data; data.register(app)  # noqa: E702, I001  (hsched data: datasets and copies)
+    from hsched.cli import serve; serve.register(app)  # noqa: E702, I001  (hsched serve: services, issue 30)
 
 
 _register()

@@ -22,6 +22,7 @@ FIELDS = {
     "restarts": lambda j: j["restarts"], "gpuhours": lambda j: f"{_gpu_hours(j):.2f}",
     "nodelist": lambda j: ",".join(sorted({r["node"] for r in j.get("runs") or []})),
 }
+FIELDS["workload"] = lambda j: j.get("workload") or "-"  # issue 30: training, inference, preprocessing
 DEFAULT_FORMAT = "jobid,jobname,user,state,exitcode,elapsed,gpus,gpuhours,nodelist"
 
 
@@ -150,9 +151,9 @@ def register(app: typer.Typer) -> None:
         if summary:
             hours = reply["gpu_hours"]
             print(f"GPU-hours {hours['total']:.2f}")
-            for title, key in (("by user", "by_user"), ("by GPU model", "by_model")):
+            for title, key in (("by user", "by_user"), ("by GPU model", "by_model"), ("by workload", "by_workload")):
                 print(f"  {title}:")
-                for k, v in hours[key].items():
+                for k, v in hours.get(key, {}).items():
                     print(f"    {k:<28} {v:10.2f}")
             return
         rows = [[str(FIELDS[f](j)) for f in fields] for j in component_rows(jobs)]

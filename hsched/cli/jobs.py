@@ -187,6 +187,8 @@ def register(app: typer.Typer) -> None:
         test_only: bool = typer.Option(False, "--test-only", help="Queue nothing: say when and on which node "
                                        "the job would start (sbatch's): the controller's round stepped through the "
                                        "running jobs' predicted ends."),
+        workload: str | None = typer.Option(None, "--workload", help="training, inference or preprocessing "
+                                            "(what accounting, `hsched kinds` and placement group it by)."),
     ) -> None:
         """Queue a job: a spec file, a command after --, or both (options override the file)."""
         from hsched.cli import submitting
@@ -200,6 +202,9 @@ def register(app: typer.Typer) -> None:
 
             spec_path = Path(args.pop(0)).expanduser().absolute()
             table = read_toml(spec_path)
+            if isinstance(table.get("service"), dict):  # issue 30: a service's spec file
+                raise UserError(f"{spec_path}: a [service] table is a service, not a job: start it with "
+                                f"`hsched serve start {spec_path}`")
             source = str(spec_path)
             base = spec_path.parent
             if isinstance(table.get("workdir"), str):
@@ -295,6 +300,8 @@ def register(app: typer.Typer) -> None:
             ("multifactor", _multifactor(job.get("priority_factors"))),
             ("command", " ".join(job["command"])),
             ("kind", job.get("kind") or "-"),
+            ("workload", (job.get("workload") or "-") + (f" (service {job['service']}, replica {job['replica']})"
+                                                          if job.get("service") else "")),
             ("progress", _progress_line(job.get("progress"), ended=job["state"] != "RUNNING")),
             ("profile", profile_line(job.get("profile"))),
             ("expected", _expected_line(job)),

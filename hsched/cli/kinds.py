@@ -19,7 +19,7 @@ def render_kinds(kinds: list[dict[str, Any]]) -> None:
     from rich.text import Text
 
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("KIND", "NOW", "DONE", "PROFILE", "GPU", "GPUS", "PLACED", "STEPS/S", "RUNS"):
+    for col in ("KIND", "NOW", "DONE", "PROFILE", "GPU", "GPUS", "PLACED", "STEPS/S", "RUNS", "WORKLOAD"):
         table.add_column(col, justify="right" if col in ("NOW", "DONE", "GPUS", "STEPS/S", "RUNS") else "left")
     for k in kinds:
         rates = k["rates"] or [None]
@@ -29,11 +29,12 @@ def render_kinds(kinds: list[dict[str, Any]]) -> None:
             now = str(k["jobs_now"]) if i == 0 else ""
             done = str(k.get("completed", 0)) if i == 0 else ""
             profile = _profile(k) if i == 0 else ""
+            workload = (k.get("workload") or "-") if i == 0 else ""  # issue 30: training, inference, preprocessing
             if r is None:
-                table.add_row(name, now, done, profile, "-", "-", "-", "not measured", "0")
+                table.add_row(name, now, done, profile, "-", "-", "-", "not measured", "0", workload)
             else:
                 table.add_row(name, now, done, profile, r["gpu_type"], str(r["gpus"]), r["class"],
-                              f"{r['steps_per_s']:.3g}", str(r["runs"]))
+                              f"{r['steps_per_s']:.3g}", str(r["runs"]), workload)
     con = Console(highlight=False)
     if not con.is_terminal:
         # piped or captured: whole lines (a kind split over two rows is lost to grep), not 80 columns

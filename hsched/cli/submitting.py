@@ -66,6 +66,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str, int | None, int | None]] = {
     "as_json": (("--json",), FLAG, None, None),
     "parsable": (("--parsable",), FLAG, None, None),
 }
+OPTIONS["workload"] = (("--workload",), TEXT, None, None)  # issue 30 (its own line: other branches add options)
 
 
 def _client() -> Any:
@@ -178,6 +179,8 @@ def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict
         if o["open_mode"] not in ("append", "truncate"):
             raise UserError(f"--open-mode {o['open_mode']!r}: expected append or truncate")
         table["open_mode"] = o["open_mode"]
+    if o.get("workload") is not None:
+        table["workload"] = o["workload"]
     if o.get("hold"):
         table["hold"] = True
     if o.get("kill_on_invalid_dep"):

@@ -29,7 +29,7 @@ from typing import Any
 
 from hsched import __version__
 from hsched.config import PRIORITY_MAX, PRIORITY_MIN, beyond_limits, job_spec_from_table
-from hsched.controller import commands
+from hsched.controller import commands, services
 from hsched.controller.core import ACTIVE_STATES, Controller, Stopping
 from hsched.controller.health import check_health
 from hsched.controller.store import job_from_row
@@ -238,7 +238,7 @@ class Api:
                 "probing": sorted(rt.name for rt in ctl.nodes.values() if rt.node.state is NodeState.PROBING),
                 "unhealthy_nodes": sorted(rt.name for rt in ctl.nodes.values()
                                           if rt.node.state is NodeState.UNHEALTHY),
-                **ctl.health_report()}
+                **ctl.health_report(), "services": services.summary(ctl)}
 
     async def op_submit(self, args: dict[str, Any], uid: int) -> Any:
         env = self._environ(args)
@@ -648,7 +648,9 @@ class Api:
                 d["components"] = components_with_runs(j, runs.get(j.id, []))  # sacct's row per component
             out.append(d)
         return {"jobs": out, "gpu_hours": {"by_user": dict(use.by_user), "by_model": dict(use.by_model),
-                                           "total": use.total_gpu_hours}}
+                                           "total": use.total_gpu_hours,
+                                           "by_workload": _by_workload(jobs, runs, since, until,
+                                                                       self.ctl.clock.time())}}
 
     async def op_eff(self, args: dict[str, Any], uid: int) -> Any:
         """seff's figures for job `id` (the job object with hsched.learn.efficiency.report's fields): from the
@@ -670,14 +672,17 @@ class Api:
         (the stored average, and the running jobs' current speeds counted in), and the jobs of each kind now."""
         from hsched.controller.jobcache import job_cache
         from hsched.controller.learning import current_rates, rates
+        from hsched.model import workload_of
         from hsched.serialize import job_kind
 
         stored = await rates(self.ctl)
         jobs = job_cache(self.ctl).last
         now_of: dict[str, int] = {}
+        workloads: dict[str, str] = {}  # issue 30: the workload class the kind's jobs say (or are inferred)
         for j in (jobs.all if jobs is not None else ()):
             k = job_kind(j)
             now_of[k] = now_of.get(k, 0) + 1
+            workloads[k] = workload_of(j.spec) or workloads.get(k, "")
         by_kind: dict[str, list[dict[str, Any]]] = {}
         for r in sorted(current_rates(self.ctl), key=lambda r: (r.kind, r.gpu_type, r.gpus, r.klass.value)):
             key = (r.kind, r.gpu_type, r.gpus, r.klass.value)
@@ -702,6 +707,7 @@ class Api:
             done, predicted, err = errors.get(k, (0, 0, None))
             prof = usual[k][0] if k in usual else None
             out.append({"kind": k, "jobs_now": now_of.get(k, 0), "rates": by_kind.get(k, []),
+                        "workload": workloads.get(k),
                         "profile": prof.value if prof is not None else None,
                         "profiles": usual[k][1] if k in usual else {}, "completed": done,
                         "expected_duration_s": expected_of(await history_of(self.ctl, k), ""),
@@ -787,7 +793,12 @@ class Api:
                                             processes=gpu_processes_to_list(rt.gpu_processes, owners, runs_root))
                           for rt in self.ctl.nodes.values()],
                 # dataset copies under way (hsched.controller.data): the dashboard shows their progress
-                "transfers": _transfers(self.ctl)}
+                "transfers": _transfers(self.ctl),
+                "services": services.summary(self.ctl)}  # issue 30: the dashboard's Services view
+
+    async def op_serve(self, args: dict[str, Any], uid: int) -> Any:
+        """`hsched serve start|list|show|scale|stop` (issue 30): hsched.controller.services.request."""
+        return await services.request(self, args, uid)
 
     async def op_share(self, args: dict[str, Any], uid: int) -> Any:
         """Fair share by user, as sshare shows it: account, shares, raw and decayed GPU-hours, the fair-share
@@ -822,6 +833,20 @@ def _transfers(ctl: Controller) -> list[dict[str, Any]]:
     return [{"dataset": t.dataset, "from": t.source, "to": t.node, "done": t.done, "total": t.total,
              "job_id": t.job_id, "why": t.why, "seconds": ctl.clock.monotonic() - t.started}
             for t in state(ctl).transfers.values()]
+
+
+def _by_workload(jobs: Any, runs: Any, since: float | None, until: float | None, now: float) -> dict[str, float]:
+    """GPU-hours in the window by workload class (issue 30; "unknown" for a job that says none)."""
+    from hsched.learn.accounting import run_gpu_seconds
+    from hsched.model import workload_of
+
+    out: dict[str, float] = {}
+    for job in jobs:
+        secs = sum(run_gpu_seconds(r, since, until, now) for r in runs.get(job.id, ()))
+        if secs > 0:
+            key = workload_of(job.spec) or "unknown"
+            out[key] = out.get(key, 0.0) + secs / 3600
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def _member_of_any(user: str, groups: tuple[str, ...]) -> bool:

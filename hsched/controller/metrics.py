@@ -20,13 +20,14 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from hsched.controller.core import Controller
 from hsched.controller.state import ROUND_BUCKETS_S, GpuSample, Recorder, Snapshot
 from hsched.model import JobState, NodeState
+from hsched.serve.router import LATENCY_BUCKETS_S, RouterStats
 
 log = logging.getLogger("hsched.metrics")
 
@@ -150,7 +151,18 @@ class _Collector:
                 snap = rec.snapshot = asyncio.run_coroutine_threadsafe(take_snapshot(ctl), self.loop).result(1.0)
             except Exception as e:  # a busy or stopping controller: serve the last snapshot, not an error page
                 log.debug("metrics snapshot: %s", e)
-        return families(snap, rec)
+        if _SERVICE_SOURCES.get(ctl) is not None or getattr(ctl.state.services, "services", None):
+            try:  # on the controller's loop, where the routers change their counters
+                self.services = asyncio.run_coroutine_threadsafe(_read_services(ctl), self.loop).result(1.0)
+            except Exception as e:
+                log.debug("metrics services: %s", e)
+        return self._with_services(families(snap, rec))
+
+    services: Sequence[ServiceReading] = ()
+
+    def _with_services(self, base: Iterator[Any]) -> Iterator[Any]:
+        yield from base
+        yield from service_families(self.services)
 
 
 def render(ctl: Controller, snap: Snapshot | None) -> bytes:
@@ -159,9 +171,12 @@ def render(ctl: Controller, snap: Snapshot | None) -> bytes:
 
     reg = CollectorRegistry(auto_describe=False)
 
+    readings = service_readings(ctl)
+
     class Once:
         def collect(self) -> Iterator[Any]:
-            return families(snap, recorder(ctl))
+            yield from families(snap, recorder(ctl))
+            yield from service_families(readings)
 
     reg.register(Once())
     return bytes(generate_latest(reg))
@@ -381,3 +396,84 @@ def note_round(ctl: Controller, seconds: float, preemptions: int) -> None:
     rec.observe_round(seconds)
     rec.preemptions += preemptions
 
+
+
+# ------------------------------------------------------------------------------------------------ services
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceReading:
+    """One service as a scrape shows it: its router's stats and how many replicas the autoscaler wants."""
+
+    name: str
+    stats: RouterStats
+    wanted: int
+
+
+ServiceSource = Callable[[], Sequence[ServiceReading]]
+
+_SERVICE_SOURCES: weakref.WeakKeyDictionary[Controller, ServiceSource] = weakref.WeakKeyDictionary()
+"""Per controller, what reads its services (the service manager registers it; tests run several controllers)."""
+
+
+def watch_services(ctl: Controller, source: ServiceSource) -> None:
+    """Have the controller's scrapes show its services: source() is called on the controller's event loop (each
+    router's stats() and the replicas wanted) at every scrape."""
+    _SERVICE_SOURCES[ctl] = source
+
+
+def service_readings(ctl: Controller) -> Sequence[ServiceReading]:
+    """The services' readings now (on the controller's loop): from the source registered with watch_services, else
+    from the controller's service manager (ctl.state.services: each service's router and replicas wanted; read
+    by duck type, because hsched.controller.services imports what imports this module)."""
+    source = _SERVICE_SOURCES.get(ctl)
+    if source is not None:
+        return source()
+    out = []
+    for rt in list(getattr(ctl.state.services, "services", {}).values()):
+        stats = rt.router.stats()
+        if isinstance(stats, RouterStats):  # (a test's stand-in router has other stats)
+            out.append(ServiceReading(rt.name, stats, int(rt.record.wanted)))
+    return out
+
+
+async def _read_services(ctl: Controller) -> Sequence[ServiceReading]:
+    return service_readings(ctl)
+
+
+def service_families(services: Sequence[ServiceReading]) -> Iterator[Any]:
+    """Per service: requests and errors (counters), the latency histogram (arrival at the router to the last byte),
+    requests in flight, replicas ready and wanted, SLO attainment (requests within the target, of all)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+    requests = CounterMetricFamily("hsched_service_requests", "Requests the service's router ended, by outcome",
+                                   labels=["service", "outcome"])
+    latency = HistogramMetricFamily("hsched_service_request_duration_seconds",
+                                    "Request latency at the service's router, arrival to last byte",
+                                    labels=["service"])
+    in_flight = GaugeMetricFamily("hsched_service_requests_in_flight", "Requests at the router now",
+                                  labels=["service"])
+    replicas = GaugeMetricFamily("hsched_service_replicas", "Replicas ready (taking traffic) and wanted",
+                                 labels=["service", "state"])
+    slo = GaugeMetricFamily("hsched_service_slo_attainment_ratio",
+                            "Requests answered within the service's latency objective, of all it ended",
+                            labels=["service"])
+    target = GaugeMetricFamily("hsched_service_slo_seconds", "The service's latency objective (p99)",
+                               labels=["service"])
+    for s in services:
+        st = s.stats
+        requests.add_metric([s.name, "answered"], st.requests - st.errors)
+        requests.add_metric([s.name, "error"], st.errors)
+        cumulative, acc = [], 0
+        for bound, n in zip((*map(str, LATENCY_BUCKETS_S), "+Inf"), st.buckets, strict=True):
+            acc += n
+            cumulative.append((bound, acc))
+        latency.add_metric([s.name], cumulative, sum_value=st.latency_sum_s)
+        in_flight.add_metric([s.name], st.in_flight)
+        replicas.add_metric([s.name, "ready"], st.ready)
+        replicas.add_metric([s.name, "wanted"], s.wanted)
+        if (att := st.attainment()) is not None:
+            slo.add_metric([s.name], att)
+        if st.slo_s is not None:
+            target.add_metric([s.name], st.slo_s)
+    yield from (requests, latency, in_flight, replicas, slo, target)

@@ -41,6 +41,7 @@ from hsched.controller.core import Controller, Stopping, installed_fingerprint
 from hsched.controller.health import monitor
 from hsched.controller.loops import health_loop, installed_now, reconcile, run_loop, start
 from hsched.controller.metrics import serve as serve_metrics
+from hsched.controller.services import service_loop
 from hsched.controller.store import Store, damaged
 from hsched.errors import HschedError, PermissionDenied, UserError
 from hsched.paths import Home
@@ -644,6 +645,7 @@ async def serve(home: Home, limits: Limits | None = None, *, lock_fd: int | None
             others = [tg.create_task(monitor(ctl, rt)) for rt in ctl.nodes.values() if ctl.wants_monitor(rt)]
             others.append(tg.create_task(health_loop(ctl)))
             others.append(tg.create_task(backup_loop(ctl)))
+            others.append(tg.create_task(service_loop(ctl)))  # issue 30: hsched.controller.services
             others.append(reconciling)
             await ctl.stopping.wait()
             server.close()  # no new connections; requests under way are answered (or told "restarting")

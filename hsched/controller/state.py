@@ -373,3 +373,5 @@ class ControllerState:
     """What the active jobs hold, for the very tuple of jobs the job cache handed out (hsched.controller.launching)."""
     running: dict[int, Running] = field(default_factory=dict)
     """The last round's running jobs by id: the same Running while its job (the very object) and start are."""
+    services: Any = None
+    """The service manager (hsched.controller.services.manager makes it; typed there: it imports this module)."""

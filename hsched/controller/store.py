@@ -58,6 +58,13 @@ from hsched.serialize import (
     spec_from_dict,
     spec_to_dict,
 )
+from hsched.spec.service import (  # issue 30
+    ServiceRecord,
+    ServiceSpec,
+    ServiceState,
+    service_from_dict,
+    service_to_dict,
+)
 
 if TYPE_CHECKING:
     from hsched.learn.kinds import KindRate
@@ -210,6 +217,14 @@ _MIGRATIONS: list[tuple[str, ...]] = [
         "samples INTEGER NOT NULL, updated REAL NOT NULL, PRIMARY KEY (src, dst)) WITHOUT ROWID",
     ),
 ]
+_MIGRATIONS.append(
+    # services (issue 30; hsched.spec.service, hsched.controller.services): each a row, its spec as JSON; its replicas
+    # are jobs whose spec names it
+    (
+        "CREATE TABLE services (name TEXT PRIMARY KEY, user TEXT NOT NULL, body TEXT NOT NULL, state TEXT NOT NULL, "
+        "wanted INTEGER NOT NULL, created REAL NOT NULL, updated REAL NOT NULL) WITHOUT ROWID",
+    ),
+)
 
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -1046,6 +1061,82 @@ class Store:
             )
             self._event(db, now, "node", f"{name} {state.value.lower()}" + (f": {reason}" if reason else ""),
                         node=name)
+
+
+    # ---------------------------------------------------------------------------------------- services
+
+    def add_service(self, spec: ServiceSpec, user: str, now: float, environ: dict[str, str] | None = None
+                    ) -> ServiceRecord:
+        """Record a new service (ACTIVE, wanting MIN replicas, at least one) with its event; a UserError when one of
+        that name is not stopped. A stopped one of the name is replaced (its events stay)."""
+        with self.tx() as db:
+            row = db.execute("SELECT state, user FROM services WHERE name = ?", (spec.name,)).fetchone()
+            if row is not None and row["state"] != ServiceState.STOPPED.value:
+                raise UserError(f"a service named {spec.name} already runs ({row['user']}'s); `hsched serve stop "
+                                f"{spec.name}` it first or choose another name")
+            wanted = max(1, spec.min_replicas)
+            db.execute("INSERT OR REPLACE INTO services(name, user, body, state, wanted, created, updated) "
+                       "VALUES (?,?,?,?,?,?,?)", (spec.name, user, json.dumps({**service_to_dict(spec),
+                                                                                "environ": environ}),
+                                                  ServiceState.ACTIVE.value, wanted, now, now))
+            self._event(db, now, "service", f"service {spec.name} started by {user}: {spec.min_replicas}-"
+                        f"{spec.max_replicas} replicas, p99 target {spec.slo_p99_s * 1000:g} ms",
+                        data={"service": spec.name})
+        return ServiceRecord(spec, user, ServiceState.ACTIVE, wanted, now, now)
+
+    def services(self, *, stopped: bool = False) -> list[ServiceRecord]:
+        """The services (those stopped too with `stopped`), by name."""
+        rows = self.db.execute("SELECT * FROM services ORDER BY name").fetchall()
+        return [_service(r) for r in rows if stopped or r["state"] != ServiceState.STOPPED.value]
+
+    def get_service(self, name: str) -> ServiceRecord | None:
+        row = self.db.execute("SELECT * FROM services WHERE name = ?", (name,)).fetchone()
+        return _service(row) if row is not None else None
+
+    def set_service(self, name: str, now: float, *, state: ServiceState | None = None, wanted: int | None = None,
+                    spec: ServiceSpec | None = None, event: tuple[str, str, dict[str, Any] | None] | None = None
+                    ) -> ServiceRecord:
+        """Change a service's state, wanted count or spec, with its event (kind, message, figures) in the same
+        transaction."""
+        with self.tx() as db:
+            fields: dict[str, Any] = {"updated": now}
+            if state is not None:
+                fields["state"] = state.value
+            if wanted is not None:
+                fields["wanted"] = wanted
+            if spec is not None:
+                old = db.execute("SELECT body FROM services WHERE name = ?", (name,)).fetchone()
+                environ = json.loads(old["body"]).get("environ") if old is not None else None
+                fields["body"] = json.dumps({**service_to_dict(spec), "environ": environ})
+            cols = ", ".join(f"{k} = ?" for k in fields)
+            db.execute(f"UPDATE services SET {cols} WHERE name = ?", (*fields.values(), name))
+            if event is not None:
+                kind, message, data = event
+                self._event(db, now, kind, message, data={"service": name, **(data or {})})
+            row = db.execute("SELECT * FROM services WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise UserError(f"no service {name}; `hsched serve list` lists them")
+        return _service(row)
+
+    def service_environ(self, name: str) -> dict[str, str] | None:
+        """The environment `serve start` was run in: its replicas run in it, as a job runs in its submitter's."""
+        row = self.db.execute("SELECT body FROM services WHERE name = ?", (name,)).fetchone()
+        env = json.loads(row["body"]).get("environ") if row is not None else None
+        return dict(env) if isinstance(env, dict) else None
+
+    def service_events(self, name: str, limit: int = 50) -> list[dict[str, Any]]:
+        """The service's last `limit` events (scaling, replicas ready or replaced), oldest first."""
+        rows = self.db.execute(
+            "SELECT * FROM events WHERE kind LIKE 'service%' AND json_extract(data, '$.service') = ? "
+            "ORDER BY id DESC LIMIT ?", (name, limit)).fetchall()
+        return [{"id": r["id"], "time": r["time"], "job_id": r["job_id"], "kind": r["kind"], "message": r["message"],
+                 "data": json.loads(r["data"]) if r["data"] else None} for r in rows[::-1]]
+
+
+def _service(row: sqlite3.Row) -> ServiceRecord:
+    return ServiceRecord(spec=service_from_dict(json.loads(row["body"])), user=row["user"],
+                         state=ServiceState(row["state"]), wanted=row["wanted"], created=row["created"],
+                         updated=row["updated"])
 
 
 def job_from_row(row: sqlite3.Row) -> Job:

@@ -13,11 +13,12 @@ import operator
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
-from hsched.model import Interconnect, Job, Node, NodeState, Placement, Resources
+from hsched.model import Interconnect, Job, Node, NodeState, Placement, Resources, workload_of
 from hsched.sched.cache import RoundCache
 from hsched.sched.fleet import DeviceChooser, FleetView, gpu_size, size_text
 from hsched.sched.state import PRIORITY, RESOURCES, RoundState, hosts_of, per_host
 from hsched.spec.constraints import Constraint, parse_constraint
+from hsched.topo.models import lookup_model
 from hsched.topo.place import place_on_node
 
 NodesKey = tuple[str, str]
@@ -154,6 +155,23 @@ def unsatisfiable(res: Resources, nodes: Sequence[Node], *, labels: Mapping[str,
             "lower --gpus, change --gpu-type or add a node")
 
 
+def inference_speed(model: str) -> float:
+    """A GPU model's relative inference throughput (hsched.topo.models; V100 = 1); an unknown model counts as fast
+    (1000), so a known slow GPU is preferred to it for inference."""
+    m = lookup_model(model)
+    return m.inference if m is not None else 1000.0
+
+
+def slowest_for_inference(types: tuple[str, ...]) -> tuple[str, ...]:
+    """Of the GPU types a job may use, those slowest for inference (issue 30): what the plan offers an inference job
+    first, leaving the fastest GPUs to training; a job the plan cannot start there is placed by backfill, on the
+    slowest adequate node that has room (`Eligible.for_inference`)."""
+    if len(types) < 2:
+        return types
+    low = min(map(inference_speed, types))
+    return tuple(t for t in types if inference_speed(t) == low)
+
+
 def host_memory_per_gpu(node: Node) -> float:
     """The node's host memory per GPU (MiB), what a job that offloads (`--offload`) prefers more of; 0 unknown."""
     if node.memory_total_mib is None:
@@ -188,6 +206,7 @@ class Eligible(RoundState):
         self._nodes: dict[NodesKey, list[Node]] = {}
         self._by_constraint: dict[str, list[Node]] = {}
         self._ranked: dict[NodesKey, list[Node]] = {}
+        self._for_inference: dict[tuple[NodesKey, tuple[str, ...], int | None], list[Node]] = {}
         self._eligible: dict[tuple[str, tuple[str, ...], int | None], tuple[str, ...]] = {}
         self._where: dict[tuple[object, ...], frozenset[str]] = {}
         # the last round's `where` per job, while the nodes' names, states, devices and labels and the absent users
@@ -249,9 +268,28 @@ class Eligible(RoundState):
         if got is None:
             labels = self.fleet.labels
             got = self._ranked[key] = sorted(self.nodes_for(job), key=lambda n: len(labels.get(n.name, ())))
+        if workload_of(job.spec) == "inference":
+            got = self.for_inference(job, got)
         home = self.fleet.prefer.get(job.id)
         if home is not None and any(n.name == home for n in got):
             return [n for n in got if n.name == home] + [n for n in got if n.name != home]
+        return got
+
+    def for_inference(self, job: Job, nodes: list[Node]) -> list[Node]:
+        """Issue 30: an inference job (a service's replica) takes the slowest adequate GPUs first, so that the
+        fastest stay for training: `nodes` ordered by the inference speed (hsched.topo.models) of the slowest
+        device on each that fits the request (its GPU types and memory); nodes with none that fits last; the order
+        before kept among equals."""
+        res = job.spec.resources
+        key = (self.nodes_key(job), res.gpu_types, res.gpu_memory_mib)
+        got = self._for_inference.get(key)
+        if got is None:
+            def speed(n: Node) -> float:
+                fits = set(self.eligible(n, res))
+                speeds = [inference_speed(d.model) for d in n.devices if d.uuid in fits]
+                return min(speeds) if speeds else float("inf")
+
+            got = self._for_inference[key] = sorted(nodes, key=speed)
         return got
 
     def eligible(self, node: Node, res: Resources) -> tuple[str, ...]:

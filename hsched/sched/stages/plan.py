@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
-from hsched.model import Job, Node, Placement
+from hsched.model import Job, Node, Placement, workload_of
 from hsched.sched.fleet import FleetView, Launch, Move, catalog_throughput, gpu_type_of, order, secs
 from hsched.sched.placement import fragmentation_key
 from hsched.sched.policies.base import AnyPolicy
@@ -19,7 +19,7 @@ from hsched.sched.round import apply_rule, build_input, make_plan
 from hsched.sched.servers import server_of
 from hsched.sched.stages.backfill import Round
 from hsched.sched.stages.caps import plannable
-from hsched.sched.stages.eligibility import NodesKey, host_memory_per_gpu
+from hsched.sched.stages.eligibility import NodesKey, host_memory_per_gpu, slowest_for_inference
 from hsched.sched.stages.fabric import gang_on_fabric, on_fabric
 from hsched.sched.stages.reservation import order_keys
 from hsched.sched.stages.views import ARRIVAL, JOB_ID, MODEL_MEMORY, USER, pending_views, running_views
@@ -160,16 +160,18 @@ def core_round(policy_name: str, pending: Sequence[Job], st: Round, now: float, 
     usage = {u: base.get(u, 0.0) for u in users}
 
     # a job's allowed GPU types depend on its nodes and its request's models and memory: once per such shape
-    allowed_of: dict[tuple[NodesKey, tuple[str, ...], int | None], tuple[str, ...]] = {}
+    allowed_of: dict[tuple[NodesKey, tuple[str, ...], int | None, bool], tuple[str, ...]] = {}
 
     def allowed(job: Job) -> tuple[str, ...]:
         res = job.spec.resources
-        key = (st.nodes_key(job), res.gpu_types, res.gpu_memory_mib)
+        key = (st.nodes_key(job), res.gpu_types, res.gpu_memory_mib, workload_of(job.spec) == "inference")
         got = allowed_of.get(key)
         if got is None:
             mine = {n.name for n in st.nodes_for(job)}
             got = allowed_of[key] = tuple(sorted({types_of[n.name] for n in typed
                                                   if n.name in mine and st.eligible(n, res)}))
+            if key[3]:  # issue 30: the plan offers an inference job the slowest adequate type (backfill the rest)
+                got = allowed_of[key] = slowest_for_inference(got)
         return got
 
     movable = fleet.movable
