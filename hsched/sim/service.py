@@ -37,6 +37,7 @@ import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from hsched.sched.autoscale import Sample, ScaleMemo, ScalePolicy, decide
 from hsched.sched.servicetime import ReplicaQueue, Request, ServiceModel, relative_speed, service_time_s, slowdown
@@ -436,15 +437,6 @@ class ServiceSim:
         }
 
 
-def make_service(
-    requests: Sequence[Request],
-    policy: ScalePolicy,
-    **kw: object,
-) -> ServiceSim:
-    """A ServiceSim over `requests` (convenience for tests)."""
-    return ServiceSim(ServiceConfig(tuple(requests), policy, **kw))  # type: ignore[arg-type]
-
-
 # ---------------------------------------------------------------------- `hsched sim --service` options
 
 
@@ -561,13 +553,13 @@ def service_from_options(
     return ServiceSim(cfg)
 
 
-def describe(figures: Mapping[str, object]) -> list[str]:
+def describe(figures: Mapping[str, Any]) -> list[str]:
     """The service's report as text lines (`hsched sim --service` without --json)."""
     f = dict(figures)
 
     def sec(key: str) -> str:
         v = f.get(key)
-        return "-" if v is None else f"{float(v):.3f} s"  # type: ignore[arg-type]
+        return "-" if v is None else f"{float(v):.3f} s"
 
     att = f.get("slo_attainment")
     return [
@@ -575,14 +567,14 @@ def describe(figures: Mapping[str, object]) -> list[str]:
         f"{f['service_gpus_per_replica']} GPU, qos {f['service_qos']}, {f['service_speedup']:g}x, cold start "
         f"{f['service_cold_start_s']:g} s, target concurrency {f['service_target_concurrency']:g})",
         f"  requests {f['requests']}, failed {f['requests_failed']}, requeued {f['requests_requeued']}; "
-        f"SLO p99 {f['slo_p99_s']:g} s attained by {'-' if att is None else f'{100 * float(att):.2f}%'}"  # type: ignore[arg-type]
+        f"SLO p99 {f['slo_p99_s']:g} s attained by {'-' if att is None else f'{100 * float(att):.2f}%'}"
         f" of requests",
         f"  latency p50 {sec('latency_p50_s')}, p99 {sec('latency_p99_s')}, max {sec('latency_max_s')}",
-        f"  service GPU-hours {float(f['service_gpu_hours']):.3f} over {float(f['service_span_s']):.0f} s "  # type: ignore[arg-type]
-        f"(replicas: mean {float(f['replicas_mean']):.2f}, max ready {f['replicas_ready_max']}); "  # type: ignore[arg-type]
+        f"  service GPU-hours {float(f['service_gpu_hours']):.3f} over {float(f['service_span_s']):.0f} s "
+        f"(replicas: mean {float(f['replicas_mean']):.2f}, max ready {f['replicas_ready_max']}); "
         f"static for the peak minute: {f['static_peak_replicas']} replicas = "
-        f"{float(f['static_peak_gpu_hours']):.3f} GPU-hours; median minute: {f['static_median_replicas']}",  # type: ignore[arg-type]
+        f"{float(f['static_peak_gpu_hours']):.3f} GPU-hours; median minute: {f['static_median_replicas']}",
         f"  scale-ups {f['scale_ups']}, scale-downs {f['scale_downs']}, replicas preempted "
         f"{f['replica_preemptions']}; training GPU-hours {float(f['training_gpu_hours']):.2f} in all, "
-        f"{float(f.get('training_gpu_hours_during_service', 0.0)):.3f} while the service ran",  # type: ignore[arg-type]
+        f"{float(f.get('training_gpu_hours_during_service', 0.0)):.3f} while the service ran",
     ]
