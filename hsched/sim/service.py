@@ -75,7 +75,9 @@ class ServiceConfig:
 
 
 class _Replica:
-    __slots__ = ("asked_at", "draining", "gpu_type", "id", "inflight", "queue", "ready", "ready_at", "started")
+    __slots__ = (
+        "asked_at", "draining", "gpu_type", "id", "inflight", "queue", "ready", "ready_at", "speed", "started",
+    )
 
     def __init__(self, rid: int, asked_at: float, model: ServiceModel) -> None:
         self.id = rid
@@ -85,6 +87,7 @@ class _Replica:
         self.ready = False  # taking traffic
         self.draining = False
         self.gpu_type = ""
+        self.speed = 1.0  # its GPU type's relative inference speed
         self.queue = ReplicaQueue(model)
         self.inflight: set[int] = set()  # request indices routed to it, not finished
 
@@ -244,7 +247,7 @@ class ServiceSim:
         r = self.replicas.pop(rid)
         if r.started is not None:
             self.gpu_s += (now - r.started) * self.cfg.gpus_per_replica
-        for q in sorted(r.inflight):  # only a preempted replica has some: back to the wait, from the start
+        for q in sorted(r.inflight):  # (none: a replica goes drained or never ready; kept safe) back to the wait
             self.front.append(q)
             self.requeued += 1
 
@@ -254,16 +257,23 @@ class ServiceSim:
             got = running.get(r.id)
             if got is not None and r.started is None:
                 r.started, r.gpu_type = got
+                r.speed = relative_speed(r.gpu_type)
                 r.ready_at = r.started + self.cfg.cold_start_s
                 r.queue = ReplicaQueue(self.cfg.model, t=max(self.t, r.started))
-            elif got is None and r.started is not None:
+            elif r.started is not None and (got is None or got[0] != r.started):
                 # preempted (a higher class took its GPUs): its GPU time ends, its requests wait again
                 self.replica_preemptions += 1
-                self.gpu_s += (now - r.started) * self.cfg.gpus_per_replica
+                # it stopped at some instant since the last tick, before any new start: counted to that bound
+                self.gpu_s += ((now if got is None else got[0]) - r.started) * self.cfg.gpus_per_replica
                 self.outstanding_requeue(r)
                 r.started = r.ready_at = None
                 r.ready = False
                 r.queue = ReplicaQueue(self.cfg.model)
+                if got is not None:  # and started again since: a new cold start from its new start
+                    r.started, r.gpu_type = got
+                    r.speed = relative_speed(r.gpu_type)
+                    r.ready_at = r.started + self.cfg.cold_start_s
+                    r.queue = ReplicaQueue(self.cfg.model, t=max(self.t, r.started))
 
     def outstanding_requeue(self, r: _Replica) -> None:
         for q in sorted(r.inflight):
@@ -275,6 +285,8 @@ class ServiceSim:
 
     def _advance(self, now: float) -> None:
         """Requests from self.t to now: arrivals, replicas becoming ready, completions, in time order."""
+        while self.front and self._ready():  # (requests a stopped replica gave back)
+            self._route(self.front.popleft(), self.t)
         while True:
             ta = self.arrival[self.next_req] if self.next_req < len(self.arrival) else math.inf
             tc = math.inf
@@ -317,7 +329,7 @@ class ServiceSim:
         """To the ready replica with the fewest outstanding requests (ties: the oldest)."""
         r = min(self._ready(), key=lambda x: (len(x.inflight), x.id))
         req = self.cfg.requests[q]
-        work = service_time_s(req.context_tokens, req.generated_tokens, self.cfg.model, relative_speed(r.gpu_type))
+        work = service_time_s(req.context_tokens, req.generated_tokens, self.cfg.model, r.speed)
         for k, tf in r.queue.arrive(t, q, work):
             self._finish(r, k, tf)  # pragma: no cover - the loop advanced every replica to t already
         r.inflight.add(q)
