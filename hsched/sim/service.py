@@ -401,7 +401,7 @@ class ServiceSim:
         ordered = sorted(full)
         return need(max(full)), need(ordered[len(ordered) // 2])
 
-    def summary(self, end_s: float) -> dict[str, object]:
+    def summary(self, end_s: float) -> dict[str, Any]:
         cfg = self.cfg
         self._held(end_s)
         lat = sorted(x for x in self.latency if not math.isnan(x))
