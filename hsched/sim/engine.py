@@ -918,10 +918,10 @@ class Simulator:
             summary.update(_pool_summary(pool, slurm, records))
         if svc is not None:
             figures = svc.summary(now)
-            gpu_s = float(figures["service_gpu_hours"]) * 3600.0  # type: ignore[arg-type]
+            gpu_s = float(figures["service_gpu_hours"]) * 3600.0
             figures["training_gpu_hours"] = max(0.0, busy_gpu_s - gpu_s) / 3600.0
             # while the service ran: every GPU held (the busy steps) less the service's own
-            span = float(figures["service_span_s"])  # type: ignore[arg-type]
+            span = float(figures["service_span_s"])
             held_s = sum(n * (min(span, b) - a) for (a, n), (b, _) in zip(busy, [*busy[1:], (span, 0)], strict=True)
                          if a < span)
             figures["training_gpu_hours_during_service"] = max(0.0, held_s - gpu_s) / 3600.0

@@ -37,6 +37,7 @@ import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from hsched.sched.autoscale import Sample, ScaleMemo, ScalePolicy, decide
 from hsched.sched.servicetime import ReplicaQueue, Request, ServiceModel, relative_speed, service_time_s, slowdown
@@ -74,7 +75,9 @@ class ServiceConfig:
 
 
 class _Replica:
-    __slots__ = ("asked_at", "draining", "gpu_type", "id", "inflight", "queue", "ready", "ready_at", "started")
+    __slots__ = (
+        "asked_at", "draining", "gpu_type", "id", "inflight", "queue", "ready", "ready_at", "speed", "started",
+    )
 
     def __init__(self, rid: int, asked_at: float, model: ServiceModel) -> None:
         self.id = rid
@@ -84,6 +87,7 @@ class _Replica:
         self.ready = False  # taking traffic
         self.draining = False
         self.gpu_type = ""
+        self.speed = 1.0  # its GPU type's relative inference speed
         self.queue = ReplicaQueue(model)
         self.inflight: set[int] = set()  # request indices routed to it, not finished
 
@@ -243,7 +247,7 @@ class ServiceSim:
         r = self.replicas.pop(rid)
         if r.started is not None:
             self.gpu_s += (now - r.started) * self.cfg.gpus_per_replica
-        for q in sorted(r.inflight):  # only a preempted replica has some: back to the wait, from the start
+        for q in sorted(r.inflight):  # (none: a replica goes drained or never ready; kept safe) back to the wait
             self.front.append(q)
             self.requeued += 1
 
@@ -253,16 +257,23 @@ class ServiceSim:
             got = running.get(r.id)
             if got is not None and r.started is None:
                 r.started, r.gpu_type = got
+                r.speed = relative_speed(r.gpu_type)
                 r.ready_at = r.started + self.cfg.cold_start_s
                 r.queue = ReplicaQueue(self.cfg.model, t=max(self.t, r.started))
-            elif got is None and r.started is not None:
+            elif r.started is not None and (got is None or got[0] != r.started):
                 # preempted (a higher class took its GPUs): its GPU time ends, its requests wait again
                 self.replica_preemptions += 1
-                self.gpu_s += (now - r.started) * self.cfg.gpus_per_replica
+                # it stopped at some instant since the last tick, before any new start: counted to that bound
+                self.gpu_s += ((now if got is None else got[0]) - r.started) * self.cfg.gpus_per_replica
                 self.outstanding_requeue(r)
                 r.started = r.ready_at = None
                 r.ready = False
                 r.queue = ReplicaQueue(self.cfg.model)
+                if got is not None:  # and started again since: a new cold start from its new start
+                    r.started, r.gpu_type = got
+                    r.speed = relative_speed(r.gpu_type)
+                    r.ready_at = r.started + self.cfg.cold_start_s
+                    r.queue = ReplicaQueue(self.cfg.model, t=max(self.t, r.started))
 
     def outstanding_requeue(self, r: _Replica) -> None:
         for q in sorted(r.inflight):
@@ -274,6 +285,8 @@ class ServiceSim:
 
     def _advance(self, now: float) -> None:
         """Requests from self.t to now: arrivals, replicas becoming ready, completions, in time order."""
+        while self.front and self._ready():  # (requests a stopped replica gave back)
+            self._route(self.front.popleft(), self.t)
         while True:
             ta = self.arrival[self.next_req] if self.next_req < len(self.arrival) else math.inf
             tc = math.inf
@@ -316,7 +329,7 @@ class ServiceSim:
         """To the ready replica with the fewest outstanding requests (ties: the oldest)."""
         r = min(self._ready(), key=lambda x: (len(x.inflight), x.id))
         req = self.cfg.requests[q]
-        work = service_time_s(req.context_tokens, req.generated_tokens, self.cfg.model, relative_speed(r.gpu_type))
+        work = service_time_s(req.context_tokens, req.generated_tokens, self.cfg.model, r.speed)
         for k, tf in r.queue.arrive(t, q, work):
             self._finish(r, k, tf)  # pragma: no cover - the loop advanced every replica to t already
         r.inflight.add(q)
@@ -388,7 +401,7 @@ class ServiceSim:
         ordered = sorted(full)
         return need(max(full)), need(ordered[len(ordered) // 2])
 
-    def summary(self, end_s: float) -> dict[str, object]:
+    def summary(self, end_s: float) -> dict[str, Any]:
         cfg = self.cfg
         self._held(end_s)
         lat = sorted(x for x in self.latency if not math.isnan(x))
@@ -434,15 +447,6 @@ class ServiceSim:
             "replica_timeline": [list(x) for x in self.timeline],
             "scale_reasons": [list(x) for x in self.reasons[:50]],
         }
-
-
-def make_service(
-    requests: Sequence[Request],
-    policy: ScalePolicy,
-    **kw: object,
-) -> ServiceSim:
-    """A ServiceSim over `requests` (convenience for tests)."""
-    return ServiceSim(ServiceConfig(tuple(requests), policy, **kw))  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------- `hsched sim --service` options
@@ -561,13 +565,13 @@ def service_from_options(
     return ServiceSim(cfg)
 
 
-def describe(figures: Mapping[str, object]) -> list[str]:
+def describe(figures: Mapping[str, Any]) -> list[str]:
     """The service's report as text lines (`hsched sim --service` without --json)."""
     f = dict(figures)
 
     def sec(key: str) -> str:
         v = f.get(key)
-        return "-" if v is None else f"{float(v):.3f} s"  # type: ignore[arg-type]
+        return "-" if v is None else f"{float(v):.3f} s"
 
     att = f.get("slo_attainment")
     return [
@@ -575,14 +579,14 @@ def describe(figures: Mapping[str, object]) -> list[str]:
         f"{f['service_gpus_per_replica']} GPU, qos {f['service_qos']}, {f['service_speedup']:g}x, cold start "
         f"{f['service_cold_start_s']:g} s, target concurrency {f['service_target_concurrency']:g})",
         f"  requests {f['requests']}, failed {f['requests_failed']}, requeued {f['requests_requeued']}; "
-        f"SLO p99 {f['slo_p99_s']:g} s attained by {'-' if att is None else f'{100 * float(att):.2f}%'}"  # type: ignore[arg-type]
+        f"SLO p99 {f['slo_p99_s']:g} s attained by {'-' if att is None else f'{100 * float(att):.2f}%'}"
         f" of requests",
         f"  latency p50 {sec('latency_p50_s')}, p99 {sec('latency_p99_s')}, max {sec('latency_max_s')}",
-        f"  service GPU-hours {float(f['service_gpu_hours']):.3f} over {float(f['service_span_s']):.0f} s "  # type: ignore[arg-type]
-        f"(replicas: mean {float(f['replicas_mean']):.2f}, max ready {f['replicas_ready_max']}); "  # type: ignore[arg-type]
+        f"  service GPU-hours {float(f['service_gpu_hours']):.3f} over {float(f['service_span_s']):.0f} s "
+        f"(replicas: mean {float(f['replicas_mean']):.2f}, max ready {f['replicas_ready_max']}); "
         f"static for the peak minute: {f['static_peak_replicas']} replicas = "
-        f"{float(f['static_peak_gpu_hours']):.3f} GPU-hours; median minute: {f['static_median_replicas']}",  # type: ignore[arg-type]
+        f"{float(f['static_peak_gpu_hours']):.3f} GPU-hours; median minute: {f['static_median_replicas']}",
         f"  scale-ups {f['scale_ups']}, scale-downs {f['scale_downs']}, replicas preempted "
         f"{f['replica_preemptions']}; training GPU-hours {float(f['training_gpu_hours']):.2f} in all, "
-        f"{float(f.get('training_gpu_hours_during_service', 0.0)):.3f} while the service ran",  # type: ignore[arg-type]
+        f"{float(f.get('training_gpu_hours_during_service', 0.0)):.3f} while the service ran",
     ]

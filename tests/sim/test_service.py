@@ -153,6 +153,22 @@ def test_training_preempted_by_the_service_resumes_and_loses_no_work():
     assert base["service"]["training_gpu_hours"] == pytest.approx(sum(r.run_s for r in recs) / 3600.0, rel=1e-6)
 
 
+def test_replicas_preempted_by_a_higher_class_give_their_requests_back():
+    # a normal-class service on a fleet that prod training takes whole at 10 s (for 20 s): its requests wait
+    # (none lost) and its replicas start again when the training ends
+    model = ThroughputModel({"v100": {("train", 1): 1.0}})
+    jobs = tuple(TraceJob(id=i, job_type="train", gpus=1, arrival_s=10.0, work=20.0, qos="prod") for i in range(8))
+    reqs = tuple(r for r in conv_slice() if r.arrival_s < 40.0)
+    svc = ServiceSim(ServiceConfig(reqs, POLICY, cold_start_s=2.0, static=2, qos="normal"))
+    s = run(svc, trace=Trace(jobs, model, "prod-burst"))
+    out = s["service"]
+    assert out["replica_preemptions"] == 2
+    assert out["requests_failed"] == 0 and out["requests_finished"] == len(reqs)
+    assert out["requests_requeued"] >= 1
+    assert out["latency_max_s"] > 15.0  # waited out the training
+    assert all(r.restarts == 0 for r in s["records"])
+
+
 def test_a_normal_class_service_waits_for_free_gpus():
     svc = ServiceSim(ServiceConfig(conv_slice()[:50], POLICY, cold_start_s=2.0, static=1, qos="normal"))
     s = run(svc, trace=training(work=100.0), checkpoint_s=30.0)
