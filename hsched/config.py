@@ -244,7 +244,7 @@ PRIORITY_MIN, PRIORITY_MAX = -1_000_000, 1_000_000
 """Priorities a job may have (a spec file, the CLI, the API alike)."""
 MAX_RETRIES = 100
 _RES_KEYS = frozenset({"gpus", "gpu_types", "gpu_memory", "cpus", "memory", "nodes", "interconnect",
-                       "tasks_per_node", "constraint", "offload", "shared"})
+                       "tasks_per_node", "constraint", "offload", "shared", "gpus_max", "nodes_max"})
 
 
 def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple[str, ...] = QOS_CLASSES,
@@ -462,8 +462,8 @@ def _resources(p: Problems, raw: Any) -> Resources:
         p.expected("resources", "a table", raw)
         return Resources()
     check_keys(p, raw, _RES_KEYS, "resources.")
-    gpus = _int(p, "resources.gpus", raw.get("gpus", 0), minimum=0) or 0
-    nodes = _int(p, "resources.nodes", raw.get("nodes", 1), minimum=1) or 1
+    gpus, gpus_max = _elastic(p, raw, "gpus", 0)
+    nodes, nodes_max = _elastic(p, raw, "nodes", 1)
     tasks = _int(p, "resources.tasks_per_node", raw.get("tasks_per_node", 1), minimum=1) or 1
     types_raw = raw.get("gpu_types", [])
     if isinstance(types_raw, str):
@@ -503,10 +503,43 @@ def _resources(p: Problems, raw: Any) -> Resources:
         p.add("resources.shared", "a shared job takes a fraction of one GPU: gpus = 1 and nodes = 1")
     elif shared and gpu_mem is None and "gpu_memory" not in raw:
         p.add("resources.shared", "a shared job says how much of the GPU it needs: give gpu_memory (--gpu-memory 10G)")
+    if shared and (gpus_max or nodes_max):
+        p.add("resources.shared", "a shared job is not elastic: drop the gpus/nodes range")
     return Resources(
         gpus=gpus, gpu_types=gpu_types, gpu_memory_mib=gpu_mem, cpus=cpus, memory_mib=mem, nodes=nodes,
         interconnect=interconnect, tasks_per_node=tasks, constraint=constraint, offload=offload, shared=shared,
+        gpus_max=gpus_max, nodes_max=nodes_max,
     )
+
+
+def _elastic(p: Problems, raw: Mapping[str, Any], key: str, least: int) -> tuple[int, int | None]:
+    """`gpus = 4`, `gpus = "2-8"` or `gpus = 2` with `gpus_max = 8` (and the same for nodes): (MIN, MAX or None)."""
+    from hsched.spec.sizes import size_range
+
+    value = raw.get(key, least)
+    if not isinstance(value, str):
+        lo = _int(p, f"resources.{key}", value, minimum=least) or least
+        return lo, _top(p, raw, key, lo, None)
+    try:
+        lo, hi = size_range(value, f"resources.{key}", minimum=least)
+    except ValueError as e:
+        p.add(f"resources.{key}", str(e).removeprefix(f"resources.{key} "))
+        return least, None
+    return lo, _top(p, raw, key, lo, hi)
+
+
+def _top(p: Problems, raw: Mapping[str, Any], key: str, lo: int, hi: int | None) -> int | None:
+    """`gpus_max`/`nodes_max` beside `gpus`/`nodes`, checked against a range given there."""
+    value = raw.get(key)
+    if f"{key}_max" in raw:
+        top = _int(p, f"resources.{key}_max", raw[f"{key}_max"], minimum=max(1, lo))
+        if top is not None and hi is not None and top != hi:
+            p.add(f"resources.{key}_max", f"{top} disagrees with {key} = {value!r}; give one of them")
+        elif top is not None:
+            if lo == 0:
+                p.add(f"resources.{key}_max", f"an elastic job asks at least 1 {key}: give {key} >= 1")
+            hi = top if top > lo else None
+    return hi
 
 
 def _constraint(p: Problems, key: str, raw: Any) -> str:

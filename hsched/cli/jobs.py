@@ -101,8 +101,9 @@ def register(app: typer.Typer) -> None:
     def submit(
         ctx: typer.Context,
         args: list[str] = typer.Argument(None, help="[SPEC.toml] [-- COMMAND ARGS...]", show_default=False),
-        gpus: int | None = typer.Option(None, "--gpus", "-G", min=0,
-                                        help="GPUs in all, as sbatch (split evenly over --nodes)."),
+        gpus: str | None = typer.Option(None, "--gpus", "-G",
+                                        help="GPUs in all, as sbatch (split evenly over --nodes); MIN-MAX "
+                                             "(2-8): an elastic job, grown and shrunk between them."),
         gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", min=0, help="GPUs on each node."),
         gpu_type: list[str] = typer.Option(None, "--gpu-type",
                                            help="GPU model substring, or a settings alias (repeatable)."),
@@ -121,7 +122,8 @@ def register(app: typer.Typer) -> None:
             None, "--ntasks", "-n", min=1,
             help="Tasks, as sbatch: the script runs once, `srun CMD` in it runs CMD once per task (one node)."),
         gpu_memory: str | None = typer.Option(None, "--gpu-memory", help="Minimum memory per GPU, e.g. 40G."),
-        nodes: int | None = typer.Option(None, "--nodes", "-N", min=1, help="Nodes (all-or-nothing)."),
+        nodes: str | None = typer.Option(None, "--nodes", "-N",
+                                         help="Nodes (all-or-nothing); MIN-MAX (2-4): an elastic gang."),
         name: str | None = typer.Option(None, "--name", "-J", "--job-name", help="Job name."),
         qos: str | None = typer.Option(None, "--qos", help="QoS class (built in: prod, normal, scavenger).",
                                        autocompletion=complete.qos_names),
