@@ -112,6 +112,10 @@ class FleetView:
     its whole wait is bounded by its copy (`choose_wait`)."""
     fabric: Fabric = field(default_factory=Fabric)
     """The fleet's switch layout (hsched.topo.fabric): a gang across nodes is placed by it and the nodes' NICs."""
+    scaling: Mapping[int, Mapping[int, float]] = field(default_factory=dict)
+    """Running elastic job id -> its kind's measured steps per second at each GPU count on its GPU type (hsched.learn;
+    empty: nothing measured yet). Every running elastic job that may be resized is here
+    (hsched.sched.stages.elastic)."""
 
 
 @dataclass(frozen=True, slots=True)
