@@ -69,7 +69,7 @@ async def apply(ctl: Controller, job: Job, d: Resize) -> None:
             "devices": [u for p in d.placements for u in p.devices],
             "cpus": [c for p in d.placements for c in p.cpus]}
     speed = (f"; {d.rate_now / d.rate_was:.2f}x the steps/s ({'measured' if d.measured else 'prior'})"
-             if d.rate_was > 0 else "")
+             if d.rate_was > 0 and not d.grow else "")  # (a grow's reason says its speedup already)
     await ctl.db(ctl.store.add_event, now, kind, d.why + speed, job_id=job.id, data=data)
     recorder(ctl).moves += 1
     log.info("job %d: %s", job.id, d.why)

@@ -1,0 +1,167 @@
+"""Elastic jobs, live (issue 31): on a simulated 8-GPU node an elastic job `--gpus 2-8` grows into the GPUs that
+free, shrinks when one-GPU jobs arrive so that they start once it has checkpointed, and grows back when they end;
+each restart carries the new size in its environment; only a job that proved it checkpoints is resized; the events
+say why and what it gains. In-process, on a fake clock (the real trainer: tests/e2e/test_elastic_trainer.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hsched.config import Settings, parse_checkpoint_signal
+from hsched.controller import commands, learning
+from hsched.controller.api import Api
+from hsched.controller.launching import job_cache
+from hsched.model import Job, JobSpec, JobState, Resources
+from hsched.testing import CannedNode, Lab
+from tests.controller.test_learning import progress
+
+FLEET = (CannedNode("n", "NVIDIA H100 80GB HBM3", 8),)
+SETTINGS = Settings(move_min_run_s=300.0, move_cost_s=60.0)
+CKPT_S = 20.0
+"""How long the fake trainer takes to checkpoint after its signal."""
+
+
+async def submit_elastic(lab: Lab, lo: int, hi: int, kind: str = "elastic-k") -> Job:
+    spec = JobSpec(command=("python3", "trainer.py"), resources=Resources(gpus=lo, gpus_max=hi), kind=kind,
+                   checkpoint_signal=parse_checkpoint_signal("USR1@60"))
+    return await commands.submit(lab.ctl, spec, "alice", None)
+
+
+async def report(lab: Lab, job_id: int, step: float) -> None:
+    (run,) = [r for r in await lab.runs(job_id) if r.state.is_live()]
+    await lab.ctl.db(job_cache(lab.ctl).read, lab.ctl.store)
+    learning.observe(lab.ctl, lab.ctl.nodes[run.node], progress(run.run_dir, lab.clock.time(), step, None),
+                     lab.clock.time(), job_cache(lab.ctl).last)
+
+
+async def size(lab: Lab, job_id: int) -> int | None:
+    job = await lab.job(job_id)
+    return len(job.placement[0].devices) if job.state is JobState.RUNNING else None
+
+
+async def env(lab: Lab, job_id: int) -> dict[str, str]:
+    return dict((await lab.fake_runs(job_id))[-1].request.env)
+
+
+async def checkpoint(lab: Lab, job_id: int) -> None:
+    """The trainer got its signal: it saves for CKPT_S and exits with the checkpoint code."""
+    lab.clock.advance(CKPT_S)
+    await lab.finish(job_id, 85)
+
+
+async def run_for(lab: Lab, job_id: int, seconds: float, step: float, rate: float) -> float:
+    """The job reports progress at `rate` steps/s for `seconds` (every 50 s), one round each time."""
+    t = 0.0
+    await report(lab, job_id, step)
+    while t < seconds:
+        lab.clock.advance(50.0)
+        t += 50.0
+        step += 50.0 * rate
+        await report(lab, job_id, step)
+        await lab.round()
+    return step
+
+
+async def test_elastic_job_grows_into_free_gpus_shrinks_for_waiting_jobs_and_grows_back(tmp_path: Path) -> None:
+    async with Lab.open(tmp_path, nodes=FLEET, settings=SETTINGS) as lab:
+        for ex in lab.executors.values():
+            ex.exit_on_signal.pop("TERM")
+        blocker = await lab.submit("python3", "other.py", gpus=6, kind="blocker")
+        await lab.round()
+        job = await submit_elastic(lab, 2, 8)
+        await lab.round()
+        assert await size(lab, job.id) == 2  # MIN fits: it starts at once
+        first = await env(lab, job.id)
+        assert (first["HSCHED_GPUS"], first["WORLD_SIZE"], first["HSCHED_ELASTIC"]) == ("2", "2", "1")
+        assert len(first["CUDA_VISIBLE_DEVICES"].split(",")) == 2
+        # it proves it checkpoints (its own checkpoint exit) and runs on
+        await checkpoint(lab, job.id)
+        await lab.round()
+        await lab.round()
+        assert await size(lab, job.id) == 2 and (await lab.job(job.id)).restarts == 1
+        step = await run_for(lab, job.id, SETTINGS.move_min_run_s, 0.0, 2.0)
+        assert await size(lab, job.id) == 2  # nothing free: it stays
+        # the GPUs free: within two rounds it is told to grow to 8
+        await lab.finish(blocker.id, 0)
+        rounds = 0
+        while (await lab.job(job.id)).state is JobState.RUNNING and rounds < 5:
+            await lab.round()
+            rounds += 1
+        assert rounds <= 2, rounds
+        assert "grow" in await lab.events(job.id)
+        await checkpoint(lab, job.id)
+        await lab.round()
+        await lab.round()
+        assert await size(lab, job.id) == 8
+        grown = await env(lab, job.id)
+        assert (grown["HSCHED_GPUS"], grown["WORLD_SIZE"], grown["HSCHED_RESUME"]) == ("8", "8", "1")
+        assert len(grown["CUDA_VISIBLE_DEVICES"].split(",")) == 8
+        step = await run_for(lab, job.id, SETTINGS.move_min_run_s, step, 7.0)
+        # four one-GPU jobs arrive: it shrinks to 4 at once (no minimum run time for giving back), and they start
+        # in the round after its checkpoint
+        small = [await lab.submit("python3", "eval.py", gpus=1, kind="small") for _ in range(4)]
+        await lab.round()
+        assert (await lab.job(job.id)).state is JobState.PREEMPTING
+        assert "shrink" in await lab.events(job.id)
+        t_shrink = lab.clock.time()
+        await checkpoint(lab, job.id)
+        await lab.round()
+        assert [(await lab.job(s.id)).state for s in small] == [JobState.RUNNING] * 4
+        started = lab.clock.time() - t_shrink
+        assert started <= CKPT_S + 1
+        await lab.round()
+        assert await size(lab, job.id) == 4
+        assert (await env(lab, job.id))["HSCHED_GPUS"] == "4"
+        step = await run_for(lab, job.id, SETTINGS.move_min_run_s, step, 4.0)
+        # they end: it grows back to 8
+        for s in small:
+            await lab.finish(s.id, 0)
+        for _ in range(2):
+            await lab.round()
+        assert (await lab.job(job.id)).state is JobState.PREEMPTING
+        await checkpoint(lab, job.id)
+        await lab.round()
+        await lab.round()
+        assert await size(lab, job.id) == 8
+        kinds = [k for k in await lab.events(job.id) if k in ("grow", "shrink")]
+        assert kinds == ["grow", "shrink", "grow"]
+        shown = await Api(lab.ctl).handle("show", {"id": job.id}, os.getuid())
+        assert (shown["gpus_min"], shown["gpus_max"], shown["gpus_now"]) == (2, 8, 8)
+        resizes = shown["resizes"]
+        assert [(r["kind"], r["from"], r["to"]) for r in resizes] == [("grow", 2, 8), ("shrink", 8, 4),
+                                                                      ("grow", 4, 8)]
+        # the second grow had both sizes measured (4 and 8 GPUs ran and reported): its speedup is the measured one
+        assert resizes[2]["scaling"] == "measured" and abs(resizes[2]["speedup"] - 7.0 / 4.0) < 0.05
+        assert resizes[1]["for_jobs"] == [s.id for s in small]
+
+
+async def test_never_resized_without_proof_and_never_below_min(tmp_path: Path) -> None:
+    async with Lab.open(tmp_path, nodes=FLEET, settings=SETTINGS) as lab:
+        blocker = await lab.submit("python3", "other.py", gpus=5, kind="blocker")
+        await lab.round()
+        job = await submit_elastic(lab, 3, 8)
+        await lab.round()
+        assert await size(lab, job.id) == 3
+        await run_for(lab, job.id, 2 * SETTINGS.move_min_run_s, 0.0, 2.0)
+        await lab.finish(blocker.id, 0)
+        for _ in range(3):
+            await lab.round()
+        # never checkpointed: it keeps its 3 GPUs whatever is free
+        assert await size(lab, job.id) == 3 and "grow" not in await lab.events(job.id)
+        # and waiting jobs that need more than it could spare above MIN are not served by shrinking it
+        big = await lab.submit("python3", "other.py", gpus=6, kind="blocker")
+        await lab.round()
+        assert (await lab.job(big.id)).state is JobState.PENDING
+        assert "shrink" not in await lab.events(job.id)
+
+
+async def test_an_elastic_job_starts_bigger_when_nobody_waits(tmp_path: Path) -> None:
+    async with Lab.open(tmp_path, nodes=FLEET, settings=SETTINGS) as lab:
+        job = await submit_elastic(lab, 2, 6)
+        await lab.round()
+        assert await size(lab, job.id) == 6
+        assert (await env(lab, job.id))["HSCHED_GPUS"] == "6"
+        other = await submit_elastic(lab, 1, 8)
+        await lab.round()
+        assert await size(lab, other.id) == 2  # the rest of the node
