@@ -313,6 +313,8 @@ def register(app: typer.Typer) -> None:
                                 and job["state"] == "PENDING" else "")),
             ("preemptions", _preemptions_line(job.get("preemptions") or {})),
             ("moves", _moves_line(job.get("moves") or [])),
+            *([("elastic", _elastic_line(job)), ("resizes", _resizes_line(job.get("resizes") or []))]
+              if job.get("elastic") else []),
             ("placement", _where(job) if job["placement"] else "-"),
             ("why there", job.get("placement_explanation") or "-"),
             ("checkpoint dir", job["checkpoint_dir"]),
@@ -448,6 +450,28 @@ def _moves_line(moves: list[dict[str, Any]]) -> str:
     return f"{len(moves)}: " + "; ".join(parts)
 
 
+def _elastic_line(job: dict[str, Any]) -> str:
+    """An elastic job's range and size now: `2-8 GPUs per node, now 8` (hsched.serialize.elastic_fields)."""
+    text = f"{job['gpus_min']}-{job['gpus_max']} GPUs per node"
+    if job.get("nodes_max", 1) != job.get("nodes_min", 1):
+        text += f" on {job['nodes_min']}-{job['nodes_max']} nodes"
+    now = job.get("gpus_now")
+    return text + (f", now {now}" + (f" on {job['nodes_now']} nodes" if (job.get("nodes_now") or 1) > 1 else "")
+                   if now is not None else ", not running")
+
+
+def _resizes_line(resizes: list[dict[str, Any]]) -> str:
+    """Its grows and shrinks: sizes and the speedup each expected (measured, or the prior)."""
+    if not resizes:
+        return "0"
+    parts = []
+    for r in resizes:
+        speed = r.get("speedup")
+        parts.append(f"{r.get('kind')} {r.get('from')} -> {r.get('to')}"
+                     + (f" ({speed:.2f}x steps/s, {r.get('scaling')})" if speed is not None else ""))
+    return f"{len(resizes)}: " + "; ".join(parts)
+
+
 def _preemptions_line(p: dict[str, Any]) -> str:
     if not p.get("count"):
         return "0"
@@ -459,6 +483,8 @@ def _preemptions_line(p: dict[str, Any]) -> str:
 
 def _resources_line(r: dict[str, Any]) -> str:
     parts = [f"{r['gpus']} GPU" + ("s" if r["gpus"] != 1 else "")]
+    if r.get("gpus_max") is not None and r["gpus_max"] > r["gpus"]:
+        parts[0] = f"{r['gpus']}-{r['gpus_max']} GPUs (elastic)"
     if r.get("gpu_types"):
         parts.append("type " + "/".join(r["gpu_types"]))
     if r.get("gpu_memory_mib"):
@@ -473,7 +499,9 @@ def _resources_line(r: dict[str, Any]) -> str:
         parts.append("offloads to host memory")
     if r.get("shared"):
         parts.append("shared GPU")
-    if r.get("nodes", 1) > 1:
+    if r.get("nodes_max") is not None and r["nodes_max"] > r.get("nodes", 1):
+        parts.append(f"x {r.get('nodes', 1)}-{r['nodes_max']} nodes (elastic)")
+    elif r.get("nodes", 1) > 1:
         parts.append(f"x {r['nodes']} nodes")
     return ", ".join(parts)
 
