@@ -15,7 +15,17 @@ from hsched.errors import ConfigError
 from hsched.model import Job, JobState, Placement
 from hsched.serialize import job_to_dict, spec_from_dict, spec_to_dict
 from hsched.spec.sizes import size_range
-from tests.cli.test_submit_args import Recorder, submit, submitted  # noqa: F401  (the fixture)
+from tests.cli.test_submit_args import Recorder, submit
+
+
+@pytest.fixture
+def submitted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[dict[str, Any]]:
+    """What the CLI sent (the recorder of tests/cli/test_submit_args.py stands for the controller)."""
+    monkeypatch.setenv("HSCHED_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr("hsched.cli.jobs._client", Recorder)
+    monkeypatch.setattr("hsched.cli.submitting._client", Recorder)
+    Recorder.calls = []
+    return Recorder.calls
 
 
 def resources(calls: list[dict[str, Any]]) -> dict[str, Any]:
