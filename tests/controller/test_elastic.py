@@ -133,7 +133,11 @@ async def test_elastic_job_grows_into_free_gpus_shrinks_for_waiting_jobs_and_gro
                                                                       ("grow", 4, 8)]
         # the second grow had both sizes measured (4 and 8 GPUs ran and reported): its speedup is the measured one
         assert resizes[2]["scaling"] == "measured" and abs(resizes[2]["speedup"] - 7.0 / 4.0) < 0.05
-        assert resizes[1]["for_jobs"] == [small[0].id]  # (the policy names the first it makes room for)
+        assert resizes[1]["for_jobs"] == [small[0].id]
+        # the events stream (the dashboard's Events view) carries them with their figures
+        stream = [e for e in await Api(lab.ctl).handle("events", {}, os.getuid()) if e["kind"] in ("grow", "shrink")]
+        assert [(e["kind"], e["data"]["to"]) for e in stream] == [("grow", 8), ("shrink", 4), ("grow", 8)]
+        assert "GPUs" in stream[0]["message"] and stream[0]["data"]["gain_s"] > 2 * stream[0]["data"]["cost_s"] > 0
 
 
 async def test_never_resized_without_proof_and_never_below_min(tmp_path: Path) -> None:
