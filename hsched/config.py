@@ -402,6 +402,11 @@ def beyond_limits(spec: JobSpec, settings: Settings) -> list[str]:
     if spec.ntasks is not None:
         over("ntasks", "--ntasks", spec.ntasks, "max_tasks_per_node")
     over("resources.gpus x resources.nodes", "--gpus", res.gpus * res.nodes, "max_gpus", " GPUs")
+    if res.elastic:
+        # an elastic job may grow to its MAX: the bounds hold for that size too
+        over("resources.nodes_max", "--nodes MIN-MAX", res.nodes_max or res.nodes, "max_nodes")
+        over("resources.gpus_max x resources.nodes_max", "--gpus MIN-MAX",
+             (res.gpus_max or res.gpus) * (res.nodes_max or res.nodes), "max_gpus", " GPUs")
     if res.cpus is not None:
         over("resources.cpus", "--cpus", res.cpus, "max_cpus")
     if spec.array is not None:

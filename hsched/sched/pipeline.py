@@ -62,10 +62,11 @@ def schedule(fleet: FleetView, queue: Sequence[Job], now: float, chooser: Device
     if fleet.gpu_aliases:
         queue = [resolved(j, fleet.gpu_aliases) for j in queue]
     decisions: list[Decision] = []
+    whole = queue  # (the held starts' jobs too: the elastic stage may start one smaller)
     if fleet.held:
         fleet, queue, decisions = held_starts(fleet, queue)
     st = Round(fleet, chooser or default_chooser(), now, cache)
-    w = Work(st, list(queue), decisions, jobs=queue)
+    w = Work(st, list(queue), decisions, jobs=whole)
     for stage in stages:
         stage(w)
     cache.waits = st.waits

@@ -119,3 +119,12 @@ def test_size_range() -> None:
     assert size_range("4-4", "--gpus") == (4, None) and size_range(3, "--gpus") == (3, None)
     with pytest.raises(ValueError, match="below MIN"):
         size_range("8-2", "--gpus")
+
+
+def test_request_bounds_hold_for_the_max() -> None:
+    from hsched.config import Settings, beyond_limits
+
+    spec = job_spec_from_table({"command": ["x"], "resources": {"gpus": "2-8", "nodes": "1-4"}}, "job.toml")
+    (line,) = beyond_limits(spec, Settings(max_gpus=16))
+    assert line.startswith("resources.gpus_max x resources.nodes_max (--gpus MIN-MAX): 32 GPUs is over the limit of 16")
+    assert beyond_limits(spec, Settings(max_gpus=32)) == []

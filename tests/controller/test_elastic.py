@@ -169,3 +169,37 @@ async def test_an_elastic_job_starts_bigger_when_nobody_waits(tmp_path: Path) ->
         other = await submit_elastic(lab, 1, 8)
         await lab.round()
         assert await size(lab, other.id) == 2  # the rest of the node
+
+
+async def test_a_restarted_controller_still_holds_a_growing_jobs_gpus(tmp_path: Path) -> None:
+    """The devices a grow promised were in the controller's memory: the `grow` event holds them again after a
+    restart, as a `move` event does."""
+    async with Lab.open(tmp_path, nodes=FLEET, settings=SETTINGS) as lab:
+        for ex in lab.executors.values():
+            ex.exit_on_signal.pop("TERM")
+        blocker = await lab.submit("python3", "other.py", gpus=6, kind="blocker")
+        await lab.round()
+        job = await submit_elastic(lab, 2, 8)
+        await lab.round()
+        await checkpoint(lab, job.id)
+        await lab.round()
+        await lab.round()
+        await run_for(lab, job.id, SETTINGS.move_min_run_s, 0.0, 2.0)
+        await lab.finish(blocker.id, 0)
+        await lab.round()
+        assert (await lab.job(job.id)).state is JobState.PREEMPTING and "grow" in await lab.events(job.id)
+        # a job that comes first for everything else arrives while it stops: the 8 GPUs are not its
+        other = await lab.submit("python3", "other.py", gpus=1, kind="blocker", priority=100)
+        await lab.round()
+        assert (await lab.job(other.id)).state is JobState.PENDING
+        await checkpoint(lab, job.id)  # it checkpoints; the controller stops before it sees that
+        clock = lab.clock
+    async with Lab.open(tmp_path, nodes=FLEET, settings=SETTINGS, clock=clock) as lab:
+        await lab.round()
+        # it starts first, on the held GPUs (without them the other job, first by priority, would have), at the
+        # largest allowed size that leaves the other job its GPU (starting smaller costs nothing now)
+        assert await size(lab, job.id) == 4
+        assert (await lab.job(other.id)).state is JobState.PENDING
+        await lab.round()
+        assert (await lab.job(other.id)).state is JobState.RUNNING
+        assert await size(lab, job.id) == 4 and "shrink" not in await lab.events(job.id)

@@ -80,8 +80,43 @@ def elastic_stage(w: Work) -> None:
                and jobs[d.job_id].spec.resources.gpus > 0 and not jobs[d.job_id].spec.resources.shared]
     if not waiting:
         _start_bigger(w, jobs)
+    else:
+        _start_smaller(w, jobs, waiting)
     if fleet.scaling:
         w.decisions.extend(_resizes(w, waiting))
+
+
+def _start_smaller(w: Work, jobs: Mapping[int, Job], waiting: Sequence[Job]) -> None:
+    """An elastic job restarting on the devices a grow held for it, while jobs that need GPUs wait: it starts at the
+    largest allowed size that leaves them what they need on its node (not below MIN). Starting smaller costs nothing
+    now; starting big and shrinking next round would cost a restart."""
+    st = w.st
+    for k, d in enumerate(w.decisions):
+        if not isinstance(d, Launch) or d.job_id not in st.fleet.held or len(d.placements) != 1:
+            continue
+        job = jobs.get(d.job_id)
+        if job is None or not job.spec.resources.gpus_max:
+            continue
+        res, p = job.spec.resources, d.placements[0]
+        node = st.by_name.get(p.node)
+        if node is None or len(p.devices) <= res.gpus:
+            continue
+        need = sum(j.spec.resources.gpus for j in waiting
+                   if j.spec.resources.nodes == 1 and any(n.name == p.node for n in st.nodes_for(j)))
+        fits = [n for n in policy.allowed_sizes(res.gpus, res.gpus_max) if n <= max(res.gpus, len(p.devices) - need)]
+        size = max(fits, default=res.gpus)
+        if need <= 0 or size >= len(p.devices):
+            continue
+        chosen = st.choose(node, list(p.devices), replace(res, gpus=size))
+        if chosen is None:
+            continue
+        freed = [u for u in p.devices if u not in chosen.devices]
+        st.busy.difference_update(freed)
+        st.free[p.node] += len(freed)
+        st.version += 1
+        w.decisions[k] = Launch(d.job_id, (replace(p, devices=chosen.devices, cpus=chosen.cpus or p.cpus,
+                                                   explanation=f"elastic: {size} of {res.gpus}-{res.gpus_max} GPUs "
+                                                               f"(jobs wait for the others)"),))
 
 
 def _resizes(w: Work, waiting: Sequence[Job]) -> list[Resize]:
