@@ -235,7 +235,7 @@ def _converted(p: Problems, key: str, v: Any, fn: Callable[[Any], Any]) -> Any:
 _JOB_KEYS = frozenset(
     {"name", "command", "workdir", "env", "resources", "qos", "priority", "checkpoint_signal", "time",
      "time_limit", "hold", "signal", "retries", "dependency", "kill_on_invalid_dep", "array", "constraint",
-     "kind", "output", "error", "open_mode", "data", "ntasks"}
+     "kind", "output", "error", "open_mode", "data", "ntasks", "resize_signal"}
 )
 MAX_NAME_BYTES = 256
 OPEN_MODES = ("append", "truncate")
@@ -371,14 +371,28 @@ def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple
             p.add("ntasks", "one node only, without resources.tasks_per_node: over several nodes give "
                   "resources.tasks_per_node (each task runs the command, with its rank)")
             ntasks = None
+    resize_signal = None
+    if "resize_signal" in data:
+        resize_signal = _converted(p, "resize_signal", data["resize_signal"], _resize_signal)
+        if resize_signal is not None and not resources.elastic:
+            p.add("resize_signal", "only an elastic job resizes: give a range, --gpus MIN-MAX")
+            resize_signal = None
     p.raise_if_any()
     return JobSpec(
         command=command, name=name, workdir=workdir, env=tuple(env), resources=resources, qos=qos,
         priority=priority, checkpoint_signal=ck, time_limit_s=time_limit, warn_signal=warn, hold=hold,
         retries=retries, dependency=deps, dependency_any=any_of, kill_on_invalid_dep=kill_invalid, array=array,
         kind=kind, output=files["output"], error=files["error"], output_append=open_mode == "append",
-        data=datasets, ntasks=ntasks,
+        data=datasets, ntasks=ntasks, resize_signal=resize_signal,
     )
+
+
+def _resize_signal(text: str) -> str:
+    """`--resize-signal USR2`: a signal name the job can catch (no grace: it goes on running)."""
+    ck = parse_checkpoint_signal(str(text))
+    if "@" in str(text) or ck.batch_only:
+        raise ValueError("a signal name such as USR2 (no grace, no B:)")
+    return ck.signal
 
 
 def beyond_limits(spec: JobSpec, settings: Settings) -> list[str]:

@@ -388,6 +388,10 @@ class JobSpec:
     data: tuple[str, ...] = ()
     """`--data`: the datasets (the fleet file's `[[dataset]]` names) the job reads: placement weighs copying them
     against waiting for a node that holds them, and the run finds each at `$HSCHED_DATA_<NAME>` (hsched.datasets)."""
+    resize_signal: str | None = None
+    """`--resize-signal USR2`: an elastic job that resizes in place. A resize does not restart it: its new devices are
+    written to `$HSCHED_RESIZE_FILE` and it gets this signal (hsched.controller.resizing). None: checkpoint and
+    restart."""
 
     @property
     def dependency_text(self) -> str:

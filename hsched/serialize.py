@@ -72,6 +72,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "open_mode": "append" if spec.output_append else "truncate",
         "data": list(spec.data),
         **({"ntasks": spec.ntasks} if spec.ntasks is not None else {}),
+        **({"resize_signal": spec.resize_signal} if spec.resize_signal else {}),
     }
 
 
@@ -120,6 +121,7 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
         output_append=d.get("open_mode") == "append",
         data=tuple(d.get("data") or ()),
         ntasks=d.get("ntasks"),
+        resize_signal=d.get("resize_signal") or None,
     )
 
 

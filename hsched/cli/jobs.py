@@ -145,6 +145,10 @@ def register(app: typer.Typer) -> None:
             None, "--checkpoint-signal",
             help="SIG@SECONDS sent to every process of the job on preemption, e.g. USR1@60; B:USR1@60 sends it to "
                  "the batch shell only."),
+        resize_signal: str | None = typer.Option(
+            None, "--resize-signal",
+            help="An elastic job that resizes in place: on a resize it gets this signal (e.g. USR2) and its new "
+                 "devices in $HSCHED_RESIZE_FILE, instead of a checkpoint and restart."),
         time_limit: str | None = typer.Option(
             None, "--time", "-t",
             help="Time limit as sbatch: 90 (minutes), MM:SS, HH:MM:SS, D-HH[:MM[:SS]]; or 90s, 1h30m."),

@@ -48,6 +48,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str, int | None, int | None]] = {
     "cpus": (("--cpus", "-c"), INT, 1, None),
     "memory": (("--memory", "--mem"), TEXT, None, None),
     "checkpoint_signal": (("--checkpoint-signal",), TEXT, None, None),
+    "resize_signal": (("--resize-signal",), TEXT, None, None),
     "time_limit": (("--time", "-t"), TEXT, None, None),
     "warn_signal": (("--signal",), TEXT, None, None),
     "retries": (("--retries",), INT, 0, 100),
@@ -174,7 +175,7 @@ def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict
     for key, opt in (("name", "name"), ("qos", "qos"), ("priority", "priority"),
                      ("checkpoint_signal", "checkpoint_signal"), ("time", "time_limit"), ("workdir", "workdir"),
                      ("signal", "warn_signal"), ("retries", "retries"), ("dependency", "dependency"),
-                     ("array", "array"), ("kind", "kind"), ("data", "data")):
+                     ("array", "array"), ("kind", "kind"), ("data", "data"), ("resize_signal", "resize_signal")):
         if o.get(opt) is not None:
             table[key] = o[opt]
     for key in ("output", "error"):

@@ -241,7 +241,8 @@ async def round_input(ctl: Controller, *, always: bool = False) -> RoundInput | 
             pending = within_limits(pending, active)
         users = frozenset(j.user for j in (*pending, *active))
         pending_by_id = {j.id: j for j in pending}
-    if not pending and not always and not await moves.may_move(ctl, active, at):
+    if (not pending and not always and not await moves.may_move(ctl, active, at)
+            and not resizing.may_grow(ctl, active, at)):
         return None
     note_users(ctl, pending)
     view = fleet_view(ctl, active, await still_dirty(ctl))
@@ -249,8 +250,9 @@ async def round_input(ctl: Controller, *, always: bool = False) -> RoundInput | 
     if movable or held or attained:
         view = replace(view, movable=movable, held=held, attained=attained,
                        move_min_run_s=ctl.settings.move_min_run_s)
-    if movable and (scaling := resizing.scaling(ctl, active, movable)):
-        view = replace(view, scaling=scaling)  # elastic jobs that may be resized, and their measured scaling
+    if scaling := resizing.scaling(ctl, active, movable):
+        # elastic jobs that may be resized, their measured scaling, and the quantum a grow waits out
+        view = replace(view, scaling=scaling, move_min_run_s=ctl.settings.move_min_run_s)
     if ctl.settings.policy:
         # fair share over the store's history (decayed GPU-seconds per share), for this round's users
         view = replace(view, user_usage=await _usage(ctl, now, users, jobs.changes, jobs.all))
@@ -570,6 +572,9 @@ def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ..
     if job.spec.resources.shared and here.devices:
         env.update(shared_gpu_env(ctl, run.node, here.devices[0], job.spec.resources.gpu_memory_mib or 0))
     env.update(size_env(job, run, placements, here))
+    if job.spec.resize_signal is not None:
+        # an elastic job that resizes in place reads its new devices here on its resize signal
+        env["HSCHED_RESIZE_FILE"] = f"{checkpoint_dir.rstrip('/')}/{resizing.RESIZE_FILE}"
     tpn = job.spec.resources.tasks_per_node
     if run.world > 1 or job.spec.resources.nodes > 1:
         # torchrun's environment, so `torch.distributed.init_process_group("env://")` just works

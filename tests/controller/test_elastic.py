@@ -5,8 +5,10 @@ say why and what it gains. In-process, on a fake clock (the real trainer: tests/
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 from hsched.config import Settings, parse_checkpoint_signal
 from hsched.controller import commands, learning
@@ -20,6 +22,12 @@ FLEET = (CannedNode("n", "NVIDIA H100 80GB HBM3", 8),)
 SETTINGS = Settings(move_min_run_s=300.0, move_cost_s=60.0)
 CKPT_S = 20.0
 """How long the fake trainer takes to checkpoint after its signal."""
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    got = json.loads(path.read_text())
+    assert isinstance(got, dict)
+    return got
 
 
 async def submit_elastic(lab: Lab, lo: int, hi: int, kind: str = "elastic-k") -> Job:
@@ -203,3 +211,43 @@ async def test_a_restarted_controller_still_holds_a_growing_jobs_gpus(tmp_path: 
         await lab.round()
         assert (await lab.job(other.id)).state is JobState.RUNNING
         assert await size(lab, job.id) == 4 and "shrink" not in await lab.events(job.id)
+
+
+async def test_a_job_that_resizes_in_place_gets_its_signal_and_devices_not_a_restart(tmp_path: Path) -> None:
+    async with Lab.open(tmp_path, nodes=FLEET, settings=SETTINGS) as lab:
+        blocker = await lab.submit("python3", "other.py", gpus=6, kind="blocker")
+        await lab.round()
+        spec = JobSpec(command=("python3", "trainer.py"), resources=Resources(gpus=2, gpus_max=8), kind="inplace",
+                       resize_signal="USR2")
+        job = await commands.submit(lab.ctl, spec, "alice", None)
+        await lab.round()
+        assert await size(lab, job.id) == 2
+        resize_file = Path((await env(lab, job.id))["HSCHED_RESIZE_FILE"])
+        assert resize_file.parent == lab.ctl.checkpoint_dir(job.id)
+        # it never checkpointed, but says it resizes in place: it grows without a stop
+        await run_for(lab, job.id, SETTINGS.move_min_run_s, 0.0, 2.0)
+        await lab.finish(blocker.id, 0)
+        await lab.round()
+        grown = await lab.job(job.id)
+        assert grown.state is JobState.RUNNING and grown.restarts == 0
+        assert len(grown.placement[0].devices) == 8
+        (run,) = await lab.fake_runs(job.id)
+        assert run.signals == ["USR2"]
+        told = read_json(resize_file)
+        assert told["gpus"] == 8 and told["devices"]["n"] == list(grown.placement[0].devices) and told["run"] == 1
+        (live,) = [r for r in await lab.runs(job.id) if r.state.is_live()]
+        assert live.devices == grown.placement[0].devices  # the run's devices too: monitoring and ends agree
+        # four one-GPU jobs arrive: it shrinks in place and they start in the next round (no checkpoint to wait)
+        small = [await lab.submit("python3", "eval.py", gpus=1, kind="small") for _ in range(4)]
+        await lab.round()
+        assert await size(lab, job.id) == 4 and (await lab.fake_runs(job.id))[0].signals == ["USR2", "USR2"]
+        await lab.round()
+        assert [(await lab.job(s.id)).state for s in small] == [JobState.RUNNING] * 4
+        kept = set((await lab.job(job.id)).placement[0].devices)
+        theirs = [u for s in small for u in (await lab.job(s.id)).placement[0].devices]
+        assert kept.isdisjoint(theirs) and len(set(theirs)) == 4
+        assert read_json(resize_file)["gpus"] == 4
+        shown = await Api(lab.ctl).handle("show", {"id": job.id}, os.getuid())
+        assert [(r["kind"], r["to"], r["in_place"]) for r in shown["resizes"]] == [("grow", 8, True),
+                                                                                  ("shrink", 4, True)]
+        assert shown["restarts"] == 0 and "preempting" not in await lab.events(job.id)

@@ -40,6 +40,10 @@ SCALING_PRIOR = 1.0
 rate measured kept. Optimistic on purpose: a size is tried once and then measured (its run's progress reports are
 learnt), where a pessimistic prior would never try it; the policy compares per-GPU gains, so a sub-linear prior would
 also grow a job a power of two at a time, a restart each."""
+IN_PLACE_COST_S = 5.0
+"""What a resize in place (`--resize-signal`) is taken to cost the job: no restart, its workers' new rendezvous."""
+
+
 @dataclass(frozen=True, slots=True)
 class Resize(Move):
     """Stop an elastic job (checkpoint signal, grace, escalation) and start it again at `size` GPUs per node on
@@ -125,8 +129,9 @@ def _resizes(w: Work, waiting: Sequence[Job]) -> list[Resize]:
     st, fleet = w.st, w.st.fleet
     stopping = {d.job_id for d in w.decisions if isinstance(d, Move)}
     stopping.update(v for d in w.decisions if isinstance(d, Preempt) for v in d.victims)
-    running = {r.id: r for r in fleet.running if r.id in fleet.scaling and r.id in fleet.movable
-               and r.id not in stopping and len(r.job.placement) == 1 and r.job.spec.resources.gpus_max
+    running = {r.id: r for r in fleet.running if r.id in fleet.scaling
+               and (r.id in fleet.movable or r.job.spec.resize_signal is not None) and r.id not in stopping
+               and len(r.job.placement) == 1 and r.job.spec.resources.gpus_max
                and st.by_name.get(r.job.placement[0].node) is not None}
     if not running:
         return []
@@ -143,7 +148,8 @@ def _resizes(w: Work, waiting: Sequence[Job]) -> list[Resize]:
         ejobs.append(policy.ElasticJob(
             r.id, len(p.devices), res.gpus, res.gpus_max, rates,
             run_s=max(0.0, st.now - r.started) + fleet.attained.get(r.id, 0.0),
-            checkpoint_cost_s=fleet.movable[r.id], proven_checkpoint=True, pool=p.node, user=r.job.user,
+            checkpoint_cost_s=IN_PLACE_COST_S if r.job.spec.resize_signal else fleet.movable[r.id],
+            proven_checkpoint=True, pool=p.node, user=r.job.user,
             remaining_s=None if end is None or math.isinf(end) else max(0.0, end - st.now)))
     wait = [policy.Waiting(j.id, j.spec.resources.gpus, tuple(n.name for n in st.nodes_for(j)), j.user)
             for j in waiting if j.spec.resources.nodes == 1]
