@@ -21,6 +21,11 @@ is how it decides whether growing pays), and appends `STEP WORLD` to `steps.log`
 step is saved, with one `run ...` line per start in `runs.log`: a test reads them to check that no step was lost or
 repeated across resizes. `--requeue-after-steps N` makes its first run checkpoint and requeue itself after N steps
 (as a job that saves and requeues itself at intervals does): hsched resizes only jobs that proved they resume.
+
+In place (`hsched submit --gpus 2-8 --resize-signal USR2 -- python3 trainer.py --in-place`): hsched does not stop it;
+it writes the new devices to `$HSCHED_RESIZE_FILE` (JSON: `gpus`, `world_size`, `devices`, `cuda_visible_devices`)
+and sends SIGUSR2; the trainer finishes its step, reads the file and goes on at the new size (a real one would
+re-form its process group on the new devices: new workers with the file's CUDA_VISIBLE_DEVICES, a new rendezvous).
 Standard library only.
 """
 
@@ -64,6 +69,20 @@ def save(ckdir: str, state: dict[str, int], pending: list[str]) -> None:
     os.replace(tmp, os.path.join(ckdir, "state.json"))
 
 
+def resized(world: int, ckdir: str, step: int) -> int:
+    """The size `$HSCHED_RESIZE_FILE` names now (an in-place resize); `world` when it cannot be read."""
+    path = os.environ.get("HSCHED_RESIZE_FILE", "")
+    try:
+        with open(path) as f:
+            new = int(json.load(f)["world_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return world
+    with open(os.path.join(ckdir, "runs.log"), "a") as f:
+        f.write(f"resize {os.environ.get('HSCHED_RUN', '?')} world {new} in place at step {step}\n")
+    print(f"resized in place: world {world} -> {new} at step {step}", flush=True)
+    return max(1, new)
+
+
 def report(step: int, total: int, samples: int) -> None:
     """One progress line for hsched (hsched.progress's format, written here: this trainer needs no hsched)."""
     path = os.environ.get("HSCHED_PROGRESS")
@@ -80,6 +99,8 @@ def main() -> int:
     ap.add_argument("--base-gpus", type=int, default=1)
     ap.add_argument("--efficiency", type=float, default=1.0,
                     help="scaling exponent: a step takes step_seconds x (base/world) ** efficiency")
+    ap.add_argument("--in-place", action="store_true",
+                    help="resize in place on SIGUSR2 (submit with --resize-signal USR2): read $HSCHED_RESIZE_FILE")
     ap.add_argument("--requeue-after-steps", type=int, default=0,
                     help="first run only: checkpoint and requeue itself after this many steps (proves it resumes)")
     opts = ap.parse_args()
@@ -97,11 +118,16 @@ def main() -> int:
     per_gpu = opts.global_batch // world  # the global batch split over the world: a step is the same at any size
     print(f"world {world}: {per_gpu} samples per GPU, resuming at step {state['step']}", flush=True)
 
-    stop = {"requested": False}
+    stop = {"requested": False, "resize": False}
 
     def on_signal(_signum: int, _frame: object) -> None:
         stop["requested"] = True  # finish the step in flight, save, exit 85
 
+    def on_resize(_signum: int, _frame: object) -> None:
+        stop["resize"] = True  # finish the step in flight, then take the new size
+
+    if opts.in_place:
+        signal.signal(signal.SIGUSR2, on_resize)
     signal.signal(signal.SIGUSR1, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -114,6 +140,11 @@ def main() -> int:
             save(ckdir, state, pending)
             print(f"checkpointed at step {state['step']}", flush=True)
             return CHECKPOINT_EXIT
+        if stop["resize"]:
+            stop["resize"] = False
+            world = resized(world, ckdir, state["step"])
+            per_gpu = opts.global_batch // world
+            step_s = opts.step_seconds * (opts.base_gpus / world) ** opts.efficiency
         time.sleep(step_s)  # one step: world GPUs each on global_batch / world samples
         state["step"] += 1
         state["samples"] += per_gpu * world

@@ -128,3 +128,19 @@ def test_request_bounds_hold_for_the_max() -> None:
     (line,) = beyond_limits(spec, Settings(max_gpus=16))
     assert line.startswith("resources.gpus_max x resources.nodes_max (--gpus MIN-MAX): 32 GPUs is over the limit of 16")
     assert beyond_limits(spec, Settings(max_gpus=32)) == []
+
+
+def test_resize_signal(monkeypatch: pytest.MonkeyPatch, submitted: list[dict[str, Any]]) -> None:
+    assert submit(monkeypatch, "--gpus", "2-8", "--resize-signal", "USR2", "--", "python", "train.py") == 0
+    (call,) = submitted
+    assert call["spec"]["resize_signal"] == "USR2"
+    got = job_spec_from_table({"command": ["x"], "resources": {"gpus": "2-8"}, "resize_signal": "SIGUSR2"}, "j.toml")
+    assert got.resize_signal == "USR2" and spec_from_dict(spec_to_dict(got)) == got
+    for table, line in (({"resources": {"gpus": 2}, "resize_signal": "USR2"},
+                         "j.toml: resize_signal: only an elastic job resizes: give a range, --gpus MIN-MAX"),
+                        ({"resources": {"gpus": "2-8"}, "resize_signal": "USR2@30"},
+                         "j.toml: resize_signal: expected a signal name such as USR2 (no grace, no B:)"),
+                        ({"resources": {"gpus": "2-8"}, "resize_signal": "KILL"}, "j.toml: resize_signal: expected")):
+        with pytest.raises(ConfigError) as ex:
+            job_spec_from_table({"command": ["x"], **table}, "j.toml")
+        assert line in str(ex.value), str(ex.value)

@@ -118,3 +118,67 @@ def test_elastic_trainer_grows_shrinks_and_grows_back_without_losing_a_step(tmp_
         for name in ["blocker", *(f"small{i}" for i in range(4))]:
             (tmp_path / name).touch()
         h.stop()
+
+
+def test_elastic_trainer_resizes_in_place_without_a_restart(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(FLEET)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "settings.toml").write_text(SETTINGS)
+    h = Hs(home, fleet=fleet)
+
+    def sleeper(gpus: int, name: str) -> str:
+        flag = tmp_path / name
+        return h.run("submit", "--parsable", "--gpus", str(gpus), "--name", name, "--",
+                     "sh", "-c", f"while [ ! -e {flag} ]; do sleep 0.1; done", check=True).stdout.strip()
+
+    def show(jid: str) -> dict[str, Any]:
+        got = h.json("show", jid)
+        assert isinstance(got, dict)
+        return got
+
+    def running_at(jid: str, size: int) -> bool:
+        j = show(jid)
+        return j["state"] == "RUNNING" and j.get("gpus_now") == size
+
+    try:
+        blocker = sleeper(6, "blocker")
+        until("the blocker to run", lambda: show(blocker)["state"] == "RUNNING")
+        # it never checkpointed: it says it resizes in place instead
+        job = h.run("submit", "--parsable", "--gpus", "2-8", "--resize-signal", "USR2", "--kind", "inplace", "--",
+                    sys.executable, str(REPO / "examples" / "elastic" / "trainer.py"), "--steps", str(STEPS),
+                    "--step-seconds", "0.2", "--base-gpus", "2", "--in-place", check=True).stdout.strip()
+        until("the start at 2", lambda: running_at(job, 2))
+        time.sleep(7.0)  # (past move_min_run_s)
+        (tmp_path / "blocker").touch()
+        until("the grow to 8", lambda: running_at(job, 8))
+        small = [sleeper(1, f"small{i}") for i in range(4)]
+        until("the four small jobs to run", lambda: all(show(s)["state"] == "RUNNING" for s in small))
+        assert running_at(job, 4)
+        for i in range(4):
+            (tmp_path / f"small{i}").touch()
+        until("the grow back to 8", lambda: running_at(job, 8))
+        time.sleep(2.0)
+        h.run("cancel", job, check=True)
+        until("the job to end", lambda: show(job)["state"] in ("CANCELLED", "CA", "COMPLETED", "CD"))
+        shown = show(job)
+        assert shown["restarts"] == 0
+        assert [(r["kind"], r["to"], r["in_place"]) for r in shown["resizes"]] == [
+            ("grow", 8, True), ("shrink", 4, True), ("grow", 8, True)]
+        started = max(at(show(s)["start_time"]) for s in small)
+        shrink_s = started - at(shown["resizes"][1]["time"])
+        ckdir = Path(shown["checkpoint_dir"])
+        steps = [tuple(map(int, line.split())) for line in (ckdir / "steps.log").read_text().splitlines()]
+        numbers = [s for s, _w in steps]
+        assert numbers == list(range(1, len(numbers) + 1)), "a step lost or repeated"
+        worlds = [w for _s, w in steps]
+        assert [w for i, w in enumerate(worlds) if i == 0 or worlds[i - 1] != w] == [2, 8, 4, 8]
+        lines = (ckdir / "runs.log").read_text().splitlines()
+        assert [line.split()[0] for line in lines] == ["run", "resize", "resize", "resize"], lines
+        print(f"\nin place: the four jobs started {shrink_s:.2f} s after the shrink; {len(numbers)} steps in one run, "
+              "worlds 2, 8, 4, 8")
+    finally:
+        for name in ["blocker", *(f"small{i}" for i in range(4))]:
+            (tmp_path / name).touch()
+        h.stop()
