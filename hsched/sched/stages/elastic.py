@@ -76,18 +76,35 @@ def rate_at(scaling: Mapping[int, float], n: int) -> tuple[float, bool]:
 def elastic_stage(w: Work) -> None:
     """Start elastic jobs bigger, then grow and shrink the running ones by the policy (module doc)."""
     fleet = w.st.fleet
-    # (cheap when no job is elastic: the running ones are in `scaling`, and only the round's starts are looked at)
-    if not fleet.scaling and not any(isinstance(d, Launch) for d in w.decisions):
-        return
-    jobs = {j.id: j for j in w.jobs}
-    waiting = [jobs[d.job_id] for d in w.decisions if isinstance(d, Wait) and d.job_id in jobs
-               and jobs[d.job_id].spec.resources.gpus > 0 and not jobs[d.job_id].spec.resources.shared]
+    # cheap when no job is elastic (a busy round decides 2,000 jobs): the running elastic ones are in `scaling`; else
+    # only the round's starts are looked at, and the queue only for them
+    if not fleet.scaling:
+        started = {d.job_id for d in w.decisions if type(d) is Launch}
+        if not started:
+            return
+        jobs = {j.id: j for j in w.jobs if j.id in started and j.spec.resources.gpus_max}
+        if not jobs:
+            return
+    else:
+        jobs = {j.id: j for j in w.jobs}
+    waiting = _waiting(w, jobs if fleet.scaling else {j.id: j for j in w.jobs})
     if not waiting:
         _start_bigger(w, jobs)
     else:
         _start_smaller(w, jobs, waiting)
     if fleet.scaling:
         w.decisions.extend(_resizes(w, waiting))
+
+
+def _waiting(w: Work, jobs: Mapping[int, Job]) -> list[Job]:
+    """The jobs left waiting that need whole GPUs, in the order the round served them."""
+    out = []
+    for d in w.decisions:
+        if type(d) is Wait and (j := jobs.get(d.job_id)) is not None:
+            res = j.spec.resources
+            if res.gpus > 0 and not res.shared:
+                out.append(j)
+    return out
 
 
 def _start_smaller(w: Work, jobs: Mapping[int, Job], waiting: Sequence[Job]) -> None:
