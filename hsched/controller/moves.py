@@ -53,6 +53,11 @@ async def _proven(ctl: Controller) -> set[int]:
     return mv.proven
 
 
+async def proven(ctl: Controller) -> set[int]:
+    """The jobs that proved they checkpoint (read from the store once, then kept up to date)."""
+    return await _proven(ctl)
+
+
 def cost_of(ctl: Controller, job_id: int) -> float:
     """What a checkpoint and restart costs the job: its measured stop and restore, half the settings' `move_cost_s`
     for each part not measured yet."""

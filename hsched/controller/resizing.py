@@ -6,7 +6,8 @@ reason, the sizes, the throughput at each (measured, or the stated prior) and th
 it while it stops (`Moves.held`: nobody else is given them), it is stopped with its checkpoint signal, grace and
 escalation, and when it is requeued the round starts it there first (hsched.sched.pipeline.held_starts), with the new
 size in its environment (hsched.controller.launching.job_env: `HSCHED_GPUS`, `WORLD_SIZE`, `CUDA_VISIBLE_DEVICES`,
-torchrun's `PET_*`). Only jobs that proved they checkpoint (`FleetView.movable`, as moves) are resized.
+torchrun's `PET_*`). Only jobs that proved they checkpoint (as moves require) or resize in place (`--resize-signal`:
+see `in_place`) are resized (`round_fields`: `FleetView.resize_cost`).
 
 Throughput per size: the job's kind's learned speeds (hsched.controller.learning, per kind, GPU type and GPU count, from
 the jobs' progress reports) at each GPU count, on the GPU type the job runs on.
@@ -19,9 +20,9 @@ import json
 import logging
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
-from hsched.controller import learning
+from hsched.controller import learning, moves
 from hsched.controller.checkpoints import is_shared
 from hsched.controller.core import Controller
 from hsched.controller.metrics import recorder
@@ -30,7 +31,7 @@ from hsched.controller.stopping import begin_stop, send
 from hsched.errors import ExecutorError
 from hsched.lifecycle import StopReason
 from hsched.model import Job, JobState
-from hsched.sched.stages.elastic import Resize
+from hsched.sched.stages.elastic import IN_PLACE_COST_S, Resize
 
 log = logging.getLogger("hsched.resizing")
 
@@ -40,17 +41,26 @@ RESIZE_FILE = "resize.json"
 resize signal."""
 
 
-def resizable(job: Job, movable: Mapping[int, float]) -> bool:
-    """An elastic job the round may resize now: running, and proved it checkpoints (a restart loses nothing) or
-    resizes in place (`--resize-signal`)."""
-    return (job.state is JobState.RUNNING and job.spec.resources.elastic
-            and (job.id in movable or job.spec.resize_signal is not None))
+async def round_fields(ctl: Controller, active: Iterable[Job]) -> tuple[dict[int, dict[int, float]], dict[int, float]]:
+    """The round's (scaling, resize costs) of the running elastic jobs it may resize: those that proved they
+    checkpoint (a restart loses nothing; the cost is a move's, measured) and those that resize in place; none with
+    `moves = false`. Call with ctl.lock held."""
+    elastic = [j for j in active if j.spec.resources.elastic and j.state is JobState.RUNNING]
+    if not elastic or not ctl.settings.moves:
+        return {}, {}
+    if any(j.spec.resize_signal is None for j in elastic):
+        done = await moves.proven(ctl)
+    else:
+        done = set()
+    costs = {j.id: IN_PLACE_COST_S if j.spec.resize_signal is not None else moves.cost_of(ctl, j.id)
+             for j in elastic if j.spec.resize_signal is not None or j.id in done}
+    return (scaling(ctl, [j for j in elastic if j.id in costs]), costs) if costs else ({}, {})
 
 
-def scaling(ctl: Controller, active: Iterable[Job], movable: Mapping[int, float]) -> dict[int, dict[int, float]]:
-    """Running elastic job id -> {GPU count: steps/s} its kind measured on its GPU type (the placement class with the
-    most runs at each count); every running elastic job that may be resized is a key, measured or not."""
-    elastic = [j for j in active if resizable(j, movable)]
+def scaling(ctl: Controller, elastic: Iterable[Job]) -> dict[int, dict[int, float]]:
+    """Job id -> {GPU count: steps/s} its kind measured on its GPU type (the placement class with the most runs at
+    each count); every job given is a key, measured or not."""
+    elastic = list(elastic)
     if not elastic:
         return {}
     rates = learning.current_rates(ctl)
@@ -104,7 +114,7 @@ async def apply(ctl: Controller, job: Job, d: Resize) -> None:
     moves_of(ctl).held[job.id] = (d.placements, until)
     await ctl.db(ctl.store.add_event, now, kind, d.why + speed, job_id=job.id, data=data)
     await begin_stop(ctl, job, StopReason.PREEMPTED,
-                     f"resizing {d.was} -> {d.size} GPUs: SIG{ck.signal}, {ck.grace_s:g} s to checkpoint")
+                     f"resizing {d.was} -> {d.size} {d.unit}: SIG{ck.signal}, {ck.grace_s:g} s to checkpoint")
 
 
 async def in_place(ctl: Controller, job: Job, d: Resize, kind: str, why: str, data: dict[str, object]) -> None:
@@ -155,7 +165,8 @@ async def _write_resize_file(ctl: Controller, job: Job, d: Resize, body: dict[st
 
 
 def _data(d: Resize) -> dict[str, object]:
-    return {"from": d.was, "to": d.size, "steps_per_s_from": _num(d.rate_was), "steps_per_s_to": _num(d.rate_now),
+    return {**({"unit": d.unit} if d.unit != "GPUs" else {}),
+            "from": d.was, "to": d.size, "steps_per_s_from": _num(d.rate_was), "steps_per_s_to": _num(d.rate_now),
             "speedup": _num(d.rate_now / d.rate_was) if d.rate_was > 0 else None,
             "scaling": "measured" if d.measured else "prior", "gain_s": _num(d.gain_s), "cost_s": _num(d.cost_s),
             "for_jobs": list(d.for_jobs), "nodes": [p.node for p in d.placements],

@@ -116,6 +116,9 @@ class FleetView:
     """Running elastic job id -> its kind's measured steps per second at each GPU count on its GPU type (hsched.learn;
     empty: nothing measured yet). Every running elastic job that may be resized is here
     (hsched.sched.stages.elastic)."""
+    resize_cost: Mapping[int, float] = field(default_factory=dict)
+    """Running elastic job id -> what a resize costs it (seconds): its checkpoint and restart, measured as a move's
+    (the jobs that proved they checkpoint, gangs too), or a resize in place's. Only these are resized."""
 
 
 @dataclass(frozen=True, slots=True)

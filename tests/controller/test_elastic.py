@@ -37,7 +37,7 @@ async def submit_elastic(lab: Lab, lo: int, hi: int, kind: str = "elastic-k") ->
 
 
 async def report(lab: Lab, job_id: int, step: float) -> None:
-    (run,) = [r for r in await lab.runs(job_id) if r.state.is_live()]
+    run = next(r for r in await lab.runs(job_id) if r.state.is_live() and r.rank == 0)  # (rank 0 reports)
     await lab.ctl.db(job_cache(lab.ctl).read, lab.ctl.store)
     learning.observe(lab.ctl, lab.ctl.nodes[run.node], progress(run.run_dir, lab.clock.time(), step, None),
                      lab.clock.time(), job_cache(lab.ctl).last)
@@ -251,3 +251,50 @@ async def test_a_job_that_resizes_in_place_gets_its_signal_and_devices_not_a_res
         assert [(r["kind"], r["to"], r["in_place"]) for r in shown["resizes"]] == [("grow", 8, True),
                                                                                   ("shrink", 4, True)]
         assert shown["restarts"] == 0 and "preempting" not in await lab.events(job.id)
+
+
+async def test_an_elastic_gang_grows_by_whole_nodes_and_gives_back_its_last(tmp_path: Path) -> None:
+    four = tuple(CannedNode(n, "NVIDIA H100 80GB HBM3", 2) for n in "abcd")
+    async with Lab.open(tmp_path, nodes=four, settings=SETTINGS) as lab:
+        for ex in lab.executors.values():
+            ex.exit_on_signal.pop("TERM")
+        blockers = [await lab.submit("python3", "other.py", gpus=2, kind="blocker") for _ in range(2)]
+        await lab.round()
+        spec = JobSpec(command=("python3", "trainer.py"), resources=Resources(gpus=2, nodes=2, nodes_max=4),
+                       kind="gang-k", checkpoint_signal=parse_checkpoint_signal("USR1@60"))
+        job = await commands.submit(lab.ctl, spec, "alice", None)
+        await lab.round()
+        assert len((await lab.job(job.id)).placement) == 2
+        await checkpoint(lab, job.id)
+        await lab.round()
+        await lab.round()
+        assert (await lab.job(job.id)).restarts == 1
+        await run_for(lab, job.id, SETTINGS.move_min_run_s, 0.0, 2.0)
+        for b in blockers:
+            await lab.finish(b.id, 0)
+        await lab.round()
+        assert (await lab.job(job.id)).state is JobState.PREEMPTING
+        first = (await lab.job(job.id)).placement[0].node
+        await checkpoint(lab, job.id)
+        await lab.round()
+        await lab.round()
+        grown = await lab.job(job.id)
+        assert grown.state is JobState.RUNNING and len(grown.placement) == 4 and grown.placement[0].node == first
+        envs = [dict(r.request.env) for r in (await lab.fake_runs(job.id))[-4:]]
+        assert {e["HSCHED_GPUS"] for e in envs} == {"8"} and {e["WORLD_SIZE"] for e in envs} == {"4"}
+        assert sorted(e["RANK"] for e in envs) == ["0", "1", "2", "3"]
+        await run_for(lab, job.id, SETTINGS.move_min_run_s, 1000.0, 4.0)
+        # two one-GPU jobs arrive: a node's worth; it gives back its last nodes, never its first
+        small = [await lab.submit("python3", "eval.py", gpus=1, kind="small") for _ in range(2)]
+        await lab.round()
+        assert (await lab.job(job.id)).state is JobState.PREEMPTING
+        await checkpoint(lab, job.id)
+        await lab.round()
+        await lab.round()
+        assert [(await lab.job(s.id)).state for s in small] == [JobState.RUNNING] * 2
+        shrunk = await lab.job(job.id)
+        assert shrunk.state is JobState.RUNNING and shrunk.placement[0].node == first
+        shown = await Api(lab.ctl).handle("show", {"id": job.id}, os.getuid())
+        assert [(r["kind"], r["from"], r["to"], r["unit"]) for r in shown["resizes"]] == [
+            ("grow", 2, 4, "nodes"), ("shrink", 4, 2, "nodes")]  # (the policy's sizes: 2 and 4, powers of two)
+        assert (shown["nodes_min"], shown["nodes_max"], shown["nodes_now"]) == (2, 4, len(shrunk.placement))

@@ -5,12 +5,15 @@ after backfill, over what the round decided:
 
 * **start bigger**: an elastic job the round starts, when no job needing GPUs is left waiting, starts with as many
   of its node's free GPUs as its MAX allows (no restart is paid: it was not running);
-* **grow and shrink**: the running elastic jobs that proved they checkpoint (`FleetView.movable`, the same proof
-  moves require), one node each, are handed with the free GPUs of each node (a pool) and the jobs left waiting (in the
-  order the round served them) to the policy, `hsched.sched.elastic.plan_resizes` (the simulator's own): waiting jobs
-  first (shrinks, never below MIN, that let one start), then growth into GPUs nobody waiting can use when the
-  expected saving pays for the restart by the moves' rule. A grow also waits out the moves' quantum
+* **grow and shrink**: the running elastic jobs that proved they checkpoint (the same proof moves require) or
+  resize in place (`FleetView.resize_cost`: what a resize costs each), one node each, are handed with the free GPUs
+  of each node (a pool) and the jobs left waiting (in the order the round served them) to the policy,
+  `hsched.sched.elastic.plan_resizes` (the simulator's own): waiting jobs first (shrinks, never below MIN, that let
+  one start), then growth into GPUs nobody waiting can use when the expected saving pays for the restart by the
+  moves' rule. A grow also waits out the moves' quantum
   (`move_min_run_s`) since the job's last start; a shrink does not (waiting jobs come first).
+
+An elastic gang (`--nodes MIN-MAX`) is resized by the same policy counted in whole nodes (`_gang_resizes`).
 
 A resize is a `Resize`, a `Move` with a size: the controller stops the job with its checkpoint signal, holds the
 new devices for it (the best of its own when shrinking, of its own and the free ones when growing: the topology
@@ -60,6 +63,8 @@ class Resize(Move):
     """Both rates measured (False: at least one is the prior)."""
     for_jobs: tuple[int, ...] = ()
     """A shrink: the waiting jobs it makes room for."""
+    unit: str = "GPUs"
+    """What `size` and `was` count: GPUs per node (one node), or "nodes" (an elastic gang, `--nodes MIN-MAX`)."""
 
 
 def rate_at(scaling: Mapping[int, float], n: int) -> tuple[float, bool]:
@@ -94,6 +99,7 @@ def elastic_stage(w: Work) -> None:
         _start_smaller(w, jobs, waiting)
     if fleet.scaling:
         w.decisions.extend(_resizes(w, waiting))
+        w.decisions.extend(_gang_resizes(w, waiting))
 
 
 def _waiting(w: Work, jobs: Mapping[int, Job]) -> list[Job]:
@@ -146,8 +152,7 @@ def _resizes(w: Work, waiting: Sequence[Job]) -> list[Resize]:
     st, fleet = w.st, w.st.fleet
     stopping = {d.job_id for d in w.decisions if isinstance(d, Move)}
     stopping.update(v for d in w.decisions if isinstance(d, Preempt) for v in d.victims)
-    running = {r.id: r for r in fleet.running if r.id in fleet.scaling
-               and (r.id in fleet.movable or r.job.spec.resize_signal is not None) and r.id not in stopping
+    running = {r.id: r for r in fleet.running if r.id in fleet.resize_cost and r.id not in stopping
                and len(r.job.placement) == 1 and r.job.spec.resources.gpus_max
                and st.by_name.get(r.job.placement[0].node) is not None}
     if not running:
@@ -165,7 +170,7 @@ def _resizes(w: Work, waiting: Sequence[Job]) -> list[Resize]:
         ejobs.append(policy.ElasticJob(
             r.id, len(p.devices), res.gpus, res.gpus_max, rates,
             run_s=max(0.0, st.now - r.started) + fleet.attained.get(r.id, 0.0),
-            checkpoint_cost_s=IN_PLACE_COST_S if r.job.spec.resize_signal else fleet.movable[r.id],
+            checkpoint_cost_s=fleet.resize_cost[r.id],
             proven_checkpoint=True, pool=p.node, user=r.job.user,
             remaining_s=None if end is None or math.isinf(end) else max(0.0, end - st.now)))
     wait = [policy.Waiting(j.id, j.spec.resources.gpus, tuple(n.name for n in st.nodes_for(j)), j.user)
@@ -183,6 +188,73 @@ def _resizes(w: Work, waiting: Sequence[Job]) -> list[Resize]:
         d = _decision(w, r, rz, priors[r.id])
         if d is not None:
             out.append(d)
+    return out
+
+
+def _gang_resizes(w: Work, waiting: Sequence[Job]) -> list[Resize]:
+    """Elastic gangs (`--nodes MIN-MAX`, GPUs per node fixed) that proved they checkpoint, by the same policy counted
+    in nodes: each gang its own pool, whose free units are the nodes not its own where its per-node share fits now,
+    and whose waiting units are the GPUs of the waiting one-node jobs one of its nodes would start, a node's worth a
+    unit. A grow adds whole free nodes; a shrink gives back its last nodes (never its first: the rendezvous host)."""
+    st, fleet = w.st, w.st.fleet
+    stopping = {d.job_id for d in w.decisions if isinstance(d, Move)}
+    stopping.update(v for d in w.decisions if isinstance(d, Preempt) for v in d.victims)
+    gangs = [r for r in fleet.running if r.id in fleet.resize_cost and r.id not in stopping
+             and r.job.spec.resources.nodes_max and r.job.spec.resources.nodes_max > r.job.spec.resources.nodes
+             and r.job.spec.resize_signal is None and r.job.placement
+             and all(p.node in st.by_name for p in r.job.placement)]
+    out: list[Resize] = []
+    for r in sorted(gangs, key=lambda r: r.id):
+        job, res = r.job, r.job.spec.resources
+        assert res.nodes_max is not None
+        g = max(1, res.gpus)
+        mine = {p.node for p in job.placement}
+        busy = st.busy_reserved()
+        free_nodes = [(n, got) for n in st.nodes_for(job) if n.name not in mine
+                      and (got := st.fit(n, res, busy)) is not None]
+        pool = f"gang {job.id}"
+        units: list[policy.Waiting] = []
+        demand, first = 0, None
+        own = {u for p in job.placement[1:] for u in p.devices}
+        for j in waiting:
+            jr = j.spec.resources
+            if jr.nodes != 1 or not any(st.fit(st.by_name[p.node], jr, busy, freed=own) is not None
+                                        for p in job.placement[1:]):
+                continue
+            first = j.id if first is None else first
+            demand += jr.gpus
+            while demand >= g:
+                units.append(policy.Waiting(first, 1, (pool,), j.user))
+                demand, first = demand - g, None
+        if demand > 0 and first is not None:
+            units.append(policy.Waiting(first, 1, (pool,), job.user))
+        scaling = fleet.scaling[job.id]
+        nodes_now = len(job.placement)
+        sizes = set(policy.allowed_sizes(res.nodes, res.nodes_max)) | {nodes_now}
+        rates = tuple(sorted((n, rate_at(scaling, n * g)[0]) for n in sizes))
+        end = fleet.ends.get(job.id)
+        ej = policy.ElasticJob(job.id, nodes_now, res.nodes, res.nodes_max, rates,
+                               run_s=max(0.0, st.now - r.started) + fleet.attained.get(job.id, 0.0),
+                               checkpoint_cost_s=fleet.resize_cost[job.id], proven_checkpoint=True, pool=pool,
+                               user=job.user,
+                               remaining_s=None if end is None or math.isinf(end) else max(0.0, end - st.now))
+        for rz in policy.plan_resizes([ej], {pool: len(free_nodes)}, units):
+            grow = rz.direction is policy.Direction.GROW
+            if grow and st.now - r.started < fleet.move_min_run_s:
+                continue
+            if grow:
+                added = [got for _n, got in free_nodes[:rz.new - rz.old]]
+                placements = (*job.placement, *added)
+                st.hold(u for p in added for u in p.devices)
+            else:
+                placements = job.placement[:rz.new]
+            rate_was, m0 = rate_at(scaling, rz.old * g)
+            rate_now, m1 = rate_at(scaling, rz.new * g)
+            out.append(Resize(job.id, tuple(placements), f"{rz.old} nodes", f"{rz.new} nodes",
+                              rz.gain_s if grow else -rz.gain_s, rz.cost_s,
+                              rz.reason.replace(" GPUs", " nodes").replace("GPU(s)", "node(s)"), size=rz.new,
+                              was=rz.old, grow=grow, rate_was=rate_was, rate_now=rate_now, measured=m0 and m1,
+                              for_jobs=() if rz.for_job is None else (rz.for_job,), unit="nodes"))
     return out
 
 
