@@ -113,9 +113,9 @@ async def _read_held(ctl: Controller, active: Sequence[Job], pending: Iterable[J
     found = await ctl.db(ctl.store.last_events, "move", [j.id for j in stopping])
     for kind in ("grow", "shrink"):
         # an elastic job's resize holds its new devices as a move does (hsched.controller.resizing): the latest counts
-        for jid, got in (await ctl.db(ctl.store.last_events, kind, [j.id for j in stopping])).items():
-            if jid not in found or got[0] > found[jid][0]:
-                found[jid] = got
+        for jid, last in (await ctl.db(ctl.store.last_events, kind, [j.id for j in stopping])).items():
+            if jid not in found or last[0] > found[jid][0]:
+                found[jid] = last
     for job in stopping:
         got = found.get(job.id)
         if got is None or job.id in mv.held:

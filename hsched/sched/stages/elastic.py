@@ -130,7 +130,8 @@ def _start_smaller(w: Work, jobs: Mapping[int, Job], waiting: Sequence[Job]) -> 
             continue
         need = sum(j.spec.resources.gpus for j in waiting
                    if j.spec.resources.nodes == 1 and any(n.name == p.node for n in st.nodes_for(j)))
-        fits = [n for n in policy.allowed_sizes(res.gpus, res.gpus_max) if n <= max(res.gpus, len(p.devices) - need)]
+        top = res.gpus_max or res.gpus
+        fits = [n for n in policy.allowed_sizes(res.gpus, top) if n <= max(res.gpus, len(p.devices) - need)]
         size = max(fits, default=res.gpus)
         if need <= 0 or size >= len(p.devices):
             continue
@@ -224,7 +225,7 @@ def _gang_resizes(w: Work, waiting: Sequence[Job]) -> list[Resize]:
             first = j.id if first is None else first
             demand += jr.gpus
             while demand >= g:
-                units.append(policy.Waiting(first, 1, (pool,), j.user))
+                units.append(policy.Waiting(first if first is not None else j.id, 1, (pool,), j.user))
                 demand, first = demand - g, None
         if demand > 0 and first is not None:
             units.append(policy.Waiting(first, 1, (pool,), job.user))
