@@ -50,22 +50,30 @@ Public API (callers use exactly these names; everything else here is private):
     def fair_gpus(user_usage: Mapping[str, float], total_gpus: int) -> dict[str, float]
     def plan_resizes(jobs: Sequence[ElasticJob], free: Mapping[str, int], waiting: Sequence[Waiting], *,
                      round_s: float = 360.0, fair: Mapping[str, float] | None = None,
-                     held: Mapping[str, int] | None = None, grow: bool = True) -> tuple[Resize, ...]
-        # grow=False: step 1 alone (shrinks), as before a round whose moves may want the free GPUs
+                     held: Mapping[str, int] | None = None, grow: bool = True,
+                     outbid: float | None = None) -> tuple[Resize, ...]
+        # free: GPUs free now per pool; waiting: the jobs that wait, most important first; round_s: the least
+        # expected remaining time (as moves); grow=False: no growth into idle GPUs (step 2), as before a round whose
+        # moves may want them; outbid: see step 0 (None: off, the default)
 
-`plan_resizes`'s rule, in two steps (waiting jobs first: a waiting job has no throughput at all):
+`plan_resizes`'s rule (waiting jobs before growth: a waiting job has no throughput at all). Speeds compare across
+jobs in GPU-equivalents: a job's rate at a size times its base size over its rate at its base size (a waiting job
+gets 1 per GPU it is given).
 
-1. Contention. The waiting jobs, in the order given (the caller's priority order), each take free GPUs of a pool it
-   can use. One that does not fit makes elastic jobs of that pool shrink, never below `min_size`: first the GPUs
-   they borrowed (above `base_size`), then GPUs at or below their base size only where their marginal throughput
-   there is below what the waiting job would get from the same GPUs (speed-ups measured in each job's own
-   base-size units, so 1 GPU-equivalent per GPU for a job started at its size). Shrinks are planned only when they
-   free enough for the waiting job to start (all or nothing), smallest loss per GPU first.
+0. Outbid (only with `outbid`): a job grows into free GPUs a waiting job could use when each GPU adds more than
+   `outbid` GPU-equivalents of its speed (a scaling measured superlinear). Measured on Gavel's traces it lost, so off.
+1. Contention. The waiting jobs, in the order given, each take free GPUs of a pool it can use. One that does not fit
+   makes elastic jobs of that pool shrink, never below `min_size`: the GPUs they borrowed (above `base_size`)
+   whatever they add, and GPUs at or below their base size only where the job loses less than half a GPU-equivalent
+   per GPU freed (1 / MOVE_MARGIN: the waiting job gets at least twice what the job loses, the same margin as a
+   move's gain over its cost). Shrinks are planned only when they free enough for the waiting job to start (all or
+   nothing), the job whose first step loses least per GPU first.
 2. Growth. The GPUs still free after the waiting jobs took theirs would otherwise idle: elastic jobs in that pool
-   grow into them, best marginal speed-up per added GPU first, when the expected saving pays for the restart by the
-   rule moves use (hsched.sched.policies.hsched: `speedup_gain` over `expected_remaining_s`, `gain_pays`: more
-   than twice the checkpoint cost, the second restart being the shrink that may follow), and only while the user
-   stays within their fair share (`fair`: GPUs each user may hold; `held`: what they hold now) if anyone waits.
+   grow into them step by step, the best marginal speed-up per added GPU first, when the expected saving pays for
+   the restart by the rule moves use (hsched.sched.policies.hsched: `speedup_gain` over `expected_remaining_s`,
+   `gain_pays`: more than twice the checkpoint cost, the second restart being the shrink that may follow), and only
+   while the user stays within their fair share (`fair`: GPUs each user may hold, see `fair_gpus`; `held`: GPUs
+   each holds now) when another user waits.
 
 Only jobs with `proven_checkpoint` are resized. Each job is resized at most once a plan (one restart a round). Pure:
 no I/O, no module state, deterministic (ties by job id).
@@ -270,8 +278,9 @@ def plan_resizes(
     holding = dict(held or {})
 
     def grow_into(avail: dict[str, int], above: float) -> None:
-        """Grow jobs into `avail` (GPUs per pool, taken as used), best marginal speed-up per GPU first, when it is
-        above `above` GPU-equivalents per GPU and the saving pays for the restart."""
+        """Grow jobs into `avail` (GPUs per pool, taken as used) step by step, the best marginal speed-up per GPU
+        first, each step above `above` GPU-equivalents per GPU; a job may take several steps (one restart: its resize
+        is from its size to its last step's), each time with the saving from its size paying for that restart."""
         while True:
             best: tuple[float, float, int, int, float, float] | None = None  # (-per GPU, -gain, id, new, gain, cost)
             for p, jobs_here in by_pool.items():
@@ -279,14 +288,15 @@ def plan_resizes(
                 if idle <= 0:
                     continue
                 for j in jobs_here:
-                    if j.id in planned:
+                    done = planned.get(j.id)
+                    if done is not None and done.direction is not Direction.GROW:
                         continue
                     cur = size_now[j.id]
                     room = idle
                     if fair is not None and anyone_waits and (waiting_users - {j.user}) and j.user in fair:
                         room = min(room, math.floor(fair[j.user] - holding.get(j.user, 0)))
-                    e_cur, r_cur = sp.equiv(j, cur), sp.rate(j, cur)
-                    if e_cur is None or r_cur is None:
+                    e_cur, r_was = sp.equiv(j, cur), sp.rate(j, j.size)
+                    if e_cur is None or r_was is None:
                         continue
                     remaining = expected_remaining_s(j.remaining_s, j.run_s, round_s)
                     for s in sp.sizes(j):
@@ -296,7 +306,7 @@ def plan_resizes(
                         if e_new is None or r_new is None:
                             continue
                         per_gpu = (e_new - e_cur) / (s - cur)
-                        gain = speedup_gain(remaining, r_cur, r_new)
+                        gain = speedup_gain(remaining, r_was, r_new)
                         if per_gpu <= above or gain <= 0 or not gain_pays(gain, j.checkpoint_cost_s):
                             continue
                         key = (-per_gpu, -gain, j.id, s, gain, j.checkpoint_cost_s)
@@ -306,7 +316,7 @@ def plan_resizes(
                 return
             per, _, jid, s, gain, cost = best
             j = next(x for x in usable if x.id == jid)
-            old = size_now[jid]
+            before, old = size_now[jid], j.size
             why = ("idle GPU(s) no waiting job can use" if above == -math.inf else
                    f"free GPU(s): each adds {-per:.2f} GPU-equivalents of its speed, more than a waiting job gets")
             planned[jid] = Resize(
@@ -314,8 +324,8 @@ def plan_resizes(
                 f"growing from {old} to {s} GPUs into {s - old} {why}: expected to save {gain:.0f} s for a restart "
                 f"of {cost:.0f} s", gain, cost, j.pool)
             size_now[jid] = s
-            avail[j.pool] -= s - old
-            holding[j.user] = holding.get(j.user, 0) + s - old
+            avail[j.pool] -= s - before
+            holding[j.user] = holding.get(j.user, 0) + s - before
 
     # 0. growth that beats what a waiting job would get from the same free GPUs (a scaling the table measured
     #    superlinear): before the waiting jobs take them
