@@ -635,7 +635,7 @@ class Simulator:
         # ---- elastic jobs (cfg.elastic): the core's grow/shrink plan around each round, applied at once
         erates = ElasticRates(self.model, cfg.elastic) if cfg.elastic is not None else None
         resizes = {Direction.GROW: 0, Direction.SHRINK: 0}
-        pools_of: dict[int, tuple[str, ...]] = {}  # job id -> the GPU types it can start on at its trace size
+        pools_of: dict[int, tuple[str, ...]] = {}  # job id -> the servers it can start on whole at its trace size
         fastest_at: dict[tuple[str, int, int], float] = {}
 
         def elastic_fastest(j: _Job) -> float:
@@ -648,29 +648,32 @@ class Simulator:
             return fastest_at[key]
 
         def resize(t: float, pending: list[_Job] | None = None, grow: bool = True) -> None:
-            """Ask hsched.sched.elastic.plan_resizes about the running jobs, the free GPUs of each type and the
+            """Ask hsched.sched.elastic.plan_resizes about the running jobs, the free GPUs of each server and the
             waiting jobs (`pending`, else every job not running) in least-attained-service order, and apply its
             resizes (shrinks first: grows may take what they free): each a stop and a start at the new size, which
-            pays the checkpoint cost as a move does."""
+            pays the checkpoint cost as a move does.
+
+            Its pools are servers: a job grows on its own server alone and a waiting job is counted where it fits
+            whole, because a gang spread over servers runs at the table's much lower unconsolidated rate (pools by
+            GPU type made shrinks free GPUs on two servers for a 4-GPU newcomer, which then ran spread). A job that
+            spans servers keeps its size."""
             assert erates is not None
-            free: dict[str, int] = {}
-            for sv in self.servers:
-                if pool is None or sv.name != pool.name:
-                    free[sv.gpu_type] = free.get(sv.gpu_type, 0) + len(free_on[sv.name])
+            free = {sv.name: len(free_on[sv.name]) for sv in self.servers if pool is None or sv.name != pool.name}
             waiting_jobs = pending if pending is not None else [w for w in active.values() if w.gpu_type is None]
             waiting_jobs.sort(key=lambda w: (qos_rank(w.tj.qos), -w.tj.priority, w.service_s * w.tj.gpus,
                                              w.tj.arrival_s, w.tj.id))
             waiting = []
             for w in waiting_jobs:
                 if w.tj.id not in pools_of:
-                    pools_of[w.tj.id] = tuple(x for x in self.types if self.capacity[x] >= w.base_tj.gpus
-                                              and self._best_rate(w.base_tj, x))
+                    ok = {x for x in self.types if self._best_rate(w.base_tj, x)}
+                    pools_of[w.tj.id] = tuple(sv.name for sv in self.servers if sv.gpu_type in ok and sv.name in free
+                                              and len(sv.devices) >= w.base_tj.gpus)
                 waiting.append(ElasticWaiting(w.tj.id, w.tj.gpus, pools_of[w.tj.id], w.tj.user))
             ejobs = [ElasticJob(r.tj.id, r.tj.gpus, 1, erates.max_size(r.base_tj.gpus),
                                 erates.rates(r.tj.job_type, r.gpu_type, r.base_tj.gpus), r.run_s + (t - r.run_start),
-                                cfg.costs.checkpoint_s, r.tj.checkpointable, pool=r.gpu_type, user=r.tj.user,
-                                base_size=r.base_tj.gpus)
-                     for r in running.values() if r.gpu_type is not None and not r.in_pool]
+                                cfg.costs.checkpoint_s, r.tj.checkpointable, pool=r.placement[0].node,
+                                user=r.tj.user, base_size=r.base_tj.gpus)
+                     for r in running.values() if r.gpu_type is not None and not r.in_pool and len(r.placement) == 1]
             share: dict[str, float] | None = None
             holding: dict[str, int] | None = None
             if len(users) > 1:
@@ -686,7 +689,8 @@ class Simulator:
                 if rz.direction is Direction.SHRINK:
                     placement: tuple[Placement, ...] | None = shrink_placement(j.placement, rz.new)
                 else:
-                    placement = grow_placement(j.placement, rz.new - rz.old, gpu_type, self.servers, free_on)
+                    placement = grow_placement(j.placement, rz.new - rz.old, gpu_type,
+                                               [sv for sv in self.servers if sv.name == rz.pool], free_on)
                 if placement is None:
                     continue
                 again = j.run_start == t and j.run_s > 0  # restored at this instant: still the one restore
