@@ -50,21 +50,30 @@ Public API (callers use exactly these names; everything else here is private):
     def fair_gpus(user_usage: Mapping[str, float], total_gpus: int) -> dict[str, float]
     def plan_resizes(jobs: Sequence[ElasticJob], free: Mapping[str, int], waiting: Sequence[Waiting], *,
                      round_s: float = 360.0, fair: Mapping[str, float] | None = None,
-                     held: Mapping[str, int] | None = None) -> tuple[Resize, ...]
+                     held: Mapping[str, int] | None = None, grow: bool = True,
+                     outbid: float | None = None) -> tuple[Resize, ...]
+        # free: GPUs free now per pool; waiting: the jobs that wait, most important first; round_s: the least
+        # expected remaining time (as moves); grow=False: no growth into idle GPUs (step 2), as before a round whose
+        # moves may want them; outbid: see step 0 (None: off, the default)
 
-`plan_resizes`'s rule, in two steps (waiting jobs first: a waiting job has no throughput at all):
+`plan_resizes`'s rule (waiting jobs before growth: a waiting job has no throughput at all). Speeds compare across
+jobs in GPU-equivalents: a job's rate at a size times its base size over its rate at its base size (a waiting job
+gets 1 per GPU it is given).
 
-1. Contention. The waiting jobs, in the order given (the caller's priority order), each take free GPUs of a pool it
-   can use. One that does not fit makes elastic jobs of that pool shrink, never below `min_size`: first the GPUs
-   they borrowed (above `base_size`), then GPUs at or below their base size only where their marginal throughput
-   there is below what the waiting job would get from the same GPUs (speed-ups measured in each job's own
-   base-size units, so 1 GPU-equivalent per GPU for a job started at its size). Shrinks are planned only when they
-   free enough for the waiting job to start (all or nothing), smallest loss per GPU first.
+0. Outbid (only with `outbid`): a job grows into free GPUs a waiting job could use when each GPU adds more than
+   `outbid` GPU-equivalents of its speed (a scaling measured superlinear). Measured on Gavel's traces it lost, so off.
+1. Contention. The waiting jobs, in the order given, each take free GPUs of a pool it can use. One that does not fit
+   makes elastic jobs of that pool shrink, never below `min_size`: the GPUs they borrowed (above `base_size`)
+   whatever they add, and GPUs at or below their base size only where the job loses less than half a GPU-equivalent
+   per GPU freed (1 / MOVE_MARGIN: the waiting job gets at least twice what the job loses, the same margin as a
+   move's gain over its cost). Shrinks are planned only when they free enough for the waiting job to start (all or
+   nothing), the job whose first step loses least per GPU first.
 2. Growth. The GPUs still free after the waiting jobs took theirs would otherwise idle: elastic jobs in that pool
-   grow into them, best marginal speed-up per added GPU first, when the expected saving pays for the restart by the
-   rule moves use (hsched.sched.policies.hsched: `speedup_gain` over `expected_remaining_s`, `gain_pays`: more
-   than twice the checkpoint cost, the second restart being the shrink that may follow), and only while the user
-   stays within their fair share (`fair`: GPUs each user may hold; `held`: what they hold now) if anyone waits.
+   grow into them step by step, the best marginal speed-up per added GPU first, when the expected saving pays for
+   the restart by the rule moves use (hsched.sched.policies.hsched: `speedup_gain` over `expected_remaining_s`,
+   `gain_pays`: more than twice the checkpoint cost, the second restart being the shrink that may follow), and only
+   while the user stays within their fair share (`fair`: GPUs each user may hold, see `fair_gpus`; `held`: GPUs
+   each holds now) when another user waits.
 
 Only jobs with `proven_checkpoint` are resized. Each job is resized at most once a plan (one restart a round). Pure:
 no I/O, no module state, deterministic (ties by job id).
@@ -81,7 +90,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from hsched.sched.policies.hsched import expected_remaining_s, gain_pays, speedup_gain
+from hsched.sched.policies.hsched import MOVE_MARGIN, expected_remaining_s, gain_pays, speedup_gain
 
 
 class Direction(enum.StrEnum):
@@ -185,33 +194,54 @@ def fair_gpus(user_usage: Mapping[str, float], total_gpus: int) -> dict[str, flo
     return {u: total_gpus * s / total for u, s in shares.items()}
 
 
-def _equiv(job: ElasticJob, size: int) -> float | None:
-    """The job's speed at `size` in GPU-equivalents of its base size: base_size at its base size, so that a waiting
-    job (which gets 1 per GPU) and jobs of different models compare."""
-    r = rate_at(job.rates, size)
-    r0 = rate_at(job.rates, job.base)
-    if r is None or r0 is None:
-        return None
-    return r * job.base / r0
+class _Speeds:
+    """One plan's memo of each job's rates and allowed sizes (a plan asks the same ones for every waiting job)."""
 
+    __slots__ = ("_rates", "_sizes")
 
-def _shrink_steps(job: ElasticJob, size: int) -> list[tuple[int, float]]:
-    """(new size, loss in GPU-equivalents per GPU freed) for each allowed size below `size`, nearest first, as long
-    as the step is allowed: GPUs above the base always (they were borrowed), below it only at a loss under 1."""
-    sizes = [s for s in allowed_sizes(job.min_size, job.max_size, job.any_size) if s < size]
-    cur = _equiv(job, size)
-    out: list[tuple[int, float]] = []
-    if cur is None:
+    def __init__(self) -> None:
+        self._rates: dict[tuple[tuple[tuple[int, float], ...], int], float | None] = {}
+        self._sizes: dict[tuple[int, int, bool], tuple[int, ...]] = {}
+
+    def rate(self, job: ElasticJob, size: int) -> float | None:
+        key = (job.rates, size)
+        if key not in self._rates:
+            self._rates[key] = rate_at(job.rates, size)
+        return self._rates[key]
+
+    def sizes(self, job: ElasticJob) -> tuple[int, ...]:
+        key = (job.min_size, job.max_size, job.any_size)
+        if key not in self._sizes:
+            self._sizes[key] = allowed_sizes(*key)
+        return self._sizes[key]
+
+    def equiv(self, job: ElasticJob, size: int) -> float | None:
+        """The job's speed at `size` in GPU-equivalents of its base size: base_size at its base size, so that a
+        waiting job (which gets 1 per GPU) and jobs of different models compare."""
+        r, r0 = self.rate(job, size), self.rate(job, job.base)
+        if r is None or r0 is None:
+            return None
+        return r * job.base / r0
+
+    def shrink_steps(self, job: ElasticJob, size: int) -> list[tuple[int, float]]:
+        """(new size, loss in GPU-equivalents per GPU freed) for each allowed size below `size`, nearest first, as
+        long as the step is allowed: GPUs above the base always (they were borrowed), below it only at a loss
+        under 1 (what the waiting job would get from them)."""
+        cur = self.equiv(job, size)
+        out: list[tuple[int, float]] = []
+        if cur is None:
+            return out
+        for s in reversed(self.sizes(job)):
+            if s >= size:
+                continue
+            e = self.equiv(job, s)
+            if e is None:
+                break
+            loss = (cur - e) / (size - s)
+            if s < job.base and loss >= 1.0 / MOVE_MARGIN:
+                break
+            out.append((s, loss))
         return out
-    for s in reversed(sizes):
-        e = _equiv(job, s)
-        if e is None:
-            break
-        loss = (cur - e) / (size - s)
-        if s < job.base and loss >= 1.0:
-            break
-        out.append((s, loss))
-    return out
 
 
 def plan_resizes(
@@ -222,6 +252,8 @@ def plan_resizes(
     round_s: float = 360.0,
     fair: Mapping[str, float] | None = None,
     held: Mapping[str, int] | None = None,
+    grow: bool = True,
+    outbid: float | None = None,
 ) -> tuple[Resize, ...]:
     """The resizes to make now (see the module docstring for the rule); at most one per job, ordered by job id."""
     left = {p: max(0, n) for p, n in free.items()}
@@ -234,6 +266,71 @@ def plan_resizes(
     for j in usable:
         by_pool.setdefault(j.pool, []).append(j)
     pools = sorted(set(left) | set(by_pool))
+    sp = _Speeds()
+    steps_of: dict[int, list[tuple[int, float]]] = {j.id: sp.shrink_steps(j, j.size) for j in usable}
+    # per pool: the GPUs shrinks could still free at most, and the smallest need they could not meet since the pool
+    # last changed (a later waiting job that needs as many is not searched for again)
+    room = {p: sum(j.size - steps_of[j.id][-1][0] for j in by_pool.get(p, ()) if steps_of[j.id]) for p in pools}
+    failed: dict[str, int] = {}
+
+    anyone_waits = bool(waiting)
+    waiting_users = {w.user for w in waiting}
+    holding = dict(held or {})
+
+    def grow_into(avail: dict[str, int], above: float) -> None:
+        """Grow jobs into `avail` (GPUs per pool, taken as used) step by step, the best marginal speed-up per GPU
+        first, each step above `above` GPU-equivalents per GPU; a job may take several steps (one restart: its resize
+        is from its size to its last step's), each time with the saving from its size paying for that restart."""
+        while True:
+            best: tuple[float, float, int, int, float, float] | None = None  # (-per GPU, -gain, id, new, gain, cost)
+            for p, jobs_here in by_pool.items():
+                idle = avail.get(p, 0)
+                if idle <= 0:
+                    continue
+                for j in jobs_here:
+                    done = planned.get(j.id)
+                    if done is not None and done.direction is not Direction.GROW:
+                        continue
+                    cur = size_now[j.id]
+                    room = idle
+                    if fair is not None and anyone_waits and (waiting_users - {j.user}) and j.user in fair:
+                        room = min(room, math.floor(fair[j.user] - holding.get(j.user, 0)))
+                    e_cur, r_was = sp.equiv(j, cur), sp.rate(j, j.size)
+                    if e_cur is None or r_was is None:
+                        continue
+                    remaining = expected_remaining_s(j.remaining_s, j.run_s, round_s)
+                    for s in sp.sizes(j):
+                        if s <= cur or s - cur > room:
+                            continue
+                        e_new, r_new = sp.equiv(j, s), sp.rate(j, s)
+                        if e_new is None or r_new is None:
+                            continue
+                        per_gpu = (e_new - e_cur) / (s - cur)
+                        gain = speedup_gain(remaining, r_was, r_new)
+                        if per_gpu <= above or gain <= 0 or not gain_pays(gain, j.checkpoint_cost_s):
+                            continue
+                        key = (-per_gpu, -gain, j.id, s, gain, j.checkpoint_cost_s)
+                        if best is None or key < best:
+                            best = key
+            if best is None:
+                return
+            per, _, jid, s, gain, cost = best
+            j = next(x for x in usable if x.id == jid)
+            before, old = size_now[jid], j.size
+            why = ("idle GPU(s) no waiting job can use" if above == -math.inf else
+                   f"free GPU(s): each adds {-per:.2f} GPU-equivalents of its speed, more than a waiting job gets")
+            planned[jid] = Resize(
+                jid, old, s, Direction.GROW,
+                f"growing from {old} to {s} GPUs into {s - old} {why}: expected to save {gain:.0f} s for a restart "
+                f"of {cost:.0f} s", gain, cost, j.pool)
+            size_now[jid] = s
+            avail[j.pool] -= s - before
+            holding[j.user] = holding.get(j.user, 0) + s - before
+
+    # 0. growth that beats what a waiting job would get from the same free GPUs (a scaling the table measured
+    #    superlinear): before the waiting jobs take them
+    if waiting and outbid is not None:
+        grow_into(left, outbid)
 
     # 1. contention: each waiting job takes free GPUs, or shrinks make room for it
     for w in waiting:
@@ -244,8 +341,10 @@ def plan_resizes(
             continue
         for p in where:
             need = w.gpus - left.get(p, 0)
+            if need > room.get(p, 0) or need >= failed.get(p, 1 << 62):
+                continue
             jobs_here = {j.id: j for j in by_pool.get(p, ()) if j.id not in planned}
-            steps = {jid: _shrink_steps(j, size_now[jid]) for jid, j in jobs_here.items()}
+            steps = {jid: steps_of[jid] for jid in jobs_here}
             take: dict[int, int] = {}  # job id -> new size
             freed = 0
             for jid in sorted((i for i in steps if steps[i]), key=lambda i: (steps[i][0][1], i)):
@@ -257,11 +356,14 @@ def plan_resizes(
                 take[jid] = pick
                 freed += cur - pick
             if freed < need:
+                failed[p] = need
                 continue
+            failed.pop(p, None)
+            room[p] -= sum(size_now[jid] - steps_of[jid][-1][0] for jid in take)
             for jid, s in take.items():
                 j = jobs_here[jid]
                 old = size_now[jid]
-                r_old, r_new = rate_at(j.rates, old), rate_at(j.rates, s)
+                r_old, r_new = sp.rate(j, old), sp.rate(j, s)
                 assert r_old is not None and r_new is not None
                 remaining = expected_remaining_s(j.remaining_s, j.run_s, round_s)
                 lost = remaining * (r_old / r_new - 1.0) if r_new > 0 else math.inf
@@ -276,48 +378,6 @@ def plan_resizes(
             break
 
     # 2. growth into GPUs nobody waiting can use
-    anyone_waits = bool(waiting)
-    waiting_users = {w.user for w in waiting}
-    holding = dict(held or {})
-    while True:
-        best: tuple[float, float, int, int, float, float] | None = None  # (-per GPU, -gain, id, new, gain, cost)
-        for p, jobs_here in by_pool.items():
-            idle = left.get(p, 0)
-            if idle <= 0:
-                continue
-            for j in jobs_here:
-                if j.id in planned:
-                    continue
-                cur = size_now[j.id]
-                room = idle
-                if fair is not None and anyone_waits and (waiting_users - {j.user}) and j.user in fair:
-                    room = min(room, math.floor(fair[j.user] - holding.get(j.user, 0)))
-                e_cur, r_cur = _equiv(j, cur), rate_at(j.rates, cur)
-                if e_cur is None or r_cur is None:
-                    continue
-                remaining = expected_remaining_s(j.remaining_s, j.run_s, round_s)
-                for s in allowed_sizes(j.min_size, j.max_size, j.any_size):
-                    if s <= cur or s - cur > room:
-                        continue
-                    e_new, r_new = _equiv(j, s), rate_at(j.rates, s)
-                    if e_new is None or r_new is None:
-                        continue
-                    gain = speedup_gain(remaining, r_cur, r_new)
-                    if gain <= 0 or not gain_pays(gain, j.checkpoint_cost_s):
-                        continue
-                    key = (-(e_new - e_cur) / (s - cur), -gain, j.id, s, gain, j.checkpoint_cost_s)
-                    if best is None or key < best:
-                        best = key
-        if best is None:
-            break
-        _, _, jid, s, gain, cost = best
-        j = next(x for x in usable if x.id == jid)
-        old = size_now[jid]
-        planned[jid] = Resize(
-            jid, old, s, Direction.GROW,
-            f"growing from {old} to {s} GPUs into {s - old} idle GPU(s) no waiting job can use: expected to save "
-            f"{gain:.0f} s for a restart of {cost:.0f} s", gain, cost, j.pool)
-        size_now[jid] = s
-        left[j.pool] -= s - old
-        holding[j.user] = holding.get(j.user, 0) + s - old
+    if grow:
+        grow_into(left, -math.inf)
     return tuple(planned[i] for i in sorted(planned))
