@@ -64,6 +64,11 @@ def test_elastic_trainer_grows_shrinks_and_grows_back_without_losing_a_step(tmp_
         j = show(jid)
         return j["state"] == "RUNNING" and j.get("gpus_now") == size
 
+    def measured(*sizes: int) -> bool:
+        """The kind's steps/s at these GPU counts are learnt (from the runs' progress reports, running ones too)."""
+        kinds = {k["kind"]: k for k in h.json("kinds")}  # type: ignore[union-attr]
+        return {r["gpus"] for r in kinds.get("elastic", {}).get("rates", [])} >= set(sizes)
+
     try:
         blocker = sleeper(6, "blocker")
         until("the blocker to run", lambda: show(blocker)["state"] == "RUNNING")
@@ -77,11 +82,11 @@ def test_elastic_trainer_grows_shrinks_and_grows_back_without_losing_a_step(tmp_
         (tmp_path / "blocker").touch()
         until("the grow to 8", lambda: running_at(job, 8))
         # four one-GPU jobs arrive: it shrinks, and they start once it has checkpointed
-        time.sleep(8.0)  # (it runs at 8 long enough for its speed there to be measured)
+        until("its speed at 8 GPUs to be measured", lambda: measured(2, 8))
         small = [sleeper(1, f"small{i}") for i in range(4)]
         until("the four small jobs to run", lambda: all(show(s)["state"] == "RUNNING" for s in small))
         until("the restart at 4", lambda: running_at(job, 4))
-        time.sleep(8.0)
+        until("its speed at 4 GPUs to be measured", lambda: measured(2, 4, 8))
         for i in range(4):
             (tmp_path / f"small{i}").touch()
         until("the grow back to 8", lambda: running_at(job, 8))
