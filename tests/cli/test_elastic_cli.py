@@ -144,3 +144,15 @@ def test_resize_signal(monkeypatch: pytest.MonkeyPatch, submitted: list[dict[str
         with pytest.raises(ConfigError) as ex:
             job_spec_from_table({"command": ["x"], **table}, "j.toml")
         assert line in str(ex.value), str(ex.value)
+
+
+def test_queue_table_shows_the_range_and_the_size_now() -> None:
+    from hsched.cli.listing import gpus_cell
+
+    spec = job_spec_from_table({"command": ["x"], "resources": {"gpus": "2-8"}}, "job.toml")
+    running = job_to_dict(Job(id=1, spec=spec, user="u", state=JobState.RUNNING, reason="", submit_time=0.0,
+                              placement=(Placement("n", ("a", "b", "c", "d")),)))
+    pending = job_to_dict(Job(id=2, spec=spec, user="u", state=JobState.PENDING, reason="", submit_time=0.0))
+    rigid = job_to_dict(Job(id=3, spec=spec_from_dict({"command": ["x"], "resources": {"gpus": 4}}), user="u",
+                            state=JobState.PENDING, reason="", submit_time=0.0))
+    assert (gpus_cell(running), gpus_cell(pending), gpus_cell(rigid)) == ("2-8:4", "2-8", "4")
