@@ -156,3 +156,17 @@ def test_queue_table_shows_the_range_and_the_size_now() -> None:
     rigid = job_to_dict(Job(id=3, spec=spec_from_dict({"command": ["x"], "resources": {"gpus": 4}}), user="u",
                             state=JobState.PENDING, reason="", submit_time=0.0))
     assert (gpus_cell(running), gpus_cell(pending), gpus_cell(rigid)) == ("2-8:4", "2-8", "4")
+
+
+def test_show_rows() -> None:
+    from hsched.cli.jobs import _elastic_line, _resizes_line, _resources_line
+
+    spec = job_spec_from_table({"command": ["x"], "resources": {"gpus": "2-8"}}, "job.toml")
+    job = job_to_dict(Job(id=1, spec=spec, user="u", state=JobState.RUNNING, reason="", submit_time=0.0,
+                          placement=(Placement("n", ("a", "b", "c", "d")),)))
+    assert _elastic_line(job) == "2-8 GPUs per node, now 4"
+    assert _resizes_line([{"kind": "grow", "from": 2, "to": 8, "speedup": 4.0, "scaling": "prior"},
+                          {"kind": "shrink", "from": 8, "to": 4, "speedup": None}]) == (
+        "2: grow 2 -> 8 (4.00x steps/s, prior); shrink 8 -> 4")
+    assert _resources_line({"gpus": 2, "gpus_max": 8, "nodes": 2, "nodes_max": 4}) == (
+        "2-8 GPUs (elastic), x 2-4 nodes (elastic)")
