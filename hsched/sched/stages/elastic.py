@@ -36,6 +36,7 @@ from hsched.model import Job, Placement
 from hsched.sched import elastic as policy
 from hsched.sched.fleet import Launch, Move, Running, Wait
 from hsched.sched.stages.work import Work
+from hsched.sched.state import PREEMPTING, PRIORITY, RESOURCES
 from hsched.sched.view import Preempt
 
 SCALING_PRIOR = 1.0
@@ -102,11 +103,16 @@ def elastic_stage(w: Work) -> None:
         w.decisions.extend(_gang_resizes(w, waiting))
 
 
+WAITS_FOR_GPUS = frozenset({RESOURCES, PRIORITY, PREEMPTING})
+"""The waits GPUs freed by a shrink can end (not a QoS cap, a missing node or user, data: those wait for other
+things)."""
+
+
 def _waiting(w: Work, jobs: Mapping[int, Job]) -> list[Job]:
-    """The jobs left waiting that need whole GPUs, in the order the round served them."""
+    """The jobs left waiting for GPUs (whole ones), in the order the round served them."""
     out = []
     for d in w.decisions:
-        if type(d) is Wait and (j := jobs.get(d.job_id)) is not None:
+        if type(d) is Wait and d.reason in WAITS_FOR_GPUS and (j := jobs.get(d.job_id)) is not None:
             res = j.spec.resources
             if res.gpus > 0 and not res.shared:
                 out.append(j)
