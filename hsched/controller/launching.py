@@ -250,8 +250,8 @@ async def round_input(ctl: Controller, *, always: bool = False) -> RoundInput | 
     if movable or held or attained:
         view = replace(view, movable=movable, held=held, attained=attained,
                        move_min_run_s=ctl.settings.move_min_run_s)
-    scaling, resize_cost = await resizing.round_fields(ctl, active)
-    if scaling:
+    scaling, resize_cost = await resizing.round_fields(ctl, active, pending)
+    if resize_cost:
         # elastic jobs that may be resized, their measured scaling and costs, and the quantum a grow waits out
         view = replace(view, scaling=scaling, resize_cost=resize_cost, move_min_run_s=ctl.settings.move_min_run_s)
     if ctl.settings.policy:

@@ -41,12 +41,19 @@ RESIZE_FILE = "resize.json"
 resize signal."""
 
 
-async def round_fields(ctl: Controller, active: Iterable[Job]) -> tuple[dict[int, dict[int, float]], dict[int, float]]:
-    """The round's (scaling, resize costs) of the running elastic jobs it may resize: those that proved they
-    checkpoint (a restart loses nothing; the cost is a move's, measured) and those that resize in place; none with
-    `moves = false`. Call with ctl.lock held."""
-    elastic = [j for j in active if j.spec.resources.elastic and j.state is JobState.RUNNING]
-    if not elastic or not ctl.settings.moves:
+async def round_fields(ctl: Controller, active: Iterable[Job], pending: Iterable[Job] = ()
+                       ) -> tuple[dict[int, dict[int, float]], dict[int, float]]:
+    """The round's (scaling of the running ones, resize costs) of the elastic jobs it may resize: those that proved
+    they checkpoint (a restart loses nothing; the cost is a move's, measured) and those that resize in place; none
+    with `moves = false`. Waiting ones are among the costs too: only such a job starts bigger than its MIN (it can
+    give the GPUs back). Call with ctl.lock held."""
+    if not ctl.settings.moves:
+        return {}, {}
+    # (`gpus_max`/`nodes_max` first: the cheapest test, over a queue of thousands)
+    elastic = [j for js in (active, pending) for j in js
+               if (j.spec.resources.gpus_max is not None or j.spec.resources.nodes_max is not None)
+               and j.spec.resources.elastic and j.state in (JobState.RUNNING, JobState.PENDING)]
+    if not elastic:
         return {}, {}
     if any(j.spec.resize_signal is None for j in elastic):
         done = await moves.proven(ctl)
@@ -54,7 +61,8 @@ async def round_fields(ctl: Controller, active: Iterable[Job]) -> tuple[dict[int
         done = set()
     costs = {j.id: IN_PLACE_COST_S if j.spec.resize_signal is not None else moves.cost_of(ctl, j.id)
              for j in elastic if j.spec.resize_signal is not None or j.id in done}
-    return (scaling(ctl, [j for j in elastic if j.id in costs]), costs) if costs else ({}, {})
+    running = [j for j in elastic if j.id in costs and j.state is JobState.RUNNING]
+    return scaling(ctl, running), costs
 
 
 def scaling(ctl: Controller, elastic: Iterable[Job]) -> dict[int, dict[int, float]]:

@@ -117,8 +117,9 @@ class FleetView:
     empty: nothing measured yet). Every running elastic job that may be resized is here
     (hsched.sched.stages.elastic)."""
     resize_cost: Mapping[int, float] = field(default_factory=dict)
-    """Running elastic job id -> what a resize costs it (seconds): its checkpoint and restart, measured as a move's
-    (the jobs that proved they checkpoint, gangs too), or a resize in place's. Only these are resized."""
+    """Elastic job id (running, or waiting to start) -> what a resize costs it (seconds): its checkpoint and restart,
+    measured as a move's (the jobs that proved they checkpoint, gangs too), or a resize in place's. Only these are
+    resized, or start bigger than their MIN."""
 
 
 @dataclass(frozen=True, slots=True)

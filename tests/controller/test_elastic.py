@@ -168,15 +168,24 @@ async def test_never_resized_without_proof_and_never_below_min(tmp_path: Path) -
         assert "shrink" not in await lab.events(job.id)
 
 
-async def test_an_elastic_job_starts_bigger_when_nobody_waits(tmp_path: Path) -> None:
+async def test_an_elastic_job_that_can_give_gpus_back_starts_bigger_when_nobody_waits(tmp_path: Path) -> None:
     async with Lab.open(tmp_path, nodes=FLEET, settings=SETTINGS) as lab:
-        job = await submit_elastic(lab, 2, 6)
+        # never checkpointed: it could never give them back, so it starts at its MIN (and grows once it has proved it)
+        rigid = await submit_elastic(lab, 2, 6)
         await lab.round()
-        assert await size(lab, job.id) == 6
-        assert (await env(lab, job.id))["HSCHED_GPUS"] == "6"
-        other = await submit_elastic(lab, 1, 8)
+        assert await size(lab, rigid.id) == 2
+        # it requeues itself (its proof): when it starts again with nobody waiting, it takes up to its MAX at once
+        await checkpoint(lab, rigid.id)
         await lab.round()
-        assert await size(lab, other.id) == 2  # the rest of the node
+        await lab.round()
+        assert await size(lab, rigid.id) == 6
+        assert (await env(lab, rigid.id))["HSCHED_GPUS"] == "6"
+        # a job that resizes in place can always give them back: the rest of the node
+        spec = JobSpec(command=("python3", "trainer.py"), resources=Resources(gpus=1, gpus_max=8), kind="inplace",
+                       resize_signal="USR2")
+        other = await commands.submit(lab.ctl, spec, "alice", None)
+        await lab.round()
+        assert await size(lab, other.id) == 2
 
 
 async def test_a_restarted_controller_still_holds_a_growing_jobs_gpus(tmp_path: Path) -> None:

@@ -85,6 +85,8 @@ def elastic_stage(w: Work) -> None:
     # cheap when no job is elastic (a busy round decides 2,000 jobs): the running elastic ones are in `scaling`; else
     # only the round's starts are looked at, and the queue only for them
     if not fleet.scaling:
+        if not fleet.resize_cost:
+            return  # no elastic job runs, and none that waits could give GPUs back: none starts bigger
         started = {d.job_id for d in w.decisions if type(d) is Launch}
         if not started:
             return
@@ -305,9 +307,13 @@ def _decision(w: Work, r: Running, rz: policy.Resize, all_measured: bool) -> Res
 
 
 def _start_bigger(w: Work, jobs: Mapping[int, Job]) -> None:
+    """An elastic job starting while nobody waits for GPUs takes its node's free ones up to its MAX, when it can give
+    them back (`FleetView.resize_cost`: it proved it checkpoints, or resizes in place); else it starts at MIN and
+    grows once it has proved it."""
     st, fleet = w.st, w.st.fleet
     for k, d in enumerate(w.decisions):
-        if not isinstance(d, Launch) or d.job_id in fleet.held or len(d.placements) != 1:
+        if (not isinstance(d, Launch) or d.job_id in fleet.held or len(d.placements) != 1
+                or d.job_id not in fleet.resize_cost):
             continue
         job = jobs.get(d.job_id)
         res = job.spec.resources if job is not None else None
