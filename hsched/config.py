@@ -236,7 +236,7 @@ def _converted(p: Problems, key: str, v: Any, fn: Callable[[Any], Any]) -> Any:
 _JOB_KEYS = frozenset(
     {"name", "command", "workdir", "env", "resources", "qos", "priority", "checkpoint_signal", "time",
      "time_limit", "hold", "signal", "retries", "dependency", "kill_on_invalid_dep", "array", "constraint",
-     "kind", "output", "error", "open_mode", "data", "ntasks"}
+     "kind", "output", "error", "open_mode", "data", "ntasks", "resize_signal"}
 )
 _JOB_KEYS = _JOB_KEYS | {"workload"}  # issue 30: the workload class (its own line: other branches add keys too)
 MAX_NAME_BYTES = 256
@@ -246,7 +246,7 @@ PRIORITY_MIN, PRIORITY_MAX = -1_000_000, 1_000_000
 """Priorities a job may have (a spec file, the CLI, the API alike)."""
 MAX_RETRIES = 100
 _RES_KEYS = frozenset({"gpus", "gpu_types", "gpu_memory", "cpus", "memory", "nodes", "interconnect",
-                       "tasks_per_node", "constraint", "offload", "shared"})
+                       "tasks_per_node", "constraint", "offload", "shared", "gpus_max", "nodes_max"})
 
 
 def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple[str, ...] = QOS_CLASSES,
@@ -382,14 +382,28 @@ def job_spec_from_table(data: Mapping[str, Any], source: str, qos_classes: tuple
     workload = (_str(p, "workload", data.get("workload", "")) or "").strip()
     if workload and workload not in WORKLOADS:
         p.add("workload", f"expected one of {', '.join(WORKLOADS)}, found {workload!r}")
+    resize_signal = None
+    if "resize_signal" in data:
+        resize_signal = _converted(p, "resize_signal", data["resize_signal"], _resize_signal)
+        if resize_signal is not None and not resources.elastic:
+            p.add("resize_signal", "only an elastic job resizes: give a range, --gpus MIN-MAX")
+            resize_signal = None
     p.raise_if_any()
     return replace(JobSpec(
         command=command, name=name, workdir=workdir, env=tuple(env), resources=resources, qos=qos,
         priority=priority, checkpoint_signal=ck, time_limit_s=time_limit, warn_signal=warn, hold=hold,
         retries=retries, dependency=deps, dependency_any=any_of, kill_on_invalid_dep=kill_invalid, array=array,
         kind=kind, output=files["output"], error=files["error"], output_append=open_mode == "append",
-        data=datasets, ntasks=ntasks,
+        data=datasets, ntasks=ntasks, resize_signal=resize_signal,
     ), workload=workload)
+
+
+def _resize_signal(text: str) -> str:
+    """`--resize-signal USR2`: a signal name the job can catch (no grace: it goes on running)."""
+    ck = parse_checkpoint_signal(str(text))
+    if "@" in str(text) or ck.batch_only:
+        raise ValueError("a signal name such as USR2 (no grace, no B:)")
+    return ck.signal
 
 
 def beyond_limits(spec: JobSpec, settings: Settings) -> list[str]:
@@ -422,6 +436,11 @@ def beyond_limits(spec: JobSpec, settings: Settings) -> list[str]:
         over("the components' GPUs", "--gpus", sum(c.resources.gpus * c.resources.nodes for c in spec.components),
              "max_gpus", " GPUs")
     over("resources.gpus x resources.nodes", "--gpus", res.gpus * res.nodes, "max_gpus", " GPUs")
+    if res.elastic:
+        # an elastic job may grow to its MAX: the bounds hold for that size too
+        over("resources.nodes_max", "--nodes MIN-MAX", res.nodes_max or res.nodes, "max_nodes")
+        over("resources.gpus_max x resources.nodes_max", "--gpus MIN-MAX",
+             (res.gpus_max or res.gpus) * (res.nodes_max or res.nodes), "max_gpus", " GPUs")
     if res.cpus is not None:
         over("resources.cpus", "--cpus", res.cpus, "max_cpus")
     if spec.array is not None:
@@ -482,8 +501,8 @@ def _resources(p: Problems, raw: Any) -> Resources:
         p.expected("resources", "a table", raw)
         return Resources()
     check_keys(p, raw, _RES_KEYS, "resources.")
-    gpus = _int(p, "resources.gpus", raw.get("gpus", 0), minimum=0) or 0
-    nodes = _int(p, "resources.nodes", raw.get("nodes", 1), minimum=1) or 1
+    gpus, gpus_max = _elastic(p, raw, "gpus", 0)
+    nodes, nodes_max = _elastic(p, raw, "nodes", 1)
     tasks = _int(p, "resources.tasks_per_node", raw.get("tasks_per_node", 1), minimum=1) or 1
     types_raw = raw.get("gpu_types", [])
     if isinstance(types_raw, str):
@@ -523,10 +542,43 @@ def _resources(p: Problems, raw: Any) -> Resources:
         p.add("resources.shared", "a shared job takes a fraction of one GPU: gpus = 1 and nodes = 1")
     elif shared and gpu_mem is None and "gpu_memory" not in raw:
         p.add("resources.shared", "a shared job says how much of the GPU it needs: give gpu_memory (--gpu-memory 10G)")
+    if shared and (gpus_max or nodes_max):
+        p.add("resources.shared", "a shared job is not elastic: drop the gpus/nodes range")
     return Resources(
         gpus=gpus, gpu_types=gpu_types, gpu_memory_mib=gpu_mem, cpus=cpus, memory_mib=mem, nodes=nodes,
         interconnect=interconnect, tasks_per_node=tasks, constraint=constraint, offload=offload, shared=shared,
+        gpus_max=gpus_max, nodes_max=nodes_max,
     )
+
+
+def _elastic(p: Problems, raw: Mapping[str, Any], key: str, least: int) -> tuple[int, int | None]:
+    """`gpus = 4`, `gpus = "2-8"` or `gpus = 2` with `gpus_max = 8` (and the same for nodes): (MIN, MAX or None)."""
+    from hsched.spec.sizes import size_range
+
+    value = raw.get(key, least)
+    if not isinstance(value, str):
+        lo = _int(p, f"resources.{key}", value, minimum=least) or least
+        return lo, _top(p, raw, key, lo, None)
+    try:
+        lo, hi = size_range(value, f"resources.{key}", minimum=least)
+    except ValueError as e:
+        p.add(f"resources.{key}", str(e).removeprefix(f"resources.{key} "))
+        return least, None
+    return lo, _top(p, raw, key, lo, hi)
+
+
+def _top(p: Problems, raw: Mapping[str, Any], key: str, lo: int, hi: int | None) -> int | None:
+    """`gpus_max`/`nodes_max` beside `gpus`/`nodes`, checked against a range given there."""
+    value = raw.get(key)
+    if f"{key}_max" in raw:
+        top = _int(p, f"resources.{key}_max", raw[f"{key}_max"], minimum=max(1, lo))
+        if top is not None and hi is not None and top != hi:
+            p.add(f"resources.{key}_max", f"{top} disagrees with {key} = {value!r}; give one of them")
+        elif top is not None:
+            if lo == 0:
+                p.add(f"resources.{key}_max", f"an elastic job asks at least 1 {key}: give {key} >= 1")
+            hi = top if top > lo else None
+    return hi
 
 
 def _constraint(p: Problems, key: str, raw: Any) -> str:

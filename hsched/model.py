@@ -249,6 +249,18 @@ class Resources:
     shared: bool = False
     """`--shared`: a fraction of one GPU, `gpu_memory_mib` of it (an inference server, a small eval): packed with
     other shared jobs on a GPU while their memory fits, under CUDA MPS where the node has it (hsched.sched.live)."""
+    gpus_max: int | None = None
+    """An elastic job (`--gpus MIN-MAX`): the most GPUs per node it may grow to; `gpus` is its least. None: rigid.
+    hsched grows it into GPUs that would idle and shrinks it (never below `gpus`) for waiting jobs, by checkpoint
+    and restart (hsched.sched.stages.elastic, hsched.controller.resizing)."""
+    nodes_max: int | None = None
+    """`--nodes MIN-MAX`: the most nodes an elastic gang may span; `nodes` is its least. None: rigid."""
+
+    @property
+    def elastic(self) -> bool:
+        """The job may run at more than one size."""
+        return (self.gpus_max is not None and self.gpus_max > self.gpus) or (
+            self.nodes_max is not None and self.nodes_max > self.nodes)
 
     def matches_model(self, model: str) -> bool:
         """`--gpu-type a100` matches "NVIDIA A100-SXM4-80GB": case-insensitive substring. A MIG instance (its model
@@ -439,6 +451,10 @@ class JobSpec:
     workload: str = ""
     """`--workload`: training, inference or preprocessing (WORKLOADS); "": not said (`workload_of` infers it: a
     service's replica is inference)."""
+    resize_signal: str | None = None
+    """`--resize-signal USR2`: an elastic job that resizes in place. A resize does not restart it: its new devices are
+    written to `$HSCHED_RESIZE_FILE` and it gets this signal (hsched.controller.resizing). None: checkpoint and
+    restart."""
 
     @property
     def dependency_text(self) -> str:

@@ -53,6 +53,8 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
             "constraint": r.constraint,
             **({"offload": True} if r.offload else {}),
             **({"shared": True} if r.shared else {}),
+            **({"gpus_max": r.gpus_max} if r.gpus_max is not None else {}),
+            **({"nodes_max": r.nodes_max} if r.nodes_max is not None else {}),
         },
         "qos": spec.qos,
         "priority": spec.priority,
@@ -76,6 +78,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         **({"service": spec.service} if spec.service else {}),
         **({"replica": spec.replica} if spec.replica is not None else {}),
         **({"workload": spec.workload} if spec.workload else {}),
+        **({"resize_signal": spec.resize_signal} if spec.resize_signal else {}),
     }
 
 
@@ -104,6 +107,8 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
             constraint=r.get("constraint") or "",
             offload=bool(r.get("offload", False)),
             shared=bool(r.get("shared", False)),
+            gpus_max=r.get("gpus_max"),
+            nodes_max=r.get("nodes_max"),
         ),
         qos=d.get("qos", "normal"),
         priority=d.get("priority", 0),
@@ -126,6 +131,7 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
         service=str(d.get("service") or ""),
         replica=d.get("replica"),
         workload=str(d.get("workload") or ""),
+        resize_signal=d.get("resize_signal") or None,
     )
 
 
@@ -246,7 +252,21 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "workload": workload_of(s) or None,
         "service": s.service or None,
         "replica": s.replica,
+        **elastic_fields(job),
     }
+
+
+def elastic_fields(job: Job) -> dict[str, Any]:
+    """An elastic job's range and the size it runs at now (its placement's GPUs per node and nodes; None while it
+    holds none): `gpus_min`/`gpus_max`, `nodes_min`/`nodes_max`, `gpus_now`, `nodes_now`. Nothing for a rigid job."""
+    r = job.spec.resources
+    if not r.elastic:
+        return {}
+    held = [p for p in job.placement if p.devices or not r.gpus]
+    return {"elastic": True, "gpus_min": r.gpus, "gpus_max": r.gpus_max if r.gpus_max is not None else r.gpus,
+            "nodes_min": r.nodes, "nodes_max": r.nodes_max if r.nodes_max is not None else r.nodes,
+            "gpus_now": max((len(p.devices) for p in held), default=None) if held else None,
+            "nodes_now": len(held) or None}
 
 
 def handle_to_dict(h: RunHandle | None) -> dict[str, Any] | None:

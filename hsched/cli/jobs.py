@@ -101,8 +101,9 @@ def register(app: typer.Typer) -> None:
     def submit(
         ctx: typer.Context,
         args: list[str] = typer.Argument(None, help="[SPEC.toml] [-- COMMAND ARGS...]", show_default=False),
-        gpus: int | None = typer.Option(None, "--gpus", "-G", min=0,
-                                        help="GPUs in all, as sbatch (split evenly over --nodes)."),
+        gpus: str | None = typer.Option(None, "--gpus", "-G",
+                                        help="GPUs in all, as sbatch (split evenly over --nodes); MIN-MAX "
+                                             "(2-8): an elastic job, grown and shrunk between them."),
         gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", min=0, help="GPUs on each node."),
         gpu_type: list[str] = typer.Option(None, "--gpu-type",
                                            help="GPU model substring, or a settings alias (repeatable)."),
@@ -121,7 +122,8 @@ def register(app: typer.Typer) -> None:
             None, "--ntasks", "-n", min=1,
             help="Tasks, as sbatch: the script runs once, `srun CMD` in it runs CMD once per task (one node)."),
         gpu_memory: str | None = typer.Option(None, "--gpu-memory", help="Minimum memory per GPU, e.g. 40G."),
-        nodes: int | None = typer.Option(None, "--nodes", "-N", min=1, help="Nodes (all-or-nothing)."),
+        nodes: str | None = typer.Option(None, "--nodes", "-N",
+                                         help="Nodes (all-or-nothing); MIN-MAX (2-4): an elastic gang."),
         name: str | None = typer.Option(None, "--name", "-J", "--job-name", help="Job name."),
         qos: str | None = typer.Option(None, "--qos", help="QoS class (built in: prod, normal, scavenger).",
                                        autocompletion=complete.qos_names),
@@ -143,6 +145,10 @@ def register(app: typer.Typer) -> None:
             None, "--checkpoint-signal",
             help="SIG@SECONDS sent to every process of the job on preemption, e.g. USR1@60; B:USR1@60 sends it to "
                  "the batch shell only."),
+        resize_signal: str | None = typer.Option(
+            None, "--resize-signal",
+            help="An elastic job that resizes in place: on a resize it gets this signal (e.g. USR2) and its new "
+                 "devices in $HSCHED_RESIZE_FILE, instead of a checkpoint and restart."),
         time_limit: str | None = typer.Option(
             None, "--time", "-t",
             help="Time limit as sbatch: 90 (minutes), MM:SS, HH:MM:SS, D-HH[:MM[:SS]]; or 90s, 1h30m."),
@@ -321,6 +327,8 @@ def register(app: typer.Typer) -> None:
                                 and job["state"] == "PENDING" else "")),
             ("preemptions", _preemptions_line(job.get("preemptions") or {})),
             ("moves", _moves_line(job.get("moves") or [])),
+            *([("elastic", _elastic_line(job)), ("resizes", _resizes_line(job.get("resizes") or []))]
+              if job.get("elastic") else []),
             ("placement", _where(job) if job["placement"] else "-"),
             ("why there", job.get("placement_explanation") or "-"),
             ("checkpoint dir", job["checkpoint_dir"]),
@@ -462,6 +470,28 @@ def _moves_line(moves: list[dict[str, Any]]) -> str:
     return f"{len(moves)}: " + "; ".join(parts)
 
 
+def _elastic_line(job: dict[str, Any]) -> str:
+    """An elastic job's range and size now: `2-8 GPUs per node, now 8` (hsched.serialize.elastic_fields)."""
+    text = f"{job['gpus_min']}-{job['gpus_max']} GPUs per node"
+    if job.get("nodes_max", 1) != job.get("nodes_min", 1):
+        text += f" on {job['nodes_min']}-{job['nodes_max']} nodes"
+    now = job.get("gpus_now")
+    return text + (f", now {now}" + (f" on {job['nodes_now']} nodes" if (job.get("nodes_now") or 1) > 1 else "")
+                   if now is not None else ", not running")
+
+
+def _resizes_line(resizes: list[dict[str, Any]]) -> str:
+    """Its grows and shrinks: sizes and the speedup each expected (measured, or the prior)."""
+    if not resizes:
+        return "0"
+    parts = []
+    for r in resizes:
+        speed = r.get("speedup")
+        parts.append(f"{r.get('kind')} {r.get('from')} -> {r.get('to')}"
+                     + (f" ({speed:.2f}x steps/s, {r.get('scaling')})" if speed is not None else ""))
+    return f"{len(resizes)}: " + "; ".join(parts)
+
+
 def _preemptions_line(p: dict[str, Any]) -> str:
     if not p.get("count"):
         return "0"
@@ -473,6 +503,8 @@ def _preemptions_line(p: dict[str, Any]) -> str:
 
 def _resources_line(r: dict[str, Any]) -> str:
     parts = [f"{r['gpus']} GPU" + ("s" if r["gpus"] != 1 else "")]
+    if r.get("gpus_max") is not None and r["gpus_max"] > r["gpus"]:
+        parts[0] = f"{r['gpus']}-{r['gpus_max']} GPUs (elastic)"
     if r.get("gpu_types"):
         parts.append("type " + "/".join(r["gpu_types"]))
     if r.get("gpu_memory_mib"):
@@ -487,7 +519,9 @@ def _resources_line(r: dict[str, Any]) -> str:
         parts.append("offloads to host memory")
     if r.get("shared"):
         parts.append("shared GPU")
-    if r.get("nodes", 1) > 1:
+    if r.get("nodes_max") is not None and r["nodes_max"] > r.get("nodes", 1):
+        parts.append(f"x {r.get('nodes', 1)}-{r['nodes_max']} nodes (elastic)")
+    elif r.get("nodes", 1) > 1:
         parts.append(f"x {r['nodes']} nodes")
     return ", ".join(parts)
 

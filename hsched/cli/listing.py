@@ -218,6 +218,14 @@ def _states(text: str) -> set[str]:
     return out
 
 
+def gpus_cell(j: dict[str, Any]) -> str:
+    """The GPUS column: the count; an elastic job's range, with the size it runs at now (`2-8:8`)."""
+    if not j.get("elastic"):
+        return str(j["gpus"])
+    text = f"{j['gpus_min']}-{j['gpus_max']}" if j["gpus_max"] != j["gpus_min"] else str(j["gpus_min"])
+    return text + (f":{j['gpus_now']}" if j.get("gpus_now") is not None else "")
+
+
 def format_queue(jobs: list[dict[str, Any]], fmt: str) -> list[str]:
     """Lines as squeue -o FORMAT writes them (a header line first), one per queue row."""
     import re
@@ -274,7 +282,7 @@ def _plain_queue(rows: list[tuple[str, dict[str, Any]]], header: bool = True) ->
     right = {0, 5, 6, 7}
     # a name is the submitter's text: its unprintable characters never reach the terminal
     table = [head] + [(label, "".join(c if c.isprintable() else "?" for c in j["name"][:24]), j["user"],
-                       state_code(j["state"]), j["qos"], str(j["priority"]), str(j["gpus"]), _elapsed(j), _where(j))
+                       state_code(j["state"]), j["qos"], str(j["priority"]), gpus_cell(j), _elapsed(j), _where(j))
                       for label, j in rows]
     widths = [max(len(r[k]) for r in table) for k in range(len(head))]
     out = []
@@ -324,7 +332,7 @@ def render_starts(jobs: list[dict[str, Any]]) -> None:
         table.add_column(col, justify="right" if col in ("JOBID", "GPUS") else "left")
     for label, j in queue_rows(jobs):
         when, where = start_cells(j)
-        table.add_row(label, escape(j["name"]), escape(j["user"]), "PD", when, str(j["gpus"]), escape(where),
+        table.add_row(label, escape(j["name"]), escape(j["user"]), "PD", when, gpus_cell(j), escape(where),
                       escape(_where(j)))
     Console(highlight=False).print(table)
 
@@ -353,7 +361,7 @@ def render_queue(jobs: list[dict[str, Any]], header: bool = True) -> None:
         color = state_color(j["state"])
         # names and users are the submitters' text: shown as written, never read as rich markup
         table.add_row(label, escape(j["name"][:24]), escape(j["user"]), f"[{color}]{state_code(j['state'])}[/]",
-                      j["qos"], str(j["priority"]), str(j["gpus"]), _elapsed(j), escape(_where(j)))
+                      j["qos"], str(j["priority"]), gpus_cell(j), _elapsed(j), escape(_where(j)))
     Console().print(table)
 
 

@@ -113,6 +113,31 @@ _SLURM_POOL = typer.Option(
          "GPUS_PER_NODE, default --gpus-per-node); they run there to their end. `compare` takes none,SPEC to run "
          "the workstations alone and with the pool.")
 
+# ---- elastic jobs (issue 31): `--elastic F`, and `compare` runs each policy rigid and elastic side by side
+_ELASTIC = typer.Option(
+    None, "--elastic", metavar="F",
+    help="Every job that checkpoints is elastic between 1 GPU and F times its trace size (F from 1 to 64): it grows "
+         "into GPUs no waiting job can use and shrinks when waiting jobs need them, each resize a checkpoint and "
+         "restart (--checkpoint-cost), as hsched.sched.elastic decides live. `compare` runs each policy rigid and "
+         "elastic side by side.")
+_ELASTIC_SHOWN = (("gpu_hours", "GPU h", "{:,.0f}"), ("grows", "grows", "{:d}"), ("shrinks", "shrinks", "{:d}"))
+
+
+def _check_elastic(factor: float | None, round_mode: str, learned: bool, data_model: str | None,
+                   slurm_pool: str | None) -> float | None:
+    """`--elastic F`: F in [1, 64], and only where the simulator models elastic jobs (one line naming what is not)."""
+    if factor is None:
+        return None
+    if not 1.0 <= factor <= 64.0:
+        raise UserError(f"--elastic {factor:g}: expected a factor from 1 to 64 (jobs may grow to F times their trace "
+                        f"size), such as --elastic 2")
+    for bad, what in ((round_mode != "event", f"--round-mode {round_mode}"), (learned, "--learned"),
+                      (data_model is not None, "--data-model"), (slurm_pool is not None, "--slurm-pool")):
+        if bad:
+            raise UserError(f"--elastic with {what}: elastic jobs are simulated in the event round mode with the "
+                            f"throughput table, without data or a Slurm pool; drop one of them")
+    return factor
+
 
 _SERVICE = typer.Option(None, "--service", metavar="TRACE.csv",
                         help="An inference service beside the training trace: its request trace (TIMESTAMP, "
@@ -331,7 +356,8 @@ def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, ro
              pcie: float, rule: Any, round_mode: str = "event", seed: int = 0, *, learned: bool = False,
              learned_prior: str = "measured", predict: bool = False, data: Any = None, locality: Any = None,
              pool: Any = None, prefetch_s: float | None = None, shares: dict[str, float] | None = None,
-             live: Any = None, service: Any = None, progress_totals: bool = True) -> Any:
+             live: Any = None, service: Any = None, progress_totals: bool = True,
+             elastic: float | None = None) -> Any:
     from hsched.sim.bounds import MAX_DURATION_S, MAX_ROUND_S, MIN_ROUND_S, check
     from hsched.sim.engine import SimConfig, SimCosts, Simulator
     from hsched.sim.gavel import GAVEL_POLICIES
@@ -362,7 +388,7 @@ def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, ro
     cfg = SimConfig(round_s=round_s, costs=SimCosts(checkpoint_cost, span, pcie), preempt=rule,
                     round_mode=round_mode, learned=learned, refine_prior=learned_prior == "measured",
                     predict=predict, data=data, slurm_pool=pool, prefetch_s=prefetch_s, shares=shares or {},
-                    live=live, progress_totals=progress_totals)
+                    live=live, progress_totals=progress_totals, elastic=elastic)
     if locality is not None:
         cfg = replace(cfg, locality=locality)
     chosen = _policy(name)
@@ -370,7 +396,7 @@ def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, ro
         raise UserError(f"--round-mode live --policy {name}: the live round knows no job durations; pick a policy "
                         f"that does not need them (see --list-policies)")
     sim = Simulator(tr, servers, chosen, cfg, service=service)
-    result = _progress_run(sim, _label(name, locality, pool))
+    result = _progress_run(sim, _label(name, locality, pool) + (f" (elastic {elastic:g}x)" if elastic else ""))
     result.summary["round_mode"] = round_mode
     result.summary["gavel_allocation"] = False
     if learned:
@@ -470,17 +496,21 @@ def _table(summaries: list[dict[str, Any]]) -> None:
                         f"{knowledge}")
     table.add_column("policy")
     prefetching = first.get("data_prefetch_horizon_s") is not None
+    elastic = any("elastic_factor" in s for s in summaries)
     shown = (_SHOWN + (_DATA_SHOWN if "locality" in first else ()) + (_PREFETCH_SHOWN if prefetching else ())
-             + (_POOL_SHOWN if any("slurm_pool" in s for s in summaries) else ()))
+             + (_POOL_SHOWN if any("slurm_pool" in s for s in summaries) else ()) + (_ELASTIC_SHOWN if elastic else ()))
     for _, head, _ in shown:
         table.add_column(head, justify="right")
     for s in summaries:
         label = s["policy"] + (f" ({s['locality']})" if "locality" in s else "")
         if "slurm_pool" in s:
             label += f" +slurm {s['slurm_pool']}"
+        if "elastic_factor" in s:
+            label += f" elastic {s['elastic_factor']:g}x"
         table.add_row(label, *[fmt.format(s[k]) if s.get(k) is not None else "N/A" for k, _, fmt in shown])
     # wide enough for every column even when piped (rich assumes 80 columns off a terminal)
-    wide = 40 * ("locality" in first) + 40 * prefetching + 50 * any("slurm_pool" in s for s in summaries)
+    wide = (40 * ("locality" in first) + 40 * prefetching + 50 * any("slurm_pool" in s for s in summaries)
+            + 40 * elastic)
     Console(width=max(Console().width, 170 + wide)).print(table)
     if first.get("prior_rate_jobs"):
         sys.stderr.write(f"hsched: {first['prior_rate_jobs']} job(s) have no throughput of their own in the table; "
@@ -544,6 +574,7 @@ def sim(
     service_initial: int | None = _SVC_INITIAL,
     service_cold_start: str = _SVC_COLD,
     service_stable_window: str = _SVC_WINDOW,
+    elastic: float | None = _ELASTIC,
 ) -> None:
     """Replay a trace under one policy (or run `hsched sim compare` for several)."""
     if ctx.invoked_subcommand is not None:
@@ -553,6 +584,7 @@ def sim(
         return
     _check_plot(plot)
     mode = _check_round_mode(round_mode)
+    factor = _check_elastic(elastic, mode, learned, data_model, slurm_pool)
     prior = _check_learned_prior(learned_prior)
     per_user = _shares(shares)
     rule = _rule(settings, time_sharing)
@@ -576,7 +608,7 @@ def sim(
     result = _run_one(tr, servers, policy, checkpoint_cost, round_s, span_factor, pcie_factor, rule, mode, seed,
                       learned=learned, learned_prior=prior, predict=predict, data=data, locality=modes[0],
                       pool=pools[0], prefetch_s=prefetch_s, shares=per_user, live=live, service=svc,
-                      progress_totals=progress_totals)
+                      progress_totals=progress_totals, elastic=factor)
     if jobs_csv is not None:
         result.write_jobs_csv(jobs_csv)
     summary = dict(result.summary)
@@ -634,8 +666,10 @@ def compare(
     prefetch_horizon: float = _PREFETCH_HORIZON,
     slurm_pool: str | None = _SLURM_POOL,
     labels: str | None = _LABELS,
+    elastic: float | None = _ELASTIC,
 ) -> None:
-    """Run several policies on the same trace and fleet; print them side by side with the bounds."""
+    """Run several policies on the same trace and fleet; print them side by side with the bounds (with --elastic F,
+    each policy rigid and elastic)."""
     names = [p.strip() for p in policy.split(",") if p.strip()]
     if not names:
         raise UserError("--policy: give at least one policy name, comma-separated")
@@ -643,6 +677,7 @@ def compare(
         _policy(n)  # fail on a typo before spending minutes on the others
     _check_plot(plot)
     mode = _check_round_mode(round_mode)
+    factor = _check_elastic(elastic, mode, learned, data_model, slurm_pool)
     prior = _check_learned_prior(learned_prior)
     rule = _rule(settings, time_sharing)
     tr = _load(trace, throughputs, columns, synthetic, seed, jobs_per_hour, max_jobs)
@@ -656,8 +691,9 @@ def compare(
     live = _live(mode, settings, labels, servers, data, pools)
     results = [_run_one(tr, servers, n, checkpoint_cost, round_s, span_factor, pcie_factor, rule, mode, seed,
                         learned=learned, learned_prior=prior, predict=predict, data=data, locality=loc, pool=pool,
-                        prefetch_s=prefetch_s, live=live, progress_totals=progress_totals)
-               for n in names for loc in modes for pool in pools]
+                        prefetch_s=prefetch_s, live=live, progress_totals=progress_totals, elastic=el)
+               for n in names for loc in modes for pool in pools
+               for el in ((None, factor) if factor is not None else (None,))]
     summaries = [dict(r.summary, **({"speeds": speeds_used} if speeds_used else {})) for r in results]
     if plot is not None:
         _plot(results, plot)

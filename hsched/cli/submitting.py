@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 OPTIONS: dict[str, tuple[tuple[str, ...], str, int | None, int | None]] = {
     # parameter name: (option names, kind, min, max), as hsched/cli/jobs.py's submit declares them
-    "gpus": (("--gpus", "-G"), INT, 0, None),
+    "gpus": (("--gpus", "-G"), TEXT, None, None),
     "gpus_per_node": (("--gpus-per-node",), INT, 0, None),
     "gpu_type": (("--gpu-type",), MANY, None, None),
     "constraint": (("--constraint", "-C"), TEXT, None, None),
@@ -37,7 +37,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str, int | None, int | None]] = {
     "exclude": (("--exclude", "-x"), TEXT, None, None),
     "ntasks": (("--ntasks", "-n"), INT, 1, None),
     "gpu_memory": (("--gpu-memory",), TEXT, None, None),
-    "nodes": (("--nodes", "-N"), INT, 1, None),
+    "nodes": (("--nodes", "-N"), TEXT, None, None),
     "name": (("--name", "-J", "--job-name"), TEXT, None, None),
     "qos": (("--qos",), TEXT, None, None),
     "tasks_per_node": (("--tasks-per-node",), INT, 1, None),
@@ -48,6 +48,7 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str, int | None, int | None]] = {
     "cpus": (("--cpus", "-c"), INT, 1, None),
     "memory": (("--memory", "--mem"), TEXT, None, None),
     "checkpoint_signal": (("--checkpoint-signal",), TEXT, None, None),
+    "resize_signal": (("--resize-signal",), TEXT, None, None),
     "time_limit": (("--time", "-t"), TEXT, None, None),
     "warn_signal": (("--signal",), TEXT, None, None),
     "retries": (("--retries",), INT, 0, 100),
@@ -121,6 +122,7 @@ def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict
     if args:
         table["command"] = args
     res = dict(table.get("resources", {})) if isinstance(table.get("resources"), dict) else {}
+    _elastic_sizes(o, res)
     hosts = _hosts(o, res)
     if o.get("gpus") is not None:
         # sbatch's -G/--gpus is the job's total; hsched's request is per node
@@ -128,6 +130,13 @@ def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict
         if o["gpus"] % n:
             raise UserError(f"--gpus {o['gpus']}: not a multiple of --nodes {n}; give --gpus-per-node instead")
         o["gpus_per_node"] = o["gpus_per_node"] if o.get("gpus_per_node") is not None else o["gpus"] // n
+        if o.get("gpus_max") is not None:
+            from hsched.spec.sizes import per_node
+
+            try:
+                _lo, res["gpus_max"] = per_node(o["gpus"], o["gpus_max"], n, "--gpus")
+            except ValueError as e:
+                raise UserError(str(e)) from None
     for key, opt in (("gpus", "gpus_per_node"), ("gpu_memory", "gpu_memory"), ("nodes", "nodes"),
                      ("cpus", "cpus"),
                      ("memory", "memory"), ("interconnect", "interconnect"),
@@ -169,7 +178,7 @@ def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict
     for key, opt in (("name", "name"), ("qos", "qos"), ("priority", "priority"),
                      ("checkpoint_signal", "checkpoint_signal"), ("time", "time_limit"), ("workdir", "workdir"),
                      ("signal", "warn_signal"), ("retries", "retries"), ("dependency", "dependency"),
-                     ("array", "array"), ("kind", "kind"), ("data", "data")):
+                     ("array", "array"), ("kind", "kind"), ("data", "data"), ("resize_signal", "resize_signal")):
         if o.get(opt) is not None:
             table[key] = o[opt]
     for key in ("output", "error"):
@@ -197,6 +206,23 @@ def job_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict
         raise UserError("nothing to run: give a command after -- (hsched submit -- python train.py) "
                         "or a spec file with command = [...]")
     return table
+
+
+def _elastic_sizes(o: dict[str, Any], res: dict[str, Any]) -> None:
+    """`--gpus MIN-MAX` and `--nodes MIN-MAX` (hsched.spec.sizes): the MIN stays in `gpus`/`nodes` as a rigid
+    job's count, the MAX goes to `gpus_max`/`nodes_max` (resources). One clear line for a bad range."""
+    from hsched.spec.sizes import size_range
+
+    for key, least in (("gpus", 0), ("nodes", 1)):
+        if o.get(key) is None:
+            continue
+        try:
+            o[key], hi = size_range(o[key], f"--{key}", minimum=least)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+        o[f"{key}_max"] = hi
+        if hi is not None and key == "nodes":
+            res["nodes_max"] = hi
 
 
 def _hosts(o: dict[str, Any], res: dict[str, Any]) -> dict[str, list[str]]:

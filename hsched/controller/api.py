@@ -440,13 +440,17 @@ class Api:
         # the policy's moves of it to faster GPUs (hsched.controller.moves): from, to, expected gain, cost, why
         d["moves"] = [{"time": iso(e["time"]), "why": e["message"], **(e["data"] or {})}
                       for e in events if e["kind"] == "move"]
+        # an elastic job's resizes (hsched.controller.resizing): grow/shrink, sizes, measured speedup, gain, why
+        d["resizes"] = [{"time": iso(e["time"]), "kind": e["kind"], "why": e["message"], **(e["data"] or {})}
+                        for e in events if e["kind"] in ("grow", "shrink")]
         # a job's environment may hold its owner's secrets: in a lab, only they (and admins) see it
         d["env"] = dict(job.spec.env) if sees_all else {}
         d["resources"] = {"gpus": job.spec.resources.gpus, "gpu_types": list(job.spec.resources.gpu_types),
                           "gpu_memory_mib": job.spec.resources.gpu_memory_mib, "cpus": job.spec.resources.cpus,
                           "memory_mib": job.spec.resources.memory_mib, "nodes": job.spec.resources.nodes,
                           "interconnect": job.spec.resources.interconnect.value,
-                          "offload": job.spec.resources.offload, "shared": job.spec.resources.shared}
+                          "offload": job.spec.resources.offload, "shared": job.spec.resources.shared,
+                          "gpus_max": job.spec.resources.gpus_max, "nodes_max": job.spec.resources.nodes_max}
         d["checkpoint_dir"] = str(self.ctl.checkpoint_dir(job.id))
         # its multifactor priority, factor by factor (sprio's view; hsched.controller.shares), while not ended
         from hsched.controller.shares import job_priority

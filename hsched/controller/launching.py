@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from hsched.config import beyond_limits
-from hsched.controller import data, hetjobs, learning, moves
+from hsched.controller import data, hetjobs, learning, moves, resizing
 from hsched.controller.checkpoints import bring_along, is_shared, path_on, sees
 from hsched.controller.core import Controller
 from hsched.controller.ending import run_ended
@@ -57,6 +57,7 @@ from hsched.sched.live import (
     prefetch_targets,
     schedule,
 )
+from hsched.sched.stages.elastic import Resize
 from hsched.sched.throughput import ThroughputModel
 from hsched.serialize import job_kind
 from hsched.spec import outfiles
@@ -168,6 +169,9 @@ async def _run_round(ctl: Controller) -> tuple[bool, int]:
         for d in decisions:
             if d.job_id not in valid:
                 continue  # a wait with nothing new to say, or a decision that no longer holds
+            if isinstance(d, Resize):
+                await resizing.apply(ctl, inp.active[d.job_id], d)  # (an elastic job's: a move with a size)
+                continue
             if isinstance(d, Move):
                 await moves.apply(ctl, inp.active[d.job_id], d)
                 continue
@@ -239,7 +243,8 @@ async def round_input(ctl: Controller, *, always: bool = False) -> RoundInput | 
             pending = within_limits(pending, active)
         users = frozenset(j.user for j in (*pending, *active))
         pending_by_id = {j.id: j for j in pending}
-    if not pending and not always and not await moves.may_move(ctl, active, at):
+    if (not pending and not always and not await moves.may_move(ctl, active, at)
+            and not resizing.may_grow(ctl, active, at)):
         return None
     note_users(ctl, pending)
     view = fleet_view(ctl, active, await still_dirty(ctl))
@@ -247,6 +252,10 @@ async def round_input(ctl: Controller, *, always: bool = False) -> RoundInput | 
     if movable or held or attained:
         view = replace(view, movable=movable, held=held, attained=attained,
                        move_min_run_s=ctl.settings.move_min_run_s)
+    scaling, resize_cost = await resizing.round_fields(ctl, active, pending)
+    if resize_cost:
+        # elastic jobs that may be resized, their measured scaling and costs, and the quantum a grow waits out
+        view = replace(view, scaling=scaling, resize_cost=resize_cost, move_min_run_s=ctl.settings.move_min_run_s)
     if ctl.settings.policy:
         # fair share over the store's history (decayed GPU-seconds per share), for this round's users
         view = replace(view, user_usage=await _usage(ctl, now, users, jobs.changes, jobs.all))
@@ -328,6 +337,8 @@ async def still_valid(ctl: Controller, inp: RoundInput, decisions: Sequence[Deci
                 active = await ctl.db(ctl.store.jobs, states=[s for s in JobState if s.is_active()])
                 held.update(u for j in active for p in j.placement for u in p.devices)
         devices = [u for p in d.placements for u in p.devices]
+        if isinstance(d, Resize) and (was := inp.active.get(d.job_id)) is not None:
+            devices = [u for u in devices if all(u not in p.devices for p in was.placement)]  # (its own GPUs)
         if isinstance(d, Launch) and inp.by_id[d.job_id].spec.resources.shared:
             # a shared job's GPU may hold other shared jobs (the round packed it so): only a process outside
             # hsched, or an exclusive job, makes it unusable
@@ -568,6 +579,10 @@ def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ..
         env.pop("HSCHED_RESUME", None)
     if job.spec.resources.shared and here.devices:
         env.update(shared_gpu_env(ctl, run.node, here.devices[0], job.spec.resources.gpu_memory_mib or 0))
+    env.update(size_env(job, run, placements, here))
+    if job.spec.resize_signal is not None:
+        # an elastic job that resizes in place reads its new devices here on its resize signal
+        env["HSCHED_RESIZE_FILE"] = f"{checkpoint_dir.rstrip('/')}/{resizing.RESIZE_FILE}"
     tpn = job.spec.resources.tasks_per_node
     if run.world > 1 or job.spec.resources.nodes > 1:
         # torchrun's environment, so `torch.distributed.init_process_group("env://")` just works
@@ -588,6 +603,27 @@ def job_env(ctl: Controller, job: Job, run: Run, placements: tuple[Placement, ..
     if job.spec.components:
         env.update(hetjobs.component_env(ctl, job, run, placements))  # a heterogeneous job's component
     return env
+
+
+def size_env(job: Job, run: Run, placements: tuple[Placement, ...], here: Placement) -> dict[str, str]:
+    """The job's size: `HSCHED_GPUS` (its GPUs in all, on every node), `HSCHED_GPUS_ON_NODE`, `HSCHED_NNODES`; an
+    elastic job (`--gpus MIN-MAX`) also `HSCHED_ELASTIC=1`, `HSCHED_GPUS_MIN`/`_MAX` (per node, as asked), torchrun's
+    own variables (`PET_NPROC_PER_NODE` = this node's GPUs, `PET_NNODES`, `PET_NODE_RANK`), so `torchrun train.py`
+    starts one worker per GPU at the new size after every resize, and on one node with one process the world its
+    workers will have: `WORLD_SIZE` = its GPUs (a gang's torchrun block below sets the ranks' own)."""
+    total = sum(len(p.devices) for p in placements) or len(here.devices)
+    nodes = len(placements) or 1
+    out = {"HSCHED_GPUS": str(total), "HSCHED_GPUS_ON_NODE": str(len(here.devices)), "HSCHED_NNODES": str(nodes)}
+    res = job.spec.resources
+    if res.elastic:
+        out.update({"HSCHED_ELASTIC": "1", "HSCHED_GPUS_MIN": str(res.gpus),
+                    "HSCHED_GPUS_MAX": str(res.gpus_max if res.gpus_max is not None else res.gpus),
+                    "PET_NPROC_PER_NODE": str(max(1, len(here.devices))), "PET_NNODES": str(nodes),
+                    "PET_NODE_RANK": str(run.rank // res.tasks_per_node)})
+        if res.tasks_per_node == 1:
+            out.update({"WORLD_SIZE": str(max(1, total)), "RANK": str(run.rank // res.tasks_per_node),
+                        "LOCAL_WORLD_SIZE": str(max(1, len(here.devices)))})
+    return out
 
 
 MPS_BASE = "/tmp/hsched-mps"

@@ -53,6 +53,11 @@ async def _proven(ctl: Controller) -> set[int]:
     return mv.proven
 
 
+async def proven(ctl: Controller) -> set[int]:
+    """The jobs that proved they checkpoint (read from the store once, then kept up to date)."""
+    return await _proven(ctl)
+
+
 def cost_of(ctl: Controller, job_id: int) -> float:
     """What a checkpoint and restart costs the job: its measured stop and restore, half the settings' `move_cost_s`
     for each part not measured yet."""
@@ -106,6 +111,11 @@ async def _read_held(ctl: Controller, active: Sequence[Job], pending: Iterable[J
     if not stopping:
         return
     found = await ctl.db(ctl.store.last_events, "move", [j.id for j in stopping])
+    for kind in ("grow", "shrink"):
+        # an elastic job's resize holds its new devices as a move does (hsched.controller.resizing): the latest counts
+        for jid, last in (await ctl.db(ctl.store.last_events, kind, [j.id for j in stopping])).items():
+            if jid not in found or last[0] > found[jid][0]:
+                found[jid] = last
     for job in stopping:
         got = found.get(job.id)
         if got is None or job.id in mv.held:

@@ -713,6 +713,23 @@ class Store:
                         data={"placement": placement_to_list(placed), "ranks": len(ranks)})
         return [r for r in (self.get_run(i) for i in ids) if r is not None]
 
+    def resize_in_place(self, job_id: int, placement: tuple[Placement, ...], now: float, event: tuple[str, str],
+                        data: dict[str, Any]) -> Job:
+        """An elastic job resized without a restart (hsched.controller.resizing): its placement and its live runs'
+        devices on each node become the new ones, with its `grow`/`shrink` event, in one transaction."""
+        with self.tx() as db:
+            self._set_job(db, job_id, {"placement": placement})
+            live = [s.value for s in RunState if s.is_live()]
+            marks = ",".join("?" * len(live))
+            for p in placement:
+                db.execute(f"UPDATE runs SET devices = ? WHERE job_id = ? AND node = ? AND state IN ({marks})",
+                           (json.dumps(list(p.devices)), job_id, p.node, *live))
+            self._event(db, now, event[0], event[1], job_id=job_id, node=placement[0].node if placement else None,
+                        data=data)
+        job = self.get_job(job_id)
+        assert job is not None
+        return job
+
     def start_run(self, job: Job, placement: Placement, run_dir: str, now: float) -> Run:
         return self.start_runs(job, [(placement, run_dir)], now)[0]
 

@@ -117,6 +117,14 @@ class FleetView:
     its whole wait is bounded by its copy (`choose_wait`)."""
     fabric: Fabric = field(default_factory=Fabric)
     """The fleet's switch layout (hsched.topo.fabric): a gang across nodes is placed by it and the nodes' NICs."""
+    scaling: Mapping[int, Mapping[int, float]] = field(default_factory=dict)
+    """Running elastic job id -> its kind's measured steps per second at each GPU count on its GPU type (hsched.learn;
+    empty: nothing measured yet). Every running elastic job that may be resized is here
+    (hsched.sched.stages.elastic)."""
+    resize_cost: Mapping[int, float] = field(default_factory=dict)
+    """Elastic job id (running, or waiting to start) -> what a resize costs it (seconds): its checkpoint and restart,
+    measured as a move's (the jobs that proved they checkpoint, gangs too), or a resize in place's. Only these are
+    resized, or start bigger than their MIN."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,8 @@ The stages run in order over a `Work` (the jobs left, the decisions so far, the 
    reservation (EASY backfill) is made for the most important job the plan does not start;
 4. `backfill`: every job still waiting, in the order served: a gap it fits, devices being released, QoS preemption
    (hsched.sched.stages.preemption), else a Wait with its reason.
+5. `elastic`: elastic jobs (`--gpus MIN-MAX`) started bigger when nobody waits, grown into idle GPUs, shrunk for
+   waiting jobs (hsched.sched.stages.elastic: `Resize`, a `Move` with a size).
 
 What the round keeps for the next one is in the caller's `RoundCache` (hsched.sched.cache); none given, a fresh one.
 A new capability is a new stage here, or a hook or start check of the state. Pure: no I/O.
@@ -28,6 +30,7 @@ from hsched.model import Job, NodeState
 from hsched.sched.cache import RoundCache
 from hsched.sched.fleet import Decision, DeviceChooser, FleetView, Launch, default_chooser, order
 from hsched.sched.stages.backfill import Round
+from hsched.sched.stages.elastic import elastic_stage
 from hsched.sched.stages.eligibility import resolved
 from hsched.sched.stages.hetjob import hetjob_stage
 from hsched.sched.stages.plan import plan_stage
@@ -48,7 +51,7 @@ def backfill_stage(w: Work) -> None:
     w.queue = []
 
 
-STAGES: tuple[Stage, ...] = (hetjob_stage, sharing_stage, plan_stage, backfill_stage)
+STAGES: tuple[Stage, ...] = (hetjob_stage, sharing_stage, plan_stage, backfill_stage, elastic_stage)
 """The live round's stages, in order (the held starts come first, before the state is built)."""
 
 
@@ -61,10 +64,11 @@ def schedule(fleet: FleetView, queue: Sequence[Job], now: float, chooser: Device
     if fleet.gpu_aliases:
         queue = [resolved(j, fleet.gpu_aliases) for j in queue]
     decisions: list[Decision] = []
+    whole = queue  # (the held starts' jobs too: the elastic stage may start one smaller)
     if fleet.held:
         fleet, queue, decisions = held_starts(fleet, queue)
     st = Round(fleet, chooser or default_chooser(), now, cache)
-    w = Work(st, list(queue), decisions)
+    w = Work(st, list(queue), decisions, jobs=whole)
     for stage in stages:
         stage(w)
     cache.waits = st.waits

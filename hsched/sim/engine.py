@@ -25,6 +25,8 @@ from hsched.config import Settings
 from hsched.learn.fairshare import shared_usage
 from hsched.learn.kinds import MIN_WINDOW_S, PlacementClass
 from hsched.model import Placement
+from hsched.sched.elastic import Direction, ElasticJob, fair_gpus, plan_resizes
+from hsched.sched.elastic import Waiting as ElasticWaiting
 from hsched.sched.locality import Locality
 from hsched.sched.placement import PackingPlacer, Placer
 from hsched.sched.policies.base import AnyPolicy
@@ -39,6 +41,7 @@ from hsched.sim.data import (
     Waiting,
     prefetch_copies,
 )
+from hsched.sim.elastic import ElasticRates, grow_placement, shrink_placement
 from hsched.sim.fabric import SimFabric
 from hsched.sim.knowledge import Learner, Predictor
 from hsched.sim.live import LiveInput, LiveRounds
@@ -126,21 +129,26 @@ class SimConfig:
     slurm_pool: SlurmPoolSpec | None = None
     """One more server, a Slurm-backed pool (hsched.sim.slurm): the round hands jobs over to it, and Slurm's FIFO
     with EASY backfill starts them there, after the pool's submit latency; they run there to their end."""
+    elastic: float | None = None
+    """`--elastic F`: every job that checkpoints is elastic between 1 GPU and F times its trace size, resized around
+    each round by hsched.sched.elastic.plan_resizes (hsched.sim.elastic: per-size throughputs, devices); a resize
+    costs the checkpoint cost, as a move. None: every job keeps its trace size."""
 
 
 class _Job:
     """Mutable simulator-side state of one job (never handed to a policy)."""
 
     __slots__ = (
-        "allowed", "arrived", "busy_until", "copy_s", "end", "fastest_rate", "finish_at", "first_start", "gpu_type",
-        "in_pool", "klass", "last_rate", "last_type", "measured", "migrations", "overhead_s", "placement",
-        "pool_overhead",
-        "pool_wait_s", "predicted", "rate", "rel", "remaining", "restarts", "run_head", "run_s", "run_start",
-        "run_tail", "service_s", "span_servers", "tj", "version", "view",
+        "allowed", "arrived", "base_tj", "busy_until", "copy_s", "end", "fastest_rate", "finish_at", "first_start",
+        "gpu_type", "in_pool", "klass", "last_rate", "last_type", "measured", "migrations", "overhead_s", "placement",
+        "pool_overhead", "pool_wait_s", "predicted", "rate", "rel", "remaining", "resizes", "restarts", "run_head",
+        "run_s", "run_start", "run_tail", "service_s", "span_servers", "tj", "version", "view",
     )
 
     def __init__(self, tj: TraceJob, fastest_rate: float) -> None:
         self.tj = tj
+        self.base_tj = tj  # elastic: the job at its trace size (tj: at its current size)
+        self.resizes = 0
         self.remaining = tj.work
         self.fastest_rate = fastest_rate
         self.gpu_type: str | None = None
@@ -325,6 +333,12 @@ class Simulator:
                 ok = tuple(t for t in self.types if self._best_rate(job.tj, t))
                 if len(ok) < len(self.types):
                     job.allowed = ok
+        if cfg.elastic is not None:
+            if not 1.0 <= cfg.elastic <= 64.0:
+                raise ValueError(f"elastic factor {cfg.elastic!r}: expected 1 to 64 (times each job's trace size)")
+            if cfg.round_mode != "event" or cfg.data is not None or cfg.slurm_pool is not None or learner is not None:
+                raise ValueError("elastic jobs are simulated in the event round mode, without a data model, a Slurm "
+                                 "pool or learned throughputs")
         # The live round mode: the controller's pipeline decides, over the servers as live nodes (hsched.sim.live)
         live: LiveRounds | None = None
         live_allowed: dict[int, tuple[str, ...]] = {}  # job id -> the GPU types its table has a speed for, if not all
@@ -547,10 +561,17 @@ class Simulator:
             if live is not None:
                 live.stopped(j.tj.id)
 
-        def start(j: _Job, s: Start, t: float) -> None:
+        def start(j: _Job, s: Start, t: float, recharge: bool = True) -> None:
             nonlocal lost_gpu_s, held
             spans = s.spans
-            rate = self.model.rate(j.tj.job_type, j.tj.gpus, s.gpu_type, spans=spans)
+            if erates is not None:
+                # elastic: the job runs at the size of its placement (a resize, or a move at its current size)
+                size = sum(len(p.devices) for p in s.placement)
+                if size != j.tj.gpus:
+                    j.tj = replace(j.base_tj, gpus=size)
+                rate = erates.rate(j.tj.job_type, size, s.gpu_type, j.base_tj.gpus, spans=spans)
+            else:
+                rate = self.model.rate(j.tj.job_type, j.tj.gpus, s.gpu_type, spans=spans)
             if not rate:
                 raise RuntimeError(f"policy put job {j.tj.id} on {s.gpu_type}, where it cannot run")
             if spans:
@@ -561,8 +582,9 @@ class Simulator:
                 rate *= cfg.costs.pcie_factor
             # a job that starts over restores nothing
             overhead = cfg.costs.checkpoint_s if j.run_s > 0 and j.tj.checkpointable else 0.0
-            j.overhead_s += overhead
-            lost_gpu_s += overhead * j.tj.gpus
+            if recharge:  # (not again for a job resized at the instant it was restored: one restore, counted once)
+                j.overhead_s += overhead
+                lost_gpu_s += overhead * j.tj.gpus
             copy = 0.0  # the data is copied before the checkpoint is restored: the two add up
             if data is not None:
                 for p in s.placement:
@@ -573,7 +595,8 @@ class Simulator:
                 if ds is not None:
                     copy = data.acquire(ds, [p.node for p in s.placement], j.tj.gpus, t)
                     j.copy_s += copy
-            j.gpu_type, j.placement, j.rate, j.rel = s.gpu_type, s.placement, rate, rate / j.fastest_rate
+            j.gpu_type, j.placement, j.rate, j.rel = s.gpu_type, s.placement, rate, rate / (
+                j.fastest_rate if j.tj is j.base_tj else elastic_fastest(j))
             j.span_servers = len(s.placement)
             j.last_type = s.gpu_type
             j.run_start = t
@@ -639,6 +662,79 @@ class Simulator:
                                                           for r in running.values()),
                                 hold_s=ended_runs[0] / ended_runs[1] if ended_runs[1] else 0.0)
 
+        # ---- elastic jobs (cfg.elastic): the core's grow/shrink plan around each round, applied at once
+        erates = ElasticRates(self.model, cfg.elastic) if cfg.elastic is not None else None
+        resizes = {Direction.GROW: 0, Direction.SHRINK: 0}
+        pools_of: dict[int, tuple[str, ...]] = {}  # job id -> the servers it can start on whole at its trace size
+        fastest_at: dict[tuple[str, int, int], float] = {}
+
+        def elastic_fastest(j: _Job) -> float:
+            """A resized job's fastest rate at its current size over the fleet's types (its normalised service)."""
+            assert erates is not None
+            key = (j.tj.job_type, j.tj.gpus, j.base_tj.gpus)
+            if key not in fastest_at:
+                fastest_at[key] = max((erates.rate(key[0], key[1], t, key[2]) or 0.0 for t in self.types),
+                                      default=0.0) or j.fastest_rate
+            return fastest_at[key]
+
+        def resize(t: float, pending: list[_Job] | None = None, grow: bool = True) -> None:
+            """Ask hsched.sched.elastic.plan_resizes about the running jobs, the free GPUs of each server and the
+            waiting jobs (`pending`, else every job not running) in least-attained-service order, and apply its
+            resizes (shrinks first: grows may take what they free): each a stop and a start at the new size, which
+            pays the checkpoint cost as a move does.
+
+            Its pools are servers: a job grows on its own server alone and a waiting job is counted where it fits
+            whole, because a gang spread over servers runs at the table's much lower unconsolidated rate (pools by
+            GPU type made shrinks free GPUs on two servers for a 4-GPU newcomer, which then ran spread). A job that
+            spans servers keeps its size."""
+            assert erates is not None
+            free = {sv.name: len(free_on[sv.name]) for sv in self.servers if pool is None or sv.name != pool.name}
+            waiting_jobs = pending if pending is not None else [w for w in active.values() if w.gpu_type is None]
+            waiting_jobs.sort(key=lambda w: (qos_rank(w.tj.qos), -w.tj.priority, w.service_s * w.tj.gpus,
+                                             w.tj.arrival_s, w.tj.id))
+            waiting = []
+            for w in waiting_jobs:
+                if w.tj.id not in pools_of:
+                    ok = {x for x in self.types if self._best_rate(w.base_tj, x)}
+                    pools_of[w.tj.id] = tuple(sv.name for sv in self.servers if sv.gpu_type in ok and sv.name in free
+                                              and len(sv.devices) >= w.base_tj.gpus)
+                waiting.append(ElasticWaiting(w.tj.id, w.tj.gpus, pools_of[w.tj.id], w.tj.user))
+            ejobs = [ElasticJob(r.tj.id, r.tj.gpus, 1, erates.max_size(r.base_tj.gpus),
+                                erates.rates(r.tj.job_type, r.gpu_type, r.base_tj.gpus), r.run_s + (t - r.run_start),
+                                cfg.costs.checkpoint_s, r.tj.checkpointable, pool=r.placement[0].node,
+                                user=r.tj.user, base_size=r.base_tj.gpus)
+                     for r in running.values() if r.gpu_type is not None and not r.in_pool and len(r.placement) == 1]
+            share: dict[str, float] | None = None
+            holding: dict[str, int] | None = None
+            if len(users) > 1:
+                share = fair_gpus(fair(t) or {}, self.total_gpus)
+                holding = {}
+                for r in running.values():
+                    holding[r.tj.user] = holding.get(r.tj.user, 0) + r.tj.gpus
+            plan = plan_resizes(ejobs, free, waiting, round_s=cfg.round_s, fair=share, held=holding, grow=grow)
+            for rz in sorted(plan, key=lambda z: (z.direction is Direction.GROW, z.job_id)):
+                j = running[rz.job_id]
+                gpu_type = j.gpu_type
+                assert gpu_type is not None
+                if rz.direction is Direction.SHRINK:
+                    placement: tuple[Placement, ...] | None = shrink_placement(j.placement, rz.new)
+                else:
+                    placement = grow_placement(j.placement, rz.new - rz.old, gpu_type,
+                                               [sv for sv in self.servers if sv.name == rz.pool], free_on)
+                if placement is None:
+                    continue
+                again = j.run_start == t and j.run_s > 0  # restored at this instant: still the one restore
+                since = j.run_head[10]
+                stop(j, t)
+                # the same attained GPU-seconds (gpus x normalised seconds, what least-attained-service orders by) at
+                # the new size: a shrunk job must not look barely served, nor a grown one served twice
+                j.service_s *= rz.old / rz.new
+                j.resizes += 1
+                resizes[rz.direction] += 1
+                start(j, Start(j.tj.id, gpu_type, placement), t, recharge=not again)
+                # the policy sees the run as it was: a resize is no fresh start, which would renew its quantum
+                j.run_head = (*j.run_head[:10], since)
+
         def pending_view(j: _Job) -> JobView:
             """Built once per wait: a pending job's view does not change while it waits."""
             tj = j.tj
@@ -691,6 +787,9 @@ class Simulator:
                         # only a QoS preemption stops such a job: it starts over, and its run is lost
                         lost_gpu_s += (t - run_start) * j.tj.gpus
                         j.remaining = j.tj.work
+                    if j.tj is not j.base_tj:  # elastic: a stopped job waits, and starts again, at its trace size
+                        j.service_s *= j.tj.gpus / j.base_tj.gpus  # (its attained GPU-seconds unchanged)
+                        j.tj = j.base_tj
             for s in decision.starts:
                 j = active[s.job_id]
                 if j.gpu_type is not None:
@@ -795,6 +894,8 @@ class Simulator:
                 # queue, every event calls a full round: who waits for what is a question for all the jobs;
                 # so does a newcomer whose class may preempt, which the live controller serves at once.
                 moves_due = True
+                if erates is not None:
+                    resize(now, list(newcomers))  # (shrinks that let the newcomers start, grows past them)
                 if held >= self.total_gpus:
                     continue
                 free = free_servers()
@@ -830,6 +931,8 @@ class Simulator:
                 if not running and ai == len(arrivals) and (svc is None or svc.done):
                     break  # nothing runs, nothing will arrive, and the round starts nothing: stuck for good
                 continue
+            if erates is not None:
+                resize(now, grow=False)  # before the round: shrinks that let waiting jobs start
             # (the hot loop of a replay at scale: a conditional instead of max(0.0, ...), the same floats, took
             # 40 % less time)
             views = [
@@ -862,6 +965,8 @@ class Simulator:
             last_round = now
             moves_due = False
             apply(decision, now)
+            if erates is not None:
+                resize(now)  # after the round: grows into the GPUs it left idle
             prefetch(now)
             if slurm is not None:
                 pool_tick(now)
@@ -916,6 +1021,12 @@ class Simulator:
             summary.update(data.summary())
         if slurm is not None and pool is not None:
             summary.update(_pool_summary(pool, slurm, records))
+        summary["gpu_hours"] = busy_gpu_s / 3600.0
+        if erates is not None:
+            summary["elastic_factor"] = cfg.elastic
+            summary["grows"] = resizes[Direction.GROW]
+            summary["shrinks"] = resizes[Direction.SHRINK]
+            summary["resizes"] = resizes[Direction.GROW] + resizes[Direction.SHRINK]
         if svc is not None:
             figures = svc.summary(now)
             gpu_s = float(figures["service_gpu_hours"]) * 3600.0
@@ -929,7 +1040,7 @@ class Simulator:
         return result
 
     def _record(self, j: _Job) -> JobRecord:
-        tj = j.tj
+        tj = j.base_tj
         assert j.end is not None and j.first_start is not None
         jct = j.end - tj.arrival_s
         fastest = tj.work / j.fastest_rate

@@ -239,9 +239,11 @@ def _tasks_per_node(options: list[str]) -> int:
 
 
 def _nodes(options: list[str]) -> int:
+    """The job's nodes; of an elastic gang (`--nodes=2-4`, sbatch's MIN-MAX) its least."""
     for n, w in enumerate(options):
-        if w in ("-N", "--nodes") and n + 1 < len(options) and options[n + 1].isdigit():
-            return int(options[n + 1])
-        if w.startswith("--nodes=") and w[8:].isdigit():
-            return int(w[8:])
+        value = options[n + 1] if w in ("-N", "--nodes") and n + 1 < len(options) else (
+            w[8:] if w.startswith("--nodes=") else "")
+        least = value.partition("-")[0]
+        if least.isdigit():
+            return int(least)
     return 1

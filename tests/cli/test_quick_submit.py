@@ -69,9 +69,11 @@ PLAIN = [
 ]
 
 DECLINED = [
-    ["--help"], ["-h", "--", "x"], ["--bogus", "--", "x"], ["-G4", "--", "x"], ["--gpus", "x", "--", "y"],
+    # (--gpus and --nodes are text since they take MIN-MAX ranges: both paths read them with the same function,
+    # hsched.spec.sizes; so the numeric options' doubts are shown on --cpus and --ntasks)
+    ["--help"], ["-h", "--", "x"], ["--bogus", "--", "x"], ["-G4", "--", "x"], ["--cpus", "x", "--", "y"],
     ["--gpus", "-1", "--", "x"], ["--priority", "-5", "--", "x"], ["--retries", "101", "--", "x"],
-    ["--nodes", "0", "--", "x"], ["--cpus", "+2", "--", "x"], ["--gpus", " 2", "--", "x"], ["--gpus"],
+    ["--ntasks", "0", "--", "x"], ["--cpus", "+2", "--", "x"], ["--cpus", " 2", "--", "x"], ["--gpus"],
     ["--name", "a", "--name", "b", "--", "x"], ["--hold=yes", "--", "x"], ["-Gx"], ["--name", "-x", "--", "y"],
     ["job.toml"], ["--qos", "prod", "JOB.TOML", "--qos", "x"], ["--", "spec.toml"],
 ]

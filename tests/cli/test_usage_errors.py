@@ -19,7 +19,7 @@ def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *ar
 
 @pytest.mark.parametrize(("argv", "words"), [
     (["submit", "--bogus"], "hsched submit: No such option: --bogus"),
-    (["submit", "--gpus", "x", "--", "true"], "Invalid value for '--gpus'"),
+    (["submit", "--cpus", "x", "--", "true"], "Invalid value for '--cpus'"),  # (--gpus x: test_elastic_cli)
     (["submit", "--retries", "101", "--", "true"], "Invalid value for '--retries'"),
     (["queue", "extra"], "hsched queue: Got unexpected extra argument"),
     (["nosuch"], "No such command 'nosuch'"),

@@ -35,6 +35,29 @@ def _work(j: JobView, forecast: Mapping[int, float]) -> float:
     GPU type is faster for whom, scores 1.969 on ed69ec 8:8:8."""
     left = forecast.get(j.id)
     return j.gpus * (j.service_s if left is None else left)
+MOVE_MARGIN = 2.0
+"""A restart must be expected to save this many times its cost (a margin for the prediction's error): moves, and
+elastic resizes (hsched.sched.elastic), which use the same three functions."""
+
+
+def expected_remaining_s(forecast_s: float | None, run_s: float, round_s: float) -> float:
+    """A running job's expected remaining time: the prediction where there is one; else, without durations, the time
+    already run (heavy-tailed job sizes: the longer a job has run, the longer it is likely to keep running), at least
+    one round."""
+    return forecast_s if forecast_s is not None else max(run_s, round_s)
+
+
+def speedup_gain(remaining_s: float, cur: float, new: float) -> float:
+    """Seconds saved by going from speed `cur` to `new` (any unit, the same for both) with `remaining_s` to run at
+    `cur`; 0 when `new` is not faster."""
+    if new <= cur or new <= 0:
+        return 0.0
+    return remaining_s * (1.0 - cur / new)
+
+
+def gain_pays(gain_s: float, cost_s: float) -> bool:
+    """Whether a checkpoint and restart costing `cost_s` is worth an expected saving of `gain_s`."""
+    return cost_s <= 0 or gain_s > MOVE_MARGIN * cost_s
 
 
 class _Memo(NamedTuple):
@@ -309,19 +332,17 @@ class Hsched(Policy):
             return float("inf"), cost
         rel = inp.throughput.rel_speeds(j.job_type, j.gpus, inp.gpu_types)
         cur, new = rel.get(j.gpu_type, 0.0), rel.get(new_type, 0.0)
-        if new <= cur or new <= 0:
-            return 0.0, cost
         hint = inp.forecast_s.get(j.id)
         # (a forecast is seconds on the job's fastest type: where it runs now, they take 1/cur as long)
-        remaining = hint / cur if hint is not None and cur > 0 else max(j.run_s, inp.round_s)
-        return remaining * (1.0 - cur / new), cost
+        left = hint / cur if hint is not None and cur > 0 else None
+        return speedup_gain(expected_remaining_s(left, j.run_s, inp.round_s), cur, new), cost
 
     def move_pays(self, j: JobView, new_type: str, inp: PolicyInput) -> bool:
         """Whether leaving the current type for `new_type` is worth a checkpoint and restore: the expected gain
         over twice the cost (a margin for the prediction's error)."""
         gain, cost = self.move_gain(j, new_type, inp)
         # (free moves are the assignment's to decide, whatever they gain)
-        return cost <= 0 or gain > 2.0 * cost
+        return gain_pays(gain, cost)
 
     def _up_unpaid(self, j: JobView, new_type: str | None, inp: PolicyInput) -> bool:
         """Whether running job `j` should stay on its type rather than go to `new_type`: it is not assigned one

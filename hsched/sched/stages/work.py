@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hsched.model import Job
@@ -23,6 +23,8 @@ class Work:
     """Why a job the plan did not start waits, as the policy says it (Resources or Priority)."""
     served: list[Job] | None = None
     """The jobs left in the order the plan served them; None: in `order(queue)`."""
+    jobs: Sequence[Job] = ()
+    """The round's whole queue as given (the elastic stage looks up the jobs behind the decisions)."""
 
 
 Stage = Callable[[Work], None]
