@@ -118,6 +118,11 @@ def hetjob_spec(data: Mapping[str, Any], source: str, parse: Callable[[Mapping[s
         if s.resources.shared:
             p.add(f"{where}.resources.shared", "a component has whole GPUs; submit a shared job on its own")
             continue
+        if s.resources.elastic:
+            # (a pipeline is placed, started and ended as one gang: its components keep their size)
+            p.add(f"{where}.resources", "a component has one size; give a count, not a range MIN-MAX (an elastic "
+                                        "job is submitted on its own)")
+            continue
         comps.append(Component(command=s.command, resources=s.resources, env=s.env, workdir=s.workdir))
     p.raise_if_any()
     rest = {k: v for k, v in data.items() if k not in ("component", "command", "resources")}
