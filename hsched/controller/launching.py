@@ -167,7 +167,8 @@ async def _run_round(ctl: Controller) -> tuple[bool, int]:
         return False, 0
     # the pure part, without the lock: submits, cancels and drains go on meanwhile; what they change is checked
     # below before anything is applied
-    decisions, targets, inp, act = await asyncio.get_running_loop().run_in_executor(_ROUNDS, _compute, inp)
+    decisions, targets, whole, act = await asyncio.get_running_loop().run_in_executor(_ROUNDS, _compute, inp)
+    inp = whole  # (its view counted whole)
     launches: list[tuple[Job, list[Run]]] = []
     async with ctl.lock:
         valid = await still_valid(ctl, inp, act)

@@ -47,8 +47,8 @@ async def watch_runs(ctl: Controller) -> bool:
     # one node's slowness must not hold up the others: each node asked in a task of its own, all within one
     # STATUS_TIMEOUT_S (they start together: one deadline is each node's; a TaskGroup and a timeout per node were
     # ~0.4 ms of the event loop a poll on 64 nodes, issue 33)
-    tasks = {asyncio.ensure_future(one_node(n, rs)): n for n, rs in by_node.items()}
-    late: set[asyncio.Future[list[tuple[NodeRuntime, Run, RunReport]]]] = set()
+    tasks = {asyncio.create_task(one_node(n, rs)): n for n, rs in by_node.items()}
+    late: set[asyncio.Task[list[tuple[NodeRuntime, Run, RunReport]]]] = set()
     try:
         if tasks:  # (none when no node with runs answers)
             _done, late = await asyncio.wait(tasks, timeout=STATUS_TIMEOUT_S)
