@@ -403,13 +403,11 @@ Finish = Callable[[FleetView], FleetView]
 
 def fleet_view_later(ctl: Controller, active: Sequence[Job], dirty: frozenset[str] = frozenset()
                      ) -> tuple[FleetView, Finish]:
-    """The fleet view without what the active jobs hold, and what adds it: counting 512 running jobs' devices, CPUs
-    and memory took ~0.5 ms of the event loop every poll once jobs end and start (issue 33), so the round counts it
-    in its own thread (`_compute`), from what is taken here: the tuple of active jobs (immutable, as the job cache
-    hands it out) and a copy of the attempts' starts. Call on the event loop."""
-    # (what the active jobs hold, for the very tuple of jobs the job cache handed out: while no job changed a round
-    # reads it, not 512 jobs' placements: ~2 ms)
-    hit = ctl.state.held
+    """The fleet view without what the active jobs hold and when the running ones are predicted to end, and what
+    adds both: counting 512 running jobs' devices, CPUs and memory, and predicting their ends, took ~1.2 ms of the
+    event loop every poll once jobs end and start (issue 33), so the round does it in its own thread (`_compute`),
+    from what is taken here: the tuple of active jobs (immutable, as the job cache hands it out), a copy of the
+    attempts' starts and what the predictions read (`learning.ends_input`). Call on the event loop."""
     busy = set(dirty)  # a GPU an ended run's leftover still uses waits until it is clean
     for rt in ctl.nodes.values():
         busy.update(rt.foreign)  # a GPU someone else is using is not free, whatever our records say
@@ -422,38 +420,42 @@ def fleet_view_later(ctl: Controller, active: Sequence[Job], dirty: frozenset[st
                      labels=labels, absent_users=absent, gpu_aliases=ctl.settings.gpu_aliases,
                      fabric=ctl.fleet_cfg.fabric,
                      limits=QosLimits.from_qos(ctl.settings.qos), holders=tuple(active),
-                     throughput=_learned(ctl),
-                     # the running jobs' predicted ends: when the first blocked job's reserved GPUs free up
-                     ends=learning.predicted_ends(ctl, active, ctl.timeline.now()))
-    # (the attempts' start times too: a Slurm job still queued there restarts its clock at every report)
-    if hit is not None and hit[0] is active and hit[1] == ctl.attempt_start and isinstance(active, tuple):
-        return view, functools.partial(_with_held, held=hit[2])
+                     throughput=_learned(ctl))
     jobs = tuple(active)
     running = JobState.RUNNING
     for j in jobs:
         if j.state is running and j.id not in ctl.attempt_start:
             ctl.attempt_started(j)  # (converted once, on the event loop: it records what it converts)
-    return view, functools.partial(_count_held, ctl.state, jobs, dict(ctl.attempt_start), active)
+    starts = dict(ctl.attempt_start)
+    # the running jobs' predicted ends: when the first blocked job's reserved GPUs free up
+    ends = functools.partial(learning.ends_of, learning.ends_input(ctl, starts), jobs, ctl.timeline.now())
+    # (what the active jobs hold, for the very tuple of jobs the job cache handed out: while no job changed a round
+    # reads it, not 512 jobs' placements: ~2 ms; the attempts' start times too: a Slurm job still queued there
+    # restarts its clock at every report)
+    hit = ctl.state.held
+    if hit is not None and hit[0] is active and hit[1] == starts and isinstance(active, tuple):
+        return view, functools.partial(_with_held, held=hit[2], ends=ends)
+    return view, functools.partial(_count_held, ctl.state, jobs, starts, active, ends=ends)
 
 
 Held = tuple[frozenset[str], frozenset[str], dict[str, int], dict[str, int], dict[str, int], tuple[Running, ...]]
 """What the active jobs hold (`_held_by`)."""
 
 
-def _with_held(view: FleetView, *, held: Held) -> FleetView:
+def _with_held(view: FleetView, *, held: Held, ends: Callable[[], dict[int, float]]) -> FleetView:
     held_busy, releasing, cpus_used, memory_used, shared_use, running = held
     return replace(view, busy=view.busy | held_busy if view.busy else held_busy, cpus_used=cpus_used,
-                   memory_used=memory_used, shared_use=shared_use, running=running, releasing=releasing)
+                   memory_used=memory_used, shared_use=shared_use, running=running, releasing=releasing, ends=ends())
 
 
 def _count_held(state: ControllerState, jobs: tuple[Job, ...], starts: dict[int, float], active: Sequence[Job],
-                view: FleetView) -> FleetView:
+                view: FleetView, *, ends: Callable[[], dict[int, float]]) -> FleetView:
     """`view` with what `jobs` hold, counted (in the round's thread: nothing here is the event loop's but the
     caches `state.held` and `state.running`, which only rounds use, one at a time; a forecast's view counted on the
     loop meanwhile finds them stale, never wrong: each entry is checked against the very job and start)."""
     held = _held_by(state, jobs, starts)
     state.held = (active, starts, held)
-    return _with_held(view, held=held)
+    return _with_held(view, held=held, ends=ends)
 
 
 def _held_by(state: ControllerState, active: Sequence[Job], starts: Mapping[int, float]) -> Held:
