@@ -60,10 +60,14 @@ async def watch_runs(ctl: Controller) -> bool:
     changed = False
     running, launching = RunStatus.RUNNING, RunState.LAUNCHING
     starts = ctl.attempt_start
-    # (every answer first: a node's unexpected error fails the watch before any report is acted on)
-    answers = [t.result() for t in tasks if t not in late]
-    for answer in answers:
-        for rt, run, rep in answer:
+    # (every answer first: a node's unexpected error fails the watch before any report is acted on, each error
+    # retrieved)
+    answered = [t for t in tasks if t not in late]
+    errors = [e for t in answered if (e := t.exception()) is not None]
+    if errors:
+        raise errors[0]
+    for t in answered:
+        for rt, run, rep in t.result():
             if rep.status is running and run.state is not launching:
                 # on_report's common case, inline: a coroutine per running run each poll was ~2 ms on the loop;
                 # and note_start's own common case (a run started and known: nothing to note), without a call
