@@ -10,9 +10,10 @@ from hsched.controller.core import Controller
 from hsched.controller.ending import run_ended, run_taken
 from hsched.controller.fleet import NodeRuntime
 from hsched.controller.launching import spawn_launch
+from hsched.controller.store import Store
 from hsched.errors import ExecutorError
 from hsched.executors.base import StatusQuery
-from hsched.model import EndReason, JobState, NodeState, Run, RunReport, RunState, RunStatus
+from hsched.model import EndReason, Job, JobState, NodeState, Run, RunReport, RunState, RunStatus
 
 log = logging.getLogger("hsched.watch")
 
@@ -134,10 +135,10 @@ async def on_report(ctl: Controller, rt: NodeRuntime, run: Run, rep: RunReport) 
     async with ctl.lock:
         # the report answers a question asked before the lock: the run may have been settled meanwhile (given up
         # past its node's lease and its job requeued, or ended by another report); a stale answer changes nothing
-        current = await ctl.db(ctl.store.get_run, run.id)
+        # (the run and its job in one call on the store's thread: each call is ~70 us of the event loop's CPU)
+        current, job = await ctl.db(_run_and_job, ctl.store, run.id, run.job_id)
         if current is None or not current.state.is_live() or current.state is not run.state:
             return False
-        job = await ctl.db(ctl.store.get_job, run.job_id)
         if job is None:
             return False
         if rep.status is RunStatus.RUNNING:
@@ -160,3 +161,8 @@ async def on_report(ctl: Controller, rt: NodeRuntime, run: Run, rep: RunReport) 
         await run_ended(ctl, job, run, now, exit_code=None if lost else rep.exit_code, lost=lost,
                         ended_at=rep.end_time, oom=rep.oom, gpu_left=rep.gpu_left, gpu_oom=rep.gpu_oom)
         return True
+
+
+def _run_and_job(store: Store, run_id: int, job_id: int) -> tuple[Run | None, Job | None]:
+    """The run and its job as the store has them now (on the store's thread)."""
+    return store.get_run(run_id), store.get_job(job_id)
