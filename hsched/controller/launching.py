@@ -16,6 +16,7 @@ as LAUNCHING before the executor is asked to start anything; the run folder is t
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import sys
@@ -36,6 +37,7 @@ from hsched.controller.fleet import NodeRuntime
 from hsched.controller.jobcache import JobCache, Jobs, _changes, _jobs_now, job_cache  # noqa: F401  (re-exported)
 from hsched.controller.metrics import note_round
 from hsched.controller.shares import round_usage
+from hsched.controller.state import ControllerState
 from hsched.controller.stopping import begin_stop, send
 from hsched.controller.store import no_room
 from hsched.errors import ExecutorError
@@ -104,6 +106,12 @@ class RoundInput:
     """Settings' `prefetch_horizon_s` when prefetch is on and some waiting job names datasets; else None."""
     cache: RoundCache | None = None
     """The controller's round cache (`Controller.round_cache`): what the last round kept for this one."""
+    finish: Finish | None = None
+    """What is left to count of `view` (`fleet_view_later`), in the round's thread; None: `view` is whole."""
+
+    def whole(self) -> RoundInput:
+        """This input with its view counted whole."""
+        return self if self.finish is None else replace(self, view=self.finish(self.view), finish=None)
 
 
 SWITCH_INTERVAL_S = 0.001
@@ -127,16 +135,19 @@ async def off_loop(fn: Callable[[], T]) -> T:
     return await asyncio.get_running_loop().run_in_executor(_ROUNDS, fn)
 
 
-def _compute(inp: RoundInput) -> tuple[list[Decision], list[tuple[int, str, tuple[str, ...]]]]:
+def _compute(inp: RoundInput) -> tuple[list[Decision], list[tuple[int, str, tuple[str, ...]]], RoundInput,
+                                       list[Decision]]:
     """The pure round, in the round's thread, with the cyclic garbage collector paused: a round makes ~10,000
     short-lived objects, and a collection in the middle of one would promote those alive at that moment towards the
     oldest generation, whose full collections (every minute or so, ~45 ms over a 2,000-job heap) then fell inside
     rounds. Paused, they are freed as the round drops them (reference counting); anything cyclic is collected after,
-    as ever."""
+    as ever. Returns the input too, with its view counted whole (`RoundInput.finish`), and the decisions that act
+    (`acting_of`)."""
     paused = gc.isenabled()
     if paused:
         gc.disable()
     try:
+        inp = inp.whole()
         decisions = schedule(inp.view, inp.pending, inp.at, cache=inp.cache)
         targets: list[tuple[int, str, tuple[str, ...]]] = []
         if inp.view.data_at and inp.prefetch_horizon_s is not None:
@@ -144,7 +155,7 @@ def _compute(inp: RoundInput) -> tuple[list[Decision], list[tuple[int, str, tupl
             # the waiting jobs in the order the round served them (the policy's): who is ahead of whom
             waiting = [inp.by_id[d.job_id] for d in decisions if isinstance(d, Wait) and d.job_id in inp.by_id]
             targets = prefetch_targets(inp.view, waiting, inp.at, inp.prefetch_horizon_s, served=True)
-        return decisions, targets
+        return decisions, targets, inp, acting_of(inp, decisions)
     finally:
         if paused:
             gc.enable()
@@ -152,33 +163,49 @@ def _compute(inp: RoundInput) -> tuple[list[Decision], list[tuple[int, str, tupl
 
 async def _run_round(ctl: Controller) -> tuple[bool, int]:
     async with ctl.lock:
-        inp = await round_input(ctl)
+        inp = await round_input(ctl, later=True)
     if inp is None:
         return False, 0
     # the pure part, without the lock: submits, cancels and drains go on meanwhile; what they change is checked
     # below before anything is applied
-    decisions, targets = await asyncio.get_running_loop().run_in_executor(_ROUNDS, _compute, inp)
+    decisions, targets, whole, act = await asyncio.get_running_loop().run_in_executor(_ROUNDS, _compute, inp)
+    inp = whole  # (its view counted whole)
     launches: list[tuple[Job, list[Run]]] = []
     async with ctl.lock:
-        valid = await still_valid(ctl, inp, decisions)
-        # the waits' new reasons in one transaction (a storm or a fresh queue changes 2,000 at once: one commit
-        # each was one fsync each), written before the launches and preemptions, all under this lock
-        reasons = [(d.job_id, d.reason) for d in decisions if d.job_id in valid and isinstance(d, Wait)]
+        valid = await still_valid(ctl, inp, act)
+        # the round's writes in order, each run of them between two decisions that act on the loop (a preemption, a
+        # move) in one call on the store's thread: each call is ~70 us of the event loop's CPU (issue 33); the waits'
+        # new reasons first, in one transaction (a storm or a fresh queue changes 2,000 at once: one commit each was
+        # one fsync each), then the launches' runs and the failures, as the decisions come
+        writes: list[tuple[Job | None, Callable[[], object]]] = []
+        reasons = [(d.job_id, d.reason) for d in act if d.job_id in valid and isinstance(d, Wait)]
         if reasons:
-            await ctl.db(ctl.store.set_reasons, reasons)
-        for d in decisions:
+            writes.append((None, functools.partial(ctl.store.set_reasons, reasons)))
+
+        async def flush() -> None:
+            if writes:
+                done = await ctl.db(_in_order, [w for _job, w in writes])
+                launches.extend((job, runs) for (job, _w), runs in zip(writes, done, strict=True) if job is not None)
+                writes.clear()
+
+        # (over the decisions that act only: the others, 2,000 waits repeating their reasons, were three passes on
+        # the event loop; issue 33)
+        for d in act:
             if d.job_id not in valid:
                 continue  # a wait with nothing new to say, or a decision that no longer holds
             if isinstance(d, Resize):
+                await flush()
                 await resizing.apply(ctl, inp.active[d.job_id], d)  # (an elastic job's: a move with a size)
                 continue
             if isinstance(d, Move):
+                await flush()
                 await moves.apply(ctl, inp.active[d.job_id], d)
                 continue
             job = inp.by_id[d.job_id]
             if isinstance(d, Wait):
                 continue  # (its reason is written above)
             if isinstance(d, Preempt):
+                await flush()
                 await ctl.db(ctl.store.set_job, job.id, inp.now, reason=EndReason.PREEMPTING.value,
                              event=("preempts", d.why))
                 for victim_id in d.victims:
@@ -193,9 +220,10 @@ async def _run_round(ctl: Controller) -> tuple[bool, int]:
             if over:
                 # queued before the request bounds existed (or before an admin lowered them): ended with the reason,
                 # never a million run rows made under the lock
-                await ctl.db(ctl.store.set_job, job.id, inp.now, state=JobState.FAILED,
-                             reason=EndReason.LAUNCH_FAILED.value, end_time=inp.now,
-                             event=("ended", f"failed: the job is over the controller's request bounds: {over[0]}"))
+                writes.append((None, functools.partial(
+                    ctl.store.set_job, job.id, inp.now, state=JobState.FAILED, reason=EndReason.LAUNCH_FAILED.value,
+                    end_time=inp.now,
+                    event=("ended", f"failed: the job is over the controller's request bounds: {over[0]}"))))
                 continue
             ranks = []
             tpn = job.spec.resources.tasks_per_node
@@ -207,8 +235,8 @@ async def _run_round(ctl: Controller) -> tuple[bool, int]:
                     ranks.append((p, run_dir))
             if job.spec.components:
                 ranks = hetjobs.run_ranks(ctl, job, d.placements, inp.now)  # each component's tasks per node
-            runs = await ctl.db(ctl.store.start_runs, job, ranks, inp.now, d.placements)
-            launches.append((job, runs))
+            writes.append((job, functools.partial(ctl.store.start_runs, job, ranks, inp.now, d.placements)))
+        await flush()
     for job, runs in launches:
         ctl.attempt_start[job.id] = ctl.timeline.now()
         for run in runs:
@@ -219,14 +247,15 @@ async def _run_round(ctl: Controller) -> tuple[bool, int]:
         data.note_waits(ctl, decisions, inp.at)
     # (over the valid ones only: a busy round decides 2,000 waits, and a union type made per test costs)
     stops = (Preempt, Move)
-    return bool(decisions), sum(1 for d in decisions if d.job_id in valid and isinstance(d, stops))
+    return bool(decisions), sum(1 for d in act if d.job_id in valid and isinstance(d, stops))
 
 
-async def round_input(ctl: Controller, *, always: bool = False) -> RoundInput | None:
+async def round_input(ctl: Controller, *, always: bool = False, later: bool = False) -> RoundInput | None:
     """The round's snapshot: the jobs it may start (retries past their backoff, dependencies met, within their
     array's limit), the fleet as it stands, fair share usage, checkpoint homes. None when nothing waits (`always`:
     the snapshot even then, for a forecast: hsched.controller.forecast). Call with ctl.lock held; it records the
-    reasons of jobs whose dependencies hold them."""
+    reasons of jobs whose dependencies hold them. `later`: what the active jobs hold is left to count in the round's
+    thread (`RoundInput.finish`, `RoundInput.whole`)."""
     now, at = ctl.clock.time(), ctl.timeline.now()
     jobs = await ctl.db(job_cache(ctl).read, ctl.store)
     pending = list(jobs.queued)
@@ -247,7 +276,7 @@ async def round_input(ctl: Controller, *, always: bool = False) -> RoundInput | 
             and not resizing.may_grow(ctl, active, at)):
         return None
     note_users(ctl, pending)
-    view = fleet_view(ctl, active, await still_dirty(ctl))
+    view, finish = fleet_view_later(ctl, active, await still_dirty(ctl))
     movable, held, attained = await moves.round_fields(ctl, active, pending, at)
     if movable or held or attained:
         view = replace(view, movable=movable, held=held, attained=attained,
@@ -281,8 +310,9 @@ async def round_input(ctl: Controller, *, always: bool = False) -> RoundInput | 
         view = replace(view, prefer=prefer)
     # the store's change count as the jobs were read: a write since (dependencies' reasons above, or anyone's while
     # the round computes) makes the checks read the jobs they act on again
-    return RoundInput(now, at, view, tuple(pending), jobs.active_by_id, pending_by_id, jobs.changes, horizon,
-                      ctl.round_cache)
+    inp = RoundInput(now, at, view, tuple(pending), jobs.active_by_id, pending_by_id, jobs.changes, horizon,
+                     ctl.round_cache, finish)
+    return inp if later else inp.whole()
 
 
 def rewrites(job: Job, d: Wait) -> bool:
@@ -292,19 +322,29 @@ def rewrites(job: Job, d: Wait) -> bool:
     return job.reason != d.reason and not kept
 
 
-async def still_valid(ctl: Controller, inp: RoundInput, decisions: Sequence[Decision]) -> set[int]:
-    """The jobs whose decisions act (launches, preemptions, waits with a new reason) and still hold now, after the
-    round computed without the lock (call with it held).
+def _in_order(writes: Sequence[Callable[[], T]]) -> list[T]:
+    """Each write, in order (on the store's thread): their answers."""
+    return [w() for w in writes]
+
+
+def acting_of(inp: RoundInput, decisions: Sequence[Decision]) -> list[Decision]:
+    """The decisions that act: launches, preemptions, moves, and waits with a new reason (pure: in the round's
+    thread, `_compute`)."""
+    by_id = inp.by_id
+    # (the reasons compared first: most waits repeat what the job already says)
+    return [d for d in decisions if not isinstance(d, Wait)
+            or (d.reason != by_id[d.job_id].reason and rewrites(by_id[d.job_id], d))]
+
+
+async def still_valid(ctl: Controller, inp: RoundInput, acting: Sequence[Decision]) -> set[int]:
+    """The jobs whose decisions act (`acting`: launches, preemptions, waits with a new reason) and still hold now,
+    after the round computed without the lock (call with it held).
 
     A decision is about a job exactly as the round saw it: one whose row changed meanwhile (cancelled, held,
     re-prioritised, requeued, its reason set by someone else) is left to the next round, which sees it as it is.
     A launch also needs its nodes up and not drained, and its devices still free (not held by a job, not used by
     a process outside hsched); a preemption needs every victim still running as it was. While the store made no
     change since the snapshot (the usual case), no job can have changed and nothing is read again."""
-    by_id = inp.by_id
-    # (the reasons compared first: most waits repeat what the job already says)
-    acting = [d for d in decisions if not isinstance(d, Wait)
-              or (d.reason != by_id[d.job_id].reason and rewrites(by_id[d.job_id], d))]
     if not acting:
         return set()
     current: dict[int, Job | None] | None = None
@@ -383,48 +423,86 @@ def _usable(ctl: Controller, node: str) -> bool:
 
 
 def fleet_view(ctl: Controller, active: Sequence[Job], dirty: frozenset[str] = frozenset()) -> FleetView:
-    # (what the active jobs hold, for the very tuple of jobs the job cache handed out: while no job changed a round
-    # reads it, not 512 jobs' placements: ~2 ms)
-    hit = ctl.state.held
-    # (the attempts' start times too: a Slurm job still queued there restarts its clock at every report)
-    if hit is not None and hit[0] is active and hit[1] == ctl.attempt_start and isinstance(active, tuple):
-        held_busy, frozen_releasing, cpus_used, memory_used, shared_use, running_t = hit[2]
-    else:
-        held_busy, frozen_releasing, cpus_used, memory_used, shared_use, running_t = _held_by(ctl, active)
-        ctl.state.held = (active, dict(ctl.attempt_start),
-                      (held_busy, frozen_releasing, cpus_used, memory_used, shared_use, running_t))
-    busy = set(held_busy)
+    """The fleet as the round sees it, counted now (see `fleet_view_later` for the round's own, counted in the round's
+    thread)."""
+    view, held = fleet_view_later(ctl, active, dirty)
+    return held(view)
+
+
+Finish = Callable[[FleetView], FleetView]
+"""What is left of a fleet view to count (`fleet_view_later`): the view with it."""
+
+
+def fleet_view_later(ctl: Controller, active: Sequence[Job], dirty: frozenset[str] = frozenset()
+                     ) -> tuple[FleetView, Finish]:
+    """The fleet view without what the active jobs hold and when the running ones are predicted to end, and what
+    adds both: counting 512 running jobs' devices, CPUs and memory, and predicting their ends, took ~1.2 ms of the
+    event loop every poll once jobs end and start (issue 33), so the round does it in its own thread (`_compute`),
+    from what is taken here: the tuple of active jobs (immutable, as the job cache hands it out), a copy of the
+    attempts' starts and what the predictions read (`learning.ends_input`). Call on the event loop."""
+    busy = set(dirty)  # a GPU an ended run's leftover still uses waits until it is clean
     for rt in ctl.nodes.values():
         busy.update(rt.foreign)  # a GPU someone else is using is not free, whatever our records say
-    busy.update(dirty)  # a GPU an ended run's leftover still uses waits until it is clean
     # a node's labels (for --constraint) and the lab users that do not exist there (never placed there)
     labels = {rt.name: node_labels(rt.name, rt.config.labels) for rt in ctl.nodes.values()}
     absent = {rt.name: users for rt in ctl.nodes.values() if (users := rt.absent_users)}
-    return FleetView(nodes=tuple(ctl.node_list()), busy=frozenset(busy), cpus_used=cpus_used, memory_used=memory_used,
-                     shared_use=shared_use,
-                     running=running_t, releasing=frozen_releasing,
+    view = FleetView(nodes=tuple(ctl.node_list()), busy=frozenset(busy), cpus_used={}, memory_used={},
+                     shared_use={}, running=(), releasing=frozenset(),
                      rule=PreemptRule.from_qos(ctl.settings.qos), policy=ctl.settings.policy,
                      labels=labels, absent_users=absent, gpu_aliases=ctl.settings.gpu_aliases,
                      fabric=ctl.fleet_cfg.fabric,
                      limits=QosLimits.from_qos(ctl.settings.qos), holders=tuple(active),
                      throughput=_learned(ctl),
-                     # the running jobs' predicted ends: when the first blocked job's reserved GPUs free up
-                     ends=learning.predicted_ends(ctl, active, ctl.timeline.now()),
                      # what requeued jobs' progress said was left: the policy ranks them by it (hsched's _work)
                      left=learning.waiting_left(ctl))
+    jobs = tuple(active)
+    running = JobState.RUNNING
+    for j in jobs:
+        if j.state is running and j.id not in ctl.attempt_start:
+            ctl.attempt_started(j)  # (converted once, on the event loop: it records what it converts)
+    starts = dict(ctl.attempt_start)
+    # the running jobs' predicted ends: when the first blocked job's reserved GPUs free up
+    ends = functools.partial(learning.ends_of, learning.ends_input(ctl, starts), jobs, ctl.timeline.now())
+    # (what the active jobs hold, for the very tuple of jobs the job cache handed out: while no job changed a round
+    # reads it, not 512 jobs' placements: ~2 ms; the attempts' start times too: a Slurm job still queued there
+    # restarts its clock at every report)
+    hit = ctl.state.held
+    if hit is not None and hit[0] is active and hit[1] == starts and isinstance(active, tuple):
+        return view, functools.partial(_with_held, held=hit[2], ends=ends)
+    return view, functools.partial(_count_held, ctl.state, jobs, starts, active, ends=ends)
 
 
-def _held_by(ctl: Controller, active: Sequence[Job]) -> tuple[frozenset[str], frozenset[str], dict[str, int],
-                                                                dict[str, int], dict[str, int], tuple[Running, ...]]:
+Held = tuple[frozenset[str], frozenset[str], dict[str, int], dict[str, int], dict[str, int], tuple[Running, ...]]
+"""What the active jobs hold (`_held_by`)."""
+
+
+def _with_held(view: FleetView, *, held: Held, ends: Callable[[], dict[int, float]]) -> FleetView:
+    held_busy, releasing, cpus_used, memory_used, shared_use, running = held
+    return replace(view, busy=view.busy | held_busy if view.busy else held_busy, cpus_used=cpus_used,
+                   memory_used=memory_used, shared_use=shared_use, running=running, releasing=releasing, ends=ends())
+
+
+def _count_held(state: ControllerState, jobs: tuple[Job, ...], starts: dict[int, float], active: Sequence[Job],
+                view: FleetView, *, ends: Callable[[], dict[int, float]]) -> FleetView:
+    """`view` with what `jobs` hold, counted (in the round's thread: nothing here is the event loop's but the
+    caches `state.held` and `state.running`, which only rounds use, one at a time; a forecast's view counted on the
+    loop meanwhile finds them stale, never wrong: each entry is checked against the very job and start)."""
+    held = _held_by(state, jobs, starts)
+    state.held = (active, starts, held)
+    return _with_held(view, held=held, ends=ends)
+
+
+def _held_by(state: ControllerState, active: Sequence[Job], starts: Mapping[int, float]) -> Held:
     """What the active jobs hold: their devices, those being released, CPUs, host memory and shared GPU memory per
-    node or device, and the running ones (as the round sees them)."""
+    node or device, and the running ones (as the round sees them; `starts`: the attempts' starts, each running job's
+    there)."""
     busy: set[str] = set()
     releasing: set[str] = set()
     cpus_used: dict[str, int] = {}
     memory_used: dict[str, int] = {}
     shared_use: dict[str, int] = {}
     running: list[Running] = []
-    last, kept = ctl.state.running, {}
+    last, kept = state.running, {}
     for j in active:
         for k, p in enumerate(j.placement):
             busy.update(p.devices)
@@ -440,13 +518,13 @@ def _held_by(ctl: Controller, active: Sequence[Job]) -> tuple[frozenset[str], fr
                 for u in p.devices:
                     shared_use[u] = shared_use.get(u, 0) + (j.spec.resources.gpu_memory_mib or 0)
         if j.state is JobState.RUNNING:
-            started = ctl.attempt_started(j)
+            started = starts[j.id]
             r = last.get(j.id)
             if r is None or r.job is not j or r.started != started:
                 r = Running(j, started)
             running.append(r)
             kept[j.id] = r
-    ctl.state.running = kept
+    state.running = kept
     return frozenset(busy), frozenset(releasing), cpus_used, memory_used, shared_use, tuple(running)
 
 
