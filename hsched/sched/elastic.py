@@ -57,13 +57,16 @@ Public API (callers use exactly these names; everything else here is private):
                      outbid: float | None = None) -> tuple[Resize, ...]
         # free: GPUs free now per pool; waiting: the jobs that wait, most important first; round_s: the least
         # expected remaining time (as moves); grow=False: no growth into idle GPUs (step 2), as before a round whose
-        # moves may want them; outbid: see step 0 (None: off, the default)
+        # moves may want them; outbid: see step 0b (None: off, the default)
 
 `plan_resizes`'s rule (waiting jobs before growth: a waiting job has no throughput at all). Speeds compare across
 jobs in GPU-equivalents: a job's rate at a size times its base size over its rate at its base size (a waiting job
 gets 1 per GPU it is given).
 
-0. Outbid (only with `outbid`): a job grows into free GPUs a waiting job could use when each GPU adds more than
+0a. Right size. A job faster at a smaller allowed size than at its own (a measured scaling that falls: Gavel's table
+   has models slower at 4 GPUs than at 2) shrinks to its fastest smaller size when the saving pays for the restart
+   (the rule of step 2); the GPUs it frees count as free for the steps below.
+0b. Outbid (only with `outbid`): a job grows into free GPUs a waiting job could use when each GPU adds more than
    `outbid` GPU-equivalents of its speed (a scaling measured superlinear). Measured on Gavel's traces it lost, so off.
 1. Contention. The waiting jobs, in the order given, each take free GPUs of a pool it can use. One that does not fit
    makes elastic jobs of that pool shrink, never below `min_size`: the GPUs they borrowed (above `base_size`)
@@ -76,7 +79,7 @@ gets 1 per GPU it is given).
    the restart by the rule moves use (hsched.sched.policies.hsched: `speedup_gain` over `expected_remaining_s`,
    `gain_pays`: more than twice the checkpoint cost, the second restart being the shrink that may follow), and only
    while the user stays within their fair share (`fair`: GPUs each user may hold, see `fair_gpus`; `held`: GPUs
-   each holds now) when another user waits.
+   each holds now) when another user waits, and never by more than its `grow_room`.
 
 Only jobs with `proven_checkpoint` are resized. Each job is resized at most once a plan (one restart a round). Pure:
 no I/O, no module state, deterministic (ties by job id).
