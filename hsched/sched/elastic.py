@@ -70,10 +70,10 @@ gets 1 per GPU it is given).
    `outbid` GPU-equivalents of its speed (a scaling measured superlinear). Measured on Gavel's traces it lost, so off.
 1. Contention. The waiting jobs, in the order given, each take free GPUs of a pool it can use. One that does not fit
    makes elastic jobs of that pool shrink, never below `min_size`: the GPUs they borrowed (above `base_size`)
-   whatever they add, and GPUs at or below their base size only where the job loses less than half a GPU-equivalent
-   per GPU freed (1 / MOVE_MARGIN: the waiting job gets at least twice what the job loses, the same margin as a
-   move's gain over its cost). Shrinks are planned only when they free enough for the waiting job to start (all or
-   nothing), the job whose first step loses least per GPU first.
+   whatever they add, and GPUs at or below their base size only where the job loses less than one GPU-equivalent
+   per GPU freed, what the waiting job gets from it (its marginal throughput there is below the waiting job's; a
+   threshold of 1/2 or 3/4 measured worse on 0e4a51, docs/scheduling.md). Shrinks are planned only when they free
+   enough for the waiting job to start (all or nothing), the job whose first step loses least per GPU first.
 2. Growth. The GPUs still free after the waiting jobs took theirs would otherwise idle: elastic jobs in that pool
    grow into them step by step, the best marginal speed-up per added GPU first, when the expected saving pays for
    the restart by the rule moves use (hsched.sched.policies.hsched: `speedup_gain` over `expected_remaining_s`,
@@ -96,7 +96,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from hsched.sched.policies.hsched import MOVE_MARGIN, expected_remaining_s, gain_pays, speedup_gain
+from hsched.sched.policies.hsched import expected_remaining_s, gain_pays, speedup_gain
 
 
 class Direction(enum.StrEnum):
@@ -245,7 +245,7 @@ class _Speeds:
             if e is None:
                 break
             loss = (cur - e) / (size - s)
-            if s < job.base and loss >= 1.0 / MOVE_MARGIN:
+            if s < job.base and loss >= 1.0:
                 break
             out.append((s, loss))
         return out

@@ -69,12 +69,15 @@ def test_shrinks_nothing_when_it_cannot_free_enough():
     assert plan_resizes([job(size=4, base=2, lo=2)], {"v100": 2}, [Waiting(7, 8)]) == ()
 
 
-def test_shrinks_below_the_asked_size_only_at_a_poor_scaling_efficiency():
-    # GOOD at its base size 4: going to 2 loses 0.89 GPU-equivalents per GPU freed, more than half: kept
-    assert plan_resizes([job(size=4, base=4)], {"v100": 0}, [Waiting(7, 2)]) == ()
-    # POOR loses 0.02 per GPU going 4 -> 2: it gives them to the waiting job
-    (r,) = plan_resizes([job(size=4, base=4, rates=POOR)], {"v100": 0}, [Waiting(7, 2)])
-    assert (r.old, r.new) == (4, 2)
+def test_shrinks_below_the_asked_size_only_where_the_waiting_job_gets_more():
+    # scaling linearly from 2 to 4 GPUs: going back to 2 loses 1 GPU-equivalent per GPU freed, what the waiting job
+    # would get: kept
+    linear = ((1, 10.0), (2, 20.0), (4, 40.0))
+    assert plan_resizes([job(size=4, base=4, rates=linear)], {"v100": 0}, [Waiting(7, 2)]) == ()
+    # GOOD loses 0.89 per GPU going 4 -> 2, POOR 0.02: they give them to the waiting job
+    for rates in (GOOD, POOR):
+        (r,) = plan_resizes([job(size=4, base=4, rates=rates)], {"v100": 0}, [Waiting(7, 2)])
+        assert (r.old, r.new, r.for_job) == (4, 2, 7)
 
 
 def test_never_below_min_nor_above_max():
