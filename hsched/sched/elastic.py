@@ -42,8 +42,8 @@ Public API (callers use exactly these names; everything else here is private):
         new: int
         direction: Direction
         reason: str                     # one line, for the grow/shrink event
-        gain_s: float                   # seconds it is expected to save (negative: a shrink for a waiting job,
-                                        # what it is expected to lose)
+        gain_s: float                   # grow: seconds it is expected to save; shrink: seconds it is expected to
+                                        # lose (negative for a shrink to a faster size: what it saves)
         cost_s: float                   # the checkpoint and restart it costs
         pool: str
         for_job: int | None = None      # shrink: the waiting job it makes room for
@@ -351,7 +351,7 @@ def plan_resizes(
         planned[j.id] = Resize(
             j.id, cur, s, Direction.SHRINK,
             f"shrinking from {cur} to {s} GPUs: it runs faster at {s} ({r_new:.3g} against {r_cur:.3g} a second); "
-            f"expected to save {gain:.0f} s for a restart of {j.checkpoint_cost_s:.0f} s", gain, j.checkpoint_cost_s,
+            f"expected to save {gain:.0f} s for a restart of {j.checkpoint_cost_s:.0f} s", -gain, j.checkpoint_cost_s,
             j.pool)
         size_now[j.id] = s
         left[j.pool] = left.get(j.pool, 0) + cur - s
@@ -402,7 +402,7 @@ def plan_resizes(
                     jid, old, s, Direction.SHRINK,
                     f"shrinking from {old} to {s} GPUs so that waiting job {w.id} ({w.gpus} GPUs) can start: it "
                     f"gives back {borrowed}; expected to cost it {lost:.0f} s plus a restart of "
-                    f"{j.checkpoint_cost_s:.0f} s", -lost, j.checkpoint_cost_s, p, w.id)
+                    f"{j.checkpoint_cost_s:.0f} s", lost, j.checkpoint_cost_s, p, w.id)
                 size_now[jid] = s
             left[p] = left.get(p, 0) + freed - w.gpus
             break

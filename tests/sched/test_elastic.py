@@ -157,7 +157,7 @@ def test_deterministic_and_one_resize_per_job():
 def test_a_job_faster_at_a_smaller_size_shrinks_to_it_when_it_pays():
     falls = ((1, 10.0), (2, 20.0), (4, 15.0))  # Gavel measures some models slower at 4 GPUs than at 2
     (r,) = plan_resizes([job(size=4, base=4, rates=falls)], {"v100": 0}, [])
-    assert (r.old, r.new, r.direction) == (4, 2, Direction.SHRINK) and r.gain_s > 2 * r.cost_s
+    assert (r.old, r.new, r.direction) == (4, 2, Direction.SHRINK) and -r.gain_s > 2 * r.cost_s  # a loss < 0
     assert "faster" in r.reason
     # ... and the GPUs it gives back go to a waiting job, with no further shrink
     (r,) = plan_resizes([job(size=4, base=4, rates=falls)], {"v100": 0}, [Waiting(7, 2)])
@@ -174,4 +174,4 @@ def test_grow_room_bounds_growth_to_its_own_node():
 
 def test_a_shrink_for_a_waiting_job_says_what_it_costs():
     (r,) = plan_resizes([job(size=8)], {"v100": 0}, [Waiting(7, 4)])
-    assert r.gain_s < 0 and r.cost_s == 30.0 and "waiting job 7" in r.reason
+    assert r.gain_s > 0 and r.cost_s == 30.0 and "waiting job 7" in r.reason  # what it is expected to lose
