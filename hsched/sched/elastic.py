@@ -344,13 +344,13 @@ def plan_resizes(
         faster = [(r, -s, s) for s in sp.sizes(j) if s < cur and (r := sp.rate(j, s)) is not None and r > r_cur]
         if not faster:
             continue
-        r_new, _, s = max(faster)
-        gain = speedup_gain(expected_remaining_s(j.remaining_s, j.run_s, round_s), r_cur, r_new)
+        fast, _, s = max(faster)
+        gain = speedup_gain(expected_remaining_s(j.remaining_s, j.run_s, round_s), r_cur, fast)
         if not gain_pays(gain, j.checkpoint_cost_s):
             continue
         planned[j.id] = Resize(
             j.id, cur, s, Direction.SHRINK,
-            f"shrinking from {cur} to {s} GPUs: it runs faster at {s} ({r_new:.3g} against {r_cur:.3g} a second); "
+            f"shrinking from {cur} to {s} GPUs: it runs faster at {s} ({fast:.3g} against {r_cur:.3g} a second); "
             f"expected to save {gain:.0f} s for a restart of {j.checkpoint_cost_s:.0f} s", -gain, j.checkpoint_cost_s,
             j.pool)
         size_now[j.id] = s
