@@ -656,7 +656,8 @@ class Simulator:
             A job grows on its own server alone (`grow_room`: the GPUs free there), because a gang spread over servers
             runs at the table's much lower unconsolidated rate; a shrink keeps its devices on the servers where it
             has most. (Pools by server instead, so that a waiting job counts only where it fits whole, lost: 1.85 M s
-            avg JCT on 0e4a51 against 1.64 M s, fewer shrinks letting waiting jobs start.)"""
+            avg JCT on 0e4a51 against 1.64 M s with the rule's threshold at 1/2, fewer shrinks letting waiting jobs
+            start; docs/scheduling.md.)"""
             assert erates is not None
             free: dict[str, int] = {}
             for sv in self.servers:
