@@ -25,6 +25,8 @@ Public API (callers use exactly these names; everything else here is private):
         base_size: int | None = None    # the size it asked for (None: min_size); GPUs above it are borrowed
         remaining_s: float | None = None  # a prediction of its remaining time at its current size, if any
         any_size: bool = False          # any size in [min, max]; False: powers of two (and min, max) only
+        grow_room: int | None = None    # at most this many GPUs more (e.g. those free on its own node); None: the
+                                        # pool's free GPUs
 
     @dataclass(frozen=True, slots=True)
     class Waiting:
@@ -40,7 +42,8 @@ Public API (callers use exactly these names; everything else here is private):
         new: int
         direction: Direction
         reason: str                     # one line, for the grow/shrink event
-        gain_s: float                   # grow: seconds it is expected to save; shrink: seconds it is expected to lose
+        gain_s: float                   # grow: seconds it is expected to save; shrink: seconds it is expected to
+                                        # lose (negative for a shrink to a faster size: what it saves)
         cost_s: float                   # the checkpoint and restart it costs
         pool: str
         for_job: int | None = None      # shrink: the waiting job it makes room for
@@ -54,26 +57,29 @@ Public API (callers use exactly these names; everything else here is private):
                      outbid: float | None = None) -> tuple[Resize, ...]
         # free: GPUs free now per pool; waiting: the jobs that wait, most important first; round_s: the least
         # expected remaining time (as moves); grow=False: no growth into idle GPUs (step 2), as before a round whose
-        # moves may want them; outbid: see step 0 (None: off, the default)
+        # moves may want them; outbid: see step 0b (None: off, the default)
 
 `plan_resizes`'s rule (waiting jobs before growth: a waiting job has no throughput at all). Speeds compare across
 jobs in GPU-equivalents: a job's rate at a size times its base size over its rate at its base size (a waiting job
 gets 1 per GPU it is given).
 
-0. Outbid (only with `outbid`): a job grows into free GPUs a waiting job could use when each GPU adds more than
+0a. Right size. A job faster at a smaller allowed size than at its own (a measured scaling that falls: Gavel's table
+   has models slower at 4 GPUs than at 2) shrinks to its fastest smaller size when the saving pays for the restart
+   (the rule of step 2); the GPUs it frees count as free for the steps below.
+0b. Outbid (only with `outbid`): a job grows into free GPUs a waiting job could use when each GPU adds more than
    `outbid` GPU-equivalents of its speed (a scaling measured superlinear). Measured on Gavel's traces it lost, so off.
 1. Contention. The waiting jobs, in the order given, each take free GPUs of a pool it can use. One that does not fit
    makes elastic jobs of that pool shrink, never below `min_size`: the GPUs they borrowed (above `base_size`)
-   whatever they add, and GPUs at or below their base size only where the job loses less than half a GPU-equivalent
-   per GPU freed (1 / MOVE_MARGIN: the waiting job gets at least twice what the job loses, the same margin as a
-   move's gain over its cost). Shrinks are planned only when they free enough for the waiting job to start (all or
-   nothing), the job whose first step loses least per GPU first.
+   whatever they add, and GPUs at or below their base size only where the job loses less than one GPU-equivalent
+   per GPU freed, what the waiting job gets from it (its marginal throughput there is below the waiting job's; a
+   threshold of 1/2 or 3/4 measured worse on 0e4a51, docs/scheduling.md). Shrinks are planned only when they free
+   enough for the waiting job to start (all or nothing), the job whose first step loses least per GPU first.
 2. Growth. The GPUs still free after the waiting jobs took theirs would otherwise idle: elastic jobs in that pool
    grow into them step by step, the best marginal speed-up per added GPU first, when the expected saving pays for
    the restart by the rule moves use (hsched.sched.policies.hsched: `speedup_gain` over `expected_remaining_s`,
    `gain_pays`: more than twice the checkpoint cost, the second restart being the shrink that may follow), and only
    while the user stays within their fair share (`fair`: GPUs each user may hold, see `fair_gpus`; `held`: GPUs
-   each holds now) when another user waits.
+   each holds now) when another user waits, and never by more than its `grow_room`.
 
 Only jobs with `proven_checkpoint` are resized. Each job is resized at most once a plan (one restart a round). Pure:
 no I/O, no module state, deterministic (ties by job id).
@@ -90,7 +96,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from hsched.sched.policies.hsched import MOVE_MARGIN, expected_remaining_s, gain_pays, speedup_gain
+from hsched.sched.policies.hsched import expected_remaining_s, gain_pays, speedup_gain
 
 
 class Direction(enum.StrEnum):
@@ -115,6 +121,7 @@ class ElasticJob:
     base_size: int | None = None
     remaining_s: float | None = None
     any_size: bool = False
+    grow_room: int | None = None
 
     @property
     def base(self) -> int:
@@ -238,7 +245,7 @@ class _Speeds:
             if e is None:
                 break
             loss = (cur - e) / (size - s)
-            if s < job.base and loss >= 1.0 / MOVE_MARGIN:
+            if s < job.base and loss >= 1.0:
                 break
             out.append((s, loss))
         return out
@@ -292,7 +299,7 @@ def plan_resizes(
                     if done is not None and done.direction is not Direction.GROW:
                         continue
                     cur = size_now[j.id]
-                    room = idle
+                    room = idle if j.grow_room is None else min(idle, j.grow_room - (cur - j.size))
                     if fair is not None and anyone_waits and (waiting_users - {j.user}) and j.user in fair:
                         room = min(room, math.floor(fair[j.user] - holding.get(j.user, 0)))
                     e_cur, r_was = sp.equiv(j, cur), sp.rate(j, j.size)
@@ -326,6 +333,29 @@ def plan_resizes(
             size_now[jid] = s
             avail[j.pool] -= s - before
             holding[j.user] = holding.get(j.user, 0) + s - before
+
+    # 0. a job faster at a smaller size than at its own (a measured scaling that falls, as Gavel's table has for
+    #    some models at 4 GPUs against 2) shrinks to its fastest smaller size when the saving pays for the restart:
+    #    it runs faster and its GPUs go to others
+    for j in usable:
+        cur, r_cur = j.size, sp.rate(j, j.size)
+        if r_cur is None:
+            continue
+        faster = [(r, -s, s) for s in sp.sizes(j) if s < cur and (r := sp.rate(j, s)) is not None and r > r_cur]
+        if not faster:
+            continue
+        fast, _, s = max(faster)
+        gain = speedup_gain(expected_remaining_s(j.remaining_s, j.run_s, round_s), r_cur, fast)
+        if not gain_pays(gain, j.checkpoint_cost_s):
+            continue
+        planned[j.id] = Resize(
+            j.id, cur, s, Direction.SHRINK,
+            f"shrinking from {cur} to {s} GPUs: it runs faster at {s} ({fast:.3g} against {r_cur:.3g} a second); "
+            f"expected to save {gain:.0f} s for a restart of {j.checkpoint_cost_s:.0f} s", -gain, j.checkpoint_cost_s,
+            j.pool)
+        size_now[j.id] = s
+        left[j.pool] = left.get(j.pool, 0) + cur - s
+        room[j.pool] = max(0, room.get(j.pool, 0) - (cur - (steps_of[j.id][-1][0] if steps_of[j.id] else cur)))
 
     # 0. growth that beats what a waiting job would get from the same free GPUs (a scaling the table measured
     #    superlinear): before the waiting jobs take them

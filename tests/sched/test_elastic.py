@@ -69,12 +69,15 @@ def test_shrinks_nothing_when_it_cannot_free_enough():
     assert plan_resizes([job(size=4, base=2, lo=2)], {"v100": 2}, [Waiting(7, 8)]) == ()
 
 
-def test_shrinks_below_the_asked_size_only_at_a_poor_scaling_efficiency():
-    # GOOD at its base size 4: going to 2 loses 0.89 GPU-equivalents per GPU freed, more than half: kept
-    assert plan_resizes([job(size=4, base=4)], {"v100": 0}, [Waiting(7, 2)]) == ()
-    # POOR loses 0.02 per GPU going 4 -> 2: it gives them to the waiting job
-    (r,) = plan_resizes([job(size=4, base=4, rates=POOR)], {"v100": 0}, [Waiting(7, 2)])
-    assert (r.old, r.new) == (4, 2)
+def test_shrinks_below_the_asked_size_only_where_the_waiting_job_gets_more():
+    # scaling linearly from 2 to 4 GPUs: going back to 2 loses 1 GPU-equivalent per GPU freed, what the waiting job
+    # would get: kept
+    linear = ((1, 10.0), (2, 20.0), (4, 40.0))
+    assert plan_resizes([job(size=4, base=4, rates=linear)], {"v100": 0}, [Waiting(7, 2)]) == ()
+    # GOOD loses 0.89 per GPU going 4 -> 2, POOR 0.02: they give them to the waiting job
+    for rates in (GOOD, POOR):
+        (r,) = plan_resizes([job(size=4, base=4, rates=rates)], {"v100": 0}, [Waiting(7, 2)])
+        assert (r.old, r.new, r.for_job) == (4, 2, 7)
 
 
 def test_never_below_min_nor_above_max():
@@ -149,3 +152,26 @@ def test_deterministic_and_one_resize_per_job():
     assert a == plan_resizes(list(reversed(jobs)), {"v100": 6}, [])
     assert len({r.job_id for r in a}) == len(a)
     assert sum(r.new - r.old for r in a) <= 6
+
+
+def test_a_job_faster_at_a_smaller_size_shrinks_to_it_when_it_pays():
+    falls = ((1, 10.0), (2, 20.0), (4, 15.0))  # Gavel measures some models slower at 4 GPUs than at 2
+    (r,) = plan_resizes([job(size=4, base=4, rates=falls)], {"v100": 0}, [])
+    assert (r.old, r.new, r.direction) == (4, 2, Direction.SHRINK) and -r.gain_s > 2 * r.cost_s  # a loss < 0
+    assert "faster" in r.reason
+    # ... and the GPUs it gives back go to a waiting job, with no further shrink
+    (r,) = plan_resizes([job(size=4, base=4, rates=falls)], {"v100": 0}, [Waiting(7, 2)])
+    assert r.new == 2
+    # not when the restart costs more than the saving
+    assert plan_resizes([job(size=4, base=4, rates=falls, run_s=0.0, cost=100.0)], {"v100": 0}, []) == ()
+
+
+def test_grow_room_bounds_growth_to_its_own_node():
+    (r,) = plan_resizes([job(grow_room=2)], {"v100": 6}, [])
+    assert (r.old, r.new) == (2, 4)
+    assert plan_resizes([job(grow_room=0)], {"v100": 6}, []) == ()
+
+
+def test_a_shrink_for_a_waiting_job_says_what_it_costs():
+    (r,) = plan_resizes([job(size=8)], {"v100": 0}, [Waiting(7, 4)])
+    assert r.gain_s > 0 and r.cost_s == 30.0 and "waiting job 7" in r.reason  # what it is expected to lose
