@@ -108,6 +108,47 @@ _SLURM_POOL = typer.Option(
          "the workstations alone and with the pool.")
 
 
+_SERVICE = typer.Option(None, "--service", metavar="TRACE.csv",
+                        help="An inference service beside the training trace: its request trace (TIMESTAMP, "
+                             "ContextTokens, GeneratedTokens: the Azure LLM trace's form), autoscaled.")
+_SVC_SPEEDUP = typer.Option(10.0, "--service-speedup", help="With --service: replay it this many times faster.")
+_SVC_SCALE = typer.Option(1.0, "--service-scale", help="With --service: multiply its arrivals (0.5: every other one).")
+_SVC_REPLICAS = typer.Option("1-8", "--service-replicas", metavar="MIN-MAX", help="With --service: replica bounds.")
+_SVC_GPR = typer.Option(1, "--service-gpus-per-replica", help="With --service: GPUs each replica takes.")
+_SVC_SLO = typer.Option("p99=1500ms", "--service-slo", metavar="p99=DURATION", help="With --service: the objective.")
+_SVC_TARGET = typer.Option(8.0, "--service-target-concurrency",
+                           help="With --service: requests in flight per replica the autoscaler aims at.")
+_SVC_QOS = typer.Option("prod", "--service-qos", help="With --service: the replicas' class (prod preempts training).")
+_SVC_STATIC = typer.Option(None, "--service-static", metavar="N",
+                           help="With --service: N replicas throughout (no autoscaling): the baseline.")
+_SVC_INITIAL = typer.Option(None, "--service-initial", metavar="N",
+                            help="With --service: replicas launched before the first request (default: MIN).")
+_SVC_COLD = typer.Option("20s", "--service-cold-start", metavar="DURATION",
+                         help="With --service: a replica's launch to ready.")
+_SVC_WINDOW = typer.Option("60s", "--service-stable-window", metavar="DURATION",
+                           help="With --service: the autoscaler's stable window (panic window 1/10, scale-down "
+                                "delay 1/2 of it).")
+
+
+def _service(path: Path | None, rule: Any, **options: Any) -> Any:
+    """--service FILE and its options -> a hsched.sim.service.ServiceSim (None without --service)."""
+    if path is None:
+        for key in ("static", "initial"):
+            if options.get(key) is not None:
+                raise UserError(f"--service-{key} needs --service TRACE.csv")
+        return None
+    from hsched.sim.service import service_from_options
+
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UserError(f"--service {path}: cannot read it ({e.strerror})") from None
+    try:
+        return service_from_options(text, str(path), qos_names=tuple(rule.qos_preempts) or ("prod",), **options)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
 def _pools(spec: str | None, gpus_per_node: int, servers: Any) -> list[Any]:
     """The Slurm pools to run with (None: the workstations alone), from `--slurm-pool`."""
     from hsched.sim.slurm import POOL_NAME, parse_slurm_pool
@@ -284,7 +325,7 @@ def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, ro
              pcie: float, rule: Any, round_mode: str = "event", seed: int = 0, *, learned: bool = False,
              learned_prior: str = "measured", predict: bool = False, data: Any = None, locality: Any = None,
              pool: Any = None, prefetch_s: float | None = None, shares: dict[str, float] | None = None,
-             live: Any = None) -> Any:
+             live: Any = None, service: Any = None) -> Any:
     from hsched.sim.bounds import MAX_DURATION_S, MAX_ROUND_S, MIN_ROUND_S, check
     from hsched.sim.engine import SimConfig, SimCosts, Simulator
     from hsched.sim.gavel import GAVEL_POLICIES
@@ -295,6 +336,9 @@ def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, ro
     check(span, "--span-factor", "", low=0, high=1e6, above=True)
     check(pcie, "--pcie-factor", "", low=0, high=1e6, above=True)
     name = policy_name.strip()
+    if service is not None and (round_mode != "event" or learned or data is not None or pool is not None):
+        raise UserError("--service runs with --round-mode event, without --learned, --data-model or --slurm-pool "
+                        "(not modelled together yet)")
     if round_mode == "gavel" and name in GAVEL_POLICIES:
         if pool is not None:
             raise UserError(f"--round-mode gavel replays Gavel's own allocation for {name}, which has no Slurm pool; "
@@ -319,7 +363,7 @@ def _run_one(tr: Any, servers: Any, policy_name: str, checkpoint_cost: float, ro
     if round_mode == "live" and chosen.clairvoyant:
         raise UserError(f"--round-mode live --policy {name}: the live round knows no job durations; pick a policy "
                         f"that does not need them (see --list-policies)")
-    sim = Simulator(tr, servers, chosen, cfg)
+    sim = Simulator(tr, servers, chosen, cfg, service=service)
     result = _progress_run(sim, _label(name, locality, pool))
     result.summary["round_mode"] = round_mode
     result.summary["gavel_allocation"] = False
@@ -481,6 +525,18 @@ def sim(
     slurm_pool: str | None = _SLURM_POOL,
     shares: str | None = _SHARES,
     labels: str | None = _LABELS,
+    service: Path | None = _SERVICE,
+    service_speedup: float = _SVC_SPEEDUP,
+    service_scale: float = _SVC_SCALE,
+    service_replicas: str = _SVC_REPLICAS,
+    service_gpus_per_replica: int = _SVC_GPR,
+    service_slo: str = _SVC_SLO,
+    service_target_concurrency: float = _SVC_TARGET,
+    service_qos: str = _SVC_QOS,
+    service_static: int | None = _SVC_STATIC,
+    service_initial: int | None = _SVC_INITIAL,
+    service_cold_start: str = _SVC_COLD,
+    service_stable_window: str = _SVC_WINDOW,
 ) -> None:
     """Replay a trace under one policy (or run `hsched sim compare` for several)."""
     if ctx.invoked_subcommand is not None:
@@ -506,9 +562,13 @@ def sim(
     if data is not None and pools[0] is not None:
         raise UserError("--slurm-pool with --data-model: the pool does not model data yet; give one of them")
     live = _live(mode, settings, labels, servers, data, pools)
+    svc = _service(service, rule, speedup=service_speedup, scale=service_scale, replicas=service_replicas,
+                   gpus_per_replica=service_gpus_per_replica, slo=service_slo,
+                   target_concurrency=service_target_concurrency, qos=service_qos, static=service_static,
+                   cold_start=service_cold_start, stable_window=service_stable_window, initial=service_initial)
     result = _run_one(tr, servers, policy, checkpoint_cost, round_s, span_factor, pcie_factor, rule, mode, seed,
                       learned=learned, learned_prior=prior, predict=predict, data=data, locality=modes[0],
-                      pool=pools[0], prefetch_s=prefetch_s, shares=per_user, live=live)
+                      pool=pools[0], prefetch_s=prefetch_s, shares=per_user, live=live, service=svc)
     if jobs_csv is not None:
         result.write_jobs_csv(jobs_csv)
     summary = dict(result.summary)
@@ -522,6 +582,10 @@ def sim(
         print_json(summary)
     else:
         _table([summary])
+        if "service" in summary:
+            from hsched.sim.service import describe
+
+            print("\n".join(describe(summary["service"])))
         if plot is not None:
             print(f"plot: {plot}")
 

@@ -20,7 +20,8 @@ The rule, in the style of Knative's KPA and Ray Serve's target ongoing requests:
   one long request does not count as a trend) exceeds `SLO_HEADROOM` (0.8) x `slo_p99_s`, one replica is added
   on top of the concurrency figure (no step while an added replica is still starting, nor within a panic
   window of the last step, whose effect is not measured yet). The steps are given back one at a time, a
-  scale-down delay apart, once the p99 has stayed below `SLO_RELAX` (0.5) x the SLO for a stable window.
+  scale-down delay apart, once the stable window's p99 (the median of its per-sample p99s) has stayed below
+  `SLO_RELAX` (0.7) x the SLO for a scale-down delay.
 - **Scale down slowly.** A lower figure is applied only after it has held for `scale_down_delay_s`, and then
   the highest figure seen during that hold is used (no flapping on a slow decay).
 - **Clamp** to [min_replicas, max_replicas]. With min 0 a service idles to 0 after the stable window saw no
@@ -35,8 +36,9 @@ from dataclasses import dataclass, replace
 
 SLO_HEADROOM = 0.8
 """Add a replica when the recent p99 exceeds this fraction of the SLO: before it crosses, not after."""
-SLO_RELAX = 0.5
-"""An SLO step is given back only after a stable window with the p99 below this fraction of the SLO."""
+SLO_RELAX = 0.7
+"""An SLO step is given back once the stable window's p99 (the median of its per-sample p99s) stays below this
+fraction of the SLO for a scale-down delay: between the two fractions the steps stay (hysteresis)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +101,7 @@ class ScaleMemo:
     slo_t: float | None = None
     """When the SLO check last added a replica (or last gave one back)."""
     slo_ok_since: float | None = None
-    """Since when the recent p99 has been below SLO_RELAX x the SLO."""
+    """Since when the stable window's p99 has been below SLO_RELAX x the SLO."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,21 +222,22 @@ def decide(
         ok_since = None
         cooling = slo_t is not None and now - slo_t < policy.panic_window_s  # the last step not measured yet
         if not pending and not cooling and max(want + boost, current) < hi:
-            # the step is on top of what is running, so that it adds capacity even when the figure is lower
-            boost = max(boost, current - want) + 1
+            boost += 1
             slo_t = now
-            n = clamp(want + boost)
+            # this step adds to what runs now, even while the concurrency figure is lower (a scale-down held)
+            n = clamp(max(want + boost, current + 1))
             why = f"p99 {p99:.2f} s > {SLO_HEADROOM:g} x SLO {policy.slo_p99_s:g} s -> +1 ({n} replicas; {why})"
+            want = n - boost
     else:
-        if p99 is None or p99 < SLO_RELAX * policy.slo_p99_s:
+        # the steps go back one at a time once the stable window's p99 has stayed low for a scale-down delay
+        slow = _recent_p99(stable)
+        if slow is None or slow < SLO_RELAX * policy.slo_p99_s:
             ok_since = ok_since if ok_since is not None else now
         else:
             ok_since = None
         if boost > 0 and ok_since is not None:
-            # the first step back after a calm stable window, the next ones a scale-down delay apart
-            calm = now - ok_since >= policy.stable_window_s
-            spaced = slo_t is None or now - slo_t >= max(policy.scale_down_delay_s, policy.panic_window_s)
-            if calm and spaced:
+            delay = max(policy.scale_down_delay_s, policy.panic_window_s)
+            if now - ok_since >= delay and (slo_t is None or now - slo_t >= delay):
                 boost -= 1
                 slo_t = now
     if boost > 0 and "p99" not in why:

@@ -43,6 +43,7 @@ from hsched.sim.fabric import SimFabric
 from hsched.sim.knowledge import Learner, Predictor
 from hsched.sim.live import LiveInput, LiveRounds
 from hsched.sim.metrics import JobRecord, SimResult, lower_bounds, summarize
+from hsched.sim.service import ServiceModelAware, ServiceSim
 from hsched.sim.slurm import Alloc, SlurmPoolSpec, SlurmQueue
 from hsched.sim.trace import Trace, TraceJob, too_long
 
@@ -181,6 +182,8 @@ class Simulator:
         config: round length and costs.
         placer: device chooser; default consolidating best fit.
         progress: called now and then with (jobs finished, jobs total) for a progress bar.
+        service: an inference service beside the trace (hsched.sim.service): its replicas are jobs of its class
+            that it adds and removes at its ticks; its figures are in the summary's `service` entry.
     """
 
     def __init__(
@@ -191,9 +194,16 @@ class Simulator:
         config: SimConfig | None = None,
         placer: Placer | None = None,
         progress: Callable[[int, int], None] | None = None,
+        service: ServiceSim | None = None,
     ) -> None:
         self.trace = trace
         self.config = config or SimConfig()
+        self.service = service
+        if service is not None:
+            cfg0 = self.config
+            if cfg0.round_mode != "event" or cfg0.learned or cfg0.data is not None or cfg0.slurm_pool is not None:
+                raise ValueError("an inference service is simulated with the event round mode, without --learned, "
+                                 "--data-model or --slurm-pool (not modelled together yet)")
         pool = self.config.slurm_pool
         if pool is not None:
             if any(s.name == pool.name for s in servers):
@@ -205,7 +215,7 @@ class Simulator:
         self.policy = policy
         self.placer = placer
         self.progress = progress
-        self.model = trace.throughput
+        self.model = trace.throughput if service is None else ServiceModelAware(trace.throughput)
         self.capacity: dict[str, int] = {}
         for s in servers:
             self.capacity[s.gpu_type] = self.capacity.get(s.gpu_type, 0) + len(s.devices)
@@ -280,6 +290,9 @@ class Simulator:
         time_sharing = self.policy.time_sharing
         rule = cfg.preempt
         classes = {j.tj.qos for j in jobs}
+        svc = self.service
+        if svc is not None:
+            classes.add(svc.cfg.qos)
         if not any(rule.may_preempt(a, b) for a in classes for b in classes):
             # no class of this trace may preempt another (a one-class trace, as Gavel's are): the round's QoS
             # step could never find a victim, so it is not asked to look, every round
@@ -673,7 +686,7 @@ class Simulator:
             raise ValueError(f"round_mode {cfg.round_mode!r}: expected 'event', 'gavel' or 'live'")
         boundaries = cfg.round_mode == "gavel"
 
-        while ai < len(arrivals) or active:
+        while ai < len(arrivals) or active or (svc is not None and not svc.done):
             t_arr = arrivals[ai].tj.arrival_s if ai < len(arrivals) else math.inf
             while heap and (heap[0][1] not in running or running[heap[0][1]].version != heap[0][2]):
                 heapq.heappop(heap)
@@ -682,7 +695,8 @@ class Simulator:
             if moves_due or (time_sharing and len(running) < len(active)) or (boundaries and active):
                 t_q = last_round + cfg.round_s
             t_pool = slurm.next_submit(now) if slurm is not None else math.inf
-            t = min(t_arr, t_done, t_q, t_pool)
+            t_svc = svc.next_tick if svc is not None else math.inf
+            t = min(t_arr, t_done, t_q, t_pool, t_svc)
             if math.isinf(t):
                 break  # only jobs that can never start are left; the policy keeps refusing them
             if cfg.max_time_s is not None and t > cfg.max_time_s:
@@ -722,6 +736,21 @@ class Simulator:
                     enqueue(j)
                 ai += 1
                 event = arrived = True
+            if svc is not None and svc.next_tick <= now + 1e-9:
+                # the service's tick: its requests up to now, then the autoscaler's replicas added and removed
+                reps = {jid: (r.run_start, r.gpu_type or "") for jid, r in running.items() if svc.is_replica(jid)}
+                added, removed = svc.tick(now, reps)
+                for jid in removed:
+                    r = active.pop(jid)
+                    if r.gpu_type is not None:
+                        stop(r, now)
+                    event = True
+                for tj in added:
+                    r = _Job(tj, 1.0)
+                    r.arrived = active_integral
+                    active[tj.id] = r
+                    newcomers.append(r)
+                    event = arrived = True
             note_busy(now)
             if boundaries:
                 if not active:
@@ -780,7 +809,7 @@ class Simulator:
                 last_round = now
                 moves_due = False
                 note_busy(now)
-                if not running and ai == len(arrivals):
+                if not running and ai == len(arrivals) and (svc is None or svc.done):
                     break  # nothing runs, nothing will arrive, and the round starts nothing: stuck for good
                 continue
             # (the hot loop of a replay at scale: a conditional instead of max(0.0, ...), the same floats, took
@@ -819,7 +848,7 @@ class Simulator:
             if slurm is not None:
                 pool_tick(now)
             note_busy(now)
-            if not running and ai == len(arrivals):
+            if not running and ai == len(arrivals) and (svc is None or math.isinf(svc.next_tick)):
                 if aware is not None and aware.reserved and unstuck_at != now:
                     # A job refused a server held for a job waiting for its data, which the policy never offered
                     # it (a blocked head ahead of it): with nothing running no event comes to lapse the hold, and
@@ -868,6 +897,16 @@ class Simulator:
             summary.update(data.summary())
         if slurm is not None and pool is not None:
             summary.update(_pool_summary(pool, slurm, records))
+        if svc is not None:
+            figures = svc.summary(now)
+            gpu_s = float(figures["service_gpu_hours"]) * 3600.0  # type: ignore[arg-type]
+            figures["training_gpu_hours"] = max(0.0, busy_gpu_s - gpu_s) / 3600.0
+            # while the service ran: every GPU held (the busy steps) less the service's own
+            span = float(figures["service_span_s"])  # type: ignore[arg-type]
+            held_s = sum(n * (min(span, b) - a) for (a, n), (b, _) in zip(busy, [*busy[1:], (span, 0)], strict=True)
+                         if a < span)
+            figures["training_gpu_hours_during_service"] = max(0.0, held_s - gpu_s) / 3600.0
+            summary["service"] = figures
         return result
 
     def _record(self, j: _Job) -> JobRecord:

@@ -67,15 +67,15 @@ def test_compress_speeds_up_and_scales_deterministically():
 def test_replica_queue_alone_batched_and_fifo():
     m = ServiceModel(prefill_s=0.0, decode_s=0.1, max_batch=2, batch_alpha=0.5)
     q = ReplicaQueue(m)
-    assert q.arrive(0.0, "a", 1.0) == []
+    assert q.arrive(0.0, 1, 1.0) == []
     assert q.next_finish() == pytest.approx(1.0)  # alone
-    q.arrive(0.5, "b", 1.0)  # now 2 in service at rate 1 / 1.5
-    q.arrive(0.5, "c", 0.2)  # waits: the batch is full
+    q.arrive(0.5, 2, 1.0)  # now 2 in service at rate 1 / 1.5
+    q.arrive(0.5, 3, 0.2)  # waits: the batch is full
     assert q.outstanding == 3
     done = q.advance(10.0)
     # a: 0.5 done alone, 0.5 left at rate 2/3 -> finishes at 1.25; b has 0.5 left, c enters; both at 2/3:
     # c (0.2) finishes at 1.25 + 0.3 = 1.55; b (0.3 left) then alone -> 1.55 + 0.3 = 1.85
-    assert [k for k, _ in done] == ["a", "c", "b"]
+    assert [k for k, _ in done] == [1, 3, 2]
     assert [t for _, t in done] == pytest.approx([1.25, 1.55, 1.85])
     assert q.outstanding == 0 and q.next_finish() is None
     assert q.busy_s == pytest.approx(1.85)
