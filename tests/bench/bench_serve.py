@@ -454,8 +454,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         say("\n== code.csv, autoscaled (1-8 replicas)")
         print_report(code_report, say)
         pts = [(r, w) for _t, n, r, w in live.timeline if n == "code"]
-        went_min = any(w == 1 for _r, w in pts[len(pts) // 10:])
-        went_up = any(w > 1 for _r, w in pts)
+        up_at = next((i for i, (_r, w) in enumerate(pts) if w > 1), None)
+        went_up = up_at is not None
+        went_min = up_at is not None and any(w == 1 for _r, w in pts[up_at:])  # down to MIN after scaling up
         say(f"replicas ready/wanted over time: {replicas_line(live, 'code')}")
         scalings(code_shown)
         code_peak, _code_median = provisioning(code)
