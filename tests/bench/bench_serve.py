@@ -277,6 +277,19 @@ def resumed_from_checkpoints(live: Live) -> tuple[int, int, list[str]]:
     return preempted, checked, problems
 
 
+def scale_events(shown: dict[str, Any]) -> list[str]:
+    return [e["message"] for e in shown.get("events", ()) if " scale " in e["message"]]
+
+
+def scalings(shown: dict[str, Any]) -> None:
+    """The autoscaler's decisions in the run (the service's events), the first ones and a count."""
+    events = scale_events(shown)
+    ups = sum(1 for m in events if "scale up" in m)
+    say(f"scale events: {ups} up, {len(events) - ups} down; the first 12:")
+    for m in events[:12]:
+        say(f"  {m}")
+
+
 def replicas_line(live: Live, name: str) -> str:
     pts = [(t, r, w) for t, n, r, w in live.timeline if n == name]
     if not pts:
@@ -313,6 +326,60 @@ def provisioning(arrivals: Sequence[Arrival]) -> tuple[int, int]:
 
     ordered = sorted(full)
     return need(max(full)), need(ordered[len(ordered) // 2])
+
+
+def slice_csv(name: str, start_s: float, duration_s: float | None, folder: Path) -> Path:
+    """The trace's rows within the slice, as a CSV of the same form (what the simulator reads)."""
+    import csv
+    from datetime import datetime
+
+    src = trace_path(name)
+    out = folder / f"{name}-slice.csv"
+    with src.open(newline="") as f, out.open("w", newline="") as g:
+        rows = csv.reader(f)
+        w = csv.writer(g)
+        w.writerow(next(rows))
+        first = None
+        for row in rows:
+            t = datetime.fromisoformat(row[0]).timestamp()
+            first = t if first is None else first
+            if start_s <= t - first and (duration_s is None or t - first < start_s + duration_s):
+                w.writerow(row)
+    return out
+
+
+def simulate(trace: Path, slo_s: float, cold_start_s: float, replicas: str) -> dict[str, Any]:
+    """`hsched sim --service` on the same slice, service and fleet (8 V100s; a few synthetic training jobs beside
+    it): the simulator's service figures."""
+    proc = subprocess.run([sys.executable, "-m", "hsched", "sim", "--synthetic", str(TRAINERS), "--cluster",
+                           f"v100:{GPUS}", "--gpus-per-node", str(GPUS), "--service", str(trace), "--service-speedup",
+                           f"{SPEEDUP:g}", "--service-replicas", replicas, "--service-slo", f"p99={slo_s * 1000:g}ms",
+                           "--service-target-concurrency", f"{TARGET_CONCURRENCY:g}", "--service-cold-start",
+                           f"{cold_start_s:.2f}s", "--json"], capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        raise SystemExit(f"hsched sim: exit {proc.returncode}: {proc.stderr.strip()[-400:]}")
+    return dict(json.loads(proc.stdout)["service"])
+
+
+def versus(name: str, live_att: float | None, live_h: float, sim: dict[str, Any]) -> dict[str, Any]:
+    att, h = float(sim["slo_attainment"]), float(sim["service_gpu_hours"])
+    la = live_att or 0.0
+    say(f"{name}: simulator attainment {100 * att:.2f}% (live {100 * la:.2f}%, {100 * (la - att) / att:+.1f}%), "
+        f"GPU-hours {h:.3f} (live {live_h:.3f}, {100 * (live_h - h) / h:+.1f}%); replicas mean "
+        f"{sim['replicas_mean']:.2f}, static peak {sim['static_peak_replicas']}, median "
+        f"{sim['static_median_replicas']}")
+    return {"sim": sim, "attainment_diff": (la - att) / att, "gpu_hours_diff": (live_h - h) / h}
+
+
+def work_ratio(arrivals: Sequence[Arrival]) -> float:
+    """The slice's offered work (alone-seconds per trace minute) averaged over its full minutes, over its peak."""
+    width = 60.0 / SPEEDUP
+    work: dict[int, float] = {}
+    for a in arrivals:
+        k = int(a.at_s // width)
+        work[k] = work.get(k, 0.0) + service_time_s(a.context_tokens, a.generated_tokens)
+    full = [work.get(k, 0.0) for k in range(max(work) + 1)][:-1] or list(work.values())
+    return sum(full) / len(full) / max(full)
 
 
 def warm_up(arrivals: Sequence[Arrival], seconds: float) -> list[Arrival]:
@@ -378,22 +445,31 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         say(f"service GPU-hours {gpu_h:.3f} against {peak_h:.3f} static for the peak minute ({n_peak} x "
             f"{wall:.0f} s): {100 * gpu_h / peak_h:.0f}%")
         say(f"replicas ready/wanted over time: {replicas_line(live, 'conv')}")
+        scalings(shown)
         figures["conv"] = {"report": report.to_json(), "router": st, "gpu_hours": gpu_h, "static_peak_replicas":
                            n_peak, "static_peak_gpu_hours": peak_h, "ratio": gpu_h / peak_h, "wall_s": wall,
-                           "cold_start_s": shown["cold_start_s"]}
+                           "cold_start_s": shown["cold_start_s"], "events": scale_events(shown)}
 
-        code_report, code_shown, _code_wall = await run_service(live, "code", code, 1, GPUS, slo_s, args.warm_up)
+        code_report, code_shown, code_wall = await run_service(live, "code", code, 1, GPUS, slo_s, args.warm_up)
         say("\n== code.csv, autoscaled (1-8 replicas)")
         print_report(code_report, say)
         pts = [(r, w) for _t, n, r, w in live.timeline if n == "code"]
-        went_min = any(w == 1 for _r, w in pts[len(pts) // 10:])
-        went_up = any(w > 1 for _r, w in pts)
+        up_at = next((i for i, (_r, w) in enumerate(pts) if w > 1), None)
+        went_up = up_at is not None
+        went_min = up_at is not None and any(w == 1 for _r, w in pts[up_at:])  # down to MIN after scaling up
         say(f"replicas ready/wanted over time: {replicas_line(live, 'code')}")
+        scalings(code_shown)
+        code_peak, _code_median = provisioning(code)
+        code_h = live.service_gpu_s["code:replay"] / 3600
+        code_peak_h = code_peak * code_wall / 3600
+        say(f"service GPU-hours {code_h:.3f} against {code_peak_h:.3f} static for the peak minute ({code_peak} x "
+            f"{code_wall:.0f} s): {100 * code_h / code_peak_h:.0f}%")
         say(f"scaled to MIN (1) and back: {'yes' if went_min and went_up else 'no'}; requests failed "
             f"{code_report.failed}, router errors {code_shown['stats']['errors']}")
         figures["code"] = {"report": code_report.to_json(), "router": code_shown["stats"],
-                           "to_min_and_back": went_min and went_up,
-                           "gpu_hours": live.service_gpu_s["code:replay"] / 3600}
+                           "to_min_and_back": went_min and went_up, "gpu_hours": code_h,
+                           "static_peak_replicas": code_peak, "static_peak_gpu_hours": code_peak_h,
+                           "ratio": code_h / code_peak_h, "events": scale_events(code_shown)}
 
         # training: every preempted job back to RUNNING, resumed from its checkpoint
         deadline = time.monotonic() + 180
@@ -421,6 +497,19 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             mon.cancel()
         cleanup(live)
 
+    # the same runs in the simulator (hsched sim --service), with the cold start measured live
+    say("\n== the same service in the simulator (hsched sim --service, same slice, policy, SLO, cold start)")
+    simdir = Path(tempfile.mkdtemp(prefix="hsched-bench-serve-sim-"))
+    try:
+        cold = float(figures["conv"]["cold_start_s"] or 2.5)
+        for name in ("conv", "code"):
+            sim = await asyncio.to_thread(simulate, slice_csv(name, start_s, duration_s, simdir), slo_s, cold,
+                                          f"1-{GPUS}")
+            f = figures[name]
+            figures[name]["simulator"] = versus(name, f["report"]["attainment"], f["gpu_hours"], sim)
+    finally:
+        shutil.rmtree(simdir, ignore_errors=True)
+
     # beside it: the same arrivals on a static median provisioning (and the peak one when asked)
     say(f"\n== conv.csv, static median provisioning ({n_median} replicas, always up, no controller)")
     med = await static_run(conv, n_median, slo_s)
@@ -434,6 +523,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
     c = figures["conv"]
     say("\n== acceptance (issue 30, live)")
+    say(f"(the offered work's mean over its peak minute, which bounds any autoscaler's GPU-hours against the static "
+        f"peak at the same load per replica: conv {work_ratio(conv):.2f}, code {work_ratio(code):.2f})")
     say(f"attainment {100 * (c['report']['attainment'] or 0):.2f}% (>= 99%)   failed/cut {c['report']['failed']} + "
         f"router errors {c['router']['errors']} (0)   GPU-hours {100 * c['ratio']:.0f}% of static peak (<= 60%)   "
         f"static median attainment {100 * (med.attainment or 0):.2f}% (expected < 99%)   training problems "
