@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import chain
+from itertools import chain, groupby
 from operator import attrgetter
 from typing import ClassVar, cast
 
@@ -111,13 +111,15 @@ class _ProfileMemo:
     speed-profile id, the speeds of each id, and each level's keep-fraction per id. All of it depends only on the
     model's (memoised, fixed) answers and the types, which the memo is checked against before use."""
 
-    __slots__ = ("fracs", "ids", "model", "of", "speeds", "types")
+    __slots__ = ("fracs", "ids", "kind_ids", "kinds", "model", "of", "speeds", "types")
 
     def __init__(self, model: object, types: tuple[str, ...]) -> None:
         self.model = model
         self.types = types
-        # (kind, size, allowed types, type now) -> (speeds id, (speeds id, type now))
-        self.of: dict[tuple[str, int, tuple[str, ...], str | None], tuple[int, tuple[int, str | None]]] = {}
+        # (kind, size, allowed types, type now) -> an index into `kinds`: (speeds id, type now)
+        self.of: dict[tuple[str, int, tuple[str, ...], str | None], int] = {}
+        self.kinds: list[tuple[int, str | None]] = []
+        self.kind_ids: dict[tuple[int, str | None], int] = {}
         self.speeds: list[tuple[float, ...]] = []  # relative speed on each of the types, by id
         self.ids: dict[tuple[float, ...], int] = {}
         self.fracs: dict[tuple[int, tuple[int, ...]], dict[int, float]] = {}  # (slow col, faster cols) -> id -> frac
@@ -145,11 +147,12 @@ def hetero_assign(
         # The same jobs in the same order, with the same kinds, sizes, allowed types and types now, on the same
         # capacity: the same answer as the last round's (61 % of ed69ec 8:8:8's rounds: a round for an arrival
         # that selects nobody new), kept in the caller's cache.
-        asked = tuple(map(_ASKED, selected))
-        last = cast("tuple[object, tuple[str, ...], Mapping[str, int], tuple[object, ...], dict[int, str]] | None",
+        # (the last round's views are kept and compared only when the counts agree: at scale nearly every round
+        # differs, and the comparison then costs nothing)
+        last = cast("tuple[object, tuple[str, ...], Mapping[str, int], tuple[JobView, ...], dict[int, str]] | None",
                     inp.cache.get(_LAST_ASSIGN))
-        if (last is not None and last[0] is model and last[1] == all_types and last[3] == asked
-                and last[2] == capacity):
+        if (last is not None and last[0] is model and len(last[3]) == len(selected) and last[1] == all_types
+                and last[2] == capacity and list(map(_ASKED, last[3])) == list(map(_ASKED, selected))):
             return dict(last[4])
     caps = dict(capacity)
     out: dict[int, str] = {}
@@ -170,32 +173,39 @@ def hetero_assign(
     if memo is None or memo.model is not model or memo.types != all_types:
         memo = _ProfileMemo(model, all_types)
         inp.cache[_PROFILES] = memo
-    known, speeds, by_speeds = memo.of, memo.speeds, memo.ids
+    known, speeds, by_speeds, kinds = memo.of, memo.speeds, memo.ids, memo.kinds
+    profiles = list(map(_PROFILE_ON, todo))
+    kids = list(map(known.get, profiles))  # each job's (speeds id, type now) as a small integer; None: not seen yet
+    if None in kids:
+        for i, on in enumerate(profiles):
+            if kids[i] is None:
+                kid = known.get(on)
+                if kid is None:
+                    job_type, gpus, allowed, on_t = on
+                    full = model.rel_speeds(job_type, gpus, all_types)
+                    # a type the job may not use counts as one it cannot run on
+                    sp = tuple(full.get(t, 0.0) if not allowed or t in allowed else 0.0 for t in all_types)
+                    sid = by_speeds.setdefault(sp, len(by_speeds))
+                    if sid == len(speeds):
+                        speeds.append(sp)
+                    # (one id per (speeds, type now): profiles of equal speeds, as sizes on the prior, share it)
+                    kid = known[on] = memo.kind_ids.setdefault((sid, on_t), len(kinds))
+                    if kid == len(kinds):
+                        kinds.append((sid, on_t))
+                kids[i] = kid
+    # the groups by a stable sort of the positions (C speed; a position's order is kept inside each group), then
+    # each speeds id's positions merged from its groups
     every: dict[int, list[int]] = {}
     on_type: dict[tuple[int, str | None], list[int]] = {}
-    for i, on in enumerate(map(_PROFILE_ON, todo)):
-        hit = known.get(on)
-        if hit is None:
-            job_type, gpus, allowed, on_t = on
-            full = model.rel_speeds(job_type, gpus, all_types)
-            # a type the job may not use counts as one it cannot run on
-            sp = tuple(full.get(t, 0.0) if not allowed or t in allowed else 0.0 for t in all_types)
-            sid = by_speeds.setdefault(sp, len(by_speeds))
-            if sid == len(speeds):
-                speeds.append(sp)
-            hit = known[on] = (sid, (sid, on_t))
-        sid, key = hit
-        group = every.get(sid)
-        if group is None:
-            every[sid] = [i]
-        else:
-            group.append(i)
-        group = on_type.get(key)
-        if group is None:
-            on_type[key] = [i]
-        else:
-            group.append(i)
-    gpus_at = [j.gpus for j in todo]
+    at = cast("list[int]", kids).__getitem__
+    for kid, grp in groupby(sorted(range(len(kids)), key=at), at):
+        group = list(grp)
+        key = kinds[kid]
+        on_type[key] = group
+        sid = key[0]
+        prev = every.get(sid)
+        every[sid] = group if prev is None else sorted(prev + group)
+    gpus_at = list(map(_GPUS, todo))
     left = sum(gpus_at)  # GPUs of the jobs not yet given a type
     least = min(gpus_at, default=0)  # the smallest request: a type with less room takes nobody more
     col = {t: n for n, t in enumerate(all_types)}
@@ -249,7 +259,7 @@ def hetero_assign(
             offs = [every[sid] for sid in sps]
             first = ons[0] if len(ons) == 1 else sorted(chain(*ons))
             rest = offs[0] if len(offs) == 1 else sorted(chain(*offs))
-            for k in chain(first, (k for k in rest if todo[k].gpu_type != slow)):
+            for k in chain(first, (k for k in rest if profiles[k][3] != slow)):
                 if k in placed:
                     continue
                 if need <= 0 and faster and frac <= 1.0:
@@ -266,7 +276,7 @@ def hetero_assign(
         caps[slow] = cap
         types.pop()
     if not pinned:
-        inp.cache[_LAST_ASSIGN] = (model, all_types, dict(capacity), asked, dict(out))
+        inp.cache[_LAST_ASSIGN] = (model, all_types, dict(capacity), tuple(selected), dict(out))
     return out
 
 
@@ -279,12 +289,12 @@ def wants_from_assignment(
     # the same jobs (kinds, sizes, allowed types) in the same order with the same assignment as last round: the
     # same wants (the usual round after an arrival that changes nobody's type), kept in the caller's cache with
     # the preferences per (kind, size, allowed types, assigned type), which depend only on the model and types
-    asked = tuple(map(_WANT_ASKED, jobs))
     memo = cast("_WantsMemo | None", inp.cache.get(_WANTS))
     if memo is None or memo.model is not model or memo.types != all_types:
         memo = _WantsMemo(model, all_types)
         inp.cache[_WANTS] = memo
-    elif memo.asked == asked and memo.assigned == assigned:
+    elif (len(memo.asked) == len(jobs) and memo.assigned == assigned
+          and list(map(_WANT_ASKED, memo.asked)) == list(map(_WANT_ASKED, jobs))):
         return memo.wants
     out: list[Want] = []
     prefs = memo.prefs
@@ -299,7 +309,7 @@ def wants_from_assignment(
             ft = model.fastest_types(j.job_type, j.gpus, all_types, j.gpu_types)
             types = prefs[key] = (t, *(x for x in ft if x != t))
         append(new(Want, (j.id, types)))
-    memo.asked, memo.assigned, memo.wants = asked, dict(assigned), tuple(out)
+    memo.asked, memo.assigned, memo.wants = tuple(jobs), dict(assigned), tuple(out)
     return memo.wants
 
 
@@ -317,6 +327,6 @@ class _WantsMemo:
         self.model = model
         self.types = types
         self.prefs: dict[tuple[str, int, tuple[str, ...], str], tuple[str, ...]] = {}
-        self.asked: tuple[object, ...] | None = None
+        self.asked: tuple[JobView, ...] = ()
         self.assigned: dict[int, str] = {}
         self.wants: tuple[Want, ...] = ()
