@@ -233,11 +233,11 @@ def hetero_assign(
                     best = max((sp[c] for c in f_cols), default=0.0)
                     frac = here_speed / best if best > 0 else 2.0
                 level[sid] = frac
-            group = fracs.get(frac)
-            if group is None:
+            sids = fracs.get(frac)
+            if sids is None:
                 fracs[frac] = [sid]
             else:
-                group.append(sid)
+                sids.append(sid)
         cap = caps[slow]
         if not faster and left <= cap and all(f >= 0 for f in fracs):
             # the fastest type, with room for everyone left: all of them go here, in no particular order
@@ -285,7 +285,7 @@ def wants_from_assignment(
 ) -> tuple[Want, ...]:
     """Wants in priority order: assigned type first, then the job's other types as a fallback."""
     model, all_types = inp.throughput, inp.gpu_types
-    jobs = ordered if isinstance(ordered, (list, tuple)) else list(ordered)
+    jobs = ordered
     # the same jobs (kinds, sizes, allowed types) in the same order with the same assignment as last round: the
     # same wants (the usual round after an arrival that changes nobody's type), kept in the caller's cache with
     # the preferences per (kind, size, allowed types, assigned type), which depend only on the model and types
@@ -293,23 +293,23 @@ def wants_from_assignment(
     if memo is None or memo.model is not model or memo.types != all_types:
         memo = _WantsMemo(model, all_types)
         inp.cache[_WANTS] = memo
-    elif (len(memo.asked) == len(jobs) and memo.assigned == assigned
-          and list(map(_WANT_ASKED, memo.asked)) == list(map(_WANT_ASKED, jobs))):
+    asked = list(map(_WANT_ASKED, jobs))  # (C speed: the loop below unpacks these, not the views)
+    if memo.asked == asked and memo.assigned == assigned:
         return memo.wants
     out: list[Want] = []
     prefs = memo.prefs
     get, new, append = assigned.get, tuple.__new__, out.append  # Want is a NamedTuple: no __new__ wrapper
-    for j in jobs:
-        t = get(j.id)
+    for jid, job_type, gpus, allowed in asked:
+        t = get(jid)
         if t is None:
             continue
-        key = (j.job_type, j.gpus, j.gpu_types, t)
+        key = (job_type, gpus, allowed, t)
         types = prefs.get(key)
         if types is None:
-            ft = model.fastest_types(j.job_type, j.gpus, all_types, j.gpu_types)
+            ft = model.fastest_types(job_type, gpus, all_types, allowed)
             types = prefs[key] = (t, *(x for x in ft if x != t))
-        append(new(Want, (j.id, types)))
-    memo.asked, memo.assigned, memo.wants = tuple(jobs), dict(assigned), tuple(out)
+        append(new(Want, (jid, types)))
+    memo.asked, memo.assigned, memo.wants = asked, dict(assigned), tuple(out)
     return memo.wants
 
 
@@ -327,6 +327,6 @@ class _WantsMemo:
         self.model = model
         self.types = types
         self.prefs: dict[tuple[str, int, tuple[str, ...], str], tuple[str, ...]] = {}
-        self.asked: tuple[JobView, ...] = ()
+        self.asked: list[tuple[int, str, int, tuple[str, ...]]] = []
         self.assigned: dict[int, str] = {}
         self.wants: tuple[Want, ...] = ()
