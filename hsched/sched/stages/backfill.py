@@ -102,12 +102,22 @@ class Round(Reserving):
         # whether a class may preempt one that runs, once per class
         idle = {q: not allowed or allowed.isdisjoint(classes) for q, allowed in preempts.items()}
         version, quiet = -1, False
+        chooses: frozenset[str] | None = None  # `choosable()` at this version, once asked
         for job in jobs:
             res = job.spec.resources
             if plain and res.gpus and res.nodes >= 1:
                 if version != self.version:
-                    version, quiet = self.version, self.quiet()
-                if idle.get(job.spec.qos, True) and (quiet or not self.releasing):
+                    version, quiet, chooses = self.version, self.quiet(), None
+                qos = job.spec.qos
+                if not idle.get(qos, True) and not quiet and not self.releasing:
+                    # it may preempt a class that runs: `preempt_for` still finds nobody while none of that class is
+                    # free to be chosen (`choosable`, per version as there); the usual case of a busy queue
+                    if chooses is None:
+                        chooses = self.choosable()
+                    nobody = preempts[qos].isdisjoint(chooses)
+                else:
+                    nobody = idle.get(qos, True)
+                if nobody and (quiet or not self.releasing):
                     # Nothing is being released and the job may preempt nobody: `settle`'s claim of released
                     # devices and its QoS search find nothing, and (`plain`) no cap or absent user stops it, so it
                     # starts on free devices now or waits. Quiet (nothing free either): it waits. (A churning
