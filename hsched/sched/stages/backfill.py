@@ -97,7 +97,10 @@ class Round(Reserving):
         busy fleet's queue is mostly such jobs."""
         out: list[Decision] = []
         append = out.append
-        plain, preempts, classes = self.plain, self.fleet.rule.qos_preempts, self.victim_classes
+        preempts, classes = self.fleet.rule.qos_preempts, self.victim_classes
+        # (no cap on the job's class and its user present everywhere: `settle`'s cap check and absent-user reason
+        # find nothing; QoS caps on other classes, as the default settings have, leave this job's path plain)
+        limits, absent = self.fleet.limits, self.absent_anywhere
         last, waits = self.last_waits, self.waits
         # whether a class may preempt one that runs, once per class
         idle = {q: not allowed or allowed.isdisjoint(classes) for q, allowed in preempts.items()}
@@ -105,19 +108,20 @@ class Round(Reserving):
         chooses: frozenset[str] | None = None  # `choosable()` at this version, once asked
         for job in jobs:
             res = job.spec.resources
-            if plain and res.gpus and res.nodes >= 1:
+            if (res.gpus and res.nodes >= 1 and limits.get(job.spec.qos) is None
+                    and (not absent or job.user not in absent)):
                 if version != self.version:
                     version, quiet, chooses = self.version, self.quiet(), None
                 qos = job.spec.qos
-                if not idle.get(qos, True) and not quiet and not self.releasing:
+                releasing = bool(self.releasing)  # (quiet: nothing is)
+                nobody = idle.get(qos, True)
+                if not nobody and not releasing:
                     # it may preempt a class that runs: `preempt_for` still finds nobody while none of that class is
                     # free to be chosen (`choosable`, per version as there); the usual case of a busy queue
                     if chooses is None:
                         chooses = self.choosable()
                     nobody = preempts[qos].isdisjoint(chooses)
-                else:
-                    nobody = idle.get(qos, True)
-                if nobody and (quiet or not self.releasing):
+                if nobody and not releasing:
                     # Nothing is being released and the job may preempt nobody: `settle`'s claim of released
                     # devices and its QoS search find nothing, and (`plain`) no cap or absent user stops it, so it
                     # starts on free devices now or waits. Quiet (nothing free either): it waits. (A churning
