@@ -331,17 +331,23 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
     get: Callable[[int], JobView | None] = jobs.get
     seen = len(plan.wants)  # wants looked at; a strict plan stops at the first that does not fit
     for n, w in enumerate(plan.wants):
-        jid = w.job_id
+        jid, wtypes = w  # (a Want is a (job id, types) tuple: unpacked, not read field by field)
         j = get(jid)
         if j is None or jid in fixed or jid in granted:
             continue
-        if w.types:  # the common case of _choose_type, inline: the first acceptable type with room
+        if wtypes:  # the common case of _choose_type, inline: the first acceptable type with room
             t = None
             allowed, g = j.gpu_types, j.gpus
-            for x in w.types:
-                if caps.get(x, 0) >= g and (not allowed or x in allowed):
-                    t = x
-                    break
+            if allowed:
+                for x in wtypes:
+                    if caps.get(x, 0) >= g and x in allowed:
+                        t = x
+                        break
+            else:
+                for x in wtypes:
+                    if caps.get(x, 0) >= g:
+                        t = x
+                        break
         else:
             t = _choose_type(j, w, caps, inp, runnable)
         if t is None:
@@ -358,21 +364,23 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
     # a job the plan wanted (and looked at) waits for resources; one it did not want waits for its turn
     considered: set[int] | None = None  # (made at the first wait: often nobody waits)
     waiting: dict[int, str] = {}
+    granted_get = granted.get
     for j in inp.jobs:
-        t = granted.get(j.id)
+        jid = j.id
+        t = granted_get(jid)
         if j.phase is running:
-            if t == j.gpu_type or j.id in fixed:
+            if t == j.gpu_type or jid in fixed:
                 keep.append(j)
             elif t is not None:
                 to_place.append((j, t))
             else:
-                preempt.append(j.id)
+                preempt.append(jid)
         elif t is not None:
             to_place.append((j, t))
         else:
             if considered is None:
                 considered = {w.job_id for w in plan.wants[:seen]}
-            waiting[j.id] = _RESOURCES if j.id in considered else _PRIORITY
+            waiting[jid] = _RESOURCES if jid in considered else _PRIORITY
 
     starts: list[Start] = []
     if to_place:  # free devices are needed only to place someone

@@ -5,6 +5,7 @@
     python tests/bench/bench_sim.py --gang          # also the multi-GPU trace 0e4a51 on 16:16:16
     python tests/bench/bench_sim.py --scale         # also 100,000 synthetic jobs on 1,024 GPUs (minutes)
     python tests/bench/bench_sim.py --only --learned   # ed69ec: learned throughputs and predicted durations
+    python tests/bench/bench_sim.py --only --yardstick # hsched sim's CPU over a minimal event-driven simulator's
 
 The traces are in tests/fixtures/traces (tests/fixtures/README.md names their source). References: the
 results published with Gavel's simulator (seed 0, servers of 4, 360 s rounds, no checkpoint cost), as the
@@ -15,6 +16,8 @@ minute or more on a slow machine.
 from __future__ import annotations
 
 import argparse
+import heapq
+import math
 import statistics
 import time
 from dataclasses import replace
@@ -24,7 +27,7 @@ from hsched.sched import JobPhase, JobView, build_input, make_policy, schedule_r
 from hsched.sched.throughput import ThroughputModel
 from hsched.sim.cluster import parse_cluster
 from hsched.sim.engine import SimConfig, SimCosts, simulate
-from hsched.sim.trace import load_trace, synthetic
+from hsched.sim.trace import Trace, load_trace, synthetic
 
 # the traces it replays are copied into the repository (tests/fixtures/README.md names their source)
 GAVEL = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "gavel-msr" / "seed=0"
@@ -175,6 +178,132 @@ def learned_table(shapes: tuple[str, ...] = ("16:16:16", "8:8:8"), costs: tuple[
                   f"predictions' mean abs error {pred['prediction_mean_abs_error']:.2f}", flush=True)
 
 
+def yardstick_sim(trace: Trace, capacity: dict[str, int], round_s: float = 360.0) -> dict[str, float]:
+    """A minimal event-driven simulator of the same trace and cluster: the least any simulator of this problem does.
+
+    What it does: arrivals; completions (a heap of predicted ends, stale entries skipped by a version); a round at
+    every instant something arrives or ends, and every `round_s` while a job waits (time-sharing, as `hsched sim`);
+    each round a least-attained-service pick (GPU-seconds served, then arrival) of the jobs that fit the fleet's GPU
+    count, then each picked job, in that order, on its fastest GPU type (the trace's own table) that has room; a
+    job's progress at its type's rate, counted lazily (only when it stops or the round reads it).
+
+    What it omits, so that the ratio is an upper bound on hsched's overhead rather than a like-for-like figure:
+    no devices or servers (GPUs are counts per type, so no placement, packing or fragmentation), no gang spanning
+    rates, no quantum (any job can be stopped every round), no heterogeneity-aware assignment (fastest type with
+    room, greedy), no checkpoint cost, QoS, fair share, priorities, progress totals, prediction, reservations or
+    backfill, no per-job records beyond the end time, and none of the checks `hsched sim` makes of its input.
+    Its avg JCT is therefore not hsched's; it is printed only to show it simulates the same load."""
+    model = trace.throughput
+    types = model.order_types(capacity)
+    jobs = sorted(trace.jobs, key=lambda j: (j.arrival_s, j.id))
+    # per job: [remaining work, attained GPU-seconds, rate now, since (progress counted up to), type or None,
+    #            version, the rates per type (fastest first), gpus, arrival]
+    state: dict[int, list] = {}
+    rates_of: dict[tuple[str, int], tuple[tuple[str, float], ...]] = {}
+    ends: list[tuple[float, int, int]] = []
+    running: set[int] = set()
+    total_gpus = sum(capacity.values())
+    biggest = max(capacity.values())
+    ai, now, rounds, jct_sum, finished = 0, 0.0, 0, 0.0, 0
+    next_round = math.inf
+    while ai < len(jobs) or state:
+        t_arr = jobs[ai].arrival_s if ai < len(jobs) else math.inf
+        while ends and ends[0][2] != state.get(ends[0][1], (0,) * 6)[5]:
+            heapq.heappop(ends)  # a stale end: the job stopped or moved since
+        t_end = ends[0][0] if ends else math.inf
+        now = min(t_arr, t_end, next_round)
+        if now == math.inf:
+            break  # nothing can run (a job no type of this fleet runs)
+        while ai < len(jobs) and jobs[ai].arrival_s <= now:
+            tj = jobs[ai]
+            ai += 1
+            key = (tj.job_type, tj.gpus)
+            rs = rates_of.get(key)
+            if rs is None:
+                got = [(t, r) for t in types if (r := model.rate(tj.job_type, tj.gpus, t)) and capacity[t] >= tj.gpus]
+                rs = rates_of[key] = tuple(sorted(got, key=lambda tr: -tr[1]))
+            if rs:
+                state[tj.id] = [tj.work, 0.0, 0.0, now, None, 0, rs, tj.gpus, tj.arrival_s]
+        while ends and ends[0][0] <= now:
+            _, jid, version = heapq.heappop(ends)
+            st = state.get(jid)
+            if st is not None and st[5] == version:
+                del state[jid]
+                running.discard(jid)
+                jct_sum += now - st[8]
+                finished += 1
+        # the round: progress of the running jobs up to now, then who runs where
+        for jid in running:
+            st = state[jid]
+            st[0] -= st[2] * (now - st[3])
+            st[1] += st[7] * (now - st[3])
+            st[3] = now
+        order = sorted(state, key=lambda jid: (state[jid][1], state[jid][8], jid))
+        free = total_gpus
+        room = dict(capacity)
+        chosen: dict[int, str] = {}
+        for jid in order:
+            if free <= 0:
+                break
+            st = state[jid]
+            g = st[7]
+            if g > free or g > biggest:
+                continue
+            for t, _r in st[6]:
+                if room[t] >= g:
+                    room[t] -= g
+                    free -= g
+                    chosen[jid] = t
+                    break
+        for jid in list(running):
+            if jid not in chosen:
+                st = state[jid]
+                st[2], st[4] = 0.0, None
+                st[5] += 1
+                running.discard(jid)
+        for jid, t in chosen.items():
+            st = state[jid]
+            if st[4] == t:
+                continue
+            st[2] = dict(st[6])[t]
+            st[3], st[4] = now, t
+            st[5] += 1
+            running.add(jid)
+            heapq.heappush(ends, (now + st[0] / st[2], jid, st[5]))
+        rounds += 1
+        next_round = now + round_s if len(state) > len(running) else math.inf
+    return {"rounds": rounds, "avg_jct_s": jct_sum / max(1, finished), "finished": finished}
+
+
+def yardstick_table(shapes: tuple[str, ...] = ("16:16:16", "8:8:8"),
+                    policies: tuple[str, ...] = ("hsched", "las-hetero"),
+                    repeats: int = 3) -> None:
+    """ed69ec: `hsched sim`'s CPU time over the yardstick's (`yardstick_sim`), each the best of `repeats` runs in
+    this process (issue 33's goal: <= 1.5x)."""
+    tr = load_trace(GAVEL / "ed69ec.trace")
+    print("\ned69ec, servers of 4: hsched sim's CPU over a minimal event-driven yardstick's (best of "
+          f"{repeats}; goal <= 1.5x)")
+    for shape in shapes:
+        v, p, k = (int(x) for x in shape.split(":"))
+        servers = parse_cluster(f"v100:{v},p100:{p},k80:{k}", 4)
+        base = []
+        for _ in range(repeats):
+            t0 = time.process_time()
+            y = yardstick_sim(tr, {"v100": v, "p100": p, "k80": k})
+            base.append(time.process_time() - t0)
+        yard = min(base)
+        print(f"  {shape:8s} yardstick    {yard:6.2f} s CPU, {y['rounds']:,} rounds, avg JCT {y['avg_jct_s']:,.0f} s "
+              f"({y['finished']:,} jobs)")
+        for name in policies:
+            cpus = []
+            for _ in range(repeats):
+                t0 = time.process_time()
+                s = simulate(tr, servers, make_policy(name), SimConfig()).summary
+                cpus.append(time.process_time() - t0)
+            print(f"  {shape:8s} {name:12s} {min(cpus):6.2f} s CPU = {min(cpus) / yard:4.2f}x the yardstick, "
+                  f"{s['rounds']:,} rounds, avg JCT {s['avg_jct_s']:,.0f} s", flush=True)
+
+
 def round_latency(pending: int = 2000, gpus: int = 512, repeats: int = 15) -> None:
     """Median time of one `schedule_round` with `pending` queued jobs and a full fleet of `gpus` GPUs."""
     tp_path = GAVEL.parent / "simulation_throughputs.json"
@@ -249,6 +378,8 @@ def main() -> int:
     ap.add_argument("--gavel", action="store_true", help="--round-mode gavel against Gavel's published figures")
     ap.add_argument("--learned", action="store_true",
                     help="also ed69ec with learned throughputs and predicted durations against the oracle")
+    ap.add_argument("--yardstick", action="store_true",
+                    help="also ed69ec: hsched sim's CPU over a minimal event-driven simulator's (the yardstick)")
     ap.add_argument("--only", action="store_true", help="skip the default ed69ec replay and round-latency bench")
     ap.add_argument("--scale", action="store_true", help="also 100,000 synthetic jobs on 1,024 GPUs")
     ap.add_argument("--scale-jobs", type=int, default=100_000, help="jobs in the --scale run")
@@ -263,6 +394,8 @@ def main() -> int:
         gavel_table()
     if args.learned:
         learned_table()
+    if args.yardstick:
+        yardstick_table()
     if args.gang:
         gang_table()
         for folder in filter(None, args.gang_traces.split(",")):

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import chain
+from itertools import chain, groupby
 from operator import attrgetter
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from hsched.sched.view import JobView, OracleInput, Plan, PolicyInput, Want
 
@@ -101,6 +101,28 @@ def select_by_capacity(ordered: Iterable[JobView], capacity: Mapping[str, int], 
 
 
 _PROFILE_ON = attrgetter("job_type", "gpus", "gpu_types", "gpu_type")
+_ASKED = attrgetter("id", "job_type", "gpus", "gpu_types", "gpu_type")
+_PROFILES, _LAST_ASSIGN = "base.hetero_assign.profiles", "base.hetero_assign.last"
+"""The caller's cache keys (PolicyInput.cache) of `hetero_assign`'s `_ProfileMemo` and its last answer."""
+
+
+class _ProfileMemo:
+    """What `hetero_assign` keeps from round to round for one model and one list of GPU types: each job profile's
+    speed-profile id, the speeds of each id, and each level's keep-fraction per id. All of it depends only on the
+    model's (memoised, fixed) answers and the types, which the memo is checked against before use."""
+
+    __slots__ = ("fracs", "ids", "kind_ids", "kinds", "model", "of", "speeds", "types")
+
+    def __init__(self, model: object, types: tuple[str, ...]) -> None:
+        self.model = model
+        self.types = types
+        # (kind, size, allowed types, type now) -> an index into `kinds`: (speeds id, type now)
+        self.of: dict[tuple[str, int, tuple[str, ...], str | None], int] = {}
+        self.kinds: list[tuple[int, str | None]] = []
+        self.kind_ids: dict[tuple[int, str | None], int] = {}
+        self.speeds: list[tuple[float, ...]] = []  # relative speed on each of the types, by id
+        self.ids: dict[tuple[float, ...], int] = {}
+        self.fracs: dict[tuple[int, tuple[int, ...]], dict[int, float]] = {}  # (slow col, faster cols) -> id -> frac
 _ID = attrgetter("id")
 _GPUS = attrgetter("gpus")
 
@@ -120,6 +142,18 @@ def hetero_assign(
     least-served job, so long-running jobs hold the faster GPUs. `pinned` jobs keep
     their type and use its capacity first.
     """
+    model, all_types = inp.throughput, inp.gpu_types
+    if not pinned:
+        # The same jobs in the same order, with the same kinds, sizes, allowed types and types now, on the same
+        # capacity: the same answer as the last round's (61 % of ed69ec 8:8:8's rounds: a round for an arrival
+        # that selects nobody new), kept in the caller's cache.
+        # (the last round's views are kept and compared only when the counts agree: at scale nearly every round
+        # differs, and the comparison then costs nothing)
+        last = cast("tuple[object, tuple[str, ...], Mapping[str, int], tuple[JobView, ...], dict[int, str]] | None",
+                    inp.cache.get(_LAST_ASSIGN))
+        if (last is not None and last[0] is model and len(last[3]) == len(selected) and last[1] == all_types
+                and last[2] == capacity and list(map(_ASKED, last[3])) == list(map(_ASKED, selected))):
+            return dict(last[4])
     caps = dict(capacity)
     out: dict[int, str] = {}
     if pinned:
@@ -129,35 +163,49 @@ def hetero_assign(
         for jid, t in pinned.items():
             out[jid] = t
             caps[t] = caps.get(t, 0) - gpus_of.get(jid, 0)
-    model, all_types = inp.throughput, inp.gpu_types
     todo = [j for j in selected if j.id not in out] if out else list(selected)
-    # Jobs share a few speed profiles: group them once (as positions in `todo`, which is in priority order:
-    # the last tie-break) by profile, and by profile and the type they run on now. A level then walks only
-    # the groups it needs and stops as soon as its type is full or not needed, instead of re-sorting all.
-    # (grouped by profile and type alone, the profile's groups merged from those: one dictionary look-up per
-    # job, not two; the same groups, in the same order)
-    by_pk_on: dict[tuple[str, int, tuple[str, ...], str | None], list[int]] = {}
-    for i, on in enumerate(map(_PROFILE_ON, todo)):
-        group = by_pk_on.get(on)
-        if group is None:
-            by_pk_on[on] = [i]
-        else:
-            group.append(i)
-    Speeds = tuple[float, ...]  # relative speed on each of all_types
-    every: dict[Speeds, list[int]] = {}
-    on_type: dict[tuple[Speeds, str | None], list[int]] = {}
-    speeds_of: dict[tuple[str, int, tuple[str, ...]], Speeds] = {}
-    for (job_type, gpus, allowed, on_t), group in by_pk_on.items():
-        pk = (job_type, gpus, allowed)
-        sp = speeds_of.get(pk)
-        if sp is None:
-            full = model.rel_speeds(job_type, gpus, all_types)
-            # a type the job may not use counts as one it cannot run on
-            sp = speeds_of[pk] = tuple(full.get(t, 0.0) if not allowed or t in allowed else 0.0 for t in all_types)
-        every[sp] = sorted(every[sp] + group) if sp in every else group
-        key = (sp, on_t)
-        on_type[key] = sorted(on_type[key] + group) if key in on_type else group
-    gpus_at = [j.gpus for j in todo]
+    # Jobs share a few speed profiles: group them (as positions in `todo`, which is in priority order: the last
+    # tie-break) by profile, and by profile and the type they run on now. A level then walks only the groups it
+    # needs and stops as soon as its type is full or not needed, instead of re-sorting all. A profile is a small
+    # integer: what a job's (kind, size, allowed types, type now) maps to is kept in the caller's cache from round
+    # to round (the same model and types: the same speeds), so a round looks each job up once and builds nothing.
+    memo = cast("_ProfileMemo | None", inp.cache.get(_PROFILES))
+    if memo is None or memo.model is not model or memo.types != all_types:
+        memo = _ProfileMemo(model, all_types)
+        inp.cache[_PROFILES] = memo
+    known, speeds, by_speeds, kinds = memo.of, memo.speeds, memo.ids, memo.kinds
+    profiles = list(map(_PROFILE_ON, todo))
+    kids = list(map(known.get, profiles))  # each job's (speeds id, type now) as a small integer; None: not seen yet
+    if None in kids:
+        for i, on in enumerate(profiles):
+            if kids[i] is None:
+                kid = known.get(on)
+                if kid is None:
+                    job_type, gpus, allowed, on_t = on
+                    full = model.rel_speeds(job_type, gpus, all_types)
+                    # a type the job may not use counts as one it cannot run on
+                    sp = tuple(full.get(t, 0.0) if not allowed or t in allowed else 0.0 for t in all_types)
+                    sid = by_speeds.setdefault(sp, len(by_speeds))
+                    if sid == len(speeds):
+                        speeds.append(sp)
+                    # (one id per (speeds, type now): profiles of equal speeds, as sizes on the prior, share it)
+                    kid = known[on] = memo.kind_ids.setdefault((sid, on_t), len(kinds))
+                    if kid == len(kinds):
+                        kinds.append((sid, on_t))
+                kids[i] = kid
+    # the groups by a stable sort of the positions (C speed; a position's order is kept inside each group), then
+    # each speeds id's positions merged from its groups
+    every: dict[int, list[int]] = {}
+    on_type: dict[tuple[int, str | None], list[int]] = {}
+    at = cast("list[int]", kids).__getitem__
+    for kid, grp in groupby(sorted(range(len(kids)), key=at), at):
+        group = list(grp)
+        key = kinds[kid]
+        on_type[key] = group
+        sid = key[0]
+        prev = every.get(sid)
+        every[sid] = group if prev is None else sorted(prev + group)
+    gpus_at = list(map(_GPUS, todo))
     left = sum(gpus_at)  # GPUs of the jobs not yet given a type
     least = min(gpus_at, default=0)  # the smallest request: a type with less room takes nobody more
     col = {t: n for n, t in enumerate(all_types)}
@@ -169,16 +217,27 @@ def hetero_assign(
         need = left - room_above
         # keep_frac: the fraction of its best speed on a faster type that the job keeps on the slow type;
         # -1 where it cannot run on the slow type, 2.0 where it runs nowhere faster (it must go here)
-        fracs: dict[float, list[Speeds]] = {}
-        s_col, f_cols = col[slow], [col[t] for t in faster]
-        for sp in every:
-            here_speed = sp[s_col]
-            if here_speed <= 0:
-                frac = -1.0
+        fracs: dict[float, list[int]] = {}
+        s_col, f_cols = col[slow], tuple(col[t] for t in faster)
+        level = memo.fracs.get((s_col, f_cols))
+        if level is None:
+            level = memo.fracs[(s_col, f_cols)] = {}
+        for sid in every:
+            frac = level.get(sid)
+            if frac is None:
+                sp = speeds[sid]
+                here_speed = sp[s_col]
+                if here_speed <= 0:
+                    frac = -1.0
+                else:
+                    best = max((sp[c] for c in f_cols), default=0.0)
+                    frac = here_speed / best if best > 0 else 2.0
+                level[sid] = frac
+            sids = fracs.get(frac)
+            if sids is None:
+                fracs[frac] = [sid]
             else:
-                best = max((sp[c] for c in f_cols), default=0.0)
-                frac = here_speed / best if best > 0 else 2.0
-            fracs.setdefault(frac, []).append(sp)
+                sids.append(sid)
         cap = caps[slow]
         if not faster and left <= cap and all(f >= 0 for f in fracs):
             # the fastest type, with room for everyone left: all of them go here, in no particular order
@@ -196,11 +255,11 @@ def hetero_assign(
             if frac < 0 or lazy or cap < least:
                 break
             sps = fracs[frac]
-            ons = [on_type.get((sp, slow), ()) for sp in sps]
-            offs = [every[sp] for sp in sps]
+            ons = [on_type.get((sid, slow), ()) for sid in sps]
+            offs = [every[sid] for sid in sps]
             first = ons[0] if len(ons) == 1 else sorted(chain(*ons))
             rest = offs[0] if len(offs) == 1 else sorted(chain(*offs))
-            for k in chain(first, (k for k in rest if todo[k].gpu_type != slow)):
+            for k in chain(first, (k for k in rest if profiles[k][3] != slow)):
                 if k in placed:
                     continue
                 if need <= 0 and faster and frac <= 1.0:
@@ -216,6 +275,8 @@ def hetero_assign(
                         break
         caps[slow] = cap
         types.pop()
+    if not pinned:
+        inp.cache[_LAST_ASSIGN] = (model, all_types, dict(capacity), tuple(selected), dict(out))
     return out
 
 
@@ -223,18 +284,49 @@ def wants_from_assignment(
     ordered: Iterable[JobView], assigned: Mapping[int, str], inp: PolicyInput
 ) -> tuple[Want, ...]:
     """Wants in priority order: assigned type first, then the job's other types as a fallback."""
-    out: list[Want] = []
     model, all_types = inp.throughput, inp.gpu_types
-    prefs: dict[tuple[str, int, tuple[str, ...], str], tuple[str, ...]] = {}
+    jobs = ordered
+    # the same jobs (kinds, sizes, allowed types) in the same order with the same assignment as last round: the
+    # same wants (the usual round after an arrival that changes nobody's type), kept in the caller's cache with
+    # the preferences per (kind, size, allowed types, assigned type), which depend only on the model and types
+    memo = cast("_WantsMemo | None", inp.cache.get(_WANTS))
+    if memo is None or memo.model is not model or memo.types != all_types:
+        memo = _WantsMemo(model, all_types)
+        inp.cache[_WANTS] = memo
+    asked = list(map(_WANT_ASKED, jobs))  # (C speed: the loop below unpacks these, not the views)
+    if memo.asked == asked and memo.assigned == assigned:
+        return memo.wants
+    out: list[Want] = []
+    prefs = memo.prefs
     get, new, append = assigned.get, tuple.__new__, out.append  # Want is a NamedTuple: no __new__ wrapper
-    for j in ordered:
-        t = get(j.id)
+    for jid, job_type, gpus, allowed in asked:
+        t = get(jid)
         if t is None:
             continue
-        key = (j.job_type, j.gpus, j.gpu_types, t)
+        key = (job_type, gpus, allowed, t)
         types = prefs.get(key)
         if types is None:
-            ft = model.fastest_types(j.job_type, j.gpus, all_types, j.gpu_types)
+            ft = model.fastest_types(job_type, gpus, all_types, allowed)
             types = prefs[key] = (t, *(x for x in ft if x != t))
-        append(new(Want, (j.id, types)))
-    return tuple(out)
+        append(new(Want, (jid, types)))
+    memo.asked, memo.assigned, memo.wants = asked, dict(assigned), tuple(out)
+    return memo.wants
+
+
+_WANT_ASKED = attrgetter("id", "job_type", "gpus", "gpu_types")
+_WANTS = "base.wants_from_assignment"
+"""The caller's cache key (PolicyInput.cache) of `wants_from_assignment`'s `_WantsMemo`."""
+
+
+class _WantsMemo:
+    """What `wants_from_assignment` keeps from round to round for one model and one list of GPU types."""
+
+    __slots__ = ("asked", "assigned", "model", "prefs", "types", "wants")
+
+    def __init__(self, model: object, types: tuple[str, ...]) -> None:
+        self.model = model
+        self.types = types
+        self.prefs: dict[tuple[str, int, tuple[str, ...], str], tuple[str, ...]] = {}
+        self.asked: list[tuple[int, str, int, tuple[str, ...]]] = []
+        self.assigned: dict[int, str] = {}
+        self.wants: tuple[Want, ...] = ()

@@ -17,6 +17,7 @@ _Key = tuple[int, int, int, bool, float, float, int, JobView]
 """A job's place in its user's own order (`Hsched.order`): QoS rank, -priority an admin set, -priority, not fresh
 from a (re)start, GPU-seconds of work (`_work`), arrival, id; then the view itself."""
 _VIEW = operator.itemgetter(7)
+_USER = operator.attrgetter("user")
 _MEMO = "hsched.order"
 _LAST = "hsched.order.last"
 
@@ -130,9 +131,11 @@ class Hsched(Policy):
         `UserShare`s; plain floats, a view built by hand: decayed GPU-seconds with equal shares); None with fewer
         than two users (nobody to share with: the order is the user's own)."""
         usage = inp.user_usage
+        if len(usage) < 2:
+            return None  # (before the users are gathered: a one-user replay asks this every round)
         # (sorted: sums in one order, so equal usage ties the same way whatever the hash seed)
-        users = sorted(set(usage).union(j.user for j in inp.jobs))
-        if len(usage) < 2 or len(users) < 2:
+        users = sorted(set(usage).union(map(_USER, inp.jobs)))
+        if len(users) < 2:
             return None
         decayed: dict[str, float] = {}
         norm: dict[str, float] = {}

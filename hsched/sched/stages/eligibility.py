@@ -210,11 +210,13 @@ class Eligible(RoundState):
         self._eligible: dict[tuple[str, tuple[str, ...], int | None], tuple[str, ...]] = {}
         self._where: dict[tuple[object, ...], frozenset[str]] = {}
         # the last round's `where` per job, while the nodes' names, states, devices and labels and the absent users
-        # are the same objects' (a fleet view is rebuilt each round, but from the very nodes while none changed)
+        # are the same objects' (a fleet view is rebuilt each round, but from the very nodes while none changed),
+        # or equal ones (the live controller's fleet view makes new, equal nodes each round: without this, a
+        # churning queue's 2,000 waiting jobs made their keys afresh every round)
         self._where_sig = (fleet.nodes, fleet.labels, fleet.absent_users)
         last_sig, last_where = self.cache.where
         same = (len(last_sig) == 3 and isinstance(nodes := last_sig[0], tuple) and len(nodes) == len(fleet.nodes)
-                and all(map(operator.is_, nodes, fleet.nodes))
+                and (all(map(operator.is_, nodes, fleet.nodes)) or nodes == fleet.nodes)
                 and last_sig[1] == fleet.labels and last_sig[2] == fleet.absent_users)
         self._where_last = last_where if same else {}
         self._where_kept: dict[int, tuple[Job, frozenset[str]]] = {}
