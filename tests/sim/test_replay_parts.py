@@ -4,6 +4,7 @@ rates, and the live metrics in the trace's seconds."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -64,5 +65,33 @@ def test_a_replayed_job_checkpoints_once_on_its_own_then_resumes(tmp_path, monke
         # the second attempt: fast enough to finish at once, and no second checkpoint of its own
         assert replayjob.main([*args, "--speedup", "1e12"]) == 0
     finally:
+        for sig, h in handlers.items():
+            signal.signal(sig, h)
+
+
+def test_a_stop_wakes_a_replayed_job_at_once(tmp_path, monkeypatch) -> None:
+    """Issue 33 item 5: a stand-in job checkpoints as soon as it is signalled, not at its next look at the clock.
+    At a replay's 70,000x each 0.1 s a stop waited was ~7,000 of the trace's seconds added to every time-share
+    switch. The look is made 30 s apart here: a stop that waited for it would take 30 s."""
+    import signal
+    import threading
+    import time
+
+    from hsched import replayjob
+
+    monkeypatch.delenv("HSCHED_PROGRESS", raising=False)
+    monkeypatch.setenv("HSCHED_GPU_MODEL", "Tesla V100-SXM2-16GB")
+    monkeypatch.setenv("HSCHED_CHECKPOINT_DIR", str(tmp_path))
+    monkeypatch.setattr(replayjob, "TICK_S", 30.0)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1))
+    try:
+        t0 = time.monotonic()
+        timer.start()
+        assert replayjob.main(["--steps", "1e12", "--rates", '{"v100": 1000.0}']) == replayjob.CHECKPOINT_EXIT
+        assert time.monotonic() - t0 < 15.0
+        assert 0 < float((tmp_path / "replay-step").read_text()) < 1e12
+    finally:
+        timer.cancel()
         for sig, h in handlers.items():
             signal.signal(sig, h)
