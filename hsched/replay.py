@@ -35,6 +35,20 @@ from hsched.model import Node
 
 KNOWLEDGE = ("table", "learn")
 POLL_S = 0.25
+SIM_ROUND_S = 360.0
+"""The simulator's round (`hsched sim --round-s`'s default), in the trace's seconds."""
+RESTART_WALL_S = 0.35
+"""What a stand-in job's checkpoint and restart costs in wall seconds on a loaded 2-core machine (measured: its GPUs
+free 0.1-0.2 s after the stop's decision, then 0.15-0.25 s from its placing to its first step): at a replay's speedup,
+trace seconds the simulator must charge too (`hsched replay --restart-cost`)."""
+
+
+def live_quantum_s(policy: Any, restart_cost_s: float) -> float:
+    """The least run before a time-share stop (trace seconds), as the policy counts it in the simulator with a
+    checkpoint cost (hsched.sched.policies.hsched.Hsched.min_run_s: its quantum, at least its round and 12 x the
+    cost): the live controller gets it over the speedup, as `move_min_run_s`, since it is told no scalar cost."""
+    quantum = float(getattr(policy, "quantum_s", SIM_ROUND_S))
+    return max(quantum, SIM_ROUND_S, float(getattr(policy, "quantum_per_checkpoint_s", 0.0)) * restart_cost_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,9 +113,11 @@ def _ts(text: str | None) -> float:
 
 def run_live(home: Path, trace: Any, nodes: Sequence[Node], speedup: float, *, policy: str = "hsched",
              knowledge: str = "table", say: Callable[[str], None] = lambda _m: None,
-             quantum_s: float | None = None) -> list[LiveJob]:
+             quantum_s: float | None = None, restart_cost_s: float = 0.0) -> list[LiveJob]:
     """Replay `trace` on a controller of its own in `home` (made here) and return each job's times; with
-    `quantum_s` (trace seconds), time-sharing as the module's docstring says."""
+    `quantum_s` (trace seconds: the least run before a time-share stop, `live_quantum_s`), time-sharing as the
+    module's docstring says, a checkpoint and restart taken to cost `restart_cost_s` (trace seconds) before the
+    controller measured one."""
     from hsched.client import Client
     from hsched.paths import Home
 
@@ -110,9 +126,10 @@ def run_live(home: Path, trace: Any, nodes: Sequence[Node], speedup: float, *, p
     settings = f'poll_interval_s = 0.05\nmonitor_interval_s = 0.5\npolicy = "{policy}"\n'
     live_quantum = quantum_s / speedup if quantum_s else 0.0
     if live_quantum > 0:
-        # the quantum in wall seconds; a move's cost before one is measured near the simulator's default (free
-        # checkpoints): a tenth of a poll (the setting must be > 0)
-        settings += f"moves = true\nmove_min_run_s = {live_quantum!r}\nmove_cost_s = 0.005\n"
+        # the quantum, the simulator's round (which the policy's least run is at least: 360 s of wall time would be
+        # weeks of the trace) and a move's cost before one is measured, all in wall seconds (the settings must be > 0)
+        settings += (f"moves = true\nmove_min_run_s = {live_quantum!r}\npolicy_round_s = {SIM_ROUND_S / speedup!r}\n"
+                     f"move_cost_s = {max(restart_cost_s / speedup, 0.005)!r}\n")
     (home / "settings.toml").write_text(settings)
     h = Home(home)
     h.ensure()

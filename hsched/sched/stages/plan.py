@@ -32,9 +32,6 @@ from hsched.topo.fabric import Fabric
 Fit = Callable[[Node, Job, Sequence[str], Collection[str]], Placement | None]
 """Place `job` on `node` using only the given free devices (and the busy ones of the last argument), or None."""
 
-LIVE_ROUND_S = 360.0
-"""The round length the policy is told live (build_input's default, the simulator's round)."""
-
 
 class LivePlacer:
     """The simulator's server choice (best fit, NVLink first) with real constraints and topology inside."""
@@ -184,12 +181,9 @@ def core_round(policy_name: str, pending: Sequence[Job], st: Round, now: float, 
                        tuple(map(MODEL_MEMORY, n.devices))) for n in typed)
     views += pending_views(pending, allowed, signature, st.cache, fleet.attained)
     model = throughput or catalog_throughput()
-    # (the policy keeps a (re)started job in place for max(quantum, round_s): a live quantum under the simulator's
-    # 360-s round, as `hsched replay`'s 0.08 s at 70,000x, must stay the quantum, not become 360 s)
-    round_s = min(LIVE_ROUND_S, fleet.move_min_run_s) if movable else LIVE_ROUND_S
     inp = build_input(now, sorted(views, key=ARRIVAL), servers,
                       model, user_usage=usage if len(usage) > 1 else {},
-                      checkpoint_costs=movable, forecast_s=None, round_s=round_s,
+                      checkpoint_costs=movable, forecast_s=None, round_s=fleet.policy_round_s,
                       quantum_s=fleet.move_min_run_s if movable else None, cache=st.cache.policy)
     if movable or fleet.left:
         inp = replace(inp, forecast_s=remaining_times(views, fleet, movable, now, model, inp.gpu_types))
