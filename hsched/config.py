@@ -1143,8 +1143,8 @@ class Settings:
 
 _SETTINGS_FLOATS = ("poll_interval_s", "probe_interval_s", "probe_timeout_s", "lease_s", "heartbeat_timeout_s",
                     "kill_after_s", "monitor_interval_s", "retry_backoff_s", "retry_backoff_max_s", "idle_after_s",
-                    "move_min_run_s", "move_cost_s", "data_link_mbps", "prefetch_horizon_s", "idle_timeout_s")
-_SETTINGS_FLOATS += ("policy_round_s",)
+                    "move_min_run_s", "move_cost_s", "data_link_mbps", "prefetch_horizon_s", "idle_timeout_s",
+                    "policy_round_s")
 _SETTINGS_BOUNDS = {
     # key: (least, most): a bound beyond the most would let the request it bounds hang the controller again
     "max_connections": (1, 100_000), "max_connections_per_user": (1, 100_000), "admin_reserve": (0, 100_000),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -95,3 +96,30 @@ def test_a_stop_wakes_a_replayed_job_at_once(tmp_path, monkeypatch) -> None:
         timer.cancel()
         for sig, h in handlers.items():
             signal.signal(sig, h)
+
+
+def test_a_time_compressed_round_keeps_a_job_only_its_quantum() -> None:
+    """Issue 33 item 5: the policy keeps a (re)started job for max(quantum, round): live, the round was always the
+    simulator's 360 s, so a replay's quantum (1.5 h over 70,000x: 0.08 s of wall time) became 360 s of wall time
+    (weeks of its trace) and newcomers waited for jobs to end. With `policy_round_s` (the replay's: 360 s over its
+    speedup) a job that has run its quantum is time-shared for a newcomer, as in the simulator."""
+    from hsched.config import SimulatedDevices
+    from hsched.model import Job, JobSpec, JobState, Node, NodeState, Placement, Resources
+    from hsched.sched.live import FleetView, Running, schedule
+    from hsched.sched.view import Preempt
+    from hsched.simulated import simulated_devices
+
+    devices, links = simulated_devices("n", SimulatedDevices(model="NVIDIA H100 80GB HBM3", count=1))
+    node = Node("n", "fake", NodeState.UP, cpus=16, memory_total_mib=64 << 10, devices=devices, links=links)
+    running = Job(1, JobSpec(command=("x",), resources=Resources(gpus=1), kind="j"), "alice", JobState.RUNNING, "",
+                  0.0, start_time=0.0, placement=(Placement("n", (devices[0].uuid,)),))
+    newcomer = Job(2, JobSpec(command=("y",), resources=Resources(gpus=1), kind="j"), "alice", JobState.PENDING, "",
+                   9.0)
+    fleet = FleetView((node,), frozenset({devices[0].uuid}), {}, running=(Running(running, 0.0),), policy="hsched",
+                      movable={1: 0.01}, move_min_run_s=1.0)
+
+    def stopped(view: FleetView) -> list[tuple[int, tuple[int, ...]]]:
+        return [(d.job_id, d.victims) for d in schedule(view, [newcomer], 10.0) if isinstance(d, Preempt)]
+
+    assert stopped(fleet) == []  # 10 s run: within the 360-s round, kept
+    assert stopped(replace(fleet, policy_round_s=0.005)) == [(2, (1,))]  # past its 1-s quantum: the newcomer's turn
