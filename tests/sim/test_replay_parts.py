@@ -123,3 +123,23 @@ def test_a_time_compressed_round_keeps_a_job_only_its_quantum() -> None:
 
     assert stopped(fleet) == []  # 10 s run: within the 360-s round, kept
     assert stopped(replace(fleet, policy_round_s=0.005)) == [(2, (1,))]  # past its 1-s quantum: the newcomer's turn
+
+
+def test_the_learned_speeds_are_seeded_in_the_stand_ins_wall_units(tmp_path) -> None:
+    """Issue 33 item 5: the controller learns a kind's speed from the stand-ins' progress, in steps per wall second
+    (the table's rate times the speedup); seeded in the trace's units, a type a kind had run on looked `speedup`
+    times faster than the others, so the policy moved jobs down to K80s and left them there."""
+    from hsched.controller.store import Store
+    from hsched.replay import seed_knowledge
+
+    model = ThroughputModel({"v100": {("A", 1): 4.0}, "k80": {("A", 1): 1.0}})
+    tr = Trace(jobs=(TraceJob(id=7, job_type="A", gpus=1, arrival_s=0.0, work=100.0, user="u"),), throughput=model,
+               source="t")
+    db = tmp_path / "hsched.db"
+    assert seed_knowledge(db, tr, cluster_nodes("v100:1,k80:1", 1), 0.0, 1000.0) == 2
+    store = Store(db)
+    try:
+        rates = {k.gpu_type: k.steps_per_s for k in store.kind_rates() if k.kind == "A"}
+    finally:
+        store.close()
+    assert rates == {"V100": 4000.0, "K80": 1000.0}
