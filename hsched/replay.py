@@ -7,11 +7,20 @@ stand-in job (hsched.replayjob) that runs its steps at the trace's rate for the 
 the speedup and reports its progress, waits for all to end, and prints the live metrics next to the
 simulator's for the same jobs, cluster and policy. JCTs are in the trace's seconds (wall seconds x speedup).
 
-Time-sharing: with a quantum (`quantum_s`, in the trace's seconds; the CLI's default is the policy's own), the
-controller's live quantum (`move_min_run_s`) is that quantum over the speedup, and each stand-in job checkpoints
-on its own once at the end of its first quantum (hsched.replayjob `--checkpoint-after`), which proves it
-checkpoints: from then on the controller may time-share and move it, as the simulator's default does. Without
-one, no job proves it and the replay matches `hsched sim --no-time-sharing`.
+Time-sharing: with a quantum (`quantum_s`, in the trace's seconds), the controller's live quantum
+(`move_min_run_s`) is that quantum over the speedup, and each stand-in job checkpoints on its own once at the end
+of its first quantum (hsched.replayjob `--checkpoint-after`), which proves it checkpoints: from then on the
+controller may time-share and move it, as the simulator does. Without one, no job proves it and the replay
+matches `hsched sim --no-time-sharing`. Three things make the two sides count the same time (issue 33):
+
+* A restart costs a stand-in its wall seconds whatever the speedup (its GPUs free 0.1-0.2 s after the stop's
+  decision, then 0.15-0.25 s to its first step: ~0.35 s, 10,000 of the trace's seconds at 29,000x), which the
+  simulator's default counts as free. So the simulator is told that cost (`--checkpoint-cost`, the restart's wall
+  seconds times the speedup), and the quantum is the policy's under it on both sides (`live_quantum_s`).
+* The policy keeps a (re)started job for at least its round: live, the simulator's 360 s unless settings
+  `policy_round_s` says otherwise, which the replay sets to 360 s over the speedup (else a 0.08-s quantum became
+  360 s of wall time, weeks of the trace, and newcomers waited for jobs to end).
+* The learned speeds are seeded in the stand-ins' units, steps per wall second (`seed_knowledge`).
 
 Knowledge: `table` seeds the controller's learned speeds (hsched.learn.kinds) with the trace's throughput table,
 what the simulator knows; `learn` starts from the accelerator prior alone and learns from progress, as a new
@@ -128,7 +137,10 @@ def run_live(home: Path, trace: Any, nodes: Sequence[Node], speedup: float, *, p
 
     home.mkdir(parents=True, exist_ok=True)
     (home / "fleet.toml").write_text(fleet_toml(nodes))
-    settings = f'poll_interval_s = 0.05\nmonitor_interval_s = 0.5\npolicy = "{policy}"\n'
+    # (the stand-ins' progress is read with the monitoring stream: with time-sharing, often, since the policy ranks a
+    # restarted job by the remaining time its reports tell)
+    monitor = 0.1 if quantum_s else 0.5
+    settings = f'poll_interval_s = 0.05\nmonitor_interval_s = {monitor}\npolicy = "{policy}"\n'
     live_quantum = quantum_s / speedup if quantum_s else 0.0
     if live_quantum > 0:
         # the quantum, the simulator's round (which the policy's least run is at least: 360 s of wall time would be
