@@ -71,3 +71,6 @@ def test_replay_refuses_bad_options_in_one_line(tmp_path: Path) -> None:
     h = Hs(tmp_path / "mine")
     p = h.run("replay", str(TRACE), "--knowledge", "psychic")
     assert p.returncode == 2 and p.stderr.strip() == "hsched: error: --knowledge 'psychic': expected table or learn"
+    p = h.run("replay", str(TRACE), "--time-sharing", "--restart-cost", "nan")
+    assert p.returncode == 2 and p.stderr.strip() == ("hsched: error: --restart-cost must be a number of wall seconds "
+                                                      "from 0 to 3600 (0: the default, 0.35)")
