@@ -1131,6 +1131,10 @@ class Settings:
     """Jobs one `--dependency` may name at most."""
     max_command_bytes: int = 131_072
     """A job's command line (all its words together) at most, in bytes (Linux takes one word of at most 128 KiB)."""
+    policy_round_s: float = 360.0
+    """The round length the policy is told (PolicyInput.round_s: the simulator's round, 360 s): a (re)started job is
+    not time-shared away before max(`move_min_run_s`, this). Only a time-compressed controller (`hsched replay`, where
+    360 s of wall time is weeks of its trace) sets it, to the simulator's round over its speedup."""
 
     @property
     def qos_names(self) -> tuple[str, ...]:
@@ -1139,7 +1143,8 @@ class Settings:
 
 _SETTINGS_FLOATS = ("poll_interval_s", "probe_interval_s", "probe_timeout_s", "lease_s", "heartbeat_timeout_s",
                     "kill_after_s", "monitor_interval_s", "retry_backoff_s", "retry_backoff_max_s", "idle_after_s",
-                    "move_min_run_s", "move_cost_s", "data_link_mbps", "prefetch_horizon_s", "idle_timeout_s")
+                    "move_min_run_s", "move_cost_s", "data_link_mbps", "prefetch_horizon_s", "idle_timeout_s",
+                    "policy_round_s")
 _SETTINGS_BOUNDS = {
     # key: (least, most): a bound beyond the most would let the request it bounds hang the controller again
     "max_connections": (1, 100_000), "max_connections_per_user": (1, 100_000), "admin_reserve": (0, 100_000),

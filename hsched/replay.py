@@ -7,11 +7,20 @@ stand-in job (hsched.replayjob) that runs its steps at the trace's rate for the 
 the speedup and reports its progress, waits for all to end, and prints the live metrics next to the
 simulator's for the same jobs, cluster and policy. JCTs are in the trace's seconds (wall seconds x speedup).
 
-Time-sharing: with a quantum (`quantum_s`, in the trace's seconds; the CLI's default is the policy's own), the
-controller's live quantum (`move_min_run_s`) is that quantum over the speedup, and each stand-in job checkpoints
-on its own once at the end of its first quantum (hsched.replayjob `--checkpoint-after`), which proves it
-checkpoints: from then on the controller may time-share and move it, as the simulator's default does. Without
-one, no job proves it and the replay matches `hsched sim --no-time-sharing`.
+Time-sharing: with a quantum (`quantum_s`, in the trace's seconds), the controller's live quantum
+(`move_min_run_s`) is that quantum over the speedup, and each stand-in job checkpoints on its own once at the end
+of its first quantum (hsched.replayjob `--checkpoint-after`), which proves it checkpoints: from then on the
+controller may time-share and move it, as the simulator does. Without one, no job proves it and the replay
+matches `hsched sim --no-time-sharing`. Three things make the two sides count the same time (issue 33):
+
+* A restart costs a stand-in its wall seconds whatever the speedup (its GPUs free 0.1-0.2 s after the stop's
+  decision, then 0.15-0.25 s to its first step: ~0.35 s, 10,000 of the trace's seconds at 29,000x), which the
+  simulator's default counts as free. So the simulator is told that cost (`--checkpoint-cost`, the restart's wall
+  seconds times the speedup), and the quantum is the policy's under it on both sides (`live_quantum_s`).
+* The policy keeps a (re)started job for at least its round: live, the simulator's 360 s unless settings
+  `policy_round_s` says otherwise, which the replay sets to 360 s over the speedup (else a 0.08-s quantum became
+  360 s of wall time, weeks of the trace, and newcomers waited for jobs to end).
+* The learned speeds are seeded in the stand-ins' units, steps per wall second (`seed_knowledge`).
 
 Knowledge: `table` seeds the controller's learned speeds (hsched.learn.kinds) with the trace's throughput table,
 what the simulator knows; `learn` starts from the accelerator prior alone and learns from progress, as a new
@@ -35,6 +44,20 @@ from hsched.model import Node
 
 KNOWLEDGE = ("table", "learn")
 POLL_S = 0.25
+SIM_ROUND_S = 360.0
+"""The simulator's round (`hsched sim --round-s`'s default), in the trace's seconds."""
+RESTART_WALL_S = 0.35
+"""What a stand-in job's checkpoint and restart costs in wall seconds on a loaded 2-core machine (measured: its GPUs
+free 0.1-0.2 s after the stop's decision, then 0.15-0.25 s from its placing to its first step): at a replay's speedup,
+trace seconds the simulator must charge too (`hsched replay --restart-cost`)."""
+
+
+def live_quantum_s(policy: Any, restart_cost_s: float) -> float:
+    """The least run before a time-share stop (trace seconds), as the policy counts it in the simulator with a
+    checkpoint cost (hsched.sched.policies.hsched.Hsched.min_run_s: its quantum, at least its round and 12 x the
+    cost): the live controller gets it over the speedup, as `move_min_run_s`, since it is told no scalar cost."""
+    quantum = float(getattr(policy, "quantum_s", SIM_ROUND_S))
+    return max(quantum, SIM_ROUND_S, float(getattr(policy, "quantum_per_checkpoint_s", 0.0)) * restart_cost_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +83,14 @@ def fleet_toml(nodes: Sequence[Node]) -> str:
     return "\n".join(parts)
 
 
-def seed_knowledge(db: Path, trace: Any, nodes: Sequence[Node], now: float) -> int:
+def seed_knowledge(db: Path, trace: Any, nodes: Sequence[Node], now: float, speedup: float = 1.0) -> int:
     """The trace's throughput table as learned speeds, for every job type and GPU count of the replayed jobs
-    on every GPU type of the cluster (what the simulator knows); the number of entries."""
+    on every GPU type of the cluster (what the simulator knows); the number of entries.
+
+    In steps per *wall* second (the table's rate times `speedup`), as the stand-ins run and the controller learns
+    from their progress: seeded in the trace's units, a type a kind had run on was learnt `speedup` times faster
+    than the others, so at 29,000x the policy took a K80 for 7,000 times a V100's speed, moved jobs down to K80s
+    and left them there with V100s free (half the 60-job replay's makespan)."""
     from hsched.controller.store import Store
     from hsched.learn.kinds import PlacementClass
     from hsched.sched.live import gpu_type_of
@@ -76,7 +104,7 @@ def seed_knowledge(db: Path, trace: Any, nodes: Sequence[Node], now: float) -> i
             for t in types:
                 rate = trace.throughput.rate(jt, gpus, t)
                 if rate:
-                    store.learn_kind_rate(jt, gpu_type_of(t), gpus, klass.value, float(rate), now)
+                    store.learn_kind_rate(jt, gpu_type_of(t), gpus, klass.value, float(rate) * speedup, now)
                     n += 1
     finally:
         store.close()
@@ -99,25 +127,31 @@ def _ts(text: str | None) -> float:
 
 def run_live(home: Path, trace: Any, nodes: Sequence[Node], speedup: float, *, policy: str = "hsched",
              knowledge: str = "table", say: Callable[[str], None] = lambda _m: None,
-             quantum_s: float | None = None) -> list[LiveJob]:
+             quantum_s: float | None = None, restart_cost_s: float = 0.0) -> list[LiveJob]:
     """Replay `trace` on a controller of its own in `home` (made here) and return each job's times; with
-    `quantum_s` (trace seconds), time-sharing as the module's docstring says."""
+    `quantum_s` (trace seconds: the least run before a time-share stop, `live_quantum_s`), time-sharing as the
+    module's docstring says, a checkpoint and restart taken to cost `restart_cost_s` (trace seconds) before the
+    controller measured one."""
     from hsched.client import Client
     from hsched.paths import Home
 
     home.mkdir(parents=True, exist_ok=True)
     (home / "fleet.toml").write_text(fleet_toml(nodes))
-    settings = f'poll_interval_s = 0.05\nmonitor_interval_s = 0.5\npolicy = "{policy}"\n'
+    # (the stand-ins' progress is read with the monitoring stream: with time-sharing, often, since the policy ranks a
+    # restarted job by the remaining time its reports tell)
+    monitor = 0.1 if quantum_s else 0.5
+    settings = f'poll_interval_s = 0.05\nmonitor_interval_s = {monitor}\npolicy = "{policy}"\n'
     live_quantum = quantum_s / speedup if quantum_s else 0.0
     if live_quantum > 0:
-        # the quantum in wall seconds; a move's cost before one is measured near the simulator's default (free
-        # checkpoints): a tenth of a poll (the setting must be > 0)
-        settings += f"moves = true\nmove_min_run_s = {live_quantum!r}\nmove_cost_s = 0.005\n"
+        # the quantum, the simulator's round (which the policy's least run is at least: 360 s of wall time would be
+        # weeks of the trace) and a move's cost before one is measured, all in wall seconds (the settings must be > 0)
+        settings += (f"moves = true\nmove_min_run_s = {live_quantum!r}\npolicy_round_s = {SIM_ROUND_S / speedup!r}\n"
+                     f"move_cost_s = {max(restart_cost_s / speedup, 0.005)!r}\n")
     (home / "settings.toml").write_text(settings)
     h = Home(home)
     h.ensure()
     if knowledge == "table":
-        say(f"seeded {seed_knowledge(h.db, trace, nodes, time.time())} learned speeds from the trace's table")
+        say(f"seeded {seed_knowledge(h.db, trace, nodes, time.time(), speedup)} learned speeds from the trace's table")
     types = sorted({d.model for n in nodes for d in n.devices})
     out: list[LiveJob] = []
     with Client(h) as c:

@@ -281,6 +281,8 @@ async def round_input(ctl: Controller, *, always: bool = False, later: bool = Fa
     if movable or held or attained:
         view = replace(view, movable=movable, held=held, attained=attained,
                        move_min_run_s=ctl.settings.move_min_run_s)
+    if ctl.settings.policy_round_s != view.policy_round_s:
+        view = replace(view, policy_round_s=ctl.settings.policy_round_s)  # (a time-compressed replay's: hsched.replay)
     scaling, resize_cost = await resizing.round_fields(ctl, active, pending)
     if resize_cost:
         # elastic jobs that may be resized, their measured scaling and costs, and the quantum a grow waits out

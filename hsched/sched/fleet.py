@@ -125,6 +125,8 @@ class FleetView:
     """Elastic job id (running, or waiting to start) -> what a resize costs it (seconds): its checkpoint and restart,
     measured as a move's (the jobs that proved they checkpoint, gangs too), or a resize in place's. Only these are
     resized, or start bigger than their MIN."""
+    policy_round_s: float = 360.0
+    """The round length the policy is told (settings `policy_round_s`; PolicyInput.round_s): the simulator's round."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -183,7 +183,7 @@ def core_round(policy_name: str, pending: Sequence[Job], st: Round, now: float, 
     model = throughput or catalog_throughput()
     inp = build_input(now, sorted(views, key=ARRIVAL), servers,
                       model, user_usage=usage if len(usage) > 1 else {},
-                      checkpoint_costs=movable, forecast_s=None,
+                      checkpoint_costs=movable, forecast_s=None, round_s=fleet.policy_round_s,
                       quantum_s=fleet.move_min_run_s if movable else None, cache=st.cache.policy)
     if movable or fleet.left:
         inp = replace(inp, forecast_s=remaining_times(views, fleet, movable, now, model, inp.gpu_types))
