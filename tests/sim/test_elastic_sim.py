@@ -164,3 +164,8 @@ def test_waiting_jobs_reach_the_elastic_rule_in_the_policys_order(monkeypatch):
         assert both.index(first) < both.index(1 - first), (totals, both)
         # and, in that order, jobs shrink below their asked size down to MIN for a waiting job (docs/scheduling.md)
         assert losses == ({math.inf} if totals else {1.0})
+    # a policy that does not rank by remaining time (las-hetero re-sorts by attained service) keeps the threshold
+    losses.clear()
+    Simulator(trace, parse_cluster("v100:2"), make_policy("las-hetero"),
+              SimConfig(costs=SimCosts(30.0), elastic=2.0)).run()
+    assert losses == {1.0}
