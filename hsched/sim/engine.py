@@ -683,7 +683,8 @@ class Simulator:
 
         def resize(t: float, pending: list[_Job] | None = None, grow: bool = True) -> None:
             """Ask hsched.sched.elastic.plan_resizes about the running jobs, the free GPUs of each GPU type and the
-            waiting jobs (`pending`, else every job not running) in the policy's order, and apply its
+            waiting jobs (`pending`, else every job not running) in hsched's order (`by_left`), else by least attained
+            service, and apply its
             resizes (shrinks first: grows may take what they free): each a stop and a start at the new size, which
             pays the checkpoint cost as a move does.
 
@@ -698,8 +699,8 @@ class Simulator:
                 if pool is None or sv.name != pool.name:
                     free[sv.gpu_type] = free.get(sv.gpu_type, 0) + len(free_on[sv.name])
             waiting_jobs = pending if pending is not None else [w for w in active.values() if w.gpu_type is None]
-            # in the policy's order (hsched.sched.policies.hsched `_work`): GPUs times the remaining time its progress
-            # reported (`cfg.progress_totals`: work left over its fastest rate, as `progress_left`), else times the
+            # by_left: in hsched's order (hsched.sched.policies.hsched `_work`): GPUs times the remaining time its
+            # progress reported (`cfg.progress_totals`: work left over its fastest rate, as `progress_left`), else the
             # service it attained. (By attained service alone, as before remaining times: 750,373 s avg JCT on
             # 0e4a51 against 709,003 s; docs/scheduling.md.)
             waiting_jobs.sort(key=lambda w: (qos_rank(w.tj.qos), -w.tj.priority, w.tj.gpus * (
