@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from hsched.sched.elastic import (
     Direction,
     ElasticJob,
@@ -78,6 +80,21 @@ def test_shrinks_below_the_asked_size_only_where_the_waiting_job_gets_more():
     for rates in (GOOD, POOR):
         (r,) = plan_resizes([job(size=4, base=4, rates=rates)], {"v100": 0}, [Waiting(7, 2)])
         assert (r.old, r.new, r.for_job) == (4, 2, 7)
+
+
+def test_shrink_loss_sets_how_much_a_job_may_lose_below_its_asked_size():
+    linear = ((1, 10.0), (2, 20.0), (4, 40.0))
+    # the same linear job at 4: the default (1) keeps it; a higher threshold gives the waiting job its GPUs
+    assert plan_resizes([job(size=4, base=4, rates=linear)], {"v100": 0}, [Waiting(7, 2)], shrink_loss=1.0) == ()
+    (r,) = plan_resizes([job(size=4, base=4, rates=linear)], {"v100": 0}, [Waiting(7, 2)], shrink_loss=1.5)
+    assert (r.old, r.new, r.for_job) == (4, 2, 7)
+    # unlimited: down to MIN (here 1) when that is what the waiting job needs, never below it
+    (r,) = plan_resizes([job(size=4, base=4, rates=linear)], {"v100": 0}, [Waiting(7, 3)], shrink_loss=math.inf)
+    assert (r.old, r.new) == (4, 1)
+    assert plan_resizes([job(size=4, base=4, lo=2, rates=linear)], {"v100": 0}, [Waiting(7, 3)],
+                        shrink_loss=math.inf) == ()
+    # a tighter one keeps GOOD (0.89 per GPU freed going 4 -> 2) where the default gave its GPUs away
+    assert plan_resizes([job(size=4, base=4, rates=GOOD)], {"v100": 0}, [Waiting(7, 2)], shrink_loss=0.5) == ()
 
 
 def test_never_below_min_nor_above_max():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -128,3 +129,43 @@ def test_sim_elastic_json_and_bad_factor(tmp_path):
     assert r.exit_code == 2 and "--elastic 0.5" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(app, [*base, "--elastic", "2", "--round-mode", "gavel"])
     assert r.exit_code == 2 and "--round-mode gavel" in r.output
+
+
+def test_waiting_jobs_reach_the_elastic_rule_in_the_policys_order(monkeypatch):
+    """The elastic rule sees the waiting jobs ranked as the policy ranks them: by remaining time where progress
+    reported a total (job 0: served longer, 4 h left) before job 1 (served less, 96 h left); by attained service
+    with --no-progress-totals; shrinks below the asked size unlimited in the first order, at the rule's default
+    threshold in the second."""
+    import hsched.sim.engine as engine
+
+    seen: list[tuple[int, ...]] = []
+    losses: set[float] = set()
+    real = engine.plan_resizes
+
+    def spy(jobs, free, waiting, **kw):  # type: ignore[no-untyped-def]
+        seen.append(tuple(w.id for w in waiting))
+        losses.add(kw["shrink_loss"])
+        return real(jobs, free, waiting, **kw)
+
+    monkeypatch.setattr(engine, "plan_resizes", spy)
+    rate = 11.1  # TRANSFORMER's steps/s at 1 GPU on a V100
+    jobs = (TraceJob(0, TRANSFORMER, 1, 0.0, rate * 10 * 3600),
+            TraceJob(1, TRANSFORMER, 1, 2 * 3600.0, rate * 100 * 3600),
+            TraceJob(2, TRANSFORMER, 1, 6 * 3600.0, rate * 50 * 3600),
+            TraceJob(3, TRANSFORMER, 1, 6 * 3600.0, rate * 50 * 3600))
+    trace = Trace(jobs, load_gavel_throughputs(TABLE), "order")
+    for totals, first in ((True, 0), (False, 1)):
+        seen.clear()
+        losses.clear()
+        Simulator(trace, parse_cluster("v100:2"), make_policy("hsched"),
+                  SimConfig(costs=SimCosts(30.0), elastic=2.0, progress_totals=totals)).run()
+        # the newcomers 2 and 3 preempted both at 6 h: the first plan that sees both waiting
+        both = next(s for s in seen if 0 in s and 1 in s)
+        assert both.index(first) < both.index(1 - first), (totals, both)
+        # and, in that order, jobs shrink below their asked size down to MIN for a waiting job (docs/scheduling.md)
+        assert losses == ({math.inf} if totals else {1.0})
+    # a policy that does not rank by remaining time (las-hetero re-sorts by attained service) keeps the threshold
+    losses.clear()
+    Simulator(trace, parse_cluster("v100:2"), make_policy("las-hetero"),
+              SimConfig(costs=SimCosts(30.0), elastic=2.0)).run()
+    assert losses == {1.0}
