@@ -158,13 +158,23 @@ def test_elastic_trainer_resizes_in_place_without_a_restart(tmp_path: Path) -> N
         time.sleep(7.0)  # (past move_min_run_s)
         (tmp_path / "blocker").touch()
         until("the grow to 8", lambda: running_at(job, 8))
+        steps_log = Path(show(job)["checkpoint_dir"]) / "steps.log"
+
+        def last_world() -> int | None:
+            # the trainer's own record: the world size of its last step (an event, not a wall-clock wait: on a
+            # loaded machine the resize may come before a step ran at the new size)
+            lines = steps_log.read_text().splitlines() if steps_log.exists() else []
+            return int(lines[-1].split()[1]) if lines else None
+
+        until("a step at world 8", lambda: last_world() == 8)
         small = [sleeper(1, f"small{i}") for i in range(4)]
         until("the four small jobs to run", lambda: all(show(s)["state"] == "RUNNING" for s in small))
         assert running_at(job, 4)
+        until("a step at world 4", lambda: last_world() == 4)
         for i in range(4):
             (tmp_path / f"small{i}").touch()
         until("the grow back to 8", lambda: running_at(job, 8))
-        time.sleep(2.0)
+        until("a step at world 8 again", lambda: last_world() == 8)
         h.run("cancel", job, check=True)
         until("the job to end", lambda: show(job)["state"] in ("CANCELLED", "CA", "COMPLETED", "CD"))
         shown = show(job)
