@@ -158,13 +158,15 @@ def test_elastic_trainer_resizes_in_place_without_a_restart(tmp_path: Path) -> N
         time.sleep(7.0)  # (past move_min_run_s)
         (tmp_path / "blocker").touch()
         until("the grow to 8", lambda: running_at(job, 8))
-        steps_log = Path(show(job)["checkpoint_dir"]) / "steps.log"
+        runs_log = Path(show(job)["checkpoint_dir"]) / "runs.log"
 
         def last_world() -> int | None:
-            # the trainer's own record: the world size of its last step (an event, not a wall-clock wait: on a
-            # loaded machine the resize may come before a step ran at the new size)
-            lines = steps_log.read_text().splitlines() if steps_log.exists() else []
-            return int(lines[-1].split()[1]) if lines else None
+            # the size the trainer took last, by its own record ("run R world N ...", "resize R world N in place
+            # ..."): once it took a size, its next step runs at it whatever signal comes meanwhile. Waiting for this
+            # event, not for the machine's speed: under load a shrink's signal came before the trainer had taken the
+            # grow, and it went 2 -> 4 directly
+            lines = runs_log.read_text().splitlines() if runs_log.exists() else []
+            return int(lines[-1].split()[3]) if lines else None
 
         until("a step at world 8", lambda: last_world() == 8)
         small = [sleeper(1, f"small{i}") for i in range(4)]
