@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -191,9 +192,21 @@ def test_a_time_limit_fires_after_its_seconds_whichever_way_the_wall_clock_steps
 
 def test_a_retry_waits_its_backoff_not_the_wall_clocks_step_back(lab: Stepped) -> None:
     jid = submit(lab, "--retries", "1", "--", "sh", "-c", '[ "$HSCHED_RUN" = 2 ] && exec sleep 1000; exit 3')
-    _, failed, off1 = last_seen_before(lambda: (j := show(lab, jid))["reason"] == "BeginTime" and j["restarts"] == 1)
+    left: list[float] = []
+
+    def backing_off() -> bool:
+        j = show(lab, jid)
+        if j["reason"] == "BeginTime" and j["restarts"] == 1:
+            # what is left of its backoff at this look, by the wall clock before the step (the backoff counts from
+            # the run's exit, which the controller notices a little later: the look's own time is no reference)
+            left.append(datetime.fromisoformat(j["begin_time"].replace("Z", "+00:00")).timestamp() - time.time())
+            return True
+        return False
+
+    _, failed, off1 = last_seen_before(backing_off)
+    assert 5.0 < left[0] <= 10.0, left  # its 10 s backoff, less the moments since the exit
     lab.step_wall(-3600.0)
     # (the code before the fix held it for the hour: past the safety net)
     not_yet, _, off2 = last_seen_before(lambda: (j := show(lab, jid))["state"] == "RUNNING" and j["restarts"] == 1)
-    # failed by `failed`, still waiting at `not_yet`: it waited its 10 s
-    assert not_yet - failed >= 10.0 - off1 - off2, not_yet - failed
+    # what was left of its backoff at `failed`, still waiting at `not_yet`: it waited the rest
+    assert not_yet - failed >= left[0] - off1 - off2, (not_yet - failed, left[0])
