@@ -95,9 +95,26 @@ class Client:
                                       "(`sudo systemctl start hsched`, or `sudo hsched daemon start --lab`)")
             if not self.autostart:
                 raise ControllerError(f"no controller runs for {self.home.root} (`hsched daemon start` starts one)")
-            s = self._start_and_connect()
+            s = self._wait_or_start()
         self._sock = s
         return s
+
+    def _wait_or_start(self) -> socket.socket:
+        """No socket to connect to. A controller that holds the lock is between two images (it restarts on a
+        reinstalled hsched) or still opening its store: its socket is coming, so wait for it. Start one only while
+        no controller holds the lock: one started during a restart would wait for the lock, and took the home over
+        with this CLI's environment (another fleet, another install) when that controller was next stopped."""
+        deadline = time.monotonic() + RESTART_TIMEOUT_S
+        while True:
+            if controller_pid(self.home) is None:
+                return self._start_and_connect()
+            s = self._connect_once()
+            if s is not None:
+                return s
+            if time.monotonic() > deadline:
+                raise ControllerError(f"the controller for {self.home.root} holds its lock but has not listened on "
+                                      f"{self.home.socket} for {RESTART_TIMEOUT_S:g} s; see {self.home.log}")
+            time.sleep(0.05)
 
     def _may_start_lab(self) -> bool:
         """Only the lab home's owner (root, or the service account) starts its controller; a user who finds the

@@ -139,3 +139,52 @@ def test_daemon_status_shows_health_and_fails_when_unhealthy(monkeypatch: pytest
     assert code == 0 and json.loads(out) == {"running": False, "pid": None, "home": "/nonexistent/hsched-home",
                                             "mode": "personal",
                                             "socket": "/nonexistent/hsched-home/controller.sock"}
+
+
+def test_a_cli_waits_for_a_restarting_controller_instead_of_starting_another(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between a controller's two images (it restarts on a reinstalled hsched) it holds the lock and no socket
+    listens. A CLI then waits for the socket: one started in that window waited for the lock and took the home
+    over, with that CLI's environment, when the controller was next stopped (CI: `daemon restart` saw the lock
+    held 30 s on). Once no controller holds the lock, the CLI starts one as before."""
+    import os
+    import socket
+    import threading
+
+    from hsched import client as client_mod
+    from hsched.controller.server import acquire_lock
+
+    home = Home.at(tmp_path / "home")
+    home.ensure()
+    lock = acquire_lock(home)  # the controller between its images: lock held, no socket
+    started: list[str] = []
+
+    def start(self: Client) -> socket.socket:
+        started.append("spawned")
+        raise ControllerError("would spawn a controller")
+
+    monkeypatch.setattr(Client, "_start_and_connect", start)
+    looked = threading.Event()
+    real_pid = client_mod.controller_pid
+
+    def pid(h: Home) -> int | None:
+        looked.set()
+        return real_pid(h)
+
+    monkeypatch.setattr(client_mod, "controller_pid", pid)
+    got: dict[str, Any] = {}
+    waiter = threading.Thread(target=lambda: got.update(sock=Client(home).connect()))
+    waiter.start()
+    assert looked.wait(30)  # the CLI found no socket and looked at the lock: it is waiting now
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(home.socket))  # the new image listens
+    server.listen()
+    waiter.join(60)
+    assert "sock" in got and started == []
+    got["sock"].close()
+    server.close()
+    home.socket.unlink()
+    os.close(lock)  # no controller now: the CLI starts one
+    with pytest.raises(ControllerError, match="would spawn"):
+        Client(home).connect()
+    assert started == ["spawned"]

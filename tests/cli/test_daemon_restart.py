@@ -49,6 +49,21 @@ def ping_or_none(home: Home) -> dict[str, Any] | None:
         return None
 
 
+def diagnose(home: Home) -> str:
+    """What holds the controller's lock, and the controller log's end: what a failed stop leaves to read."""
+    holders = []
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        try:
+            if fd.resolve() == home.lock.resolve():
+                pid = fd.parts[2]
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                holders.append(f"{pid} {cmd}")
+        except OSError:
+            continue
+    tail = home.log.read_text().splitlines()[-40:] if home.log.exists() else []
+    return "lock held by: " + ("; ".join(holders) or "nobody") + "\n" + "\n".join(tail)
+
+
 @pytest.fixture
 def lab(tmp_path: Path, lab_fleet: Path) -> Hs:
     site = tmp_path / "site"
@@ -102,7 +117,9 @@ def test_a_reinstall_restarts_the_controller_and_the_running_job_is_adopted(lab:
         assert job["state"] == "RUNNING" and job["runs"] == [run]  # type: ignore[index]  # adopted, not run again
         assert "restarts" in home.log.read_text()
         # by hand: `hsched daemon restart` stops it and starts another; the job goes on there too
-        restarted = json.loads(lab.run("daemon", "restart", "--json", check=True).stdout)
+        proc = lab.run("daemon", "restart", "--json")
+        assert proc.returncode == 0, f"{proc.stderr}\n{diagnose(home)}"
+        restarted = json.loads(proc.stdout)
         assert restarted["running"] is True and restarted["pid"] != pid and restarted["ready"] is True
         assert process_gone(pid)
         assert lab.json("show", jid)["state"] == "RUNNING"  # type: ignore[index]
