@@ -16,6 +16,7 @@ back as the same lines and exit code 2. Saves importing hsched.config and readin
 from __future__ import annotations
 
 import os
+import sys
 
 from hsched.cli import quick
 from hsched.cli._common import print_json
@@ -353,9 +354,17 @@ def missing_script(word: str) -> str | None:
             f"put `--` before a command to run it as given")
 
 
+def _after_dashes(word: str) -> bool:
+    """Whether the command line put `--` right before `word`: that runs it as given, never refused as a missing
+    script. Both parsers (Typer's and the quick one) drop the `--`, so the command line itself says."""
+    argv = sys.argv
+    return any(argv[i] == "--" and argv[i + 1] == word for i in range(len(argv) - 1))
+
+
 def submit(o: dict[str, Any], args: list[str], table: dict[str, Any], source: str) -> None:
     """Queue the job `o` and `args` make of `table` (see job_table) and print what the options ask for."""
-    if source == "<command line>" and args and args[0] != "--" and (why := missing_script(args[0])) is not None:
+    if (source == "<command line>" and args and args[0] != "--" and not _after_dashes(args[0])
+            and (why := missing_script(args[0])) is not None):
         raise UserError(why)
     table = job_table(o, args, table)
     environ = dict(os.environ)

@@ -153,3 +153,26 @@ def test_programs_and_commands_after_dashes_are_not_scripts() -> None:
 
     assert missing_script("python3") is None and missing_script("sleep") is None  # on PATH
     assert missing_script("torchrun-only-on-the-nodes") is None  # a bare name may be the nodes' program
+
+
+@pytest.mark.parametrize("argv", [["submit", "--", "missing.py"], ["submit", "--gpus", "0", "--", "missing.py", "-x"],
+                                  ["submit", "-G0", "--", "missing.py"]])  # -G0: Typer's path, not the quick one
+def test_a_command_after_dashes_is_run_as_given(argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """`hsched submit -- missing.py` runs `missing.py` as given, on both parsers (each drops the `--`): the
+    missing-script refusal is only for a command written without `--`."""
+    from hsched.cli import main, submitting
+    from hsched.errors import UserError
+
+    real = submitting.job_table
+
+    def made(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> dict[str, Any]:
+        raise UserError(f"would queue {real(o, args, table)['command']}")  # no controller needed to see it
+
+    monkeypatch.setattr(submitting, "job_table", made)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HSCHED_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr("sys.argv", ["hsched", *argv])
+    with pytest.raises(SystemExit):
+        main()
+    assert f"would queue {argv[argv.index('--') + 1:]}" in capsys.readouterr().err
