@@ -456,7 +456,7 @@ def fleet_view_later(ctl: Controller, active: Sequence[Job], dirty: frozenset[st
                      limits=QosLimits.from_qos(ctl.settings.qos), holders=tuple(active),
                      throughput=_learned(ctl),
                      # what requeued jobs' progress said was left: the policy ranks them by it (hsched's _work)
-                     left=learning.waiting_left(ctl))
+                     left=learning.waiting_left(ctl), running_left=learning.running_left(ctl))
     jobs = tuple(active)
     running = JobState.RUNNING
     for j in jobs:
