@@ -208,6 +208,8 @@ async def _run_round(ctl: Controller) -> tuple[bool, int]:
                 await flush()
                 await ctl.db(ctl.store.set_job, job.id, inp.now, reason=EndReason.PREEMPTING.value,
                              event=("preempts", d.why))
+                if d.placements:  # (a time-sharing stop's devices: held for the job it makes room for)
+                    moves.hold_for(ctl, job.id, d.placements, [inp.active[v] for v in d.victims])
                 for victim_id in d.victims:
                     victim = inp.active[victim_id]
                     await begin_stop(ctl, victim, StopReason.PREEMPTED,

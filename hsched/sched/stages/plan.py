@@ -303,7 +303,7 @@ def moves(decision: RoundDecision, inp: PolicyInput, policy: AnyPolicy, queued: 
         names = ", ".join(f"{i} ({views[i].service_s / 3600:.1f} h)" for i in victims)
         out.append(Preempt(v.id, tuple(victims), s.placement[0].node,
                            f"time-sharing in {v.qos}: job {v.id} has had {v.service_s / 3600:.1f} h of service, "
-                           f"less than job(s) {names}: they checkpoint and wait"))
+                           f"less than job(s) {names}: they checkpoint and wait", s.placement))
     if any(isinstance(d, Preempt) for d in out):
         st.victims().taken.update(i for d in out if isinstance(d, Preempt) for i in d.victims)
     return out
