@@ -36,6 +36,21 @@ def _work(j: JobView, forecast: Mapping[int, float]) -> float:
     GPU type is faster for whom, scores 1.969 on ed69ec 8:8:8."""
     left = forecast.get(j.id)
     return j.gpus * (j.service_s if left is None else left)
+_TYPES = "hsched.assign_types"
+
+
+class _TypesMemo(NamedTuple):
+    """`assign_types`'s figures kept from round to round in the caller's `PolicyInput.cache` (for one throughput
+    model and one list of GPU types): each (kind, size, allowed types) as a small integer, and per level (a slow
+    type, the faster ones with room) each such profile's share of speed lost there."""
+
+    model: object
+    types: tuple[str, ...]
+    profiles: dict[tuple[str, int, tuple[str, ...]], int]
+    keys: list[tuple[str, int, tuple[str, ...]]]
+    levels: dict[tuple[str, tuple[str, ...]], dict[int, float | None]]
+
+
 TIME_WEIGHT = -0.3
 """How a job's remaining time weighs in which GPU type it gets (`assign_types`): the share of speed it loses on the
 slower type, times its remaining seconds to this power (0: hetero_assign's answer, decision for decision)."""
@@ -71,21 +86,24 @@ def assign_types(selected: Sequence[JobView], capacity: Mapping[str, int], inp: 
             if t is not None and j.id not in out:
                 out[j.id] = t
                 caps[t] = caps.get(t, 0) - j.gpus
-    todo = [j for j in selected if j.id not in out]
+    todo = [j for j in selected if j.id not in out] if out else list(selected)
     all_types = inp.gpu_types
     model = inp.throughput
+    memo = inp.cache.get(_TYPES)
+    if not isinstance(memo, _TypesMemo) or memo.model is not model or memo.types != all_types:
+        memo = _TypesMemo(model, all_types, {}, [], {})
+        inp.cache[_TYPES] = memo
+    profiles, keys, levels = memo.profiles, memo.keys, memo.levels
     forecast = inp.forecast_s
-    rels: dict[tuple[str, int], dict[str, float]] = {}
-    speeds: list[dict[str, float]] = []
+    pids: list[int] = []
     weights: list[float] = []
     for j in todo:
-        key = (j.job_type, j.gpus)
-        rel = rels.get(key)
-        if rel is None:
-            rel = rels[key] = model.rel_speeds(j.job_type, j.gpus, all_types)
-        if j.gpu_types:
-            rel = {t: v for t, v in rel.items() if t in j.gpu_types}
-        speeds.append(rel)
+        key = (j.job_type, j.gpus, j.gpu_types)
+        pid = profiles.get(key)
+        if pid is None:
+            pid = profiles[key] = len(keys)
+            keys.append(key)
+        pids.append(pid)
         left = forecast.get(j.id)
         weights.append(max(1.0, j.service_s if left is None else left) ** TIME_WEIGHT)
     types = [t for t in all_types if caps.get(t, 0) > 0]  # fastest first
@@ -94,10 +112,22 @@ def assign_types(selected: Sequence[JobView], capacity: Mapping[str, int], inp: 
     while pending and types:
         slow, faster = types[-1], types[:-1]
         cap = caps[slow]
+        # each profile's share of speed lost here, against the best of the faster types with room (the last rounds'
+        # figures: they depend only on the model, the profile and the types)
+        level = levels.get((slow, tuple(faster)))
+        if level is None:
+            level = levels[(slow, tuple(faster))] = {}
+        for pid in set(pids[i] for i in pending).difference(level):
+            job_type, gpus, allowed = keys[pid]
+            rel = model.rel_speeds(job_type, gpus, all_types)
+            here = rel.get(slow, 0.0) if not allowed or slow in allowed else 0.0
+            best = max((rel.get(t, 0.0) for t in faster if not allowed or t in allowed), default=0.0)
+            # None: it cannot run here; -1: it runs nowhere faster (here it goes); < 0: it is faster here
+            level[pid] = None if here <= 0 else -1.0 if best <= 0 else best / here - 1.0
         if not faster:
             for i in pending:
                 j = todo[i]
-                if j.gpus <= cap and speeds[i].get(slow, 0.0) > 0:
+                if j.gpus <= cap and level[pids[i]] is not None:
                     out[j.id] = slow
                     cap -= j.gpus
             caps[slow] = cap
@@ -105,18 +135,15 @@ def assign_types(selected: Sequence[JobView], capacity: Mapping[str, int], inp: 
         need = left_gpus - sum(max(0, caps[t]) for t in faster)
         costs: list[tuple[float, bool, int]] = []
         for i in pending:
-            sp = speeds[i]
-            here = sp.get(slow, 0.0)
-            if here <= 0:
-                continue  # it cannot run here
-            best = max((sp.get(t, 0.0) for t in faster), default=0.0)
+            lost = level[pids[i]]
             # (among equals the job already there stays: equal jobs do not swap places every round)
-            if best <= 0:
-                costs.append((-1.0, todo[i].gpu_type != slow, i))  # it runs nowhere faster: here it goes
-            elif need > 0 or here > best:
-                # (a job faster here than on the "faster" types counts < 0: it comes here whatever the room above)
-                costs.append((weights[i] * (best / here - 1.0), todo[i].gpu_type != slow, i))
-        # (with room above for all, only those; the usual case with free GPUs: nothing sorted)
+            if lost is None:
+                continue
+            if lost == -1.0:
+                costs.append((-1.0, todo[i].gpu_type != slow, i))
+            elif need > 0 or lost < 0:
+                # (with room above for all, only the jobs that must or would rather be here: nothing else sorted)
+                costs.append((weights[i] * lost, todo[i].gpu_type != slow, i))
         costs.sort()
         taken: set[int] = set()
         for c, _moved, i in costs:
