@@ -68,6 +68,8 @@ class LiveJob:
     submit_s: float
     start_s: float
     end_s: float
+    runs: int = 1
+    """Its attempts: one, plus one per stop (its own checkpoint, a time-sharing stop, a move)."""
 
 
 def fleet_toml(nodes: Sequence[Node]) -> str:
@@ -182,7 +184,8 @@ def run_live(home: Path, trace: Any, nodes: Sequence[Node], speedup: float, *, p
                     raise HschedError(f"replay: job {jid} (trace job {tid}) ended {s['state']} ({s['reason']}); "
                                       f"`hsched show {jid}` in {home} says why (--keep keeps it)")
                 out.append(LiveJob(jid, tid, s["runs"][-1]["node"], _ts(s["submit_time"]),
-                                   _ts(s["runs"][0]["start_time"]), _ts(s["end_time"])))
+                                   _ts(s["runs"][0]["start_time"]), _ts(s["end_time"]),
+                                   len({r["attempt"] for r in s["runs"]})))
         finally:
             try:
                 c.call("stop")
@@ -200,4 +203,6 @@ def live_summary(jobs: Sequence[LiveJob], speedup: float) -> dict[str, Any]:
     return {"jobs": len(jobs), "avg_jct_s": statistics.fmean(jct), "p50_jct_s": jct[len(jct) // 2],
             "p95_jct_s": jct[min(len(jct) - 1, int(0.95 * len(jct)))],
             "makespan_s": (max(j.end_s for j in jobs) - first) * speedup,
-            "avg_wait_s": statistics.fmean((j.start_s - j.submit_s) * speedup for j in jobs)}
+            "avg_wait_s": statistics.fmean((j.start_s - j.submit_s) * speedup for j in jobs),
+            # (stops of every kind: a stand-in's own first checkpoint, time-sharing stops and moves)
+            "restarts": sum(j.runs - 1 for j in jobs)}

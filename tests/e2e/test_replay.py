@@ -55,6 +55,9 @@ def test_replay_time_shares_jobs_that_proved_they_checkpoint(tmp_path: Path) -> 
     # controller then time-shared the jobs that had: preempted runs that exited 85 and resumed
     runs = _exit_85_runs(tmp_path / "replay")
     assert runs.get("CHECKPOINTED", 0) >= 1 and runs.get("PREEMPTED", 0) >= 1, runs
+    # every such exit is one more attempt of its job, and the JSON counts them beside the simulator's stops
+    assert out["live"]["restarts"] == sum(runs.values()), (out["live"], runs)
+    assert out["sim"]["preemptions"] >= 0 and out["sim"]["migrations"] >= 0
     # against the simulator told what a stand-in's restart costs at this speedup (0.35 s of wall time), its default
     # (free restarts) beside it; on the 60-job slice at --wall 300: makespan 1.000 and avg JCT 1.35 of the default
     # (docs/performance.md). A loaded CI machine's delays are trace seconds times the speedup: a bound here
