@@ -282,7 +282,8 @@ async def round_input(ctl: Controller, *, always: bool = False, later: bool = Fa
     movable, held, attained = await moves.round_fields(ctl, active, pending, at)
     if movable or held or attained:
         view = replace(view, movable=movable, held=held, attained=attained,
-                       move_min_run_s=ctl.settings.move_min_run_s)
+                       move_min_run_s=ctl.settings.move_min_run_s,
+                       running_left=learning.running_left(ctl, movable) if movable else {})
     if ctl.settings.policy_round_s != view.policy_round_s:
         view = replace(view, policy_round_s=ctl.settings.policy_round_s)  # (a time-compressed replay's: hsched.replay)
     scaling, resize_cost = await resizing.round_fields(ctl, active, pending)
@@ -458,7 +459,7 @@ def fleet_view_later(ctl: Controller, active: Sequence[Job], dirty: frozenset[st
                      limits=QosLimits.from_qos(ctl.settings.qos), holders=tuple(active),
                      throughput=_learned(ctl),
                      # what requeued jobs' progress said was left: the policy ranks them by it (hsched's _work)
-                     left=learning.waiting_left(ctl), running_left=learning.running_left(ctl))
+                     left=learning.waiting_left(ctl))
     jobs = tuple(active)
     running = JobState.RUNNING
     for j in jobs:

@@ -325,20 +325,22 @@ def _left_at_last(lr: Learning, rp: RunProgress) -> float | None:
     return remaining(0.0, None, rp.last[1], rp.total, speed)
 
 
-def running_left(ctl: Controller) -> dict[int, tuple[float, float, str]]:
-    """The round's `FleetView.running_left`: per running job whose current attempt reported progress with a total,
-    (when it last reported, on the controller's timeline; the seconds left then, at `progress_speed`; the GPU type it
-    runs on). The policy's remaining time for a running job, as the simulator's: the work left over its speed there,
-    counted down since (hsched.sched.stages.plan.remaining_times)."""
+def running_left(ctl: Controller, movable: Iterable[int]) -> dict[int, tuple[float, float, str]]:
+    """The round's `FleetView.running_left`: per running job of `movable` (the jobs the round may time-share or move:
+    only theirs are read) whose current attempt reported progress with a total, (when it last reported, on the
+    controller's timeline; the seconds left then, at `progress_speed`; the GPU type it runs on). The policy's
+    remaining time for a running job, as the simulator's: the work left over its speed there, counted down since
+    (hsched.sched.stages.plan.remaining_times)."""
     lr = learning(ctl)
     jobs = lr.jobs
     out: dict[int, tuple[float, float, str]] = {}
     if jobs is None:
         return out
     since = ctl.timeline.since
-    for (jid, attempt), rp in lr.runs.items():
+    for jid in movable:
         job = jobs.active_by_id.get(jid)
-        if job is None or job.restarts + 1 != attempt or rp.last is None:
+        rp = lr.runs.get((jid, job.restarts + 1)) if job is not None else None
+        if rp is None or rp.last is None or rp.total is None:
             continue
         left = _left_at_last(lr, rp)
         if left is not None:
