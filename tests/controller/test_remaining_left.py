@@ -97,3 +97,17 @@ async def test_a_short_attempts_remaining_time_is_its_work_left_over_its_kinds_s
         await lab.advance(1.0)
         assert (await lab.job(job.id)).state is JobState.PENDING
         assert seen and seen[-1].forecast_s.get(job.id) == pytest.approx(sim)
+
+
+async def test_the_first_round_knows_the_stored_speeds(tmp_path: Path) -> None:
+    """The learned speeds are read at the controller's start: before, they were read when a run first ended, and until
+    then (and for MODEL_EVERY_S after) the policy placed and counted remaining time by the accelerator table alone."""
+    from hsched.controller import loops
+
+    async with Lab.open(tmp_path, nodes=FLEET, settings=SETTINGS) as lab:
+        await lab.ctl.db(lab.ctl.store.learn_kind_rate, "k", A100, 1, PlacementClass.SINGLE.value, 10.0,
+                         lab.clock.time())
+        assert learning.learning(lab.ctl).rates is None
+        await loops.start(lab.ctl)
+        model = learning.throughput(lab.ctl, lab.clock.monotonic(), [A100, H100])
+        assert model is not None and model.rate("k", 1, A100) == pytest.approx(10.0)
