@@ -11,7 +11,7 @@ Time-sharing: with a quantum (`quantum_s`, in the trace's seconds), the controll
 (`move_min_run_s`) is that quantum over the speedup, and each stand-in job checkpoints on its own once at the end
 of its first quantum (hsched.replayjob `--checkpoint-after`), which proves it checkpoints: from then on the
 controller may time-share and move it, as the simulator does. Without one, no job proves it and the replay
-matches `hsched sim --no-time-sharing`. Three things make the two sides count the same time (issue 33):
+matches `hsched sim --no-time-sharing`. Four things make the two sides count the same time (issue 33):
 
 * A restart costs a stand-in its wall seconds whatever the speedup (its GPUs free 0.1-0.2 s after the stop's
   decision, then 0.15-0.25 s to its first step: ~0.35 s, 10,000 of the trace's seconds at 29,000x), which the
@@ -21,6 +21,10 @@ matches `hsched sim --no-time-sharing`. Three things make the two sides count th
   `policy_round_s` says otherwise, which the replay sets to 360 s over the speedup (else a 0.08-s quantum became
   360 s of wall time, weeks of the trace, and newcomers waited for jobs to end).
 * The learned speeds are seeded in the stand-ins' units, steps per wall second (`seed_knowledge`).
+* The policy is given the simulator's remaining times (the controller's, not the replay's doing: a requeued job keeps
+  its last attempt's figure, a run too short to measure its own speed counts at its kind's, a running job's is
+  counted down since its last report; hsched.controller.learning), and a time-sharing stop holds the stopped job's
+  GPUs for the job it makes room for, the simulator's stop and start being one instant (docs/scheduling.md).
 
 Knowledge: `table` seeds the controller's learned speeds (hsched.learn.kinds) with the trace's throughput table,
 what the simulator knows; `learn` starts from the accelerator prior alone and learns from progress, as a new
@@ -68,6 +72,8 @@ class LiveJob:
     submit_s: float
     start_s: float
     end_s: float
+    runs: int = 1
+    """Its attempts: one, plus one per stop (its own checkpoint, a time-sharing stop, a move)."""
 
 
 def fleet_toml(nodes: Sequence[Node]) -> str:
@@ -182,7 +188,8 @@ def run_live(home: Path, trace: Any, nodes: Sequence[Node], speedup: float, *, p
                     raise HschedError(f"replay: job {jid} (trace job {tid}) ended {s['state']} ({s['reason']}); "
                                       f"`hsched show {jid}` in {home} says why (--keep keeps it)")
                 out.append(LiveJob(jid, tid, s["runs"][-1]["node"], _ts(s["submit_time"]),
-                                   _ts(s["runs"][0]["start_time"]), _ts(s["end_time"])))
+                                   _ts(s["runs"][0]["start_time"]), _ts(s["end_time"]),
+                                   len({r["attempt"] for r in s["runs"]})))
         finally:
             try:
                 c.call("stop")
@@ -200,4 +207,6 @@ def live_summary(jobs: Sequence[LiveJob], speedup: float) -> dict[str, Any]:
     return {"jobs": len(jobs), "avg_jct_s": statistics.fmean(jct), "p50_jct_s": jct[len(jct) // 2],
             "p95_jct_s": jct[min(len(jct) - 1, int(0.95 * len(jct)))],
             "makespan_s": (max(j.end_s for j in jobs) - first) * speedup,
-            "avg_wait_s": statistics.fmean((j.start_s - j.submit_s) * speedup for j in jobs)}
+            "avg_wait_s": statistics.fmean((j.start_s - j.submit_s) * speedup for j in jobs),
+            # (stops of every kind: a stand-in's own first checkpoint, time-sharing stops and moves)
+            "restarts": sum(j.runs - 1 for j in jobs)}

@@ -107,7 +107,8 @@ def register(app: typer.Typer) -> None:
                                "time_sharing": time_sharing,
                                "jobs": len(tr.jobs), "speedup": factor, "wall_s": time.monotonic() - t0,
                                "live": live, "sim": {k: sim.get(k) for k in ("avg_jct_s", "p50_jct_s", "p95_jct_s",
-                                                                             "makespan_s")},
+                                                                             "makespan_s", "preemptions",
+                                                                             "migrations")},
                                "avg_jct_live_over_sim": ratio,
                                "makespan_live_over_sim": live["makespan_s"] / float(sim["makespan_s"])}
         if time_sharing:

@@ -208,6 +208,8 @@ async def _run_round(ctl: Controller) -> tuple[bool, int]:
                 await flush()
                 await ctl.db(ctl.store.set_job, job.id, inp.now, reason=EndReason.PREEMPTING.value,
                              event=("preempts", d.why))
+                if d.placements:  # (a time-sharing stop's devices: held for the job it makes room for)
+                    moves.hold_for(ctl, job.id, d.placements, [inp.active[v] for v in d.victims])
                 for victim_id in d.victims:
                     victim = inp.active[victim_id]
                     await begin_stop(ctl, victim, StopReason.PREEMPTED,
@@ -280,7 +282,8 @@ async def round_input(ctl: Controller, *, always: bool = False, later: bool = Fa
     movable, held, attained = await moves.round_fields(ctl, active, pending, at)
     if movable or held or attained:
         view = replace(view, movable=movable, held=held, attained=attained,
-                       move_min_run_s=ctl.settings.move_min_run_s)
+                       move_min_run_s=ctl.settings.move_min_run_s,
+                       running_left=learning.running_left(ctl, movable) if movable else {})
     if ctl.settings.policy_round_s != view.policy_round_s:
         view = replace(view, policy_round_s=ctl.settings.policy_round_s)  # (a time-compressed replay's: hsched.replay)
     scaling, resize_cost = await resizing.round_fields(ctl, active, pending)

@@ -135,8 +135,11 @@ def _flush_ended(ctl: Controller, lr: Learning, now: float) -> None:
     store; forgotten here once written."""
     assert lr.jobs is not None
     live = {(j.id, j.restarts + 1) for j in lr.jobs.active}
+    # (a requeued job waits: it is queued, not active. Kept for the active ones alone, every waiting job's figure was
+    # dropped here, so the policy never ranked a waiting job by its progress: issue 33)
+    waiting, active = lr.jobs.queued_by_id, lr.jobs.active_by_id
     if lr.left:
-        for jid in [i for i in lr.left if i not in lr.jobs.active_by_id]:
+        for jid in [i for i in lr.left if i not in active and i not in waiting]:
             del lr.left[jid]  # (ended jobs do not pile up)
     done = [rp for k, rp in lr.runs.items() if k not in live]
     if not done:
@@ -144,13 +147,9 @@ def _flush_ended(ctl: Controller, lr: Learning, now: float) -> None:
     for rp in done:
         del lr.runs[(rp.job_id, rp.attempt)]
         # what its progress says is left, for the policy to rank it by while it waits (waiting_left)
-        speed = rp.steps_per_s
-        if rp.last is not None and rp.total is not None and speed and rp.job_id in lr.jobs.active_by_id:
-            from hsched.learn.predict import remaining
-
-            left = remaining(0.0, None, rp.last[1], rp.total, speed)
-            if left is not None and left > 0:
-                lr.left[rp.job_id] = (left, rp.key[1])
+        if ((rp.job_id in waiting or rp.job_id in active) and (left := _left_at_last(lr, rp)) is not None
+                and left > 0):
+            lr.left[rp.job_id] = (left, rp.key[1])
 
     async def write() -> None:
         for rp in done:
@@ -289,6 +288,64 @@ async def learned_gpu_memory(ctl: Controller, kind: str) -> int | None:
 OVERRUN_SHARE = 0.5
 """A running job past its expected duration by up to this share of it is predicted to end SOON_S from now."""
 SOON_S = 30.0
+
+
+def progress_speed(lr: Learning, rp: RunProgress) -> float | None:
+    """The speed a run's remaining time is counted at: its own, measured (`RunProgress.steps_per_s`), else its kind's
+    learned speed for where it runs (the store's figure for its key, else the throughput model's measured one); None
+    where neither is known.
+
+    Why the kind's: a run's own speed counts only once its reports span MIN_WINDOW_S (5 s), and a time-compressed
+    replay's quantum is shorter (4.2 s at 29,000x): every requeued job and every running one at its quantum's end
+    had no remaining time, so the policy ranked those by attained service and the others by remaining time, and
+    jobs swapped back and forth (issue 33: 330 stops against the simulator's 103). The simulator knows a job's speed
+    from the round it starts; the kind's learned speed is what the controller knows of it then."""
+    speed = rp.steps_per_s
+    if speed:
+        return speed
+    kind, gpu_type, gpus, _klass = rp.key
+    got = (lr.rates or {}).get(rp.key)
+    if got is not None and got.steps_per_s > 0:
+        return got.steps_per_s
+    model = lr.model
+    if kind and model is not None and model.measured(kind, gpus):
+        return model.rate(kind, gpus, gpu_type)
+    return None
+
+
+def _left_at_last(lr: Learning, rp: RunProgress) -> float | None:
+    """Seconds a run's last report said were left, at `progress_speed` (None: no total, or no speed)."""
+    if rp.last is None or rp.total is None:
+        return None
+    speed = progress_speed(lr, rp)
+    if not speed:
+        return None
+    from hsched.learn.predict import remaining
+
+    return remaining(0.0, None, rp.last[1], rp.total, speed)
+
+
+def running_left(ctl: Controller, movable: Iterable[int]) -> dict[int, tuple[float, float, str]]:
+    """The round's `FleetView.running_left`: per running job of `movable` (the jobs the round may time-share or move:
+    only theirs are read) whose current attempt reported progress with a total, (when it last reported, on the
+    controller's timeline; the seconds left then, at `progress_speed`; the GPU type it runs on). The policy's
+    remaining time for a running job, as the simulator's: the work left over its speed there, counted down since
+    (hsched.sched.stages.plan.remaining_times)."""
+    lr = learning(ctl)
+    jobs = lr.jobs
+    out: dict[int, tuple[float, float, str]] = {}
+    if jobs is None:
+        return out
+    since = ctl.timeline.since
+    for jid in movable:
+        job = jobs.active_by_id.get(jid)
+        rp = lr.runs.get((jid, job.restarts + 1)) if job is not None else None
+        if rp is None or rp.last is None or rp.total is None:
+            continue
+        left = _left_at_last(lr, rp)
+        if left is not None:
+            out[jid] = (since(rp.last[0]), max(0.0, left), rp.key[1])
+    return out
 
 
 def waiting_left(ctl: Controller) -> dict[int, tuple[float, str]]:

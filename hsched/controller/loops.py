@@ -13,6 +13,7 @@ import os
 import time
 
 from hsched.clock import wait_at_most
+from hsched.controller import learning
 from hsched.controller.core import Controller, installed_fingerprint
 from hsched.controller.health import check_health, load_admin, probe_soon, reprobe, simulate_telemetry
 from hsched.controller.launching import job_cache, run_round
@@ -147,6 +148,9 @@ async def start(ctl: Controller) -> None:
     """Before serving, nothing that can wait on a node: read the drained marks, start every node's first
     probe in the background (each node is PROBING until it ends), record the start."""
     await load_admin(ctl)
+    # the learned speeds before the first round (else read when a run first ends: until then, and for the model's
+    # MODEL_EVERY_S after, the policy placed by the accelerator table's prior alone; issue 33)
+    await learning.rates(ctl)
     for rt in ctl.nodes.values():
         probe_soon(ctl, rt)
     await check_health(ctl)

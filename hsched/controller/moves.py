@@ -180,6 +180,13 @@ def forget(ctl: Controller, job_id: int) -> None:
         d.pop(job_id, None)
 
 
+def hold_for(ctl: Controller, job_id: int, placements: tuple[Placement, ...], victims: Iterable[Job]) -> None:
+    """A time-sharing stop's devices, held for the waiting job it makes room for while the victims stop (as a move's:
+    the round starts it there first, `hsched.sched.pipeline.held_starts`, and gives them to nobody else)."""
+    grace = max((v.spec.checkpoint_signal.grace_s for v in victims), default=0.0)
+    moves_of(ctl).held[job_id] = (placements, ctl.timeline.now() + grace + ctl.settings.kill_after_s + HOLD_MARGIN_S)
+
+
 async def apply(ctl: Controller, job: Job, d: Move) -> None:
     """Move a running job: record why (event `move`), hold its new devices, and stop it as a preemption (its
     checkpoint signal, grace, escalation). Call with ctl.lock held."""

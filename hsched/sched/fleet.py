@@ -127,6 +127,11 @@ class FleetView:
     resized, or start bigger than their MIN."""
     policy_round_s: float = 360.0
     """The round length the policy is told (settings `policy_round_s`; PolicyInput.round_s): the simulator's round."""
+    running_left: Mapping[int, tuple[float, float, str]] = field(default_factory=dict)
+    """Running job id -> (when its current attempt last reported, on the controller's clock; the seconds its progress
+    said were left then: steps to its reported total over its measured speed, else its kind's learned one; the GPU
+    type it runs on; hsched.controller.learning.running_left): the policy's remaining time for a running job that
+    may be time-shared or moved, counted down since, as the simulator's. A job not here: its predicted end (`ends`)."""
 
 
 @dataclass(frozen=True, slots=True)

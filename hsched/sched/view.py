@@ -195,6 +195,12 @@ class Preempt:
     victims: tuple[int, ...]
     node: str
     why: str
+    placements: tuple[Placement, ...] = ()
+    """A time-sharing stop's (the live round's plan, hsched.sched.stages.plan.moves): the devices the waiting job is
+    to start on, held for it while the victims stop (as a move's new ones, `FleetView.held`). Without them the next
+    rounds, 0.05 s later, planned with those devices busy and gave them to another job, and the waiting job stopped
+    a second and third job for itself (issue 33: 77 of a replay's 117 time-sharing stops; the simulator's stop and
+    start are one instant). () : a QoS preemption's, whose job waits for the victims' GPUs as any job does."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,9 +9,9 @@ from dataclasses import replace
 
 from hsched.model import JobState
 from hsched.sched.live import Launch, gpu_type_of, schedule
-from hsched.sched.policies.hsched import Hsched
+from hsched.sched.policies.hsched import Hsched, assign_types
 from hsched.sched.round import build_input
-from hsched.sched.view import JobView, ServerView
+from hsched.sched.view import JobPhase, JobView, ServerView
 from tests.sched.handmade import model
 from tests.sched.test_lab_round import job, node, view
 
@@ -50,3 +50,28 @@ def test_the_live_round_starts_the_waiting_job_its_progress_says_is_nearly_done(
                                 [near, other], 700.0) if isinstance(d, Launch)]
     assert d.job_id == 1
     assert near.state is JobState.PENDING
+
+
+def _types(forecast: dict[int, float], kinds: str = "AA") -> dict[int, str]:
+    # one fast and one slow GPU, two running jobs; which type does each get?
+    jobs = [JobView(i + 1, k, 1, float(i), phase=JobPhase.RUNNING, gpu_type="slow" if i else "fast", run_start_s=0.0,
+                    service_s=100.0 * (i + 1)) for i, k in enumerate(kinds)]
+    servers = [ServerView("f", "fast", ("f0",)), ServerView("s", "slow", ("s0",))]
+    inp = build_input(10_000.0, jobs, servers, model(), forecast_s=forecast)
+    return assign_types(jobs, inp.capacity, inp)
+
+
+def test_the_fast_gpu_goes_to_the_job_with_less_left_where_speed_lost_is_equal() -> None:
+    # two jobs of a kind (half speed on the slow type): the one with less left gets the fast GPU (SRPT on the fastest
+    # machine), wherever it runs now
+    assert _types({1: 5_000.0, 2: 500.0}) == {1: "slow", 2: "fast"}
+    assert _types({1: 500.0, 2: 5_000.0}) == {1: "fast", 2: "slow"}
+    # nothing known of remaining time: hetero_assign's answer (equals stay where they are)
+    assert _types({}) == {1: "fast", 2: "slow"}
+
+
+def test_the_speed_lost_still_weighs_first() -> None:
+    # B keeps a quarter of its speed on the slow type, A half: with ten times as much left, B still gets the fast GPU
+    # (a claim of 3 x 10^-0.3 = 1.5 against A's 1); with a thousand times, A does (3 x 10^-0.9 = 0.38 < 1)
+    assert _types({1: 100.0, 2: 1_000.0}, "AB") == {1: "slow", 2: "fast"}
+    assert _types({1: 100.0, 2: 100_000.0}, "AB") == {1: "fast", 2: "slow"}

@@ -10,8 +10,12 @@ job could be stopped while its GPUs stayed idle, the placer having put the newco
 rows were re-recorded for issue 18's policy change (GPU-seconds least attained service with a 1.5 h quantum
 instead of doubling bands and a starvation guard), and again for issue 33's: a job whose progress reported a total
 is ranked by its remaining time, not its attained service (`SimConfig.progress_totals`, on by default; the former
-figures are pinned with it off, below). A deliberate change of policy behaviour must update them, and say so in
-its commit.
+figures are pinned with it off, below); and again when the `hsched` policy began to give GPU types by remaining time
+as well as by the speed a job loses (hsched.sched.policies.hsched.assign_types: SRPT on the fastest machine, weighed;
+ed69ec 16:16:16 1.156 -> 1.131x the bound). They were: 16:16:16 (420419.50381700246, 4152430.9105785955, 74, 1055),
+8:8:8 (569649.7164988935, 6141494.785312057, 237, 4335), synthetic (93013.84175787318, 9968181.205150269, 412,
+9852); the NO_TOTALS rows are unchanged (no remaining time known: hetero_assign's types). A deliberate change of
+policy behaviour must update them, and say so in its commit.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ ED69EC_HEAD = {
     ("16:16:16", "ftf"): (418319.7531556323, 4095740.0199567154, 2723, 1037),
     ("16:16:16", "srtf-oracle"): (419401.2804615936, 4491022.904365547, 32, 397),
     ("16:16:16", "backfill"): (583540.7491316277, 4423352.290791139, 0, 398),
-    ("16:16:16", "hsched"): (420419.50381700246, 4152430.9105785955, 74, 1055),
+    ("16:16:16", "hsched"): (412641.47718225286, 4295332.6060722945, 48, 805),
     ("8:8:8", "fifo"): (2044302.2153137818, 40884960.88241275, 0, 399),
     ("8:8:8", "fifo-hetero"): (2168059.7853454314, 40885626.56201643, 0, 399),
     ("8:8:8", "las"): (956465.3570510051, 28563469.86336606, 255, 4840),
@@ -42,7 +46,7 @@ ED69EC_HEAD = {
     ("8:8:8", "ftf"): (608331.013419698, 5865818.964765214, 30498, 4005),
     ("8:8:8", "srtf-oracle"): (571381.7101196704, 7008260.611626642, 144, 399),
     ("8:8:8", "backfill"): (2168059.7853454314, 40885626.56201643, 0, 399),
-    ("8:8:8", "hsched"): (569649.7164988935, 6141494.785312057, 237, 4335),
+    ("8:8:8", "hsched"): (551113.5984499254, 6170208.590815323, 235, 3737),
 }
 
 # 2,000 synthetic jobs (seed 7, 0.75 jobs/h: about 70-80 % of the fleet) on v100:16,p100:16,k80:16
@@ -51,7 +55,7 @@ SYNTHETIC = {
     "las": (119082.8729849528, 10502750.92810702, 548, 20370),
     "las-hetero": (92433.07092492146, 10005098.483750012, 7315, 10547),
     "ftf": (93231.76674495685, 10042996.65242327, 10403, 10789),
-    "hsched": (93013.84175787318, 9968181.205150269, 412, 9852),
+    "hsched": (83162.9751426098, 10174291.42239748, 197, 6731),
 }
 
 # hsched when no job reports a total (`progress_totals=False`): attained service alone, the figures pinned before
@@ -85,10 +89,11 @@ def test_ed69ec_head_with_checkpoint_cost_is_pinned():
     # a checkpoint cost turns on hsched's move_pays check and its second, pinned assignment. Re-recorded when
     # moves down stopped being pinned (issue 14, tests/sim/test_checkpoint_policy.py): it was
     # (434552.74337563274, 4046109.4352390543, 287, 1012); and for remaining times from progress totals (issue 33):
-    # (417972.0917262209, 4090032.0293335505, 256, 1023)
+    # (417972.0917262209, 4090032.0293335505, 256, 1023); and for GPU types by remaining time (issue 33, part 2):
+    # (420532.4096375824, 4152941.224037459, 72, 1051)
     servers = parse_cluster("v100:16,p100:16,k80:16", 4)
     s = simulate(_head(), servers, make_policy("hsched"), SimConfig(costs=SimCosts(checkpoint_s=60.0))).summary
-    _check(s, (420532.4096375824, 4152941.224037459, 72, 1051))
+    _check(s, (412824.4781866807, 4296340.717803851, 50, 817))
 
 
 @pytest.mark.parametrize("policy", ["hsched", "las-hetero"])

@@ -106,14 +106,24 @@ class LivePlacer:
 def remaining_times(views: Sequence[JobView], fleet: FleetView, movable: Mapping[int, float], now: float,
                     model: ThroughputModel, gpu_types: tuple[str, ...]) -> dict[int, float]:
     """`PolicyInput.forecast_s`: remaining seconds on each job's fastest type, where known: the running jobs that may
-    be time-shared or moved (their predicted ends), and the waiting ones whose last attempt reported progress with a
-    total (`FleetView.left`). A running job's seconds where it runs, times its speed there relative to its fastest
-    type, as attained service is counted."""
+    be time-shared or moved (the work its progress says is left, over its speed, counted down since its last report:
+    `FleetView.running_left`; else its predicted end), and the waiting ones whose last attempt reported progress with
+    a total (`FleetView.left`). A running job's seconds where it runs, times its speed there relative to its fastest
+    type, as attained service is counted. The simulator gives the policy the same figure from the same things (its
+    jobs' work left over their speed, hsched.sim.engine._ProgressLeft): a running job ranked by a predicted end from
+    history and a waiting one by its progress swapped places every quantum (issue 33)."""
     out: dict[int, float] = {}
-    ends, left = fleet.ends, fleet.left
+    ends, left, running_left = fleet.ends, fleet.left, fleet.running_left
     for v in views:
         if v.gpu_type is not None:
-            end = ends.get(v.id) if v.id in movable else None
+            if v.id not in movable:
+                continue
+            hit_r = running_left.get(v.id)
+            if hit_r is not None:
+                rel = model.rel_speeds(v.job_type, v.gpus, gpu_types).get(hit_r[2]) or 1.0
+                out[v.id] = max(0.0, hit_r[1] - max(0.0, now - hit_r[0])) * rel
+                continue
+            end = ends.get(v.id)
             if end is not None:
                 rel = model.rel_speeds(v.job_type, v.gpus, gpu_types).get(v.gpu_type) or 1.0
                 out[v.id] = max(0.0, end - now) * rel
@@ -293,7 +303,7 @@ def moves(decision: RoundDecision, inp: PolicyInput, policy: AnyPolicy, queued: 
         names = ", ".join(f"{i} ({views[i].service_s / 3600:.1f} h)" for i in victims)
         out.append(Preempt(v.id, tuple(victims), s.placement[0].node,
                            f"time-sharing in {v.qos}: job {v.id} has had {v.service_s / 3600:.1f} h of service, "
-                           f"less than job(s) {names}: they checkpoint and wait"))
+                           f"less than job(s) {names}: they checkpoint and wait", s.placement))
     if any(isinstance(d, Preempt) for d in out):
         st.victims().taken.update(i for d in out if isinstance(d, Preempt) for i in d.victims)
     return out
