@@ -998,6 +998,17 @@ class Store:
         marks = ",".join("?" * len(_LIVE))
         return self.db.execute(f"SELECT * FROM runs WHERE state IN ({marks}) ORDER BY id", _LIVE).fetchall()
 
+    def run_rows_by_id(self, ids: Sequence[int], *, live_only: bool = False) -> list[sqlite3.Row]:
+        """Raw rows of these runs (those that exist; `live_only`: those live), by id: what `LiveRuns` reads again
+        after writes."""
+        out: list[sqlite3.Row] = []
+        live = f" AND state IN ({','.join('?' * len(_LIVE))})" if live_only else ""
+        for k in range(0, len(ids), 500):
+            part = list(ids[k:k + 500])
+            out += self.db.execute(f"SELECT * FROM runs WHERE id IN ({','.join('?' * len(part))}){live}",
+                                   [*part, *(_LIVE if live_only else ())]).fetchall()
+        return sorted(out, key=lambda r: r["id"])
+
     # -------------------------------------------------------------------------------------- fair share
 
     def user_usage(self, now: float, half_life_s: float) -> dict[str, Usage]:
