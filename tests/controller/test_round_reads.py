@@ -85,6 +85,7 @@ async def test_the_incremental_read_sees_what_a_whole_read_sees(tmp_path: Path) 
     """Issue 33: after the first read, the cache fetches only the rows written since (submits, starts, ends,
     cancels, a priority change, a requeue); after each step it holds exactly what a whole read of the store gives,
     in id order, and live runs likewise."""
+    from hsched.controller.state import Jobs
     from hsched.controller.store import job_from_row
 
     async with Lab.open(tmp_path) as lab:
@@ -94,6 +95,11 @@ async def test_the_incremental_read_sees_what_a_whole_read_sees(tmp_path: Path) 
             got = await lab.ctl.db(cache.read, store)
             whole = await lab.ctl.db(lambda: [job_from_row(r) for r in store.job_rows(active_only=True)])
             assert list(got.all) == whole
+            # (the parts kept job by job as rows change split as a whole read splits them, in id order)
+            split = Jobs.of(got.changes, tuple(whole))
+            assert (got.queued, got.active, got.users, got.special) == (split.queued, split.active, split.users,
+                                                                        split.special)
+            assert (dict(got.queued_by_id), dict(got.active_by_id)) == (split.queued_by_id, split.active_by_id)
             runs = await lab.ctl.db(lab.ctl.state.live_runs.read, store)
             assert runs == await lab.ctl.db(store.live_runs)
 
@@ -110,6 +116,19 @@ async def test_the_incremental_read_sees_what_a_whole_read_sees(tmp_path: Path) 
         await check()
         await lab.finish(running[1].id, exit_code=3)
         await lab.submit("y", gpus=1, user="u9")
+        await lab.round()
+        await check()
+        # held and released (out of the queue and back in its place by id), an ended job requeued, a running one
+        # preempted
+        waiting = [j.id for j in (await lab.ctl.db(cache.read, store)).queued]
+        await commands.hold(lab.ctl, waiting[:2], True)
+        await check()
+        await commands.hold(lab.ctl, waiting[:1], False)
+        await check()
+        await commands.requeue(lab.ctl, jobs[-1].id)
+        await check()
+        await commands.preempt(lab.ctl, (await lab.ctl.db(cache.read, store)).active[0].id)
+        await check()
         await lab.round()
         await check()
         assert len(cache.last.all) >= 10
