@@ -413,7 +413,7 @@ async def _usage(ctl: Controller, now: float, users: frozenset[str], mark: int, 
     last = ctl.state.fair_usage
     if last is not None and last[1] == mark and last[2] == users and 0.0 <= now - last[0] < USAGE_REFRESH_S:
         return last[3]
-    usage = await round_usage(ctl, now, users, jobs)
+    usage = await round_usage(ctl, now, users, jobs, mark)
     ctl.state.fair_usage = (now, mark, users, usage)
     return usage
 

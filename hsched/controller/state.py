@@ -217,80 +217,48 @@ class JobCache:
                 self.special.discard(new.id)
 
 
-_RUNS_CHANGED = (
-    "CREATE TEMP TABLE IF NOT EXISTS hsched_changed_runs (seq INTEGER PRIMARY KEY, id INTEGER NOT NULL)",
-    "CREATE TEMP TRIGGER IF NOT EXISTS hsched_runs_inserted AFTER INSERT ON runs BEGIN "
-    "INSERT INTO hsched_changed_runs(id) VALUES (NEW.id); END",
-    "CREATE TEMP TRIGGER IF NOT EXISTS hsched_runs_updated AFTER UPDATE ON runs BEGIN "
-    "INSERT INTO hsched_changed_runs(id) VALUES (NEW.id); END",
-    "CREATE TEMP TRIGGER IF NOT EXISTS hsched_runs_deleted AFTER DELETE ON runs BEGIN "
-    "INSERT INTO hsched_changed_runs(id) VALUES (OLD.id); END",
-)
-"""What `LiveRuns` notes on the store's connection: the ids of run rows written, in the order written (`seq`). The
-reader keeps the last `seq` it read rather than emptying the table: a read writes nothing, so it moves no other
-cache's mark (sqlite's `total_changes`)."""
-
-_TRIM_EVERY = 4096
-"""Notes read before `LiveRuns` drops them (the last one is kept: `seq` must keep growing)."""
-
-
 class LiveRuns:
     """The store's live runs, kept from one read to the next as `JobCache` keeps jobs (issue 33): nothing read while
-    the store made no change, and after a change only the runs written since (`_RUNS_CHANGED`) fetched and decoded
+    the store made no change, and after a change only the runs written since (`Store.runs_changed`) fetched and decoded
     (512 runs decoded afresh were ~6 ms a read, twice a poll: the watch's and the stops'; fetching them all again
     after every end still ~2 ms a read)."""
 
-    __slots__ = ("changes", "conn", "rows", "runs", "seen", "trimmed")
+    __slots__ = ("changes", "conn", "rows", "runs")
 
     def __init__(self) -> None:
         self.changes = -1
         self.conn: object = None
-        """The connection the trigger was made on (a store reopened is read whole again)."""
+        """The store the notes are asked of (a store reopened is read whole again)."""
         self.rows: dict[int, tuple[tuple[object, ...], Run]] = {}
         """Run id -> (its row, its Run), the live runs, by id."""
         self.runs: tuple[Run, ...] = ()
-        self.seen = 0
-        """The last note (`seq`) read."""
-        self.trimmed = 0
 
     def read(self, store: Store) -> list[Run]:
         """The live runs, by id. Blocking: call it on the store's thread (`ctl.db`)."""
-        db = store.db
-        if db.total_changes == self.changes and self.conn is db:
+        if store.db.total_changes == self.changes and self.conn is store:
             return list(self.runs)
-        if self.conn is not db:
-            for statement in _RUNS_CHANGED:
-                db.execute(statement)
-            self.seen = self.trimmed = db.execute("SELECT COALESCE(MAX(seq), 0) FROM temp.hsched_changed_runs"
-                                                  ).fetchone()[0]
-            self.conn = db
+        if self.conn is not store:
+            store.runs_changed("live")  # (notes from here on)
+            self.conn = store
             seen, self.rows = self.rows, {}
             for r in store.live_run_rows():
                 self._keep(r, seen.get(r["id"]))
-        else:
-            notes = db.execute("SELECT seq, id FROM temp.hsched_changed_runs WHERE seq > ? ORDER BY seq",
-                               (self.seen,)).fetchall()
-            if notes:
-                self.seen = notes[-1][0]
-                ids = sorted({i for _seq, i in notes})
-                got = {r["id"]: r for r in store.run_rows_by_id(ids, live_only=True)}
-                rows = self.rows
-                tail = next(reversed(rows), 0)
-                unsorted = False
-                for rid in ids:
-                    row = got.get(rid)
-                    if row is None:
-                        rows.pop(rid, None)
-                        continue
-                    unsorted |= rid not in rows and rid < tail
-                    self._keep(row, rows.get(rid))
-                if unsorted:
-                    self.rows = dict(sorted(rows.items()))
-                if self.seen - self.trimmed >= _TRIM_EVERY:
-                    db.execute("DELETE FROM temp.hsched_changed_runs WHERE seq < ?", (self.seen,))
-                    self.trimmed = self.seen
+        elif ids := store.runs_changed("live"):
+            got = {r["id"]: r for r in store.run_rows_by_id(sorted(ids), live_only=True)}
+            rows = self.rows
+            tail = next(reversed(rows), 0)
+            unsorted = False
+            for rid in sorted(ids):
+                row = got.get(rid)
+                if row is None:
+                    rows.pop(rid, None)
+                    continue
+                unsorted |= rid not in rows and rid < tail
+                self._keep(row, rows.get(rid))
+            if unsorted:
+                self.rows = dict(sorted(rows.items()))
         self.runs = tuple(run for _, run in self.rows.values())
-        self.changes = db.total_changes  # (after the trim's own writes)
+        self.changes = store.db.total_changes  # (after the notes' trim, if any)
         return list(self.runs)
 
     def _keep(self, r: sqlite3.Row, kept: tuple[tuple[object, ...], Run] | None) -> None:

@@ -231,6 +231,20 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 # Runs in these states hold devices and are looked up on restart (as SQL parameters, in a fixed order).
 _LIVE = tuple(sorted(LIVE_RUN_STATES))
 
+_RUNS_CHANGED = (
+    "CREATE TEMP TABLE IF NOT EXISTS hsched_changed_runs (seq INTEGER PRIMARY KEY, id INTEGER NOT NULL)",
+    "CREATE TEMP TRIGGER IF NOT EXISTS hsched_runs_inserted AFTER INSERT ON runs BEGIN "
+    "INSERT INTO hsched_changed_runs(id) VALUES (NEW.id); END",
+    "CREATE TEMP TRIGGER IF NOT EXISTS hsched_runs_updated AFTER UPDATE ON runs BEGIN "
+    "INSERT INTO hsched_changed_runs(id) VALUES (NEW.id); END",
+    "CREATE TEMP TRIGGER IF NOT EXISTS hsched_runs_deleted AFTER DELETE ON runs BEGIN "
+    "INSERT INTO hsched_changed_runs(id) VALUES (OLD.id); END",
+)
+"""The notes `runs_changed` reads: each run row written on the store's connection, in the order written."""
+
+_TRIM_NOTES = 4096
+"""Notes written between two trims of those every reader has read."""
+
 
 log = logging.getLogger("hsched.controller.store")
 
@@ -353,6 +367,11 @@ class Store:
             raise
         self._ledger: Ledger | None = None
         """Fair share's folded usage (`user_usage`): the history is read once, then only new and running runs."""
+        self._run_notes: dict[str, int] = {}
+        """Reader -> the last note of a run written it has read (`runs_changed`)."""
+        self._notes_trimmed = 0
+        self._open_usage: dict[int, RunUsage] = {}
+        """Running runs (of one rank per node) as `_usage_rows` read them, kept while their rows are unchanged."""
         self._reader: sqlite3.Connection | None = None
         self._reader_lock = threading.Lock()
 
@@ -1009,6 +1028,26 @@ class Store:
                                    [*part, *(_LIVE if live_only else ())]).fetchall()
         return sorted(out, key=lambda r: r["id"])
 
+    def runs_changed(self, reader: str) -> set[int] | None:
+        """The ids of the runs written (inserted, updated, deleted) on this connection since `reader` last asked;
+        None at its first ask (it reads what it keeps whole). A TEMP table's notes, on this connection only (every
+        write of the controller's goes through it), each with a growing number (`seq`): a reader keeps the last it
+        read, so asking writes nothing but the occasional trim of the notes every reader has read."""
+        if not self._run_notes:
+            for statement in _RUNS_CHANGED:
+                self.db.execute(statement)
+        last = self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM temp.hsched_changed_runs").fetchone()[0]
+        seen = self._run_notes.get(reader)
+        self._run_notes[reader] = last
+        if seen is None:
+            return None
+        ids = {i for (i,) in self.db.execute("SELECT id FROM temp.hsched_changed_runs WHERE seq > ?", (seen,))}
+        if last - self._notes_trimmed >= _TRIM_NOTES:
+            oldest = min(self._run_notes.values())
+            self.db.execute("DELETE FROM temp.hsched_changed_runs WHERE seq < ?", (oldest,))  # (the last one kept)
+            self._notes_trimmed = oldest
+        return ids
+
     # -------------------------------------------------------------------------------------- fair share
 
     def user_usage(self, now: float, half_life_s: float) -> dict[str, Usage]:
@@ -1033,15 +1072,34 @@ class Store:
                "CASE WHEN r.devices = '[]' THEN 0 "
                "ELSE length(r.devices) - length(replace(r.devices, ',', '')) + 1 END AS gpus, "
                "CASE WHEN r.world > 1 THEN (SELECT COUNT(*) FROM runs p WHERE p.job_id = r.job_id "
-               "AND p.attempt = r.attempt AND p.node = r.node) ELSE 1 END AS peers "
+               "AND p.attempt = r.attempt AND p.node = r.node) ELSE 1 END AS peers, r.world "
                "FROM runs r JOIN jobs j ON j.id = r.job_id WHERE ")
         rows = self.db.execute(sql + "r.id > ? ORDER BY r.id", (after_id,)).fetchall()
         ids = sorted(i for i in also if i <= after_id)
-        for k in range(0, len(ids), 500):  # SQLite's limit on parameters
-            chunk = ids[k:k + 500]
-            rows += self.db.execute(sql + f"r.id IN ({','.join('?' * len(chunk))})", chunk).fetchall()
-        return [RunUsage(i, user, gpus / peers if peers > 1 else gpus, start, end)
-                for i, start, end, user, gpus, peers in rows]
+        # the running runs read before and not written since are as they were (issue 33: reading 512 of them again
+        # was ~1.8 ms a round): only a run of one rank per node, whose share of its node's devices no other run's
+        # row changes
+        kept = self._open_usage
+        changed = self.runs_changed("usage")
+        if changed is None:
+            kept.clear()
+        else:
+            for i in changed:
+                kept.pop(i, None)
+        need = [i for i in ids if i not in kept]
+        for k in range(0, len(need), 500):  # SQLite's limit on parameters
+            chunk = need[k:k + 500]
+            rows += self.db.execute(sql + f"r.id IN ({','.join('?' * len(chunk))}) ORDER BY r.id", chunk).fetchall()
+        got = [RunUsage(i, user, gpus / peers if peers > 1 else gpus, start, end)
+               for i, start, end, user, gpus, peers, _world in rows]
+        for r, row in zip(got, rows, strict=True):
+            if r.end is None and row["world"] <= 1:
+                kept[r.id] = r
+        if len(need) == len(ids):
+            return got
+        # (in the order a whole read gives: the new runs by id, then the running ones by id)
+        new, fetched = got[:len(got) - len(need)], {r.id: r for r in got[len(got) - len(need):]}
+        return new + [r for i in ids if (r := fetched.get(i) or kept.get(i)) is not None]
 
     def job_users(self) -> list[str]:
         """Users with a job that has not ended (pending or holding devices)."""

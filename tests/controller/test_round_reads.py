@@ -59,9 +59,9 @@ async def test_fair_share_usage_is_read_again_when_it_may_have_moved(tmp_path: P
         asked: list[float] = []
         real = launching.round_usage
 
-        async def counted(ctl: Any, now: float, users: Any, jobs: Any = ()) -> dict[str, float]:
+        async def counted(ctl: Any, now: float, users: Any, jobs: Any = (), mark: Any = None) -> dict[str, float]:
             asked.append(now)
-            return await real(ctl, now, users, jobs)
+            return await real(ctl, now, users, jobs, mark)
 
         monkeypatch.setattr(launching, "round_usage", counted)
         for _ in range(3):
@@ -102,6 +102,13 @@ async def test_the_incremental_read_sees_what_a_whole_read_sees(tmp_path: Path) 
             assert (dict(got.queued_by_id), dict(got.active_by_id)) == (split.queued_by_id, split.active_by_id)
             runs = await lab.ctl.db(lab.ctl.state.live_runs.read, store)
             assert runs == await lab.ctl.db(store.live_runs)
+            # fair share's rows of the running runs, kept while unchanged, as a whole read gives them, in its order
+            await lab.ctl.db(store.user_usage, lab.clock.time(), 86400.0)
+            led = store._ledger
+            assert led is not None
+            kept = await lab.ctl.db(store._usage_rows, led.upto, led.open)
+            store._open_usage.clear()
+            assert kept == await lab.ctl.db(store._usage_rows, led.upto, led.open)
 
         jobs = [await lab.submit("x", gpus=(1, 2, 4)[k % 3], user=f"u{k % 3}") for k in range(12)]
         await check()
