@@ -152,6 +152,8 @@ class JobCache:
         """`Jobs` from the parts kept (`queued`/`active`: those changed since `last`; unchanged ones hand out the
         same tuples and maps again)."""
         last = self.last
+        queued_by_id: Mapping[int, Job]
+        active_by_id: Mapping[int, Job]
         if queued:
             q = self.queued
             if self.unsorted[0]:

@@ -1087,19 +1087,24 @@ class Store:
             for i in changed:
                 kept.pop(i, None)
         need = [i for i in ids if i not in kept]
+        fresh = len(rows)  # (the new runs' rows; those of the running ones asked again follow)
         for k in range(0, len(need), 500):  # SQLite's limit on parameters
             chunk = need[k:k + 500]
             rows += self.db.execute(sql + f"r.id IN ({','.join('?' * len(chunk))}) ORDER BY r.id", chunk).fetchall()
         got = [RunUsage(i, user, gpus / peers if peers > 1 else gpus, start, end)
                for i, start, end, user, gpus, peers, _world in rows]
-        for r, row in zip(got, rows, strict=True):
-            if r.end is None and row["world"] <= 1:
-                kept[r.id] = r
+        for ru, row in zip(got, rows, strict=True):
+            if ru.end is None and row["world"] <= 1:
+                kept[ru.id] = ru
         if len(need) == len(ids):
             return got
         # (in the order a whole read gives: the new runs by id, then the running ones by id)
-        new, fetched = got[:len(got) - len(need)], {r.id: r for r in got[len(got) - len(need):]}
-        return new + [r for i in ids if (r := fetched.get(i) or kept.get(i)) is not None]
+        out, fetched = got[:fresh], {ru.id: ru for ru in got[fresh:]}
+        for i in ids:
+            hit = fetched.get(i) or kept.get(i)
+            if hit is not None:
+                out.append(hit)
+        return out
 
     def job_users(self) -> list[str]:
         """Users with a job that has not ended (pending or holding devices)."""

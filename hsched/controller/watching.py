@@ -23,10 +23,10 @@ async def watch_runs(ctl: Controller) -> bool:
     # (the runs grouped by node with their queries on the store's thread, each node's made again only when its runs
     # changed; issue 33)
     live, groups = await ctl.db(ctl.state.live_runs.read_grouped, ctl.store)
-    launching = ctl.launching
-    if launching and any(r.id in launching for r in live):
+    being_launched = ctl.launching
+    if being_launched and any(r.id in being_launched for r in live):
         # (a run being launched is not asked about: the groups without it, in the order of their first run left)
-        runs = [r for r in live if r.id not in launching]
+        runs = [r for r in live if r.id not in being_launched]
         regrouped: dict[str, list[Run]] = {}
         for r in runs:
             regrouped.setdefault(r.node, []).append(r)
