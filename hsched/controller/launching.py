@@ -34,12 +34,12 @@ from hsched.controller.checkpoints import bring_along, is_shared, path_on, sees
 from hsched.controller.core import Controller
 from hsched.controller.ending import run_ended
 from hsched.controller.fleet import NodeRuntime
-from hsched.controller.jobcache import JobCache, Jobs, _changes, _jobs_now, job_cache  # noqa: F401  (re-exported)
+from hsched.controller.jobcache import JobCache, Jobs, _changes, _jobs_now, job_cache
 from hsched.controller.metrics import note_round
 from hsched.controller.shares import round_usage
 from hsched.controller.state import ControllerState
 from hsched.controller.stopping import begin_stop, send
-from hsched.controller.store import no_room
+from hsched.controller.store import Store, no_room
 from hsched.errors import ExecutorError
 from hsched.executors.base import LaunchRequest
 from hsched.lifecycle import Outcome, StopReason
@@ -257,7 +257,8 @@ async def round_input(ctl: Controller, *, always: bool = False, later: bool = Fa
     reasons of jobs whose dependencies hold them. `later`: what the active jobs hold is left to count in the round's
     thread (`RoundInput.finish`, `RoundInput.whole`)."""
     now, at = ctl.clock.time(), ctl.timeline.now()
-    jobs = await ctl.db(job_cache(ctl).read, ctl.store)
+    # (the jobs and the dirty GPUs in one call on the store's thread: each call is ~70 us of the event loop's CPU)
+    jobs, dirty = await ctl.db(_jobs_and_dirty, job_cache(ctl), ctl.store)
     pending = list(jobs.queued)
     active, users, pending_by_id = jobs.active, jobs.users, jobs.queued_by_id
     if jobs.special:
@@ -276,7 +277,7 @@ async def round_input(ctl: Controller, *, always: bool = False, later: bool = Fa
             and not resizing.may_grow(ctl, active, at)):
         return None
     note_users(ctl, pending)
-    view, finish = fleet_view_later(ctl, active, await still_dirty(ctl))
+    view, finish = fleet_view_later(ctl, active, await still_dirty(ctl, dirty))
     movable, held, attained = await moves.round_fields(ctl, active, pending, at)
     if movable or held or attained:
         view = replace(view, movable=movable, held=held, attained=attained,
@@ -562,11 +563,18 @@ async def _dependencies_met(ctl: Controller, pending: list[Job], active: Sequenc
     return ready
 
 
-async def still_dirty(ctl: Controller) -> frozenset[str]:
+def _jobs_and_dirty(cache: JobCache, store: Store) -> tuple[Jobs, dict[str, tuple[str, tuple[int, ...], str]]]:
+    return cache.read(store), store.dirty_devices()
+
+
+async def still_dirty(ctl: Controller, dirty: dict[str, tuple[str, tuple[int, ...], str]] | None = None
+                      ) -> frozenset[str]:
     """Dirty GPUs (hsched.controller.store.dirty_devices) that are still dirty. A GPU is clean again when the node's
     monitoring shows none of the recorded processes on it any more; until the node's monitoring lists its GPU
-    processes (after a controller restart, the first sample), the GPU stays dirty."""
-    dirty = await ctl.db(ctl.store.dirty_devices)
+    processes (after a controller restart, the first sample), the GPU stays dirty. `dirty`: the store's, when read
+    already (under the lock held now)."""
+    if dirty is None:
+        dirty = await ctl.db(ctl.store.dirty_devices)
     if not dirty:
         return frozenset()
     left: set[str] = set()
