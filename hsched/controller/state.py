@@ -246,6 +246,12 @@ class LiveRuns:
         self._read(store)
         return list(self.runs)
 
+    def of_job(self, store: Store, job_id: int) -> list[Run]:
+        """The job's live runs, by id (found on the store's thread: a stop's signal looked through 512 runs on the
+        event loop). Blocking: call it on the store's thread (`ctl.db`)."""
+        self._read(store)
+        return [r for r in self.runs if r.job_id == job_id]
+
     def read_grouped(self, store: Store) -> tuple[list[Run], dict[str, RunGroup]]:
         """The live runs, by id, and grouped by node, the nodes in the order of their first run (the watch's
         question to each node: grouping 512 runs and making their queries afresh every poll was ~0.5 ms of the
