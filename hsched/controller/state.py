@@ -45,6 +45,8 @@ class Jobs:
     special: bool
     """Some queued job has a begin time (a retry's backoff), a dependency or an array's %N: the round must look at
     each; else every queued job may start."""
+    elastic: frozenset[int] = frozenset()
+    """The queued and active jobs that are elastic (`is_elastic`): the round's resizing looks at these alone."""
 
     @classmethod
     def of(cls, changes: int, jobs: tuple[Job, ...]) -> Jobs:
@@ -54,7 +56,14 @@ class Jobs:
         special = any(j.begin_time is not None or j.spec.dependency
                       or (j.spec.array is not None and j.spec.array.max_running) for j in queued)
         return cls(changes, jobs, queued, active, {j.id: j for j in queued}, {j.id: j for j in active},
-                   frozenset(j.user for j in (*queued, *active)), special)
+                   frozenset(j.user for j in (*queued, *active)), special,
+                   frozenset(j.id for j in (*queued, *active) if is_elastic(j)))
+
+
+def is_elastic(job: Job) -> bool:
+    """An elastic job (`--gpus MIN-MAX` or `--nodes MIN-MAX`) that may be resized (hsched.controller.resizing)."""
+    res = job.spec.resources
+    return (res.gpus_max is not None or res.nodes_max is not None) and bool(res.elastic)
 
 
 _CHANGED = (
@@ -83,7 +92,7 @@ class JobCache:
     later read (the health loop's, say) never changes what a round is looking at.
     """
 
-    __slots__ = ("active", "conn", "last", "queued", "rows", "special", "unsorted", "users")
+    __slots__ = ("active", "conn", "elastic", "last", "queued", "rows", "special", "unsorted", "users")
 
     def __init__(self) -> None:
         self.last = Jobs.of(-1, ())
@@ -97,6 +106,8 @@ class JobCache:
         self.active: dict[int, Job] = {}
         self.special: set[int] = set()
         """The queued jobs that are `Jobs.special`."""
+        self.elastic: set[int] = set()
+        """The queued and active jobs that are elastic (`is_elastic`)."""
         self.users: dict[str, int] = {}
         """User -> how many of their jobs are queued or active."""
         self.unsorted = [False, False]
@@ -115,7 +126,7 @@ class JobCache:
             db.execute("DELETE FROM temp.hsched_changed_jobs")
             self.conn = db
             seen, self.rows = self.rows, {}
-            self.queued, self.active, self.special, self.users = {}, {}, set(), {}
+            self.queued, self.active, self.special, self.users, self.elastic = {}, {}, set(), {}, set()
             touched = [False, False]
             for r in store.job_rows(active_only=True):
                 self._keep(r, seen.get(r["id"]), touched, whole=True)
@@ -170,7 +181,8 @@ class JobCache:
             active_t, active_by_id = last.active, last.active_by_id
         self.unsorted = [False, False]
         return Jobs(changes, tuple(job for _, job in self.rows.values()), queued_t, active_t, queued_by_id,
-                    active_by_id, frozenset(self.users), bool(self.special))
+                    active_by_id, frozenset(self.users), bool(self.special),
+                    frozenset(self.elastic) if self.elastic else frozenset())
 
     def _keep(self, r: sqlite3.Row, kept: tuple[tuple[object, ...], Job] | None, touched: list[bool], *,
               whole: bool = False) -> None:
@@ -201,6 +213,7 @@ class JobCache:
             if now != was:
                 del parts[was][old.id]
                 self.special.discard(old.id)
+                self.elastic.discard(old.id)
                 n = self.users[old.user] - 1
                 if n:
                     self.users[old.user] = n
@@ -213,6 +226,10 @@ class JobCache:
                 self.unsorted[now] |= bool(part) and new.id < next(reversed(part))
                 self.users[new.user] = self.users.get(new.user, 0) + 1
             part[new.id] = new  # (an update in place keeps its place)
+            if is_elastic(new):
+                self.elastic.add(new.id)
+            else:
+                self.elastic.discard(new.id)
             if now == 0 and (new.begin_time is not None or new.spec.dependency
                              or (new.spec.array is not None and new.spec.array.max_running)):
                 self.special.add(new.id)

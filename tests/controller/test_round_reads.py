@@ -97,8 +97,8 @@ async def test_the_incremental_read_sees_what_a_whole_read_sees(tmp_path: Path) 
             assert list(got.all) == whole
             # (the parts kept job by job as rows change split as a whole read splits them, in id order)
             split = Jobs.of(got.changes, tuple(whole))
-            assert (got.queued, got.active, got.users, got.special) == (split.queued, split.active, split.users,
-                                                                        split.special)
+            assert (got.queued, got.active, got.users, got.special, got.elastic) == (
+                split.queued, split.active, split.users, split.special, split.elastic)
             assert (dict(got.queued_by_id), dict(got.active_by_id)) == (split.queued_by_id, split.active_by_id)
             runs = await lab.ctl.db(lab.ctl.state.live_runs.read, store)
             assert runs == await lab.ctl.db(store.live_runs)
@@ -111,7 +111,12 @@ async def test_the_incremental_read_sees_what_a_whole_read_sees(tmp_path: Path) 
             assert kept == await lab.ctl.db(store._usage_rows, led.upto, led.open)
 
         jobs = [await lab.submit("x", gpus=(1, 2, 4)[k % 3], user=f"u{k % 3}") for k in range(12)]
+        # (an elastic job: the cache keeps which jobs are, for the round's resizing)
+        from hsched.model import JobSpec, Resources
+
+        await commands.submit(lab.ctl, JobSpec(command=("t",), resources=Resources(gpus=1, gpus_max=2)), "u1", None)
         await check()
+        assert cache.last.elastic
         await lab.round()
         await check()
         running = [j for j in jobs if (await lab.job(j.id)).state is JobState.RUNNING]
