@@ -189,7 +189,17 @@ class JobCache:
         """The row's job kept (the very Job while its row is unchanged), and moved in the parts (`whole`: parts made
         afresh, `kept` in none of them)."""
         key = tuple(r)
-        new = self.rows[r["id"]] = kept if kept is not None and kept[0] == key else (key, job_from_row(r))
+        if kept is not None and kept[0] == key:
+            new = kept
+        else:
+            # an update of a job's state, reason or placement keeps its spec: decoding the spec's JSON again was most
+            # of a changed row's cost (a churn poll changes ~8)
+            spec = None
+            if kept is not None:
+                at = r.keys().index("spec")
+                spec = kept[1].spec if kept[0][at] == key[at] else None
+            new = (key, job_from_row(r, spec))
+        self.rows[r["id"]] = new
         if whole:
             self._move(None, new[1], touched)
         elif kept is None or new[1] is not kept[1]:

@@ -1230,10 +1230,11 @@ def _service(row: sqlite3.Row) -> ServiceRecord:
                          updated=row["updated"])
 
 
-def job_from_row(row: sqlite3.Row) -> Job:
+def job_from_row(row: sqlite3.Row, spec: JobSpec | None = None) -> Job:
+    """The row's Job; `spec`: the row's spec, decoded already (a job cache's, from the same JSON)."""
     return Job(
         id=row["id"],
-        spec=spec_from_dict(json.loads(row["spec"])),
+        spec=spec if spec is not None else spec_from_dict(json.loads(row["spec"])),
         user=row["user"],
         state=JobState(row["state"]),
         reason=row["reason"],
