@@ -184,7 +184,8 @@ async def _run_round(ctl: Controller) -> tuple[bool, int]:
 
         async def flush() -> None:
             if writes:
-                done = await ctl.db(_in_order, [w for _job, w in writes])
+                # (in one transaction: one commit, not one per launch)
+                done = await ctl.db(ctl.store.in_one, [w for _job, w in writes])
                 launches.extend((job, runs) for (job, _w), runs in zip(writes, done, strict=True) if job is not None)
                 writes.clear()
 
@@ -329,11 +330,6 @@ def rewrites(job: Job, d: Wait) -> bool:
     for something else)."""
     kept = d.reason == EndReason.RESOURCES and job.reason in (EndReason.PREEMPTED, EndReason.CHECKPOINTED)
     return job.reason != d.reason and not kept
-
-
-def _in_order(writes: Sequence[Callable[[], T]]) -> list[T]:
-    """Each write, in order (on the store's thread): their answers."""
-    return [w() for w in writes]
 
 
 def acting_of(inp: RoundInput, decisions: Sequence[Decision]) -> list[Decision]:
