@@ -28,7 +28,8 @@ twelve users, in two running mixes: 64 eight-GPU jobs, and 512 one-GPU jobs. It 
   part (time.thread_time on the event loop's thread, the lag ticker's own wake-ups included) and the event loop's
   lag p99 (`Ticker`: a task that sleeps 1 ms and records how late it woke), beside the code before issue 33
   (`baseline`: the old job read, live-run read, per-wait transactions and preemption search) on a fleet filled
-  alike in the same run;
+  alike in the same run; with `--against TREE`, beside another source tree's hsched instead (the branch before a
+  change, `git archive REV | tar -x -C TREE`), each side in a process of its own, alternating `--repeat` times;
 * the preemption storm (issue 33): 512 GPUs of scavenger jobs, 2,000 normal jobs waiting (QoS preemption), the
   pure round's median CPU beside the search before issue 33 (tests/sched/preempt_before.py), alternating.
 
