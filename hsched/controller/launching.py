@@ -206,9 +206,10 @@ async def _run_round(ctl: Controller) -> tuple[bool, int]:
             if isinstance(d, Wait):
                 continue  # (its reason is written above)
             if isinstance(d, Preempt):
+                # (the preemptor's reason with the writes before it, in their transaction)
+                writes.append((None, functools.partial(ctl.store.set_job, job.id, inp.now,
+                                                       reason=EndReason.PREEMPTING.value, event=("preempts", d.why))))
                 await flush()
-                await ctl.db(ctl.store.set_job, job.id, inp.now, reason=EndReason.PREEMPTING.value,
-                             event=("preempts", d.why))
                 for victim_id in d.victims:
                     victim = inp.active[victim_id]
                     await begin_stop(ctl, victim, StopReason.PREEMPTED,
