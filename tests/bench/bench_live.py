@@ -168,7 +168,7 @@ def whole_read(self: Any, store: Any) -> Any:
 
 def whole_grouped(self: Any, store: Any) -> Any:
     """`LiveRuns.read_grouped` before issue 33: every live run decoded afresh, grouped and queried each read (the
-    stop's signal likewise looked through them all: `of_job` gives them all, and `send` filters)."""
+    stop's signal likewise: `of_job` decodes them all), and a round's writes each in a transaction of its own."""
     from hsched.executors.base import StatusQuery
 
     from hsched.controller.state import RunGroup
@@ -205,7 +205,11 @@ def baseline(old: bool) -> Iterator[None]:
     if grouped is not None:
         LiveRuns.read_grouped = whole_grouped  # type: ignore[method-assign]
     if of_job is not None:
-        LiveRuns.of_job = lambda self, store, job_id: store.live_runs()  # type: ignore[method-assign,assignment]
+        LiveRuns.of_job = lambda self, store, job_id: [  # type: ignore[method-assign,assignment]
+            r for r in store.live_runs() if r.job_id == job_id]
+    in_one = getattr(Store, "in_one", None)
+    if in_one is not None:
+        Store.in_one = lambda self, writes: [w() for w in writes]  # type: ignore[method-assign,assignment]
     JobCache.read = whole_read  # type: ignore[method-assign]
     Store.set_reasons = lambda self, rs: [self.set_job(j, 0.0, reason=r) for j, r in rs]  # type: ignore[method-assign,assignment,misc]
     try:
@@ -219,6 +223,8 @@ def baseline(old: bool) -> Iterator[None]:
             LiveRuns.read_grouped = grouped  # type: ignore[method-assign]
         if of_job is not None:
             LiveRuns.of_job = of_job  # type: ignore[method-assign]
+        if in_one is not None:
+            Store.in_one = in_one  # type: ignore[method-assign]
         Store.set_reasons = reasons  # type: ignore[method-assign]
         JobCache.read = jobs_read  # type: ignore[method-assign]
 
