@@ -113,9 +113,13 @@ async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_cod
         message += (f"; GPUs free {data['time_to_free_s']:.1f} s after the decision"
                     + (f", {data['lost_gpu_s']:.0f} GPU-s of work since the last checkpoint lost"
                        if data["lost_gpu_s"] is not None else ""))
-    await ctl.db(ctl.store.end_run, run, now, run_state=outcome.run_state(exit_code, lost), exit_code=exit_code,
-                 reason=reason, job_fields=outcome.job_fields(job, end), event=(outcome.event, message),
-                 event_data=data, ended_at=end)
+    # (a completed job's runs and their stored usage read in the same call, after its end: one store round trip of
+    # the event loop fewer)
+    completed = outcome.state is JobState.COMPLETED
+    afterwards = await ctl.db(_end_run, ctl.store, job.id if completed else None, run, now,
+                              run_state=outcome.run_state(exit_code, lost), exit_code=exit_code, reason=reason,
+                              job_fields=outcome.job_fields(job, end), event=(outcome.event, message),
+                              event_data=data, ended_at=end)
     ctl.forget(job.id)
     if outcome.begin_time is not None:
         # the backoff on the monotonic timeline from now on (Controller.retry_at): what is left of it as the wall
@@ -129,10 +133,9 @@ async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_cod
         moves.forget(ctl, job.id)
     if gpu_oom_any and outcome.reason is EndReason.RETRY_BACKOFF:
         await more_gpu_memory(ctl, job, [*before, run], now)
-    if outcome.state is JobState.COMPLETED:
+    if completed and afterwards is not None:
         # its running time, all attempts (rank 0's runs), for what the next jobs of its kind are expected to take
-        # (its runs and their stored usage in one call on the store's thread)
-        every, stored = await ctl.db(_runs_and_usage, ctl.store, job.id)
+        every, stored = afterwards
         running = sum(max(0.0, (r.end_time or end) - r.start_time) for r in every
                       if r.rank == 0 and r.start_time is not None)
         ctl.spawn(learning.note_end(ctl, job, running, end, await memory_peaks(ctl, job, stored)))
@@ -165,8 +168,11 @@ async def run_taken(ctl: Controller, job: Job, run: Run, now: float, cause: EndR
     ctl.forget(job.id)
 
 
-def _runs_and_usage(store: Store, job_id: int) -> tuple[list[Run], list[dict[str, Any]]]:
-    return store.runs(job_id), store.run_usage(job_id)
+def _end_run(store: Store, completed: int | None, run: Run, now: float, **fields: Any
+             ) -> tuple[list[Run], list[dict[str, Any]]] | None:
+    """`Store.end_run`, then for a completed job (`completed`: its id) its runs and their stored usage."""
+    store.end_run(run, now, **fields)
+    return (store.runs(completed), store.run_usage(completed)) if completed is not None else None
 
 
 async def memory_peaks(ctl: Controller, job: Job, stored: list[dict[str, Any]] | None = None
