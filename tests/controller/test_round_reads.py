@@ -85,6 +85,8 @@ async def test_the_incremental_read_sees_what_a_whole_read_sees(tmp_path: Path) 
     """Issue 33: after the first read, the cache fetches only the rows written since (submits, starts, ends,
     cancels, a priority change, a requeue); after each step it holds exactly what a whole read of the store gives,
     in id order, and live runs likewise."""
+    from hsched.executors.base import StatusQuery
+
     from hsched.controller.state import Jobs
     from hsched.controller.store import job_from_row
 
@@ -102,6 +104,17 @@ async def test_the_incremental_read_sees_what_a_whole_read_sees(tmp_path: Path) 
             assert (dict(got.queued_by_id), dict(got.active_by_id)) == (split.queued_by_id, split.active_by_id)
             runs = await lab.ctl.db(lab.ctl.state.live_runs.read, store)
             assert runs == await lab.ctl.db(store.live_runs)
+            # the watch's groups, kept node by node, as grouping them afresh gives them (nodes by their first run)
+            live, groups = await lab.ctl.db(lab.ctl.state.live_runs.read_grouped, store)
+            want: dict[str, list[Any]] = {}
+            for r in live:
+                want.setdefault(r.node, []).append(r)
+            assert live == runs and list(groups) == list(want)
+            assert {n: list(g.runs) for n, g in groups.items()} == want
+            assert all(g.queries == tuple(StatusQuery(r.run_dir, r.handle) for r in g.runs) for g in groups.values())
+            for jid in {r.job_id for r in runs}:
+                assert await lab.ctl.db(lab.ctl.state.live_runs.of_job, store, jid) == [r for r in runs
+                                                                                        if r.job_id == jid]
             # fair share's rows of the running runs, kept while unchanged, as a whole read gives them, in its order
             await lab.ctl.db(store.user_usage, lab.clock.time(), 86400.0)
             led = store._ledger
@@ -121,6 +134,12 @@ async def test_the_incremental_read_sees_what_a_whole_read_sees(tmp_path: Path) 
         await check()
         running = [j for j in jobs if (await lab.job(j.id)).state is JobState.RUNNING]
         await lab.finish(running[0].id)
+        # (its end recorded by a watch alone: no round starts another run on its node meanwhile)
+        from hsched.controller.watching import watch_runs
+
+        await lab.beat()
+        assert await watch_runs(lab.ctl)
+        await check()
         await commands.cancel(lab.ctl, jobs[-1].id)
         await commands.set_priority(lab.ctl, jobs[-2].id, 7)
         await check()
