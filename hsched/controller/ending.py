@@ -18,6 +18,7 @@ from hsched.controller import hetjobs, learning, moves
 from hsched.controller.checkpoints import path_on
 from hsched.controller.core import Controller
 from hsched.controller.stopping import begin_stop
+from hsched.controller.store import Store
 from hsched.controller.visible import LOG_LINE
 from hsched.errors import ExecutorError
 from hsched.lifecycle import EndRules, StopReason, ended_run_state, failed, settle, taken
@@ -45,18 +46,20 @@ def true_end(run: Run, reported: float | None, now: float) -> float:
 
 async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_code: int | None, lost: bool,
                     ended_at: float | None = None, oom: bool = False, gpu_left: tuple[GpuHolder, ...] = (),
-                    gpu_oom: str | None = None) -> None:
+                    gpu_oom: str | None = None, runs: list[Run] | None = None) -> None:
     """Record one run's end; if it was the attempt's last, settle the job. Call with ctl.lock held.
     `ended_at`: the node's record of when it ended (else `now`); `oom`: the kernel killed it for memory;
     `gpu_left`: processes still on its GPUs after all of the run's were gone (those GPUs become dirty);
     `gpu_oom`: the line of its log that says a GPU ran out of memory. That line is the job's private output
     (a 0600 file of its user): it is kept in the events' figures under LOG_LINE, never in their messages, so
-    that `hsched events`/`show` give it to the job's owner and admins only (hsched.controller.visible)."""
+    that `hsched events`/`show` give it to the job's owner and admins only (hsched.controller.visible). `runs`: the
+    attempt's runs as the store has them now, when the caller read them already (under the same lock)."""
     end = true_end(run, ended_at, now)
     # (a shared GPU's other runs and its MPS server are not this run's leftovers: the node helper leaves them out)
     if gpu_left:
         await mark_dirty(ctl, job, run, gpu_left, now)
-    runs = await ctl.db(ctl.store.attempt_runs, job.id, run.attempt)
+    if runs is None:
+        runs = await ctl.db(ctl.store.attempt_runs, job.id, run.attempt)
     others_live = [r for r in runs if r.id != run.id and r.state.is_live()]
     rank = f" rank {run.rank}" if run.world > 1 else ""
     if job.spec.components:
@@ -110,9 +113,13 @@ async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_cod
         message += (f"; GPUs free {data['time_to_free_s']:.1f} s after the decision"
                     + (f", {data['lost_gpu_s']:.0f} GPU-s of work since the last checkpoint lost"
                        if data["lost_gpu_s"] is not None else ""))
-    await ctl.db(ctl.store.end_run, run, now, run_state=outcome.run_state(exit_code, lost), exit_code=exit_code,
-                 reason=reason, job_fields=outcome.job_fields(job, end), event=(outcome.event, message),
-                 event_data=data, ended_at=end)
+    # (a completed job's runs and their stored usage read in the same call, after its end: one store round trip of
+    # the event loop fewer)
+    completed = outcome.state is JobState.COMPLETED
+    afterwards = await ctl.db(_end_run, ctl.store, job.id if completed else None, run, now,
+                              run_state=outcome.run_state(exit_code, lost), exit_code=exit_code, reason=reason,
+                              job_fields=outcome.job_fields(job, end), event=(outcome.event, message),
+                              event_data=data, ended_at=end)
     ctl.forget(job.id)
     if outcome.begin_time is not None:
         # the backoff on the monotonic timeline from now on (Controller.retry_at): what is left of it as the wall
@@ -126,16 +133,16 @@ async def run_ended(ctl: Controller, job: Job, run: Run, now: float, *, exit_cod
         moves.forget(ctl, job.id)
     if gpu_oom_any and outcome.reason is EndReason.RETRY_BACKOFF:
         await more_gpu_memory(ctl, job, [*before, run], now)
-    if outcome.state is JobState.COMPLETED:
+    if completed and afterwards is not None:
         # its running time, all attempts (rank 0's runs), for what the next jobs of its kind are expected to take
-        every = await ctl.db(ctl.store.runs, job.id)
+        every, stored = afterwards
         running = sum(max(0.0, (r.end_time or end) - r.start_time) for r in every
                       if r.rank == 0 and r.start_time is not None)
-        ctl.spawn(learning.note_end(ctl, job, running, end, await memory_peaks(ctl, job)))
+        ctl.spawn(learning.note_end(ctl, job, running, end, await memory_peaks(ctl, job, stored)))
 
 
 async def run_taken(ctl: Controller, job: Job, run: Run, now: float, cause: EndReason,
-                    ended_at: float | None = None) -> None:
+                    ended_at: float | None = None, runs: list[Run] | None = None) -> None:
     """The node ended the run itself, through no fault of the run (`cause`: NODE_LOST, its node failed under it;
     PREEMPTED, the node's own scheduler preempted it: a Slurm group's NODE_FAIL and PREEMPTED). The job is
     requeued without using a retry, as when a node stays away past its lease; a gang's other ranks are stopped
@@ -144,7 +151,8 @@ async def run_taken(ctl: Controller, job: Job, run: Run, now: float, cause: EndR
     what = (f"preempted by {run.node}'s own scheduler" if cause is EndReason.PREEMPTED
             else f"its node failed under it ({run.node})")
     state = RunState.PREEMPTED if cause is EndReason.PREEMPTED else RunState.LOST
-    runs = await ctl.db(ctl.store.attempt_runs, job.id, run.attempt)
+    if runs is None:
+        runs = await ctl.db(ctl.store.attempt_runs, job.id, run.attempt)
     others_live = [r for r in runs if r.id != run.id and r.state.is_live()]
     if others_live:
         await ctl.db(ctl.store.end_run, run, now, run_state=state, exit_code=None, reason=cause.value,
@@ -160,12 +168,22 @@ async def run_taken(ctl: Controller, job: Job, run: Run, now: float, cause: EndR
     ctl.forget(job.id)
 
 
-async def memory_peaks(ctl: Controller, job: Job) -> tuple[int | None, int | None]:
-    """The job's GPU and host memory peaks (MiB) from the samples folded while it ran (hsched.learn.efficiency)."""
+def _end_run(store: Store, completed: int | None, run: Run, now: float, **fields: Any
+             ) -> tuple[list[Run], list[dict[str, Any]]] | None:
+    """`Store.end_run`, then for a completed job (`completed`: its id) its runs and their stored usage."""
+    store.end_run(run, now, **fields)
+    return (store.runs(completed), store.run_usage(completed)) if completed is not None else None
+
+
+async def memory_peaks(ctl: Controller, job: Job, stored: list[dict[str, Any]] | None = None
+                       ) -> tuple[int | None, int | None]:
+    """The job's GPU and host memory peaks (MiB) from the samples folded while it ran (hsched.learn.efficiency);
+    `stored`: its runs' stored usage (`Store.run_usage`), when read already."""
     from hsched.controller.usage import tallies_of
     from hsched.learn.efficiency import figures
 
-    stored = await ctl.db(ctl.store.run_usage, job.id)
+    if stored is None:
+        stored = await ctl.db(ctl.store.run_usage, job.id)
     f = figures(tallies_of(ctl, job.id, stored))
     peak = max((g.memory_peak_mib for g in f.gpus if g.memory_peak_mib is not None), default=None)
     return peak, f.host_memory_peak_mib

@@ -184,7 +184,8 @@ async def _run_round(ctl: Controller) -> tuple[bool, int]:
 
         async def flush() -> None:
             if writes:
-                done = await ctl.db(_in_order, [w for _job, w in writes])
+                # (in one transaction: one commit, not one per launch)
+                done = await ctl.db(ctl.store.in_one, [w for _job, w in writes])
                 launches.extend((job, runs) for (job, _w), runs in zip(writes, done, strict=True) if job is not None)
                 writes.clear()
 
@@ -205,9 +206,10 @@ async def _run_round(ctl: Controller) -> tuple[bool, int]:
             if isinstance(d, Wait):
                 continue  # (its reason is written above)
             if isinstance(d, Preempt):
+                # (the preemptor's reason with the writes before it, in their transaction)
+                writes.append((None, functools.partial(ctl.store.set_job, job.id, inp.now,
+                                                       reason=EndReason.PREEMPTING.value, event=("preempts", d.why))))
                 await flush()
-                await ctl.db(ctl.store.set_job, job.id, inp.now, reason=EndReason.PREEMPTING.value,
-                             event=("preempts", d.why))
                 if d.placements:  # (a time-sharing stop's devices: held for the job it makes room for)
                     moves.hold_for(ctl, job.id, d.placements, [inp.active[v] for v in d.victims])
                 for victim_id in d.victims:
@@ -278,6 +280,8 @@ async def round_input(ctl: Controller, *, always: bool = False, later: bool = Fa
             and not resizing.may_grow(ctl, active, at)):
         return None
     note_users(ctl, pending)
+    # (the dirty GPUs read here, after `note_users`: a lab user's first job waits for the nodes' answer whether the
+    # user exists there, which a node of the test kit gives at once, by this read)
     view, finish = fleet_view_later(ctl, active, await still_dirty(ctl))
     movable, held, attained = await moves.round_fields(ctl, active, pending, at)
     if movable or held or attained:
@@ -286,7 +290,12 @@ async def round_input(ctl: Controller, *, always: bool = False, later: bool = Fa
                        running_left=learning.running_left(ctl, movable) if movable else {})
     if ctl.settings.policy_round_s != view.policy_round_s:
         view = replace(view, policy_round_s=ctl.settings.policy_round_s)  # (a time-compressed replay's: hsched.replay)
-    scaling, resize_cost = await resizing.round_fields(ctl, active, pending)
+    # (the elastic ones alone, as the job cache keeps them: looking through 2,500 jobs for them was ~0.2 ms of the
+    # event loop a poll, issue 33)
+    elastic = sorted(jobs.elastic)
+    scaling, resize_cost = await resizing.round_fields(
+        ctl, [j for i in elastic if (j := jobs.active_by_id.get(i)) is not None],
+        [j for i in elastic if (j := pending_by_id.get(i)) is not None])
     if resize_cost:
         # elastic jobs that may be resized, their measured scaling and costs, and the quantum a grow waits out
         view = replace(view, scaling=scaling, resize_cost=resize_cost, move_min_run_s=ctl.settings.move_min_run_s)
@@ -325,11 +334,6 @@ def rewrites(job: Job, d: Wait) -> bool:
     for something else)."""
     kept = d.reason == EndReason.RESOURCES and job.reason in (EndReason.PREEMPTED, EndReason.CHECKPOINTED)
     return job.reason != d.reason and not kept
-
-
-def _in_order(writes: Sequence[Callable[[], T]]) -> list[T]:
-    """Each write, in order (on the store's thread): their answers."""
-    return [w() for w in writes]
 
 
 def acting_of(inp: RoundInput, decisions: Sequence[Decision]) -> list[Decision]:
@@ -416,7 +420,7 @@ async def _usage(ctl: Controller, now: float, users: frozenset[str], mark: int, 
     last = ctl.state.fair_usage
     if last is not None and last[1] == mark and last[2] == users and 0.0 <= now - last[0] < USAGE_REFRESH_S:
         return last[3]
-    usage = await round_usage(ctl, now, users, jobs)
+    usage = await round_usage(ctl, now, users, jobs, mark)
     ctl.state.fair_usage = (now, mark, users, usage)
     return usage
 

@@ -50,8 +50,8 @@ async def send(ctl: Controller, job_id: int, sig: str, *, all_processes: bool, b
     answer is skipped (the plan's next step, or the lease, deals with it). `purpose` (a StopReason's value,
     "warning" or "checkpoint") is recorded on the node, where the job can read why it got the signal."""
     sent = False
-    for run in await ctl.db(ctl.state.live_runs.read, ctl.store):
-        if run.job_id != job_id or run.handle is None:
+    for run in await ctl.db(ctl.state.live_runs.of_job, ctl.store, job_id):
+        if run.handle is None:
             continue
         rt = ctl.nodes.get(run.node)
         if rt is None:

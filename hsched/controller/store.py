@@ -30,10 +30,10 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hsched.datasets import DataPlace, PlaceOrigin, PlaceState
 from hsched.errors import HschedError, UserError
@@ -231,8 +231,23 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 # Runs in these states hold devices and are looked up on restart (as SQL parameters, in a fixed order).
 _LIVE = tuple(sorted(LIVE_RUN_STATES))
 
+_RUNS_CHANGED = (
+    "CREATE TEMP TABLE IF NOT EXISTS hsched_changed_runs (seq INTEGER PRIMARY KEY, id INTEGER NOT NULL)",
+    "CREATE TEMP TRIGGER IF NOT EXISTS hsched_runs_inserted AFTER INSERT ON runs BEGIN "
+    "INSERT INTO hsched_changed_runs(id) VALUES (NEW.id); END",
+    "CREATE TEMP TRIGGER IF NOT EXISTS hsched_runs_updated AFTER UPDATE ON runs BEGIN "
+    "INSERT INTO hsched_changed_runs(id) VALUES (NEW.id); END",
+    "CREATE TEMP TRIGGER IF NOT EXISTS hsched_runs_deleted AFTER DELETE ON runs BEGIN "
+    "INSERT INTO hsched_changed_runs(id) VALUES (OLD.id); END",
+)
+"""The notes `runs_changed` reads: each run row written on the store's connection, in the order written."""
+
+_TRIM_NOTES = 4096
+"""Notes written between two trims of those every reader has read."""
+
 
 log = logging.getLogger("hsched.controller.store")
+T = TypeVar("T")
 
 MIN_FREE_BYTES = 1 << 20
 """New work (a submit) is refused when the store's disk has less room than this (`Store.disk_full`)."""
@@ -330,6 +345,8 @@ class Store:
 
     def __init__(self, path: Path, *, check_s: float = CHECK_S) -> None:
         self.path = path
+        self._batched = False
+        """Inside `in_one`: each `tx` is a savepoint of its transaction."""
         _create_private(path)
         try:
             # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a transaction is exactly what we say
@@ -353,6 +370,11 @@ class Store:
             raise
         self._ledger: Ledger | None = None
         """Fair share's folded usage (`user_usage`): the history is read once, then only new and running runs."""
+        self._run_notes: dict[str, int] = {}
+        """Reader -> the last note of a run written it has read (`runs_changed`)."""
+        self._notes_trimmed = 0
+        self._open_usage: dict[int, RunUsage] = {}
+        """Running runs (of one rank per node) as `_usage_rows` read them, kept while their rows are unchanged."""
         self._reader: sqlite3.Connection | None = None
         self._reader_lock = threading.Lock()
 
@@ -395,7 +417,19 @@ class Store:
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
         """One transaction: committed whole, or rolled back whole (a failed COMMIT too: on a full disk SQLite may
-        leave the transaction open, and the next one would then commit this one's changes with its own)."""
+        leave the transaction open, and the next one would then commit this one's changes with its own). Inside
+        `in_one` (one transaction for several writes), a savepoint of it: undone whole, or kept for its commit."""
+        if self._batched:
+            self.db.execute("SAVEPOINT hsched_write")
+            try:
+                yield self.db
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    self.db.execute("ROLLBACK TO hsched_write")
+                    self.db.execute("RELEASE hsched_write")
+                raise
+            self.db.execute("RELEASE hsched_write")
+            return
         try:
             self.db.execute("BEGIN IMMEDIATE")
             try:
@@ -410,6 +444,19 @@ class Store:
             if _is_full(e):
                 raise self.full() from e
             raise
+
+    def in_one(self, writes: Sequence[Callable[[], T]]) -> list[T]:
+        """Each write (a call of this store's methods), in order, all in one transaction: one commit, where each
+        write's own was an fsync (~70 us of CPU each, issue 33: a round's reasons and launches). Their answers, in
+        order; a write that fails undoes them all."""
+        if self._batched:
+            return [w() for w in writes]
+        with self.tx():
+            self._batched = True
+            try:
+                return [w() for w in writes]
+            finally:
+                self._batched = False
 
     def backup(self, check_s: float = CHECK_S) -> Path:
         """Copy the store as it is now to its backup (`backup_path`), checked, then put in place in one rename:
@@ -998,6 +1045,37 @@ class Store:
         marks = ",".join("?" * len(_LIVE))
         return self.db.execute(f"SELECT * FROM runs WHERE state IN ({marks}) ORDER BY id", _LIVE).fetchall()
 
+    def run_rows_by_id(self, ids: Sequence[int], *, live_only: bool = False) -> list[sqlite3.Row]:
+        """Raw rows of these runs (those that exist; `live_only`: those live), by id: what `LiveRuns` reads again
+        after writes."""
+        out: list[sqlite3.Row] = []
+        live = f" AND state IN ({','.join('?' * len(_LIVE))})" if live_only else ""
+        for k in range(0, len(ids), 500):
+            part = list(ids[k:k + 500])
+            out += self.db.execute(f"SELECT * FROM runs WHERE id IN ({','.join('?' * len(part))}){live}",
+                                   [*part, *(_LIVE if live_only else ())]).fetchall()
+        return sorted(out, key=lambda r: r["id"])
+
+    def runs_changed(self, reader: str) -> set[int] | None:
+        """The ids of the runs written (inserted, updated, deleted) on this connection since `reader` last asked;
+        None at its first ask (it reads what it keeps whole). A TEMP table's notes, on this connection only (every
+        write of the controller's goes through it), each with a growing number (`seq`): a reader keeps the last it
+        read, so asking writes nothing but the occasional trim of the notes every reader has read."""
+        if not self._run_notes:
+            for statement in _RUNS_CHANGED:
+                self.db.execute(statement)
+        last = self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM temp.hsched_changed_runs").fetchone()[0]
+        seen = self._run_notes.get(reader)
+        self._run_notes[reader] = last
+        if seen is None:
+            return None
+        ids = {i for (i,) in self.db.execute("SELECT id FROM temp.hsched_changed_runs WHERE seq > ?", (seen,))}
+        if last - self._notes_trimmed >= _TRIM_NOTES:
+            oldest = min(self._run_notes.values())
+            self.db.execute("DELETE FROM temp.hsched_changed_runs WHERE seq < ?", (oldest,))  # (the last one kept)
+            self._notes_trimmed = oldest
+        return ids
+
     # -------------------------------------------------------------------------------------- fair share
 
     def user_usage(self, now: float, half_life_s: float) -> dict[str, Usage]:
@@ -1022,15 +1100,39 @@ class Store:
                "CASE WHEN r.devices = '[]' THEN 0 "
                "ELSE length(r.devices) - length(replace(r.devices, ',', '')) + 1 END AS gpus, "
                "CASE WHEN r.world > 1 THEN (SELECT COUNT(*) FROM runs p WHERE p.job_id = r.job_id "
-               "AND p.attempt = r.attempt AND p.node = r.node) ELSE 1 END AS peers "
+               "AND p.attempt = r.attempt AND p.node = r.node) ELSE 1 END AS peers, r.world "
                "FROM runs r JOIN jobs j ON j.id = r.job_id WHERE ")
         rows = self.db.execute(sql + "r.id > ? ORDER BY r.id", (after_id,)).fetchall()
         ids = sorted(i for i in also if i <= after_id)
-        for k in range(0, len(ids), 500):  # SQLite's limit on parameters
-            chunk = ids[k:k + 500]
-            rows += self.db.execute(sql + f"r.id IN ({','.join('?' * len(chunk))})", chunk).fetchall()
-        return [RunUsage(i, user, gpus / peers if peers > 1 else gpus, start, end)
-                for i, start, end, user, gpus, peers in rows]
+        # the running runs read before and not written since are as they were (issue 33: reading 512 of them again
+        # was ~1.8 ms a round): only a run of one rank per node, whose share of its node's devices no other run's
+        # row changes
+        kept = self._open_usage
+        changed = self.runs_changed("usage")
+        if changed is None:
+            kept.clear()
+        else:
+            for i in changed:
+                kept.pop(i, None)
+        need = [i for i in ids if i not in kept]
+        fresh = len(rows)  # (the new runs' rows; those of the running ones asked again follow)
+        for k in range(0, len(need), 500):  # SQLite's limit on parameters
+            chunk = need[k:k + 500]
+            rows += self.db.execute(sql + f"r.id IN ({','.join('?' * len(chunk))}) ORDER BY r.id", chunk).fetchall()
+        got = [RunUsage(i, user, gpus / peers if peers > 1 else gpus, start, end)
+               for i, start, end, user, gpus, peers, _world in rows]
+        for ru, row in zip(got, rows, strict=True):
+            if ru.end is None and row["world"] <= 1:
+                kept[ru.id] = ru
+        if len(need) == len(ids):
+            return got
+        # (in the order a whole read gives: the new runs by id, then the running ones by id)
+        out, fetched = got[:fresh], {ru.id: ru for ru in got[fresh:]}
+        for i in ids:
+            hit = fetched.get(i) or kept.get(i)
+            if hit is not None:
+                out.append(hit)
+        return out
 
     def job_users(self) -> list[str]:
         """Users with a job that has not ended (pending or holding devices)."""
@@ -1156,10 +1258,11 @@ def _service(row: sqlite3.Row) -> ServiceRecord:
                          updated=row["updated"])
 
 
-def job_from_row(row: sqlite3.Row) -> Job:
+def job_from_row(row: sqlite3.Row, spec: JobSpec | None = None) -> Job:
+    """The row's Job; `spec`: the row's spec, decoded already (a job cache's, from the same JSON)."""
     return Job(
         id=row["id"],
-        spec=spec_from_dict(json.loads(row["spec"])),
+        spec=spec if spec is not None else spec_from_dict(json.loads(row["spec"])),
         user=row["user"],
         state=JobState(row["state"]),
         reason=row["reason"],

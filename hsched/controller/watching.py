@@ -10,6 +10,7 @@ from hsched.controller.core import Controller
 from hsched.controller.ending import run_ended, run_taken
 from hsched.controller.fleet import NodeRuntime
 from hsched.controller.launching import spawn_launch
+from hsched.controller.state import RunGroup
 from hsched.controller.store import Store
 from hsched.errors import ExecutorError
 from hsched.executors.base import StatusQuery
@@ -19,36 +20,45 @@ log = logging.getLogger("hsched.watch")
 
 
 async def watch_runs(ctl: Controller) -> bool:
-    runs = [r for r in await ctl.db(ctl.state.live_runs.read, ctl.store) if r.id not in ctl.launching]
-    if not runs:
+    # (the runs grouped by node with their queries on the store's thread, each node's made again only when its runs
+    # changed; issue 33)
+    live, groups = await ctl.db(ctl.state.live_runs.read_grouped, ctl.store)
+    being_launched = ctl.launching
+    if being_launched and any(r.id in being_launched for r in live):
+        # (a run being launched is not asked about: the groups without it, in the order of their first run left)
+        runs = [r for r in live if r.id not in being_launched]
+        regrouped: dict[str, list[Run]] = {}
+        for r in runs:
+            regrouped.setdefault(r.node, []).append(r)
+        groups = {n: RunGroup(tuple(rs), tuple(StatusQuery(r.run_dir, r.handle) for r in rs))
+                  for n, rs in regrouped.items()}
+    elif not live:
         return False
-    by_node: dict[str, list[Run]] = {}
+    if not groups:
+        return False
     now = ctl.clock.monotonic()
-    asked: dict[str, bool] = {}  # (per node, not per run: 512 runs on 64 nodes)
-    for r in runs:
-        ok = asked.get(r.node)
-        if ok is None:
-            rt = ctl.nodes.get(r.node)
-            ok = asked[r.node] = rt is None or answering(ctl, rt, now)
-        if not ok:
-            continue  # its runs go on there; the lease decides when to give up on them
-        by_node.setdefault(r.node, []).append(r)
+    by_node: dict[str, RunGroup] = {}
+    for node, group in groups.items():
+        rt = ctl.nodes.get(node)
+        if rt is None or answering(ctl, rt, now):
+            by_node[node] = group
+        # (else its runs go on there; the lease decides when to give up on them)
 
-    async def one_node(node: str, node_runs: list[Run]) -> list[tuple[NodeRuntime, Run, RunReport]]:
+    async def one_node(node: str, group: RunGroup) -> list[tuple[NodeRuntime, Run, RunReport]]:
         rt = ctl.nodes.get(node)
         if rt is None:
             return []
         try:
-            reports = await rt.executor.status([StatusQuery(r.run_dir, r.handle) for r in node_runs])
+            reports = await rt.executor.status(list(group.queries))
         except (ExecutorError, TimeoutError) as e:
             log.warning("status from %s failed: %s", node, e)
             return []
-        return [(rt, run, rep) for run, rep in zip(node_runs, reports, strict=True)]
+        return [(rt, run, rep) for run, rep in zip(group.runs, reports, strict=True)]
 
     # one node's slowness must not hold up the others: each node asked in a task of its own, all within one
     # STATUS_TIMEOUT_S (they start together: one deadline is each node's; a TaskGroup and a timeout per node were
     # ~0.4 ms of the event loop a poll on 64 nodes, issue 33)
-    tasks = {asyncio.create_task(one_node(n, rs)): n for n, rs in by_node.items()}
+    tasks = {asyncio.create_task(one_node(n, g)): n for n, g in by_node.items()}
     late: set[asyncio.Task[list[tuple[NodeRuntime, Run, RunReport]]]] = set()
     try:
         if tasks:  # (none when no node with runs answers)
@@ -135,8 +145,9 @@ async def on_report(ctl: Controller, rt: NodeRuntime, run: Run, rep: RunReport) 
     async with ctl.lock:
         # the report answers a question asked before the lock: the run may have been settled meanwhile (given up
         # past its node's lease and its job requeued, or ended by another report); a stale answer changes nothing
-        # (the run and its job in one call on the store's thread: each call is ~70 us of the event loop's CPU)
-        current, job = await ctl.db(_run_and_job, ctl.store, run.id, run.job_id)
+        # (the run, its job and its attempt's runs in one call on the store's thread: each call is ~70 us of the
+        # event loop's CPU)
+        current, job, attempt = await ctl.db(_run_and_job, ctl.store, run.id, run.job_id, run.attempt)
         if current is None or not current.state.is_live() or current.state is not run.state:
             return False
         if job is None:
@@ -154,15 +165,16 @@ async def on_report(ctl: Controller, rt: NodeRuntime, run: Run, rep: RunReport) 
                 return False
         lost = rep.status is not RunStatus.EXITED
         if lost and rep.cause is not None and rep.cause in TAKEN_CAUSES:
-            await run_taken(ctl, job, run, now, rep.cause, rep.end_time)
+            await run_taken(ctl, job, run, now, rep.cause, rep.end_time, runs=attempt)
             return True
         if rep.usage is not None:  # what the run used, by its exit record: in its tally before the end is kept
             usage.final_usage(ctl, run.job_id, run.attempt, run.node, run.rank, rep.usage, now)
         await run_ended(ctl, job, run, now, exit_code=None if lost else rep.exit_code, lost=lost,
-                        ended_at=rep.end_time, oom=rep.oom, gpu_left=rep.gpu_left, gpu_oom=rep.gpu_oom)
+                        ended_at=rep.end_time, oom=rep.oom, gpu_left=rep.gpu_left, gpu_oom=rep.gpu_oom,
+                        runs=attempt)
         return True
 
 
-def _run_and_job(store: Store, run_id: int, job_id: int) -> tuple[Run | None, Job | None]:
-    """The run and its job as the store has them now (on the store's thread)."""
-    return store.get_run(run_id), store.get_job(job_id)
+def _run_and_job(store: Store, run_id: int, job_id: int, attempt: int) -> tuple[Run | None, Job | None, list[Run]]:
+    """The run, its job and its attempt's runs as the store has them now (on the store's thread)."""
+    return store.get_run(run_id), store.get_job(job_id), store.attempt_runs(job_id, attempt)

@@ -39,7 +39,11 @@ same)."""
     """The last round's fleet signature, its waiting jobs' views, and its waiting jobs and their views in order."""
     where: tuple[tuple[object, ...], dict[int, tuple[Job, frozenset[str]]]] = ((), {})
     """The last round's nodes that could ever hold each waiting job, and what that was made of."""
+    eligible: dict[tuple[str, tuple[str, ...], int | None], tuple[str, ...]] = field(default_factory=dict)
+    """The last round's eligible devices per (node, GPU types, GPU memory), for the same nodes (`where`'s)."""
     reserved: tuple[object, tuple[float, frozenset[str], str] | None] = ((), None)
     """The last round's reservation: what it was made of, and (its time, its devices, the head's reason)."""
+    victim_parts: dict[int, tuple[Running, tuple[object, ...], tuple[object, ...]]] = field(default_factory=dict)
+    """The last round's views of the running jobs as QoS victims (no GPU types) in parts, by job id."""
     policy: dict[str, object] = field(default_factory=dict)
     """What the policy keeps between rounds (PolicyInput.cache: the hsched policy's order memo)."""

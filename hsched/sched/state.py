@@ -271,7 +271,10 @@ class RoundState:
         ends, inf = self.fleet.ends, math.inf
         at: dict[str, float] = {}
         for r in self.fleet.running:
-            at.update(dict.fromkeys(r.devices, ends.get(r.id, inf)))
+            end = ends.get(r.job.id, inf)
+            for p in r.job.placement:  # (`r.devices`, without its frozenset)
+                for u in p.devices:
+                    at[u] = end
         at.update(self.started)
         at.update(dict.fromkeys(self.releasing, self.now))
         return at

@@ -4,6 +4,7 @@
     nice python tests/bench/bench_live.py --quick       # fewer rounds, no scaling table
     nice python tests/bench/bench_live.py --no-before   # without the in-run baselines
     nice python tests/bench/bench_live.py --mixes "" --no-scaling   # issue 33's churn and storm cases alone
+    nice python tests/bench/bench_live.py --mixes "" --no-scaling --against /tmp/base   # churn beside another tree
 
 The real controller in-process (hsched.testing.Lab: a real SQLite store, fake nodes of simulated H100s, a fake
 clock), 64 nodes of 8 GPUs, the queue full of 2,000 waiting jobs of mixed sizes (1 to 8 GPUs), QoS classes and
@@ -27,7 +28,8 @@ twelve users, in two running mixes: 64 eight-GPU jobs, and 512 one-GPU jobs. It 
   part (time.thread_time on the event loop's thread, the lag ticker's own wake-ups included) and the event loop's
   lag p99 (`Ticker`: a task that sleeps 1 ms and records how late it woke), beside the code before issue 33
   (`baseline`: the old job read, live-run read, per-wait transactions and preemption search) on a fleet filled
-  alike in the same run;
+  alike in the same run; with `--against TREE`, beside another source tree's hsched instead (the branch before a
+  change, `git archive REV | tar -x -C TREE`), each side in a process of its own, alternating `--repeat` times;
 * the preemption storm (issue 33): 512 GPUs of scavenger jobs, 2,000 normal jobs waiting (QoS preemption), the
   pure round's median CPU beside the search before issue 33 (tests/sched/preempt_before.py), alternating.
 
@@ -53,7 +55,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+# `--tree=DIR` (a worker of `--against`): the hsched of another source tree, imported instead of this one's
+sys.path.insert(0, next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--tree=")),
+                        str(Path(__file__).resolve().parents[2])))
 
 from hsched.config import Settings
 from hsched.controller.api import Api
@@ -162,6 +166,20 @@ def whole_read(self: Any, store: Any) -> Any:
     return self.last
 
 
+def whole_grouped(self: Any, store: Any) -> Any:
+    """`LiveRuns.read_grouped` before issue 33: every live run decoded afresh, grouped and queried each read (the
+    stop's signal likewise: `of_job` decodes them all), and a round's writes each in a transaction of its own."""
+    from hsched.executors.base import StatusQuery
+
+    from hsched.controller.state import RunGroup
+
+    runs = store.live_runs()
+    by: dict[str, list[Any]] = {}
+    for r in runs:
+        by.setdefault(r.node, []).append(r)
+    return runs, {n: RunGroup(tuple(rs), tuple(StatusQuery(r.run_dir, r.handle) for r in rs)) for n, rs in by.items()}
+
+
 @contextmanager
 def baseline(old: bool) -> Iterator[None]:
     """With `old`, the code before issue 33 where it changed: the preemption search of tests/sched/preempt_before.py
@@ -179,10 +197,19 @@ def baseline(old: bool) -> Iterator[None]:
     now, room, live, reasons = preemption.Victims, preemption.Preempting.room, LiveRuns.read, Store.set_reasons
     forced = preemption.Preempting.forced
     jobs_read = JobCache.read
+    grouped, of_job = getattr(LiveRuns, "read_grouped", None), getattr(LiveRuns, "of_job", None)
     preemption.Victims = preempt_before.Victims  # type: ignore[misc,assignment]
     preemption.Preempting.room = preempt_before.room_by_placement  # type: ignore[method-assign,assignment]
     preemption.Preempting.forced = lambda *_a: None  # type: ignore[method-assign,assignment]
     LiveRuns.read = lambda self, store: store.live_runs()  # type: ignore[method-assign,assignment]
+    if grouped is not None:
+        LiveRuns.read_grouped = whole_grouped  # type: ignore[method-assign]
+    if of_job is not None:
+        LiveRuns.of_job = lambda self, store, job_id: [  # type: ignore[method-assign,assignment]
+            r for r in store.live_runs() if r.job_id == job_id]
+    in_one = getattr(Store, "in_one", None)
+    if in_one is not None:
+        Store.in_one = lambda self, writes: [w() for w in writes]  # type: ignore[method-assign,assignment]
     JobCache.read = whole_read  # type: ignore[method-assign]
     Store.set_reasons = lambda self, rs: [self.set_job(j, 0.0, reason=r) for j, r in rs]  # type: ignore[method-assign,assignment,misc]
     try:
@@ -192,6 +219,12 @@ def baseline(old: bool) -> Iterator[None]:
         preemption.Preempting.room = room  # type: ignore[method-assign]
         preemption.Preempting.forced = forced  # type: ignore[method-assign]
         LiveRuns.read = live  # type: ignore[method-assign]
+        if grouped is not None:
+            LiveRuns.read_grouped = grouped  # type: ignore[method-assign]
+        if of_job is not None:
+            LiveRuns.of_job = of_job  # type: ignore[method-assign]
+        if in_one is not None:
+            Store.in_one = in_one  # type: ignore[method-assign]
         Store.set_reasons = reasons  # type: ignore[method-assign]
         JobCache.read = jobs_read  # type: ignore[method-assign]
 
@@ -269,6 +302,49 @@ async def churn_polls(lab: Lab, n: int, *, ends: int = 2, arrivals: int = 2, see
             ticker.on = False
             await lab.settle_tasks()
     return whole, on_loop, ticked, ticker.lags
+
+
+async def churn_sample(rounds: int) -> dict[str, list[float]]:
+    """One side of `--against`: the churn case on this process's hsched (a worker's `--tree`), its raw samples."""
+    with tempfile.TemporaryDirectory() as tmp:
+        async with Lab.open(Path(tmp), nodes=lab_nodes(512), settings=Settings()) as lab:
+            await fill(lab, gpus=512, pending=2000, mix="1")
+            await churn_polls(lab, 3)
+            whole, loop, ticked, lags = await churn_polls(lab, rounds)
+    return {"whole": whole, "loop": loop, "ticked": ticked, "lags": lags}
+
+
+def against(args: argparse.Namespace) -> dict[str, float]:
+    """Issue 33's churn case for this tree and `args.against` (another source tree: the branch before a change),
+    each in a process of its own, alternating `args.repeat` times, so both see the same load; the medians of the
+    runs' figures and the ratios this/other."""
+    import json
+    import subprocess
+
+    here = str(Path(__file__).resolve().parents[2])
+    got: dict[str, list[dict[str, float]]] = {"this": [], "other": []}
+    for _ in range(args.repeat):
+        for side, tree in (("other", args.against), ("this", here)):
+            out = subprocess.run(
+                [sys.executable, __file__, f"--tree={tree}", "--churn-worker", "--rounds", str(args.rounds)],
+                check=True, capture_output=True, text=True).stdout
+            raw = json.loads(out.strip().splitlines()[-1])
+            fig = {"whole": statistics.median(raw["whole"]) * 1000, "loop": statistics.median(raw["loop"]) * 1000,
+                   "lag": pct(raw["lags"], 99) * 1000}
+            got[side].append(fig)
+            load = os.getloadavg()[0]
+            print(f"  {side:5s} ({tree}): whole poll median {fig['whole']:6.1f} ms, on the loop {fig['loop']:5.1f} ms, "
+                  f"loop lag p99 {fig['lag']:5.1f} ms  (load average {load:.1f})", flush=True)
+    print("\nchurn (issue 33), this tree against", args.against, f"({args.repeat} runs each, alternating):")
+    out: dict[str, float] = {}
+    for key, name in (("whole", "churn poll median"), ("loop", "churn on-loop median"), ("lag", "churn lag p99")):
+        mine = [f[key] for f in got["this"]]
+        theirs = [f[key] for f in got["other"]]
+        ratios = [a / max(b, 1e-9) for a, b in zip(mine, theirs, strict=True)]
+        print(f"  {name:20s} this {min(mine):6.1f}-{max(mine):6.1f} ms, other {min(theirs):6.1f}-{max(theirs):6.1f} ms,"
+              f" this/other {min(ratios):.2f}-{max(ratios):.2f}x")
+        out[name] = max(mine)
+    return out
 
 
 async def churn(args: argparse.Namespace) -> dict[str, float]:
@@ -544,7 +620,9 @@ async def main_async(args: argparse.Namespace) -> int:
         got = await headline(mix, args)
         for k, v in got.items():
             worst[k] = max(worst.get(k, 0.0), v)
-    if args.churn:
+    if args.against:
+        worst.update(against(args))
+    elif args.churn:
         worst.update(await churn(args))
     worst["storm round"] = storm(args.before)
     if any(k in worst for k in GOALS):
@@ -572,7 +650,22 @@ def main() -> int:
     ap.add_argument("--no-before", dest="before", action="store_false",
                     help="skip the in-run baseline (the pure round before issue 18)")
     ap.add_argument("--no-churn", dest="churn", action="store_false", help="skip the churn case (issue 33)")
+    ap.add_argument("--against", metavar="TREE",
+                    help="the churn case beside another source tree's hsched (the branch before a change: `git "
+                         "archive REV | tar -x -C TREE`), each in its own process, alternating --repeat times")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each side with --against")
+    ap.add_argument("--churn-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--tree", help=argparse.SUPPRESS)  # (read before the imports, at sys.path)
     args = ap.parse_args()
+    if args.churn_worker:
+        import json
+
+        print(json.dumps(asyncio.run(churn_sample(args.rounds))))
+        return 0
+    if args.against and not Path(args.against, "hsched").is_dir():
+        print(f"bench_live.py: --against {args.against}: no hsched/ there; give a source tree of hsched "
+              "(git archive REV | tar -x -C DIR)", file=sys.stderr)
+        return 2
     if args.quick:
         args.rounds, args.scaling = min(args.rounds, 10), False
     return asyncio.run(main_async(args))

@@ -59,9 +59,9 @@ async def test_fair_share_usage_is_read_again_when_it_may_have_moved(tmp_path: P
         asked: list[float] = []
         real = launching.round_usage
 
-        async def counted(ctl: Any, now: float, users: Any, jobs: Any = ()) -> dict[str, float]:
+        async def counted(ctl: Any, now: float, users: Any, jobs: Any = (), mark: Any = None) -> dict[str, float]:
             asked.append(now)
-            return await real(ctl, now, users, jobs)
+            return await real(ctl, now, users, jobs, mark)
 
         monkeypatch.setattr(launching, "round_usage", counted)
         for _ in range(3):
@@ -85,6 +85,9 @@ async def test_the_incremental_read_sees_what_a_whole_read_sees(tmp_path: Path) 
     """Issue 33: after the first read, the cache fetches only the rows written since (submits, starts, ends,
     cancels, a priority change, a requeue); after each step it holds exactly what a whole read of the store gives,
     in id order, and live runs likewise."""
+    from hsched.executors.base import StatusQuery
+
+    from hsched.controller.state import Jobs
     from hsched.controller.store import job_from_row
 
     async with Lab.open(tmp_path) as lab:
@@ -94,15 +97,49 @@ async def test_the_incremental_read_sees_what_a_whole_read_sees(tmp_path: Path) 
             got = await lab.ctl.db(cache.read, store)
             whole = await lab.ctl.db(lambda: [job_from_row(r) for r in store.job_rows(active_only=True)])
             assert list(got.all) == whole
+            # (the parts kept job by job as rows change split as a whole read splits them, in id order)
+            split = Jobs.of(got.changes, tuple(whole))
+            assert (got.queued, got.active, got.users, got.special, got.elastic) == (
+                split.queued, split.active, split.users, split.special, split.elastic)
+            assert (dict(got.queued_by_id), dict(got.active_by_id)) == (split.queued_by_id, split.active_by_id)
             runs = await lab.ctl.db(lab.ctl.state.live_runs.read, store)
             assert runs == await lab.ctl.db(store.live_runs)
+            # the watch's groups, kept node by node, as grouping them afresh gives them (nodes by their first run)
+            live, groups = await lab.ctl.db(lab.ctl.state.live_runs.read_grouped, store)
+            want: dict[str, list[Any]] = {}
+            for r in live:
+                want.setdefault(r.node, []).append(r)
+            assert live == runs and list(groups) == list(want)
+            assert {n: list(g.runs) for n, g in groups.items()} == want
+            assert all(g.queries == tuple(StatusQuery(r.run_dir, r.handle) for r in g.runs) for g in groups.values())
+            for jid in {r.job_id for r in runs}:
+                assert await lab.ctl.db(lab.ctl.state.live_runs.of_job, store, jid) == [r for r in runs
+                                                                                        if r.job_id == jid]
+            # fair share's rows of the running runs, kept while unchanged, as a whole read gives them, in its order
+            await lab.ctl.db(store.user_usage, lab.clock.time(), 86400.0)
+            led = store._ledger
+            assert led is not None
+            kept = await lab.ctl.db(store._usage_rows, led.upto, led.open)
+            store._open_usage.clear()
+            assert kept == await lab.ctl.db(store._usage_rows, led.upto, led.open)
 
         jobs = [await lab.submit("x", gpus=(1, 2, 4)[k % 3], user=f"u{k % 3}") for k in range(12)]
+        # (an elastic job: the cache keeps which jobs are, for the round's resizing)
+        from hsched.model import JobSpec, Resources
+
+        await commands.submit(lab.ctl, JobSpec(command=("t",), resources=Resources(gpus=1, gpus_max=2)), "u1", None)
         await check()
+        assert cache.last.elastic
         await lab.round()
         await check()
         running = [j for j in jobs if (await lab.job(j.id)).state is JobState.RUNNING]
         await lab.finish(running[0].id)
+        # (its end recorded by a watch alone: no round starts another run on its node meanwhile)
+        from hsched.controller.watching import watch_runs
+
+        await lab.beat()
+        assert await watch_runs(lab.ctl)
+        await check()
         await commands.cancel(lab.ctl, jobs[-1].id)
         await commands.set_priority(lab.ctl, jobs[-2].id, 7)
         await check()
@@ -110,6 +147,19 @@ async def test_the_incremental_read_sees_what_a_whole_read_sees(tmp_path: Path) 
         await check()
         await lab.finish(running[1].id, exit_code=3)
         await lab.submit("y", gpus=1, user="u9")
+        await lab.round()
+        await check()
+        # held and released (out of the queue and back in its place by id), an ended job requeued, a running one
+        # preempted
+        waiting = [j.id for j in (await lab.ctl.db(cache.read, store)).queued]
+        await commands.hold(lab.ctl, waiting[:2], True)
+        await check()
+        await commands.hold(lab.ctl, waiting[:1], False)
+        await check()
+        await commands.requeue(lab.ctl, jobs[-1].id)
+        await check()
+        await commands.preempt(lab.ctl, (await lab.ctl.db(cache.read, store)).active[0].id)
+        await check()
         await lab.round()
         await check()
         assert len(cache.last.all) >= 10

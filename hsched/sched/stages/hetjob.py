@@ -14,6 +14,7 @@ no I/O.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import replace
 
 from hsched.model import Component, Job, Placement
@@ -23,10 +24,13 @@ from hsched.sched.stages.eligibility import resolved
 from hsched.sched.stages.work import Work
 from hsched.sched.state import PRIORITY
 
+_COMPONENTS = operator.attrgetter("spec.components")
+"""A job's components (none: an ordinary job), looked up for the whole queue at C speed."""
+
 
 def hetjob_stage(w: Work) -> None:
     """Place the heterogeneous jobs of the queue (all components or none) and take them out of it."""
-    if not any(j.spec.components for j in w.queue):
+    if not any(map(_COMPONENTS, w.queue)):
         return
     het = order([j for j in w.queue if j.spec.components])
     w.queue = [j for j in w.queue if not j.spec.components]

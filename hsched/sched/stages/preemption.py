@@ -9,7 +9,7 @@ from hsched.sched.cache import RoundCache
 from hsched.sched.fleet import Decision, DeviceChooser, FleetView, Running, Wait
 from hsched.sched.preempt import Victims
 from hsched.sched.stages.sharing import Sharing
-from hsched.sched.stages.views import pending_view, running_view
+from hsched.sched.stages.views import pending_view, victim_views
 from hsched.sched.state import PREEMPTING
 
 
@@ -29,7 +29,7 @@ class Preempting(Sharing):
     def victims(self) -> Victims:
         """The round's QoS victims, indexed once, on first need."""
         if self._victims is None:
-            self._victims = Victims(self.fleet.rule, [running_view(r, {}, self.now) for r in self.fleet.running],
+            self._victims = Victims(self.fleet.rule, victim_views(self.fleet.running, self.now, self.cache),
                                     shared=self._shares())
         return self._victims
 
