@@ -9,7 +9,8 @@ from dataclasses import replace
 
 from hsched.model import JobState
 from hsched.sched.live import Launch, gpu_type_of, schedule
-from hsched.sched.policies.hsched import Hsched, assign_types
+from hsched.sched.policies.hsched import Hsched
+from hsched.sched.policies.types import assign_types
 from hsched.sched.round import build_input
 from hsched.sched.view import JobPhase, JobView, ServerView
 from tests.sched.handmade import model

@@ -11,7 +11,7 @@ rows were re-recorded for issue 18's policy change (GPU-seconds least attained s
 instead of doubling bands and a starvation guard), and again for issue 33's: a job whose progress reported a total
 is ranked by its remaining time, not its attained service (`SimConfig.progress_totals`, on by default; the former
 figures are pinned with it off, below); and again when the `hsched` policy began to give GPU types by remaining time
-as well as by the speed a job loses (hsched.sched.policies.hsched.assign_types: SRPT on the fastest machine, weighed;
+as well as by the speed a job loses (hsched.sched.policies.types.assign_types: SRPT on the fastest machine, weighed;
 ed69ec 16:16:16 1.156 -> 1.131x the bound). They were: 16:16:16 (420419.50381700246, 4152430.9105785955, 74, 1055),
 8:8:8 (569649.7164988935, 6141494.785312057, 237, 4335), synthetic (93013.84175787318, 9968181.205150269, 412,
 9852); the NO_TOTALS rows are unchanged (no remaining time known: hetero_assign's types). A deliberate change of
