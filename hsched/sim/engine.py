@@ -845,13 +845,18 @@ class Simulator:
                     if j.tj is not j.base_tj:  # elastic: a stopped job waits, and starts again, at its trace size
                         j.service_s *= j.tj.gpus / j.base_tj.gpus  # (its attained GPU-seconds unchanged)
                         j.tj = j.base_tj
+            # every move's stop before any start: two jobs that swap devices (or a chain of moves) must not hand a
+            # device back to the free list after the other took it (before, the stop of the second returned the
+            # device the first had just started on: the free view of start-only rounds went stale, and a later
+            # newcomer was started on a busy GPU, two jobs on one device)
             for s in decision.starts:
                 j = active[s.job_id]
                 if j.gpu_type is not None:
                     stop(j, t)
                     j.restarts += 1
                     j.migrations += 1
-                start(j, s, t)
+            for s in decision.starts:
+                start(active[s.job_id], s, t)
 
         new_view = tuple.__new__  # JobView is a NamedTuple: a running job's view is three tuples joined
         if cfg.round_mode not in ("event", "gavel", "live"):
