@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import chain, groupby
 from operator import attrgetter
 from typing import ClassVar, cast
 
@@ -164,11 +163,9 @@ def hetero_assign(
             out[jid] = t
             caps[t] = caps.get(t, 0) - gpus_of.get(jid, 0)
     todo = [j for j in selected if j.id not in out] if out else list(selected)
-    # Jobs share a few speed profiles: group them (as positions in `todo`, which is in priority order: the last
-    # tie-break) by profile, and by profile and the type they run on now. A level then walks only the groups it
-    # needs and stops as soon as its type is full or not needed, instead of re-sorting all. A profile is a small
-    # integer: what a job's (kind, size, allowed types, type now) maps to is kept in the caller's cache from round
-    # to round (the same model and types: the same speeds), so a round looks each job up once and builds nothing.
+    # Jobs share a few speed profiles. A profile is a small integer: what a job's (kind, size, allowed types, type
+    # now) maps to is kept in the caller's cache from round to round (the same model and types: the same speeds),
+    # so a round looks each job up once and builds nothing.
     memo = cast("_ProfileMemo | None", inp.cache.get(_PROFILES))
     if memo is None or memo.model is not model or memo.types != all_types:
         memo = _ProfileMemo(model, all_types)
@@ -193,56 +190,43 @@ def hetero_assign(
                     if kid == len(kinds):
                         kinds.append((sid, on_t))
                 kids[i] = kid
-    # the groups by a stable sort of the positions (C speed; a position's order is kept inside each group), then
-    # each speeds id's positions merged from its groups
-    every: dict[int, list[int]] = {}
-    on_type: dict[tuple[int, str | None], list[int]] = {}
-    at = cast("list[int]", kids).__getitem__
-    for kid, grp in groupby(sorted(range(len(kids)), key=at), at):
-        group = list(grp)
-        key = kinds[kid]
-        on_type[key] = group
-        sid = key[0]
-        prev = every.get(sid)
-        every[sid] = group if prev is None else sorted(prev + group)
+    # Each level (a type, slowest first) walks the jobs not yet placed by the fraction of their best speed they keep
+    # there (highest first), the job already on that type first among equals, then priority order (its position),
+    # and stops as soon as the type is full or no longer needed: one sort of small tuples per level (C speed).
+    # A fraction depends only on the job's speeds id and the level: kept in the memo from round to round.
+    sid_at = [kinds[kid][0] for kid in cast("list[int]", kids)]
+    on_at = [kinds[kid][1] for kid in cast("list[int]", kids)]
+    sids = set(sid_at)
     gpus_at = list(map(_GPUS, todo))
     left = sum(gpus_at)  # GPUs of the jobs not yet given a type
     least = min(gpus_at, default=0)  # the smallest request: a type with less room takes nobody more
     col = {t: n for n, t in enumerate(all_types)}
-    placed: set[int] = set()
+    unplaced = range(len(todo))
     types = [t for t in all_types if caps.get(t, 0) > 0]
-    while len(placed) < len(todo) and types:
+    while unplaced and types:
         slow, faster = types[-1], types[:-1]
         room_above = sum(max(0, caps[t]) for t in faster)
         need = left - room_above
         # keep_frac: the fraction of its best speed on a faster type that the job keeps on the slow type;
         # -1 where it cannot run on the slow type, 2.0 where it runs nowhere faster (it must go here)
-        fracs: dict[float, list[int]] = {}
         s_col, f_cols = col[slow], tuple(col[t] for t in faster)
         level = memo.fracs.get((s_col, f_cols))
         if level is None:
             level = memo.fracs[(s_col, f_cols)] = {}
-        for sid in every:
-            frac = level.get(sid)
-            if frac is None:
+        for sid in sids:
+            if sid not in level:
                 sp = speeds[sid]
                 here_speed = sp[s_col]
                 if here_speed <= 0:
-                    frac = -1.0
+                    level[sid] = -1.0
                 else:
                     best = max((sp[c] for c in f_cols), default=0.0)
-                    frac = here_speed / best if best > 0 else 2.0
-                level[sid] = frac
-            sids = fracs.get(frac)
-            if sids is None:
-                fracs[frac] = [sid]
-            else:
-                sids.append(sid)
+                    level[sid] = here_speed / best if best > 0 else 2.0
         cap = caps[slow]
-        if not faster and left <= cap and all(f >= 0 for f in fracs):
+        if not faster and left <= cap and all(level[sid] >= 0 for sid in sids):
             # the fastest type, with room for everyone left: all of them go here, in no particular order
-            if placed:
-                out.update({todo[k].id: slow for k in range(len(todo)) if k not in placed})
+            if len(unplaced) < len(todo):
+                out.update({todo[k].id: slow for k in unplaced})
             else:  # (the usual case with free GPUs: nobody went to a slower type)
                 out.update(dict.fromkeys(map(_ID, todo), slow))
             caps[slow] = cap - left
@@ -250,29 +234,21 @@ def hetero_assign(
         # among equals (one fraction), the job already there stays, then the first in priority order (the
         # least served) takes the slow type: the most-served jobs are the likeliest to keep running (heavy
         # tails), so they gain most from the fast GPUs, and the longest job is what sets the makespan
-        for frac in sorted(fracs, reverse=True):
-            lazy = need <= 0 and bool(faster) and frac <= 1.0
-            if frac < 0 or lazy or cap < least:
+        lazy = bool(faster)  # (a faster type is left: a job that keeps no more than its speed waits for it)
+        took: list[int] = []
+        for negfrac, _away, k in sorted([(-level[sid_at[k]], on_at[k] != slow, k) for k in unplaced]):
+            if negfrac > 0 or cap < least or (need <= 0 and lazy and negfrac >= -1.0):
                 break
-            sps = fracs[frac]
-            ons = [on_type.get((sid, slow), ()) for sid in sps]
-            offs = [every[sid] for sid in sps]
-            first = ons[0] if len(ons) == 1 else sorted(chain(*ons))
-            rest = offs[0] if len(offs) == 1 else sorted(chain(*offs))
-            for k in chain(first, (k for k in rest if profiles[k][3] != slow)):
-                if k in placed:
-                    continue
-                if need <= 0 and faster and frac <= 1.0:
-                    break
-                g = gpus_at[k]
-                if g <= cap:
-                    out[todo[k].id] = slow
-                    cap -= g
-                    need -= g
-                    left -= g
-                    placed.add(k)
-                    if cap < least:
-                        break
+            g = gpus_at[k]
+            if g <= cap:
+                out[todo[k].id] = slow
+                cap -= g
+                need -= g
+                left -= g
+                took.append(k)
+        if took:
+            gone = set(took)
+            unplaced = [k for k in unplaced if k not in gone]
         caps[slow] = cap
         types.pop()
     if not pinned:
