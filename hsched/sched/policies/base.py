@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, ne
 from typing import ClassVar, cast
 
 from hsched.sched.view import JobView, OracleInput, Plan, PolicyInput, Want
@@ -99,7 +100,8 @@ def select_by_capacity(ordered: Iterable[JobView], capacity: Mapping[str, int], 
     return out
 
 
-_PROFILE_ON = attrgetter("job_type", "gpus", "gpu_types", "gpu_type")
+_PROFILE = attrgetter("job_type", "gpus", "gpu_types")
+_TYPE_NOW = attrgetter("gpu_type")
 _ASKED = attrgetter("id", "job_type", "gpus", "gpu_types", "gpu_type")
 _PROFILES, _LAST_ASSIGN = "base.hetero_assign.profiles", "base.hetero_assign.last"
 """The caller's cache keys (PolicyInput.cache) of `hetero_assign`'s `_ProfileMemo` and its last answer."""
@@ -110,18 +112,18 @@ class _ProfileMemo:
     speed-profile id, the speeds of each id, and each level's keep-fraction per id. All of it depends only on the
     model's (memoised, fixed) answers and the types, which the memo is checked against before use."""
 
-    __slots__ = ("fracs", "ids", "kind_ids", "kinds", "model", "of", "speeds", "types")
+    __slots__ = ("fracs", "ids", "model", "of", "speeds", "types")
 
     def __init__(self, model: object, types: tuple[str, ...]) -> None:
         self.model = model
         self.types = types
-        # (kind, size, allowed types, type now) -> an index into `kinds`: (speeds id, type now)
-        self.of: dict[tuple[str, int, tuple[str, ...], str | None], int] = {}
-        self.kinds: list[tuple[int, str | None]] = []
-        self.kind_ids: dict[tuple[int, str | None], int] = {}
+        self.of: dict[tuple[str, int, tuple[str, ...]], int] = {}  # (kind, size, allowed types) -> speeds id
         self.speeds: list[tuple[float, ...]] = []  # relative speed on each of the types, by id
         self.ids: dict[tuple[float, ...], int] = {}
-        self.fracs: dict[tuple[int, tuple[int, ...]], dict[int, float]] = {}  # (slow col, faster cols) -> id -> frac
+        # (slow col, faster cols) -> minus the keep-fraction (`hetero_assign`), by speeds id
+        self.fracs: dict[tuple[int, tuple[int, ...]], list[float]] = {}
+
+
 _ID = attrgetter("id")
 _GPUS = attrgetter("gpus")
 
@@ -170,63 +172,60 @@ def hetero_assign(
     if memo is None or memo.model is not model or memo.types != all_types:
         memo = _ProfileMemo(model, all_types)
         inp.cache[_PROFILES] = memo
-    known, speeds, by_speeds, kinds = memo.of, memo.speeds, memo.ids, memo.kinds
-    profiles = list(map(_PROFILE_ON, todo))
-    kids = list(map(known.get, profiles))  # each job's (speeds id, type now) as a small integer; None: not seen yet
-    if None in kids:
-        for i, on in enumerate(profiles):
-            if kids[i] is None:
-                kid = known.get(on)
-                if kid is None:
-                    job_type, gpus, allowed, on_t = on
+    known, speeds, by_speeds = memo.of, memo.speeds, memo.ids
+    profiles = list(map(_PROFILE, todo))
+    sid_at = list(map(known.get, profiles))  # each job's speeds id, a small integer; None: not seen yet
+    if None in sid_at:
+        for i, prof in enumerate(profiles):
+            if sid_at[i] is None:
+                sid = known.get(prof)
+                if sid is None:
+                    job_type, gpus, allowed = prof
                     full = model.rel_speeds(job_type, gpus, all_types)
                     # a type the job may not use counts as one it cannot run on
                     sp = tuple(full.get(t, 0.0) if not allowed or t in allowed else 0.0 for t in all_types)
-                    sid = by_speeds.setdefault(sp, len(by_speeds))
+                    sid = known[prof] = by_speeds.setdefault(sp, len(by_speeds))
                     if sid == len(speeds):
                         speeds.append(sp)
-                    # (one id per (speeds, type now): profiles of equal speeds, as sizes on the prior, share it)
-                    kid = known[on] = memo.kind_ids.setdefault((sid, on_t), len(kinds))
-                    if kid == len(kinds):
-                        kinds.append((sid, on_t))
-                kids[i] = kid
+                sid_at[i] = sid
+    sid_of = cast("list[int]", sid_at)
+    on_at = list(map(_TYPE_NOW, todo))
     # Each level (a type, slowest first) walks the jobs not yet placed by the fraction of their best speed they keep
     # there (highest first), the job already on that type first among equals, then priority order (its position),
     # and stops as soon as the type is full or no longer needed: one sort of small tuples per level (C speed).
     # A fraction depends only on the job's speeds id and the level: kept in the memo from round to round.
-    sid_at = [kinds[kid][0] for kid in cast("list[int]", kids)]
-    on_at = [kinds[kid][1] for kid in cast("list[int]", kids)]
-    sids = set(sid_at)
+    n = len(todo)
     gpus_at = list(map(_GPUS, todo))
     left = sum(gpus_at)  # GPUs of the jobs not yet given a type
     least = min(gpus_at, default=0)  # the smallest request: a type with less room takes nobody more
-    col = {t: n for n, t in enumerate(all_types)}
-    unplaced = range(len(todo))
+    col = {t: c for c, t in enumerate(all_types)}
+    placed = [False] * n
     types = [t for t in all_types if caps.get(t, 0) > 0]
-    while unplaced and types:
+    while left > 0 and types:
         slow, faster = types[-1], types[:-1]
         room_above = sum(max(0, caps[t]) for t in faster)
         need = left - room_above
         # keep_frac: the fraction of its best speed on a faster type that the job keeps on the slow type;
-        # -1 where it cannot run on the slow type, 2.0 where it runs nowhere faster (it must go here)
+        # -1 where it cannot run on the slow type, 2.0 where it runs nowhere faster (it must go here). Kept negated
+        # (the sort below puts the highest fraction first)
         s_col, f_cols = col[slow], tuple(col[t] for t in faster)
-        level = memo.fracs.get((s_col, f_cols))
-        if level is None:
-            level = memo.fracs[(s_col, f_cols)] = {}
-        for sid in sids:
-            if sid not in level:
-                sp = speeds[sid]
-                here_speed = sp[s_col]
-                if here_speed <= 0:
-                    level[sid] = -1.0
-                else:
-                    best = max((sp[c] for c in f_cols), default=0.0)
-                    level[sid] = here_speed / best if best > 0 else 2.0
+        neg = memo.fracs.get((s_col, f_cols))
+        if neg is None:
+            neg = memo.fracs[(s_col, f_cols)] = []
+        while len(neg) < len(speeds):
+            sp = speeds[len(neg)]
+            here_speed = sp[s_col]
+            if here_speed <= 0:
+                neg.append(1.0)
+            else:
+                best = max((sp[c] for c in f_cols), default=0.0)
+                neg.append(-(here_speed / best) if best > 0 else -2.0)
+        neg_at = list(map(neg.__getitem__, sid_of))
         cap = caps[slow]
-        if not faster and left <= cap and all(level[sid] >= 0 for sid in sids):
+        if not faster and left <= cap and max(neg_at) <= 0:
             # the fastest type, with room for everyone left: all of them go here, in no particular order
-            if len(unplaced) < len(todo):
-                out.update({todo[k].id: slow for k in unplaced})
+            if any(placed):
+                out.update({todo[k].id: slow for k in range(n) if not placed[k]})
             else:  # (the usual case with free GPUs: nobody went to a slower type)
                 out.update(dict.fromkeys(map(_ID, todo), slow))
             caps[slow] = cap - left
@@ -235,20 +234,18 @@ def hetero_assign(
         # least served) takes the slow type: the most-served jobs are the likeliest to keep running (heavy
         # tails), so they gain most from the fast GPUs, and the longest job is what sets the makespan
         lazy = bool(faster)  # (a faster type is left: a job that keeps no more than its speed waits for it)
-        took: list[int] = []
-        for negfrac, _away, k in sorted([(-level[sid_at[k]], on_at[k] != slow, k) for k in unplaced]):
+        for negfrac, _away, k in sorted(zip(neg_at, map(ne, on_at, repeat(slow)), range(n), strict=True)):
             if negfrac > 0 or cap < least or (need <= 0 and lazy and negfrac >= -1.0):
                 break
+            if placed[k]:
+                continue
             g = gpus_at[k]
             if g <= cap:
                 out[todo[k].id] = slow
                 cap -= g
                 need -= g
                 left -= g
-                took.append(k)
-        if took:
-            gone = set(took)
-            unplaced = [k for k in unplaced if k not in gone]
+                placed[k] = True
         caps[slow] = cap
         types.pop()
     if not pinned:
