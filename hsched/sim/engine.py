@@ -585,8 +585,10 @@ class Simulator:
                 ended_runs[0] += run  # (their typical length: what fair share counts a start as)
                 ended_runs[1] += 1
             for p in j.placement:
-                back = [u for u in p.devices if u not in shared_on]  # (a shared GPU frees with its last job)
-                free_on[p.node] = sorted((*free_on[p.node], *back), key=position.__getitem__)
+                free = free_on[p.node]  # (kept in device order: each device back in its place)
+                for u in p.devices:
+                    if u not in shared_on:  # (a shared GPU frees with its last job)
+                        bisect.insort(free, u, key=position.__getitem__)
                 changed.add(p.node)
             j.version += 1
             j.last_rate = j.rate
@@ -670,8 +672,10 @@ class Simulator:
                 # hsched does not time-share a job it handed over (a new sbatch would queue again): pinned
                 j.run_tail = (*j.run_tail[:4], False)
             for p in s.placement:
-                taken = set(p.devices)
-                free_on[p.node] = [d for d in free_on[p.node] if d not in taken]
+                free = free_on[p.node]
+                for d in p.devices:
+                    if d in free:  # (a shared GPU another shared job holds is not in the list)
+                        free.remove(d)
                 changed.add(p.node)
             if tj.shared and live is not None:
                 for p in s.placement:
