@@ -381,7 +381,7 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
             to_place.append((j, t))
         else:
             if considered is None:
-                considered = {w.job_id for w in plan.wants[:seen]}
+                considered = {wid for wid, _types in plan.wants[:seen]}
             waiting[jid] = _RESOURCES if jid in considered else _PRIORITY
 
     starts: list[Start] = []

@@ -148,13 +148,14 @@ def hetero_assign(
         # The same jobs in the same order, with the same kinds, sizes, allowed types and types now, on the same
         # capacity: the same answer as the last round's (61 % of ed69ec 8:8:8's rounds: a round for an arrival
         # that selects nobody new), kept in the caller's cache.
-        # (the last round's views are kept and compared only when the counts agree: at scale nearly every round
-        # differs, and the comparison then costs nothing)
-        last = cast("tuple[object, tuple[str, ...], Mapping[str, int], tuple[JobView, ...], dict[int, str]] | None",
-                    inp.cache.get(_LAST_ASSIGN))
-        if (last is not None and last[0] is model and len(last[3]) == len(selected) and last[1] == all_types
-                and last[2] == capacity and list(map(_ASKED, last[3])) == list(map(_ASKED, selected))):
-            return dict(last[4])
+        # (the last round's views are kept and compared only when the same jobs are selected in the same order, one
+        # C-speed comparison of their ids: most rounds differ, and then the views are not read)
+        ids = list(map(_ID, selected))
+        last = cast("tuple[object, tuple[str, ...], Mapping[str, int], list[int], tuple[JobView, ...], "
+                    "dict[int, str]] | None", inp.cache.get(_LAST_ASSIGN))
+        if (last is not None and last[0] is model and last[3] == ids and last[1] == all_types
+                and last[2] == capacity and list(map(_ASKED, last[4])) == list(map(_ASKED, selected))):
+            return dict(last[5])
     caps = dict(capacity)
     out: dict[int, str] = {}
     if pinned:
@@ -249,7 +250,7 @@ def hetero_assign(
         caps[slow] = cap
         types.pop()
     if not pinned:
-        inp.cache[_LAST_ASSIGN] = (model, all_types, dict(capacity), tuple(selected), dict(out))
+        inp.cache[_LAST_ASSIGN] = (model, all_types, dict(capacity), ids, tuple(selected), dict(out))
     return out
 
 
