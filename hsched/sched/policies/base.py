@@ -267,27 +267,27 @@ def wants_from_assignment(
     if memo is None or memo.model is not model or memo.types != all_types:
         memo = _WantsMemo(model, all_types)
         inp.cache[_WANTS] = memo
-    asked = list(map(_WANT_ASKED, jobs))  # (C speed: the loop below unpacks these, not the views)
-    if memo.asked == asked and memo.assigned == assigned:
+    ids = list(map(_ID, jobs))  # (C speed: the loop below reads these, not the views)
+    kinds = list(map(_WANT_KIND, jobs))
+    if memo.asked == ids and memo.kinds == kinds and memo.assigned == assigned:
         return memo.wants
     out: list[Want] = []
     prefs = memo.prefs
-    get, new, append = assigned.get, tuple.__new__, out.append  # Want is a NamedTuple: no __new__ wrapper
-    for jid, job_type, gpus, allowed in asked:
-        t = get(jid)
+    new, append = tuple.__new__, out.append  # Want is a NamedTuple: no __new__ wrapper
+    for jid, kind, t in zip(ids, kinds, map(assigned.get, ids), strict=True):
         if t is None:
             continue
-        key = (job_type, gpus, allowed, t)
-        types = prefs.get(key)
+        types = prefs.get((kind, t))
         if types is None:
+            job_type, gpus, allowed = kind
             ft = model.fastest_types(job_type, gpus, all_types, allowed)
-            types = prefs[key] = (t, *(x for x in ft if x != t))
+            types = prefs[(kind, t)] = (t, *(x for x in ft if x != t))
         append(new(Want, (jid, types)))
-    memo.asked, memo.assigned, memo.wants = asked, dict(assigned), tuple(out)
+    memo.asked, memo.kinds, memo.assigned, memo.wants = ids, kinds, dict(assigned), tuple(out)
     return memo.wants
 
 
-_WANT_ASKED = attrgetter("id", "job_type", "gpus", "gpu_types")
+_WANT_KIND = attrgetter("job_type", "gpus", "gpu_types")
 _WANTS = "base.wants_from_assignment"
 """The caller's cache key (PolicyInput.cache) of `wants_from_assignment`'s `_WantsMemo`."""
 
@@ -295,12 +295,14 @@ _WANTS = "base.wants_from_assignment"
 class _WantsMemo:
     """What `wants_from_assignment` keeps from round to round for one model and one list of GPU types."""
 
-    __slots__ = ("asked", "assigned", "model", "prefs", "types", "wants")
+    __slots__ = ("asked", "assigned", "kinds", "model", "prefs", "types", "wants")
 
     def __init__(self, model: object, types: tuple[str, ...]) -> None:
         self.model = model
         self.types = types
-        self.prefs: dict[tuple[str, int, tuple[str, ...], str], tuple[str, ...]] = {}
-        self.asked: list[tuple[int, str, int, tuple[str, ...]]] = []
+        # ((kind, size, allowed types), assigned type) -> the preferences
+        self.prefs: dict[tuple[tuple[str, int, tuple[str, ...]], str], tuple[str, ...]] = {}
+        self.asked: list[int] = []  # the last call's job ids, and their (kind, size, allowed types)
+        self.kinds: list[tuple[str, int, tuple[str, ...]]] = []
         self.assigned: dict[int, str] = {}
         self.wants: tuple[Want, ...] = ()
