@@ -136,43 +136,36 @@ class SimConfig:
 
 
 class _ProgressLeft(Mapping[int, float]):
-    """`PolicyInput.forecast_s` of a round at time `t`: each job that ran's work left over its fastest rate, built the
-    first time a policy reads it (a policy that never does, as las-hetero, costs nothing; at 100,000 jobs the whole
-    dictionary built for every round was 10 % of the replay). The waiting jobs' values are the simulator's own
-    (`waiting`: fixed while they wait), copied at C speed; the running jobs' are worked out then. After the first
-    read `get` is the dictionary's own (hsched's order asks it for every running job, every round). The jobs do not
-    change during a round; a round's input does not outlive the round."""
+    """`PolicyInput.forecast_s` of a round at time `t`: each job that ran's work left over its fastest rate, worked
+    out when the policy asks for it, not for every active job every round (a policy reads it for the jobs whose
+    key changed: the running ones, mostly; at 100,000 jobs the whole dictionary was 10 % of the replay). The jobs
+    do not change during a round, so a value read is the one the dictionary held; a round's input does not
+    outlive the round."""
 
-    __slots__ = ("_d", "_running", "_t", "_waiting", "get")
+    __slots__ = ("_active", "_t")
 
-    def __init__(self, running: Mapping[int, _Job], waiting: dict[int, float], t: float) -> None:
-        self._running = running
-        self._waiting = waiting
+    def __init__(self, active: Mapping[int, _Job], t: float) -> None:
+        self._active = active
         self._t = t
-        self._d: dict[int, float] | None = None
-        self.get = self._first_get  # type: ignore[method-assign,assignment]
 
-    def _first_get(self, jid: int, default: float | None = None) -> float | None:
-        return self._built().get(jid, default)
-
-    def _built(self) -> dict[int, float]:
-        d = self._d
-        if d is None:
-            t = self._t
-            d = self._d = dict(self._waiting)
-            for jid, j in self._running.items():
-                d[jid] = (j.remaining - (j.rate * (t - j.busy_until) if t > j.busy_until else 0.0)) / j.fastest_rate
-            self.get = d.get  # type: ignore[method-assign,assignment]
-        return d
+    def get(self, jid: int, default: float | None = None) -> float | None:  # type: ignore[override]
+        j = self._active.get(jid)
+        if j is None or not (j.rate > 0 or j.last_rate > 0):
+            return default
+        t = self._t
+        return (j.remaining - (j.rate * (t - j.busy_until) if t > j.busy_until else 0.0)) / j.fastest_rate
 
     def __getitem__(self, jid: int) -> float:
-        return self._built()[jid]
+        v = self.get(jid)
+        if v is None:
+            raise KeyError(jid)
+        return v
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self._built())
+        return (jid for jid, j in self._active.items() if j.rate > 0 or j.last_rate > 0)
 
     def __len__(self) -> int:
-        return len(self._built())
+        return sum(1 for _ in self)
 
     def __bool__(self) -> bool:
         return True  # (an empty one answers as {} does: `build_input`'s `forecast_s or {}` need not count it)
@@ -401,14 +394,11 @@ class Simulator:
                     live_allowed[job.tj.id] = ok
 
         totals = cfg.progress_totals and not oracle
-        # the waiting jobs that ran: their work left over their fastest rate (what their progress reported), kept as
-        # they stop, start and end (`_ProgressLeft`)
-        waiting_left: dict[int, float] = {}
 
         def progress_left(t: float) -> Mapping[int, float]:
             """What the jobs that ran have reported (`cfg.progress_totals`): their work left, in seconds on their
             fastest type (`PolicyInput.forecast_s`), read when asked (`_ProgressLeft`)."""
-            return _ProgressLeft(running, waiting_left, t)
+            return _ProgressLeft(active, t)
 
         def live_decide(t: float) -> tuple[RoundDecision, bool]:
             assert live is not None
@@ -605,7 +595,6 @@ class Simulator:
             j.gpu_type, j.placement, j.rate, j.rel, j.finish_at = None, (), 0.0, 0.0, math.inf
             j.view = None
             del running[j.tj.id]
-            waiting_left[j.tj.id] = j.remaining / j.fastest_rate
             if live is not None:
                 live.stopped(j.tj.id)
 
@@ -699,7 +688,6 @@ class Simulator:
             else:
                 held += j.tj.gpus
             running[j.tj.id] = j
-            waiting_left.pop(j.tj.id, None)
             if live is not None:
                 live.started(tj, live_allowed.get(tj.id, ()), j.restarts, s.placement, t)
             if not j.in_pool:
@@ -858,7 +846,6 @@ class Simulator:
                         # only a QoS preemption stops such a job: it starts over, and its run is lost
                         lost_gpu_s += (t - run_start) * j.tj.gpus
                         j.remaining = j.tj.work
-                        waiting_left[jid] = j.remaining / j.fastest_rate
                     if j.tj is not j.base_tj:  # elastic: a stopped job waits, and starts again, at its trace size
                         j.service_s *= j.tj.gpus / j.base_tj.gpus  # (its attained GPU-seconds unchanged)
                         j.tj = j.base_tj
@@ -908,7 +895,6 @@ class Simulator:
                 stop(j, now)
                 j.remaining = 0.0
                 j.end = now
-                del waiting_left[jid]
                 if predictor is not None:
                     predictor.done(j.tj.job_type, j.tj.user, j.run_s, j.predicted)
                 j.arrived = active_integral - j.arrived
@@ -939,7 +925,6 @@ class Simulator:
                     r = active.pop(jid)
                     if r.gpu_type is not None:
                         stop(r, now)
-                    waiting_left.pop(jid, None)
                     event = True
                 for tj in added:
                     r = _Job(tj, 1.0)
