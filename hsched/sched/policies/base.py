@@ -8,10 +8,11 @@ packing, gang by gang, all or nothing. A clairvoyant policy subclasses `OraclePo
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
-from operator import attrgetter, ne
+from operator import add, attrgetter, ne
 from typing import ClassVar, cast
 
 from hsched.sched.view import JobView, OracleInput, Plan, PolicyInput, Want
@@ -112,7 +113,7 @@ class _ProfileMemo:
     speed-profile id, the speeds of each id, and each level's keep-fraction per id. All of it depends only on the
     model's (memoised, fixed) answers and the types, which the memo is checked against before use."""
 
-    __slots__ = ("fracs", "ids", "model", "of", "speeds", "types")
+    __slots__ = ("ids", "levels", "model", "of", "speeds", "types")
 
     def __init__(self, model: object, types: tuple[str, ...]) -> None:
         self.model = model
@@ -120,8 +121,39 @@ class _ProfileMemo:
         self.of: dict[tuple[str, int, tuple[str, ...]], int] = {}  # (kind, size, allowed types) -> speeds id
         self.speeds: list[tuple[float, ...]] = []  # relative speed on each of the types, by id
         self.ids: dict[tuple[float, ...], int] = {}
-        # (slow col, faster cols) -> minus the keep-fraction (`hetero_assign`), by speeds id
-        self.fracs: dict[tuple[int, tuple[int, ...]], list[float]] = {}
+        self.levels: dict[tuple[str, ...], _Level] = {}  # a level's types (slow, *faster) -> its fractions
+
+
+class _Level:
+    """One level of `hetero_assign` (its slow type's column and the faster types'): minus each speeds id's
+    keep-fraction, and the walk's order of them: twice the rank of the value among the distinct ones (ascending: the
+    highest fraction first), and the first rank that cannot run there (`runs`, as 2 x rank) and the first that keeps
+    no more than its speed (`gains`)."""
+
+    __slots__ = ("f_cols", "gains", "neg", "rank2", "runs", "s_col")
+
+    def __init__(self, s_col: int, f_cols: tuple[int, ...]) -> None:
+        self.s_col, self.f_cols = s_col, f_cols
+        self.neg: list[float] = []
+        self.rank2: list[int] = []
+        self.runs = self.gains = 0
+
+    def grow(self, speeds: Sequence[tuple[float, ...]]) -> None:
+        """Fractions for the speeds ids seen since, and the ranks again."""
+        s_col, f_cols, neg = self.s_col, self.f_cols, self.neg
+        while len(neg) < len(speeds):
+            sp = speeds[len(neg)]
+            here_speed = sp[s_col]
+            if here_speed <= 0:
+                neg.append(1.0)
+            else:
+                best = max((sp[c] for c in f_cols), default=0.0)
+                neg.append(-(here_speed / best) if best > 0 else -2.0)
+        values = sorted(set(neg))
+        rank = {v: 2 * i for i, v in enumerate(values)}
+        self.rank2 = [rank[v] for v in neg]
+        self.runs = 2 * sum(1 for v in values if v <= 0)  # keys below this: the job can run here
+        self.gains = 2 * sum(1 for v in values if v < -1.0)  # keys below this: it keeps more than its speed
 
 
 _ID = attrgetter("id")
@@ -199,34 +231,33 @@ def hetero_assign(
     gpus_at = list(map(_GPUS, todo))
     left = sum(gpus_at)  # GPUs of the jobs not yet given a type
     least = min(gpus_at, default=0)  # the smallest request: a type with less room takes nobody more
-    col = {t: c for c, t in enumerate(all_types)}
     placed = [False] * n
+    ones = max(gpus_at, default=0) == 1  # (one GPU each, Gavel's single-GPU traces: a level's walk is counted)
+    unplaced = list(range(n))
+    ids = list(map(_ID, todo))
     types = [t for t in all_types if caps.get(t, 0) > 0]
     while left > 0 and types:
         slow, faster = types[-1], types[:-1]
-        room_above = sum(max(0, caps[t]) for t in faster)
+        room_above = 0
+        for t in faster:
+            if caps[t] > 0:
+                room_above += caps[t]
         need = left - room_above
         # keep_frac: the fraction of its best speed on a faster type that the job keeps on the slow type;
         # -1 where it cannot run on the slow type, 2.0 where it runs nowhere faster (it must go here). Kept negated
-        # (the sort below puts the highest fraction first)
-        s_col, f_cols = col[slow], tuple(col[t] for t in faster)
-        neg = memo.fracs.get((s_col, f_cols))
-        if neg is None:
-            neg = memo.fracs[(s_col, f_cols)] = []
-        while len(neg) < len(speeds):
-            sp = speeds[len(neg)]
-            here_speed = sp[s_col]
-            if here_speed <= 0:
-                neg.append(1.0)
-            else:
-                best = max((sp[c] for c in f_cols), default=0.0)
-                neg.append(-(here_speed / best) if best > 0 else -2.0)
-        neg_at = list(map(neg.__getitem__, sid_of))
+        # (the sort below puts the highest fraction first), by the level's types
+        level = memo.levels.get((slow, *faster))
+        if level is None:
+            col = {t: c for c, t in enumerate(all_types)}
+            level = memo.levels[(slow, *faster)] = _Level(col[slow], tuple(col[t] for t in faster))
+        if len(level.neg) < len(speeds):
+            level.grow(speeds)
+        neg_at = list(map(level.neg.__getitem__, sid_of))
         cap = caps[slow]
         if not faster and left <= cap and max(neg_at) <= 0:
             # the fastest type, with room for everyone left: all of them go here, in no particular order
-            if any(placed):
-                out.update({todo[k].id: slow for k in range(n) if not placed[k]})
+            if len(unplaced) < n:
+                out.update(zip(map(ids.__getitem__, unplaced), repeat(slow)))
             else:  # (the usual case with free GPUs: nobody went to a slower type)
                 out.update(dict.fromkeys(map(_ID, todo), slow))
             caps[slow] = cap - left
@@ -235,18 +266,43 @@ def hetero_assign(
         # least served) takes the slow type: the most-served jobs are the likeliest to keep running (heavy
         # tails), so they gain most from the fast GPUs, and the longest job is what sets the makespan
         lazy = bool(faster)  # (a faster type is left: a job that keeps no more than its speed waits for it)
-        for negfrac, _away, k in sorted(zip(neg_at, map(ne, on_at, repeat(slow)), range(n), strict=True)):
+        if lazy and need <= 0 and min(neg_at) >= -1.0:
+            types.pop()  # (not needed, and nobody is faster here: the walk below would stop at its first job)
+            continue
+        # the walk's order as one small integer a job: twice its fraction's rank (highest fraction first), plus one
+        # when it is not on this type; a stable sort of the positions keeps priority order among equals
+        keys = list(map(add, map(level.rank2.__getitem__, sid_of), map(ne, on_at, repeat(slow))))
+        at = keys.__getitem__
+        walk = sorted(unplaced, key=at)
+        if ones:
+            # every job takes one GPU, so the walk takes its first m jobs: it stops at the first that cannot run here
+            # (r: those that can are a prefix), when the type is full (cap), or, with a faster type left, once the
+            # type is not needed and the job keeps no more than its speed (h: those that keep more are a prefix)
+            r = bisect.bisect_left(walk, level.runs, key=at)
+            h = bisect.bisect_left(walk, level.gains, key=at)
+            m = max(0, min(r, cap, max(need, h) if lazy else r))
+            if m:
+                took = walk[:m]
+                out.update(zip(map(ids.__getitem__, took), repeat(slow)))
+                for k in took:
+                    placed[k] = True
+                cap, need, left = cap - m, need - m, left - m
+                unplaced = [k for k in unplaced if not placed[k]]
+            caps[slow] = cap
+            types.pop()
+            continue
+        for k in walk:
+            negfrac = neg_at[k]
             if negfrac > 0 or cap < least or (need <= 0 and lazy and negfrac >= -1.0):
                 break
-            if placed[k]:
-                continue
             g = gpus_at[k]
             if g <= cap:
-                out[todo[k].id] = slow
+                out[ids[k]] = slow
                 cap -= g
                 need -= g
                 left -= g
                 placed[k] = True
+        unplaced = [k for k in unplaced if not placed[k]]
         caps[slow] = cap
         types.pop()
     if not pinned:
