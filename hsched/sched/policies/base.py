@@ -88,6 +88,9 @@ def select_by_capacity(ordered: Iterable[JobView], capacity: Mapping[str, int], 
         sizes = list(map(_GPUS, ordered))
         if sum(sizes) < free and max(sizes) <= biggest:
             return list(ordered)
+        if max(sizes) == 1 and biggest >= 1:
+            # one GPU each (Gavel's single-GPU traces): the loop below takes the first `free` jobs, skipping none
+            return ordered[:max(0, free)]
     out: list[JobView] = []
     for j in ordered:
         if free <= 0:
