@@ -330,6 +330,10 @@ class Simulator:
         rounds = preemptions = 0
         busy_gpu_s = 0.0
         policy_cache: dict[str, object] = {}  # what the policy keeps between rounds: this run's alone
+        # ...and between start-only rounds, apart: their few newcomers on the free servers would replace the last full
+        # round's memos (the order's waiting keys, the last assignment and wants), which the next full round then
+        # made again for every waiting job (every memo is exact: the same decisions either way)
+        starts_cache: dict[str, object] = {}
         lost_gpu_s = 0.0
         held = 0  # GPUs held now
         busy: list[tuple[float, int]] = [(0.0, 0)]  # (time, GPUs held from then on), at each change
@@ -968,7 +972,7 @@ class Simulator:
                 inp = build_input(now, [pending_view(j) for j in newcomers], free, pmodel,
                                   checkpoint_cost_s=cfg.costs.checkpoint_s, round_s=cfg.round_s,
                                   user_usage=fair(now), starts_only=True,
-                                  cache=policy_cache)
+                                  cache=starts_cache)
                 if aware is not None:
                     aware.round_waiters.clear()
                 decision = data_round(schedule_round(self.policy, inp, free, placer=placer, rule=rule), inp, free, None)
