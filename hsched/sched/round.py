@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import replace
+from operator import attrgetter
 from typing import cast
 
 from hsched.model import EndReason, Placement
@@ -35,6 +36,7 @@ from hsched.sched.view import (
 )
 
 _DEFAULT_PLACER = PackingPlacer()
+_ID = attrgetter("id")
 
 
 def build_input(
@@ -161,7 +163,7 @@ def apply_rule(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], plac
     if not plan.preempt:
         return apply_plan(plan, inp, servers, placer)
     fixed = protected(rule, inp.jobs, inp.now)
-    jobs = {j.id: j for j in inp.jobs}
+    jobs = dict(zip(map(_ID, inp.jobs), inp.jobs, strict=True))
     decision = _apply_plan(plan, inp, servers, placer, fixed, jobs)
     if not decision.preempt:
         return decision
@@ -379,7 +381,7 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
             to_place.append((j, t))
         else:
             if considered is None:
-                considered = {w.job_id for w in plan.wants[:seen]}
+                considered = {wid for wid, _types in plan.wants[:seen]}
             waiting[jid] = _RESOURCES if jid in considered else _PRIORITY
 
     starts: list[Start] = []
@@ -411,7 +413,7 @@ def _place(
     used = {d for j in keep for p in j.placement if p.node in mine for d in p.devices}
     free: dict[str, list[str]] = {s.name: [d for d in s.devices if d not in used]
                                   for ss in by_type.values() for s in ss}
-    rank = {w.job_id: i for i, w in enumerate(plan.wants)}
+    rank = {jid: i for i, (jid, _types) in enumerate(plan.wants)}
     # big gangs first so that small jobs do not fragment the servers they need
     to_place.sort(key=lambda jt: (-jt[0].gpus, rank.get(jt[0].id, 0)))
     starts: list[Start] = []
@@ -424,8 +426,10 @@ def _place(
                 preempt.append(j.id)
             continue
         for p in where:
-            taken = set(p.devices)
-            free[p.node] = [d for d in free[p.node] if d not in taken]
+            left = free[p.node]  # (this round's own list: taken devices leave it in place)
+            for d in p.devices:
+                if d in left:
+                    left.remove(d)
         starts.append(Start(j.id, t, where, migrate=j.running))
     starts.sort(key=lambda s: rank.get(s.job_id, 0))
     return starts, unplaced

@@ -330,6 +330,10 @@ class Simulator:
         rounds = preemptions = 0
         busy_gpu_s = 0.0
         policy_cache: dict[str, object] = {}  # what the policy keeps between rounds: this run's alone
+        # ...and between start-only rounds, apart: their few newcomers on the free servers would replace the last full
+        # round's memos (the order's waiting keys, the last assignment and wants), which the next full round then
+        # made again for every waiting job (every memo is exact: the same decisions either way)
+        starts_cache: dict[str, object] = {}
         lost_gpu_s = 0.0
         held = 0  # GPUs held now
         busy: list[tuple[float, int]] = [(0.0, 0)]  # (time, GPUs held from then on), at each change
@@ -585,8 +589,10 @@ class Simulator:
                 ended_runs[0] += run  # (their typical length: what fair share counts a start as)
                 ended_runs[1] += 1
             for p in j.placement:
-                back = [u for u in p.devices if u not in shared_on]  # (a shared GPU frees with its last job)
-                free_on[p.node] = sorted((*free_on[p.node], *back), key=position.__getitem__)
+                free = free_on[p.node]  # (kept in device order: each device back in its place)
+                for u in p.devices:
+                    if u not in shared_on:  # (a shared GPU frees with its last job)
+                        bisect.insort(free, u, key=position.__getitem__)
                 changed.add(p.node)
             j.version += 1
             j.last_rate = j.rate
@@ -670,8 +676,10 @@ class Simulator:
                 # hsched does not time-share a job it handed over (a new sbatch would queue again): pinned
                 j.run_tail = (*j.run_tail[:4], False)
             for p in s.placement:
-                taken = set(p.devices)
-                free_on[p.node] = [d for d in free_on[p.node] if d not in taken]
+                free = free_on[p.node]
+                for d in p.devices:
+                    if d in free:  # (a shared GPU another shared job holds is not in the list)
+                        free.remove(d)
                 changed.add(p.node)
             if tj.shared and live is not None:
                 for p in s.placement:
@@ -845,13 +853,18 @@ class Simulator:
                     if j.tj is not j.base_tj:  # elastic: a stopped job waits, and starts again, at its trace size
                         j.service_s *= j.tj.gpus / j.base_tj.gpus  # (its attained GPU-seconds unchanged)
                         j.tj = j.base_tj
+            # every move's stop before any start: two jobs that swap devices (or a chain of moves) must not hand a
+            # device back to the free list after the other took it (before, the stop of the second returned the
+            # device the first had just started on: the free view of start-only rounds went stale, and a later
+            # newcomer was started on a busy GPU, two jobs on one device)
             for s in decision.starts:
                 j = active[s.job_id]
                 if j.gpu_type is not None:
                     stop(j, t)
                     j.restarts += 1
                     j.migrations += 1
-                start(j, s, t)
+            for s in decision.starts:
+                start(active[s.job_id], s, t)
 
         new_view = tuple.__new__  # JobView is a NamedTuple: a running job's view is three tuples joined
         if cfg.round_mode not in ("event", "gavel", "live"):
@@ -959,7 +972,7 @@ class Simulator:
                 inp = build_input(now, [pending_view(j) for j in newcomers], free, pmodel,
                                   checkpoint_cost_s=cfg.costs.checkpoint_s, round_s=cfg.round_s,
                                   user_usage=fair(now), starts_only=True,
-                                  cache=policy_cache)
+                                  cache=starts_cache)
                 if aware is not None:
                     aware.round_waiters.clear()
                 decision = data_round(schedule_round(self.policy, inp, free, placer=placer, rule=rule), inp, free, None)

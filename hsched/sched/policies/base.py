@@ -8,10 +8,11 @@ packing, gang by gang, all or nothing. A clairvoyant policy subclasses `OraclePo
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import chain, groupby
-from operator import attrgetter
+from itertools import repeat
+from operator import add, attrgetter, ne
 from typing import ClassVar, cast
 
 from hsched.sched.view import JobView, OracleInput, Plan, PolicyInput, Want
@@ -87,6 +88,9 @@ def select_by_capacity(ordered: Iterable[JobView], capacity: Mapping[str, int], 
         sizes = list(map(_GPUS, ordered))
         if sum(sizes) < free and max(sizes) <= biggest:
             return list(ordered)
+        if max(sizes) == 1 and biggest >= 1:
+            # one GPU each (Gavel's single-GPU traces): the loop below takes the first `free` jobs, skipping none
+            return ordered[:max(0, free)]
     out: list[JobView] = []
     for j in ordered:
         if free <= 0:
@@ -100,7 +104,8 @@ def select_by_capacity(ordered: Iterable[JobView], capacity: Mapping[str, int], 
     return out
 
 
-_PROFILE_ON = attrgetter("job_type", "gpus", "gpu_types", "gpu_type")
+_PROFILE = attrgetter("job_type", "gpus", "gpu_types")
+_TYPE_NOW = attrgetter("gpu_type")
 _ASKED = attrgetter("id", "job_type", "gpus", "gpu_types", "gpu_type")
 _PROFILES, _LAST_ASSIGN = "base.hetero_assign.profiles", "base.hetero_assign.last"
 """The caller's cache keys (PolicyInput.cache) of `hetero_assign`'s `_ProfileMemo` and its last answer."""
@@ -111,18 +116,49 @@ class _ProfileMemo:
     speed-profile id, the speeds of each id, and each level's keep-fraction per id. All of it depends only on the
     model's (memoised, fixed) answers and the types, which the memo is checked against before use."""
 
-    __slots__ = ("fracs", "ids", "kind_ids", "kinds", "model", "of", "speeds", "types")
+    __slots__ = ("ids", "levels", "model", "of", "speeds", "types")
 
     def __init__(self, model: object, types: tuple[str, ...]) -> None:
         self.model = model
         self.types = types
-        # (kind, size, allowed types, type now) -> an index into `kinds`: (speeds id, type now)
-        self.of: dict[tuple[str, int, tuple[str, ...], str | None], int] = {}
-        self.kinds: list[tuple[int, str | None]] = []
-        self.kind_ids: dict[tuple[int, str | None], int] = {}
+        self.of: dict[tuple[str, int, tuple[str, ...]], int] = {}  # (kind, size, allowed types) -> speeds id
         self.speeds: list[tuple[float, ...]] = []  # relative speed on each of the types, by id
         self.ids: dict[tuple[float, ...], int] = {}
-        self.fracs: dict[tuple[int, tuple[int, ...]], dict[int, float]] = {}  # (slow col, faster cols) -> id -> frac
+        self.levels: dict[tuple[str, ...], _Level] = {}  # a level's types (slow, *faster) -> its fractions
+
+
+class _Level:
+    """One level of `hetero_assign` (its slow type's column and the faster types'): minus each speeds id's
+    keep-fraction, and the walk's order of them: twice the rank of the value among the distinct ones (ascending: the
+    highest fraction first), and the first rank that cannot run there (`runs`, as 2 x rank) and the first that keeps
+    no more than its speed (`gains`)."""
+
+    __slots__ = ("f_cols", "gains", "neg", "rank2", "runs", "s_col")
+
+    def __init__(self, s_col: int, f_cols: tuple[int, ...]) -> None:
+        self.s_col, self.f_cols = s_col, f_cols
+        self.neg: list[float] = []
+        self.rank2: list[int] = []
+        self.runs = self.gains = 0
+
+    def grow(self, speeds: Sequence[tuple[float, ...]]) -> None:
+        """Fractions for the speeds ids seen since, and the ranks again."""
+        s_col, f_cols, neg = self.s_col, self.f_cols, self.neg
+        while len(neg) < len(speeds):
+            sp = speeds[len(neg)]
+            here_speed = sp[s_col]
+            if here_speed <= 0:
+                neg.append(1.0)
+            else:
+                best = max((sp[c] for c in f_cols), default=0.0)
+                neg.append(-(here_speed / best) if best > 0 else -2.0)
+        values = sorted(set(neg))
+        rank = {v: 2 * i for i, v in enumerate(values)}
+        self.rank2 = [rank[v] for v in neg]
+        self.runs = 2 * sum(1 for v in values if v <= 0)  # keys below this: the job can run here
+        self.gains = 2 * sum(1 for v in values if v < -1.0)  # keys below this: it keeps more than its speed
+
+
 _ID = attrgetter("id")
 _GPUS = attrgetter("gpus")
 
@@ -147,13 +183,14 @@ def hetero_assign(
         # The same jobs in the same order, with the same kinds, sizes, allowed types and types now, on the same
         # capacity: the same answer as the last round's (61 % of ed69ec 8:8:8's rounds: a round for an arrival
         # that selects nobody new), kept in the caller's cache.
-        # (the last round's views are kept and compared only when the counts agree: at scale nearly every round
-        # differs, and the comparison then costs nothing)
-        last = cast("tuple[object, tuple[str, ...], Mapping[str, int], tuple[JobView, ...], dict[int, str]] | None",
-                    inp.cache.get(_LAST_ASSIGN))
-        if (last is not None and last[0] is model and len(last[3]) == len(selected) and last[1] == all_types
-                and last[2] == capacity and list(map(_ASKED, last[3])) == list(map(_ASKED, selected))):
-            return dict(last[4])
+        # (the last round's views are kept and compared only when the same jobs are selected in the same order, one
+        # C-speed comparison of their ids: most rounds differ, and then the views are not read)
+        ids = list(map(_ID, selected))
+        last = cast("tuple[object, tuple[str, ...], Mapping[str, int], list[int], tuple[JobView, ...], "
+                    "dict[int, str]] | None", inp.cache.get(_LAST_ASSIGN))
+        if (last is not None and last[0] is model and last[3] == ids and last[1] == all_types
+                and last[2] == capacity and list(map(_ASKED, last[4])) == list(map(_ASKED, selected))):
+            return dict(last[5])
     caps = dict(capacity)
     out: dict[int, str] = {}
     if pinned:
@@ -164,85 +201,66 @@ def hetero_assign(
             out[jid] = t
             caps[t] = caps.get(t, 0) - gpus_of.get(jid, 0)
     todo = [j for j in selected if j.id not in out] if out else list(selected)
-    # Jobs share a few speed profiles: group them (as positions in `todo`, which is in priority order: the last
-    # tie-break) by profile, and by profile and the type they run on now. A level then walks only the groups it
-    # needs and stops as soon as its type is full or not needed, instead of re-sorting all. A profile is a small
-    # integer: what a job's (kind, size, allowed types, type now) maps to is kept in the caller's cache from round
-    # to round (the same model and types: the same speeds), so a round looks each job up once and builds nothing.
+    # Jobs share a few speed profiles. A profile is a small integer: what a job's (kind, size, allowed types, type
+    # now) maps to is kept in the caller's cache from round to round (the same model and types: the same speeds),
+    # so a round looks each job up once and builds nothing.
     memo = cast("_ProfileMemo | None", inp.cache.get(_PROFILES))
     if memo is None or memo.model is not model or memo.types != all_types:
         memo = _ProfileMemo(model, all_types)
         inp.cache[_PROFILES] = memo
-    known, speeds, by_speeds, kinds = memo.of, memo.speeds, memo.ids, memo.kinds
-    profiles = list(map(_PROFILE_ON, todo))
-    kids = list(map(known.get, profiles))  # each job's (speeds id, type now) as a small integer; None: not seen yet
-    if None in kids:
-        for i, on in enumerate(profiles):
-            if kids[i] is None:
-                kid = known.get(on)
-                if kid is None:
-                    job_type, gpus, allowed, on_t = on
+    known, speeds, by_speeds = memo.of, memo.speeds, memo.ids
+    profiles = list(map(_PROFILE, todo))
+    sid_at = list(map(known.get, profiles))  # each job's speeds id, a small integer; None: not seen yet
+    if None in sid_at:
+        for i, prof in enumerate(profiles):
+            if sid_at[i] is None:
+                sid = known.get(prof)
+                if sid is None:
+                    job_type, gpus, allowed = prof
                     full = model.rel_speeds(job_type, gpus, all_types)
                     # a type the job may not use counts as one it cannot run on
                     sp = tuple(full.get(t, 0.0) if not allowed or t in allowed else 0.0 for t in all_types)
-                    sid = by_speeds.setdefault(sp, len(by_speeds))
+                    sid = known[prof] = by_speeds.setdefault(sp, len(by_speeds))
                     if sid == len(speeds):
                         speeds.append(sp)
-                    # (one id per (speeds, type now): profiles of equal speeds, as sizes on the prior, share it)
-                    kid = known[on] = memo.kind_ids.setdefault((sid, on_t), len(kinds))
-                    if kid == len(kinds):
-                        kinds.append((sid, on_t))
-                kids[i] = kid
-    # the groups by a stable sort of the positions (C speed; a position's order is kept inside each group), then
-    # each speeds id's positions merged from its groups
-    every: dict[int, list[int]] = {}
-    on_type: dict[tuple[int, str | None], list[int]] = {}
-    at = cast("list[int]", kids).__getitem__
-    for kid, grp in groupby(sorted(range(len(kids)), key=at), at):
-        group = list(grp)
-        key = kinds[kid]
-        on_type[key] = group
-        sid = key[0]
-        prev = every.get(sid)
-        every[sid] = group if prev is None else sorted(prev + group)
+                sid_at[i] = sid
+    sid_of = cast("list[int]", sid_at)
+    on_at = list(map(_TYPE_NOW, todo))
+    # Each level (a type, slowest first) walks the jobs not yet placed by the fraction of their best speed they keep
+    # there (highest first), the job already on that type first among equals, then priority order (its position),
+    # and stops as soon as the type is full or no longer needed: one sort of small tuples per level (C speed).
+    # A fraction depends only on the job's speeds id and the level: kept in the memo from round to round.
+    n = len(todo)
     gpus_at = list(map(_GPUS, todo))
     left = sum(gpus_at)  # GPUs of the jobs not yet given a type
     least = min(gpus_at, default=0)  # the smallest request: a type with less room takes nobody more
-    col = {t: n for n, t in enumerate(all_types)}
-    placed: set[int] = set()
+    placed = [False] * n
+    ones = max(gpus_at, default=0) == 1  # (one GPU each, Gavel's single-GPU traces: a level's walk is counted)
+    unplaced = list(range(n))
+    ids = list(map(_ID, todo))
     types = [t for t in all_types if caps.get(t, 0) > 0]
-    while len(placed) < len(todo) and types:
+    while left > 0 and types:
         slow, faster = types[-1], types[:-1]
-        room_above = sum(max(0, caps[t]) for t in faster)
+        room_above = 0
+        for t in faster:
+            if caps[t] > 0:
+                room_above += caps[t]
         need = left - room_above
         # keep_frac: the fraction of its best speed on a faster type that the job keeps on the slow type;
-        # -1 where it cannot run on the slow type, 2.0 where it runs nowhere faster (it must go here)
-        fracs: dict[float, list[int]] = {}
-        s_col, f_cols = col[slow], tuple(col[t] for t in faster)
-        level = memo.fracs.get((s_col, f_cols))
+        # -1 where it cannot run on the slow type, 2.0 where it runs nowhere faster (it must go here). Kept negated
+        # (the sort below puts the highest fraction first), by the level's types
+        level = memo.levels.get((slow, *faster))
         if level is None:
-            level = memo.fracs[(s_col, f_cols)] = {}
-        for sid in every:
-            frac = level.get(sid)
-            if frac is None:
-                sp = speeds[sid]
-                here_speed = sp[s_col]
-                if here_speed <= 0:
-                    frac = -1.0
-                else:
-                    best = max((sp[c] for c in f_cols), default=0.0)
-                    frac = here_speed / best if best > 0 else 2.0
-                level[sid] = frac
-            sids = fracs.get(frac)
-            if sids is None:
-                fracs[frac] = [sid]
-            else:
-                sids.append(sid)
+            col = {t: c for c, t in enumerate(all_types)}
+            level = memo.levels[(slow, *faster)] = _Level(col[slow], tuple(col[t] for t in faster))
+        if len(level.neg) < len(speeds):
+            level.grow(speeds)
+        neg_at = list(map(level.neg.__getitem__, sid_of))
         cap = caps[slow]
-        if not faster and left <= cap and all(f >= 0 for f in fracs):
+        if not faster and left <= cap and max(neg_at) <= 0:
             # the fastest type, with room for everyone left: all of them go here, in no particular order
-            if placed:
-                out.update({todo[k].id: slow for k in range(len(todo)) if k not in placed})
+            if len(unplaced) < n:
+                out.update(zip(map(ids.__getitem__, unplaced), repeat(slow)))
             else:  # (the usual case with free GPUs: nobody went to a slower type)
                 out.update(dict.fromkeys(map(_ID, todo), slow))
             caps[slow] = cap - left
@@ -250,33 +268,48 @@ def hetero_assign(
         # among equals (one fraction), the job already there stays, then the first in priority order (the
         # least served) takes the slow type: the most-served jobs are the likeliest to keep running (heavy
         # tails), so they gain most from the fast GPUs, and the longest job is what sets the makespan
-        for frac in sorted(fracs, reverse=True):
-            lazy = need <= 0 and bool(faster) and frac <= 1.0
-            if frac < 0 or lazy or cap < least:
+        lazy = bool(faster)  # (a faster type is left: a job that keeps no more than its speed waits for it)
+        if lazy and need <= 0 and min(neg_at) >= -1.0:
+            types.pop()  # (not needed, and nobody is faster here: the walk below would stop at its first job)
+            continue
+        # the walk's order as one small integer a job: twice its fraction's rank (highest fraction first), plus one
+        # when it is not on this type; a stable sort of the positions keeps priority order among equals
+        keys = list(map(add, map(level.rank2.__getitem__, sid_of), map(ne, on_at, repeat(slow))))
+        at = keys.__getitem__
+        walk = sorted(unplaced, key=at)
+        if ones:
+            # every job takes one GPU, so the walk takes its first m jobs: it stops at the first that cannot run here
+            # (r: those that can are a prefix), when the type is full (cap), or, with a faster type left, once the
+            # type is not needed and the job keeps no more than its speed (h: those that keep more are a prefix)
+            r = bisect.bisect_left(walk, level.runs, key=at)
+            h = bisect.bisect_left(walk, level.gains, key=at)
+            m = max(0, min(r, cap, max(need, h) if lazy else r))
+            if m:
+                took = walk[:m]
+                out.update(zip(map(ids.__getitem__, took), repeat(slow)))
+                for k in took:
+                    placed[k] = True
+                cap, need, left = cap - m, need - m, left - m
+                unplaced = [k for k in unplaced if not placed[k]]
+            caps[slow] = cap
+            types.pop()
+            continue
+        for k in walk:
+            negfrac = neg_at[k]
+            if negfrac > 0 or cap < least or (need <= 0 and lazy and negfrac >= -1.0):
                 break
-            sps = fracs[frac]
-            ons = [on_type.get((sid, slow), ()) for sid in sps]
-            offs = [every[sid] for sid in sps]
-            first = ons[0] if len(ons) == 1 else sorted(chain(*ons))
-            rest = offs[0] if len(offs) == 1 else sorted(chain(*offs))
-            for k in chain(first, (k for k in rest if profiles[k][3] != slow)):
-                if k in placed:
-                    continue
-                if need <= 0 and faster and frac <= 1.0:
-                    break
-                g = gpus_at[k]
-                if g <= cap:
-                    out[todo[k].id] = slow
-                    cap -= g
-                    need -= g
-                    left -= g
-                    placed.add(k)
-                    if cap < least:
-                        break
+            g = gpus_at[k]
+            if g <= cap:
+                out[ids[k]] = slow
+                cap -= g
+                need -= g
+                left -= g
+                placed[k] = True
+        unplaced = [k for k in unplaced if not placed[k]]
         caps[slow] = cap
         types.pop()
     if not pinned:
-        inp.cache[_LAST_ASSIGN] = (model, all_types, dict(capacity), tuple(selected), dict(out))
+        inp.cache[_LAST_ASSIGN] = (model, all_types, dict(capacity), ids, tuple(selected), dict(out))
     return out
 
 
@@ -293,27 +326,27 @@ def wants_from_assignment(
     if memo is None or memo.model is not model or memo.types != all_types:
         memo = _WantsMemo(model, all_types)
         inp.cache[_WANTS] = memo
-    asked = list(map(_WANT_ASKED, jobs))  # (C speed: the loop below unpacks these, not the views)
-    if memo.asked == asked and memo.assigned == assigned:
+    ids = list(map(_ID, jobs))  # (C speed: the loop below reads these, not the views)
+    kinds = list(map(_WANT_KIND, jobs))
+    if memo.asked == ids and memo.kinds == kinds and memo.assigned == assigned:
         return memo.wants
     out: list[Want] = []
     prefs = memo.prefs
-    get, new, append = assigned.get, tuple.__new__, out.append  # Want is a NamedTuple: no __new__ wrapper
-    for jid, job_type, gpus, allowed in asked:
-        t = get(jid)
+    new, append = tuple.__new__, out.append  # Want is a NamedTuple: no __new__ wrapper
+    for jid, kind, t in zip(ids, kinds, map(assigned.get, ids), strict=True):
         if t is None:
             continue
-        key = (job_type, gpus, allowed, t)
-        types = prefs.get(key)
+        types = prefs.get((kind, t))
         if types is None:
+            job_type, gpus, allowed = kind
             ft = model.fastest_types(job_type, gpus, all_types, allowed)
-            types = prefs[key] = (t, *(x for x in ft if x != t))
+            types = prefs[(kind, t)] = (t, *(x for x in ft if x != t))
         append(new(Want, (jid, types)))
-    memo.asked, memo.assigned, memo.wants = asked, dict(assigned), tuple(out)
+    memo.asked, memo.kinds, memo.assigned, memo.wants = ids, kinds, dict(assigned), tuple(out)
     return memo.wants
 
 
-_WANT_ASKED = attrgetter("id", "job_type", "gpus", "gpu_types")
+_WANT_KIND = attrgetter("job_type", "gpus", "gpu_types")
 _WANTS = "base.wants_from_assignment"
 """The caller's cache key (PolicyInput.cache) of `wants_from_assignment`'s `_WantsMemo`."""
 
@@ -321,12 +354,14 @@ _WANTS = "base.wants_from_assignment"
 class _WantsMemo:
     """What `wants_from_assignment` keeps from round to round for one model and one list of GPU types."""
 
-    __slots__ = ("asked", "assigned", "model", "prefs", "types", "wants")
+    __slots__ = ("asked", "assigned", "kinds", "model", "prefs", "types", "wants")
 
     def __init__(self, model: object, types: tuple[str, ...]) -> None:
         self.model = model
         self.types = types
-        self.prefs: dict[tuple[str, int, tuple[str, ...], str], tuple[str, ...]] = {}
-        self.asked: list[tuple[int, str, int, tuple[str, ...]]] = []
+        # ((kind, size, allowed types), assigned type) -> the preferences
+        self.prefs: dict[tuple[tuple[str, int, tuple[str, ...]], str], tuple[str, ...]] = {}
+        self.asked: list[int] = []  # the last call's job ids, and their (kind, size, allowed types)
+        self.kinds: list[tuple[str, int, tuple[str, ...]]] = []
         self.assigned: dict[int, str] = {}
         self.wants: tuple[Want, ...] = ()
