@@ -206,7 +206,8 @@ def yardstick_sim(trace: Trace, capacity: dict[str, int], policy: str = "hsched"
     work, the remaining time its progress reports where it ran, else attained service; las-hetero: normalised
     attained service), the first jobs that fit the fleet's GPU count, the heterogeneity-aware assignment
     (`hetero_assign`'s greedy fill of the slowest type by the fraction of the best speed a job keeps there, ties to
-    the job already there, then priority order), each job granted its assigned type or the next fastest with room,
+    the job already there, then priority order; hsched, once some job's remaining time is known, `assign_types`'s
+    fill instead: the speed lost there weighed by remaining seconds ** -0.3), each job granted its assigned type or the next fastest with room,
     then stops, moves and starts; progress at the type's rate, counted when a job stops or the round reads it.
 
     What it leaves out is only what cannot change these decisions on such a trace: devices and servers (a one-GPU
@@ -234,6 +235,7 @@ def yardstick_sim(trace: Trace, capacity: dict[str, int], policy: str = "hsched"
     running: dict[int, _YJob] = {}
     heap: list[tuple[float, int, int]] = []
     fracs: dict[tuple[str, tuple[str, ...], str, tuple[str, ...]], float] = {}
+    losts: dict[tuple[str, tuple[str, ...], str, tuple[str, ...]], float | None] = {}
     free = dict(capacity)  # GPUs free per type
     now, last_round, ai, rounds, jct_sum, finished = 0.0, -math.inf, 0, 0, 0.0, 0
     moves_due = False
@@ -267,6 +269,11 @@ def yardstick_sim(trace: Trace, capacity: dict[str, int], policy: str = "hsched"
         room = sum(caps.values())
         chosen = order[:room]  # one GPU each: the first that fit the fleet's count
         types = tuple(t for t in types_all if caps.get(t, 0) > 0)
+        if totals:
+            left_s = [forecast(j) for j in jobs]
+            if any(x is not None for x in left_s):
+                assigned = weighed_assignment(chosen, caps, types)
+                return grants(chosen, assigned, caps, types, strict)
         # the assignment: the slowest type first, to the jobs that keep most of their speed there
         left, placed, assigned = len(chosen), [False] * len(chosen), {}
         cap_of = dict(caps)
@@ -300,7 +307,72 @@ def yardstick_sim(trace: Trace, capacity: dict[str, int], policy: str = "hsched"
                         break
             cap_of[slow] = cap
             live.pop()
-        # the grants: the assigned type, else the job's next fastest with room
+        return grants(chosen, assigned, caps, types, strict)
+
+    def forecast(j: _YJob) -> float | None:
+        """The remaining seconds on its fastest type the policy is told (a job that never ran has none)."""
+        if j.type is None:
+            return j.remaining / j.fastest if j.last_rate > 0 else None
+        return (j.remaining - (j.rate * (now - j.busy) if now > j.busy else 0.0)) / j.fastest
+
+    def lost_of(kind: str, types: tuple[str, ...], slow: str, faster: tuple[str, ...]) -> float | None:
+        """The share of speed a job loses on `slow` against the best of `faster`: None where it cannot run there,
+        -1 where it runs nowhere faster."""
+        key = (kind, types, slow, faster)
+        if key not in losts:
+            rel = model.rel_speeds(kind, 1, types)
+            here = rel.get(slow, 0.0)
+            best = max((rel.get(t, 0.0) for t in faster), default=0.0)
+            losts[key] = None if here <= 0 else -1.0 if best <= 0 else best / here - 1.0
+        return losts[key]
+
+    def weighed_assignment(chosen: list[_YJob], caps: dict[str, int], types: tuple[str, ...]) -> dict[int, str]:
+        """hsched's assignment where remaining times are known: the slowest type first, to the jobs that lose least
+        there, the loss weighed by remaining seconds ** -0.3."""
+        weights = []
+        for j in chosen:
+            x = forecast(j)
+            weights.append(max(1.0, j.service if x is None else x) ** -0.3)
+        cap_of = dict(caps)
+        assigned: dict[int, str] = {}
+        pending = list(range(len(chosen)))
+        live = list(types)
+        while pending and live:
+            slow, faster = live[-1], tuple(live[:-1])
+            cap = cap_of[slow]
+            if not faster:
+                for i in pending:
+                    if cap >= 1 and lost_of(chosen[i].kind, types, slow, faster) is not None:
+                        assigned[chosen[i].id] = slow
+                        cap -= 1
+                break
+            need = len(pending) - sum(max(0, cap_of[t]) for t in faster)
+            costs = []
+            for i in pending:
+                lost = lost_of(chosen[i].kind, types, slow, faster)
+                if lost is None:
+                    continue
+                if lost == -1.0:
+                    costs.append((-1.0, chosen[i].type != slow, i))
+                elif need > 0 or lost < 0:
+                    costs.append((weights[i] * lost, chosen[i].type != slow, i))
+            costs.sort()
+            taken = set()
+            for c, _moved, i in costs:
+                if c >= 0 and need <= 0:
+                    break
+                if cap >= 1:
+                    assigned[chosen[i].id] = slow
+                    cap, need = cap - 1, need - 1
+                    taken.add(i)
+            cap_of[slow] = cap
+            pending = [i for i in pending if i not in taken]
+            live.pop()
+        return assigned
+
+    def grants(chosen: list[_YJob], assigned: dict[int, str], caps: dict[str, int], types: tuple[str, ...],
+               strict: bool) -> dict[int, str]:
+        """The grants: the assigned type, else the job's next fastest with room."""
         granted: dict[int, str] = {}
         room_of = dict(caps)
         for j in chosen:
