@@ -207,8 +207,9 @@ def yardstick_sim(trace: Trace, capacity: dict[str, int], policy: str = "hsched"
     attained service), the first jobs that fit the fleet's GPU count, the heterogeneity-aware assignment
     (`hetero_assign`'s greedy fill of the slowest type by the fraction of the best speed a job keeps there, ties to
     the job already there, then priority order; hsched, once some job's remaining time is known, `assign_types`'s
-    fill instead: the speed lost there weighed by remaining seconds ** -0.3), each job granted its assigned type or the next fastest with room,
-    then stops, moves and starts; progress at the type's rate, counted when a job stops or the round reads it.
+    fill instead: the speed lost there weighed by remaining seconds ** -0.3), each job granted its assigned type or
+    the next fastest with room, then stops, moves and starts; progress at the type's rate, counted when a job stops
+    or the round reads it.
 
     What it leaves out is only what cannot change these decisions on such a trace: devices and servers (a one-GPU
     job's speed depends on its type alone, and the round always places a type's granted jobs), QoS, fair share,

@@ -17,8 +17,8 @@ ed69ec 16:16:16 1.156 -> 1.131x the bound). They were: 16:16:16 (420419.50381700
 9852); the NO_TOTALS rows are unchanged (no remaining time known: hetero_assign's types). Re-recorded once more
 for a simulator fix (issue 33): a round whose moves swap devices between jobs left the free-device list of the
 start-only rounds stale, and a later newcomer was started on a busy GPU
-(`test_engine.test_no_device_is_held_by_two_jobs`); every row with moves changed a little. A deliberate change of policy behaviour must update them, and say so in its
-commit.
+(`test_engine.test_no_device_is_held_by_two_jobs`); every row with moves changed a little. A deliberate change of
+policy behaviour must update them, and say so in its commit.
 """
 
 from __future__ import annotations
