@@ -540,15 +540,7 @@ def service_from_options(
     requests = compress(load_trace(text, source), speedup, scale)
     if static is not None:
         lo = hi = static
-    policy = ScalePolicy(
-        min_replicas=lo,
-        max_replicas=hi,
-        target_concurrency=target_concurrency,
-        slo_p99_s=parse_slo(slo),
-        stable_window_s=window,
-        panic_window_s=max(step, window / 10),
-        scale_down_delay_s=window / 2,
-    )
+    policy = ScalePolicy.for_window(lo, hi, target_concurrency, parse_slo(slo), stable_window_s=window, interval_s=step)
     cfg = ServiceConfig(
         requests=requests,
         policy=policy,
