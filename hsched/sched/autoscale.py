@@ -252,7 +252,7 @@ def decide(
     # the SLO check: add a replica before the p99 crosses the objective. The p99 is the median of the per-sample
     # p99s over the panic window but at least 3 samples: one sample's p99 is close to its largest request's
     # latency, and one large request is not a trend.
-    p99 = _recent_p99(_window(samples, now, max(policy.panic_window_s, 3 * last.dt + 1e-9)))
+    p99 = _recent_p99(_window(samples, now, max(policy.panic_window_s, 3 * last.dt - 1e-6)))
     boost, slo_t, ok_since = memo.slo_boost, memo.slo_t, memo.slo_ok_since
     limit = SLO_HEADROOM * policy.slo_p99_s
     pending = current > ready  # a replica asked for is still starting: its effect is not measured yet
