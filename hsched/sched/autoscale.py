@@ -12,12 +12,16 @@ The rule, in the style of Knative's KPA and Ray Serve's target ongoing requests:
 - **Panic.** The same over the short `panic_window_s`; when it asks for >= `panic_threshold` x the ready
   replicas, the service is in panic: it scales to the panic window's figure at once and never scales down
   until the panic condition has been absent for a whole stable window (Knative's panic mode).
+- **Windows.** `ScalePolicy.for_window` derives the panic window (a tenth, at least one sampling interval) and
+  the scale-down delay (a half) from the stable window, for the controller and the simulator alike: a load
+  replayed 10x faster wants a 10x shorter window (6 s), or the window averages over ten of its minutes.
 - **Scale ahead of a rising load.** A replica is only useful `cold_start_s` after it is asked for, so the
   arrival rate's trend over the stable window (a least-squares line) is extrapolated over the cold start, and
-  the concurrency it would bring (Little's law: the window's concurrency per arrival/s) sets a floor. A falling
-  trend never scales down by itself.
-- **The SLO is the check.** When the recent p99 (the median of the per-sample p99s over the panic window, so
-  one long request does not count as a trend) exceeds `SLO_HEADROOM` (0.8) x `slo_p99_s`, one replica is added
+  the concurrency it would bring (Little's law: the window's concurrency per arrival/s) sets a floor. Only a
+  significant trend counts (its slope at least `TREND_T` (2) standard errors from 0): on a flat but noisy load a
+  least-squares slope is positive half the time. A falling trend never scales down by itself.
+- **The SLO is the check.** When the recent p99 (the median of the per-sample p99s over the panic window and at
+  least 3 samples, so one long request does not count as a trend) exceeds `SLO_HEADROOM` (0.8) x `slo_p99_s`, one replica is added
   on top of the concurrency figure (no step while an added replica is still starting, nor within a panic
   window of the last step, whose effect is not measured yet). The steps are given back one at a time, a
   scale-down delay apart, once the stable window's p99 (the median of its per-sample p99s) has stayed below
@@ -36,6 +40,9 @@ from dataclasses import dataclass, replace
 
 SLO_HEADROOM = 0.8
 """Add a replica when the recent p99 exceeds this fraction of the SLO: before it crosses, not after."""
+SLO_RELAX = 0.7
+"""An SLO step is given back once the stable window's p99 (the median of its per-sample p99s) stays below this
+fraction of the SLO for a scale-down delay: between the two fractions the steps stay (hysteresis)."""
 TREND_T = 2.0
 """An arrival trend counts (to scale ahead of it) when its slope is at least this many standard errors."""
 
@@ -267,11 +274,17 @@ def decide(
             why = f"p99 {p99:.2f} s > {SLO_HEADROOM:g} x SLO {policy.slo_p99_s:g} s -> +1 ({n} replicas; {why})"
             want = n - boost
     else:
-        # the steps go back one at a time, a scale-down delay apart, once the p99 has stayed under the check's
-        # line for a delay: a step is kept only while the p99 says it is needed (a lower line to give it back,
-        # as before, kept steps the load no longer needed for the rest of the hour)
-        ok_since = ok_since if ok_since is not None else now
-        if boost > 0:
+        # the steps go back one at a time, a scale-down delay apart, once the stable window's p99 has stayed below
+        # SLO_RELAX x the SLO for a delay. Between the two lines the steps stay: a service whose target
+        # concurrency is more than its SLO allows needs them for as long as its load lasts. Measured (a target of
+        # 8 on conv.csv, 60 s window): giving them back at the check's own line made it oscillate, 0.622
+        # GPU-hours and 99.58% against 0.516 and 99.80%; at a target of 4 the two are alike.
+        slow = _recent_p99(stable)
+        if slow is None or slow < SLO_RELAX * policy.slo_p99_s:
+            ok_since = ok_since if ok_since is not None else now
+        else:
+            ok_since = None
+        if boost > 0 and ok_since is not None:
             delay = max(policy.scale_down_delay_s, policy.panic_window_s)
             if now - ok_since >= delay and (slo_t is None or now - slo_t >= delay):
                 boost -= 1
