@@ -22,8 +22,8 @@ The rule, in the style of Knative's KPA and Ray Serve's target ongoing requests:
   least-squares slope is positive half the time. A falling trend never scales down by itself.
 - **The SLO is the check.** When the recent p99 (the median of the per-sample p99s over the panic window and at
   least 3 samples, so one long request does not count as a trend) exceeds `SLO_HEADROOM` (0.8) x `slo_p99_s`,
-  one replica is added on top of the concurrency figure (no step while an added replica is still starting, nor within a panic
-  window of the last step, whose effect is not measured yet). The steps are given back one at a time, a
+  one replica is added on top of the concurrency figure (no step while an added replica is still starting, nor
+  within a panic window of the last step, whose effect is not measured yet). The steps are given back one at a time, a
   scale-down delay apart, once the stable window's p99 (the median of its per-sample p99s) has stayed below
   `SLO_RELAX` (0.7) x the SLO for a scale-down delay.
 - **Scale down slowly.** A lower figure is applied only after it has held for `scale_down_delay_s`, and then
