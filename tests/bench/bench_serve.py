@@ -435,9 +435,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                         "measured_over_model_p50_s": percentile(extra, 0.5),
                         "measured_over_model_p99_s": percentile(extra, 0.99), "slo_s": slo_s}
 
-    minutes = per_minute(trace_path("conv"), start_s, duration_s)
+    minutes = per_minute(trace_path("conv"), start_s, duration_s)[:-1]  # the last minute is partial
     n_peak, n_median = provisioning(conv)
-    say(f"conv.csv slice: {len(conv)} requests over {conv[-1].at_s:.0f} s at {SPEEDUP:g}x; minutes "
+    say(f"conv.csv slice: {len(conv)} requests over {conv[-1].at_s:.0f} s at {SPEEDUP:g}x; full minutes "
         f"{min(minutes)}-{max(minutes)} requests (median {sorted(minutes)[len(minutes) // 2]}): static for the peak "
         f"minute = {n_peak} replicas, for the median minute = {n_median}")
 
