@@ -257,11 +257,14 @@ async def run_service(live: Live, name: str, arrivals: Sequence[Arrival], lo: in
     return report, shown, wall
 
 
-def resumed_from_checkpoints(live: Live) -> tuple[int, int, list[str]]:
-    """(jobs preempted, restarts checked, problems): every run after a job's first must begin at the step its
-    previous run saved when it checkpointed (the trainer's output of each run: `checkpointed at step N`, then
-    `starting at step N`)."""
-    preempted, checked, problems = 0, 0, []
+def resumed_from_checkpoints(live: Live) -> tuple[int, int, list[str], int]:
+    """(jobs preempted, restarts checked, problems, runs stopped before they began): every run after a job's first
+    must begin at the step of the newest checkpoint an earlier run saved (the trainer's output of each run:
+    `checkpointed at step N`, then `starting at step N`; 0 before any). A run that printed neither was stopped
+    while its interpreter started, before the trainer's first line (a preemption's signal that came before the
+    trainer set its handler): it ran no step and saved nothing, so the next run must begin where the one before
+    it saved; it is counted, not a problem. A run that stepped but saved no checkpoint is one."""
+    preempted, checked, problems, unstarted = 0, 0, [], 0
     for jid in live.trainers:
         runs = sorted(live.call("show", id=jid)["runs"], key=lambda r: r["attempt"])
         logs = [Path(r["run_dir"]) / "output.log" for r in runs if r.get("run_dir")]
@@ -269,16 +272,25 @@ def resumed_from_checkpoints(live: Live) -> tuple[int, int, list[str]]:
         if len(texts) <= 1:
             continue
         preempted += 1
-        for k in range(1, len(texts)):
-            checked += 1
-            saved = re.findall(r"^checkpointed at step (\d+)$", texts[k - 1], re.M)
-            start = re.findall(r"^starting at step (\d+)", texts[k], re.M)
-            if not saved or not start:
-                problems.append(f"job {jid}: run {k} {'saved no checkpoint' if not saved else ''} "
-                                f"{'run ' + str(k + 1) + ' did not start' if not start else ''}".strip())
-            elif int(start[0]) != int(saved[-1]):
-                problems.append(f"job {jid}: run {k + 1} started at step {start[0]}, run {k} saved {saved[-1]}")
-    return preempted, checked, problems
+        newest = 0  # the newest checkpoint's step so far
+        for k, text in enumerate(texts):
+            saved = re.findall(r"^checkpointed at step (\d+)", text, re.M)
+            start = re.findall(r"^starting at step (\d+)", text, re.M)
+            if not start and not saved:
+                unstarted += 1 if k < len(texts) - 1 else 0
+                continue
+            if k > 0:
+                checked += 1
+                if not start:
+                    problems.append(f"job {jid}: run {k + 1} saved a checkpoint but never said where it started")
+                elif int(start[0]) != newest:
+                    problems.append(f"job {jid}: run {k + 1} started at step {start[0]}, the newest checkpoint "
+                                    f"before it was step {newest}")
+            if saved:
+                newest = int(saved[-1])
+            elif k < len(texts) - 1:
+                problems.append(f"job {jid}: run {k + 1} ran and was stopped without a checkpoint")
+    return preempted, checked, problems, unstarted
 
 
 def scale_events(shown: dict[str, Any]) -> list[str]:
@@ -502,14 +514,16 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         stop.set()
         await mon
         mon = None
-        preempted, checked, problems = await asyncio.to_thread(resumed_from_checkpoints, live)
+        preempted, checked, problems, unstarted = await asyncio.to_thread(resumed_from_checkpoints, live)
         restarts = sum(j.get("restarts", 0) for j in q if j["id"] in live.trainers)
         say(f"\n== training: {TRAINERS} jobs, {running} running again at the end; GPU-hours on the fleet "
             f"{live.training_gpu_s / 3600:.3f}; {preempted} preempted ({restarts} restarts), {checked} resumes "
             f"checked against the trainer's own record: "
-            + ("every one from its checkpoint" if not problems else "; ".join(problems)))
+            + ("every one from its checkpoint" if not problems else "; ".join(problems))
+            + f"; {unstarted} run(s) stopped before the trainer's first line (no step run, nothing to save)")
         figures["training"] = {"gpu_hours": live.training_gpu_s / 3600, "preempted": preempted,
                                "restarts": restarts, "resumes_checked": checked, "problems": problems,
+                               "stopped_before_starting": unstarted,
                                "running_at_end": running}
     finally:
         stop.set()
