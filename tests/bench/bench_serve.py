@@ -169,6 +169,8 @@ class Live:
     timeline: list[tuple[float, str, int, int]] = field(default_factory=list)
     """(time, service, ready, wanted)."""
     lows: dict[str, list[int]] = field(default_factory=dict)
+    initial: dict[str, int] = field(default_factory=dict)
+    """Replicas wanted when the measured replay began (after the warm-up): the simulator starts with as many."""
 
     def hsched(self, *args: str, check: bool = True) -> str:
         proc = subprocess.run([sys.executable, "-m", "hsched", *args], env=self.env, capture_output=True,
@@ -247,6 +249,7 @@ async def run_service(live: Live, name: str, arrivals: Sequence[Arrival], lo: in
         await asyncio.sleep(0.2)
     if warm_s > 0:
         await replay(s["address"], warm_up(arrivals, warm_s), slo_s=slo_s)  # not counted
+    live.initial[name] = max(lo, (await live.acall("serve", action="show", name=name))["replicas"]["wanted"])
     gpu_s0 = live.service_gpu_s.get(name, 0.0)
     t0 = time.monotonic()
     report = await replay(s["address"], arrivals, slo_s=slo_s)
@@ -364,15 +367,16 @@ def slice_csv(name: str, start_s: float, duration_s: float | None, folder: Path)
     return out
 
 
-def simulate(trace: Path, slo_s: float, cold_start_s: float, replicas: str) -> dict[str, Any]:
+def simulate(trace: Path, slo_s: float, cold_start_s: float, replicas: str, initial: int) -> dict[str, Any]:
     """`hsched sim --service` on the same slice, service and fleet (8 V100s; a few synthetic training jobs beside
-    it): the simulator's service figures."""
+    it), starting with the replicas the live service had when its measured replay began: the simulator's service
+    figures."""
     proc = subprocess.run([sys.executable, "-m", "hsched", "sim", "--synthetic", str(TRAINERS), "--cluster",
                            f"v100:{GPUS}", "--gpus-per-node", str(GPUS), "--service", str(trace), "--service-speedup",
                            f"{SPEEDUP:g}", "--service-replicas", replicas, "--service-slo", f"p99={slo_s * 1000:g}ms",
                            "--service-target-concurrency", f"{TARGET_CONCURRENCY:g}", "--service-cold-start",
                            f"{cold_start_s:.2f}s", "--service-stable-window", f"{WINDOW_S:g}s",
-                           "--json"], capture_output=True, text=True, timeout=900)
+                           "--service-initial", str(initial), "--json"], capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         raise SystemExit(f"hsched sim: exit {proc.returncode}: {proc.stderr.strip()[-400:]}")
     return dict(json.loads(proc.stdout)["service"])
@@ -532,13 +536,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         cleanup(live)
 
     # the same runs in the simulator (hsched sim --service), with the cold start measured live
-    say("\n== the same service in the simulator (hsched sim --service, same slice, policy, SLO, cold start)")
+    say("\n== the same service in the simulator (hsched sim --service, same slice, policy, SLO, cold start, and the "
+        f"replicas at the replay's start: {', '.join(f'{n} {k}' for n, k in live.initial.items())})")
     simdir = Path(tempfile.mkdtemp(prefix="hsched-bench-serve-sim-"))
     try:
         cold = float(figures["conv"]["cold_start_s"] or 2.5)
         for name in ("conv", "code"):
             sim = await asyncio.to_thread(simulate, slice_csv(name, start_s, duration_s, simdir), slo_s, cold,
-                                          f"1-{GPUS}")
+                                          f"1-{GPUS}", live.initial.get(name, 1))
             f = figures[name]
             figures[name]["simulator"] = versus(name, f["report"]["attainment"], f["gpu_hours"], sim)
     finally:
