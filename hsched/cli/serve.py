@@ -33,7 +33,7 @@ def service_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> 
     `args` and the options `o` over it. The replica's job keys go through `hsched submit`'s own mapping
     (hsched.cli.submitting.job_table), so --gpu-memory, --memory, --env mean what they mean there."""
     from hsched.cli.submitting import job_table
-    from hsched.spec.service import parse_replicas, parse_slo
+    from hsched.spec.service import parse_replicas, parse_slo, parse_window
 
     if o.get("replicas") is not None:
         parse_replicas(o["replicas"])  # the option's own line (--replicas ...), before anything is sent
@@ -41,6 +41,9 @@ def service_table(o: dict[str, Any], args: list[str], table: dict[str, Any]) -> 
     if o.get("slo") is not None:
         parse_slo(o["slo"])
         table["slo"] = o["slo"]
+    if o.get("stable_window") is not None:
+        parse_window(o["stable_window"])
+        table["stable_window"] = o["stable_window"]
     for key in ("target_concurrency", "ready_path", "port", "gpus_per_replica"):
         if o.get(key) is not None:
             table[key] = o[key]
@@ -190,6 +193,9 @@ def register(app: typer.Typer) -> None:
         slo: str | None = typer.Option(None, "--slo", help="The latency objective: p99=300ms."),
         target_concurrency: float | None = typer.Option(None, "--target-concurrency", min=0.001,
                                                         help="Requests in flight per replica to aim at (default 2)."),
+        stable_window: str | None = typer.Option(None, "--stable-window", metavar="DURATION", help="The "
+                                                 "autoscaler's stable window (default 60s; panic window a tenth, "
+                                                 "scale-down delay a half)."),
         ready_path: str | None = typer.Option(None, "--ready-path", "--ready", help="HTTP path whose 2xx says a "
                                               "replica is ready (default: its port accepts)."),
         port: int | None = typer.Option(None, "--port", min=1, max=65535, help="The service's port (default: any "

@@ -309,8 +309,8 @@ class ServiceManager:
         spec = rt.record.spec
         now = self.ctl.clock.monotonic()
         rt.samples.append(rt.router.sample())
-        policy = ScalePolicy(min_replicas=spec.min_replicas, max_replicas=spec.max_replicas,
-                             target_concurrency=spec.target_concurrency, slo_p99_s=spec.slo_p99_s)
+        policy = ScalePolicy.for_window(spec.min_replicas, spec.max_replicas, spec.target_concurrency,
+                                        spec.slo_p99_s, stable_window_s=spec.stable_window_s, interval_s=TICK_S)
         keep = max(policy.stable_window_s, policy.panic_window_s) + 2 * TICK_S
         while rt.samples and now - rt.samples[0].t > keep:
             rt.samples.popleft()
@@ -498,7 +498,7 @@ class ServiceManager:
             "gpus_per_replica": res.gpus, "gpu_types": list(res.gpu_types), "gpu_memory_mib": res.gpu_memory_mib,
             "shared": res.shared, "qos": spec.replica.qos, "command": list(spec.replica.command),
             "slo_p99_ms": spec.slo_p99_s * 1000.0, "target_concurrency": spec.target_concurrency,
-            "ready_path": spec.ready_path,
+            "ready_path": spec.ready_path, "stable_window_s": spec.stable_window_s,
             "cold_start_s": round(rt.cold_start_s(), 3) if rt.cold_starts else None,
             "last_decision": rt.last_reason or None,
             "requests_per_s": round(sum(s.arrivals for s in recent) / span, 3) if span > 0 else 0.0,

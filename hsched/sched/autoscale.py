@@ -12,14 +12,18 @@ The rule, in the style of Knative's KPA and Ray Serve's target ongoing requests:
 - **Panic.** The same over the short `panic_window_s`; when it asks for >= `panic_threshold` x the ready
   replicas, the service is in panic: it scales to the panic window's figure at once and never scales down
   until the panic condition has been absent for a whole stable window (Knative's panic mode).
+- **Windows.** `ScalePolicy.for_window` derives the panic window (a tenth, at least one sampling interval) and
+  the scale-down delay (a half) from the stable window, for the controller and the simulator alike: a load
+  replayed 10x faster wants a 10x shorter window (6 s), or the window averages over ten of its minutes.
 - **Scale ahead of a rising load.** A replica is only useful `cold_start_s` after it is asked for, so the
   arrival rate's trend over the stable window (a least-squares line) is extrapolated over the cold start, and
-  the concurrency it would bring (Little's law: the window's concurrency per arrival/s) sets a floor. A falling
-  trend never scales down by itself.
-- **The SLO is the check.** When the recent p99 (the median of the per-sample p99s over the panic window, so
-  one long request does not count as a trend) exceeds `SLO_HEADROOM` (0.8) x `slo_p99_s`, one replica is added
-  on top of the concurrency figure (no step while an added replica is still starting, nor within a panic
-  window of the last step, whose effect is not measured yet). The steps are given back one at a time, a
+  the concurrency it would bring (Little's law: the window's concurrency per arrival/s) sets a floor. Only a
+  significant trend counts (its slope at least `TREND_T` (2) standard errors from 0): on a flat but noisy load a
+  least-squares slope is positive half the time. A falling trend never scales down by itself.
+- **The SLO is the check.** When the recent p99 (the median of the per-sample p99s over the panic window and at
+  least 3 samples, so one long request does not count as a trend) exceeds `SLO_HEADROOM` (0.8) x `slo_p99_s`,
+  one replica is added on top of the concurrency figure (no step while an added replica is still starting, nor
+  within a panic window of the last step, whose effect is not measured yet). The steps are given back one at a time, a
   scale-down delay apart, once the stable window's p99 (the median of its per-sample p99s) has stayed below
   `SLO_RELAX` (0.7) x the SLO for a scale-down delay.
 - **Scale down slowly.** A lower figure is applied only after it has held for `scale_down_delay_s`, and then
@@ -39,6 +43,8 @@ SLO_HEADROOM = 0.8
 SLO_RELAX = 0.7
 """An SLO step is given back once the stable window's p99 (the median of its per-sample p99s) stays below this
 fraction of the SLO for a scale-down delay: between the two fractions the steps stay (hysteresis)."""
+TREND_T = 2.0
+"""An arrival trend counts (to scale ahead of it) when its slope is at least this many standard errors."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +57,30 @@ class ScalePolicy:
     panic_window_s: float = 6.0  # Knative's panic window
     panic_threshold: float = 2.0  # panic when the panic window's wanted >= this x ready
     scale_down_delay_s: float = 30.0  # hold a lower wanted this long before scaling down
+
+    @classmethod
+    def for_window(
+        cls,
+        min_replicas: int,
+        max_replicas: int,
+        target_concurrency: float,
+        slo_p99_s: float,
+        stable_window_s: float = 60.0,
+        interval_s: float = 1.0,
+    ) -> ScalePolicy:
+        """The policy whose panic window and scale-down delay follow its stable window as Knative's defaults do
+        (60 s stable, 6 s panic; a delay of half the stable window), the panic window at least one sampling
+        interval. The controller (live) and the simulator both build their policies here, so a service replayed
+        10x faster with a 10x shorter window scales alike in both."""
+        return cls(
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
+            target_concurrency=target_concurrency,
+            slo_p99_s=slo_p99_s,
+            stable_window_s=stable_window_s,
+            panic_window_s=max(interval_s, stable_window_s / 10),
+            scale_down_delay_s=stable_window_s / 2,
+        )
 
     def problems(self) -> list[str]:
         """What is wrong with this policy, one line each (empty when it is usable)."""
@@ -125,10 +155,14 @@ def _avg_concurrency(win: Sequence[Sample]) -> float:
 
 
 def _rate_trend(win: Sequence[Sample]) -> tuple[float, float, float]:
-    """(mean arrival rate, rate now on the least-squares line, slope in arrivals/s per s) over the window."""
+    """(mean arrival rate, rate now on the least-squares line, slope in arrivals/s per s) over the window.
+
+    The slope is 0 unless it is significant (at least TREND_T standard errors from 0): per-interval arrivals are
+    noisy (a Poisson count of 50 varies by 14%), and a rule that scales up on any positive slope scales up on
+    noise about half the time and never down on it, which holds replicas the load does not need."""
     span = sum(s.dt for s in win)
     mean = sum(s.arrivals for s in win) / span if span > 0 else 0.0
-    if len(win) < 3:
+    if len(win) < 4:
         return mean, mean, 0.0
     ts = [s.t - s.dt / 2 for s in win]
     rs = [s.arrivals / s.dt if s.dt > 0 else 0.0 for s in win]
@@ -137,6 +171,9 @@ def _rate_trend(win: Sequence[Sample]) -> tuple[float, float, float]:
     if var <= 0:
         return mean, mean, 0.0
     slope = sum((t - mt) * (r - mr) for t, r in zip(ts, rs, strict=True)) / var
+    resid = sum((r - mr - slope * (t - mt)) ** 2 for t, r in zip(ts, rs, strict=True)) / (len(ts) - 2)
+    if slope * slope * var < TREND_T * TREND_T * resid:  # |slope| / its standard error < TREND_T
+        return mean, mean, 0.0
     return mean, mr + slope * (win[-1].t - mt), slope
 
 
@@ -208,13 +245,21 @@ def decide(
     panicking = panic_since is not None
     if panicking and p_want > want:
         want = p_want
-        why = (
-            f"panic: concurrency {p_conc:.1f} over {policy.panic_window_s:g} s needs {p_want} >= "
-            f"{policy.panic_threshold:g} x {ready} ready -> {p_want} replicas"
-        )
+        if in_panic_now:
+            why = (
+                f"panic: concurrency {p_conc:.1f} over {policy.panic_window_s:g} s needs {p_want} >= "
+                f"{policy.panic_threshold:g} x {ready} ready -> {p_want} replicas"
+            )
+        else:  # still in panic (its condition held within a stable window), not by this window's figure
+            why = (
+                f"in panic since {panic_since:.0f} s: concurrency {p_conc:.1f} over {policy.panic_window_s:g} s "
+                f"-> {p_want} replicas"
+            )
 
-    # the SLO check: add a replica before the p99 crosses the objective
-    p99 = _recent_p99(panic)
+    # the SLO check: add a replica before the p99 crosses the objective. The p99 is the median of the per-sample
+    # p99s over the panic window but at least 3 samples: one sample's p99 is close to its largest request's
+    # latency, and one large request is not a trend.
+    p99 = _recent_p99(_window(samples, now, max(policy.panic_window_s, 3 * last.dt - 1e-6)))
     boost, slo_t, ok_since = memo.slo_boost, memo.slo_t, memo.slo_ok_since
     limit = SLO_HEADROOM * policy.slo_p99_s
     pending = current > ready  # a replica asked for is still starting: its effect is not measured yet
@@ -229,7 +274,11 @@ def decide(
             why = f"p99 {p99:.2f} s > {SLO_HEADROOM:g} x SLO {policy.slo_p99_s:g} s -> +1 ({n} replicas; {why})"
             want = n - boost
     else:
-        # the steps go back one at a time once the stable window's p99 has stayed low for a scale-down delay
+        # the steps go back one at a time, a scale-down delay apart, once the stable window's p99 has stayed below
+        # SLO_RELAX x the SLO for a delay. Between the two lines the steps stay: a service whose target
+        # concurrency is more than its SLO allows needs them for as long as its load lasts. Measured (a target of
+        # 8 on conv.csv, 60 s window): giving them back at the check's own line made it oscillate, 0.622
+        # GPU-hours and 99.58% against 0.516 and 99.80%; at a target of 4 the two are alike.
         slow = _recent_p99(stable)
         if slow is None or slow < SLO_RELAX * policy.slo_p99_s:
             ok_since = ok_since if ok_since is not None else now

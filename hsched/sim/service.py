@@ -401,6 +401,22 @@ class ServiceSim:
         ordered = sorted(full)
         return need(max(full)), need(ordered[len(ordered) // 2])
 
+    def per_minute_floor(self) -> float:
+        """Mean replicas of an oracle that provisions every full trace minute for its own offered work by the rule
+        of `provisioning` (no cold start, no window, no margin): a floor for any autoscaler at the same load per
+        replica. Its ratio to the peak figure bounds the service's GPU-hours against the static peak's."""
+        cfg = self.cfg
+        width = 60.0 / cfg.speedup
+        work: dict[int, float] = {}
+        for r in cfg.requests:
+            k = int(r.arrival_s // width)
+            work[k] = work.get(k, 0.0) + service_time_s(r.context_tokens, r.generated_tokens, cfg.model)
+        minutes = [work.get(k, 0.0) for k in range(max(work) + 1)]
+        full = minutes[:-1] or minutes
+        target = cfg.policy.target_concurrency
+        slow = slowdown(cfg.model, max(1, round(target)))
+        return sum(max(1, math.ceil(w / width * slow / target - 1e-9)) for w in full) / len(full)
+
     def summary(self, end_s: float) -> dict[str, Any]:
         cfg = self.cfg
         self._held(end_s)
@@ -443,6 +459,7 @@ class ServiceSim:
             "replica_preemptions": self.replica_preemptions,
             "static_peak_replicas": peak,
             "static_median_replicas": median,
+            "per_minute_floor_replicas": self.per_minute_floor(),
             "static_peak_gpu_hours": peak * cfg.gpus_per_replica * (span - 0.0) / 3600.0,
             "replica_timeline": [list(x) for x in self.timeline],
             "scale_reasons": [list(x) for x in self.reasons[:50]],
@@ -540,15 +557,7 @@ def service_from_options(
     requests = compress(load_trace(text, source), speedup, scale)
     if static is not None:
         lo = hi = static
-    policy = ScalePolicy(
-        min_replicas=lo,
-        max_replicas=hi,
-        target_concurrency=target_concurrency,
-        slo_p99_s=parse_slo(slo),
-        stable_window_s=window,
-        panic_window_s=max(step, window / 10),
-        scale_down_delay_s=window / 2,
-    )
+    policy = ScalePolicy.for_window(lo, hi, target_concurrency, parse_slo(slo), stable_window_s=window, interval_s=step)
     cfg = ServiceConfig(
         requests=requests,
         policy=policy,
@@ -585,7 +594,8 @@ def describe(figures: Mapping[str, Any]) -> list[str]:
         f"  service GPU-hours {float(f['service_gpu_hours']):.3f} over {float(f['service_span_s']):.0f} s "
         f"(replicas: mean {float(f['replicas_mean']):.2f}, max ready {f['replicas_ready_max']}); "
         f"static for the peak minute: {f['static_peak_replicas']} replicas = "
-        f"{float(f['static_peak_gpu_hours']):.3f} GPU-hours; median minute: {f['static_median_replicas']}",
+        f"{float(f['static_peak_gpu_hours']):.3f} GPU-hours; median minute: {f['static_median_replicas']}; each "
+        f"minute for itself (a floor): {float(f.get('per_minute_floor_replicas', 0.0)):.2f} on average",
         f"  scale-ups {f['scale_ups']}, scale-downs {f['scale_downs']}, replicas preempted "
         f"{f['replica_preemptions']}; training GPU-hours {float(f['training_gpu_hours']):.2f} in all, "
         f"{float(f.get('training_gpu_hours_during_service', 0.0)):.3f} while the service ran",

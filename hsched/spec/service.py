@@ -22,7 +22,7 @@ from hsched.model import JobSpec
 from hsched.serialize import spec_from_dict, spec_to_dict
 
 SERVICE_KEYS = frozenset({"name", "replicas", "slo", "target_concurrency", "ready_path", "port",
-                          "gpus_per_replica"})
+                          "gpus_per_replica", "stable_window"})
 """The keys of a `[service]` table that are the service's own; the rest are its replicas' job table."""
 
 MAX_REPLICAS = 1024
@@ -30,8 +30,12 @@ DEFAULT_TARGET_CONCURRENCY = 2.0
 """Requests in flight per replica the autoscaler aims at when the service names none (Ray Serve's default
 target_ongoing_requests)."""
 
+DEFAULT_STABLE_WINDOW_S = 60.0
+"""Knative's stable window: a service that names none averages its concurrency over the last minute."""
+
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _SLO = re.compile(r"p99\s*=\s*([0-9]*\.?[0-9]+)\s*(ms|s)?", re.IGNORECASE)
+_WINDOW = re.compile(r"([0-9]*\.?[0-9]+)\s*(ms|s|m)?", re.IGNORECASE)
 
 
 class ServiceState(enum.StrEnum):
@@ -70,6 +74,9 @@ class ServiceSpec:
     """The HTTP path whose 2xx says a replica is ready; None: its port accepting a connection says so."""
     port: int = 0
     """The port the service's router listens on (its address); 0: one the controller picks."""
+    stable_window_s: float = DEFAULT_STABLE_WINDOW_S
+    """The autoscaler's stable window (its panic window is a tenth, its scale-down delay a half:
+    hsched.sched.autoscale.ScalePolicy.for_window)."""
 
 
 def parse_replicas(text: str, key: str = "--replicas") -> tuple[int, int]:
@@ -93,6 +100,19 @@ def parse_slo(text: str, key: str = "--slo") -> float:
     value = float(m.group(1)) / (1000.0 if (m.group(2) or "s").lower() == "ms" else 1.0)
     if not 0.0 < value <= 3600.0:
         raise UserError(f"{key} {text!r}: the p99 target must be above 0 and at most an hour")
+    return value
+
+
+def parse_window(text: str | int | float, key: str = "--stable-window") -> float:
+    """`60s`, `6s`, `500ms`, `2m` or a number of seconds, as seconds (1 s to an hour: the autoscaler samples
+    every second)."""
+    m = _WINDOW.fullmatch(str(text).strip()) if not isinstance(text, bool) else None
+    if m is None:
+        raise UserError(f"{key} {text!r}: expected a duration such as 60s, 6s or 2m")
+    unit = (m.group(2) or "s").lower()
+    value = float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0}[unit]
+    if not 1.0 <= value <= 3600.0:
+        raise UserError(f"{key} {text!r}: the stable window must be from 1 s to an hour")
     return value
 
 
@@ -145,20 +165,23 @@ def service_from_table(own: Mapping[str, Any], replica: JobSpec, source: str) ->
     port = own.get("port", 0)
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise bad("port", f"expected a port from 1 to 65535 (or 0: any free one), found {port!r}")
+    window = parse_window(own["stable_window"], "stable_window") if "stable_window" in own else DEFAULT_STABLE_WINDOW_S
     if replica.array is not None or replica.resources.nodes != 1 or replica.dependency:
         raise bad("replicas", "a replica is one job on one node: no array, --nodes or --dependency")
     return ServiceSpec(name=name, replica=replica, min_replicas=lo, max_replicas=hi, slo_p99_s=slo,
-                       target_concurrency=float(target), ready_path=path or None, port=port)
+                       target_concurrency=float(target), ready_path=path or None, port=port,
+                       stable_window_s=window)
 
 
 def service_to_dict(s: ServiceSpec) -> dict[str, Any]:
     return {"name": s.name, "replica": spec_to_dict(s.replica), "min_replicas": s.min_replicas,
             "max_replicas": s.max_replicas, "slo_p99_s": s.slo_p99_s, "target_concurrency": s.target_concurrency,
-            "ready_path": s.ready_path, "port": s.port}
+            "ready_path": s.ready_path, "port": s.port, "stable_window_s": s.stable_window_s}
 
 
 def service_from_dict(d: Mapping[str, Any]) -> ServiceSpec:
     return ServiceSpec(name=d["name"], replica=spec_from_dict(d["replica"]), min_replicas=int(d["min_replicas"]),
                        max_replicas=int(d["max_replicas"]), slo_p99_s=float(d["slo_p99_s"]),
                        target_concurrency=float(d.get("target_concurrency", DEFAULT_TARGET_CONCURRENCY)),
-                       ready_path=d.get("ready_path"), port=int(d.get("port") or 0))
+                       ready_path=d.get("ready_path"), port=int(d.get("port") or 0),
+                       stable_window_s=float(d.get("stable_window_s") or DEFAULT_STABLE_WINDOW_S))

@@ -67,6 +67,10 @@ TRAINERS = 8
 TARGET_CONCURRENCY = 4.0
 LOAD_S = 1.0  # the stand-in's simulated weight loading (part of its cold start)
 SPEEDUP = 10.0
+WINDOW_S = 60.0 / SPEEDUP
+"""The autoscaler's stable window: Knative's 60 s in trace time, so 6 s at 10x (panic window 1 s, scale-down
+delay 3 s: ScalePolicy.for_window). A 60-s window at 10x would average over ten trace minutes and hold the
+replicas of the last ten minutes' peak."""
 
 
 def say(text: str = "") -> None:
@@ -165,6 +169,8 @@ class Live:
     timeline: list[tuple[float, str, int, int]] = field(default_factory=list)
     """(time, service, ready, wanted)."""
     lows: dict[str, list[int]] = field(default_factory=dict)
+    initial: dict[str, int] = field(default_factory=dict)
+    """Replicas wanted when the measured replay began (after the warm-up): the simulator starts with as many."""
 
     def hsched(self, *args: str, check: bool = True) -> str:
         proc = subprocess.run([sys.executable, "-m", "hsched", *args], env=self.env, capture_output=True,
@@ -234,7 +240,7 @@ async def run_service(live: Live, name: str, arrivals: Sequence[Arrival], lo: in
     service object at the end, and the replay's wall time."""
     live.hsched("serve", "start", name, "--replicas", f"{lo}-{hi}", "--gpus-per-replica", "1", "--qos", "prod",
                 "--slo", f"p99={slo_s * 1000:g}ms", "--target-concurrency", f"{TARGET_CONCURRENCY:g}",
-                "--ready-path", "/health", "--workdir", str(live.tmp), "--",
+                "--stable-window", f"{WINDOW_S:g}s", "--ready-path", "/health", "--workdir", str(live.tmp), "--",
                 sys.executable, "-m", "hsched.examples.serve.standin", "--load-s", f"{LOAD_S:g}")
     while True:
         s = await live.acall("serve", action="show", name=name)
@@ -243,6 +249,7 @@ async def run_service(live: Live, name: str, arrivals: Sequence[Arrival], lo: in
         await asyncio.sleep(0.2)
     if warm_s > 0:
         await replay(s["address"], warm_up(arrivals, warm_s), slo_s=slo_s)  # not counted
+    live.initial[name] = max(lo, (await live.acall("serve", action="show", name=name))["replicas"]["wanted"])
     gpu_s0 = live.service_gpu_s.get(name, 0.0)
     t0 = time.monotonic()
     report = await replay(s["address"], arrivals, slo_s=slo_s)
@@ -253,11 +260,14 @@ async def run_service(live: Live, name: str, arrivals: Sequence[Arrival], lo: in
     return report, shown, wall
 
 
-def resumed_from_checkpoints(live: Live) -> tuple[int, int, list[str]]:
-    """(jobs preempted, restarts checked, problems): every run after a job's first must begin at the step its
-    previous run saved when it checkpointed (the trainer's output of each run: `checkpointed at step N`, then
-    `starting at step N`)."""
-    preempted, checked, problems = 0, 0, []
+def resumed_from_checkpoints(live: Live) -> tuple[int, int, list[str], int]:
+    """(jobs preempted, restarts checked, problems, runs stopped before they began): every run after a job's first
+    must begin at the step of the newest checkpoint an earlier run saved (the trainer's output of each run:
+    `checkpointed at step N`, then `starting at step N`; 0 before any). A run that printed neither was stopped
+    while its interpreter started, before the trainer's first line (a preemption's signal that came before the
+    trainer set its handler): it ran no step and saved nothing, so the next run must begin where the one before
+    it saved; it is counted, not a problem. A run that stepped but saved no checkpoint is one."""
+    preempted, checked, problems, unstarted = 0, 0, [], 0
     for jid in live.trainers:
         runs = sorted(live.call("show", id=jid)["runs"], key=lambda r: r["attempt"])
         logs = [Path(r["run_dir"]) / "output.log" for r in runs if r.get("run_dir")]
@@ -265,16 +275,25 @@ def resumed_from_checkpoints(live: Live) -> tuple[int, int, list[str]]:
         if len(texts) <= 1:
             continue
         preempted += 1
-        for k in range(1, len(texts)):
-            checked += 1
-            saved = re.findall(r"^checkpointed at step (\d+)$", texts[k - 1], re.M)
-            start = re.findall(r"^starting at step (\d+)", texts[k], re.M)
-            if not saved or not start:
-                problems.append(f"job {jid}: run {k} {'saved no checkpoint' if not saved else ''} "
-                                f"{'run ' + str(k + 1) + ' did not start' if not start else ''}".strip())
-            elif int(start[0]) != int(saved[-1]):
-                problems.append(f"job {jid}: run {k + 1} started at step {start[0]}, run {k} saved {saved[-1]}")
-    return preempted, checked, problems
+        newest = 0  # the newest checkpoint's step so far
+        for k, text in enumerate(texts):
+            saved = re.findall(r"^checkpointed at step (\d+)", text, re.M)
+            start = re.findall(r"^starting at step (\d+)", text, re.M)
+            if not start and not saved:
+                unstarted += 1 if k < len(texts) - 1 else 0
+                continue
+            if k > 0:
+                checked += 1
+                if not start:
+                    problems.append(f"job {jid}: run {k + 1} saved a checkpoint but never said where it started")
+                elif int(start[0]) != newest:
+                    problems.append(f"job {jid}: run {k + 1} started at step {start[0]}, the newest checkpoint "
+                                    f"before it was step {newest}")
+            if saved:
+                newest = int(saved[-1])
+            elif k < len(texts) - 1:
+                problems.append(f"job {jid}: run {k + 1} ran and was stopped without a checkpoint")
+    return preempted, checked, problems, unstarted
 
 
 def scale_events(shown: dict[str, Any]) -> list[str]:
@@ -348,14 +367,16 @@ def slice_csv(name: str, start_s: float, duration_s: float | None, folder: Path)
     return out
 
 
-def simulate(trace: Path, slo_s: float, cold_start_s: float, replicas: str) -> dict[str, Any]:
+def simulate(trace: Path, slo_s: float, cold_start_s: float, replicas: str, initial: int) -> dict[str, Any]:
     """`hsched sim --service` on the same slice, service and fleet (8 V100s; a few synthetic training jobs beside
-    it): the simulator's service figures."""
+    it), starting with the replicas the live service had when its measured replay began: the simulator's service
+    figures."""
     proc = subprocess.run([sys.executable, "-m", "hsched", "sim", "--synthetic", str(TRAINERS), "--cluster",
                            f"v100:{GPUS}", "--gpus-per-node", str(GPUS), "--service", str(trace), "--service-speedup",
                            f"{SPEEDUP:g}", "--service-replicas", replicas, "--service-slo", f"p99={slo_s * 1000:g}ms",
                            "--service-target-concurrency", f"{TARGET_CONCURRENCY:g}", "--service-cold-start",
-                           f"{cold_start_s:.2f}s", "--json"], capture_output=True, text=True, timeout=900)
+                           f"{cold_start_s:.2f}s", "--service-stable-window", f"{WINDOW_S:g}s",
+                           "--service-initial", str(initial), "--json"], capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         raise SystemExit(f"hsched sim: exit {proc.returncode}: {proc.stderr.strip()[-400:]}")
     return dict(json.loads(proc.stdout)["service"])
@@ -380,6 +401,21 @@ def work_ratio(arrivals: Sequence[Arrival]) -> float:
         work[k] = work.get(k, 0.0) + service_time_s(a.context_tokens, a.generated_tokens)
     full = [work.get(k, 0.0) for k in range(max(work) + 1)][:-1] or list(work.values())
     return sum(full) / len(full) / max(full)
+
+
+def per_minute_bound(arrivals: Sequence[Arrival]) -> tuple[float, int]:
+    """(mean replicas, peak replicas) of an oracle that provisions every trace minute for that minute's own offered
+    work by the static rule (`provisioning`), with no cold start, no window and no margin: a floor for any
+    autoscaler at the same load per replica; its mean over the peak bounds the GPU-hours against the static peak."""
+    width = 60.0 / SPEEDUP
+    work: dict[int, float] = {}
+    for a in arrivals:
+        k = int(a.at_s // width)
+        work[k] = work.get(k, 0.0) + service_time_s(a.context_tokens, a.generated_tokens)
+    full = [work.get(k, 0.0) for k in range(max(work) + 1)][:-1] or list(work.values())
+    slow = slowdown(ServiceModel(), max(1, round(TARGET_CONCURRENCY)))
+    need = [max(1, math.ceil(w / width * slow / TARGET_CONCURRENCY - 1e-9)) for w in full]
+    return sum(need) / len(need), max(need)
 
 
 def warm_up(arrivals: Sequence[Arrival], seconds: float) -> list[Arrival]:
@@ -415,9 +451,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                         "measured_over_model_p50_s": percentile(extra, 0.5),
                         "measured_over_model_p99_s": percentile(extra, 0.99), "slo_s": slo_s}
 
-    minutes = per_minute(trace_path("conv"), start_s, duration_s)
+    minutes = per_minute(trace_path("conv"), start_s, duration_s)[:-1]  # the last minute is partial
     n_peak, n_median = provisioning(conv)
-    say(f"conv.csv slice: {len(conv)} requests over {conv[-1].at_s:.0f} s at {SPEEDUP:g}x; minutes "
+    say(f"conv.csv slice: {len(conv)} requests over {conv[-1].at_s:.0f} s at {SPEEDUP:g}x; full minutes "
         f"{min(minutes)}-{max(minutes)} requests (median {sorted(minutes)[len(minutes) // 2]}): static for the peak "
         f"minute = {n_peak} replicas, for the median minute = {n_median}")
 
@@ -482,14 +518,16 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         stop.set()
         await mon
         mon = None
-        preempted, checked, problems = await asyncio.to_thread(resumed_from_checkpoints, live)
+        preempted, checked, problems, unstarted = await asyncio.to_thread(resumed_from_checkpoints, live)
         restarts = sum(j.get("restarts", 0) for j in q if j["id"] in live.trainers)
         say(f"\n== training: {TRAINERS} jobs, {running} running again at the end; GPU-hours on the fleet "
             f"{live.training_gpu_s / 3600:.3f}; {preempted} preempted ({restarts} restarts), {checked} resumes "
             f"checked against the trainer's own record: "
-            + ("every one from its checkpoint" if not problems else "; ".join(problems)))
+            + ("every one from its checkpoint" if not problems else "; ".join(problems))
+            + f"; {unstarted} run(s) stopped before the trainer's first line (no step run, nothing to save)")
         figures["training"] = {"gpu_hours": live.training_gpu_s / 3600, "preempted": preempted,
                                "restarts": restarts, "resumes_checked": checked, "problems": problems,
+                               "stopped_before_starting": unstarted,
                                "running_at_end": running}
     finally:
         stop.set()
@@ -498,13 +536,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         cleanup(live)
 
     # the same runs in the simulator (hsched sim --service), with the cold start measured live
-    say("\n== the same service in the simulator (hsched sim --service, same slice, policy, SLO, cold start)")
+    say("\n== the same service in the simulator (hsched sim --service, same slice, policy, SLO, cold start, and the "
+        f"replicas at the replay's start: {', '.join(f'{n} {k}' for n, k in live.initial.items())})")
     simdir = Path(tempfile.mkdtemp(prefix="hsched-bench-serve-sim-"))
     try:
         cold = float(figures["conv"]["cold_start_s"] or 2.5)
         for name in ("conv", "code"):
             sim = await asyncio.to_thread(simulate, slice_csv(name, start_s, duration_s, simdir), slo_s, cold,
-                                          f"1-{GPUS}")
+                                          f"1-{GPUS}", live.initial.get(name, 1))
             f = figures[name]
             figures[name]["simulator"] = versus(name, f["report"]["attainment"], f["gpu_hours"], sim)
     finally:
@@ -515,19 +554,28 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     med = await static_run(conv, n_median, slo_s)
     print_report(med, say)
     figures["static_median"] = {"replicas": n_median, "report": med.to_json()}
-    if args.static_peak:
+    if not args.no_static_peak:
         say(f"\n== conv.csv, static peak provisioning ({n_peak} replicas)")
         peak = await static_run(conv, n_peak, slo_s)
         print_report(peak, say)
         figures["static_peak"] = {"replicas": n_peak, "report": peak.to_json()}
 
     c = figures["conv"]
+    peak_att = figures["static_peak"]["report"]["attainment"] if "static_peak" in figures else None
     say("\n== acceptance (issue 30, live)")
     say(f"(the offered work's mean over its peak minute, which bounds any autoscaler's GPU-hours against the static "
         f"peak at the same load per replica: conv {work_ratio(conv):.2f}, code {work_ratio(code):.2f})")
+    for name, arr in (("conv", conv), ("code", code)):
+        mean_n, peak_n = per_minute_bound(arr)
+        figures[name]["per_minute_bound"] = mean_n / peak_n
+        say(f"({name}: an oracle provisioning each trace minute for its own work by the static rule holds {mean_n:.2f} "
+            f"replicas on average against {peak_n} for the peak minute: {100 * mean_n / peak_n:.0f}%, the floor of "
+            f"the GPU-hours ratio at the same load per replica)")
     say(f"attainment {100 * (c['report']['attainment'] or 0):.2f}% (>= 99%)   failed/cut {c['report']['failed']} + "
         f"router errors {c['router']['errors']} (0)   GPU-hours {100 * c['ratio']:.0f}% of static peak (<= 60%)   "
-        f"static median attainment {100 * (med.attainment or 0):.2f}% (expected < 99%)   training problems "
+        f"static median attainment {100 * (med.attainment or 0):.2f}% (expected < 99%)   static peak attainment "
+        f"{'-' if peak_att is None else f'{100 * peak_att:.2f}%'}"
+        f"   training problems "
         f"{len(figures['training']['problems'])} (0)   code.csv to MIN and back "
         f"{figures['code']['to_min_and_back']} with {figures['code']['report']['failed']} failed (0)")
     return figures
@@ -566,7 +614,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--slo", type=float, default=None, help="p99 target in seconds (default: from the stand-in)")
     ap.add_argument("--warm-up", type=float, default=60.0,
                     help="seconds of load ramping up before the measured replay (0: none; not counted)")
-    ap.add_argument("--static-peak", action="store_true", help="also run the static peak provisioning")
+    ap.add_argument("--no-static-peak", action="store_true", help="skip the static peak provisioning's run")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON at the end")
     args = ap.parse_args(argv)
     figures = asyncio.run(main_async(args))

@@ -65,6 +65,23 @@ def test_start_sends_the_service_table(monkeypatch: pytest.MonkeyPatch, capsys: 
                                "workdir": str(tmp_path)}
 
 
+def test_stable_window_goes_with_the_service_and_round_trips(monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from hsched.model import JobSpec
+    from hsched.spec.service import service_from_dict, service_from_table, service_to_dict
+
+    code, _, err = hsched(monkeypatch, capsys, "serve", "start", "llm", "--slo", "p99=1s", "--stable-window", "6s",
+                          "--", "x")
+    assert (code, err) == (0, "")
+    assert Recorder.calls[0]["service"]["stable_window"] == "6s"
+    spec = service_from_table({"name": "llm", "slo": "p99=1s", "stable_window": "6s"}, JobSpec(command=("x",)), "f")
+    assert spec.stable_window_s == 6.0
+    assert service_from_dict(service_to_dict(spec)) == spec
+    old = service_to_dict(spec)
+    del old["stable_window_s"]  # a row stored before the field: Knative's 60 s
+    assert service_from_dict(old).stable_window_s == 60.0
+
+
 def test_start_from_a_spec_file(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                                 tmp_path: Path) -> None:
     (tmp_path / "llm.toml").write_text('[service]\nname = "llm"\nreplicas = "2-8"\nslo = "p99=1s"\n'
@@ -97,6 +114,10 @@ def test_start_from_a_spec_file(monkeypatch: pytest.MonkeyPatch, capsys: pytest.
     (["llm", "--slo", "p99=1s", "--shared", "--", "x"],
      "<command line>: resources.shared: a shared job takes a fraction of one GPU: gpus = 1 and nodes = 1"),
     (["nosuch.toml"], "nosuch.toml: no such file; check the path"),
+    (["llm", "--slo", "p99=1s", "--stable-window", "soon", "--", "x"],
+     "--stable-window 'soon': expected a duration such as 60s, 6s or 2m"),
+    (["llm", "--slo", "p99=1s", "--stable-window", "200ms", "--", "x"],
+     "--stable-window '200ms': the stable window must be from 1 s to an hour"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv: list[str], line: str, monkeypatch: pytest.MonkeyPatch,
                                           capsys: pytest.CaptureFixture[str]) -> None:

@@ -84,7 +84,8 @@ class Script:
     def __call__(self, policy: Any, samples: Any, now: float, current: int, memo: Any,
                  cold_start_s: float = 0.0) -> ScaleDecision:
         self.calls.append({"current": current, "cold_start_s": cold_start_s, "samples": len(samples),
-                           "min": policy.min_replicas, "max": policy.max_replicas})
+                           "min": policy.min_replicas, "max": policy.max_replicas,
+                           "windows": (policy.stable_window_s, policy.panic_window_s, policy.scale_down_delay_s)})
         return ScaleDecision(self.wanted, f"scripted {self.wanted}", memo)
 
 
@@ -147,6 +148,31 @@ async def test_scale_up_makes_replica_jobs_clamped_to_min_max(tmp_path: Path) ->
         assert kinds.count("service_scale") == 1
         scale = [e for e in await lab.ctl.db(lab.ctl.store.service_events, "llm") if e["kind"] == "service_scale"]
         assert "scale up 1 -> 3: scripted 3" in scale[0]["message"]
+
+
+async def test_the_service_s_stable_window_sets_the_policy_s_windows(tmp_path: Path) -> None:
+    """The manager builds its policy as the simulator does (ScalePolicy.for_window): a service replayed 10x faster
+    names a 6 s window; its panic window is 1 s (one tick), its scale-down delay 3 s. The samples it keeps cover the
+    window, not a minute."""
+    from dataclasses import replace
+
+    async with Lab.open(tmp_path) as lab:
+        script = Script()
+        m, _ = make_manager(lab, script)
+        await m.start_service(replace(spec(), stable_window_s=6.0), "alice", None)
+        await lab.round()
+        for _ in range(20):
+            lab.clock.advance(1.0)
+            await m.tick()
+        assert script.calls[-1]["windows"] == (6.0, 1.0, 3.0)
+        assert script.calls[-1]["samples"] <= 6 + 2 + 1
+        assert m.report(m.services["llm"])["stable_window_s"] == 6.0
+    async with Lab.open(tmp_path / "b") as lab:
+        script = Script()
+        m, _ = make_manager(lab, script)
+        await m.start_service(spec(), "alice", None)
+        await m.tick()
+        assert script.calls[-1]["windows"] == (60.0, 6.0, 30.0)  # Knative's, when the service names none
 
 
 async def test_scale_down_stops_a_replica_only_after_its_drain(tmp_path: Path) -> None:

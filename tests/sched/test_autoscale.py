@@ -176,6 +176,62 @@ def test_scales_ahead_of_a_rising_arrival_rate_by_the_cold_start():
     assert decide(POLICY, falling, 60.0, 3, ScaleMemo(), cold_start_s=30.0).wanted == 3
 
 
+def test_a_noisy_flat_arrival_rate_is_no_trend_to_scale_ahead_of():
+    # 50 arrivals/s +- Poisson-sized noise around a flat mean, concurrency 14 (4 replicas at 4): a least-squares
+    # slope through the noise is positive about half the time, but not significant
+    noise = [7, -5, 3, -8, 6, 1, -4, 9, -2, -6, 4, 8]
+    samples = [Sample(t=float(i + 1), dt=1.0, concurrency=14.0, arrivals=50 + noise[i], p99_s=0.3, ready=4)
+               for i in range(len(noise))]
+    pol = ScalePolicy.for_window(1, 10, 4.0, 1.0, stable_window_s=12.0)
+    d = decide(pol, samples, 12.0, 4, ScaleMemo(), cold_start_s=3.0)
+    assert d.wanted == 4
+    assert not d.reason.startswith("arrivals rising")
+    rising = [Sample(t=s.t, dt=1.0, concurrency=14.0, arrivals=50 + 5 * int(s.t) + noise[i] // 2, p99_s=0.3,
+                     ready=4) for i, s in enumerate(samples)]
+    assert decide(pol, rising, 12.0, 4, ScaleMemo(), cold_start_s=3.0).reason.startswith("arrivals rising")
+
+
+def test_one_large_request_is_not_an_slo_trend():
+    # every sample's p99 is 0.3 s but the newest one's, whose largest request took 0.95 s
+    samples = steady(12.0, 59, ready=3) + steady(12.0, 1, ready=3, t0=59, p99=0.95)
+    assert decide(POLICY, samples, 60.0, 3, ScaleMemo()).wanted == 3
+    samples = steady(12.0, 56, ready=3) + steady(12.0, 4, ready=3, t0=56, p99=0.95)
+    assert decide(POLICY, samples, 60.0, 3, ScaleMemo()).wanted == 4  # most of the panic window's 6: a trend
+    short = ScalePolicy.for_window(1, 10, 4.0, 1.0, stable_window_s=6.0)  # a 1-s panic window: 3 samples at least
+    samples = steady(12.0, 4, ready=3) + steady(12.0, 2, ready=3, t0=4, p99=0.95)
+    assert decide(short, samples, 6.0, 3, ScaleMemo()).wanted == 4
+
+
+def test_slo_step_stays_while_the_p99_sits_between_the_lines():
+    # p99 0.75 s against 1 s: under the check's 0.8 line (no step added), above the 0.7 line to give one back: the
+    # step is what keeps it there (hysteresis)
+    run = drive(POLICY, 200, lambda t: 12.0, p99=lambda t: 0.9 if t < 20 else 0.75, start=3)
+    by_t = {t: w for t, w, _ in run}
+    assert max(by_t[t] for t in range(1, 20)) >= 4
+    assert by_t[200] == max(by_t[t] for t in range(1, 20))
+
+
+def test_panic_held_says_so_and_names_the_window_figure():
+    samples = steady(4.0, 54, ready=1) + steady(40.0, 6, ready=1, t0=54)
+    d = decide(POLICY, samples, 60.0, 1, ScaleMemo())
+    assert d.wanted == 10
+    # ten replicas ready; the panic window needs 8 (30.7 / 4), under 2 x 10: panic holds, not by this figure
+    later = steady(4.0, 50, ready=10, t0=10) + steady(36.0, 5, ready=10, t0=60)
+    held = decide(POLICY, later, 65.0, 10, d.memo)
+    assert held.wanted == 10
+    assert held.reason == ("in panic since 60 s: concurrency 30.7 over 6 s -> 8 replicas; panic holds 10 (no "
+                           "scale-down in panic)")
+    assert ">=" not in held.reason
+
+
+def test_for_window_scales_the_panic_window_and_the_delay_with_it():
+    pol = ScalePolicy.for_window(1, 8, 4.0, 1.5, stable_window_s=6.0)
+    assert (pol.stable_window_s, pol.panic_window_s, pol.scale_down_delay_s) == (6.0, 1.0, 3.0)
+    default = ScalePolicy.for_window(1, 8, 4.0, 1.5)
+    assert (default.stable_window_s, default.panic_window_s, default.scale_down_delay_s) == (60.0, 6.0, 30.0)
+    assert default == ScalePolicy(1, 8, 4.0, 1.5)
+
+
 def test_no_samples_keeps_the_current_count_within_bounds():
     assert decide(POLICY, [], 0.0, 0, ScaleMemo()).wanted == 1
     assert decide(POLICY, [], 0.0, 4, ScaleMemo()).wanted == 4

@@ -97,6 +97,9 @@ def test_static_median_provisioning_misses_the_slo():
     svc = conv_service(reqs=compress(requests("conv"), 10.0))
     peak, median = svc.provisioning()
     assert (peak, median) == (5, 4)
+    # each minute provisioned for itself by the same rule: 4 replicas in 56 of the 58 full minutes, 5 in two;
+    # against the peak's 5 that is 81%, the floor of any autoscaler's GPU-hours at this load per replica
+    assert svc.per_minute_floor() == pytest.approx(234 / 58)
     s = run(conv_service(static=median, reqs=compress(requests("conv"), 10.0)))["service"]
     assert s["requests_failed"] == 0
     assert s["slo_attainment"] < 0.99, s  # below the bar the autoscaled service meets
