@@ -380,10 +380,9 @@ class ServiceSim:
 
     # ------------------------------------------------------------------ the report
 
-    def provisioning(self) -> tuple[int, int]:
-        """Replicas a static service needs for the trace's peak minute and for its median minute: the minute's
-        offered work (alone-seconds per second, on the reference GPU) at the target concurrency's batch
-        slowdown, over the target concurrency per replica."""
+    def _full_minutes(self) -> list[float]:
+        """Each full trace minute's offered work (alone-seconds on the reference GPU); the last, partial minute
+        is left out."""
         cfg = self.cfg
         width = 60.0 / cfg.speedup
         work: dict[int, float] = {}
@@ -391,31 +390,27 @@ class ServiceSim:
             k = int(r.arrival_s // width)
             work[k] = work.get(k, 0.0) + service_time_s(r.context_tokens, r.generated_tokens, cfg.model)
         minutes = [work.get(k, 0.0) for k in range(max(work) + 1)]
-        full = minutes[:-1] or minutes  # the last minute is partial
+        return minutes[:-1] or minutes
+
+    def _replicas_for(self, work: float) -> int:
+        """Replicas a minute of `work` needs: its offered load at the target concurrency's batch slowdown, over
+        the target concurrency per replica."""
+        cfg = self.cfg
         target = cfg.policy.target_concurrency
         slow = slowdown(cfg.model, max(1, round(target)))
+        return max(1, math.ceil(work / (60.0 / cfg.speedup) * slow / target - 1e-9))
 
-        def need(w: float) -> int:
-            return max(1, math.ceil(w / width * slow / target - 1e-9))
-
-        ordered = sorted(full)
-        return need(max(full)), need(ordered[len(ordered) // 2])
+    def provisioning(self) -> tuple[int, int]:
+        """Replicas a static service needs for the trace's peak minute and for its median minute."""
+        full = sorted(self._full_minutes())
+        return self._replicas_for(full[-1]), self._replicas_for(full[len(full) // 2])
 
     def per_minute_floor(self) -> float:
         """Mean replicas of an oracle that provisions every full trace minute for its own offered work by the rule
         of `provisioning` (no cold start, no window, no margin): a floor for any autoscaler at the same load per
         replica. Its ratio to the peak figure bounds the service's GPU-hours against the static peak's."""
-        cfg = self.cfg
-        width = 60.0 / cfg.speedup
-        work: dict[int, float] = {}
-        for r in cfg.requests:
-            k = int(r.arrival_s // width)
-            work[k] = work.get(k, 0.0) + service_time_s(r.context_tokens, r.generated_tokens, cfg.model)
-        minutes = [work.get(k, 0.0) for k in range(max(work) + 1)]
-        full = minutes[:-1] or minutes
-        target = cfg.policy.target_concurrency
-        slow = slowdown(cfg.model, max(1, round(target)))
-        return sum(max(1, math.ceil(w / width * slow / target - 1e-9)) for w in full) / len(full)
+        full = self._full_minutes()
+        return sum(self._replicas_for(w) for w in full) / len(full)
 
     def summary(self, end_s: float) -> dict[str, Any]:
         cfg = self.cfg

@@ -392,14 +392,19 @@ def versus(name: str, live_att: float | None, live_h: float, sim: dict[str, Any]
     return {"sim": sim, "attainment_diff": (la - att) / att, "gpu_hours_diff": (live_h - h) / h}
 
 
-def work_ratio(arrivals: Sequence[Arrival]) -> float:
-    """The slice's offered work (alone-seconds per trace minute) averaged over its full minutes, over its peak."""
+def full_minutes(arrivals: Sequence[Arrival]) -> list[float]:
+    """The slice's offered work (alone-seconds) in each full trace minute (the last, partial one left out)."""
     width = 60.0 / SPEEDUP
     work: dict[int, float] = {}
     for a in arrivals:
         k = int(a.at_s // width)
         work[k] = work.get(k, 0.0) + service_time_s(a.context_tokens, a.generated_tokens)
-    full = [work.get(k, 0.0) for k in range(max(work) + 1)][:-1] or list(work.values())
+    return [work.get(k, 0.0) for k in range(max(work) + 1)][:-1] or list(work.values())
+
+
+def work_ratio(arrivals: Sequence[Arrival]) -> float:
+    """The slice's offered work averaged over its full minutes, over its peak minute's."""
+    full = full_minutes(arrivals)
     return sum(full) / len(full) / max(full)
 
 
@@ -408,13 +413,8 @@ def per_minute_bound(arrivals: Sequence[Arrival]) -> tuple[float, int]:
     work by the static rule (`provisioning`), with no cold start, no window and no margin: a floor for any
     autoscaler at the same load per replica; its mean over the peak bounds the GPU-hours against the static peak."""
     width = 60.0 / SPEEDUP
-    work: dict[int, float] = {}
-    for a in arrivals:
-        k = int(a.at_s // width)
-        work[k] = work.get(k, 0.0) + service_time_s(a.context_tokens, a.generated_tokens)
-    full = [work.get(k, 0.0) for k in range(max(work) + 1)][:-1] or list(work.values())
     slow = slowdown(ServiceModel(), max(1, round(TARGET_CONCURRENCY)))
-    need = [max(1, math.ceil(w / width * slow / TARGET_CONCURRENCY - 1e-9)) for w in full]
+    need = [max(1, math.ceil(w / width * slow / TARGET_CONCURRENCY - 1e-9)) for w in full_minutes(arrivals)]
     return sum(need) / len(need), max(need)
 
 

@@ -5,7 +5,9 @@ minimum run time between stops. In-process, on a fake clock."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from hsched.controller import learning, moves
 from hsched.controller.api import Api
 from hsched.controller.launching import job_cache
 from hsched.controller.metrics import recorder
-from hsched.model import JobState
+from hsched.model import Job, JobState
 from hsched.sched.live import gpu_type_of
 from hsched.testing import CannedNode, Lab
 from tests.controller.test_learning import progress
@@ -156,7 +158,10 @@ async def test_equals_time_share_by_least_attained_service_after_the_minimum_run
         assert (await lab.job(stranger.id)).state is JobState.PENDING
 
 
-async def test_one_waiting_job_stops_one_equal_not_one_per_round(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def two_stoppable_and_a_waiter(tmp_path: Path) -> AsyncIterator[tuple[Lab, Job, Job, Job]]:
+    """Two GPUs held by two jobs that proved they checkpoint (and take their time to), and a third job that has
+    waited past the move quantum: the round has just stopped one of the two for it."""
     two = (CannedNode("n2", "NVIDIA A100-SXM4-80GB", 2),)
     async with Lab.open(tmp_path, nodes=two, settings=SETTINGS) as lab:
         for ex in lab.executors.values():
@@ -170,6 +175,11 @@ async def test_one_waiting_job_stops_one_equal_not_one_per_round(tmp_path: Path)
         await lab.round()
         waiter = await lab.submit("python3", "w.py", gpus=1, kind="w")
         await lab.advance(SETTINGS.move_min_run_s + 1)
+        yield lab, a, b, waiter
+
+
+async def test_one_waiting_job_stops_one_equal_not_one_per_round(tmp_path: Path) -> None:
+    async with two_stoppable_and_a_waiter(tmp_path) as (lab, a, b, waiter):
         states = [(await lab.job(j.id)).state for j in (a, b)]
         assert sorted(states) == sorted([JobState.RUNNING, JobState.PREEMPTING])
         for _ in range(3):  # while its victim checkpoints, the waiter stops nobody else

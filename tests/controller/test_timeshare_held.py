@@ -9,24 +9,11 @@ from pathlib import Path
 
 from hsched.controller import moves
 from hsched.model import JobState
-from hsched.testing import CannedNode, Lab
-from tests.controller.test_moves import SETTINGS
+from tests.controller.test_moves import two_stoppable_and_a_waiter
 
 
 async def test_the_stopped_jobs_gpu_goes_to_the_job_that_stopped_it(tmp_path: Path) -> None:
-    two = (CannedNode("n2", "NVIDIA A100-SXM4-80GB", 2),)
-    async with Lab.open(tmp_path, nodes=two, settings=SETTINGS) as lab:
-        for ex in lab.executors.values():
-            ex.exit_on_signal.pop("TERM")  # they take their time to checkpoint
-        a = await lab.submit("python3", "a.py", gpus=1, kind="a")
-        b = await lab.submit("python3", "b.py", gpus=1, kind="b")
-        await lab.round()
-        for j in (a, b):
-            await lab.finish(j.id, 85)  # both prove they checkpoint
-        await lab.round()
-        await lab.round()
-        waiter = await lab.submit("python3", "w.py", gpus=1, kind="w")
-        await lab.advance(SETTINGS.move_min_run_s + 1)
+    async with two_stoppable_and_a_waiter(tmp_path) as (lab, a, b, waiter):
         (victim,) = [j for j in (a, b) if (await lab.job(j.id)).state is JobState.PREEMPTING]
         devices = (await lab.job(victim.id)).placement
         assert moves.moves_of(lab.ctl).held[waiter.id][0] == devices  # held for the waiter while the victim stops
