@@ -62,6 +62,18 @@ def main() -> int:
         name, _, factor = item.partition("=")
         if name and name.lower() in gpu:
             opts.step_seconds /= float(factor or 1)
+    # first of all: a stop that came before the handlers killed the run outright, and it did no work
+    stop = {"requested": False, "checkpoint": False}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if signum == signal.SIGUSR1 and why_signalled() == "checkpoint":
+            stop["checkpoint"] = True  # save and go on
+        else:
+            stop["requested"] = True
+
+    for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+
     ckdir = os.environ.get("HSCHED_CHECKPOINT_DIR") or os.getcwd()
     os.makedirs(ckdir, exist_ok=True)
     path = os.path.join(ckdir, "state.json")
@@ -73,17 +85,6 @@ def main() -> int:
         f.write(f"run {os.environ.get('HSCHED_RUN', '?')} node {os.environ.get('HSCHED_NODE', '?')} "
                 f"resume {os.environ.get('HSCHED_RESUME', '0')} from step {state['step']}\n")
     print(f"starting at step {state['step']} on GPUs {os.environ.get('CUDA_VISIBLE_DEVICES', '')}", flush=True)
-
-    stop = {"requested": False, "checkpoint": False}
-
-    def on_signal(signum: int, _frame: object) -> None:
-        if signum == signal.SIGUSR1 and why_signalled() == "checkpoint":
-            stop["checkpoint"] = True  # save and go on
-        else:
-            stop["requested"] = True
-
-    for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
 
     def save() -> None:
         tmp = path + ".tmp"
