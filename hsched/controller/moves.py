@@ -194,8 +194,7 @@ async def apply(ctl: Controller, job: Job, d: Move) -> None:
 
     now = ctl.clock.time()
     ck = job.spec.checkpoint_signal
-    until = ctl.timeline.now() + ck.grace_s + ctl.settings.kill_after_s + HOLD_MARGIN_S
-    moves_of(ctl).held[job.id] = (d.placements, until)
+    hold_for(ctl, job.id, d.placements, [job])  # (the mover holds its own new devices while it stops)
     data = {"from": d.from_type, "to": d.to_type, "gain_s": None if d.gain_s == float("inf") else round(d.gain_s, 1),
             "cost_s": round(d.cost_s, 1), "nodes": [p.node for p in d.placements],
             "devices": [u for p in d.placements for u in p.devices],

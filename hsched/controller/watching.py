@@ -32,8 +32,6 @@ async def watch_runs(ctl: Controller) -> bool:
             regrouped.setdefault(r.node, []).append(r)
         groups = {n: RunGroup(tuple(rs), tuple(StatusQuery(r.run_dir, r.handle) for r in rs))
                   for n, rs in regrouped.items()}
-    elif not live:
-        return False
     if not groups:
         return False
     now = ctl.clock.monotonic()

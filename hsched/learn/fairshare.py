@@ -129,9 +129,6 @@ class Ledger:
         still: set[int] = set()
         upto = self.upto
         runs_n, runs_s = self.runs_n * f, self.runs_s * f
-        # (`decayed_gpu_seconds`, inline, the same arithmetic: a round folds every running run again, 512 calls)
-        k = math.log(2.0) / h if h > 0 else 0.0
-        exp = math.exp
         for r in rows:
             upto = max(upto, r.id)
             start = r.start
@@ -147,16 +144,8 @@ class Ledger:
                 weight = decay_factor(now - end, h)
                 runs_n += weight
                 runs_s += weight * max(0.0, end - start)
-            g = r.gpus
-            to_raw[r.user] = to_raw.get(r.user, 0.0) + max(0.0, end - start) * g
-            # (`end` is at most `now` already)
-            if end <= start or g <= 0:
-                d = 0.0
-            elif h <= 0:
-                d = g * (end - start)
-            else:
-                d = g * (exp(-k * (now - end)) - exp(-k * (now - start))) / k
-            to_dec[r.user] = to_dec.get(r.user, 0.0) + d
+            to_raw[r.user] = to_raw.get(r.user, 0.0) + max(0.0, end - start) * r.gpus
+            to_dec[r.user] = to_dec.get(r.user, 0.0) + decayed_gpu_seconds(r.gpus, start, end, now, h)
         folded = {u: Usage(raw.get(u, 0.0), dec.get(u, 0.0)) for u in raw.keys() | dec.keys()}
         total = dict(folded)
         for u in live_raw.keys() | live_dec.keys():

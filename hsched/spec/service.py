@@ -151,10 +151,10 @@ def service_from_table(own: Mapping[str, Any], replica: JobSpec, source: str) ->
         replicas = f"{replicas[0]}-{replicas[1]}"
     if isinstance(replicas, bool) or not isinstance(replicas, str | int):
         raise bad("replicas", f"expected \"MIN-MAX\" or a count, found {replicas!r}")
-    lo, hi = parse_replicas(str(replicas), "replicas")
+    lo, hi = parse_replicas(str(replicas), f"{source}: replicas")
     if "slo" not in own:
         raise bad("slo", "required: the latency objective, e.g. slo = \"p99=300ms\" (--slo p99=300ms)")
-    slo = parse_slo(str(own["slo"]), "slo")
+    slo = parse_slo(str(own["slo"]), f"{source}: slo")
     target = own.get("target_concurrency", DEFAULT_TARGET_CONCURRENCY)
     if isinstance(target, bool) or not isinstance(target, int | float) or not 0 < target <= 10_000:
         raise bad("target_concurrency", f"expected a number above 0 (requests in flight per replica), found "
@@ -165,7 +165,8 @@ def service_from_table(own: Mapping[str, Any], replica: JobSpec, source: str) ->
     port = own.get("port", 0)
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise bad("port", f"expected a port from 1 to 65535 (or 0: any free one), found {port!r}")
-    window = parse_window(own["stable_window"], "stable_window") if "stable_window" in own else DEFAULT_STABLE_WINDOW_S
+    window = (parse_window(own["stable_window"], f"{source}: stable_window") if "stable_window" in own
+              else DEFAULT_STABLE_WINDOW_S)
     if replica.array is not None or replica.resources.nodes != 1 or replica.dependency:
         raise bad("replicas", "a replica is one job on one node: no array, --nodes or --dependency")
     return ServiceSpec(name=name, replica=replica, min_replicas=lo, max_replicas=hi, slo_p99_s=slo,

@@ -152,3 +152,17 @@ def test_submit_of_a_service_file_says_how_to_start_it(monkeypatch: pytest.Monke
     code, _, err = hsched(monkeypatch, capsys, "submit", "llm.toml")
     assert code == 2 and err == (f"hsched: error: {tmp_path / 'llm.toml'}: a [service] table is a service, not a job: "
                                  f"start it with `hsched serve start {tmp_path / 'llm.toml'}`\n")
+
+
+@pytest.mark.parametrize("key,value,says", [("stable_window", "abc", "stable_window 'abc': expected a duration"),
+                                            ("slo", "p99=x", "slo 'p99=x': expected p99=DURATION"),
+                                            ("replicas", "3-1", "replicas '3-1'")])
+def test_a_spec_files_bad_service_key_names_the_file_and_key(key: str, value: str, says: str) -> None:
+    from hsched.errors import UserError
+    from hsched.model import JobSpec
+    from hsched.spec.service import service_from_table
+
+    own = {"name": "llm", "slo": "p99=1s", key: value}
+    with pytest.raises(UserError) as e:
+        service_from_table(own, JobSpec(command=("x",)), "/lab/llm.toml")
+    assert str(e.value).startswith(f"/lab/llm.toml: {says}")

@@ -3,6 +3,7 @@ write's own failure inside it is undone alone when the write catches it (its sav
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from pathlib import Path
 
@@ -35,12 +36,9 @@ def test_writes_in_one_commit_and_all_undone_when_one_fails(tmp_path: Path) -> N
 
     def caught() -> None:
         # a write that fails inside its own transaction and handles it: only its part is undone
-        try:
-            with store.tx() as db:
-                db.execute("UPDATE jobs SET reason = 'half' WHERE id = ?", (a.id,))
-                raise ValueError("no")
-        except ValueError:
-            pass
+        with contextlib.suppress(ValueError), store.tx() as db:
+            db.execute("UPDATE jobs SET reason = 'half' WHERE id = ?", (a.id,))
+            raise ValueError("no")
 
     store.in_one([caught, functools.partial(store.set_reasons, [(b.id, "Priority")])])
     assert store.get_job(a.id).reason != "half"  # type: ignore[union-attr]
