@@ -32,9 +32,10 @@ class PolicyHooks:
         cost). Without a model of the gain: unbounded."""
         return math.inf, inp.checkpoint_costs.get(j.id, inp.checkpoint_cost_s)
 
-    def waiting_order(self, inp: PolicyInput) -> list[int] | None:
+    def waiting_order(self, inp: PolicyInput) -> Iterable[int] | None:
         """The waiting jobs' ids, most important first, as this policy serves them: what a round's reservation should
-        take its head from (the first of them it does not start) and call backfill (a start after the head). None:
+        take its head from (the first of them it does not start) and call backfill (a start after the head); read
+        once, and maybe only as far as the head (an iterator may make it as it goes). None:
         the policy has no order of its own beyond its plan (the round keeps its QoS, priority, submit order)."""
         return None
 

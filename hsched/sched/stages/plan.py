@@ -7,7 +7,7 @@ moved to faster GPUs or time-shared away (`moves`), at the gain and cost the pol
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from hsched.model import Job, Node, Placement, workload_of
@@ -136,7 +136,7 @@ def remaining_times(views: Sequence[JobView], fleet: FleetView, movable: Mapping
 def core_round(policy_name: str, pending: Sequence[Job], st: Round, now: float, queued: Mapping[int, Job],
                throughput: ThroughputModel | None = None,
                 ) -> tuple[list[tuple[int, tuple[Placement, ...]]], dict[int, str], list[int], frozenset[str],
-                           list[Move | Preempt], list[int] | None]:
+                           list[Move | Preempt], Iterable[int] | None]:
     """The core's round over the live fleet: (starts of pending jobs, why they wait (running jobs may be there
     too: they never wait), pending job ids in the order the policy serves them, wanted first). `queued`: the
     round's waiting jobs by id, `pending` among them (a job the round plans is running or in `queued`); the
@@ -335,12 +335,27 @@ def plan_stage(w: Work) -> None:
         keys = order_keys(gpu_jobs, over, st.cache, work)
     else:
         # the policy's own order between users (fair share interleaves them job by job: no key of a job's own can
-        # say it), so a start the policy made for the user whose turn it is is never dropped as backfill
-        pos = {i: n for n, i in enumerate(ranked)}
-        far = len(pos)
-        keys = {j.id: (pos.get(j.id, far), 0, False, 0.0, 0.0, j.id) for j in gpu_jobs}
-    head_key = (min(keys.values(), default=None) if not started_ids else  # (a busy round starts nothing)
-                min((k for i, k in keys.items() if i not in started_ids), default=None))
+        # say it), so a start the policy made for the user whose turn it is is never dropped as backfill. Read only
+        # up to the head, the first job it does not start: a key is only ever compared with the head's, and every
+        # job after the head, in the order or not in it, is behind it (the order is made as far as it is read:
+        # the rest of 2,000 waiting jobs is never merged, issue 33)
+        keys = {}
+        head_key = None
+        for n, i in enumerate(ranked):
+            keys[i] = (n, 0, False, 0.0, 0.0, i)
+            if i not in started_ids:
+                head_key = keys[i]
+                break
+        if head_key is None:
+            # (every job in the order starts: the head is the first of the others by id, behind them all)
+            far = len(keys)
+            keys.update({j.id: (far, 0, False, 0.0, 0.0, j.id) for j in gpu_jobs if j.id not in keys})
+        else:
+            far = head_key[0] + 1
+            keys.update({i: (far, 0, False, 0.0, 0.0, i) for i in started_ids if i not in keys})
+    if ranked is None or head_key is None:
+        head_key = (min(keys.values(), default=None) if not started_ids else  # (a busy round starts nothing)
+                    min((k for i, k in keys.items() if i not in started_ids), default=None))
     head = by_id[head_key[-1]] if head_key is not None else None  # (a key ends with its job's id)
     behind: list[tuple[Job, tuple[Placement, ...]]] = []
     if ranked is not None and head is not None and head_key is not None:
