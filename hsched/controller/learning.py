@@ -396,7 +396,8 @@ def ends_input(ctl: Controller, starts: Mapping[int, float]) -> EndsInput:
 
 
 def ends_of(inp: EndsInput, jobs: Iterable[Job], now: float) -> dict[int, float]:
-    """`predicted_ends` from what `ends_input` took (pure but for the cache in `inp.state`: in any thread)."""
+    """`predicted_ends` from what `ends_input` took (pure but for the cache in `inp.state`, which it updates in
+    place: in any thread, one call at a time, as rounds and forecasts run: in the round's thread)."""
     from hsched.learn.predict import remaining
     from hsched.model import JobState
 
@@ -416,15 +417,18 @@ def ends_of(inp: EndsInput, jobs: Iterable[Job], now: float) -> dict[int, float]
         kind = hit.kind if hit is not None and hit.job is j else job_kind(j)
         hid, hlen, history = histories.get(kind, none)
         first, reported, total = rp if rp is not None else (None, None, None)
-        key = (started, reported, total, hid, hlen)
+        key = (started, reported, total)
         if hit is None or hit.job is not j or hit.key != key:
             by_progress = None
             speed = run_speed(first, reported) if first and reported else None
             if rp is not None and reported is not None and total is not None and speed:
                 left = remaining(0.0, None, reported[1], total, speed)
                 by_progress = now + left if left is not None else None
-            # (one figure per (kind, user) a call: when a job of a kind ends, every running job of that kind is
-            # predicted again, and at 512 running jobs recomputing it for each took 25 ms a round; issue 33)
+            hit = End(j, kind, key, by_progress, None, None)
+        if hit.history != (hid, hlen):
+            # the kind's history changed (a job of the kind ended): only the figure from history is made again, in
+            # place (a new End per running job of the kind was ~1 ms a churning round at 512, issue 33), and one
+            # figure per (kind, user) a call: recomputing it for each job took 25 ms a round
             expected: float | None = None
             if history:
                 memo = (kind, j.user)
@@ -432,8 +436,8 @@ def ends_of(inp: EndsInput, jobs: Iterable[Job], now: float) -> dict[int, float]
                     expected = by_user[memo]
                 else:
                     expected = by_user[memo] = expected_of(history, j.user)
-            by_history = started + expected if expected is not None and started is not None else None
-            hit = End(j, kind, key, by_progress, by_history)
+            hit.by_history = started + expected if expected is not None and started is not None else None
+            hit.history = (hid, hlen)
         kept[j.id] = hit
         end = hit.by_progress
         if end is None and hit.by_history is not None:
