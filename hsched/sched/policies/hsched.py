@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import operator
@@ -22,6 +23,8 @@ _USER = operator.attrgetter("user")
 _MEMO = "hsched.order"
 _LAST = "hsched.order.last"
 _SHARES = "hsched.shares.last"
+_INSERT_AT_MOST = 64
+"""New waiting keys inserted into the last round's sorted ones up to this many; more, and all are sorted afresh."""
 
 
 def _work(j: JobView, forecast: Mapping[int, float]) -> float:
@@ -260,14 +263,25 @@ class Hsched(Policy):
             # while it is (the live controller and the simulator keep a waiting job's very view from round to round;
             # its forecast, from its last attempt's progress, changes only when it runs again, with a new view)
             kept: dict[int, _Key] = {}
+            made: list[_Key] = []
             for j in waiting:
                 hit = last.get(j.id)
                 adm = -j.priority if j.id in admin else 0
                 if hit is None or hit[7] is not j or hit[1] != adm:
                     hit = (ranks.get(j.qos, normal), adm, -j.priority, True, _work(j, forecast), j.arrival_s, j.id, j)
+                    made.append(hit)
                 kept[j.id] = hit
             # (only this round's waiting jobs are kept: ended and started ones do not pile up)
-            waiting_sorted = sorted(kept.values())
+            if len(made) <= _INSERT_AT_MOST and last_sorted:
+                # a few arrived or changed (a churning queue: two jobs end, two start, two arrive): the last
+                # round's sorted keys still kept, each new one inserted in its place. The same list as sorting them
+                # all (ids make keys unique), for a filter and a few bisections instead of a sort of 2,000 tuples
+                get = kept.get
+                waiting_sorted = [k for k in last_sorted if get(k[6]) is k]
+                for k in made:
+                    bisect.insort(waiting_sorted, k)
+            else:
+                waiting_sorted = sorted(kept.values())
             inp.cache[_MEMO] = _Memo(waiting, admin, kept, waiting_sorted)
         keyed = list(waiting_sorted)
         append = keyed.append
