@@ -328,6 +328,7 @@ def plan_stage(w: Work) -> None:
         st.hold(u for p in (d.placements if isinstance(d, Move) else ()) for u in p.devices)
         decisions.append(d)
     started_ids = {i for i, _ in starts}
+    head_key = None
     if ranked is None:
         # (the policy's key: what a requeued job's progress said was left, where it said, else what it attained)
         work = {**fleet.attained, **{i: left for i, (left, _type) in fleet.left.items()}} if fleet.left else \
@@ -340,7 +341,6 @@ def plan_stage(w: Work) -> None:
         # job after the head, in the order or not in it, is behind it (the order is made as far as it is read:
         # the rest of 2,000 waiting jobs is never merged, issue 33)
         keys = {}
-        head_key = None
         for n, i in enumerate(ranked):
             keys[i] = (n, 0, False, 0.0, 0.0, i)
             if i not in started_ids:
@@ -353,7 +353,7 @@ def plan_stage(w: Work) -> None:
         else:
             far = head_key[0] + 1
             keys.update({i: (far, 0, False, 0.0, 0.0, i) for i in started_ids if i not in keys})
-    if ranked is None or head_key is None:
+    if head_key is None:
         head_key = (min(keys.values(), default=None) if not started_ids else  # (a busy round starts nothing)
                     min((k for i, k in keys.items() if i not in started_ids), default=None))
     head = by_id[head_key[-1]] if head_key is not None else None  # (a key ends with its job's id)
