@@ -332,10 +332,14 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
     runnable: dict[tuple[str, int, tuple[str, ...]], tuple[str, ...]] = {}
     get: Callable[[int], JobView | None] = jobs.get
     seen = len(plan.wants)  # wants looked at; a strict plan stops at the first that does not fit
+    repeated = False
     for n, w in enumerate(plan.wants):
         jid, wtypes = w  # (a Want is a (job id, types) tuple: unpacked, not read field by field)
         j = get(jid)
-        if j is None or jid in fixed or jid in granted:
+        if j is None or jid in fixed:
+            continue
+        if jid in granted:
+            repeated = True  # (wanted twice: `_place` then ranks it by its last want, as it always did)
             continue
         if wtypes:  # the common case of _choose_type, inline: the first acceptable type with room
             t = None
@@ -362,31 +366,31 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
 
     preempt: list[int] = []
     keep: list[JobView] = []
-    to_place: list[tuple[JobView, str]] = []
     # a job the plan wanted (and looked at) waits for resources; one it did not want waits for its turn
     considered: set[int] | None = None  # (made at the first wait: often nobody waits)
     waiting: dict[int, str] = {}
     granted_get = granted.get
     for j in inp.jobs:
         jid = j.id
-        t = granted_get(jid)
         if j.phase is running:
+            t = granted_get(jid)
             if t == j.gpu_type or jid in fixed:
                 keep.append(j)
-            elif t is not None:
-                to_place.append((j, t))
-            else:
+            elif t is None:
                 preempt.append(jid)
-        elif t is not None:
-            to_place.append((j, t))
-        else:
+            # (else a move: placed below, with the starts)
+        elif jid not in granted:
             if considered is None:
                 considered = {wid for wid, _types in plan.wants[:seen]}
             waiting[jid] = _RESOURCES if jid in considered else _PRIORITY
+    # the starts and moves, in the plan's order (granted's): every granted job but a running one granted its own
+    # type (a fixed job is never granted)
+    to_place = [(j, t) for jid, t in granted.items()
+                if (j := jobs[jid]).phase is not running or t != j.gpu_type]
 
     starts: list[Start] = []
     if to_place:  # free devices are needed only to place someone
-        starts, unplaced = _place(to_place, keep, plan, servers, placer, preempt)
+        starts, unplaced = _place(to_place, keep, plan, servers, placer, preempt, repeated)
         if unplaced:
             # a job granted GPUs that no server could hold waits for resources, in the jobs' order
             waiting = {j.id: _RESOURCES if j.id in unplaced else waiting[j.id]
@@ -401,8 +405,10 @@ def _place(
     servers: Sequence[ServerView],
     placer: Placer,
     preempt: list[int],
+    repeated: bool = False,
 ) -> tuple[list[Start], set[int]]:
-    """Devices for the granted jobs around the kept ones; a running job that cannot be placed is preempted."""
+    """Devices for the granted jobs around the kept ones; a running job that cannot be placed is preempted.
+    `to_place` comes in the plan's order (`repeated`: some job was wanted twice, and its rank is its last want)."""
     needed = {t for _, t in to_place}
     by_type: dict[str, list[ServerView]] = {}
     for s in servers:
@@ -413,9 +419,16 @@ def _place(
     used = {d for j in keep for p in j.placement if p.node in mine for d in p.devices}
     free: dict[str, list[str]] = {s.name: [d for d in s.devices if d not in used]
                                   for ss in by_type.values() for s in ss}
-    rank = {jid: i for i, (jid, _types) in enumerate(plan.wants)}
-    # big gangs first so that small jobs do not fragment the servers they need
-    to_place.sort(key=lambda jt: (-jt[0].gpus, rank.get(jt[0].id, 0)))
+    # big gangs first so that small jobs do not fragment the servers they need, each size in the plan's order; the
+    # starts come back in the plan's order. Gangs of one size (one GPU each, Gavel's traces) are in that order
+    # already: nothing to sort, either way
+    rank: dict[int, int] | None = None
+    if repeated:
+        rank = {jid: i for i, (jid, _types) in enumerate(plan.wants)}
+        to_place.sort(key=lambda jt: (-jt[0].gpus, rank.get(jt[0].id, 0)))  # type: ignore[union-attr]
+    elif len({j.gpus for j, _ in to_place}) > 1:
+        rank = {j.id: i for i, (j, _) in enumerate(to_place)}  # (the plan's order: a stable sort keeps it)
+        to_place.sort(key=lambda jt: -jt[0].gpus)
     starts: list[Start] = []
     unplaced: set[int] = set()
     for j, t in to_place:
@@ -431,5 +444,6 @@ def _place(
                 if d in left:
                     left.remove(d)
         starts.append(Start(j.id, t, where, migrate=j.running))
-    starts.sort(key=lambda s: rank.get(s.job_id, 0))
+    if rank is not None:
+        starts.sort(key=lambda s: rank.get(s.job_id, 0))  # type: ignore[union-attr]
     return starts, unplaced

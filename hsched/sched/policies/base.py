@@ -22,6 +22,11 @@ class PolicyHooks:
     """Optional hooks the round reads instead of testing a policy's class: a policy without fair share serves
     nobody after the others, and one without a move rule moves at any gain."""
 
+    reads_forecast: ClassVar[bool] = True
+    """Whether the policy reads `PolicyInput.forecast_s` (its hooks included). Only a hint of cost: a caller that works
+    each running job's forecast out every round for a policy that reads them all (the simulator) hands one that never
+    reads them a mapping that works out only what is asked instead. Either answers alike."""
+
     def over_share(self, inp: PolicyInput) -> frozenset[str]:
         """The users this policy serves after the others (fair share); the round reads it to name the most
         important waiting job it reserves GPUs for."""
@@ -179,6 +184,7 @@ def hetero_assign(
     their type and use its capacity first.
     """
     model, all_types = inp.throughput, inp.gpu_types
+    ids: list[int] | None = None
     if not pinned:
         # The same jobs in the same order, with the same kinds, sizes, allowed types and types now, on the same
         # capacity: the same answer as the last round's (61 % of ed69ec 8:8:8's rounds: a round for an arrival
@@ -237,7 +243,10 @@ def hetero_assign(
     placed = [False] * n
     ones = max(gpus_at, default=0) == 1  # (one GPU each, Gavel's single-GPU traces: a level's walk is counted)
     unplaced = list(range(n))
-    ids = list(map(_ID, todo))
+    if ids is None:  # (else not pinned: `todo` is `selected`, whose ids were read above)
+        ids = list(map(_ID, todo))
+    # (one GPU each: the fractions are read only for their highest and lowest, over the few speeds ids there are)
+    sids = set(sid_of) if ones else None
     types = [t for t in all_types if caps.get(t, 0) > 0]
     while left > 0 and types:
         slow, faster = types[-1], types[:-1]
@@ -255,14 +264,15 @@ def hetero_assign(
             level = memo.levels[(slow, *faster)] = _Level(col[slow], tuple(col[t] for t in faster))
         if len(level.neg) < len(speeds):
             level.grow(speeds)
-        neg_at = list(map(level.neg.__getitem__, sid_of))
+        neg = level.neg
+        neg_at = list(map(neg.__getitem__, sid_of if sids is None else sids))  # (one GPU each: per speeds id)
         cap = caps[slow]
         if not faster and left <= cap and max(neg_at) <= 0:
             # the fastest type, with room for everyone left: all of them go here, in no particular order
             if len(unplaced) < n:
                 out.update(zip(map(ids.__getitem__, unplaced), repeat(slow)))
             else:  # (the usual case with free GPUs: nobody went to a slower type)
-                out.update(dict.fromkeys(map(_ID, todo), slow))
+                out.update(dict.fromkeys(ids, slow))
             caps[slow] = cap - left
             break
         # among equals (one fraction), the job already there stays, then the first in priority order (the
@@ -285,12 +295,10 @@ def hetero_assign(
             h = bisect.bisect_left(walk, level.gains, key=at)
             m = max(0, min(r, cap, max(need, h) if lazy else r))
             if m:
-                took = walk[:m]
-                out.update(zip(map(ids.__getitem__, took), repeat(slow)))
-                for k in took:
-                    placed[k] = True
+                out.update(zip(map(ids.__getitem__, walk[:m]), repeat(slow)))
                 cap, need, left = cap - m, need - m, left - m
-                unplaced = [k for k in unplaced if not placed[k]]
+                # the rest in position order, as `unplaced` is (the next level's stable sort keeps it among equals)
+                unplaced = sorted(walk[m:])
             caps[slow] = cap
             types.pop()
             continue

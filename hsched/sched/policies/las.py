@@ -25,6 +25,7 @@ class Las(Policy):
 
     name = "las"
     time_sharing = True
+    reads_forecast = False
     first_threshold_gpu_s = 3600.0
     growth = 4.0
     starve_factor = 8.0
@@ -48,6 +49,7 @@ class HeteroFair(Policy):
     """Shared body of las-hetero and ftf: pick jobs in fairness order, then give types by efficiency."""
 
     time_sharing = True
+    reads_forecast = False  # (neither order reads remaining times)
 
     def order(self, inp: PolicyInput) -> list[JobView]:
         raise NotImplementedError
