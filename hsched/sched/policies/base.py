@@ -341,16 +341,27 @@ def wants_from_assignment(
     out: list[Want] = []
     prefs = memo.prefs
     new, append = tuple.__new__, out.append  # Want is a NamedTuple: no __new__ wrapper
+    # a job's want is the last call's while its kind and type are (most of them, round to round): kept per job, for
+    # the jobs of this call alone
+    last_of, want_of = memo.want_of, {}
     for jid, kind, t in zip(ids, kinds, map(assigned.get, ids), strict=True):
         if t is None:
+            continue
+        hit = last_of.get(jid)
+        if hit is not None and hit[1] == t and hit[0] == kind:
+            want_of[jid] = hit
+            append(hit[2])
             continue
         types = prefs.get((kind, t))
         if types is None:
             job_type, gpus, allowed = kind
             ft = model.fastest_types(job_type, gpus, all_types, allowed)
             types = prefs[(kind, t)] = (t, *(x for x in ft if x != t))
-        append(new(Want, (jid, types)))
+        w = new(Want, (jid, types))
+        want_of[jid] = (kind, t, w)
+        append(w)
     memo.asked, memo.kinds, memo.assigned, memo.wants = ids, kinds, dict(assigned), tuple(out)
+    memo.want_of = want_of
     return memo.wants
 
 
@@ -362,7 +373,7 @@ _WANTS = "base.wants_from_assignment"
 class _WantsMemo:
     """What `wants_from_assignment` keeps from round to round for one model and one list of GPU types."""
 
-    __slots__ = ("asked", "assigned", "kinds", "model", "prefs", "types", "wants")
+    __slots__ = ("asked", "assigned", "kinds", "model", "prefs", "types", "want_of", "wants")
 
     def __init__(self, model: object, types: tuple[str, ...]) -> None:
         self.model = model
@@ -373,3 +384,5 @@ class _WantsMemo:
         self.kinds: list[tuple[str, int, tuple[str, ...]]] = []
         self.assigned: dict[int, str] = {}
         self.wants: tuple[Want, ...] = ()
+        # job id -> its (kind, size, allowed types), its assigned type and its want, as the last call made them
+        self.want_of: dict[int, tuple[tuple[str, int, tuple[str, ...]], str, Want]] = {}

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from operator import attrgetter
+from bisect import bisect_left
+from itertools import repeat
+from operator import attrgetter, itemgetter, mul, ne
 from typing import NamedTuple
 
 from hsched.sched.policies.base import hetero_assign
@@ -12,6 +14,7 @@ from hsched.sched.view import JobView, PolicyInput
 
 _TYPES = "hsched.assign_types"
 _PROFILE = attrgetter("job_type", "gpus", "gpu_types")
+_THIRD = itemgetter(2)
 _ID, _GPUS, _TYPE_NOW, _SERVICE = attrgetter("id"), attrgetter("gpus"), attrgetter("gpu_type"), attrgetter("service_s")
 
 
@@ -87,8 +90,8 @@ def assign_types(selected: Sequence[JobView], capacity: Mapping[str, int], inp: 
     # remaining seconds (else the service attained), at least one, ** TIME_WEIGHT (`x if x > 1.0 else 1.0` is
     # max(1.0, x), NaN included, without a call)
     power = TIME_WEIGHT
-    weights = [(x if (x := s if left is None else left) > 1.0 else 1.0) ** power
-               for left, s in zip(map(inp.forecast_s.get, ids), map(_SERVICE, todo), strict=True)]
+    weights = [(x if x > 1.0 else 1.0) ** power for x in map(inp.forecast_s.get, ids, map(_SERVICE, todo))]
+    ones = sizes.count(1) == len(sizes)  # (one GPU each, Gavel's single-GPU traces: each level's walk is counted)
     types = [t for t in all_types if caps.get(t, 0) > 0]  # fastest first
     pending = list(range(len(todo)))
     left_gpus = sum(sizes)
@@ -113,6 +116,12 @@ def assign_types(selected: Sequence[JobView], capacity: Mapping[str, int], inp: 
                 # None: it cannot run here; -1: it runs nowhere faster (here it goes); < 0: it is faster here
                 level[pid] = None if here <= 0 else -1.0 if best <= 0 else best / here - 1.0
         lost_at = list(map(level.__getitem__, map(pids.__getitem__, pending)))
+        runs_all = ones and None not in (values := set(lost_at))
+        if not faster and runs_all:
+            # one GPU each, all of them can run here: the loop below takes the first `cap` in order
+            out.update(zip(map(ids.__getitem__, pending[:cap]), repeat(slow)))
+            caps[slow] = cap - min(cap, len(pending))
+            break
         if not faster:
             for i, lost in zip(pending, lost_at, strict=True):
                 g = sizes[i]
@@ -126,6 +135,23 @@ def assign_types(selected: Sequence[JobView], capacity: Mapping[str, int], inp: 
             if caps[t] > 0:
                 room_above += caps[t]
         need = left_gpus - room_above
+        if runs_all and need > 0 and -1.0 not in values:
+            # One GPU each, every one can run here and somewhere faster, and some must come here: every job's cost
+            # is weighed (the loop below, at C speed), and the walk takes the first m of them: it stops when the type
+            # is full, or at the first cost >= 0 once `need` jobs were taken (those below 0 are taken whatever the
+            # need: faster here)
+            costs = sorted(zip(map(mul, map(weights.__getitem__, pending), lost_at),
+                               map(ne, map(on.__getitem__, pending), repeat(slow)), pending))
+            m = max(0, min(cap, len(costs), max(need, bisect_left(costs, (0.0,)))))
+            took = list(map(_THIRD, costs[:m]))
+            out.update(zip(map(ids.__getitem__, took), repeat(slow)))
+            caps[slow] = cap - m
+            left_gpus -= m
+            if took:
+                gone = set(took)
+                pending = [i for i in pending if i not in gone]
+            types = faster
+            continue
         costs: list[tuple[float, bool, int]] = []
         append = costs.append
         for i, lost in zip(pending, lost_at, strict=True):
