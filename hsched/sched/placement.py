@@ -62,6 +62,15 @@ class PackingPlacer:
     def __init__(self) -> None:
         self._ones: dict[tuple[str, tuple[str, ...]], Placement] = {}  # (server, (device,)) -> its placement
 
+    def one(self, node: str, devices: tuple[str, ...]) -> Placement:
+        """One server's placement, made once per (server, devices): a replay starts tens of thousands of one-GPU runs
+        on a few dozen devices, and a Placement is frozen and compared by value, so one serves every start there."""
+        key = (node, devices)
+        made = self._ones.get(key)
+        if made is None:
+            made = self._ones[key] = Placement(node, devices)
+        return made
+
     def pick_devices(self, server: ServerView, free: Sequence[str], k: int) -> tuple[str, ...]:
         """The first k free devices in index order: neighbours share a switch on most boards."""
         return tuple(free[:k])
@@ -86,13 +95,7 @@ class PackingPlacer:
         if best is not None:
             devices = self.pick_devices(best, free[best.name], gpus)
             if gpus == 1:
-                # one device's placement, made once (a replay starts tens of thousands of one-GPU runs on a few dozen
-                # devices): a Placement is frozen, compared by value, so the same one serves every start there
-                key1 = (best.name, devices)
-                one = self._ones.get(key1)
-                if one is None:
-                    one = self._ones[key1] = Placement(best.name, devices)
-                return (one,)
+                return (self.one(best.name, devices),)
             return (Placement(best.name, devices),)
         if max_servers == 1:
             return None

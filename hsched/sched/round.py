@@ -431,8 +431,27 @@ def _place(
         to_place.sort(key=lambda jt: -jt[0].gpus)
     starts: list[Start] = []
     unplaced: set[int] = set()
+    packing = placer if type(placer) is PackingPlacer else None  # (exactly: a subclass may choose otherwise)
     for j, t in to_place:
-        where = placer.place(j.gpus, by_type.get(t, []), free, j.max_servers, job=j)
+        if packing is not None and j.gpus == 1:
+            # PackingPlacer.place of one GPU, inline (most starts of a replay): the NVLink server, then the one with the
+            # fewest free GPUs, then by name, and its first free device; no server with one free: nowhere
+            where = None
+            best: tuple[int, int, str] | None = None  # (best_fit_key of the server that holds it: name last)
+            for s in by_type.get(t, ()):
+                n = len(free[s.name])
+                if n:
+                    key = (0 if s.link == "nvlink" else 1, n, s.name)
+                    if best is None or key < best:
+                        best = key
+            if best is not None:
+                left = free[best[2]]
+                where = (packing.one(best[2], (left[0],)),)
+                del left[0]  # (the device it takes: the first of that list)
+                starts.append(Start(j.id, t, where, migrate=j.running))
+                continue
+        else:
+            where = placer.place(j.gpus, by_type.get(t, []), free, j.max_servers, job=j)
         if where is None:
             unplaced.add(j.id)
             if j.running:
