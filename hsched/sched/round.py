@@ -18,7 +18,6 @@ from operator import attrgetter
 from typing import cast
 
 from hsched.model import EndReason, Placement
-from hsched.sched.grant import first_choices
 from hsched.sched.placement import PackingPlacer, Placer
 from hsched.sched.policies.base import AnyPolicy
 from hsched.sched.preempt import PreemptRule, Victims, displaced, protected
@@ -334,10 +333,7 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
     get: Callable[[int], JobView | None] = jobs.get
     seen = len(plan.wants)  # wants looked at; a strict plan stops at the first that does not fit
     repeated = False
-    first = first_choices(plan.wants, jobs, fixed, caps)
-    if first is not None:
-        granted = first  # (and `caps` less what they take)
-    for n, w in enumerate(() if first is not None else plan.wants):
+    for n, w in enumerate(plan.wants):
         jid, wtypes = w  # (a Want is a (job id, types) tuple: unpacked, not read field by field)
         j = get(jid)
         if j is None or jid in fixed:
@@ -440,7 +436,7 @@ def _place(
         if packing is not None and j.gpus == 1:
             # PackingPlacer.place of one GPU, inline (most starts of a replay): the NVLink server, then the one with the
             # fewest free GPUs, then by name, and its first free device; no server with one free: nowhere
-            where: tuple[Placement, ...] | None = None
+            where = None
             best: tuple[int, int, str] | None = None  # (best_fit_key of the server that holds it: name last)
             for s in by_type.get(t, ()):
                 n = len(free[s.name])
@@ -468,5 +464,5 @@ def _place(
                     left.remove(d)
         starts.append(Start(j.id, t, where, migrate=j.running))
     if rank is not None:
-        starts.sort(key=lambda s: rank.get(s.job_id, 0))
+        starts.sort(key=lambda s: rank.get(s.job_id, 0))  # type: ignore[union-attr]
     return starts, unplaced
