@@ -436,7 +436,7 @@ def _place(
         if packing is not None and j.gpus == 1:
             # PackingPlacer.place of one GPU, inline (most starts of a replay): the NVLink server, then the one with the
             # fewest free GPUs, then by name, and its first free device; no server with one free: nowhere
-            where = None
+            where: tuple[Placement, ...] | None = None
             best: tuple[int, int, str] | None = None  # (best_fit_key of the server that holds it: name last)
             for s in by_type.get(t, ()):
                 n = len(free[s.name])
@@ -464,5 +464,5 @@ def _place(
                     left.remove(d)
         starts.append(Start(j.id, t, where, migrate=j.running))
     if rank is not None:
-        starts.sort(key=lambda s: rank.get(s.job_id, 0))  # type: ignore[union-attr]
+        starts.sort(key=lambda s: rank.get(s.job_id, 0))
     return starts, unplaced

@@ -1042,7 +1042,7 @@ class Simulator:
             # (a running job's view as run_head + its two figures + run_tail: two concatenations take a quarter less
             # than one tuple unpacking both)
             views = [
-                new_view(JobView, j.run_head + (j.run_s + (now - j.run_start), j.service_s + (
+                new_view(JobView, j.run_head + (j.run_s + (now - j.run_start), j.service_s + (  # noqa: RUF005
                     j.rel * (now - j.busy_until) if now > j.busy_until else 0.0)) + j.run_tail)
                 if j.gpu_type is not None else (j.view or pending_view(j))
                 for j in active.values()

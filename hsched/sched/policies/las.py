@@ -4,7 +4,8 @@ shares with finish-time fairness)."""
 from __future__ import annotations
 
 import math
-from operator import attrgetter
+from itertools import islice
+from operator import attrgetter, lt
 
 from hsched.sched.policies.base import (
     Policy,
@@ -72,8 +73,16 @@ class LasHetero(HeteroFair):
     name = "las-hetero"
 
     def order(self, inp: PolicyInput) -> list[JobView]:
-        return sorted(inp.jobs, key=_LAS_KEY)
+        jobs = inp.jobs
+        arrivals = list(map(_ARRIVAL, jobs))
+        if all(map(lt, arrivals, islice(arrivals, 1, None))):
+            # the jobs come in arrival order, no two at one instant (the simulator's, as `PolicyInput.jobs` says): a
+            # stable sort by service alone keeps that order among equals, which is the key's (arrival, then id); a
+            # sort of floats runs at twice the speed of one of tuples
+            return sorted(jobs, key=_SERVICE)
+        return sorted(jobs, key=_LAS_KEY)
 
 
 _LAS_KEY = attrgetter("service_s", "arrival_s", "id")
 """las-hetero's order: least normalised service, then arrival, then id (one C call a job, not a lambda)."""
+_SERVICE, _ARRIVAL = attrgetter("service_s"), attrgetter("arrival_s")

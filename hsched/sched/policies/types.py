@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from bisect import bisect_left
+from collections.abc import Mapping, Sequence
 from itertools import repeat
 from operator import attrgetter, itemgetter, mul, ne
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from hsched.sched.policies.base import hetero_assign
 from hsched.sched.view import JobView, PolicyInput
@@ -84,6 +84,7 @@ def assign_types(selected: Sequence[JobView], capacity: Mapping[str, int], inp: 
                     pid = profiles[key] = len(keys)
                     keys.append(key)
                 pids[i] = pid
+    pid_of = cast("list[int]", pids)
     ids = list(map(_ID, todo))
     sizes = list(map(_GPUS, todo))
     on = list(map(_TYPE_NOW, todo))
@@ -115,7 +116,7 @@ def assign_types(selected: Sequence[JobView], capacity: Mapping[str, int], inp: 
                 best = max((rel.get(t, 0.0) for t in faster if not allowed or t in allowed), default=0.0)
                 # None: it cannot run here; -1: it runs nowhere faster (here it goes); < 0: it is faster here
                 level[pid] = None if here <= 0 else -1.0 if best <= 0 else best / here - 1.0
-        lost_at = list(map(level.__getitem__, map(pids.__getitem__, pending)))
+        lost_at = list(map(level.__getitem__, map(pid_of.__getitem__, pending)))
         runs_all = ones and None not in (values := set(lost_at))
         if not faster and runs_all:
             # one GPU each, all of them can run here: the loop below takes the first `cap` in order
@@ -140,10 +141,10 @@ def assign_types(selected: Sequence[JobView], capacity: Mapping[str, int], inp: 
             # is weighed (the loop below, at C speed), and the walk takes the first m of them: it stops when the type
             # is full, or at the first cost >= 0 once `need` jobs were taken (those below 0 are taken whatever the
             # need: faster here)
-            costs = sorted(zip(map(mul, map(weights.__getitem__, pending), lost_at),
-                               map(ne, map(on.__getitem__, pending), repeat(slow)), pending))
-            m = max(0, min(cap, len(costs), max(need, bisect_left(costs, (0.0,)))))
-            took = list(map(_THIRD, costs[:m]))
+            ranked = sorted(zip(map(mul, map(weights.__getitem__, pending), lost_at),
+                                map(ne, map(on.__getitem__, pending), repeat(slow)), pending, strict=True))
+            m = max(0, min(cap, len(ranked), max(need, bisect_left(ranked, (0.0,)))))
+            took = list(map(_THIRD, ranked[:m]))
             out.update(zip(map(ids.__getitem__, took), repeat(slow)))
             caps[slow] = cap - m
             left_gpus -= m
