@@ -268,12 +268,13 @@ def _place_one(job: JobView, server: ServerView, free: Sequence[str], freed: fro
     return placer.place(job.gpus, (server,), {server.name: avail}, 1, job=job)
 
 
-def _choose_type(job: JobView, want: Want, caps: Mapping[str, int], inp: PolicyInput,
+def _choose_type(job: JobView, types: tuple[str, ...], caps: Mapping[str, int], inp: PolicyInput,
                  _runnable: dict[tuple[str, int, tuple[str, ...]], tuple[str, ...]] | None = None) -> str | None:
-    """The type to grant `job` under `want`, or None. `_runnable`: a round's memo of runnable types per kind."""
-    if want.types:
+    """The type to grant `job` under a want of these `types`, or None. `_runnable`: a round's memo of runnable types
+    per kind."""
+    if types:
         allowed = job.gpu_types
-        for t in want.types:
+        for t in types:
             if caps.get(t, 0) >= job.gpus and (not allowed or t in allowed):
                 return t
         return None
@@ -333,17 +334,25 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
     get: Callable[[int], JobView | None] = jobs.get
     seen = len(plan.wants)  # wants looked at; a strict plan stops at the first that does not fit
     repeated = False
-    for n, w in enumerate(plan.wants):
-        jid, wtypes = w  # (a Want is a (job id, types) tuple: unpacked, not read field by field)
+    for n, (jid, wtypes) in enumerate(plan.wants):  # (a Want is a (job id, types) tuple)
         j = get(jid)
         if j is None or jid in fixed:
             continue
         if jid in granted:
             repeated = True  # (wanted twice: `_place` then ranks it by its last want, as it always did)
             continue
+        g = j.gpus
         if wtypes:  # the common case of _choose_type, inline: the first acceptable type with room
+            allowed = j.gpu_types
+            if not allowed:
+                # (the usual grant: the first type the plan names has room; else the loop below looks on)
+                x = wtypes[0]
+                room = caps.get(x, 0)
+                if room >= g:
+                    caps[x] = room - g
+                    granted[jid] = x
+                    continue
             t = None
-            allowed, g = j.gpu_types, j.gpus
             if allowed:
                 for x in wtypes:
                     if caps.get(x, 0) >= g and x in allowed:
@@ -355,13 +364,13 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
                         t = x
                         break
         else:
-            t = _choose_type(j, w, caps, inp, runnable)
+            t = _choose_type(j, wtypes, caps, inp, runnable)
         if t is None:
             if plan.strict:
                 seen = n + 1
                 break
             continue
-        caps[t] -= j.gpus
+        caps[t] -= g
         granted[jid] = t
 
     preempt: list[int] = []
