@@ -32,7 +32,6 @@ from hsched.sched.view import (
     RoundDecision,
     ServerView,
     Start,
-    Want,
 )
 
 _DEFAULT_PLACER = PackingPlacer()
