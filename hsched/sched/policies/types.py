@@ -6,7 +6,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from itertools import repeat
-from operator import attrgetter, itemgetter, mul, ne
+from operator import attrgetter, itemgetter
 from typing import NamedTuple, cast
 
 from hsched.sched.policies.base import hetero_assign
