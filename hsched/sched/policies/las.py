@@ -75,14 +75,20 @@ class LasHetero(HeteroFair):
     def order(self, inp: PolicyInput) -> list[JobView]:
         jobs = inp.jobs
         arrivals = list(map(_ARRIVAL, jobs))
-        if all(map(lt, arrivals, islice(arrivals, 1, None))):
-            # the jobs come in arrival order, no two at one instant (the simulator's, as `PolicyInput.jobs` says): a
-            # stable sort by service alone keeps that order among equals, which is the key's (arrival, then id); a
-            # sort of floats runs at twice the speed of one of tuples
+        if all(map(lt, arrivals, islice(arrivals, 1, None))) or _by_arrival(jobs, arrivals):
+            # the jobs come in (arrival, id) order (the simulator's, as `PolicyInput.jobs` says): a stable sort by
+            # service alone keeps that order among equals, which is the key's; a sort of floats runs at twice the
+            # speed of one of tuples
             return sorted(jobs, key=_SERVICE)
         return sorted(jobs, key=_LAS_KEY)
 
 
 _LAS_KEY = attrgetter("service_s", "arrival_s", "id")
 """las-hetero's order: least normalised service, then arrival, then id (one C call a job, not a lambda)."""
-_SERVICE, _ARRIVAL = attrgetter("service_s"), attrgetter("arrival_s")
+_SERVICE, _ARRIVAL, _ID = attrgetter("service_s"), attrgetter("arrival_s"), attrgetter("id")
+
+
+def _by_arrival(jobs: tuple[JobView, ...], arrivals: list[float]) -> bool:
+    """Whether the jobs are in (arrival, id) order, some arriving at one instant (the check above: none do)."""
+    keys = list(zip(arrivals, map(_ID, jobs), strict=True))
+    return all(map(lt, keys, islice(keys, 1, None)))
