@@ -417,6 +417,7 @@ def _place(
 ) -> tuple[list[Start], set[int]]:
     """Devices for the granted jobs around the kept ones; a running job that cannot be placed is preempted.
     `to_place` comes in the plan's order (`repeated`: some job was wanted twice, and its rank is its last want)."""
+    running = JobPhase.RUNNING  # (`JobView.running`, without its call)
     needed = {t for _, t in to_place}
     by_type: dict[str, list[ServerView]] = {}
     for s in servers:
@@ -456,13 +457,13 @@ def _place(
                 left = free[best[2]]
                 where = (packing.one(best[2], (left[0],)),)
                 del left[0]  # (the device it takes: the first of that list)
-                starts.append(Start(j.id, t, where, migrate=j.running))
+                starts.append(Start(j.id, t, where, j.phase is running))  # (`migrate`: a running job's start)
                 continue
         else:
             where = placer.place(j.gpus, by_type.get(t, []), free, j.max_servers, job=j)
         if where is None:
             unplaced.add(j.id)
-            if j.running:
+            if j.phase is running:
                 preempt.append(j.id)
             continue
         for p in where:
@@ -470,7 +471,7 @@ def _place(
             for d in p.devices:
                 if d in left:
                     left.remove(d)
-        starts.append(Start(j.id, t, where, migrate=j.running))
+        starts.append(Start(j.id, t, where, j.phase is running))
     if rank is not None:
         starts.sort(key=lambda s: rank.get(s.job_id, 0))
     return starts, unplaced

@@ -351,6 +351,8 @@ class Simulator:
         usage: dict[str, float] = {}
         ended_runs = [0.0, 0]  # seconds and count of the runs that ended (fair share: `fair`)
         users = {j.tj.user for j in jobs}
+        shared_users = len(users) > 1  # (fair share's usage is counted)
+        model_rate = self.model.rate
         oracle = self.policy.clairvoyant
         time_sharing = self.policy.time_sharing
         rule = cfg.preempt
@@ -579,10 +581,13 @@ class Simulator:
 
         def stop(j: _Job, t: float) -> None:
             nonlocal busy_gpu_s, held
-            progressed = max(0.0, t - j.busy_until)
+            # (`x if x > 0.0 else 0.0` is max(0.0, x), NaN and -0.0 included, without a call: stop runs once per stop)
+            b = j.busy_until
+            progressed = t - b if t > b else 0.0
             if not j.measured and progressed >= MIN_WINDOW_S:
                 measure(j, t)  # a stint that ended (moved, preempted, done) before a round measured it
-            j.remaining = max(0.0, j.remaining - j.rate * progressed)
+            left = j.remaining - j.rate * progressed
+            j.remaining = left if left > 0.0 else 0.0
             j.service_s += j.rel * progressed
             run = t - j.run_start
             j.run_s += run
@@ -606,7 +611,7 @@ class Simulator:
                 ds = data.dataset(j.tj.id)
                 if ds is not None:
                     data.release(ds, [p.node for p in j.placement], t)
-            if len(users) > 1:
+            if shared_users:
                 usage[j.tj.user] = usage.get(j.tj.user, 0.0) + run * j.tj.gpus
                 ended_runs[0] += run  # (their typical length: what fair share counts a start as)
                 ended_runs[1] += 1
@@ -626,7 +631,7 @@ class Simulator:
 
         def start(j: _Job, s: Start, t: float, recharge: bool = True) -> None:
             nonlocal lost_gpu_s, held
-            spans = s.spans
+            spans = len(s.placement) > 1  # (`Start.spans`, without its call)
             if erates is not None:
                 # elastic: the job runs at the size of its placement (a resize, or a move at its current size)
                 size = sum(len(p.devices) for p in s.placement)
@@ -634,7 +639,7 @@ class Simulator:
                     j.tj = replace(j.base_tj, gpus=size)
                 rate = erates.rate(j.tj.job_type, size, s.gpu_type, j.base_tj.gpus, spans=spans)
             else:
-                rate = self.model.rate(j.tj.job_type, j.tj.gpus, s.gpu_type, spans=spans)
+                rate = model_rate(j.tj.job_type, j.tj.gpus, s.gpu_type, spans)
             if not rate:
                 raise RuntimeError(f"policy put job {j.tj.id} on {s.gpu_type}, where it cannot run")
             if spans:
