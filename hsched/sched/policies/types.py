@@ -9,7 +9,7 @@ from itertools import repeat
 from operator import attrgetter, itemgetter
 from typing import NamedTuple, cast
 
-from hsched.sched.policies.base import hetero_assign
+from hsched.sched.policies.base import hetero_assign, memo_for
 from hsched.sched.view import JobView, PolicyInput
 
 _TYPES = "hsched.assign_types"
@@ -28,6 +28,10 @@ class _TypesMemo(NamedTuple):
     profiles: dict[tuple[str, int, tuple[str, ...]], int]
     keys: list[tuple[str, int, tuple[str, ...]]]
     levels: dict[tuple[str, tuple[str, ...]], dict[int, float | None]]
+
+
+def _new_types_memo(model: object, types: tuple[str, ...]) -> _TypesMemo:
+    return _TypesMemo(model, types, {}, [], {})
 
 
 TIME_WEIGHT = -0.3
@@ -68,10 +72,7 @@ def assign_types(selected: Sequence[JobView], capacity: Mapping[str, int], inp: 
     todo = [j for j in selected if j.id not in out] if out else list(selected)
     all_types = inp.gpu_types
     model = inp.throughput
-    memo = inp.cache.get(_TYPES)
-    if not isinstance(memo, _TypesMemo) or memo.model is not model or memo.types != all_types:
-        memo = _TypesMemo(model, all_types, {}, [], {})
-        inp.cache[_TYPES] = memo
+    memo = cast("_TypesMemo", memo_for(inp.cache, _TYPES, model, all_types, _new_types_memo))
     profiles, keys, levels = memo.profiles, memo.keys, memo.levels
     # the jobs' fields as lists, read at C speed, once (the loops below read them by position)
     kinds = list(map(_PROFILE, todo))
