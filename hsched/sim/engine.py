@@ -640,31 +640,33 @@ class Simulator:
                 rate = erates.rate(j.tj.job_type, size, s.gpu_type, j.base_tj.gpus, spans=spans)
             else:
                 rate = model_rate(j.tj.job_type, j.tj.gpus, s.gpu_type, spans)
+            tj = j.tj  # (after an elastic resize: the job at its new size)
             if not rate:
-                raise RuntimeError(f"policy put job {j.tj.id} on {s.gpu_type}, where it cannot run")
+                raise RuntimeError(f"policy put job {tj.id} on {s.gpu_type}, where it cannot run")
+            costs = cfg.costs
             if spans:
-                rate *= cfg.costs.span_factor
-                if cfg.costs.fabric is not None:
-                    rate *= cfg.costs.fabric.speed([p.node for p in s.placement])
-            if j.tj.gpus > 1 and any(self.server_link.get(p.node) == "pcie" for p in s.placement):
-                rate *= cfg.costs.pcie_factor
+                rate *= costs.span_factor
+                if costs.fabric is not None:
+                    rate *= costs.fabric.speed([p.node for p in s.placement])
+            if tj.gpus > 1 and any(self.server_link.get(p.node) == "pcie" for p in s.placement):
+                rate *= costs.pcie_factor
             # a job that starts over restores nothing
-            overhead = cfg.costs.checkpoint_s if j.run_s > 0 and j.tj.checkpointable else 0.0
+            overhead = costs.checkpoint_s if j.run_s > 0 and tj.checkpointable else 0.0
             if recharge:  # (not again for a job resized at the instant it was restored: one restore, counted once)
                 j.overhead_s += overhead
-                lost_gpu_s += overhead * j.tj.gpus
+                lost_gpu_s += overhead * tj.gpus
             copy = 0.0  # the data is copied before the checkpoint is restored: the two add up
             if data is not None:
                 for p in s.placement:
-                    on_server[p.node][j.tj.id] = len(p.devices)
-                ds = data.dataset(j.tj.id)
+                    on_server[p.node][tj.id] = len(p.devices)
+                ds = data.dataset(tj.id)
                 if aware is not None:
-                    aware.started(j.tj.id, [p.node for p in s.placement], t)
+                    aware.started(tj.id, [p.node for p in s.placement], t)
                 if ds is not None:
-                    copy = data.acquire(ds, [p.node for p in s.placement], j.tj.gpus, t)
+                    copy = data.acquire(ds, [p.node for p in s.placement], tj.gpus, t)
                     j.copy_s += copy
             j.gpu_type, j.placement, j.rate, j.rel = s.gpu_type, s.placement, rate, rate / (
-                j.fastest_rate if j.tj is j.base_tj else elastic_fastest(j))
+                j.fastest_rate if tj is j.base_tj else elastic_fastest(j))
             j.span_servers = len(s.placement)
             j.last_type = s.gpu_type
             j.run_start = t
@@ -673,10 +675,9 @@ class Simulator:
             if j.first_start is None:
                 j.first_start = t
                 if predictor is not None:
-                    j.predicted = predictor.expected(j.tj.job_type, j.tj.user)
+                    j.predicted = predictor.expected(tj.job_type, tj.user)
             j.version += 1
             j.view = None
-            tj = j.tj
             if learner is not None:
                 link = any(self.server_link.get(p.node) == "pcie" for p in s.placement)
                 j.klass = (PlacementClass.SPANNING if spans else PlacementClass.SINGLE if tj.gpus == 1
@@ -717,12 +718,12 @@ class Simulator:
                             held += 1
                         shared_on[u] += 1
             else:
-                held += j.tj.gpus
-            running[j.tj.id] = j
+                held += tj.gpus
+            running[tj.id] = j
             if live is not None:
                 live.started(tj, live_allowed.get(tj.id, ()), j.restarts, s.placement, t)
             if not j.in_pool:
-                heapq.heappush(heap, (j.finish_at, j.tj.id, j.version))
+                heapq.heappush(heap, (j.finish_at, tj.id, j.version))
 
         def fair(t: float) -> Mapping[str, float] | None:
             """Fair share's usage now: ended runs', and the running jobs' so far (as the live ledger counts)."""
