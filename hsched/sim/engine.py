@@ -415,7 +415,7 @@ class Simulator:
         # assignment, twice a job), the answers as a dict, read at C speed: a waiting job's, fixed while it waits, set
         # when its pending view is made (`pending_view`: after every stop, before the next full round), a running job's
         # each full round (`progress_left`). The same figures as `_ProgressLeft`'s, which the other policies get.
-        eager_left = totals and self.policy.reads_forecast
+        eager_left = totals and getattr(self.policy, "reads_forecast", True)  # (a policy not of PolicyHooks: True)
         left_now = _LeftNow()
 
         def progress_left(t: float) -> Mapping[int, float]:
