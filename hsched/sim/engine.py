@@ -830,9 +830,10 @@ class Simulator:
             """Built once per wait: a pending job's view does not change while it waits."""
             tj = j.tj
             limit = tj.time_limit_s if predictor is None else capped(j, rest(j, j.run_s))
-            j.view = JobView(tj.id, tj.job_type, tj.gpus, tj.arrival_s, JobPhase.PENDING, tj.qos, tj.priority,
-                             tj.user, None, (), None, j.run_s, j.service_s, j.restarts, limit,
-                             tj.max_servers, j.allowed, tj.checkpointable)
+            # (every field in order: the tuple made directly, not by the NamedTuple's generated __new__; once a stop)
+            j.view = tuple.__new__(JobView, (tj.id, tj.job_type, tj.gpus, tj.arrival_s, JobPhase.PENDING, tj.qos,
+                                             tj.priority, tj.user, None, (), None, j.run_s, j.service_s, j.restarts,
+                                             limit, tj.max_servers, j.allowed, tj.checkpointable))
             if eager_left:
                 # its forecast while it waits (`_ProgressLeft.get` of a job that does not run: its rate is 0)
                 if j.rate > 0 or j.last_rate > 0:
