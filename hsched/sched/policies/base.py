@@ -91,9 +91,10 @@ def select_by_capacity(ordered: Iterable[JobView], capacity: Mapping[str, int], 
         # Every job fits, with a GPU to spare (so the loop below would neither stop nor skip anyone): the usual
         # full round of a replay with free GPUs, counted at C speed
         sizes = list(map(_GPUS, ordered))
-        if sum(sizes) < free and max(sizes) <= biggest:
+        largest = max(sizes)
+        if sum(sizes) < free and largest <= biggest:
             return list(ordered)
-        if max(sizes) == 1 and biggest >= 1:
+        if largest == 1 and biggest >= 1:
             # one GPU each (Gavel's single-GPU traces): the loop below takes the first `free` jobs, skipping none
             return ordered[:max(0, free)]
     out: list[JobView] = []
