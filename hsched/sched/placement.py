@@ -59,6 +59,18 @@ def fragmentation_key(link: str, size: int, free_count: int, gpus: int) -> tuple
 class PackingPlacer:
     """Best-fit consolidation on one server; otherwise the fewest servers, largest free first."""
 
+    def __init__(self) -> None:
+        self._ones: dict[tuple[str, tuple[str, ...]], Placement] = {}  # (server, (device,)) -> its placement
+
+    def one(self, node: str, devices: tuple[str, ...]) -> Placement:
+        """One server's placement, made once per (server, devices): a replay starts tens of thousands of one-GPU runs
+        on a few dozen devices, and a Placement is frozen and compared by value, so one serves every start there."""
+        key = (node, devices)
+        made = self._ones.get(key)
+        if made is None:
+            made = self._ones[key] = Placement(node, devices)
+        return made
+
     def pick_devices(self, server: ServerView, free: Sequence[str], k: int) -> tuple[str, ...]:
         """The first k free devices in index order: neighbours share a switch on most boards."""
         return tuple(free[:k])
@@ -73,14 +85,18 @@ class PackingPlacer:
     ) -> tuple[Placement, ...] | None:
         best: ServerView | None = None
         best_key: tuple[int, int, str] | None = None
+        get = free.get
         for s in servers:
-            n = len(free.get(s.name, ()))
+            n = len(get(s.name, ()))
             if n >= gpus:
-                key = best_fit_key(s, n)
+                key = (0 if s.link == "nvlink" else 1, n, s.name)  # (best_fit_key, inline: once per server per start)
                 if best_key is None or key < best_key:
                     best, best_key = s, key
         if best is not None:
-            return (Placement(best.name, self.pick_devices(best, free[best.name], gpus)),)
+            devices = self.pick_devices(best, free[best.name], gpus)
+            if gpus == 1:
+                return (self.one(best.name, devices),)
+            return (Placement(best.name, devices),)
         if max_servers == 1:
             return None
         by_free = sorted(servers, key=lambda s: (-len(free.get(s.name, ())), s.name))

@@ -32,7 +32,6 @@ from hsched.sched.view import (
     RoundDecision,
     ServerView,
     Start,
-    Want,
 )
 
 _DEFAULT_PLACER = PackingPlacer()
@@ -268,12 +267,13 @@ def _place_one(job: JobView, server: ServerView, free: Sequence[str], freed: fro
     return placer.place(job.gpus, (server,), {server.name: avail}, 1, job=job)
 
 
-def _choose_type(job: JobView, want: Want, caps: Mapping[str, int], inp: PolicyInput,
+def _choose_type(job: JobView, types: tuple[str, ...], caps: Mapping[str, int], inp: PolicyInput,
                  _runnable: dict[tuple[str, int, tuple[str, ...]], tuple[str, ...]] | None = None) -> str | None:
-    """The type to grant `job` under `want`, or None. `_runnable`: a round's memo of runnable types per kind."""
-    if want.types:
+    """The type to grant `job` under a want of these `types`, or None. `_runnable`: a round's memo of runnable types
+    per kind."""
+    if types:
         allowed = job.gpu_types
-        for t in want.types:
+        for t in types:
             if caps.get(t, 0) >= job.gpus and (not allowed or t in allowed):
                 return t
         return None
@@ -332,14 +332,26 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
     runnable: dict[tuple[str, int, tuple[str, ...]], tuple[str, ...]] = {}
     get: Callable[[int], JobView | None] = jobs.get
     seen = len(plan.wants)  # wants looked at; a strict plan stops at the first that does not fit
-    for n, w in enumerate(plan.wants):
-        jid, wtypes = w  # (a Want is a (job id, types) tuple: unpacked, not read field by field)
+    repeated = False
+    for n, (jid, wtypes) in enumerate(plan.wants):  # (a Want is a (job id, types) tuple)
         j = get(jid)
-        if j is None or jid in fixed or jid in granted:
+        if j is None or jid in fixed:
             continue
+        if jid in granted:
+            repeated = True  # (wanted twice: `_place` then ranks it by its last want, as it always did)
+            continue
+        g = j.gpus
         if wtypes:  # the common case of _choose_type, inline: the first acceptable type with room
+            allowed = j.gpu_types
+            if not allowed:
+                # (the usual grant: the first type the plan names has room; else the loop below looks on)
+                x = wtypes[0]
+                room = caps.get(x, 0)
+                if room >= g:
+                    caps[x] = room - g
+                    granted[jid] = x
+                    continue
             t = None
-            allowed, g = j.gpu_types, j.gpus
             if allowed:
                 for x in wtypes:
                     if caps.get(x, 0) >= g and x in allowed:
@@ -351,42 +363,42 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
                         t = x
                         break
         else:
-            t = _choose_type(j, w, caps, inp, runnable)
+            t = _choose_type(j, wtypes, caps, inp, runnable)
         if t is None:
             if plan.strict:
                 seen = n + 1
                 break
             continue
-        caps[t] -= j.gpus
+        caps[t] -= g
         granted[jid] = t
 
     preempt: list[int] = []
     keep: list[JobView] = []
-    to_place: list[tuple[JobView, str]] = []
     # a job the plan wanted (and looked at) waits for resources; one it did not want waits for its turn
     considered: set[int] | None = None  # (made at the first wait: often nobody waits)
     waiting: dict[int, str] = {}
     granted_get = granted.get
     for j in inp.jobs:
         jid = j.id
-        t = granted_get(jid)
         if j.phase is running:
+            t = granted_get(jid)
             if t == j.gpu_type or jid in fixed:
                 keep.append(j)
-            elif t is not None:
-                to_place.append((j, t))
-            else:
+            elif t is None:
                 preempt.append(jid)
-        elif t is not None:
-            to_place.append((j, t))
-        else:
+            # (else a move: placed below, with the starts)
+        elif jid not in granted:
             if considered is None:
                 considered = {wid for wid, _types in plan.wants[:seen]}
             waiting[jid] = _RESOURCES if jid in considered else _PRIORITY
+    # the starts and moves, in the plan's order (granted's): every granted job but a running one granted its own
+    # type (a fixed job is never granted)
+    to_place = [(j, t) for jid, t in granted.items()
+                if (j := jobs[jid]).phase is not running or t != j.gpu_type]
 
     starts: list[Start] = []
     if to_place:  # free devices are needed only to place someone
-        starts, unplaced = _place(to_place, keep, plan, servers, placer, preempt)
+        starts, unplaced = _place(to_place, keep, plan, servers, placer, preempt, repeated)
         if unplaced:
             # a job granted GPUs that no server could hold waits for resources, in the jobs' order
             waiting = {j.id: _RESOURCES if j.id in unplaced else waiting[j.id]
@@ -401,8 +413,11 @@ def _place(
     servers: Sequence[ServerView],
     placer: Placer,
     preempt: list[int],
+    repeated: bool = False,
 ) -> tuple[list[Start], set[int]]:
-    """Devices for the granted jobs around the kept ones; a running job that cannot be placed is preempted."""
+    """Devices for the granted jobs around the kept ones; a running job that cannot be placed is preempted.
+    `to_place` comes in the plan's order (`repeated`: some job was wanted twice, and its rank is its last want)."""
+    running = JobPhase.RUNNING  # (`JobView.running`, without its call)
     needed = {t for _, t in to_place}
     by_type: dict[str, list[ServerView]] = {}
     for s in servers:
@@ -413,16 +428,42 @@ def _place(
     used = {d for j in keep for p in j.placement if p.node in mine for d in p.devices}
     free: dict[str, list[str]] = {s.name: [d for d in s.devices if d not in used]
                                   for ss in by_type.values() for s in ss}
-    rank = {jid: i for i, (jid, _types) in enumerate(plan.wants)}
-    # big gangs first so that small jobs do not fragment the servers they need
-    to_place.sort(key=lambda jt: (-jt[0].gpus, rank.get(jt[0].id, 0)))
+    # big gangs first so that small jobs do not fragment the servers they need, each size in the plan's order; the
+    # starts come back in the plan's order. Gangs of one size (one GPU each, Gavel's traces) are in that order
+    # already: nothing to sort, either way
+    rank: dict[int, int] | None = None
+    if repeated:
+        rank = {jid: i for i, (jid, _types) in enumerate(plan.wants)}
+        to_place.sort(key=lambda jt: (-jt[0].gpus, rank.get(jt[0].id, 0)))  # type: ignore[union-attr]
+    elif len({j.gpus for j, _ in to_place}) > 1:
+        rank = {j.id: i for i, (j, _) in enumerate(to_place)}  # (the plan's order: a stable sort keeps it)
+        to_place.sort(key=lambda jt: -jt[0].gpus)
     starts: list[Start] = []
     unplaced: set[int] = set()
+    packing = placer if type(placer) is PackingPlacer else None  # (exactly: a subclass may choose otherwise)
     for j, t in to_place:
-        where = placer.place(j.gpus, by_type.get(t, []), free, j.max_servers, job=j)
+        if packing is not None and j.gpus == 1:
+            # PackingPlacer.place of one GPU, inline (most starts of a replay): the NVLink server, then the one with the
+            # fewest free GPUs, then by name, and its first free device; no server with one free: nowhere
+            where: tuple[Placement, ...] | None = None
+            best: tuple[int, int, str] | None = None  # (best_fit_key of the server that holds it: name last)
+            for s in by_type.get(t, ()):
+                n = len(free[s.name])
+                if n:
+                    key = (0 if s.link == "nvlink" else 1, n, s.name)
+                    if best is None or key < best:
+                        best = key
+            if best is not None:
+                left = free[best[2]]
+                where = (packing.one(best[2], (left[0],)),)
+                del left[0]  # (the device it takes: the first of that list)
+                starts.append(Start(j.id, t, where, j.phase is running))  # (`migrate`: a running job's start)
+                continue
+        else:
+            where = placer.place(j.gpus, by_type.get(t, []), free, j.max_servers, job=j)
         if where is None:
             unplaced.add(j.id)
-            if j.running:
+            if j.phase is running:
                 preempt.append(j.id)
             continue
         for p in where:
@@ -430,6 +471,7 @@ def _place(
             for d in p.devices:
                 if d in left:
                     left.remove(d)
-        starts.append(Start(j.id, t, where, migrate=j.running))
-    starts.sort(key=lambda s: rank.get(s.job_id, 0))
+        starts.append(Start(j.id, t, where, j.phase is running))
+    if rank is not None:
+        starts.sort(key=lambda s: rank.get(s.job_id, 0))
     return starts, unplaced

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from itertools import repeat
 from operator import add, attrgetter, ne
 from typing import ClassVar, cast
@@ -21,6 +21,11 @@ from hsched.sched.view import JobView, OracleInput, Plan, PolicyInput, Want
 class PolicyHooks:
     """Optional hooks the round reads instead of testing a policy's class: a policy without fair share serves
     nobody after the others, and one without a move rule moves at any gain."""
+
+    reads_forecast: ClassVar[bool] = True
+    """Whether the policy reads `PolicyInput.forecast_s` (its hooks included). Only a hint of cost: a caller that works
+    each running job's forecast out every round for a policy that reads them all (the simulator) hands one that never
+    reads them a mapping that works out only what is asked instead. Either answers alike."""
 
     def over_share(self, inp: PolicyInput) -> frozenset[str]:
         """The users this policy serves after the others (fair share); the round reads it to name the most
@@ -87,9 +92,10 @@ def select_by_capacity(ordered: Iterable[JobView], capacity: Mapping[str, int], 
         # Every job fits, with a GPU to spare (so the loop below would neither stop nor skip anyone): the usual
         # full round of a replay with free GPUs, counted at C speed
         sizes = list(map(_GPUS, ordered))
-        if sum(sizes) < free and max(sizes) <= biggest:
+        largest = max(sizes)
+        if sum(sizes) < free and largest <= biggest:
             return list(ordered)
-        if max(sizes) == 1 and biggest >= 1:
+        if largest == 1 and biggest >= 1:
             # one GPU each (Gavel's single-GPU traces): the loop below takes the first `free` jobs, skipping none
             return ordered[:max(0, free)]
     out: list[JobView] = []
@@ -110,6 +116,21 @@ _TYPE_NOW = attrgetter("gpu_type")
 _ASKED = attrgetter("id", "job_type", "gpus", "gpu_types", "gpu_type")
 _PROFILES, _LAST_ASSIGN = "base.hetero_assign.profiles", "base.hetero_assign.last"
 """The caller's cache keys (PolicyInput.cache) of `hetero_assign`'s `_ProfileMemo` and its last answer."""
+
+
+def memo_for(cache: MutableMapping[str, object], key: str, model: object, types: tuple[str, ...],
+             make: Callable[[object, tuple[str, ...]], object]) -> object:
+    """The memo `make(model, types)` kept in the caller's `cache[key]`: one per list of GPU types, all dropped when the
+    model changes. (One memo for the last types alone was made again and again in the simulator's start-only rounds,
+    whose free GPUs come in a few lists of types that take turns: 725 times in 652 such rounds of ed69ec 16:16:16.)"""
+    kept = cache.get(key)
+    if not isinstance(kept, tuple) or kept[0] is not model:
+        kept = cache[key] = (model, {})
+    by_types = cast("dict[tuple[str, ...], object]", kept[1])
+    memo = by_types.get(types)
+    if memo is None:
+        memo = by_types[types] = make(model, types)
+    return memo
 
 
 class _ProfileMemo:
@@ -180,6 +201,7 @@ def hetero_assign(
     their type and use its capacity first.
     """
     model, all_types = inp.throughput, inp.gpu_types
+    ids: list[int] | None = None
     if not pinned:
         # The same jobs in the same order, with the same kinds, sizes, allowed types and types now, on the same
         # capacity: the same answer as the last round's (61 % of ed69ec 8:8:8's rounds: a round for an arrival
@@ -205,10 +227,7 @@ def hetero_assign(
     # Jobs share a few speed profiles. A profile is a small integer: what a job's (kind, size, allowed types, type
     # now) maps to is kept in the caller's cache from round to round (the same model and types: the same speeds),
     # so a round looks each job up once and builds nothing.
-    memo = cast("_ProfileMemo | None", inp.cache.get(_PROFILES))
-    if memo is None or memo.model is not model or memo.types != all_types:
-        memo = _ProfileMemo(model, all_types)
-        inp.cache[_PROFILES] = memo
+    memo = cast("_ProfileMemo", memo_for(inp.cache, _PROFILES, model, all_types, _ProfileMemo))
     known, speeds, by_speeds = memo.of, memo.speeds, memo.ids
     profiles = list(map(_PROFILE, todo))
     sid_at = list(map(known.get, profiles))  # each job's speeds id, a small integer; None: not seen yet
@@ -238,7 +257,10 @@ def hetero_assign(
     placed = [False] * n
     ones = max(gpus_at, default=0) == 1  # (one GPU each, Gavel's single-GPU traces: a level's walk is counted)
     unplaced = list(range(n))
-    ids = list(map(_ID, todo))
+    if ids is None:  # (else not pinned: `todo` is `selected`, whose ids were read above)
+        ids = list(map(_ID, todo))
+    # (one GPU each: the fractions are read only for their highest and lowest, over the few speeds ids there are)
+    sids = set(sid_of) if ones else None
     types = [t for t in all_types if caps.get(t, 0) > 0]
     while left > 0 and types:
         slow, faster = types[-1], types[:-1]
@@ -256,14 +278,15 @@ def hetero_assign(
             level = memo.levels[(slow, *faster)] = _Level(col[slow], tuple(col[t] for t in faster))
         if len(level.neg) < len(speeds):
             level.grow(speeds)
-        neg_at = list(map(level.neg.__getitem__, sid_of))
+        neg = level.neg
+        neg_at = list(map(neg.__getitem__, sid_of if sids is None else sids))  # (one GPU each: per speeds id)
         cap = caps[slow]
         if not faster and left <= cap and max(neg_at) <= 0:
             # the fastest type, with room for everyone left: all of them go here, in no particular order
             if len(unplaced) < n:
                 out.update(zip(map(ids.__getitem__, unplaced), repeat(slow)))
             else:  # (the usual case with free GPUs: nobody went to a slower type)
-                out.update(dict.fromkeys(map(_ID, todo), slow))
+                out.update(dict.fromkeys(ids, slow))
             caps[slow] = cap - left
             break
         # among equals (one fraction), the job already there stays, then the first in priority order (the
@@ -286,12 +309,10 @@ def hetero_assign(
             h = bisect.bisect_left(walk, level.gains, key=at)
             m = max(0, min(r, cap, max(need, h) if lazy else r))
             if m:
-                took = walk[:m]
-                out.update(zip(map(ids.__getitem__, took), repeat(slow)))
-                for k in took:
-                    placed[k] = True
+                out.update(zip(map(ids.__getitem__, walk[:m]), repeat(slow)))
                 cap, need, left = cap - m, need - m, left - m
-                unplaced = [k for k in unplaced if not placed[k]]
+                # the rest in position order, as `unplaced` is (the next level's stable sort keeps it among equals)
+                unplaced = sorted(walk[m:])
             caps[slow] = cap
             types.pop()
             continue
@@ -323,10 +344,7 @@ def wants_from_assignment(
     # the same jobs (kinds, sizes, allowed types) in the same order with the same assignment as last round: the
     # same wants (the usual round after an arrival that changes nobody's type), kept in the caller's cache with
     # the preferences per (kind, size, allowed types, assigned type), which depend only on the model and types
-    memo = cast("_WantsMemo | None", inp.cache.get(_WANTS))
-    if memo is None or memo.model is not model or memo.types != all_types:
-        memo = _WantsMemo(model, all_types)
-        inp.cache[_WANTS] = memo
+    memo = cast("_WantsMemo", memo_for(inp.cache, _WANTS, model, all_types, _WantsMemo))
     ids = list(map(_ID, jobs))  # (C speed: the loop below reads these, not the views)
     kinds = list(map(_WANT_KIND, jobs))
     if memo.asked == ids and memo.kinds == kinds and memo.assigned == assigned:
@@ -334,16 +352,27 @@ def wants_from_assignment(
     out: list[Want] = []
     prefs = memo.prefs
     new, append = tuple.__new__, out.append  # Want is a NamedTuple: no __new__ wrapper
+    # a job's want is the last call's while its kind and type are (most of them, round to round): kept per job, for
+    # the jobs of this call alone
+    last_of, want_of = memo.want_of, {}
     for jid, kind, t in zip(ids, kinds, map(assigned.get, ids), strict=True):
         if t is None:
+            continue
+        hit = last_of.get(jid)
+        if hit is not None and hit[1] == t and hit[0] == kind:
+            want_of[jid] = hit
+            append(hit[2])
             continue
         types = prefs.get((kind, t))
         if types is None:
             job_type, gpus, allowed = kind
             ft = model.fastest_types(job_type, gpus, all_types, allowed)
             types = prefs[(kind, t)] = (t, *(x for x in ft if x != t))
-        append(new(Want, (jid, types)))
+        w = new(Want, (jid, types))
+        want_of[jid] = (kind, t, w)
+        append(w)
     memo.asked, memo.kinds, memo.assigned, memo.wants = ids, kinds, dict(assigned), tuple(out)
+    memo.want_of = want_of
     return memo.wants
 
 
@@ -355,7 +384,7 @@ _WANTS = "base.wants_from_assignment"
 class _WantsMemo:
     """What `wants_from_assignment` keeps from round to round for one model and one list of GPU types."""
 
-    __slots__ = ("asked", "assigned", "kinds", "model", "prefs", "types", "wants")
+    __slots__ = ("asked", "assigned", "kinds", "model", "prefs", "types", "want_of", "wants")
 
     def __init__(self, model: object, types: tuple[str, ...]) -> None:
         self.model = model
@@ -366,3 +395,5 @@ class _WantsMemo:
         self.kinds: list[tuple[str, int, tuple[str, ...]]] = []
         self.assigned: dict[int, str] = {}
         self.wants: tuple[Want, ...] = ()
+        # job id -> its (kind, size, allowed types), its assigned type and its want, as the last call made them
+        self.want_of: dict[int, tuple[tuple[str, int, tuple[str, ...]], str, Want]] = {}

@@ -3,13 +3,19 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from itertools import repeat
+from operator import attrgetter, itemgetter
+from typing import NamedTuple, cast
 
-from hsched.sched.policies.base import hetero_assign
+from hsched.sched.policies.base import hetero_assign, memo_for
 from hsched.sched.view import JobView, PolicyInput
 
 _TYPES = "hsched.assign_types"
+_PROFILE = attrgetter("job_type", "gpus", "gpu_types")
+_THIRD = itemgetter(2)
+_ID, _GPUS, _TYPE_NOW, _SERVICE = attrgetter("id"), attrgetter("gpus"), attrgetter("gpu_type"), attrgetter("service_s")
 
 
 class _TypesMemo(NamedTuple):
@@ -22,6 +28,10 @@ class _TypesMemo(NamedTuple):
     profiles: dict[tuple[str, int, tuple[str, ...]], int]
     keys: list[tuple[str, int, tuple[str, ...]]]
     levels: dict[tuple[str, tuple[str, ...]], dict[int, float | None]]
+
+
+def _new_types_memo(model: object, types: tuple[str, ...]) -> _TypesMemo:
+    return _TypesMemo(model, types, {}, [], {})
 
 
 TIME_WEIGHT = -0.3
@@ -62,72 +72,109 @@ def assign_types(selected: Sequence[JobView], capacity: Mapping[str, int], inp: 
     todo = [j for j in selected if j.id not in out] if out else list(selected)
     all_types = inp.gpu_types
     model = inp.throughput
-    memo = inp.cache.get(_TYPES)
-    if not isinstance(memo, _TypesMemo) or memo.model is not model or memo.types != all_types:
-        memo = _TypesMemo(model, all_types, {}, [], {})
-        inp.cache[_TYPES] = memo
+    memo = cast("_TypesMemo", memo_for(inp.cache, _TYPES, model, all_types, _new_types_memo))
     profiles, keys, levels = memo.profiles, memo.keys, memo.levels
-    forecast = inp.forecast_s
-    pids: list[int] = []
-    weights: list[float] = []
-    for j in todo:
-        key = (j.job_type, j.gpus, j.gpu_types)
-        pid = profiles.get(key)
-        if pid is None:
-            pid = profiles[key] = len(keys)
-            keys.append(key)
-        pids.append(pid)
-        left = forecast.get(j.id)
-        weights.append(max(1.0, j.service_s if left is None else left) ** TIME_WEIGHT)
+    # the jobs' fields as lists, read at C speed, once (the loops below read them by position)
+    kinds = list(map(_PROFILE, todo))
+    pids = list(map(profiles.get, kinds))
+    if None in pids:
+        for i, key in enumerate(kinds):
+            if pids[i] is None:
+                pid = profiles.get(key)
+                if pid is None:
+                    pid = profiles[key] = len(keys)
+                    keys.append(key)
+                pids[i] = pid
+    pid_of = cast("list[int]", pids)
+    ids = list(map(_ID, todo))
+    sizes = list(map(_GPUS, todo))
+    on = list(map(_TYPE_NOW, todo))
+    # remaining seconds (else the service attained), at least one, ** TIME_WEIGHT (`x if x > 1.0 else 1.0` is
+    # max(1.0, x), NaN included, without a call)
+    power = TIME_WEIGHT
+    weights = [(x if x > 1.0 else 1.0) ** power for x in map(inp.forecast_s.get, ids, map(_SERVICE, todo))]
+    ones = sizes.count(1) == len(sizes)  # (one GPU each, Gavel's single-GPU traces: each level's walk is counted)
     types = [t for t in all_types if caps.get(t, 0) > 0]  # fastest first
     pending = list(range(len(todo)))
-    left_gpus = sum(j.gpus for j in todo)
+    left_gpus = sum(sizes)
     while pending and types:
         slow, faster = types[-1], types[:-1]
         cap = caps[slow]
         # each profile's share of speed lost here, against the best of the faster types with room (the last rounds'
-        # figures: they depend only on the model, the profile and the types)
-        level = levels.get((slow, tuple(faster)))
+        # figures: they depend only on the model, the profile and the types, so they are worked out for every profile
+        # seen, once)
+        level_key = (slow, tuple(faster))
+        level = levels.get(level_key)
         if level is None:
-            level = levels[(slow, tuple(faster))] = {}
-        for pid in set(pids[i] for i in pending).difference(level):
-            job_type, gpus, allowed = keys[pid]
-            rel = model.rel_speeds(job_type, gpus, all_types)
-            here = rel.get(slow, 0.0) if not allowed or slow in allowed else 0.0
-            best = max((rel.get(t, 0.0) for t in faster if not allowed or t in allowed), default=0.0)
-            # None: it cannot run here; -1: it runs nowhere faster (here it goes); < 0: it is faster here
-            level[pid] = None if here <= 0 else -1.0 if best <= 0 else best / here - 1.0
+            level = levels[level_key] = {}
+        if len(level) < len(keys):
+            for pid in range(len(keys)):
+                if pid in level:
+                    continue
+                job_type, gpus, allowed = keys[pid]
+                rel = model.rel_speeds(job_type, gpus, all_types)
+                here = rel.get(slow, 0.0) if not allowed or slow in allowed else 0.0
+                best = max((rel.get(t, 0.0) for t in faster if not allowed or t in allowed), default=0.0)
+                # None: it cannot run here; -1: it runs nowhere faster (here it goes); < 0: it is faster here
+                level[pid] = None if here <= 0 else -1.0 if best <= 0 else best / here - 1.0
+        lost_at = [level[pid_of[i]] for i in pending]
+        runs_all = ones and None not in (values := set(lost_at))
+        if not faster and runs_all:
+            # one GPU each, all of them can run here: the loop below takes the first `cap` in order
+            out.update(zip(map(ids.__getitem__, pending[:cap]), repeat(slow)))
+            caps[slow] = cap - min(cap, len(pending))
+            break
         if not faster:
-            for i in pending:
-                j = todo[i]
-                if j.gpus <= cap and level[pids[i]] is not None:
-                    out[j.id] = slow
-                    cap -= j.gpus
+            for i, lost in zip(pending, lost_at, strict=True):
+                g = sizes[i]
+                if g <= cap and lost is not None:
+                    out[ids[i]] = slow
+                    cap -= g
             caps[slow] = cap
             break
-        need = left_gpus - sum(max(0, caps[t]) for t in faster)
+        room_above = 0
+        for t in faster:
+            if caps[t] > 0:
+                room_above += caps[t]
+        need = left_gpus - room_above
+        if runs_all and need > 0 and -1.0 not in values:
+            # One GPU each, every one can run here and somewhere faster, and some must come here: every job's cost
+            # is weighed (the loop below, at C speed), and the walk takes the first m of them: it stops when the type
+            # is full, or at the first cost >= 0 once `need` jobs were taken (those below 0 are taken whatever the
+            # need: faster here)
+            ranked = sorted([(weights[i] * lost, on[i] != slow, i) for i, lost in zip(pending, lost_at, strict=True)])
+            m = max(0, min(cap, len(ranked), max(need, bisect_left(ranked, (0.0,)))))
+            took = list(map(_THIRD, ranked[:m]))
+            out.update(zip(map(ids.__getitem__, took), repeat(slow)))
+            caps[slow] = cap - m
+            left_gpus -= m
+            if took:
+                gone = set(took)
+                pending = [i for i in pending if i not in gone]
+            types = faster
+            continue
         costs: list[tuple[float, bool, int]] = []
-        for i in pending:
-            lost = level[pids[i]]
+        append = costs.append
+        for i, lost in zip(pending, lost_at, strict=True):
             # (among equals the job already there stays: equal jobs do not swap places every round)
             if lost is None:
                 continue
             if lost == -1.0:
-                costs.append((-1.0, todo[i].gpu_type != slow, i))
+                append((-1.0, on[i] != slow, i))
             elif need > 0 or lost < 0:
                 # (with room above for all, only the jobs that must or would rather be here: nothing else sorted)
-                costs.append((weights[i] * lost, todo[i].gpu_type != slow, i))
+                append((weights[i] * lost, on[i] != slow, i))
         costs.sort()
         taken: set[int] = set()
         for c, _moved, i in costs:
             if c >= 0 and need <= 0:
                 break
-            j = todo[i]
-            if j.gpus <= cap:
-                out[j.id] = slow
-                cap -= j.gpus
-                need -= j.gpus
-                left_gpus -= j.gpus
+            g = sizes[i]
+            if g <= cap:
+                out[ids[i]] = slow
+                cap -= g
+                need -= g
+                left_gpus -= g
                 taken.add(i)
         caps[slow] = cap
         if taken:
