@@ -150,10 +150,8 @@ class _ProgressLeft(Mapping[int, float]):
 
     def get(self, jid: int, default: float | None = None) -> float | None:  # type: ignore[override]
         j = self._active.get(jid)
-        if j is None or not (j.rate > 0 or j.last_rate > 0):
-            return default
-        t = self._t
-        return (j.remaining - (j.rate * (t - j.busy_until) if t > j.busy_until else 0.0)) / j.fastest_rate
+        left = None if j is None else _left_s(j, self._t)
+        return default if left is None else left
 
     def __getitem__(self, jid: int) -> float:
         v = self.get(jid)
@@ -169,6 +167,15 @@ class _ProgressLeft(Mapping[int, float]):
 
     def __bool__(self) -> bool:
         return True  # (an empty one answers as {} does: `build_input`'s `forecast_s or {}` need not count it)
+
+
+def _left_s(j: _Job, t: float) -> float | None:
+    """A job's work left at `t` as its progress reports it, in seconds on its fastest type; None for a job that has
+    not run (no rate, now or last): `PolicyInput.forecast_s`'s figure, lazily (`_ProgressLeft`) or as a dict."""
+    if not (j.rate > 0 or j.last_rate > 0):
+        return None
+    b = j.busy_until
+    return (j.remaining - (j.rate * (t - b) if t > b else 0.0)) / j.fastest_rate
 
 
 class _LeftNow(dict[int, float]):
@@ -423,9 +430,10 @@ class Simulator:
             fastest type (`PolicyInput.forecast_s`), read when asked (`_ProgressLeft`), or (`eager_left`) as a dict."""
             if not eager_left:
                 return _ProgressLeft(active, t)
-            for jid, r in running.items():  # (`_ProgressLeft.get`'s expression: the same floats)
-                b = r.busy_until
-                left_now[jid] = (r.remaining - (r.rate * (t - b) if t > b else 0.0)) / r.fastest_rate
+            for jid, r in running.items():
+                left = _left_s(r, t)
+                if left is not None:  # (a running job has a rate: always)
+                    left_now[jid] = left
             return left_now
 
         def live_decide(t: float) -> tuple[RoundDecision, bool]:
@@ -835,10 +843,10 @@ class Simulator:
                                              tj.priority, tj.user, None, (), None, j.run_s, j.service_s, j.restarts,
                                              limit, tj.max_servers, j.allowed, tj.checkpointable))
             if eager_left:
-                # its forecast while it waits (`_ProgressLeft.get` of a job that does not run: its rate is 0)
-                if j.rate > 0 or j.last_rate > 0:
-                    b = j.busy_until
-                    left_now[tj.id] = (j.remaining - (j.rate * (now - b) if now > b else 0.0)) / j.fastest_rate
+                # its forecast while it waits (fixed: a job that does not run makes no progress)
+                left = _left_s(j, now)
+                if left is not None:
+                    left_now[tj.id] = left
                 else:
                     left_now.pop(tj.id, None)
             return j.view
