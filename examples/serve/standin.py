@@ -129,13 +129,15 @@ async def serve(host: str, port: int, standin: Standin, started: Callable[[int],
     site = web.TCPSite(runner, host, port)
     await site.start()
     bound = int(runner.addresses[0][1])
-    if started is not None:
-        started(bound)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    # the handlers before the line that says it listens: a SIGTERM right after it (a scale-down) ended the process by
+    # the signal's default instead of a clean stop (tests/serve/test_standin.py saw exit -15)
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+    if started is not None:
+        started(bound)
     try:
         await stop.wait()
     finally:
