@@ -4,10 +4,19 @@ nodes that are not up could ever hold it."""
 
 from __future__ import annotations
 
+import random
+
+import pytest
+
 from hsched.config import SimulatedDevices
 from hsched.model import Job, JobSpec, JobState, Node, NodeState, Placement, Resources
+from hsched.sched.cache import RoundCache
+from hsched.sched.fleet import default_chooser
 from hsched.sched.live import FleetView, Running, Wait, schedule
+from hsched.sched.stages.backfill import Round
+from hsched.sched.state import PRIORITY, RESOURCES
 from hsched.simulated import simulated_devices
+from tests.sched.test_live_linear import random_case
 
 
 def node(name: str, model: str, state: NodeState = NodeState.UP) -> Node:
@@ -44,3 +53,29 @@ def test_a_job_only_nodes_that_are_not_up_could_hold_says_so() -> None:
     fleet = FleetView((h, d, a), frozenset(), {}, policy="hsched")
     got = reasons(fleet, [job(10, "H100")])
     assert got == {10: "ReqNodeNotAvail, UnavailableNodes:d,h"}
+
+
+@pytest.mark.parametrize("seed", range(0, 300, 3))
+def test_the_short_way_to_a_reason_agrees_with_the_long_one(seed: int) -> None:
+    """`Eligible.behind` (most of a busy queue's waits, from the last round's kept `where`) answers what `why` answers
+    for the same job at the same point of the round, or leaves it to `why`: on random fleets and queues (constraints,
+    nodes down, several users), with wait reasons of a job's own (data), a head, and the policy's reasons. Each job is
+    asked `behind` and then `why`, as the round asks them; `why` after an answer of `behind` changes nothing."""
+    rng = random.Random(seed)
+    view, queue, now = random_case(seed, pending=40)
+    cache = RoundCache()
+    schedule(view, queue, now, cache=cache)  # (the last round: its `where` answers are kept)
+    st = Round(view, default_chooser(), now, cache)
+    st.head = rng.choice(queue).id if queue and rng.random() < 0.5 else None
+    answered = 0
+    for j in queue:
+        if rng.random() < 0.1:
+            st.wait_reasons[j.id] = f"Data (waiting for {rng.choice('ab')})"
+        reason = rng.choice((None, None, RESOURCES, PRIORITY))
+        short = st.behind(j, reason)
+        long = st.why(j, reason)
+        if short is not None:
+            answered += 1
+            assert short == long, (seed, j.id)
+    if seed == 0:
+        assert answered, "the short way answered nobody: nothing was checked"

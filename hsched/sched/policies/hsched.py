@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
 import operator
@@ -11,37 +10,18 @@ from typing import NamedTuple, TypeVar, cast
 
 from hsched.model import DEFAULT_QOS
 from hsched.sched.policies.base import Policy, select_by_capacity, wants_from_assignment
+from hsched.sched.policies.keys import Key as _Key
+from hsched.sched.policies.keys import waiting_by_user, waiting_sorted
 from hsched.sched.policies.types import assign_types
 from hsched.sched.priority import PriorityWeights, UserShare, age_factor, charged_factor, size_factor
 from hsched.sched.view import QOS_RANK, JobPhase, JobView, Plan, PolicyInput, qos_rank
 
-_Key = tuple[int, int, int, bool, float, float, int, JobView]
-"""A job's place in its user's own order (`Hsched.order`): QoS rank, -priority an admin set, -priority, not fresh
-from a (re)start, GPU-seconds of work (`_work`), arrival, id; then the view itself."""
 _VIEW = operator.itemgetter(7)
 _USER = operator.attrgetter("user")
-_MEMO = "hsched.order"
 _LAST = "hsched.order.last"
 _SHARES = "hsched.shares.last"
 T = TypeVar("T")
-_INSERT_AT_MOST = 64
-"""New waiting keys inserted into the last round's sorted ones up to this many; more, and all are sorted afresh."""
 
-
-def _work(j: JobView, forecast: Mapping[int, float]) -> float:
-    """A job's GPU-seconds in the order: its GPUs times its remaining time where its progress says it (a total
-    reported: `PolicyInput.forecast_s`), shortest first, as SRTF; else times the service it attained, least
-    first, as LAS (a job nobody knows anything of has attained none: it goes first, and once it has run, its
-    progress tells).
-
-    Why remaining time where known: attained service only guesses that the job which ran longest has longest to
-    go; on loaded clusters that guess cost the most. Measured with `hsched sim` (seed 0, avg JCT over the lower
-    bound, attained service only -> with remaining time): ed69ec 8:8:8 2.464 -> 1.870 at no checkpoint cost and
-    2.718 -> 1.92 at 600 s; 0e4a51 16:16:16 1.81 M -> 0.85 M s (seeds 1 and 2 alike); ed69ec 16:16:16 unchanged
-    (1.161 -> 1.156). The clairvoyant srtf-oracle, which reads every job's true remaining time but ignores which
-    GPU type is faster for whom, scores 1.969 on ed69ec 8:8:8."""
-    left = forecast.get(j.id)
-    return j.gpus * (j.service_s if left is None else left)
 
 MOVE_MARGIN = 2.0
 """A restart must be expected to save this many times its cost (a margin for the prediction's error): moves, and
@@ -66,18 +46,6 @@ def speedup_gain(remaining_s: float, cur: float, new: float) -> float:
 def gain_pays(gain_s: float, cost_s: float) -> bool:
     """Whether a checkpoint and restart costing `cost_s` is worth an expected saving of `gain_s`."""
     return cost_s <= 0 or gain_s > MOVE_MARGIN * cost_s
-
-
-class _Memo(NamedTuple):
-    """The last `Hsched.order`'s waiting jobs: their views, the jobs whose priority an admin set, their keys by id
-    and their keys sorted. Kept in the caller's `PolicyInput.cache` (a policy object is made afresh each live round),
-    swapped whole: a key holds its view, which tells whether it is still the job's. At 2,000 waiting jobs, keys
-    made afresh and sorted took 4.3 ms of a 21 ms live round (bench_live.py)."""
-
-    waiting: list[JobView]
-    admin: frozenset[int]
-    keys: dict[int, _Key]
-    ordered: list[_Key]
 
 
 class _Users(NamedTuple):
@@ -141,7 +109,7 @@ class Hsched(Policy):
     `[priority]`), and which of a user's jobs by their own priority, then least work counted in GPU-seconds: the
     remaining time its progress reports where it reports a total (shortest remaining first), else the service it
     attained (a gang's GPUs times its normalised seconds, so short and small jobs finish fast without knowing
-    durations; `_work`); a running job keeps its GPUs for a quantum (1.5 h, longer with a checkpoint cost) before a
+    durations; `keys.work`); a running job keeps its GPUs for a quantum (1.5 h, longer with a checkpoint cost) before a
     less-served job may take them. The chosen jobs get GPU types by relative speed (a job goes where its
     throughput relative to the other types is highest), move to faster GPUs when they free up and the move pays
     for its checkpoint, and gangs are packed onto one server where possible. Jobs that do not fit are skipped, not
@@ -257,41 +225,8 @@ class Hsched(Policy):
         jobs = inp.jobs
         forecast = inp.forecast_s
         waiting = [j for j in jobs if j.phase is not running]
-        memo = inp.cache.get(_MEMO)
-        last_waiting, last_admin, last, last_sorted = memo if isinstance(memo, _Memo) else _Memo([], frozenset(), {},
-                                                                                                  [])
-        if admin == last_admin and len(waiting) == len(last_waiting) and all(map(operator.is_, waiting,
-                                                                                  last_waiting)):
-            # the very same waiting views as last time, and the same admin priorities: the same keys, sorted
-            # already (the live controller's usual round: 2,000 waiting jobs that did not change)
-            waiting_sorted = last_sorted
-        else:
-            # a waiting job's key is its view's alone (and whether an admin set its priority): the last round's,
-            # while it is (the live controller and the simulator keep a waiting job's very view from round to round;
-            # its forecast, from its last attempt's progress, changes only when it runs again, with a new view)
-            kept: dict[int, _Key] = {}
-            made: list[_Key] = []
-            for j in waiting:
-                hit = last.get(j.id)
-                adm = -j.priority if j.id in admin else 0
-                if hit is None or hit[7] is not j or hit[1] != adm:
-                    hit = (ranks.get(j.qos, normal), adm, -j.priority, True, _work(j, forecast), j.arrival_s, j.id, j)
-                    made.append(hit)
-                kept[j.id] = hit
-            # (only this round's waiting jobs are kept: ended and started ones do not pile up)
-            if len(made) <= _INSERT_AT_MOST and last_sorted:
-                # a few arrived or changed (a churning queue: two jobs end, two start, two arrive): the last
-                # round's sorted keys still kept, each new one inserted in its place. The same list as sorting them
-                # all (ids make keys unique), for a filter and a few bisections instead of a sort of 2,000 tuples
-                get = kept.get
-                waiting_sorted = [k for k in last_sorted if get(k[6]) is k]
-                for k in made:
-                    bisect.insort(waiting_sorted, k)
-            else:
-                waiting_sorted = sorted(kept.values())
-            inp.cache[_MEMO] = _Memo(waiting, admin, kept, waiting_sorted)
-        keyed = list(waiting_sorted)
-        append = keyed.append
+        run_keys: list[_Key] = []
+        append = run_keys.append
         last_qos: str | None = None  # (jobs of one class in a row: their rank looked up once)
         rank = normal
         # (the running jobs picked at C speed: a Python loop over every job was most of a simulated round's order,
@@ -301,7 +236,7 @@ class Hsched(Policy):
             qos = j.qos
             if qos is not last_qos:
                 last_qos, rank = qos, ranks.get(qos, normal)
-            # GPU-seconds (`_work`, inline: remaining where known, else attained): a gang of 8 that ran an
+            # GPU-seconds (`keys.work`, inline: remaining where known, else attained): a gang of 8 that ran an
             # hour has had as much as 8 single jobs that ran one (Tiresias's two-dimensional LAS); on the gang
             # trace this ranks far better than seconds alone (las-hetero's), and on single-GPU traces the two
             # are the same
@@ -311,19 +246,25 @@ class Hsched(Policy):
             append((rank, -j.priority if j.id in admin else 0, -j.priority,
                     start is None or not (now - start < min_run),
                     j.gpus * (j.service_s if left is None else left), j.arrival_s, j.id, j))
+        if users is not None:
+            return _Order(self._between_users(inp, users, run_keys, waiting_by_user(inp, waiting, admin)))
+        keyed = list(waiting_sorted(inp, waiting, admin))
+        keyed += run_keys
         # (a sorted run and the running jobs' keys: the sort merges. Ids are unique: two keys never tie up to the
         # view, which is there to be handed back)
         keyed.sort()
-        return list(map(_VIEW, keyed)) if users is None else _Order(self._between_users(inp, users, keyed))
+        return list(map(_VIEW, keyed))
 
-    def _between_users(self, inp: PolicyInput, users: _Users, keyed: list[_Key]) -> Iterator[JobView]:
-        """Interleave the users' own orders (`keyed`, sorted) class by class: the next job is the head of the user
+    def _between_users(self, inp: PolicyInput, users: _Users, run_keys: list[_Key],
+                       waiting: Mapping[int, Mapping[str, list[_Key]]]) -> Iterator[JobView]:
+        """Interleave the users' own orders (their keys, sorted) class by class: the next job is the head of the user
         whose head has the highest multifactor priority (an admin's priority first), and every job taken counts
         its GPUs as its user's usage for as long as a run is likely to hold them (`hold_s`), so the factor reacts
         within the selection (Slurm's only moves as usage accrues): with equal shares and equal jobs the starts
         alternate from the first one on. Inside a class the running jobs still within their quantum come first
         (fair share, like attained service, takes GPUs only from a job that had its quantum). Only the taken user's
-        priority changes (the lab's total is fixed for the selection: `charged_factor`): one heap of user heads."""
+        priority changes (the lab's total is fixed for the selection: `charged_factor`): one heap of user heads.
+        `waiting`: the waiting jobs' keys by class and user, sorted (`keys.waiting_by_user`, kept round to round)."""
         fleet = sum(inp.capacity.values())
         period = self.hold_s(inp)
         w = users.weights
@@ -333,33 +274,36 @@ class Hsched(Policy):
         total = users.lab_decayed_s + period * fleet
         charged = dict.fromkeys(users.decayed, 0.0)
         pow2 = math.pow
-        i, n = 0, len(keyed)
-        while i < n:
-            # one QoS class, in two parts (running within their quantum, the rest): each user's jobs in their order,
-            # as positions in `keyed` (a position is the job's own key, ties between users broken by it)
-            rank = keyed[i][0]
-            fresh: dict[str, list[int]] = {}
-            rest: dict[str, list[int]] = {}
-            while i < n and keyed[i][0] == rank:
-                k = keyed[i]
-                (rest if k[3] else fresh).setdefault(k[7].user, []).append(i)
-                i += 1
+        # the running jobs by class, in two parts (within their quantum, the rest), then by user, each sorted
+        running: dict[int, tuple[dict[str, list[_Key]], dict[str, list[_Key]]]] = {}
+        for k in sorted(run_keys):
+            parts = running.get(k[0])
+            if parts is None:
+                parts = running[k[0]] = ({}, {})
+            parts[1 if k[3] else 0].setdefault(k[7].user, []).append(k)
+        for rank in sorted(running.keys() | waiting.keys()):
+            # one QoS class, in two parts (running within their quantum, the rest): each user's jobs in their order
+            # (a key is the job's own: ties between users are broken by it)
+            fresh, run_rest = running.get(rank, ({}, {}))
+            rest = dict(waiting.get(rank, {}))
+            for u, ks in run_rest.items():
+                more = rest.get(u)
+                rest[u] = sorted(ks + more) if more else ks
             for queues in (fresh, rest):
                 if len(queues) <= 1:
                     for q in queues.values():
-                        for at in q:
-                            j = keyed[at][7]
+                        for k in q:
+                            j = k[7]
                             yield j
                             charged[j.user] = charged.get(j.user, 0.0) + period * j.gpus
                     continue
                 pos = dict.fromkeys(queues, 0)
-                heap = [self._entry(keyed, q[0], u, decayed, norm, charged, total, now, fleet, w)
-                        for u, q in queues.items()]
+                heap = [self._entry(q[0], u, decayed, norm, charged, total, now, fleet, w) for u, q in queues.items()]
                 heapq.heapify(heap)
                 replace, pop = heapq.heapreplace, heapq.heappop
                 while heap:
-                    at, u = heap[0][3], heap[0][4]
-                    j = keyed[at][7]
+                    k, u = heap[0][3], heap[0][4]
+                    j = k[7]
                     yield j
                     c = charged[u] = charged.get(u, 0.0) + period * j.gpus
                     q = queues[u]
@@ -368,8 +312,7 @@ class Hsched(Policy):
                         pop(heap)
                         continue
                     # the user's next head (`_entry`, inline: this is the loop over the whole queue)
-                    at = q[nxt]
-                    k = keyed[at]
+                    k = q[nxt]
                     j = k[7]
                     share = norm.get(u, 0.0)
                     use = (decayed.get(u, 0.0) + c) / total if total > 0 else 0.0
@@ -377,23 +320,22 @@ class Hsched(Policy):
                     age = 1.0 if max_age <= 0 else min(1.0, waited / max_age) if waited > 0 else 0.0
                     prio = (wfs * pow2(2.0, -use / share) if share > 0 else 0.0) + wage * age + (
                         wsize * min(1.0, j.gpus / fleet) if fleet > 0 else 0.0)
-                    replace(heap, (k[1], -prio, use / share if share > 0 else math.inf, at, u))
+                    replace(heap, (k[1], -prio, use / share if share > 0 else math.inf, k, u))
 
     @staticmethod
-    def _entry(keyed: list[_Key], at: int, u: str, decayed: Mapping[str, float], norm: Mapping[str, float],
+    def _entry(k: _Key, u: str, decayed: Mapping[str, float], norm: Mapping[str, float],
                charged: Mapping[str, float], total: float, now: float, fleet: int, w: PriorityWeights,
-               ) -> tuple[int, float, float, int, str]:
-        """User `u`'s head (`keyed[at]`) as the merge compares heads: an admin's priority first, then the
-        multifactor priority (highest first), then usage per share (where factors underflow to 0 deep in a long
-        queue), then the job's own key (its position in `keyed`)."""
-        k = keyed[at]
+               ) -> tuple[int, float, float, _Key, str]:
+        """User `u`'s head (key `k`) as the merge compares heads: an admin's priority first, then the multifactor
+        priority (highest first), then usage per share (where factors underflow to 0 deep in a long queue), then the
+        job's own key."""
         j = k[7]
         share = norm.get(u, 0.0)
         use = (decayed.get(u, 0.0) + charged.get(u, 0.0)) / total if total > 0 else 0.0
         fs = charged_factor(decayed.get(u, 0.0), charged.get(u, 0.0), share, total, 0.0)
         prio = w.fairshare * fs + w.age * age_factor(now - j.arrival_s - j.run_s, w.max_age_s) + w.size * size_factor(
             j.gpus, fleet)
-        return (k[1], -prio, use / share if share > 0 else math.inf, at, u)
+        return (k[1], -prio, use / share if share > 0 else math.inf, k, u)
 
     def move_gain(self, j: JobView, new_type: str, inp: PolicyInput) -> tuple[float, float]:
         """(seconds a move of running job `j` to `new_type` is expected to save, what its checkpoint and restore

@@ -102,6 +102,7 @@ class Round(Reserving):
         # find nothing; QoS caps on other classes, as the default settings have, leave this job's path plain)
         limits, absent = self.fleet.limits, self.absent_anywhere
         last, waits = self.last_waits, self.waits
+        behind = self.behind
         # whether a class may preempt one that runs, once per class
         idle = {q: not allowed or allowed.isdisjoint(classes) for q, allowed in preempts.items()}
         version, quiet = -1, False
@@ -136,7 +137,10 @@ class Round(Reserving):
                     jid = job.id
                     if self.reserving:
                         self.reserve(job)
-                    why = self.why(job, reasons.get(jid))
+                    reason = reasons.get(jid)
+                    why = behind(job, reason)
+                    if why is None:
+                        why = self.why(job, reason)
                     # (`wait`, inline: this is the loop over most of a busy queue)
                     w = last.get(jid)
                     if w is None or w.reason != why:

@@ -230,6 +230,8 @@ class Eligible(RoundState):
         resources, not behind them (`why`)."""
         self._added: set[int] = set()
         self._behind: set[int] = set()
+        self._covered: set[int] = set()
+        """The `where` objects (by id) all of whose nodes `_wanted` holds (`behind`)."""
 
     def constraint(self, res: Resources) -> Constraint | None:
         text = res.constraint
@@ -337,6 +339,30 @@ class Eligible(RoundState):
             self._added.add(id(where))
             self._wanted.update(where)
         return why
+
+    def behind(self, job: Job, reason: str | None) -> str | None:
+        """`why`, in fewer steps, for a job in the tail of a busy queue; None where those steps do not hold (`why`
+        then). Once a job served earlier waits (`blocked_ahead`) and the nodes this job could ever use (the last
+        round's `where`, this very job's) are all among those wanted by the jobs that waited so far, `why`'s answer
+        is the job's own wait reason (locality's), else the policy's `reason`, else Priority; and it changes nothing
+        but the `where` it keeps for the next round. (`why` over a churning round's 2,000 waiting jobs was ~3.5 ms,
+        issue 33.) Not the head: its reason is the reservation's."""
+        if not self.blocked_ahead:
+            return None
+        jid = job.id
+        hit = self._where_last.get(jid)
+        if hit is None or hit[0] is not job or jid == self.head:
+            return None
+        where = hit[1]
+        if id(where) not in self._covered:
+            if not where or not self._wanted.issuperset(where):
+                return None
+            # (`_wanted` only grows, and a shape's node set is one object for the round: covered once, covered for
+            # the rest of it)
+            self._covered.add(id(where))
+        self._where_kept[jid] = hit
+        own = self.wait_reasons.get(jid)
+        return own if own is not None else reason or PRIORITY
 
     def where(self, job: Job) -> frozenset[str]:
         """The up nodes that could ever hold the job's request (labels, user, GPU models and memory, counts):
