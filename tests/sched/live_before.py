@@ -446,7 +446,11 @@ def _core_round(policy_name: str, pending: Sequence[Job], st: _RoundState, now: 
     pending_ids = {j.id for j in pending}
     wanted = [w.job_id for w in plan.wants if w.job_id in pending_ids]
     chosen = set(wanted)
-    rest = [j.id for j in sorted(pending, key=lambda j: (j.submit_time, j.id)) if j.id not in chosen]
+    # (changed since, on purpose, in issue 33: the others by QoS class and priority before submit time, as the round
+    # serves them now; by submit time alone a requeued scavenger job backfilled ahead of the normal job that had just
+    # preempted it, round after round)
+    rest = [j.id for j in sorted(pending, key=lambda j: (qos_rank(j.spec.qos), -j.spec.priority, j.submit_time, j.id))
+            if j.id not in chosen]
     return ([(s.job_id, s.placement) for s in decision.starts if s.job_id in pending_ids],
             {k: v for k, v in decision.waiting.items() if k in pending_ids},
             wanted + rest, policy.over_share(inp))

@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from hsched.model import Job, Node, Placement, workload_of
+from hsched.model import DEFAULT_QOS, Job, Node, Placement, workload_of
 from hsched.sched.fleet import FleetView, Launch, Move, catalog_throughput, gpu_type_of, order, secs
 from hsched.sched.placement import fragmentation_key
 from hsched.sched.policies.base import AnyPolicy
@@ -22,11 +22,11 @@ from hsched.sched.stages.caps import plannable
 from hsched.sched.stages.eligibility import NodesKey, host_memory_per_gpu, slowest_for_inference
 from hsched.sched.stages.fabric import gang_on_fabric, on_fabric
 from hsched.sched.stages.reservation import order_keys
-from hsched.sched.stages.views import ARRIVAL, JOB_ID, MODEL_MEMORY, USER, pending_views, running_views
+from hsched.sched.stages.views import ARRIVAL, MODEL_MEMORY, USER, pending_views, running_views
 from hsched.sched.stages.work import Work
 from hsched.sched.state import PREEMPTING, RESOURCES
 from hsched.sched.throughput import ThroughputModel
-from hsched.sched.view import JobView, PolicyInput, Preempt, RoundDecision, ServerView
+from hsched.sched.view import QOS_RANK, JobView, PolicyInput, Preempt, RoundDecision, ServerView, qos_rank
 from hsched.topo.fabric import Fabric
 
 Fit = Callable[[Node, Job, Sequence[str], Collection[str]], Placement | None]
@@ -210,9 +210,15 @@ def core_round(policy_name: str, pending: Sequence[Job], st: Round, now: float, 
     moved = moves(decision, inp, policy, queued, st) if movable else []
     # (a job id the plan names is a running job's or in `queued`, so `queued` tells waiting ones apart)
     wanted = [w.job_id for w in plan.wants if w.job_id in queued]
-    # the others by submit time: the order `inp.jobs` already has (a view's arrival is its job's submit time)
+    # the others by QoS class and priority, then submit time (the order `inp.jobs` already has: a view's arrival is
+    # its job's submit time; the sort is stable), as a round without a policy serves them (`order`). By submit time
+    # alone, a requeued scavenger job (its submit time kept) backfilled the GPU its normal preemptor had just freed,
+    # ahead of it; the preemptor stopped another, whose GPU went the same way, every round: on a churning queue the
+    # same jobs were stopped and started again round after round, and the rounds grew costlier as the loop grew
+    rank, normal = QOS_RANK.get, qos_rank(DEFAULT_QOS)
     others = {j.id for j in pending}.difference(wanted)
-    rest = [i for i in map(JOB_ID, inp.jobs) if i in others]
+    rest = [v.id for v in sorted((v for v in inp.jobs if v.id in others), key=lambda v: (rank(v.qos, normal),
+                                                                                         -v.priority))]
     over = policy.over_share(inp)
     taken = {d.job_id for d in moved}
     waiting = dict(decision.waiting)
