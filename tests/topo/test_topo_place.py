@@ -302,3 +302,23 @@ def test_graph_infers_the_pcie_tree():
     lines = tree_lines(h100)
     assert lines[0] == "machine" and "  numa0" in lines and "  numa1" in lines
     assert build_graph(h100).edges["GPU0", "GPU7"]["bandwidth_gbps"] == 450.0
+
+
+def test_a_nodes_topology_is_kept_while_its_devices_and_links_are_the_same() -> None:
+    """`topology_of_node` answers again for the very same devices and links (a live round places several jobs a round on
+    nodes that did not change), and afresh for a node whose devices or links are others."""
+    from dataclasses import replace as _replace
+
+    from hsched.config import SimulatedDevices
+    from hsched.simulated import simulated_devices
+    from hsched.topo.place import topology_of_node
+
+    devices, links = simulated_devices("n0", SimulatedDevices(model="NVIDIA A100-SXM4-80GB", count=4,
+                                                              topology="nvlink-pairs"))
+    node = Node("n0", "fake", NodeState.UP, cpus=32, memory_total_mib=1 << 16, devices=devices, links=links)
+    first = topology_of_node(node)
+    assert topology_of_node(_replace(node, state=NodeState.DRAINED)) is first  # (another Node, the same devices)
+    fewer = topology_of_node(_replace(node, devices=devices[:2]))
+    assert [d.uuid for d in fewer.devices] == [d.uuid for d in devices[:2]]
+    unlinked = topology_of_node(_replace(node, links=()))
+    assert unlinked.links == () and first.links

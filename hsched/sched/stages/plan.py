@@ -7,6 +7,7 @@ moved to faster GPUs or time-shared away (`moves`), at the gain and cost the pol
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 
@@ -22,7 +23,7 @@ from hsched.sched.stages.caps import plannable
 from hsched.sched.stages.eligibility import NodesKey, host_memory_per_gpu, slowest_for_inference
 from hsched.sched.stages.fabric import gang_on_fabric, on_fabric
 from hsched.sched.stages.reservation import order_keys
-from hsched.sched.stages.views import ARRIVAL, MODEL_MEMORY, USER, pending_views, running_views
+from hsched.sched.stages.views import ARRIVAL, JOB_ID, MODEL_MEMORY, USER, pending_views, running_views
 from hsched.sched.stages.work import Work
 from hsched.sched.state import PREEMPTING, RESOURCES
 from hsched.sched.throughput import ThroughputModel
@@ -133,6 +134,10 @@ def remaining_times(views: Sequence[JobView], fleet: FleetView, movable: Mapping
     return out
 
 
+_CLASS = operator.attrgetter("qos", "priority")
+"""A waiting job's view's (QoS class, priority): the order backfill serves the jobs the plan leaves (`core_round`)."""
+
+
 def core_round(policy_name: str, pending: Sequence[Job], st: Round, now: float, queued: Mapping[int, Job],
                throughput: ThroughputModel | None = None,
                 ) -> tuple[list[tuple[int, tuple[Placement, ...]]], dict[int, str], list[int], frozenset[str],
@@ -215,10 +220,17 @@ def core_round(policy_name: str, pending: Sequence[Job], st: Round, now: float, 
     # alone, a requeued scavenger job (its submit time kept) backfilled the GPU its normal preemptor had just freed,
     # ahead of it; the preemptor stopped another, whose GPU went the same way, every round: on a churning queue the
     # same jobs were stopped and started again round after round, and the rounds grew costlier as the loop grew
-    rank, normal = QOS_RANK.get, qos_rank(DEFAULT_QOS)
     others = {j.id for j in pending}.difference(wanted)
-    rest = [v.id for v in sorted((v for v in inp.jobs if v.id in others), key=lambda v: (rank(v.qos, normal),
-                                                                                         -v.priority))]
+    left = [v for v in inp.jobs if v.id in others]
+    classes = list(map(_CLASS, left))
+    kinds = set(classes)
+    if len(kinds) > 1:
+        # (decorated at C speed: a key function per job was ~0.7 ms of a churning round with 2,000 waiting)
+        normal = qos_rank(DEFAULT_QOS)
+        rank = {c: (QOS_RANK.get(c[0], normal), -c[1]) for c in kinds}
+        keys = list(map(rank.__getitem__, classes))
+        left = list(map(left.__getitem__, sorted(range(len(left)), key=keys.__getitem__)))
+    rest = list(map(JOB_ID, left))
     over = policy.over_share(inp)
     taken = {d.job_id for d in moved}
     waiting = dict(decision.waiting)
