@@ -26,6 +26,7 @@ until no swap helps.
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -518,24 +519,29 @@ def _explain(
 # ---- the controller's entry point -----------------------------------------------------------------------
 
 
-_TOPOLOGIES: dict[int, tuple[object, object, Topology]] = {}
-"""`topology_of_node`'s answers by the `id` of a node's devices, with the very devices and links they came from (kept
-here, so an id is never another live tuple's)."""
+_TOPOLOGIES: dict[tuple[tuple[object, ...], int], tuple[object, Topology]] = {}
+"""`topology_of_node`'s answers by what of a node's devices a topology holds (`_STATIC`) and the `id` of its links,
+with the very links (kept here, so an id is never another live tuple's)."""
 _TOPOLOGIES_AT_MOST = 1024
+_STATIC = operator.attrgetter("uuid", "index", "mig_parent", "model", "pci_bus_id", "numa_node", "memory_total_mib",
+                              "compute_capability", "cpu_affinity")
+"""What of a device its topology holds: not its readings (utilization, memory used, temperature, power), which
+every heartbeat renews, with new device objects."""
 
 
 def topology_of_node(node: Node) -> Topology:
-    """A `hsched.model.Node` (devices by UUID, `links` by UUID) as a Topology named GPU<index>. The last answer for the
-    very same devices and links (a node's are kept from round to round while they do not change): made afresh, it
-    was a third of placing a one-GPU job on an eight-GPU node (~60 of ~190 us), and a churning live round places
-    several (issue 33)."""
-    hit = _TOPOLOGIES.get(id(node.devices))
-    if hit is not None and hit[0] is node.devices and hit[1] is node.links:
-        return hit[2]
+    """A `hsched.model.Node` (devices by UUID, `links` by UUID) as a Topology named GPU<index>. Kept while the node's
+    devices are the same as a topology sees them and its links the very same (a heartbeat makes new devices with new
+    readings, and keeps the links): made afresh, the topology was most of placing a one-GPU job on an eight-GPU node
+    (~140 of ~190 us), and a churning live round places several (issue 33)."""
+    key = (tuple(map(_STATIC, node.devices)), id(node.links))
+    hit = _TOPOLOGIES.get(key)
+    if hit is not None and hit[0] is node.links:
+        return hit[1]
     topo = _topology_of(node)
     if len(_TOPOLOGIES) >= _TOPOLOGIES_AT_MOST:
         _TOPOLOGIES.clear()  # (nodes come and go: a bound, not an eviction policy)
-    _TOPOLOGIES[id(node.devices)] = (node.devices, node.links, topo)
+    _TOPOLOGIES[key] = (node.links, topo)
     return topo
 
 

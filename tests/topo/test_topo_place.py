@@ -305,7 +305,8 @@ def test_graph_infers_the_pcie_tree():
 
 
 def test_a_nodes_topology_is_kept_while_its_devices_and_links_are_the_same() -> None:
-    """`topology_of_node` answers again for the very same devices and links (a live round places several jobs a round on
+    """`topology_of_node` answers again for a node whose devices are the same as a topology sees them (a heartbeat's new
+    readings change nothing there) and whose links are the very same (a live round places several jobs a round on
     nodes that did not change), and afresh for a node whose devices or links are others."""
     from dataclasses import replace as _replace
 
@@ -318,6 +319,10 @@ def test_a_nodes_topology_is_kept_while_its_devices_and_links_are_the_same() -> 
     node = Node("n0", "fake", NodeState.UP, cpus=32, memory_total_mib=1 << 16, devices=devices, links=links)
     first = topology_of_node(node)
     assert topology_of_node(_replace(node, state=NodeState.DRAINED)) is first  # (another Node, the same devices)
+    read = tuple(_replace(d, utilization_gpu=97.0, memory_used_mib=1234) for d in devices)
+    assert topology_of_node(_replace(node, devices=read)) is first  # (new devices, new readings only)
+    moved = (_replace(devices[0], numa_node=1), *devices[1:])
+    assert topology_of_node(_replace(node, devices=moved)).devices[0].numa_node == 1
     fewer = topology_of_node(_replace(node, devices=devices[:2]))
     assert [d.uuid for d in fewer.devices] == [d.uuid for d in devices[:2]]
     unlinked = topology_of_node(_replace(node, links=()))
