@@ -8,6 +8,7 @@ State and end reason are separate fields (a job is COMPLETED/FAILED/...; *why* i
 from __future__ import annotations
 
 import enum
+import operator
 import re
 from dataclasses import dataclass, field
 
@@ -169,6 +170,13 @@ class Device:
     host: str | None = None
     """The machine it sits in when its node groups several (a Slurm node group: the Slurm node); None: the node
     itself. One share of a job is placed on one host (hsched.sched.state.RoundState.fit)."""
+
+
+DEVICE_FIXED = operator.attrgetter("uuid", "index", "model", "memory_total_mib", "numa_node", "pci_bus_id",
+                                   "compute_capability", "simulated", "cpu_affinity", "mig_parent", "mig_profile",
+                                   "host")
+"""What a device is, without its readings (memory used, utilization, temperature, power): each heartbeat renews those,
+with new device objects, so what the scheduler keeps from round to round about a node's devices is keyed on this."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,12 +26,12 @@ until no swap helps.
 from __future__ import annotations
 
 import itertools
-import operator
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hsched.errors import UserError
+from hsched.model import DEVICE_FIXED
 from hsched.topo.cliques import find_clique
 from hsched.topo.inventory import device_name
 from hsched.topo.links import LinkClass, estimate_bandwidth_gbps, fabric_links, link_class, link_strength
@@ -520,13 +520,9 @@ def _explain(
 
 
 _TOPOLOGIES: dict[tuple[tuple[object, ...], int], tuple[object, Topology]] = {}
-"""`topology_of_node`'s answers by what of a node's devices a topology holds (`_STATIC`) and the `id` of its links,
-with the very links (kept here, so an id is never another live tuple's)."""
+"""`topology_of_node`'s answers by what a node's devices are (`DEVICE_FIXED`: not their readings) and the `id` of its
+links, with the very links (kept here, so an id is never another live tuple's)."""
 _TOPOLOGIES_AT_MOST = 1024
-_STATIC = operator.attrgetter("uuid", "index", "mig_parent", "model", "pci_bus_id", "numa_node", "memory_total_mib",
-                              "compute_capability", "cpu_affinity")
-"""What of a device its topology holds: not its readings (utilization, memory used, temperature, power), which
-every heartbeat renews, with new device objects."""
 
 
 def topology_of_node(node: Node) -> Topology:
@@ -534,7 +530,7 @@ def topology_of_node(node: Node) -> Topology:
     devices are the same as a topology sees them and its links the very same (a heartbeat makes new devices with new
     readings, and keeps the links): made afresh, the topology was most of placing a one-GPU job on an eight-GPU node
     (~140 of ~190 us), and a churning live round places several (issue 33)."""
-    key = (tuple(map(_STATIC, node.devices)), id(node.links))
+    key = (tuple(map(DEVICE_FIXED, node.devices)), id(node.links))
     hit = _TOPOLOGIES.get(key)
     if hit is not None and hit[0] is node.links:
         return hit[1]

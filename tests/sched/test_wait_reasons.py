@@ -79,3 +79,22 @@ def test_the_short_way_to_a_reason_agrees_with_the_long_one(seed: int) -> None:
             assert short == long, (seed, j.id)
     if seed == 0:
         assert answered, "the short way answered nobody: nothing was checked"
+
+
+def test_the_last_rounds_where_is_kept_across_a_heartbeats_new_readings() -> None:
+    """A heartbeat gives every node new devices with new readings (utilization, memory used): the last round's `where`
+    answers and eligible devices are kept across that (the live controller's every round), and dropped when what a
+    device is changes (its model here)."""
+    from dataclasses import replace
+
+    view, queue, now = random_case(3, pending=40)
+    cache = RoundCache()
+    first = schedule(view, queue, now, cache=cache)
+    read = tuple(replace(n, devices=tuple(replace(d, utilization_gpu=55.0, memory_used_mib=777) for d in n.devices))
+                 for n in view.nodes)
+    again = replace(view, nodes=read)
+    assert Round(again, default_chooser(), now, cache)._where_last, "a heartbeat's readings dropped the kept answers"
+    assert schedule(again, queue, now, cache=cache) == first
+    other = replace(view, nodes=tuple(replace(n, devices=tuple(replace(d, model="Tesla K80") for d in n.devices))
+                                      for n in view.nodes))
+    assert not Round(other, default_chooser(), now, cache)._where_last

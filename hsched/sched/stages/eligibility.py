@@ -13,7 +13,7 @@ import operator
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
-from hsched.model import Interconnect, Job, Node, NodeState, Placement, Resources, workload_of
+from hsched.model import DEVICE_FIXED, Interconnect, Job, Node, NodeState, Placement, Resources, workload_of
 from hsched.sched.cache import RoundCache
 from hsched.sched.fleet import DeviceChooser, FleetView, gpu_size, size_text
 from hsched.sched.state import PRIORITY, RESOURCES, RoundState, hosts_of, per_host
@@ -194,6 +194,13 @@ def host_count(node: Node) -> int:
     return max(1, len(set(hosts.values()))) if hosts else 1
 
 
+def fixed(nodes: Sequence[Node]) -> tuple[object, ...]:
+    """What `where` and `eligible` answers depend on of the nodes: not a node's message, nor its devices' readings
+    (`DEVICE_FIXED`), which a heartbeat renews every few seconds."""
+    return tuple((n.name, n.executor, n.state, n.cpus, n.memory_total_mib, n.host, tuple(map(DEVICE_FIXED, n.devices)))
+                 for n in nodes)
+
+
 class Eligible(RoundState):
     """The round's index of who may use what: the nodes each (constraint, user) may use, the devices each request
     shape may use on each node; and the waiting reasons that follow from it (a missing user, nodes not up)."""
@@ -211,13 +218,15 @@ class Eligible(RoundState):
         self._where: dict[tuple[object, ...], frozenset[str]] = {}
         # the last round's `where` per job, while the nodes' names, states, devices and labels and the absent users
         # are the same objects' (a fleet view is rebuilt each round, but from the very nodes while none changed),
-        # or equal ones (the live controller's fleet view makes new, equal nodes each round: without this, a
-        # churning queue's 2,000 waiting jobs made their keys afresh every round)
+        # or the same as `where` sees them (`fixed`: the live controller's nodes are new each round, their devices
+        # with a heartbeat's new readings: without this, a churning queue's 2,000 waiting jobs made their keys
+        # afresh every round)
+        self._fixed: tuple[object, ...] | None = None
         self._where_sig = (fleet.nodes, fleet.labels, fleet.absent_users)
         last_sig, last_where = self.cache.where
         same = (len(last_sig) == 3 and isinstance(nodes := last_sig[0], tuple) and len(nodes) == len(fleet.nodes)
-                and (all(map(operator.is_, nodes, fleet.nodes)) or nodes == fleet.nodes)
-                and last_sig[1] == fleet.labels and last_sig[2] == fleet.absent_users)
+                and last_sig[1] == fleet.labels and last_sig[2] == fleet.absent_users
+                and (all(map(operator.is_, nodes, fleet.nodes)) or fixed(nodes) == self.nodes_fixed()))
         self._where_last = last_where if same else {}
         # (and its eligible devices per node and request shape: they depend on the nodes' devices alone; 175 a round
         # made afresh were ~0.4 ms of a churning round, issue 33)
@@ -232,6 +241,12 @@ class Eligible(RoundState):
         self._behind: set[int] = set()
         self._covered: set[int] = set()
         """The `where` objects (by id) all of whose nodes `_wanted` holds (`behind`)."""
+
+    def nodes_fixed(self) -> tuple[object, ...]:
+        """`fixed(fleet.nodes)`, made once a round."""
+        if self._fixed is None:
+            self._fixed = fixed(self.fleet.nodes)
+        return self._fixed
 
     def constraint(self, res: Resources) -> Constraint | None:
         text = res.constraint

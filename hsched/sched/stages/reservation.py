@@ -72,9 +72,11 @@ class Reserving(Preempting):
         self.head = job.id
         self.head_reason = RESOURCES
         # the last round's reservation, while what it was made of is the same (a busy queue's usual round: the
-        # same head, running jobs, busy devices and predicted ends; searching the nodes again costs ~5 ms)
-        sig = (job, self.fleet.nodes, self.fleet.running, frozenset(self.busy), frozenset(self.releasing),
-               dict(self.started), dict(self.fleet.ends), self.fleet.labels, self.fleet.absent_users)
+        # same head, running jobs, busy devices and predicted ends; searching the nodes again costs ~5 ms); the
+        # nodes as they are, not their devices' readings, which every heartbeat renews (`nodes_fixed`)
+        sig = (job, self.nodes_fixed(), tuple(n.links for n in self.fleet.nodes), self.fleet.running,
+               frozenset(self.busy), frozenset(self.releasing), dict(self.started), dict(self.fleet.ends),
+               self.fleet.labels, self.fleet.absent_users)
         last_sig, last = self.cache.reserved
         if last is not None and last_sig == sig and last[0] > self.now:
             self.shadow, self.reserved, self.head_reason = last
