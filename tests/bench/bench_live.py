@@ -61,6 +61,7 @@ sys.path.insert(0, next((a.split("=", 1)[1] for a in sys.argv if a.startswith("-
 
 from hsched.config import Settings
 from hsched.controller.api import Api
+from hsched.controller.health import simulate_telemetry
 from hsched.controller.launching import run_round
 from hsched.controller.loops import one_round
 from hsched.controller.server import Door, Limits
@@ -279,6 +280,11 @@ async def churn_polls(lab: Lab, n: int, *, ends: int = 2, arrivals: int = 2, see
     with Ticker() as ticker:
         for k in range(2 * n):
             running = await lab.ctl.db(lab.ctl.store.jobs, states=[JobState.RUNNING])
+            # the devices' readings, renewed as the health loop renews a simulated fleet's (and a real fleet's
+            # heartbeats do): every node's devices are new objects with new readings at each poll, as on a real
+            # fleet, so nothing the round keeps may depend on the very device objects (the canned nodes alone read
+            # the same each time, and hid that the round's kept answers were dropped every round)
+            simulate_telemetry(lab.ctl, lab.ctl.owners(running), lab.clock.time())
             for j in rng.sample(running, min(ends, len(running))):
                 await lab.finish(j.id)
             for _ in range(arrivals):

@@ -222,11 +222,11 @@ class Eligible(RoundState):
         # with a heartbeat's new readings: without this, a churning queue's 2,000 waiting jobs made their keys
         # afresh every round)
         self._fixed: tuple[object, ...] | None = None
-        self._where_sig = (fleet.nodes, fleet.labels, fleet.absent_users)
         last_sig, last_where = self.cache.where
-        same = (len(last_sig) == 3 and isinstance(nodes := last_sig[0], tuple) and len(nodes) == len(fleet.nodes)
-                and last_sig[1] == fleet.labels and last_sig[2] == fleet.absent_users
-                and (all(map(operator.is_, nodes, fleet.nodes)) or fixed(nodes) == self.nodes_fixed()))
+        same = (len(last_sig) == 4 and isinstance(nodes := last_sig[0], tuple) and len(nodes) == len(fleet.nodes)
+                and last_sig[2] == fleet.labels and last_sig[3] == fleet.absent_users
+                and (all(map(operator.is_, nodes, fleet.nodes))
+                     or (last_sig[1] if last_sig[1] is not None else fixed(nodes)) == self.nodes_fixed()))
         self._where_last = last_where if same else {}
         # (and its eligible devices per node and request shape: they depend on the nodes' devices alone; 175 a round
         # made afresh were ~0.4 ms of a churning round, issue 33)
@@ -399,7 +399,9 @@ class Eligible(RoundState):
     def keep_where(self) -> None:
         """This round's `where` answers for the next round (only the jobs asked this round: ended ones do not
         pile up)."""
-        self.cache.where = (self._where_sig, self._where_kept)
+        # (with the nodes as `fixed` saw them, when it was asked: the next round compares with that, not made again)
+        self.cache.where = ((self.fleet.nodes, self._fixed, self.fleet.labels, self.fleet.absent_users),
+                            self._where_kept)
         self.cache.eligible = self._eligible
 
     def unavailable(self, job: Job) -> list[str]:
