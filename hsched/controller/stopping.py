@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 from hsched.controller.core import Controller
 from hsched.errors import ExecutorError
@@ -74,8 +75,9 @@ async def tick(ctl: Controller) -> None:
         await advance(ctl, job.id)
 
 
-async def check_time_limits(ctl: Controller, running: list[Job]) -> None:
-    """Warn before a job's time limit (sbatch's --signal), then stop it as a TIMEOUT."""
+async def check_time_limits(ctl: Controller, running: Sequence[Job]) -> None:
+    """Warn before a job's time limit (sbatch's --signal), then stop it as a TIMEOUT (`running`: any jobs; those not
+    running are passed over)."""
     at = ctl.timeline.now()
     for job in running:
         limit = job.spec.time_limit_s

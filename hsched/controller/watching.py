@@ -26,10 +26,10 @@ async def watch_runs(ctl: Controller) -> bool:
     being_launched = ctl.launching
     if being_launched and any(r.id in being_launched for r in live):
         # (a run being launched is not asked about: the groups without it, in the order of their first run left)
-        runs = [r for r in live if r.id not in being_launched]
         regrouped: dict[str, list[Run]] = {}
-        for r in runs:
-            regrouped.setdefault(r.node, []).append(r)
+        for r in live:
+            if r.id not in being_launched:
+                regrouped.setdefault(r.node, []).append(r)
         groups = {n: RunGroup(tuple(rs), tuple(StatusQuery(r.run_dir, r.handle) for r in rs))
                   for n, rs in regrouped.items()}
     if not groups:
@@ -42,22 +42,24 @@ async def watch_runs(ctl: Controller) -> bool:
             by_node[node] = group
         # (else its runs go on there; the lease decides when to give up on them)
 
-    async def one_node(node: str, group: RunGroup) -> list[tuple[NodeRuntime, Run, RunReport]]:
+    async def one_node(node: str, group: RunGroup) -> tuple[NodeRuntime | None, tuple[Run, ...], list[RunReport]]:
         rt = ctl.nodes.get(node)
         if rt is None:
-            return []
+            return None, (), []
         try:
             reports = await rt.executor.status(list(group.queries))
         except (ExecutorError, TimeoutError) as e:
             log.warning("status from %s failed: %s", node, e)
-            return []
-        return [(rt, run, rep) for run, rep in zip(group.runs, reports, strict=True)]
+            return None, (), []
+        if len(reports) != len(group.runs):
+            raise ValueError(f"status from {node}: {len(reports)} reports for {len(group.runs)} runs")
+        return rt, group.runs, reports
 
     # one node's slowness must not hold up the others: each node asked in a task of its own, all within one
     # STATUS_TIMEOUT_S (they start together: one deadline is each node's; a TaskGroup and a timeout per node were
     # ~0.4 ms of the event loop a poll on 64 nodes, issue 33)
     tasks = {asyncio.create_task(one_node(n, g)): n for n, g in by_node.items()}
-    late: set[asyncio.Task[list[tuple[NodeRuntime, Run, RunReport]]]] = set()
+    late: set[asyncio.Task[tuple[NodeRuntime | None, tuple[Run, ...], list[RunReport]]]] = set()
     try:
         if tasks:  # (none when no node with runs answers)
             _done, late = await asyncio.wait(tasks, timeout=STATUS_TIMEOUT_S)
@@ -76,7 +78,10 @@ async def watch_runs(ctl: Controller) -> bool:
     if errors:
         raise errors[0]
     for t in answered:
-        for rt, run, rep in t.result():
+        rt, node_runs, reports = t.result()
+        if rt is None:
+            continue
+        for run, rep in zip(node_runs, reports, strict=True):
             if rep.status is running and run.state is not launching:
                 # on_report's common case, inline: a coroutine per running run each poll was ~2 ms on the loop;
                 # and note_start's own common case (a run started and known: nothing to note), without a call
