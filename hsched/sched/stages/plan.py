@@ -225,11 +225,14 @@ def core_round(policy_name: str, pending: Sequence[Job], st: Round, now: float, 
     classes = list(map(_CLASS, left))
     kinds = set(classes)
     if len(kinds) > 1:
-        # (decorated at C speed: a key function per job was ~0.7 ms of a churning round with 2,000 waiting)
+        # (a few (class, priority) pairs: each one's jobs in submit order, the pairs in order. A sort by a key per
+        # job was ~0.65 ms of a churning round with 2,000 waiting, this ~0.27)
         normal = qos_rank(DEFAULT_QOS)
-        rank = {c: (QOS_RANK.get(c[0], normal), -c[1]) for c in kinds}
-        keys = list(map(rank.__getitem__, classes))
-        left = list(map(left.__getitem__, sorted(range(len(left)), key=keys.__getitem__)))
+        buckets: dict[tuple[str, int], list[JobView]] = {
+            c: [] for c in sorted(kinds, key=lambda c: (QOS_RANK.get(c[0], normal), -c[1]))}
+        for v, c in zip(left, classes, strict=True):
+            buckets[c].append(v)
+        left = [v for bucket in buckets.values() for v in bucket]
     rest = list(map(JOB_ID, left))
     over = policy.over_share(inp)
     taken = {d.job_id for d in moved}
