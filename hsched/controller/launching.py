@@ -288,6 +288,8 @@ async def round_input(ctl: Controller, *, always: bool = False, later: bool = Fa
         view = replace(view, movable=movable, held=held, attained=attained,
                        move_min_run_s=ctl.settings.move_min_run_s,
                        running_left=learning.running_left(ctl, movable) if movable else {})
+    if not jobs.apart:
+        view = replace(view, queue_apart=False)  # (no shared or heterogeneous job waits: their stages skip the look)
     if ctl.settings.policy_round_s != view.policy_round_s:
         view = replace(view, policy_round_s=ctl.settings.policy_round_s)  # (a time-compressed replay's: hsched.replay)
     # (the elastic ones alone, as the job cache keeps them: looking through 2,500 jobs for them was ~0.2 ms of the

@@ -48,6 +48,9 @@ class Jobs:
     each; else every queued job may start."""
     elastic: frozenset[int] = frozenset()
     """The queued and active jobs that are elastic (`is_elastic`): the round's resizing looks at these alone."""
+    apart: bool = True
+    """Some queued job is shared (`--shared`) or heterogeneous (components): the round's stages for those look through
+    the queue (`FleetView.queue_apart`); else they have nothing to do."""
 
     @classmethod
     def of(cls, changes: int, jobs: tuple[Job, ...]) -> Jobs:
@@ -58,7 +61,12 @@ class Jobs:
                       or (j.spec.array is not None and j.spec.array.max_running) for j in queued)
         return cls(changes, jobs, queued, active, {j.id: j for j in queued}, {j.id: j for j in active},
                    frozenset(j.user for j in (*queued, *active)), special,
-                   frozenset(j.id for j in (*queued, *active) if is_elastic(j)))
+                   frozenset(j.id for j in (*queued, *active) if is_elastic(j)), any(map(is_apart, queued)))
+
+
+def is_apart(job: Job) -> bool:
+    """A shared or heterogeneous job: the round places those in stages of their own (`Jobs.apart`)."""
+    return job.spec.resources.shared or bool(job.spec.components)
 
 
 def is_elastic(job: Job) -> bool:
@@ -97,7 +105,7 @@ class JobCache:
     later read (the health loop's, say) never changes what a round is looking at.
     """
 
-    __slots__ = ("active", "conn", "elastic", "last", "queued", "rows", "special", "unsorted", "users")
+    __slots__ = ("active", "apart", "conn", "elastic", "last", "queued", "rows", "special", "unsorted", "users")
 
     def __init__(self) -> None:
         self.last = Jobs.of(-1, ())
@@ -110,6 +118,8 @@ class JobCache:
         self.queued: dict[int, Job] = {}
         self.active: dict[int, Job] = {}
         self.special: set[int] = set()
+        self.apart: set[int] = set()
+        """The queued jobs that are shared or heterogeneous (`is_apart`)."""
         """The queued jobs that are `Jobs.special`."""
         self.elastic: set[int] = set()
         """The queued and active jobs that are elastic (`is_elastic`)."""
@@ -132,6 +142,7 @@ class JobCache:
             self.conn = db
             seen, self.rows = self.rows, {}
             self.queued, self.active, self.special, self.users, self.elastic = {}, {}, set(), {}, set()
+            self.apart = set()
             touched = [False, False]
             for r in store.job_rows(active_only=True):
                 self._keep(r, seen.get(r["id"]), touched, whole=True)
@@ -187,7 +198,7 @@ class JobCache:
         self.unsorted = [False, False]
         return Jobs(changes, tuple(map(_SECOND, self.rows.values())), queued_t, active_t, queued_by_id,
                     active_by_id, frozenset(self.users), bool(self.special),
-                    frozenset(self.elastic) if self.elastic else frozenset())
+                    frozenset(self.elastic) if self.elastic else frozenset(), bool(self.apart))
 
     def _keep(self, r: sqlite3.Row, kept: tuple[tuple[object, ...], Job] | None, touched: list[bool], *,
               whole: bool = False) -> None:
@@ -229,6 +240,7 @@ class JobCache:
                 del parts[was][old.id]
                 self.special.discard(old.id)
                 self.elastic.discard(old.id)
+                self.apart.discard(old.id)
                 n = self.users[old.user] - 1
                 if n:
                     self.users[old.user] = n
@@ -250,6 +262,10 @@ class JobCache:
                 self.special.add(new.id)
             else:
                 self.special.discard(new.id)
+            if now == 0 and is_apart(new):
+                self.apart.add(new.id)
+            else:
+                self.apart.discard(new.id)
 
 
 class LiveRuns:

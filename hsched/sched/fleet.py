@@ -74,6 +74,10 @@ class FleetView:
     """QoS class -> its caps (`QosLimits.from_qos(settings.qos)`); a class not here has none."""
     holders: tuple[Job, ...] | None = None
     """Every job holding devices (launching, running, being stopped): what the caps count. None: `running`."""
+    queue_apart: bool = True
+    """The queue may hold shared or heterogeneous jobs (the sharing and hetjob stages look through it); False: the
+    caller knows it holds none (the controller's job cache keeps count), and those stages skip the look: ~0.3 ms of a
+    round over 2,000 waiting jobs."""
     throughput: ThroughputModel | None = None
     """What the controller learnt of the jobs' kinds (hsched.learn.kinds.learned_model); None: the accelerator
     table's prior alone (catalog_throughput)."""

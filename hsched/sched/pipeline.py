@@ -43,7 +43,7 @@ _SHARED = operator.attrgetter("spec.resources.shared")
 
 def sharing_stage(w: Work) -> None:
     """Shared jobs are packed first, apart from the policy: it plans whole GPUs."""
-    if any(map(_SHARED, w.queue)):
+    if w.st.fleet.queue_apart and any(map(_SHARED, w.queue)):
         w.decisions += w.st.place_shared(order([j for j in w.queue if j.spec.resources.shared]))
         w.queue = [j for j in w.queue if not j.spec.resources.shared]
 

@@ -99,8 +99,8 @@ async def test_the_incremental_read_sees_what_a_whole_read_sees(tmp_path: Path) 
             assert list(got.all) == whole
             # (the parts kept job by job as rows change split as a whole read splits them, in id order)
             split = Jobs.of(got.changes, tuple(whole))
-            assert (got.queued, got.active, got.users, got.special, got.elastic) == (
-                split.queued, split.active, split.users, split.special, split.elastic)
+            assert (got.queued, got.active, got.users, got.special, got.elastic, got.apart) == (
+                split.queued, split.active, split.users, split.special, split.elastic, split.apart)
             assert (dict(got.queued_by_id), dict(got.active_by_id)) == (split.queued_by_id, split.active_by_id)
             runs = await lab.ctl.db(lab.ctl.state.live_runs.read, store)
             assert runs == await lab.ctl.db(store.live_runs)
@@ -129,7 +129,12 @@ async def test_the_incremental_read_sees_what_a_whole_read_sees(tmp_path: Path) 
 
         await commands.submit(lab.ctl, JobSpec(command=("t",), resources=Resources(gpus=1, gpus_max=2)), "u1", None)
         await check()
-        assert cache.last.elastic
+        assert cache.last.elastic and not cache.last.apart
+        # (a shared job: the cache keeps whether one waits, for the round's sharing stage)
+        await commands.submit(lab.ctl, JobSpec(command=("s",), resources=Resources(
+            gpus=1, shared=True, gpu_memory_mib=1024)), "u2", None)
+        await check()
+        assert cache.last.apart
         await lab.round()
         await check()
         running = [j for j in jobs if (await lab.job(j.id)).state is JobState.RUNNING]

@@ -30,7 +30,7 @@ _COMPONENTS = operator.attrgetter("spec.components")
 
 def hetjob_stage(w: Work) -> None:
     """Place the heterogeneous jobs of the queue (all components or none) and take them out of it."""
-    if not any(map(_COMPONENTS, w.queue)):
+    if not w.st.fleet.queue_apart or not any(map(_COMPONENTS, w.queue)):
         return
     het = order([j for j in w.queue if j.spec.components])
     w.queue = [j for j in w.queue if not j.spec.components]
