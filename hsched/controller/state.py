@@ -48,6 +48,8 @@ class Jobs:
     each; else every queued job may start."""
     elastic: frozenset[int] = frozenset()
     """The queued and active jobs that are elastic (`is_elastic`): the round's resizing looks at these alone."""
+    requeued: frozenset[int] = frozenset()
+    """The queued and active jobs that ran before (`restarts`): the round's attained service looks at these alone."""
     apart: bool = True
     """Some queued job is shared (`--shared`) or heterogeneous (components): the round's stages for those look through
     the queue (`FleetView.queue_apart`); else they have nothing to do."""
@@ -61,7 +63,8 @@ class Jobs:
                       or (j.spec.array is not None and j.spec.array.max_running) for j in queued)
         return cls(changes, jobs, queued, active, {j.id: j for j in queued}, {j.id: j for j in active},
                    frozenset(j.user for j in (*queued, *active)), special,
-                   frozenset(j.id for j in (*queued, *active) if is_elastic(j)), any(map(is_apart, queued)))
+                   frozenset(j.id for j in (*queued, *active) if is_elastic(j)),
+                   frozenset(j.id for j in (*queued, *active) if j.restarts), any(map(is_apart, queued)))
 
 
 def is_apart(job: Job) -> bool:
@@ -105,7 +108,8 @@ class JobCache:
     later read (the health loop's, say) never changes what a round is looking at.
     """
 
-    __slots__ = ("active", "apart", "conn", "elastic", "last", "queued", "rows", "special", "unsorted", "users")
+    __slots__ = ("active", "apart", "conn", "elastic", "last", "queued", "requeued", "rows", "special", "unsorted",
+                 "users")
 
     def __init__(self) -> None:
         self.last = Jobs.of(-1, ())
@@ -120,6 +124,8 @@ class JobCache:
         self.special: set[int] = set()
         self.apart: set[int] = set()
         """The queued jobs that are shared or heterogeneous (`is_apart`)."""
+        self.requeued: set[int] = set()
+        """The queued and active jobs that ran before (`Job.restarts`)."""
         """The queued jobs that are `Jobs.special`."""
         self.elastic: set[int] = set()
         """The queued and active jobs that are elastic (`is_elastic`)."""
@@ -142,7 +148,7 @@ class JobCache:
             self.conn = db
             seen, self.rows = self.rows, {}
             self.queued, self.active, self.special, self.users, self.elastic = {}, {}, set(), {}, set()
-            self.apart = set()
+            self.apart, self.requeued = set(), set()
             touched = [False, False]
             for r in store.job_rows(active_only=True):
                 self._keep(r, seen.get(r["id"]), touched, whole=True)
@@ -198,7 +204,8 @@ class JobCache:
         self.unsorted = [False, False]
         return Jobs(changes, tuple(map(_SECOND, self.rows.values())), queued_t, active_t, queued_by_id,
                     active_by_id, frozenset(self.users), bool(self.special),
-                    frozenset(self.elastic) if self.elastic else frozenset(), bool(self.apart))
+                    frozenset(self.elastic) if self.elastic else frozenset(), frozenset(self.requeued),
+                    bool(self.apart))
 
     def _keep(self, r: sqlite3.Row, kept: tuple[tuple[object, ...], Job] | None, touched: list[bool], *,
               whole: bool = False) -> None:
@@ -241,6 +248,7 @@ class JobCache:
                 self.special.discard(old.id)
                 self.elastic.discard(old.id)
                 self.apart.discard(old.id)
+                self.requeued.discard(old.id)
                 n = self.users[old.user] - 1
                 if n:
                     self.users[old.user] = n
@@ -257,6 +265,10 @@ class JobCache:
                 self.elastic.add(new.id)
             else:
                 self.elastic.discard(new.id)
+            if new.restarts:
+                self.requeued.add(new.id)
+            else:
+                self.requeued.discard(new.id)
             if now == 0 and (new.begin_time is not None or new.spec.dependency
                              or (new.spec.array is not None and new.spec.array.max_running)):
                 self.special.add(new.id)

@@ -99,8 +99,8 @@ async def test_the_incremental_read_sees_what_a_whole_read_sees(tmp_path: Path) 
             assert list(got.all) == whole
             # (the parts kept job by job as rows change split as a whole read splits them, in id order)
             split = Jobs.of(got.changes, tuple(whole))
-            assert (got.queued, got.active, got.users, got.special, got.elastic, got.apart) == (
-                split.queued, split.active, split.users, split.special, split.elastic, split.apart)
+            assert (got.queued, got.active, got.users, got.special, got.elastic, got.apart, got.requeued) == (
+                split.queued, split.active, split.users, split.special, split.elastic, split.apart, split.requeued)
             assert (dict(got.queued_by_id), dict(got.active_by_id)) == (split.queued_by_id, split.active_by_id)
             runs = await lab.ctl.db(lab.ctl.state.live_runs.read, store)
             assert runs == await lab.ctl.db(store.live_runs)
@@ -163,6 +163,7 @@ async def test_the_incremental_read_sees_what_a_whole_read_sees(tmp_path: Path) 
         await check()
         await commands.requeue(lab.ctl, jobs[-1].id)
         await check()
+        assert cache.last.requeued
         await commands.preempt(lab.ctl, (await lab.ctl.db(cache.read, store)).active[0].id)
         await check()
         await lab.round()
