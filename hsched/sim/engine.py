@@ -532,7 +532,8 @@ class Simulator:
                 out |= aware.round_waiters
                 aware.round_waiters.clear()
                 inp = replace(inp, jobs=tuple(v for v in inp.jobs if v.id not in out))
-                decision = schedule_round(self.policy, inp, servers, remaining_s=remaining, placer=placer, rule=rule)
+                decision = schedule_round(self.policy, inp, servers, remaining_s=remaining, placer=placer, rule=rule,
+                                          reasons=False)
             return decision
 
         # The Slurm pool (cfg.slurm_pool): Slurm's side of it; the round sees it as one more server
@@ -1026,7 +1027,8 @@ class Simulator:
                                   cache=starts_cache)
                 if aware is not None:
                     aware.round_waiters.clear()
-                decision = data_round(schedule_round(self.policy, inp, free, placer=placer, rule=rule), inp, free, None)
+                decision = data_round(schedule_round(self.policy, inp, free, placer=placer, rule=rule, reasons=False), inp,
+                                      free, None)
                 rounds += 1
                 for s in decision.starts:
                     start(active[s.job_id], s, now)
@@ -1081,7 +1083,7 @@ class Simulator:
             if aware is not None:
                 aware.round_waiters.clear()
             decision = data_round(schedule_round(self.policy, inp, self.servers, remaining_s=remaining, placer=placer,
-                                                 rule=rule), inp, self.servers, remaining)
+                                                 rule=rule, reasons=False), inp, self.servers, remaining)
             rounds += 1
             last_round = now
             moves_due = False
