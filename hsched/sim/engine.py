@@ -734,6 +734,87 @@ class Simulator:
             if not j.in_pool:
                 heapq.heappush(heap, (j.finish_at, tj.id, j.version))
 
+        # `stop` and `start` of a replay without the modes that add to them (elastic sizes, data, a learned model, a
+        # Slurm pool, the live round, a fabric; `plain` below): the same steps, the others' left out, once per stop
+        # and start (ed69ec 8:8:8 las-hetero moves 5.6 jobs a round)
+        span_factor, pcie_factor, checkpoint_s = cfg.costs.span_factor, cfg.costs.pcie_factor, cfg.costs.checkpoint_s
+        server_link = self.server_link
+        running_phase = JobPhase.RUNNING
+        heappush = heapq.heappush
+        insort = bisect.insort
+        device_at = position.__getitem__
+
+        def stop_plain(j: _Job, t: float) -> None:
+            nonlocal busy_gpu_s, held
+            b = j.busy_until
+            progressed = t - b if t > b else 0.0
+            left = j.remaining - j.rate * progressed
+            j.remaining = left if left > 0.0 else 0.0
+            j.service_s += j.rel * progressed
+            run = t - j.run_start
+            j.run_s += run
+            tj = j.tj
+            gpus = tj.gpus
+            busy_gpu_s += run * gpus
+            held -= gpus
+            if shared_users:
+                usage[tj.user] = usage.get(tj.user, 0.0) + run * gpus
+                ended_runs[0] += run
+                ended_runs[1] += 1
+            for p in j.placement:
+                free = free_on[p.node]
+                for u in p.devices:
+                    insort(free, u, key=device_at)
+                changed.add(p.node)
+            j.version += 1
+            j.last_rate = j.rate
+            j.gpu_type, j.placement, j.rate, j.rel, j.finish_at = None, (), 0.0, 0.0, math.inf
+            j.view = None
+            del running[tj.id]
+
+        def start_plain(j: _Job, s: Start, t: float) -> None:
+            nonlocal lost_gpu_s, held
+            tj = j.tj
+            placement, gpu_type = s.placement, s.gpu_type
+            spans = len(placement) > 1
+            rate = model_rate(tj.job_type, tj.gpus, gpu_type, spans)
+            if not rate:
+                raise RuntimeError(f"policy put job {tj.id} on {gpu_type}, where it cannot run")
+            gpus = tj.gpus
+            if spans:
+                rate *= span_factor
+            if gpus > 1 and any(server_link.get(p.node) == "pcie" for p in placement):
+                rate *= pcie_factor
+            overhead = checkpoint_s if j.run_s > 0 and tj.checkpointable else 0.0
+            if overhead:  # (adding 0.0 changes neither sum)
+                j.overhead_s += overhead
+                lost_gpu_s += overhead * gpus
+            j.gpu_type, j.placement, j.rate, j.rel = gpu_type, placement, rate, rate / j.fastest_rate
+            j.span_servers = len(placement)
+            j.last_type = gpu_type
+            j.run_start = t
+            busy = j.busy_until = t + overhead
+            j.finish_at = finish = busy + j.remaining / rate
+            if j.first_start is None:
+                j.first_start = t
+                if predictor is not None:
+                    j.predicted = predictor.expected(tj.job_type, tj.user)
+            j.version += 1
+            j.view = None
+            j.run_head = (tj.id, tj.job_type, gpus, tj.arrival_s, running_phase, tj.qos, tj.priority, tj.user,
+                          gpu_type, placement, t)
+            j.run_tail = (j.restarts, tj.time_limit_s, tj.max_servers, j.allowed, tj.checkpointable)
+            j.in_pool = False
+            for p in placement:
+                free = free_on[p.node]
+                for d in p.devices:
+                    if d in free:
+                        free.remove(d)
+                changed.add(p.node)
+            held += gpus
+            running[tj.id] = j
+            heappush(heap, (finish, tj.id, j.version))
+
         def fair(t: float) -> Mapping[str, float] | None:
             """Fair share's usage now: ended runs', and the running jobs' so far (as the live ledger counts)."""
             if len(users) < 2:
@@ -888,7 +969,7 @@ class Simulator:
                 j = active[jid]
                 if j.gpu_type is not None:
                     run_start = j.run_start
-                    stop(j, t)
+                    halt(j, t)
                     j.restarts += 1
                     preemptions += 1
                     if not j.tj.checkpointable:
@@ -905,16 +986,20 @@ class Simulator:
             for s in decision.starts:
                 j = active[s.job_id]
                 if j.gpu_type is not None:
-                    stop(j, t)
+                    halt(j, t)
                     j.restarts += 1
                     j.migrations += 1
             for s in decision.starts:
-                start(active[s.job_id], s, t)
+                begin(active[s.job_id], s, t)
 
         new_view = tuple.__new__  # JobView is a NamedTuple: a running job's view is three tuples joined
         if cfg.round_mode not in ("event", "gavel", "live"):
             raise ValueError(f"round_mode {cfg.round_mode!r}: expected 'event', 'gavel' or 'live'")
         boundaries = cfg.round_mode == "gavel"
+        plain = (erates is None and data is None and learner is None and pool is None and live is None
+                 and cfg.costs.fabric is None)
+        halt: Callable[[_Job, float], None] = stop_plain if plain else stop
+        begin: Callable[[_Job, Start, float], None] = start_plain if plain else start
 
         while ai < len(arrivals) or active or (svc is not None and not svc.done):
             t_arr = arrivals[ai].tj.arrival_s if ai < len(arrivals) else math.inf
@@ -946,7 +1031,7 @@ class Simulator:
                 j = running.get(jid)
                 if j is None or j.version != ver:
                     continue
-                stop(j, now)
+                halt(j, now)
                 j.remaining = 0.0
                 j.end = now
                 if predictor is not None:
@@ -1031,7 +1116,7 @@ class Simulator:
                                       free, None)
                 rounds += 1
                 for s in decision.starts:
-                    start(active[s.job_id], s, now)
+                    begin(active[s.job_id], s, now)
                 prefetch(now)
                 if slurm is not None:
                     pool_tick(now)
