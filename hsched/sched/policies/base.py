@@ -387,28 +387,30 @@ def wants_from_assignment(
     kinds = list(map(_WANT_KIND, jobs))
     if memo.asked == ids and memo.kinds == kinds and memo.assigned == assigned:
         return memo.wants
-    # a job's want is the last call's while its kind and type are (most of them, round to round): looked up by (id,
-    # assigned type, kind) at C speed, a Python step only for the jobs whose want is new (kept for this call's jobs
-    # alone, so finished jobs do not pile up)
-    keys = list(zip(ids, map(assigned.get, ids), kinds))
-    got = list(map(memo.want_of.get, keys))
-    if None in got:
-        prefs = memo.prefs
-        new = tuple.__new__  # Want is a NamedTuple: no __new__ wrapper
-        for i, (jid, t, kind) in enumerate(keys):
-            if got[i] is not None or t is None:
-                continue
-            types = prefs.get((kind, t))
-            if types is None:
-                job_type, gpus, allowed = kind
-                ft = model.fastest_types(job_type, gpus, all_types, allowed)
-                types = prefs[(kind, t)] = (t, *(x for x in ft if x != t))
-            got[i] = new(Want, (jid, types))
-        if None in got:  # (a job assigned no type wants nothing)
-            keys = [k for k, w in zip(keys, got, strict=True) if w is not None]
-            got = [w for w in got if w is not None]
-    memo.asked, memo.kinds, memo.assigned, memo.wants = ids, kinds, dict(assigned), tuple(got)  # type: ignore[arg-type]
-    memo.want_of = dict(zip(keys, got))  # type: ignore[arg-type]
+    out: list[Want] = []
+    prefs = memo.prefs
+    new, append = tuple.__new__, out.append  # Want is a NamedTuple: no __new__ wrapper
+    # a job's want is the last call's while its kind and type are (most of them, round to round): kept per job, for
+    # the jobs of this call alone
+    last_of, want_of = memo.want_of, {}
+    for jid, kind, t in zip(ids, kinds, map(assigned.get, ids), strict=True):
+        if t is None:
+            continue
+        hit = last_of.get(jid)
+        if hit is not None and hit[1] == t and hit[0] == kind:
+            want_of[jid] = hit
+            append(hit[2])
+            continue
+        types = prefs.get((kind, t))
+        if types is None:
+            job_type, gpus, allowed = kind
+            ft = model.fastest_types(job_type, gpus, all_types, allowed)
+            types = prefs[(kind, t)] = (t, *(x for x in ft if x != t))
+        w = new(Want, (jid, types))
+        want_of[jid] = (kind, t, w)
+        append(w)
+    memo.asked, memo.kinds, memo.assigned, memo.wants = ids, kinds, dict(assigned), tuple(out)
+    memo.want_of = want_of
     return memo.wants
 
 
@@ -431,5 +433,5 @@ class _WantsMemo:
         self.kinds: list[tuple[str, int, tuple[str, ...]]] = []
         self.assigned: dict[int, str] = {}
         self.wants: tuple[Want, ...] = ()
-        # (job id, assigned type, (kind, size, allowed types)) -> its want, as the last call made them
-        self.want_of: dict[tuple[int, str | None, tuple[str, int, tuple[str, ...]]], Want] = {}
+        # job id -> its (kind, size, allowed types), its assigned type and its want, as the last call made them
+        self.want_of: dict[int, tuple[tuple[str, int, tuple[str, ...]], str, Want]] = {}
