@@ -337,6 +337,9 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
     seen = len(plan.wants)  # wants looked at; a strict plan stops at the first that does not fit
     repeated = False
     strict = plan.strict
+    # the starts and moves, in the plan's order (granted's): every granted job but a running one granted its own type
+    # (a fixed job is never granted)
+    to_place: list[tuple[JobView, str]] = []
     for n, (jid, wtypes) in enumerate(plan.wants):  # (a Want is a (job id, types) tuple)
         j = get(jid)
         if j is None or jid in granted or jid in fixed:
@@ -351,6 +354,8 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
             if room >= g:
                 caps[x] = room - g
                 granted[jid] = x
+                if j.phase is not running or x != j.gpu_type:
+                    to_place.append((j, x))
                 continue
         t = _choose_type(j, wtypes, caps, inp, runnable)
         if t is None:
@@ -360,6 +365,8 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
             continue
         caps[t] -= g
         granted[jid] = t
+        if j.phase is not running or t != j.gpu_type:
+            to_place.append((j, t))
 
     preempt: list[int] = []
     keep: list[JobView] = []
@@ -373,11 +380,6 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
             elif t is None:
                 preempt.append(jid)
             # (else a move: placed below, with the starts)
-    # the starts and moves, in the plan's order (granted's): every granted job but a running one granted its own
-    # type (a fixed job is never granted)
-    to_place = [(j, t) for jid, t in granted.items()
-                if (j := jobs[jid]).phase is not running or t != j.gpu_type]
-
     starts: list[Start] = []
     unplaced: set[int] = set()
     if to_place:  # free devices are needed only to place someone
@@ -409,9 +411,9 @@ def _place(
     for s in servers:
         if s.gpu_type in needed:
             by_type.setdefault(s.gpu_type, []).append(s)
-    # free devices only on the servers of the types being placed: the rest are never looked at
-    mine = {s.name for ss in by_type.values() for s in ss}
-    used = {d for j in keep for p in j.placement if p.node in mine for d in p.devices}
+    # free devices only on the servers of the types being placed: the rest are never looked at (a device's name is
+    # the fleet's own: those of the kept jobs elsewhere are never asked about)
+    used = {d for j in keep for p in j.placement for d in p.devices}
     free: dict[str, list[str]] = {s.name: [d for d in s.devices if d not in used]
                                   for ss in by_type.values() for s in ss}
     # big gangs first so that small jobs do not fragment the servers they need, each size in the plan's order; the
