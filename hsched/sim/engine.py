@@ -431,9 +431,10 @@ class Simulator:
             if not eager_left:
                 return _ProgressLeft(active, t)
             for jid, r in running.items():
-                left = _left_s(r, t)
-                if left is not None:  # (a running job has a rate: always)
-                    left_now[jid] = left
+                # (`_left_s`, inline: once per running job per round; a running job has a rate, always)
+                if r.rate > 0 or r.last_rate > 0:
+                    b = r.busy_until
+                    left_now[jid] = (r.remaining - (r.rate * (t - b) if t > b else 0.0)) / r.fastest_rate
             return left_now
 
         def live_decide(t: float) -> tuple[RoundDecision, bool]:
