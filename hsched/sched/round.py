@@ -390,7 +390,7 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
         # did not want waits for its turn
         considered = {wid for wid, _types in plan.wants[:seen]}
         waiting = {j.id: _RESOURCES if j.id in considered or j.id in unplaced else _PRIORITY for j in inp.jobs
-                   if j.phase is not running and j.id not in granted or j.id in unplaced}
+                   if (j.phase is not running and j.id not in granted) or j.id in unplaced}
     return RoundDecision(preempt=tuple(preempt), starts=tuple(starts), waiting=waiting)
 
 

@@ -1113,8 +1113,8 @@ class Simulator:
                                   cache=starts_cache)
                 if aware is not None:
                     aware.round_waiters.clear()
-                decision = data_round(schedule_round(self.policy, inp, free, placer=placer, rule=rule, reasons=False), inp,
-                                      free, None)
+                decision = data_round(schedule_round(self.policy, inp, free, placer=placer, rule=rule,
+                                                     reasons=False), inp, free, None)
                 rounds += 1
                 for s in decision.starts:
                     begin(active[s.job_id], s, now)
