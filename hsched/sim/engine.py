@@ -194,8 +194,8 @@ class _Job:
     __slots__ = (
         "allowed", "arrived", "base_tj", "busy_until", "copy_s", "end", "fastest_rate", "finish_at", "first_start",
         "gpu_type", "in_pool", "klass", "last_rate", "last_type", "measured", "migrations", "overhead_s", "placement",
-        "pool_overhead", "pool_wait_s", "predicted", "rate", "rel", "remaining", "resizes", "restarts", "run_head",
-        "run_s", "run_start", "run_tail", "service_s", "span_servers", "tj", "version", "view",
+        "pool_overhead", "pool_wait_s", "predicted", "rate", "rel", "remaining", "resizes", "restarts", "run_buf",
+        "run_head", "run_s", "run_start", "run_tail", "service_s", "span_servers", "tj", "version", "view",
     )
 
     def __init__(self, tj: TraceJob, fastest_rate: float) -> None:
@@ -231,6 +231,7 @@ class _Job:
         # a running job's view is run_head + (run_s, service_s) + run_tail: only the middle moves with time
         self.run_head: tuple[object, ...] = ()
         self.run_tail: tuple[object, ...] = ()
+        self.run_buf: list[object] | None = None  # run_head, its two figures, run_tail: made at its first round
         # learned mode: the GPU types the job can run on when not all (the view's gpu_types: the table's truth
         # that a job cannot run somewhere is a fact of the fleet, not a speed to learn), the current stint's
         # placement class, and whether its speed has joined the learned table
@@ -701,6 +702,7 @@ class Simulator:
             j.run_head = (tj.id, tj.job_type, tj.gpus, tj.arrival_s, JobPhase.RUNNING, tj.qos, tj.priority,
                           tj.user, j.gpu_type, j.placement, t)
             j.run_tail = (j.restarts, tj.time_limit_s, tj.max_servers, j.allowed, tj.checkpointable)
+            j.run_buf = None
             j.in_pool = pool is not None and s.placement[0].node == pool.name
             if j.in_pool:
                 # handed over: Slurm's queue has it after the submit latency and starts it when its backfill says
@@ -805,6 +807,7 @@ class Simulator:
             j.run_head = (tj.id, tj.job_type, gpus, tj.arrival_s, running_phase, tj.qos, tj.priority, tj.user,
                           gpu_type, placement, t)
             j.run_tail = (j.restarts, tj.time_limit_s, tj.max_servers, j.allowed, tj.checkpointable)
+            j.run_buf = None
             j.in_pool = False
             for p in placement:
                 free = free_on[p.node]
@@ -912,6 +915,7 @@ class Simulator:
                 start(j, Start(j.tj.id, gpu_type, placement), t, recharge=not again)
                 # the policy sees the run as it was: a resize is no fresh start, which would renew its quantum
                 j.run_head = (*j.run_head[:10], since)
+                j.run_buf = None
 
         def home(j: _Job) -> str:
             """The server a running job has most of its devices on: where it grows."""
@@ -1142,14 +1146,23 @@ class Simulator:
                 resize(now, grow=False)  # before the round: shrinks that let waiting jobs start
             # (the hot loop of a replay at scale: a conditional instead of max(0.0, ...), the same floats, took
             # 40 % less time)
-            # (a running job's view as run_head + its two figures + run_tail: two concatenations take a quarter less
-            # than one tuple unpacking both)
-            views = [
-                new_view(JobView, j.run_head + (j.run_s + (now - j.run_start), j.service_s + (  # noqa: RUF005
-                    j.rel * (now - j.busy_until) if now > j.busy_until else 0.0)) + j.run_tail)
-                if j.gpu_type is not None else (j.view or pending_view(j))
-                for j in active.values()
-            ] if predictor is None else [predicted_view(j, now) for j in active.values()]
+            # (a running job's view is its run's fields with its two figures of now: copied from the run's own list,
+            # `run_buf`, where the two are set; the former two tuple concatenations a view made 13 % more instructions)
+            if predictor is None:
+                views = []
+                append = views.append
+                for j in active.values():
+                    if j.gpu_type is not None:
+                        b = j.run_buf
+                        if b is None:
+                            b = j.run_buf = [*j.run_head, 0.0, 0.0, *j.run_tail]
+                        b[11] = j.run_s + (now - j.run_start)
+                        b[12] = j.service_s + (j.rel * (now - j.busy_until) if now > j.busy_until else 0.0)
+                        append(new_view(JobView, b))
+                    else:
+                        append(j.view or pending_view(j))
+            else:
+                views = [predicted_view(j, now) for j in active.values()]
             inp = build_input(
                 now, views, self.servers, pmodel,
                 checkpoint_cost_s=cfg.costs.checkpoint_s, round_s=cfg.round_s,
