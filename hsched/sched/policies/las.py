@@ -75,8 +75,7 @@ class LasHetero(HeteroFair):
     def order(self, inp: PolicyInput) -> list[JobView]:
         jobs = inp.jobs
         arrivals = list(map(_ARRIVAL, jobs))
-        # (strictly increasing arrivals: in order, and no two alike; two passes at C speed with no call per job)
-        if (arrivals == sorted(arrivals) and len(set(arrivals)) == len(arrivals)) or _by_arrival(jobs, arrivals):
+        if all(map(lt, arrivals, islice(arrivals, 1, None))) or _by_arrival(jobs, arrivals):
             # the jobs come in (arrival, id) order (the simulator's, as `PolicyInput.jobs` says): a stable sort by
             # service alone keeps that order among equals, which is the key's; a sort of floats runs at twice the
             # speed of one of tuples
