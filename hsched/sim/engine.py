@@ -1149,7 +1149,7 @@ class Simulator:
             # (a running job's view is its run's fields with its two figures of now: copied from the run's own list,
             # `run_buf`, where the two are set; the former two tuple concatenations a view made 13 % more instructions)
             if predictor is None:
-                views = []
+                views: list[JobView] = []
                 append = views.append
                 for j in active.values():
                     if j.gpu_type is not None:
