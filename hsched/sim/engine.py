@@ -778,7 +778,7 @@ class Simulator:
                 if pool is None or sv.name != pool.name:
                     free[sv.gpu_type] = free.get(sv.gpu_type, 0) + len(free_on[sv.name])
             waiting_jobs = pending if pending is not None else [w for w in active.values() if w.gpu_type is None]
-            # by_left: in hsched's order (hsched.sched.policies.hsched `_work`): GPUs times the remaining time its
+            # by_left: in hsched's order (hsched.sched.policies.keys `work`): GPUs times the remaining time its
             # progress reported (`cfg.progress_totals`: work left over its fastest rate, as `progress_left`), else the
             # service it attained. (By attained service alone, as before remaining times: 750,373 s avg JCT on
             # 0e4a51 against 709,003 s; docs/scheduling.md.)
