@@ -283,8 +283,7 @@ async def round_input(ctl: Controller, *, always: bool = False, later: bool = Fa
     # (the dirty GPUs read here, after `note_users`: a lab user's first job waits for the nodes' answer whether the
     # user exists there, which a node of the test kit gives at once, by this read)
     view, finish = fleet_view_later(ctl, active, await still_dirty(ctl))
-    requeued = {i: j for i in jobs.requeued
-                if (j := pending_by_id.get(i)) is not None or (j := jobs.active_by_id.get(i)) is not None}
+    requeued = {i: j for i in jobs.requeued if (j := pending_by_id.get(i) or jobs.active_by_id.get(i)) is not None}
     movable, held, attained = await moves.round_fields(ctl, active, pending, at, requeued)
     if movable or held or attained:
         view = replace(view, movable=movable, held=held, attained=attained,

@@ -66,18 +66,15 @@ def cost_of(ctl: Controller, job_id: int) -> float:
 
 
 async def round_fields(ctl: Controller, active: Iterable[Job], pending: Iterable[Job], now: float,
-                       requeued: Mapping[int, Job] | None = None
+                       requeued: Mapping[int, Job]
                        ) -> tuple[dict[int, float], dict[int, tuple[Placement, ...]], dict[int, float]]:
     """The round's (movable running jobs and their costs, devices held for moving jobs, attained service of
     requeued jobs). `now`: on the controller's timeline (Controller.timeline); `requeued`: those of `active` and
-    `pending` that ran before, by id, when the caller knows them (the job cache keeps them: looking through 2,500 jobs
-    for them was ~0.2 ms of the event loop a poll, issue 33). Call with ctl.lock held (reads the store when a
-    requeued job is new to it)."""
+    `pending` that ran before, by id (the job cache keeps them, `Jobs.requeued`: looking through 2,500 jobs for them
+    was ~0.2 ms of the event loop a poll, issue 33; only they, and the few held for, are looked at twice). Call with
+    ctl.lock held (reads the store when a requeued job is new to it)."""
     mv = moves_of(ctl)
     active = list(active)
-    if requeued is None:
-        # (a round's cost is per waiting job: only the requeued ones, and the few held for, are looked at twice)
-        requeued = {j.id: j for js in (active, pending) for j in js if j.restarts}
     if not mv.held_read:
         await _read_held(ctl, active, pending)
     if mv.held:

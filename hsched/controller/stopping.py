@@ -75,11 +75,11 @@ async def tick(ctl: Controller) -> None:
         await advance(ctl, job.id)
 
 
-async def check_time_limits(ctl: Controller, running: Sequence[Job]) -> None:
-    """Warn before a job's time limit (sbatch's --signal), then stop it as a TIMEOUT (`running`: any jobs; those not
+async def check_time_limits(ctl: Controller, jobs: Sequence[Job]) -> None:
+    """Warn before a job's time limit (sbatch's --signal), then stop it as a TIMEOUT (`jobs`: any jobs; those not
     running are passed over)."""
     at = ctl.timeline.now()
-    for job in running:
+    for job in jobs:
         limit = job.spec.time_limit_s
         if limit is None or job.state is not JobState.RUNNING:
             continue
