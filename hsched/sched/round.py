@@ -112,6 +112,7 @@ def schedule_round(
     remaining_s: Mapping[int, float] | None = None,
     placer: Placer | None = None,
     rule: PreemptRule | None = None,
+    reasons: bool = True,
 ) -> RoundDecision:
     """Run one round: the policy's plan under the time-sharing rule, then QoS preemption for those left waiting.
 
@@ -124,6 +125,8 @@ def schedule_round(
         placer: chooses devices for a gang on one GPU type (default: consolidating best fit).
         rule: who may stop whom (default: time-sharing of jobs that checkpoint, no QoS preemption); the
             controller and the simulator pass the settings' QoS table.
+        reasons: False: `RoundDecision.waiting` stays empty unless QoS preemption reads it (the simulator, which
+            never reports why a job waits: naming a reason for each waiting job was a pass over them every round).
 
     Returns:
         Which running jobs to stop, which jobs to start or move (with devices), and why the rest wait.
@@ -131,8 +134,8 @@ def schedule_round(
     plan = make_plan(policy, inp, remaining_s)
     placer = placer or _DEFAULT_PLACER
     rule = rule or _NO_QOS
-    decision = apply_rule(plan, inp, servers, placer, rule)
-    if inp.starts_only or not decision.waiting or not rule.qos_preempts:
+    decision = apply_rule(plan, inp, servers, placer, rule, reasons=reasons or bool(rule.qos_preempts))
+    if inp.starts_only or not rule.qos_preempts or not decision.waiting:
         return decision
     return qos_preemption(decision, plan, inp, servers, placer, rule)
 
@@ -151,19 +154,19 @@ def make_plan(policy: AnyPolicy, inp: PolicyInput, remaining_s: Mapping[int, flo
 
 
 def apply_rule(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], placer: Placer,
-               rule: PreemptRule) -> RoundDecision:
+               rule: PreemptRule, *, reasons: bool = True) -> RoundDecision:
     """`apply_plan`, stopping only the running jobs the time-sharing rule lets the plan stop.
 
     Jobs that may not be time-shared stay where they are from the start. A job the plan stops for nobody, or
     for a job of another class, is put back and the plan applied again; a waiting job that took the GPUs of
     a job of another class leaves the plan (QoS preemption may still serve it) and waits for resources.
-    Every pass keeps at least one more running job in place, so this ends.
+    Every pass keeps at least one more running job in place, so this ends. (`reasons`: as `schedule_round`'s.)
     """
-    if not plan.preempt:
-        return apply_plan(plan, inp, servers, placer)
-    fixed = protected(rule, inp.jobs, inp.now)
     jobs = dict(zip(map(_ID, inp.jobs), inp.jobs, strict=True))
-    decision = _apply_plan(plan, inp, servers, placer, fixed, jobs)
+    if not plan.preempt:
+        return _apply_plan(plan, inp, servers, placer, (), jobs, reasons)
+    fixed = protected(rule, inp.jobs, inp.now)
+    decision = _apply_plan(plan, inp, servers, placer, fixed, jobs, reasons)
     if not decision.preempt:
         return decision
     refused: set[int] = set()
@@ -177,8 +180,8 @@ def apply_rule(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], plac
         if out:
             refused |= out
             plan = Plan(tuple(w for w in plan.wants if w.job_id not in out), plan.preempt, plan.strict)
-        decision = _apply_plan(plan, inp, servers, placer, fixed, jobs)
-    if refused:
+        decision = _apply_plan(plan, inp, servers, placer, fixed, jobs, reasons)
+    if refused and reasons:
         waiting = {jid: _RESOURCES if jid in refused else why for jid, why in decision.waiting.items()}
         decision = replace(decision, waiting=waiting)
     return decision
@@ -314,7 +317,7 @@ def apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], plac
 
 
 def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], placer: Placer, hold: Iterable[int],
-                jobs: Mapping[int, JobView]) -> RoundDecision:
+                jobs: Mapping[int, JobView], reasons: bool = True) -> RoundDecision:
     caps = dict(inp.capacity)
     fixed: set[int] = set()
     running = JobPhase.RUNNING
@@ -333,76 +336,61 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
     get: Callable[[int], JobView | None] = jobs.get
     seen = len(plan.wants)  # wants looked at; a strict plan stops at the first that does not fit
     repeated = False
+    strict = plan.strict
+    # the starts and moves, in the plan's order (granted's): every granted job but a running one granted its own type
+    # (a fixed job is never granted)
+    to_place: list[tuple[JobView, str]] = []
     for n, (jid, wtypes) in enumerate(plan.wants):  # (a Want is a (job id, types) tuple)
         j = get(jid)
-        if j is None or jid in fixed:
-            continue
-        if jid in granted:
-            repeated = True  # (wanted twice: `_place` then ranks it by its last want, as it always did)
+        if j is None or jid in granted or jid in fixed:
+            if j is not None and jid in granted:
+                repeated = True  # (wanted twice: `_place` then ranks it by its last want, as it always did)
             continue
         g = j.gpus
-        if wtypes:  # the common case of _choose_type, inline: the first acceptable type with room
-            allowed = j.gpu_types
-            if not allowed:
-                # (the usual grant: the first type the plan names has room; else the loop below looks on)
-                x = wtypes[0]
-                room = caps.get(x, 0)
-                if room >= g:
-                    caps[x] = room - g
-                    granted[jid] = x
-                    continue
-            t = None
-            if allowed:
-                for x in wtypes:
-                    if caps.get(x, 0) >= g and x in allowed:
-                        t = x
-                        break
-            else:
-                for x in wtypes:
-                    if caps.get(x, 0) >= g:
-                        t = x
-                        break
-        else:
-            t = _choose_type(j, wtypes, caps, inp, runnable)
+        if wtypes and not j.gpu_types:
+            # the usual grant, inline: the first type the plan names has room (else `_choose_type` looks on)
+            x = wtypes[0]
+            room = caps.get(x, 0)
+            if room >= g:
+                caps[x] = room - g
+                granted[jid] = x
+                if j.phase is not running or x != j.gpu_type:
+                    to_place.append((j, x))
+                continue
+        t = _choose_type(j, wtypes, caps, inp, runnable)
         if t is None:
-            if plan.strict:
+            if strict:
                 seen = n + 1
                 break
             continue
         caps[t] -= g
         granted[jid] = t
+        if j.phase is not running or t != j.gpu_type:
+            to_place.append((j, t))
 
     preempt: list[int] = []
     keep: list[JobView] = []
-    # a job the plan wanted (and looked at) waits for resources; one it did not want waits for its turn
-    considered: set[int] | None = None  # (made at the first wait: often nobody waits)
-    waiting: dict[int, str] = {}
     granted_get = granted.get
     for j in inp.jobs:
-        jid = j.id
         if j.phase is running:
+            jid = j.id
             t = granted_get(jid)
             if t == j.gpu_type or jid in fixed:
                 keep.append(j)
             elif t is None:
                 preempt.append(jid)
             # (else a move: placed below, with the starts)
-        elif jid not in granted:
-            if considered is None:
-                considered = {wid for wid, _types in plan.wants[:seen]}
-            waiting[jid] = _RESOURCES if jid in considered else _PRIORITY
-    # the starts and moves, in the plan's order (granted's): every granted job but a running one granted its own
-    # type (a fixed job is never granted)
-    to_place = [(j, t) for jid, t in granted.items()
-                if (j := jobs[jid]).phase is not running or t != j.gpu_type]
-
     starts: list[Start] = []
+    unplaced: set[int] = set()
     if to_place:  # free devices are needed only to place someone
         starts, unplaced = _place(to_place, keep, plan, servers, placer, preempt, repeated)
-        if unplaced:
-            # a job granted GPUs that no server could hold waits for resources, in the jobs' order
-            waiting = {j.id: _RESOURCES if j.id in unplaced else waiting[j.id]
-                       for j in inp.jobs if j.id in waiting or j.id in unplaced}
+    waiting: dict[int, str] = {}
+    if reasons:
+        # a job the plan wanted (and looked at) waits for resources, or if granted GPUs no server could hold; one it
+        # did not want waits for its turn
+        considered = {wid for wid, _types in plan.wants[:seen]}
+        waiting = {j.id: _RESOURCES if j.id in considered or j.id in unplaced else _PRIORITY for j in inp.jobs
+                   if (j.phase is not running and j.id not in granted) or j.id in unplaced}
     return RoundDecision(preempt=tuple(preempt), starts=tuple(starts), waiting=waiting)
 
 
@@ -423,9 +411,9 @@ def _place(
     for s in servers:
         if s.gpu_type in needed:
             by_type.setdefault(s.gpu_type, []).append(s)
-    # free devices only on the servers of the types being placed: the rest are never looked at
-    mine = {s.name for ss in by_type.values() for s in ss}
-    used = {d for j in keep for p in j.placement if p.node in mine for d in p.devices}
+    # free devices only on the servers of the types being placed: the rest are never looked at (a device's name is
+    # the fleet's own: those of the kept jobs elsewhere are never asked about)
+    used = {d for j in keep for p in j.placement for d in p.devices}
     free: dict[str, list[str]] = {s.name: [d for d in s.devices if d not in used]
                                   for ss in by_type.values() for s in ss}
     # big gangs first so that small jobs do not fragment the servers they need, each size in the plan's order; the

@@ -13,9 +13,12 @@ import math
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from itertools import repeat
 from operator import add, attrgetter, ne
-from typing import ClassVar, cast
+from typing import TYPE_CHECKING, ClassVar, cast
 
 from hsched.sched.view import JobView, OracleInput, Plan, PolicyInput, Want
+
+if TYPE_CHECKING:
+    from hsched.sched.throughput import ThroughputModel
 
 
 class PolicyHooks:
@@ -111,8 +114,7 @@ def select_by_capacity(ordered: Iterable[JobView], capacity: Mapping[str, int], 
     return out
 
 
-_PROFILE = attrgetter("job_type", "gpus", "gpu_types")
-_TYPE_NOW = attrgetter("gpu_type")
+_QUAD = attrgetter("job_type", "gpus", "gpu_types", "gpu_type")
 _ASKED = attrgetter("id", "job_type", "gpus", "gpu_types", "gpu_type")
 _PROFILES, _LAST_ASSIGN = "base.hetero_assign.profiles", "base.hetero_assign.last"
 """The caller's cache keys (PolicyInput.cache) of `hetero_assign`'s `_ProfileMemo` and its last answer."""
@@ -138,7 +140,7 @@ class _ProfileMemo:
     speed-profile id, the speeds of each id, and each level's keep-fraction per id. All of it depends only on the
     model's (memoised, fixed) answers and the types, which the memo is checked against before use."""
 
-    __slots__ = ("ids", "levels", "model", "of", "speeds", "types")
+    __slots__ = ("code_gpus", "code_on", "code_sid", "codes", "ids", "levels", "model", "of", "speeds", "types")
 
     def __init__(self, model: object, types: tuple[str, ...]) -> None:
         self.model = model
@@ -147,6 +149,26 @@ class _ProfileMemo:
         self.speeds: list[tuple[float, ...]] = []  # relative speed on each of the types, by id
         self.ids: dict[tuple[float, ...], int] = {}
         self.levels: dict[tuple[str, ...], _Level] = {}  # a level's types (slow, *faster) -> its fractions
+        # (kind, size, allowed types, type now) -> a job code; per code its speeds id, type now and size
+        self.codes: dict[tuple[str, int, tuple[str, ...], str | None], int] = {}
+        self.code_sid: list[int] = []
+        self.code_on: list[str | None] = []
+        self.code_gpus: list[int] = []
+
+
+def _speeds_id(memo: _ProfileMemo, model: ThroughputModel, all_types: tuple[str, ...],
+               prof: tuple[str, int, tuple[str, ...]]) -> int:
+    """A job profile's speeds id in `memo`: its relative speed on each type, numbered as first seen."""
+    sid = memo.of.get(prof)
+    if sid is None:
+        job_type, gpus, allowed = prof
+        full = model.rel_speeds(job_type, gpus, all_types)
+        # a type the job may not use counts as one it cannot run on
+        sp = tuple(full.get(t, 0.0) if not allowed or t in allowed else 0.0 for t in all_types)
+        sid = memo.of[prof] = memo.ids.setdefault(sp, len(memo.ids))
+        if sid == len(memo.speeds):
+            memo.speeds.append(sp)
+    return sid
 
 
 class _Level:
@@ -155,13 +177,19 @@ class _Level:
     highest fraction first), and the first rank that cannot run there (`runs`, as 2 x rank) and the first that keeps
     no more than its speed (`gains`)."""
 
-    __slots__ = ("f_cols", "gains", "neg", "rank2", "runs", "s_col")
+    __slots__ = ("f_cols", "gains", "keys", "neg", "rank2", "runs", "s_col")
 
     def __init__(self, s_col: int, f_cols: tuple[int, ...]) -> None:
         self.s_col, self.f_cols = s_col, f_cols
         self.neg: list[float] = []
         self.rank2: list[int] = []
+        self.keys: list[int] = []  # per job code (`_ProfileMemo`): its walk key, rank2 plus one when not on this type
         self.runs = self.gains = 0
+
+    def fill(self, code_sid: Sequence[int], code_on: Sequence[str | None], slow: str) -> None:
+        """The walk keys of every code (after `grow`: every rank may have moved)."""
+        rank2 = self.rank2
+        self.keys = [rank2[sid] + (on != slow) for sid, on in zip(code_sid, code_on, strict=True)]
 
     def grow(self, speeds: Sequence[tuple[float, ...]]) -> None:
         """Fractions for the speeds ids seen since, and the ranks again."""
@@ -177,6 +205,7 @@ class _Level:
         values = sorted(set(neg))
         rank = {v: 2 * i for i, v in enumerate(values)}
         self.rank2 = [rank[v] for v in neg]
+        self.keys = []
         self.runs = 2 * sum(1 for v in values if v <= 0)  # keys below this: the job can run here
         self.gains = 2 * sum(1 for v in values if v < -1.0)  # keys below this: it keeps more than its speed
 
@@ -224,43 +253,49 @@ def hetero_assign(
             out[jid] = t
             caps[t] = caps.get(t, 0) - gpus_of.get(jid, 0)
     todo = [j for j in selected if j.id not in out] if out else list(selected)
-    # Jobs share a few speed profiles. A profile is a small integer: what a job's (kind, size, allowed types, type
-    # now) maps to is kept in the caller's cache from round to round (the same model and types: the same speeds),
-    # so a round looks each job up once and builds nothing.
+    # (the memo: kept in the caller's cache from round to round; the same model and types, the same speeds)
     memo = cast("_ProfileMemo", memo_for(inp.cache, _PROFILES, model, all_types, _ProfileMemo))
-    known, speeds, by_speeds = memo.of, memo.speeds, memo.ids
-    profiles = list(map(_PROFILE, todo))
-    sid_at = list(map(known.get, profiles))  # each job's speeds id, a small integer; None: not seen yet
-    if None in sid_at:
-        for i, prof in enumerate(profiles):
-            if sid_at[i] is None:
-                sid = known.get(prof)
-                if sid is None:
-                    job_type, gpus, allowed = prof
-                    full = model.rel_speeds(job_type, gpus, all_types)
-                    # a type the job may not use counts as one it cannot run on
-                    sp = tuple(full.get(t, 0.0) if not allowed or t in allowed else 0.0 for t in all_types)
-                    sid = known[prof] = by_speeds.setdefault(sp, len(by_speeds))
-                    if sid == len(speeds):
-                        speeds.append(sp)
-                sid_at[i] = sid
-    sid_of = cast("list[int]", sid_at)
-    on_at = list(map(_TYPE_NOW, todo))
+    # A job is a small integer, its code: what its (kind, size, allowed types, type now) maps to is kept in the memo,
+    # with the code's speeds id, type now and size, so a round reads each job once (and builds nothing); a level's walk
+    # key of a code (`_Level.keys`) is kept there too.
+    code_sid, code_on, code_gpus = memo.code_sid, memo.code_on, memo.code_gpus
+    quads = list(map(_QUAD, todo))
+    codes = list(map(memo.codes.get, quads))  # None: not seen yet
+    if None in codes:
+        for i, quad in enumerate(quads):
+            if codes[i] is None:
+                code = memo.codes.get(quad)
+                if code is None:
+                    code = memo.codes[quad] = len(code_sid)
+                    code_sid.append(_speeds_id(memo, model, all_types, quad[:3]))
+                    code_on.append(quad[3])
+                    code_gpus.append(quad[1])
+                codes[i] = code
+    code_of = cast("list[int]", codes)
+    present = set(code_of)
+    speeds = memo.speeds
     # Each level (a type, slowest first) walks the jobs not yet placed by the fraction of their best speed they keep
     # there (highest first), the job already on that type first among equals, then priority order (its position),
     # and stops as soon as the type is full or no longer needed: one sort of small tuples per level (C speed).
     # A fraction depends only on the job's speeds id and the level: kept in the memo from round to round.
     n = len(todo)
-    gpus_at = list(map(_GPUS, todo))
-    left = sum(gpus_at)  # GPUs of the jobs not yet given a type
-    least = min(gpus_at, default=0)  # the smallest request: a type with less room takes nobody more
-    placed = [False] * n
-    ones = max(gpus_at, default=0) == 1  # (one GPU each, Gavel's single-GPU traces: a level's walk is counted)
+    ones = max(map(code_gpus.__getitem__, present), default=0) == 1  # (one GPU each, Gavel's single-GPU traces: a
+    # level's walk is counted)
+    if ones:
+        left, least, placed, sid_of, on_at, gpus_at = n, 1, [], [], [], []
+        # (the fractions are read only for their highest and lowest, over the few speeds ids there are)
+        sids: set[int] | None = set(map(code_sid.__getitem__, present))
+    else:
+        sid_of = list(map(code_sid.__getitem__, code_of))
+        on_at = list(map(code_on.__getitem__, code_of))
+        gpus_at = list(map(_GPUS, todo))
+        left = sum(gpus_at)  # GPUs of the jobs not yet given a type
+        least = min(gpus_at, default=0)  # the smallest request: a type with less room takes nobody more
+        placed = [False] * n
+        sids = None
     unplaced = list(range(n))
     if ids is None:  # (else not pinned: `todo` is `selected`, whose ids were read above)
         ids = list(map(_ID, todo))
-    # (one GPU each: the fractions are read only for their highest and lowest, over the few speeds ids there are)
-    sids = set(sid_of) if ones else None
     types = [t for t in all_types if caps.get(t, 0) > 0]
     while left > 0 and types:
         slow, faster = types[-1], types[:-1]
@@ -278,6 +313,8 @@ def hetero_assign(
             level = memo.levels[(slow, *faster)] = _Level(col[slow], tuple(col[t] for t in faster))
         if len(level.neg) < len(speeds):
             level.grow(speeds)
+        if ones and len(level.keys) < len(code_sid):
+            level.fill(code_sid, code_on, slow)
         neg = level.neg
         neg_at = list(map(neg.__getitem__, sid_of if sids is None else sids))  # (one GPU each: per speeds id)
         cap = caps[slow]
@@ -298,7 +335,8 @@ def hetero_assign(
             continue
         # the walk's order as one small integer a job: twice its fraction's rank (highest fraction first), plus one
         # when it is not on this type; a stable sort of the positions keeps priority order among equals
-        keys = list(map(add, map(level.rank2.__getitem__, sid_of), map(ne, on_at, repeat(slow))))
+        keys = (list(map(level.keys.__getitem__, code_of)) if ones
+                else list(map(add, map(level.rank2.__getitem__, sid_of), map(ne, on_at, repeat(slow)))))
         at = keys.__getitem__
         walk = sorted(unplaced, key=at)
         if ones:
