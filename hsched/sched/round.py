@@ -411,11 +411,16 @@ def _place(
     for s in servers:
         if s.gpu_type in needed:
             by_type.setdefault(s.gpu_type, []).append(s)
-    # free devices only on the servers of the types being placed: the rest are never looked at (a device's name is
-    # the fleet's own: those of the kept jobs elsewhere are never asked about)
-    used = {d for j in keep for p in j.placement for d in p.devices}
-    free: dict[str, list[str]] = {s.name: [d for d in s.devices if d not in used]
-                                  for ss in by_type.values() for s in ss}
+    # free devices only on the servers of the types being placed: the rest are never looked at. A device's name is
+    # its node's, not the fleet's: an AMD GPU with no UUID is named by its PCI address (hsched.node.amd), the same
+    # on two alike machines, so a kept job holds its devices on its own node only
+    used: dict[str, set[str]] = {}
+    for j in keep:
+        for p in j.placement:
+            used.setdefault(p.node, set()).update(p.devices)
+    none: set[str] = set()
+    free: dict[str, list[str]] = {s.name: [d for d in s.devices if d not in held] if (held := used.get(s.name, none))
+                                  else list(s.devices) for ss in by_type.values() for s in ss}
     # big gangs first so that small jobs do not fragment the servers they need, each size in the plan's order; the
     # starts come back in the plan's order. Gangs of one size (one GPU each, Gavel's traces) are in that order
     # already: nothing to sort, either way
