@@ -327,3 +327,38 @@ def test_a_nodes_topology_is_kept_while_its_devices_and_links_are_the_same() -> 
     assert [d.uuid for d in fewer.devices] == [d.uuid for d in devices[:2]]
     unlinked = topology_of_node(_replace(node, links=()))
     assert unlinked.links == () and first.links
+
+
+def test_a_nodes_placement_is_kept_for_the_same_free_devices_and_request() -> None:
+    """`place_on_node` answers again for a node whose topology is the one kept, the same free devices and the same
+    request (a churning live round asks the same few questions of a node round after round), and afresh otherwise:
+    the answer always the one a fresh search gives."""
+    import importlib
+    from dataclasses import replace as _replace
+
+    from hsched.config import SimulatedDevices
+    from hsched.model import Interconnect, Resources
+    from hsched.simulated import simulated_devices
+
+    P = importlib.import_module("hsched.topo.place")  # (the package's `place` is the function)
+
+    devices, links = simulated_devices("n1", SimulatedDevices(model="NVIDIA A100-SXM4-80GB", count=4,
+                                                              topology="nvlink-pairs"))
+    node = Node("n1", "fake", NodeState.UP, cpus=32, memory_total_mib=1 << 16, devices=devices, links=links)
+    uuids = [d.uuid for d in devices]
+    two = Resources(gpus=2)
+    first = P.place_on_node(node, 2, uuids, two)
+    assert first is not None and P.place_on_node(node, 2, list(reversed(uuids)), two) is first
+    read = tuple(_replace(d, utilization_gpu=97.0) for d in devices)  # (a heartbeat's new readings)
+    assert P.place_on_node(_replace(node, devices=read), 2, uuids, two) is first
+    # other free devices, another count or request, another topology: asked afresh, and each what a fresh search says
+    asked = [(node, 2, uuids[1:], two), (node, 1, uuids, Resources(gpus=1)),
+             (node, 2, uuids, Resources(gpus=2, cpus=4)), (_replace(node, links=()), 2, uuids, two),
+             (node, 3, uuids[:2], Resources(gpus=3)), (node, 2, uuids[1:3], two),
+             (node, 2, uuids[1:3], Resources(gpus=2, interconnect=Interconnect.NVLINK))]  # (not a pair: none)
+    for n, k, free, res in asked:
+        kept = P.place_on_node(n, k, free, res)
+        P._PLACED.clear()
+        fresh = P.place_on_node(n, k, free, res)
+        assert kept == fresh and (kept is None or kept is not first), (k, free, res)
+    assert P.place_on_node(node, 3, uuids[:2], Resources(gpus=3)) is None  # (no placement is an answer kept too)

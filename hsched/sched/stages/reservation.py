@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from hsched.model import DEFAULT_QOS, Job, Node, Placement
 from hsched.sched.cache import OrderKey, RoundCache
@@ -89,31 +89,66 @@ class Reserving(Preempting):
         at = self.running_ends()
         free = self.free
         found: list[tuple[float, tuple[int, int, int], int, Placement]] = []
-        best: tuple[float, tuple[int, int, int]] = (inf, (inf, inf, inf))  # type: ignore[assignment]
         one = res.nodes == 1
         candidates = self.nodes_for(job)
         waits_for = self.data_wait_node.get(job.id)
         if waits_for is not None:
             # a head waiting for a node holding its data is reserved for there, where it chose to start
             candidates = [n for n in candidates if n.name == waits_for]
+        least = max(g, 1)  # (soonest_fit's: a job of no GPUs is tried on one release)
+
+        def releases(node: Node, elig: Sequence[str]) -> list[tuple[float, str]]:
+            return sorted((at.get(u, inf) if u in busy else now, u) for u in elig)
+
+        def fits_on(node: Node, when: list[tuple[float, str]]) -> Callable[[int], Placement | None]:
+            return lambda n: self.fit(node, res, (), among=frozenset(u for _t, u in when[:n]))
+
+        def frag_of(node: Node) -> tuple[int, int, int]:
+            return fragmentation_key(self.link_of(node), len(node.devices), free[node.name], g)
+
+        # each node that could hold it, with the soonest it could fit (the `least`-th soonest of its devices'
+        # releases: it fits no sooner) and its place in the order
+        soonest: list[tuple[float, int, Node, Sequence[str]]] = []
         for idx, node in enumerate(candidates):
             elig = self.eligible(node, res)
-            if len(elig) < g:
+            if len(elig) < g or not elig:
                 continue
-            when = sorted((at.get(u, inf) if u in busy else now, u) for u in elig)
-            frag = fragmentation_key(self.link_of(node), len(node.devices), free[node.name], g)
+            times = [at.get(u, inf) if u in busy else now for u in elig]
+            soonest.append((min(times) if least == 1 else sorted(times)[least - 1], idx, node, elig))
+        if one:
+            # The least (time, best-fit key, order) of all nodes, searched from the nodes that could fit soonest: a
+            # node whose soonest possible start is later than the best found cannot win, nor can any after it; the
+            # nodes of one soonest time in best-fit order. Only those searched have their releases sorted and their
+            # best-fit key made (for every node, ~1 ms of a churning round with every device busy and a new head).
+            soonest.sort(key=lambda e: e[:2])
+            best: tuple[float, tuple[int, int, int], int] = (inf, (inf, inf, inf), inf)  # type: ignore[assignment]
+            k = 0
+            while k < len(soonest) and soonest[k][0] <= best[0]:
+                t0 = soonest[k][0]
+                group = []
+                while k < len(soonest) and soonest[k][0] == t0:
+                    _t, idx, node, elig = soonest[k]
+                    group.append((frag_of(node), idx, node, elig))
+                    k += 1
+                group.sort(key=lambda e: e[:2])
+                for frag, idx, node, elig in group:
+                    if (t0, frag, idx) >= best:
+                        break
 
-            def fits(n: int, node: Node = node, when: list[tuple[float, str]] = when) -> Placement | None:
-                return self.fit(node, res, (), among=frozenset(u for _t, u in when[:n]))
+                    def worse(t: float, frag: tuple[int, int, int] = frag, idx: int = idx) -> bool:
+                        return (t, frag, idx) >= best  # noqa: B023  (the best so far, as the search runs)
 
-            def worse(t: float, frag: tuple[int, int, int] = frag) -> bool:
-                # (one node: no better than the best found so far, and the topology engine costs)
-                return (t, frag) >= best  # noqa: B023  (the best so far, as the search runs)
-
-            hit = soonest_fit(when, fits, least=g, stop=worse if one else None)
-            if hit is not None:
-                found.append((hit[0], frag, idx, hit[1]))
-                best = min(best, (hit[0], frag))
+                    when = releases(node, elig)
+                    hit = soonest_fit(when, fits_on(node, when), least=g, stop=worse)
+                    if hit is not None:
+                        found = [(hit[0], frag, idx, hit[1])]
+                        best = (hit[0], frag, idx)
+        else:
+            for _t, idx, node, elig in soonest:
+                when = releases(node, elig)
+                hit = soonest_fit(when, fits_on(node, when), least=g)
+                if hit is not None:
+                    found.append((hit[0], frag_of(node), idx, hit[1]))
         found.sort(key=lambda f: f[:3])
         chosen = found[:res.nodes]
         placed = [f[3] for f in chosen] if len(found) >= res.nodes else []
