@@ -94,14 +94,27 @@ def bus_id(bdf):
     return "%08X:%s" % (int(dom, 16), rest.upper())
 
 
+_HOST = []  # type: list
+"""This machine's name, read once (`_host`)."""
+
+
+def _host():
+    if not _HOST:
+        import socket
+        _HOST.append(socket.gethostname() or "localhost")
+    return _HOST[0]
+
+
 def _uuid(index, uid, bdf):
     """A device's identity: the tool's UUID, else its PCI address, else its index (an SR-IOV guest's rocm-smi
-    may give neither). Prefixed "AMD-" so it is never taken for an NVIDIA UUID."""
+    may give neither; rocm-smi on an MI210 gave no Unique ID). Prefixed "AMD-" so it is never taken for an NVIDIA
+    UUID. The controller knows a device by this name across its fleet (who holds it, what it reads), and two alike
+    machines have the same PCI addresses and indices, so those carry this machine's name: "AMD-<host>-GPU0"."""
     if uid:
         return "AMD-" + uid if not uid.upper().startswith("AMD-") else uid
     if bdf:
-        return "AMD-" + bdf.lower()
-    return "AMD-GPU%d" % index
+        return "AMD-%s-%s" % (_host(), bdf.lower())
+    return "AMD-%s-GPU%d" % (_host(), index)
 
 
 # ---- amd-smi  ------

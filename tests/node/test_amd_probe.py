@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -100,7 +101,8 @@ def test_a_watch_on_an_amd_node_samples_its_gpus_with_the_amd_tools(monkeypatch:
         devices, procs, error = sampler.sample()
         assert error is None and procs is None  # rocm-smi --showpids cannot say which GPU (amdprocs.py)
         assert [d["index"] for d in devices] == list(range(8)) and {d["utilization_gpu"] for d in devices} == {0.0}
-        assert devices[0]["uuid"] == "AMD-GPU0" and devices[0]["temperature_c"] == 34.0
+        # (rocm-smi on this MI210 box gives no UUID nor bus id: named by index and this machine's name)
+        assert devices[0]["uuid"] == f"AMD-{socket.gethostname()}-GPU0" and devices[0]["temperature_c"] == 34.0
     finally:
         sampler.close()
 
@@ -154,3 +156,23 @@ def test_an_amd_tool_that_fails_is_the_probes_error_not_zero_gpus(monkeypatch: p
     gpus = probe_gpus()
     assert gpus["devices"] == [] and gpus["error"] == (
         "AMD GPU probe failed: amd-smi static --json failed (exit status 1): ERROR: amdgpu driver not initialized")
+
+
+@pytest.mark.slow
+def test_gpus_without_a_unique_id_are_told_apart_from_their_namesakes_on_another_machine(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller knows a device by its name across the fleet (who holds it, what it reads). amd-smi on the
+    MI300X box and rocm-smi on the MI210 box give no Unique ID: two such machines have the same PCI addresses and
+    indices, so those names carry the machine's; a GPU with a Unique ID keeps it alone."""
+    for machine in ("mi300x", "mi210"):
+        on_path(monkeypatch, machine)
+        named = {}
+        for host in ("box-a", "box-b", "box-a"):
+            monkeypatch.setattr(amd, "_HOST", [host])
+            named.setdefault(host, []).append([d["uuid"] for d in probe_gpus()["devices"]])
+        (a, again), (b,) = named["box-a"], named["box-b"]
+        assert a == again and len(set(a)) == len(a) == 8 and not set(a) & set(b), machine
+        assert all(u.startswith("AMD-box-a-") for u in a)
+    on_path(monkeypatch, "mi300x-4")
+    monkeypatch.setattr(amd, "_HOST", ["box-a"])
+    assert probe_gpus()["devices"][0]["uuid"] == "AMD-0x8d1457e2c20f59d2"

@@ -5,6 +5,7 @@ run them through the stub tools of tests/fixtures/amdbin/ on PATH."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -61,7 +62,8 @@ def test_rocm_smi_places_a_process_only_where_its_gpu_count_leaves_no_doubt(
     assert procs is None and error is not None and "uses 1 of the 2 GPUs but not which" in error
 
 
-MI300X_GPU0, MI300X_GPU3 = "AMD-0000:0c:00.0", "AMD-0000:5c:00.0"
+# (amd-smi on this MI300X box gives no UUID: its GPUs are named by PCI address and this machine's name, hsched.node.amd)
+MI300X_GPU0, MI300X_GPU3 = f"AMD-{socket.gethostname()}-0000:0c:00.0", f"AMD-{socket.gethostname()}-0000:5c:00.0"
 
 
 @pytest.mark.slow
@@ -77,7 +79,7 @@ def test_the_after_run_check_reports_a_process_left_on_an_amd_gpu_and_none_on_th
 @pytest.mark.slow
 def test_the_after_run_check_says_why_where_rocm_smi_cannot_place_a_process(monkeypatch: pytest.MonkeyPatch) -> None:
     on_path(monkeypatch, "mi210")
-    holders, error = gpu_holders(["AMD-GPU0"])
+    holders, error = gpu_holders([f"AMD-{socket.gethostname()}-GPU0"])
     assert holders == [] and error is not None and "pid 1168514 uses 1 of the 8 GPUs but not which" in error
 
 
