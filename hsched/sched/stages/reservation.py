@@ -97,8 +97,8 @@ class Reserving(Preempting):
             candidates = [n for n in candidates if n.name == waits_for]
         least = max(g, 1)  # (soonest_fit's: a job of no GPUs is tried on one release)
 
-        def releases(node: Node, elig: Sequence[str]) -> list[tuple[float, str]]:
-            return sorted((at.get(u, inf) if u in busy else now, u) for u in elig)
+        def releases(devs: Sequence[str]) -> list[tuple[float, str]]:
+            return sorted((at.get(u, inf) if u in busy else now, u) for u in devs)
 
         def fits_on(node: Node, when: list[tuple[float, str]]) -> Callable[[int], Placement | None]:
             return lambda n: self.fit(node, res, (), among=frozenset(u for _t, u in when[:n]))
@@ -127,25 +127,25 @@ class Reserving(Preempting):
                 t0 = soonest[k][0]
                 group = []
                 while k < len(soonest) and soonest[k][0] == t0:
-                    _t, idx, node, elig = soonest[k]
-                    group.append((frag_of(node), idx, node, elig))
+                    _t, idx, node, devs = soonest[k]
+                    group.append((frag_of(node), idx, node, devs))
                     k += 1
                 group.sort(key=lambda e: e[:2])
-                for frag, idx, node, elig in group:
+                for frag, idx, node, devs in group:
                     if (t0, frag, idx) >= best:
                         break
 
                     def worse(t: float, frag: tuple[int, int, int] = frag, idx: int = idx) -> bool:
                         return (t, frag, idx) >= best  # noqa: B023  (the best so far, as the search runs)
 
-                    when = releases(node, elig)
+                    when = releases(devs)
                     hit = soonest_fit(when, fits_on(node, when), least=g, stop=worse)
                     if hit is not None:
                         found = [(hit[0], frag, idx, hit[1])]
                         best = (hit[0], frag, idx)
         else:
-            for _t, idx, node, elig in soonest:
-                when = releases(node, elig)
+            for _t, idx, node, devs in soonest:
+                when = releases(devs)
                 hit = soonest_fit(when, fits_on(node, when), least=g)
                 if hit is not None:
                     found.append((hit[0], frag_of(node), idx, hit[1]))
