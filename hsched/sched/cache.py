@@ -41,6 +41,9 @@ same)."""
     """The last round's nodes that could ever hold each waiting job, and what that was made of."""
     eligible: dict[tuple[str, tuple[str, ...], int | None], tuple[str, ...]] = field(default_factory=dict)
     """The last round's eligible devices per (node, GPU types, GPU memory), for the same nodes (`where`'s)."""
+    where_shapes: dict[tuple[object, ...], frozenset[str]] = field(default_factory=dict)
+    """The last round's `where` per request shape, for the same nodes (`where`'s): a job that arrives is one of a
+    shape asked before."""
     reserved: tuple[object, tuple[float, frozenset[str], str] | None] = ((), None)
     """The last round's reservation: what it was made of, and (its time, its devices, the head's reason)."""
     victim_parts: dict[int, tuple[Running, tuple[object, ...], tuple[object, ...]]] = field(default_factory=dict)

@@ -55,6 +55,23 @@ def test_a_job_only_nodes_that_are_not_up_could_hold_says_so() -> None:
     assert got == {10: "ReqNodeNotAvail, UnavailableNodes:d,h"}
 
 
+def test_a_shapes_kept_nodes_are_asked_again_once_the_nodes_change() -> None:
+    """`where` keeps its answer per request shape from round to round while the nodes are the same (an arriving job
+    is of a shape asked before); once a node is down, a newcomer of that shape is asked about the nodes as they are."""
+    h, a = node("h", "NVIDIA H100 80GB HBM3"), node("a", "NVIDIA A100-SXM4-80GB")
+    busy = frozenset(d.uuid for n in (h, a) for d in n.devices)
+    running = (Running(job(1, "H100", JobState.RUNNING, h), 0.0), Running(job(2, "A100", JobState.RUNNING, a), 0.0))
+    cache = RoundCache()
+    first = FleetView((h, a), busy, {}, running=running, policy="hsched")
+    waits = {d.job_id: d.reason for d in schedule(first, [job(10, "H100")], 100.0, cache=cache) if isinstance(d, Wait)}
+    assert waits[10].startswith("Resources") and cache.where_shapes
+    down = FleetView((node("h", "NVIDIA H100 80GB HBM3", NodeState.DOWN), a), busy, {}, running=running[1:],
+                     policy="hsched")
+    again = {d.job_id: d.reason for d in schedule(down, [job(10, "H100"), job(11, "H100")], 101.0, cache=cache)
+             if isinstance(d, Wait)}
+    assert again == {10: "ReqNodeNotAvail, UnavailableNodes:h", 11: "ReqNodeNotAvail, UnavailableNodes:h"}
+
+
 @pytest.mark.parametrize("seed", range(0, 300, 3))
 def test_the_short_way_to_a_reason_agrees_with_the_long_one(seed: int) -> None:
     """`Eligible.behind` (most of a busy queue's waits, from the last round's kept `where`) answers what `why` answers

@@ -215,7 +215,6 @@ class Eligible(RoundState):
         self._ranked: dict[NodesKey, list[Node]] = {}
         self._for_inference: dict[tuple[NodesKey, tuple[str, ...], int | None], list[Node]] = {}
         self._eligible: dict[tuple[str, tuple[str, ...], int | None], tuple[str, ...]] = {}
-        self._where: dict[tuple[object, ...], frozenset[str]] = {}
         # the last round's `where` per job, while the nodes' names, states, devices and labels and the absent users
         # are the same objects' (a fleet view is rebuilt each round, but from the very nodes while none changed),
         # or the same as `where` sees them (`fixed`: the live controller's nodes are new each round, their devices
@@ -231,6 +230,9 @@ class Eligible(RoundState):
         # (and its eligible devices per node and request shape: they depend on the nodes' devices alone; 175 a round
         # made afresh were ~0.4 ms of a churning round, issue 33)
         self._eligible = dict(self.cache.eligible) if same else {}
+        # (and its answers per request shape: a churning round's arrivals are of shapes asked before, and each shape
+        # made afresh looked through every node, ~0.15 ms each on 64)
+        self._where = dict(self.cache.where_shapes) if same else {}
         self._where_kept: dict[int, tuple[Job, frozenset[str]]] = {}
         self.blocked_ahead = False
         """A job served earlier in this round waits: the ones after it wait behind it (`why`)."""
@@ -403,6 +405,7 @@ class Eligible(RoundState):
         self.cache.where = ((self.fleet.nodes, self._fixed, self.fleet.labels, self.fleet.absent_users),
                             self._where_kept)
         self.cache.eligible = self._eligible
+        self.cache.where_shapes = self._where
 
     def unavailable(self, job: Job) -> list[str]:
         """The nodes that are not up (down, drained, unreachable) but could hold the job, when no up one could."""
