@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import replace
+from itertools import filterfalse
 from operator import attrgetter
 from typing import cast
 
@@ -418,9 +419,10 @@ def _place(
     for j in keep:
         for p in j.placement:
             used.setdefault(p.node, set()).update(p.devices)
-    none: set[str] = set()
-    free: dict[str, list[str]] = {s.name: [d for d in s.devices if d not in held] if (held := used.get(s.name, none))
-                                  else list(s.devices) for ss in by_type.values() for s in ss}
+    # (filterfalse over a server's devices: the held ones left out at C speed, not a comprehension's loop)
+    free: dict[str, list[str]] = {s.name: list(filterfalse(held.__contains__, s.devices))
+                                  if (held := used.get(s.name)) else list(s.devices)
+                                  for ss in by_type.values() for s in ss}
     # big gangs first so that small jobs do not fragment the servers they need, each size in the plan's order; the
     # starts come back in the plan's order. Gangs of one size (one GPU each, Gavel's traces) are in that order
     # already: nothing to sort, either way
