@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from itertools import filterfalse, repeat
-from operator import attrgetter, itemgetter, mul, ne
+from itertools import repeat
+from operator import attrgetter, itemgetter
 from typing import NamedTuple, cast
 
 from hsched.sched.policies.base import hetero_assign, memo_for
@@ -117,7 +117,7 @@ def assign_types(selected: Sequence[JobView], capacity: Mapping[str, int], inp: 
                 best = max((rel.get(t, 0.0) for t in faster if not allowed or t in allowed), default=0.0)
                 # None: it cannot run here; -1: it runs nowhere faster (here it goes); < 0: it is faster here
                 level[pid] = None if here <= 0 else -1.0 if best <= 0 else best / here - 1.0
-        lost_at = list(map(level.__getitem__, map(pid_of.__getitem__, pending)))  # (C speed: no loop of bytecode)
+        lost_at = [level[pid_of[i]] for i in pending]
         runs_all = ones and None not in (values := set(lost_at))
         if not faster and runs_all:
             # one GPU each, all of them can run here: the loop below takes the first `cap` in order
@@ -142,16 +142,15 @@ def assign_types(selected: Sequence[JobView], capacity: Mapping[str, int], inp: 
             # is weighed (the loop below, at C speed), and the walk takes the first m of them: it stops when the type
             # is full, or at the first cost >= 0 once `need` jobs were taken (those below 0 are taken whatever the
             # need: faster here)
-            # (the keys made at C speed: maps and a zip, not a comprehension's bytecode per job)
-            ranked = sorted(zip(map(mul, map(weights.__getitem__, pending), lost_at),
-                                map(ne, map(on.__getitem__, pending), repeat(slow)), pending))
+            ranked = sorted([(weights[i] * lost, on[i] != slow, i) for i, lost in zip(pending, lost_at, strict=True)])
             m = max(0, min(cap, len(ranked), max(need, bisect_left(ranked, (0.0,)))))
             took = list(map(_THIRD, ranked[:m]))
             out.update(zip(map(ids.__getitem__, took), repeat(slow)))
             caps[slow] = cap - m
             left_gpus -= m
             if took:
-                pending = list(filterfalse(set(took).__contains__, pending))
+                gone = set(took)
+                pending = [i for i in pending if i not in gone]
             types = faster
             continue
         costs: list[tuple[float, bool, int]] = []
@@ -179,6 +178,6 @@ def assign_types(selected: Sequence[JobView], capacity: Mapping[str, int], inp: 
                 taken.add(i)
         caps[slow] = cap
         if taken:
-            pending = list(filterfalse(taken.__contains__, pending))
+            pending = [i for i in pending if i not in taken]
         types = faster
     return out
