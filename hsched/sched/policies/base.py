@@ -387,26 +387,30 @@ def wants_from_assignment(
     kinds = list(map(_WANT_KIND, jobs))
     if memo.asked == ids and memo.kinds == kinds and memo.assigned == assigned:
         return memo.wants
+    out: list[Want] = []
     prefs = memo.prefs
-    # a job's want is the last call's while its kind and type are (most of them, round to round): looked up by (id,
-    # kind, type) for every job at once, at C speed; only the jobs not found (or given no type) go through the loop
-    asks = list(zip(ids, kinds, map(assigned.get, ids)))
-    got = list(map(memo.want_of.get, asks))
-    if None in got:
-        new = tuple.__new__  # Want is a NamedTuple: no __new__ wrapper
-        for n, (jid, kind, t) in enumerate(asks):
-            if t is None or got[n] is not None:
-                continue
-            types = prefs.get((kind, t))
-            if types is None:
-                job_type, gpus, allowed = kind
-                ft = model.fastest_types(job_type, gpus, all_types, allowed)
-                types = prefs[(kind, t)] = (t, *(x for x in ft if x != t))
-            got[n] = new(Want, (jid, types))
-    wants = tuple(filter(None, got))  # (a job given no type wants nothing: a Want, a non-empty tuple, is true)
-    # (the wants of this call's jobs alone are kept: ended and stopped ones do not pile up)
-    memo.want_of = dict(zip(asks, got))
-    memo.asked, memo.kinds, memo.assigned, memo.wants = ids, kinds, dict(assigned), wants
+    new, append = tuple.__new__, out.append  # Want is a NamedTuple: no __new__ wrapper
+    # a job's want is the last call's while its kind and type are (most of them, round to round): kept per job, for
+    # the jobs of this call alone
+    last_of, want_of = memo.want_of, {}
+    for jid, kind, t in zip(ids, kinds, map(assigned.get, ids), strict=True):
+        if t is None:
+            continue
+        hit = last_of.get(jid)
+        if hit is not None and hit[1] == t and hit[0] == kind:
+            want_of[jid] = hit
+            append(hit[2])
+            continue
+        types = prefs.get((kind, t))
+        if types is None:
+            job_type, gpus, allowed = kind
+            ft = model.fastest_types(job_type, gpus, all_types, allowed)
+            types = prefs[(kind, t)] = (t, *(x for x in ft if x != t))
+        w = new(Want, (jid, types))
+        want_of[jid] = (kind, t, w)
+        append(w)
+    memo.asked, memo.kinds, memo.assigned, memo.wants = ids, kinds, dict(assigned), tuple(out)
+    memo.want_of = want_of
     return memo.wants
 
 
@@ -429,6 +433,5 @@ class _WantsMemo:
         self.kinds: list[tuple[str, int, tuple[str, ...]]] = []
         self.assigned: dict[int, str] = {}
         self.wants: tuple[Want, ...] = ()
-        # (job id, its (kind, size, allowed types), its assigned type) -> its want, as the last call made them (None:
-        # a job given no type)
-        self.want_of: dict[tuple[int, tuple[str, int, tuple[str, ...]], str | None], Want | None] = {}
+        # job id -> its (kind, size, allowed types), its assigned type and its want, as the last call made them
+        self.want_of: dict[int, tuple[tuple[str, int, tuple[str, ...]], str, Want]] = {}
