@@ -416,9 +416,14 @@ def _place(
     # its node's, not the fleet's: an AMD GPU with no UUID is named by its PCI address (hsched.node.amd), the same
     # on two alike machines, so a kept job holds its devices on its own node only
     used: dict[str, set[str]] = {}
+    get_used = used.get
     for j in keep:
         for p in j.placement:
-            used.setdefault(p.node, set()).update(p.devices)
+            have = get_used(p.node)
+            if have is None:  # (no empty set made and dropped per placement, as setdefault's default was)
+                used[p.node] = set(p.devices)
+            else:
+                have.update(p.devices)
     # (filterfalse over a server's devices: the held ones left out at C speed, not a comprehension's loop)
     free: dict[str, list[str]] = {s.name: list(filterfalse(held.__contains__, s.devices))
                                   if (held := used.get(s.name)) else list(s.devices)
