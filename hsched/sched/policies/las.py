@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import math
 from itertools import islice
-from operator import attrgetter, lt
+from operator import lt
 
 from hsched.sched.policies.base import (
     Policy,
     hetero_assign,
     select_by_capacity,
+    view_getter,
     wants_from_assignment,
 )
 from hsched.sched.view import JobView, Plan, PolicyInput, Want
@@ -83,9 +84,9 @@ class LasHetero(HeteroFair):
         return sorted(jobs, key=_LAS_KEY)
 
 
-_LAS_KEY = attrgetter("service_s", "arrival_s", "id")
+_LAS_KEY = view_getter("service_s", "arrival_s", "id")
 """las-hetero's order: least normalised service, then arrival, then id (one C call a job, not a lambda)."""
-_SERVICE, _ARRIVAL, _ID = attrgetter("service_s"), attrgetter("arrival_s"), attrgetter("id")
+_SERVICE, _ARRIVAL, _ID = view_getter("service_s"), view_getter("arrival_s"), view_getter("id")
 
 
 def _by_arrival(jobs: tuple[JobView, ...], arrivals: list[float]) -> bool:
