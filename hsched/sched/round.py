@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import replace
-from operator import attrgetter
-from typing import cast
+from itertools import filterfalse
+from typing import Final, cast
 
 from hsched.model import EndReason, Placement
 from hsched.sched.placement import PackingPlacer, Placer
-from hsched.sched.policies.base import AnyPolicy
+from hsched.sched.policies.base import AnyPolicy, view_at, view_getter
 from hsched.sched.preempt import PreemptRule, Victims, displaced, protected
 from hsched.sched.throughput import ThroughputModel
 from hsched.sched.view import (
@@ -35,7 +35,17 @@ from hsched.sched.view import (
 )
 
 _DEFAULT_PLACER = PackingPlacer()
-_ID = attrgetter("id")
+_ID = view_getter("id")
+# JobView's fields by position, for the loops over the wants and every job each round: a NamedTuple's field read by
+# name is a generic attribute lookup (policies.base.view_getter), an index a tuple's own (literals, so the types check
+# field by field; `view_at` checks them against the view's own at import)
+_JID: Final = 0
+_GPUS: Final = 2
+_PHASE: Final = 4
+_GTYPE: Final = 8
+_PLACED: Final = 9
+_GTYPES: Final = 16
+view_at(id=_JID, gpus=_GPUS, phase=_PHASE, gpu_type=_GTYPE, placement=_PLACED, gpu_types=_GTYPES)
 
 
 def build_input(
@@ -75,8 +85,9 @@ def build_input(
 
 
 FleetMemo = tuple[Sequence[ServerView], ThroughputModel, dict[str, int], tuple[str, ...]]
-_FLEET, _FREE = "round.fleet", "round.free"
-"""The caller's cache keys (PolicyInput.cache) of the last whole fleet's and the last free servers' `_fleet`."""
+_FLEET, _FREE, _ORDERS = "round.fleet", "round.free", "round.orders"
+"""The caller's cache keys (PolicyInput.cache) of the last whole fleet's and the last free servers' `_fleet`, and of
+the GPU types' orders by the types present."""
 
 
 def _fleet(servers: Sequence[ServerView], throughput: ThroughputModel, cache: MutableMapping[str, object]
@@ -92,7 +103,15 @@ def _fleet(servers: Sequence[ServerView], throughput: ThroughputModel, cache: Mu
     capacity: dict[str, int] = {}
     for s in servers:
         capacity[s.gpu_type] = capacity.get(s.gpu_type, 0) + len(s.devices)
-    gpu_types = throughput.order_types(capacity)
+    # the types' order depends on the model and which types there are alone: kept per list of types, for the free
+    # servers' new tuple every start-only round (a sort by the prior's speeds each time, 652 times on ed69ec 16:16:16)
+    orders = cast("tuple[ThroughputModel, dict[tuple[str, ...], tuple[str, ...]]] | None", cache.get(_ORDERS))
+    if orders is None or orders[0] is not throughput:
+        orders = cache[_ORDERS] = (throughput, {})
+    present = tuple(capacity)
+    gpu_types = orders[1].get(present)
+    if gpu_types is None:
+        gpu_types = orders[1][present] = throughput.order_types(capacity)
     entry = (servers, throughput, dict(capacity), gpu_types)
     if last_fleet is None or len(servers) >= len(last_fleet[0]):
         cache[_FLEET] = entry
@@ -346,15 +365,15 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
             if j is not None and jid in granted:
                 repeated = True  # (wanted twice: `_place` then ranks it by its last want, as it always did)
             continue
-        g = j.gpus
-        if wtypes and not j.gpu_types:
+        g = j[_GPUS]
+        if wtypes and not j[_GTYPES]:
             # the usual grant, inline: the first type the plan names has room (else `_choose_type` looks on)
             x = wtypes[0]
             room = caps.get(x, 0)
             if room >= g:
                 caps[x] = room - g
                 granted[jid] = x
-                if j.phase is not running or x != j.gpu_type:
+                if j[_PHASE] is not running or x != j[_GTYPE]:
                     to_place.append((j, x))
                 continue
         t = _choose_type(j, wtypes, caps, inp, runnable)
@@ -372,10 +391,10 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
     keep: list[JobView] = []
     granted_get = granted.get
     for j in inp.jobs:
-        if j.phase is running:
-            jid = j.id
+        if j[_PHASE] is running:
+            jid = j[_JID]
             t = granted_get(jid)
-            if t == j.gpu_type or jid in fixed:
+            if t == j[_GTYPE] or jid in fixed:
                 keep.append(j)
             elif t is None:
                 preempt.append(jid)
@@ -415,12 +434,18 @@ def _place(
     # its node's, not the fleet's: an AMD GPU with no UUID is named by its PCI address (hsched.node.amd), the same
     # on two alike machines, so a kept job holds its devices on its own node only
     used: dict[str, set[str]] = {}
+    get_used = used.get
     for j in keep:
-        for p in j.placement:
-            used.setdefault(p.node, set()).update(p.devices)
-    none: set[str] = set()
-    free: dict[str, list[str]] = {s.name: [d for d in s.devices if d not in held] if (held := used.get(s.name, none))
-                                  else list(s.devices) for ss in by_type.values() for s in ss}
+        for p in j[_PLACED]:
+            have = get_used(p.node)
+            if have is None:  # (no empty set made and dropped per placement, as setdefault's default was)
+                used[p.node] = set(p.devices)
+            else:
+                have.update(p.devices)
+    # (filterfalse over a server's devices: the held ones left out at C speed, not a comprehension's loop)
+    free: dict[str, list[str]] = {s.name: list(filterfalse(held.__contains__, s.devices))
+                                  if (held := used.get(s.name)) else list(s.devices)
+                                  for ss in by_type.values() for s in ss}
     # big gangs first so that small jobs do not fragment the servers they need, each size in the plan's order; the
     # starts come back in the plan's order. Gangs of one size (one GPU each, Gavel's traces) are in that order
     # already: nothing to sort, either way
@@ -428,14 +453,14 @@ def _place(
     if repeated:
         rank = {jid: i for i, (jid, _types) in enumerate(plan.wants)}
         to_place.sort(key=lambda jt: (-jt[0].gpus, rank.get(jt[0].id, 0)))  # type: ignore[union-attr]
-    elif len({j.gpus for j, _ in to_place}) > 1:
+    elif len({j[_GPUS] for j, _ in to_place}) > 1:
         rank = {j.id: i for i, (j, _) in enumerate(to_place)}  # (the plan's order: a stable sort keeps it)
         to_place.sort(key=lambda jt: -jt[0].gpus)
     starts: list[Start] = []
     unplaced: set[int] = set()
     packing = placer if type(placer) is PackingPlacer else None  # (exactly: a subclass may choose otherwise)
     for j, t in to_place:
-        if packing is not None and j.gpus == 1:
+        if packing is not None and j[_GPUS] == 1:
             # PackingPlacer.place of one GPU, inline (most starts of a replay): the NVLink server, then the one with the
             # fewest free GPUs, then by name, and its first free device; no server with one free: nowhere
             where: tuple[Placement, ...] | None = None
@@ -450,7 +475,7 @@ def _place(
                 left = free[best[2]]
                 where = (packing.one(best[2], (left[0],)),)
                 del left[0]  # (the device it takes: the first of that list)
-                starts.append(Start(j.id, t, where, j.phase is running))  # (`migrate`: a running job's start)
+                starts.append(Start(j[_JID], t, where, j[_PHASE] is running))  # (`migrate`: a running job's start)
                 continue
         else:
             where = placer.place(j.gpus, by_type.get(t, []), free, j.max_servers, job=j)

@@ -6,10 +6,10 @@ import heapq
 import math
 import operator
 from collections.abc import Callable, Iterator, Mapping
-from typing import NamedTuple, TypeVar, cast
+from typing import Final, NamedTuple, TypeVar, cast
 
 from hsched.model import DEFAULT_QOS
-from hsched.sched.policies.base import Policy, select_by_capacity, wants_from_assignment
+from hsched.sched.policies.base import Policy, select_by_capacity, view_at, wants_from_assignment
 from hsched.sched.policies.keys import Key as _Key
 from hsched.sched.policies.keys import waiting_by_user, waiting_sorted
 from hsched.sched.policies.types import assign_types
@@ -19,6 +19,19 @@ from hsched.sched.view import QOS_RANK, JobPhase, JobView, Plan, PolicyInput, qo
 _VIEW = operator.itemgetter(7)
 _USER = operator.attrgetter("user")
 _LAST = "hsched.order.last"
+# JobView's fields by position, for the order's pass over every job each round: a NamedTuple's field read by name is a
+# generic attribute lookup (policies.base.view_getter), an index a tuple's own (literals, so the types check field by
+# field; `view_at` checks them against the view's own at import)
+_ID: Final = 0
+_GPUS: Final = 2
+_ARRIVAL: Final = 3
+_PHASE: Final = 4
+_QOS: Final = 5
+_PRIORITY: Final = 6
+_RUN_START: Final = 10
+_SERVICE: Final = 12
+view_at(id=_ID, gpus=_GPUS, arrival_s=_ARRIVAL, phase=_PHASE, qos=_QOS, priority=_PRIORITY, run_start_s=_RUN_START,
+        service_s=_SERVICE)
 _SHARES = "hsched.shares.last"
 T = TypeVar("T")
 
@@ -224,19 +237,19 @@ class Hsched(Policy):
         ranks, normal = QOS_RANK, qos_rank(DEFAULT_QOS)
         jobs = inp.jobs
         forecast = inp.forecast_s
-        waiting = [j for j in jobs if j.phase is not running]
+        waiting = [j for j in jobs if j[_PHASE] is not running]
         # GPU-seconds (`keys.work`, inline: remaining where known, else attained): a gang of 8 that ran an hour has had
         # as much as 8 single jobs that ran one (Tiresias's two-dimensional LAS); on the gang trace this ranks far
         # better than seconds alone (las-hetero's), and on single-GPU traces the two are the same. The user's
         # priority orders their jobs inside their QoS class, before attained service (the fourth: not fresh from a
         # (re)start within the quantum). (A comprehension: a loop with appends was a sixth of a simulated round's
-        # order, where a few dozen jobs run.)
+        # order, where a few dozen jobs run. The views' fields by position: `_QOS`'s comment.)
         fget, rget = forecast.get, ranks.get
         run_keys: list[_Key] = [
-            (rget(j.qos, normal), -j.priority if j.id in admin else 0, -j.priority,
-             (start := j.run_start_s) is None or not (now - start < min_run),
-             j.gpus * (j.service_s if (left := fget(j.id)) is None else left), j.arrival_s, j.id, j)
-            for j in jobs if j.phase is running]
+            (rget(j[_QOS], normal), -j[_PRIORITY] if j[_ID] in admin else 0, -j[_PRIORITY],
+             (start := j[_RUN_START]) is None or not (now - start < min_run),
+             j[_GPUS] * (j[_SERVICE] if (left := fget(j[_ID])) is None else left), j[_ARRIVAL], j[_ID], j)
+            for j in jobs if j[_PHASE] is running]
         if users is not None:
             return _Order(self._between_users(inp, users, run_keys, waiting_by_user(inp, waiting, admin)))
         keyed = list(waiting_sorted(inp, waiting, admin))

@@ -4,13 +4,14 @@ shares with finish-time fairness)."""
 from __future__ import annotations
 
 import math
-from itertools import islice
-from operator import attrgetter, lt
+from itertools import compress, count, islice
+from operator import eq, le, lt
 
 from hsched.sched.policies.base import (
     Policy,
     hetero_assign,
     select_by_capacity,
+    view_getter,
     wants_from_assignment,
 )
 from hsched.sched.view import JobView, Plan, PolicyInput, Want
@@ -83,12 +84,17 @@ class LasHetero(HeteroFair):
         return sorted(jobs, key=_LAS_KEY)
 
 
-_LAS_KEY = attrgetter("service_s", "arrival_s", "id")
+_LAS_KEY = view_getter("service_s", "arrival_s", "id")
 """las-hetero's order: least normalised service, then arrival, then id (one C call a job, not a lambda)."""
-_SERVICE, _ARRIVAL, _ID = attrgetter("service_s"), attrgetter("arrival_s"), attrgetter("id")
+_SERVICE, _ARRIVAL, _ID = view_getter("service_s"), view_getter("arrival_s"), view_getter("id")
 
 
 def _by_arrival(jobs: tuple[JobView, ...], arrivals: list[float]) -> bool:
-    """Whether the jobs are in (arrival, id) order, some arriving at one instant (the check above: none do)."""
-    keys = list(zip(arrivals, map(_ID, jobs), strict=True))
-    return all(map(lt, keys, islice(keys, 1, None)))
+    """Whether the jobs are in (arrival, id) order, some arriving at one instant (the check above: none do): arrivals
+    that never go down, and ids that go up where two arrive at once, read at those few positions alone. (Before, an
+    (arrival, id) tuple for every job and their comparison: every round while two jobs that arrived together were
+    active, 1 % of an ed69ec 8:8:8 replay.)"""
+    if not all(map(le, arrivals, islice(arrivals, 1, None))):
+        return False
+    ties = compress(count(), map(eq, arrivals, islice(arrivals, 1, None)))
+    return all(jobs[i].id < jobs[i + 1].id for i in ties)

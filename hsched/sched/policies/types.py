@@ -6,16 +6,17 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from itertools import repeat
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import NamedTuple, cast
 
-from hsched.sched.policies.base import hetero_assign, memo_for
+from hsched.sched.policies.base import hetero_assign, memo_for, view_getter
 from hsched.sched.view import JobView, PolicyInput
 
 _TYPES = "hsched.assign_types"
-_PROFILE = attrgetter("job_type", "gpus", "gpu_types")
+_PROFILE = view_getter("job_type", "gpus", "gpu_types")
 _THIRD = itemgetter(2)
-_ID, _GPUS, _TYPE_NOW, _SERVICE = attrgetter("id"), attrgetter("gpus"), attrgetter("gpu_type"), attrgetter("service_s")
+_ID, _GPUS, _TYPE_NOW, _SERVICE = (view_getter("id"), view_getter("gpus"), view_getter("gpu_type"),
+                                   view_getter("service_s"))
 
 
 class _TypesMemo(NamedTuple):
