@@ -74,12 +74,13 @@ def waiting_sorted(inp: PolicyInput, waiting: list[JobView], admin: frozenset[in
     kept: dict[int, Key] = {}
     made: list[Key] = []
     for j in waiting:
-        hit = last.get(j.id)
-        adm = -j.priority if j.id in admin else 0
+        jid = j.id  # (once: a view's field by name is a generic attribute lookup, policies.base.view_getter)
+        hit = last.get(jid)
+        adm = -j.priority if jid in admin else 0
         if hit is None or hit[7] is not j or hit[1] != adm:
             hit = waiting_key(j, admin, forecast)
             made.append(hit)
-        kept[j.id] = hit
+        kept[jid] = hit
     # (only this round's waiting jobs are kept: ended and started ones do not pile up)
     if len(made) <= INSERT_AT_MOST and last_sorted:
         # a few arrived or changed (a churning queue: two jobs end, two start, two arrive): the last round's sorted
