@@ -640,6 +640,16 @@ class Simulator:
             if live is not None:
                 live.stopped(j.tj.id)
 
+        def began(j: _Job, t: float) -> None:
+            """A (re)start's bookkeeping, `start`'s and `start_plain`'s: its first start (and its predicted figure
+            then), and a new version, which leaves its ends in the heap and its view stale."""
+            if j.first_start is None:
+                j.first_start = t
+                if predictor is not None:
+                    j.predicted = predictor.expected(j.tj.job_type, j.tj.user)
+            j.version += 1
+            j.view = None
+
         def start(j: _Job, s: Start, t: float, recharge: bool = True) -> None:
             nonlocal lost_gpu_s, held
             spans = len(s.placement) > 1  # (`Start.spans`, without its call)
@@ -683,12 +693,7 @@ class Simulator:
             j.run_start = t
             j.busy_until = t + copy + overhead
             j.finish_at = j.busy_until + j.remaining / rate
-            if j.first_start is None:
-                j.first_start = t
-                if predictor is not None:
-                    j.predicted = predictor.expected(tj.job_type, tj.user)
-            j.version += 1
-            j.view = None
+            began(j, t)
             if learner is not None:
                 link = any(self.server_link.get(p.node) == "pcie" for p in s.placement)
                 j.klass = (PlacementClass.SPANNING if spans else PlacementClass.SINGLE if tj.gpus == 1
@@ -798,12 +803,7 @@ class Simulator:
             j.run_start = t
             busy = j.busy_until = t + overhead
             j.finish_at = finish = busy + j.remaining / rate
-            if j.first_start is None:
-                j.first_start = t
-                if predictor is not None:
-                    j.predicted = predictor.expected(tj.job_type, tj.user)
-            j.version += 1
-            j.view = None
+            began(j, t)
             j.run_head = (tj.id, tj.job_type, gpus, tj.arrival_s, running_phase, tj.qos, tj.priority, tj.user,
                           gpu_type, placement, t)
             j.run_tail = (j.restarts, tj.time_limit_s, tj.max_servers, j.allowed, tj.checkpointable)
