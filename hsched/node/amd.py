@@ -10,9 +10,11 @@ ROCm selects devices by the index amd-smi and rocm-smi print (ROCR_VISIBLE_DEVIC
 hsched/controller/launching.py), so a device's `index` here is the tool's own `gpu`/`GPU[n]` number, never a
 re-numbering."""
 
+import functools
 import json
 import re
 import shutil
+import socket
 
 from .children import run_bounded
 
@@ -94,15 +96,10 @@ def bus_id(bdf):
     return "%08X:%s" % (int(dom, 16), rest.upper())
 
 
-_HOST = []  # type: list
-"""This machine's name, read once (`_host`)."""
-
-
+@functools.lru_cache(maxsize=None)
 def _host():
-    if not _HOST:
-        import socket
-        _HOST.append(socket.gethostname() or "localhost")
-    return _HOST[0]
+    """This machine's name, read once."""
+    return socket.gethostname() or "localhost"
 
 
 def _uuid(index, uid, bdf):

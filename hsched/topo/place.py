@@ -519,26 +519,36 @@ def _explain(
 # ---- the controller's entry point -----------------------------------------------------------------------
 
 
-_TOPOLOGIES: dict[tuple[tuple[object, ...], int], tuple[object, Topology]] = {}
+_Answers = dict[tuple[int, frozenset[str], Constraints], PlacementResult | None]
+_TOPOLOGIES: dict[tuple[tuple[object, ...], int], tuple[object, Topology, _Answers]] = {}
 """`topology_of_node`'s answers by what a node's devices are (`DEVICE_FIXED`: not their readings) and the `id` of its
-links, with the very links (kept here, so an id is never another live tuple's)."""
+links, with the very links (kept here, so an id is never another live tuple's), and `place_on_node`'s answers on that
+topology (`_kept`)."""
 _TOPOLOGIES_AT_MOST = 1024
+_ANSWERS_AT_MOST = 512
 
 
-def topology_of_node(node: Node) -> Topology:
-    """A `hsched.model.Node` (devices by UUID, `links` by UUID) as a Topology named GPU<index>. Kept while the node's
-    devices are the same as a topology sees them and its links the very same (a heartbeat makes new devices with new
-    readings, and keeps the links): made afresh, the topology was most of placing a one-GPU job on an eight-GPU node
-    (~140 of ~190 us), and a churning live round places several (issue 33)."""
+def _kept(node: Node) -> tuple[object, Topology, _Answers]:
+    """The node's topology, kept while its devices are the same as a topology sees them and its links the very same
+    (a heartbeat makes new devices with new readings, and keeps the links), with the placements asked of it: a
+    placement is a function of the topology, the count, the busy devices and the constraints alone, and a node's busy
+    sets recur (a 1-GPU job placed where one GPU is free, or a head reserved on the GPU that frees first, is one of
+    eight questions on an eight-GPU node). Made afresh, the topology was most of placing a one-GPU job on an eight-GPU
+    node (~140 of ~190 us), and a placement asked afresh cost ~0.2-0.5 ms (the exact search, the NICs and CPUs near
+    the chosen devices, the explanation), several times a churning live round (issue 33)."""
     key = (tuple(map(DEVICE_FIXED, node.devices)), id(node.links))
     hit = _TOPOLOGIES.get(key)
     if hit is not None and hit[0] is node.links:
-        return hit[1]
-    topo = _topology_of(node)
+        return hit
     if len(_TOPOLOGIES) >= _TOPOLOGIES_AT_MOST:
         _TOPOLOGIES.clear()  # (nodes come and go: a bound, not an eviction policy)
-    _TOPOLOGIES[key] = (node.links, topo)
-    return topo
+    got = _TOPOLOGIES[key] = (node.links, _topology_of(node), {})
+    return got
+
+
+def topology_of_node(node: Node) -> Topology:
+    """A `hsched.model.Node` (devices by UUID, `links` by UUID) as a Topology named GPU<index> (kept: `_kept`)."""
+    return _kept(node)[1]
 
 
 def _topology_of(node: Node) -> Topology:
@@ -579,30 +589,19 @@ def place_on_node(
     Returns None when the node cannot host the job (not enough matching free devices, or
     interconnect = "nvlink" impossible). A node without links treats every pair alike: lowest indices win.
     """
-    topo = topology_of_node(node)
+    _links, topo, answers = _kept(node)
     free = set(free_uuids)
     busy = frozenset(d.name for d in topo.devices if d.uuid not in free)
     c = Constraints.from_resources(resources) if resources is not None else Constraints()
-    key = (id(topo), k, busy, c)
-    if catalog is None:
-        hit = _PLACED.get(key)
-        if hit is not None and hit[0] is topo:
-            return hit[1]
-    got = _place_on(topo, k, busy, c, catalog)
-    if catalog is None:
-        if len(_PLACED) >= _PLACED_AT_MOST:
-            _PLACED.clear()  # (a bound, not an eviction policy)
-        _PLACED[key] = (topo, got)
+    if catalog is not None:  # (another catalog's answers are not kept)
+        return _place_on(topo, k, busy, c, catalog)
+    key = (k, busy, c)
+    if key in answers:
+        return answers[key]
+    if len(answers) >= _ANSWERS_AT_MOST:
+        answers.clear()  # (a bound, not an eviction policy)
+    got = answers[key] = _place_on(topo, k, busy, c, None)
     return got
-
-
-_PLACED: dict[tuple[int, int, frozenset[str], Constraints], tuple[Topology, PlacementResult | None]] = {}
-"""`place_on_node`'s answers by the topology (kept with them: an id is never another live topology's), the count, the
-busy devices and the constraints. A placement is a function of those alone, and a node's busy sets recur: a 1-GPU
-job placed on an eight-GPU node with one GPU free, or a head reserved on the one GPU that frees first, is one of
-eight questions per node. Asked afresh, each cost ~0.2-0.5 ms (the exact search, the NICs and CPUs near the chosen
-devices, the explanation), several times a churning live round (issue 33)."""
-_PLACED_AT_MOST = 8192
 
 
 def _place_on(topo: Topology, k: int, busy: frozenset[str], c: Constraints,

@@ -168,11 +168,11 @@ def test_gpus_without_a_unique_id_are_told_apart_from_their_namesakes_on_another
         on_path(monkeypatch, machine)
         named = {}
         for host in ("box-a", "box-b", "box-a"):
-            monkeypatch.setattr(amd, "_HOST", [host])
+            monkeypatch.setattr(amd, "_host", lambda host=host: host)
             named.setdefault(host, []).append([d["uuid"] for d in probe_gpus()["devices"]])
         (a, again), (b,) = named["box-a"], named["box-b"]
         assert a == again and len(set(a)) == len(a) == 8 and not set(a) & set(b), machine
         assert all(u.startswith("AMD-box-a-") for u in a)
     on_path(monkeypatch, "mi300x-4")
-    monkeypatch.setattr(amd, "_HOST", ["box-a"])
+    monkeypatch.setattr(amd, "_host", lambda: "box-a")
     assert probe_gpus()["devices"][0]["uuid"] == "AMD-0x8d1457e2c20f59d2"

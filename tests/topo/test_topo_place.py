@@ -358,7 +358,7 @@ def test_a_nodes_placement_is_kept_for_the_same_free_devices_and_request() -> No
              (node, 2, uuids[1:3], Resources(gpus=2, interconnect=Interconnect.NVLINK))]  # (not a pair: none)
     for n, k, free, res in asked:
         kept = P.place_on_node(n, k, free, res)
-        P._PLACED.clear()
+        P._TOPOLOGIES.clear()
         fresh = P.place_on_node(n, k, free, res)
         assert kept == fresh and (kept is None or kept is not first), (k, free, res)
     assert P.place_on_node(node, 3, uuids[:2], Resources(gpus=3)) is None  # (no placement is an answer kept too)
