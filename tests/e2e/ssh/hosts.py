@@ -53,6 +53,13 @@ def netns_available() -> bool:
     return ok
 
 
+def uts_available() -> bool:
+    """Root, and the kernel lets us give a process a host name of its own (`own_hostname`)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    return subprocess.run(["unshare", "--uts", "--", "true"], capture_output=True).returncode == 0
+
+
 def _run(*cmd: str) -> str:
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     if p.returncode != 0:
@@ -152,10 +159,13 @@ class TestHosts:
     __test__ = False
 
     def __init__(self, base: Path, count: int = 3, *, use_netns: bool | None = None, prefix: str = "host",
-                 session_env: dict[str, str] | None = None) -> None:
+                 session_env: dict[str, str] | None = None, own_hostname: bool = False) -> None:
         self.base = Path(base)
         self.session_env = dict(session_env or {})
         """More variables for every session (SLURM_CONF on a login node host): values without spaces."""
+        self.own_hostname = own_hostname
+        """Each host's sshd in a UTS namespace of its own named as the host (root: `unshare --uts`), so its
+        sessions see that host name, as two machines would; else every host has this machine's."""
         self.count = count
         self.use_netns = netns_available() if use_netns is None else use_netns
         self.prefix = prefix
@@ -269,6 +279,10 @@ class TestHosts:
             "",
         ]))
         cmd = [SSHD, "-D", "-e", "-f", str(conf)]
+        if self.own_hostname:
+            # (the namespace's host name set through /proc, then sshd in its place: no `hostname` tool needed)
+            cmd = ["unshare", "--uts", "--", "sh", "-c", 'echo "$1" > /proc/sys/kernel/hostname && shift && exec "$@"',
+                   "sh", name, *cmd]
         if netns:
             cmd = ["ip", "netns", "exec", netns, *cmd]
         log = (d / "sshd.log").open("ab")
