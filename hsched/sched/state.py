@@ -78,6 +78,7 @@ class RoundState:
         self.free = {n.name: sum(1 for d in n.devices if d.uuid not in self.busy) for n in self.up}
         """Free devices per up node."""
         self._max_free = (-1, 0)
+        self._max_open = (-1, 0)
         self._missed: dict[tuple[object, ...], int] = {}
         self._placed: dict[tuple[str, Resources, tuple[str, ...], int, int], Placement | None] = {}
         self._hosts: dict[str, Mapping[str, str] | None] = {}
@@ -138,6 +139,23 @@ class RoundState:
         if version != self.version:
             value = max(self.free.values(), default=0)
             self._max_free = (self.version, value)
+        return value
+
+    def max_open(self) -> int:
+        """The most devices free on one up node outside the head's reservation: the most a job that is not `exempt`
+        may be given on a node now (`max_free` while nothing free is reserved)."""
+        version, value = self._max_open
+        if version != self.version:
+            value = self.max_free()
+            if self.reserved and value:
+                busy, node_of = self.busy, self._node_of
+                held: dict[str, int] = {}
+                for u in self.reserved:
+                    if u not in busy and (n := node_of.get(u)) is not None:
+                        held[n] = held.get(n, 0) + 1
+                if held:
+                    value = max(f - held.get(n, 0) for n, f in self.free.items())
+            self._max_open = (self.version, value)
         return value
 
     def hold(self, devices: Iterable[str]) -> None:

@@ -32,6 +32,11 @@ class Round(Reserving):
         if res.nodes >= 1 and res.gpus > self.max_free():
             return None  # no node has that many devices free: nothing to search
         exempt = self.exempt(job)
+        if not exempt and res.nodes >= 1 and res.gpus > self.max_open():
+            # the free devices are the head's (EASY backfill holds them for it) and this job may not end before it
+            # starts: a churning fleet's usual state, where the ~500 jobs settled before the fleet is quiet each
+            # made a search key to find their search had failed
+            return None
         # whether enough nodes fit does not depend on the order they are tried in, only which ones are chosen
         # (with nodes held for jobs waiting for their data, what a job may take there depends on its time limit)
         key = ("now", res, self.nodes_key(job), exempt, job.spec.time_limit_s if self.data_held else None)
