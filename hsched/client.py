@@ -29,11 +29,23 @@ from hsched.protocol import (
 
 TYPE_CHECKING = False  # typing's own costs a CLI start a few ms, and only the type checker needs it here
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, BinaryIO
 
 START_TIMEOUT_S = 30.0
 RESTART_TIMEOUT_S = 60.0
 """How long a request waits for a controller that restarts itself (it stops, then starts and probes)."""
+
+_WRITTEN = memoryview(b"")
+"""`_answer`'s text for a reply whose result went to its writer already (`write_text`)."""
+
+
+class WriterGone(Exception):
+    """The writer a reply's text went to failed (`error`: its OSError; a reader gone, `hsched queue --json | head`):
+    not the controller's connection, so nothing is sent again."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class NotDelivered(ControllerError):
@@ -202,27 +214,53 @@ class Client:
         reply, body = self._reply(op, {**args, "text": True}, text=True)
         return body if body is not None else self._result(op, reply)
 
-    def _reply(self, op: str, args: dict[str, Any], *, text: bool) -> tuple[dict[str, Any], memoryview | None]:
+    def write_text(self, op: str, out: BinaryIO, **args: Any) -> Any:
+        """`call_text`, the text written to `out` as it arrives, never held whole: None once written. A 10,000-job
+        listing is ~9 MB; read whole, its chunks and then their joined copy were ~4,500 pages of fresh memory for
+        the kernel to fault in, a third of what `queue --json` cost beyond `--version`. A reply that is not such a
+        text (an error; a controller that sends objects) is read whole: its decoded result, as `call_text`'s."""
+        reply, body = self._reply(op, {**args, "text": True}, text=True, out=out)
+        if body is _WRITTEN:
+            return None
+        if body is not None:
+            out.write(body)
+            return None
+        return self._result(op, reply)
+
+    def _reply(self, op: str, args: dict[str, Any], *, text: bool, out: BinaryIO | None = None
+               ) -> tuple[dict[str, Any], memoryview | None]:
         line = request(op, args)
         if len(line) > MAX_LINE:
             raise UserError(f"{op}: {too_large()} (the job's environment or spec is too big)")
         try:
-            reply, body = self._parse(self._exchange(line), text)
+            reply, body = self._answer(line, text, out)
         except NotDelivered:
             reply, body = None, None
         if reply is None or reply.get("kind") == Kind.RESTARTING:
             # nothing was done: the same request, once, to the controller that comes back (on the new hsched)
             self._reconnect_after_restart()
             try:
-                reply, body = self._parse(self._exchange(line), text)
+                reply, body = self._answer(line, text, out)
             except NotDelivered as e:
                 raise ControllerError(f"lost the controller: {e}") from None
         return reply, body
 
-    def _exchange(self, line: bytes) -> bytes:
+    def _answer(self, line: bytes, text: bool, out: BinaryIO | None) -> tuple[dict[str, Any], memoryview | None]:
+        """The reply to `line`: its object and text apart (`_parse`), or (`out`) its head with `_WRITTEN` once a
+        pre-encoded result's text went to `out`."""
+        got = self._exchange(line) if out is None else self._exchange(line, out)
+        if isinstance(got, dict):
+            return got, _WRITTEN
+        return self._parse(got, text)
+
+    def _exchange(self, line: bytes, out: BinaryIO | None = None) -> bytes | dict[str, Any]:
         sock = self.connect()
         try:
             sock.sendall(line)
+            if out is not None:
+                head = self._write_through(sock, out)
+                if head is not None:
+                    return head
             return self._readline(sock)
         except (ConnectionResetError, BrokenPipeError) as e:
             # the controller let go of the connection with our request still unread in the socket (a stop or
@@ -232,6 +270,56 @@ class Client:
         except OSError as e:
             self.close()
             raise ControllerError(f"lost the controller: {e}") from None
+
+    def _write_through(self, sock: socket.socket, out: BinaryIO) -> dict[str, Any] | None:
+        """A reply whose result is pre-encoded text of this protocol (`_parse`'s test, on its first 4 KiB): the text
+        written to `out` as it is read, and the reply's head returned; else None, with what was read left for
+        `_readline`. Reads go into one buffer, each written from there, so no part of the text is copied again."""
+        buf, mark = self._buf, RESULT_MARK
+        while (i := buf.find(mark, 0, 4096)) < 0 and b"\n" not in buf and len(buf) < 4096:
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                break  # (`_readline` says the controller closed the connection)
+            buf += chunk
+        self._buf = buf
+        if i < 0 or not buf.startswith(b'{"ok":true,'):
+            return None
+        try:
+            head = json.loads(buf[:i] + b"}")
+        except ValueError:
+            return None
+        if not (isinstance(head, dict) and head.get("protocol") == PROTOCOL and head.get("ok") is True):
+            return None
+        self._buf = b""
+        rest = buf[i + len(mark):]
+        room = bytearray(max(1 << 20, len(rest) + 1))
+        view = memoryview(room)
+        room[:len(rest)] = rest
+        filled = len(rest)
+        # the line ends with the reply's own `}` and the newline: each read's last byte is held back (moved to the
+        # front) until the next shows whether it was that `}`
+        while (nl := room.find(b"\n", 0, filled)) < 0:
+            if filled:
+                _write(out, view[:filled - 1])
+                room[0] = room[filled - 1]
+                filled = 1
+            try:
+                n = sock.recv_into(view[filled:])
+            except OSError as e:
+                # (some of the text went out already: the request is not sent again)
+                self.close()
+                raise ControllerError(f"lost the controller in the middle of its reply: {e}") from None
+            if not n:
+                self.close()
+                raise ControllerError(f"the controller closed the connection in the middle of its reply (see its "
+                                      f"log: {self.home.log})")
+            filled += n
+        if nl < 1 or room[nl - 1] != 0x7D:  # "}"
+            self.close()
+            raise ControllerError("the controller sent a reply that is not JSON; `hsched daemon restart` restarts it")
+        _write(out, view[:nl - 1])
+        self._buf = bytes(room[nl + 1:filled])
+        return head
 
     def _parse(self, raw: bytes, text: bool) -> tuple[dict[str, Any], memoryview | None]:
         """A reply line: its object, and (`text`) a pre-encoded result's text apart (hsched.protocol.Preencoded),
@@ -286,6 +374,14 @@ class Client:
         sock.sendall(request("subscribe", {"interval": interval}))
         while True:
             yield json.loads(self._readline(sock))
+
+
+def _write(out: BinaryIO, data: memoryview) -> None:
+    try:
+        out.write(data)
+    except OSError as e:
+        # (raised inside the exchange, whose handlers take a broken pipe for the controller's)
+        raise WriterGone(e) from None
 
 
 def controller_pid(home: Home) -> int | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 
 from hsched.errors import ControllerError, ExecutorError, HschedError, UserError
@@ -56,6 +57,13 @@ def exit_code_of(e: BaseException) -> int | None:
         return EXIT_FAILED
     if isinstance(e, KeyboardInterrupt):
         return EXIT_INTERRUPTED
+    if isinstance(e, BrokenPipeError):
+        # the reader went away (`hsched queue | head`): stop quietly with 1, as Click does on Typer's paths;
+        # stdout goes to /dev/null, or Python's own flush of it at exit fails again, with a traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_FAILED
     return None
 
 

@@ -68,12 +68,18 @@ def queue(*, all_jobs: bool, me: bool, users: str | None, states: str | None, fm
         # to a pipe, the controller's text is written through: the controller picks the jobs and keeps each one's
         # JSON, so a 10,000-job listing is not decoded and encoded again here (issue 33)
         allowed = _allowed(me, users)
-        with _client() as c:
-            got = c.call_text("queue", all=everything, users=sorted(allowed) if allowed is not None else None,
-                              states=sorted(wanted) if wanted else None, ids=sorted(only) if only is not None else None)
-        if isinstance(got, memoryview):
-            out = sys.stdout.buffer
-            out.write(got)
+        from hsched.client import WriterGone
+
+        out = sys.stdout.buffer
+        try:
+            with _client() as c:
+                got = c.write_text("queue", out, all=everything,
+                                   users=sorted(allowed) if allowed is not None else None,
+                                   states=sorted(wanted) if wanted else None,
+                                   ids=sorted(only) if only is not None else None)
+        except WriterGone as e:
+            raise e.error from None  # (a reader gone: `quick.run` stops quietly)
+        if got is None:  # (written as it came)
             out.write(b"\n")
             out.flush()
             return

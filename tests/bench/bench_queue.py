@@ -8,7 +8,7 @@ makes every job active (pending, held), as issue 33 measures ("10,000 active job
 the path `queue --json` took before issue 33 (the objects decoded and printed again by the CLI), run in the same
 loop as a baseline.
 
-Run: python tests/bench/bench_queue.py [--repeat N] [--sizes 10000] [--held-every 1]
+Run: python tests/bench/bench_queue.py [--repeat N] [--sizes 10000] [--held-every 1] [--against TREE]
 """
 
 from __future__ import annotations
@@ -54,13 +54,17 @@ DECODED = ("from hsched.cli._common import print_json; from hsched.client import
 """`queue --json` as it was before issue 33: every object decoded, then printed again."""
 
 
-def timed(args: list[str], env: dict[str, str], repeat: int) -> tuple[float, float]:
-    """(median wall seconds, median CPU seconds of the child) of `hsched ARGS` (`-c CODE`: python -c)."""
+def timed(args: list[str], env: dict[str, str], repeat: int, tree: str | None = None) -> tuple[float, float]:
+    """(median wall seconds, median CPU seconds of the child) of `hsched ARGS` (`-c CODE`: python -c); `tree`: with
+    another source tree's hsched (run from there: `-m` puts the working folder first on the path)."""
     walls, cpus = [], []
     argv = [sys.executable, *args] if args[0] == "-c" else [sys.executable, "-m", "hsched", *args]
+    cwd = None
+    if tree is not None:
+        env, cwd = dict(env, PYTHONPATH=tree), tree
     for _ in range(repeat):
         t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, cwd=cwd)
         _pid, status, usage = os.wait4(proc.pid, 0)
         walls.append(time.perf_counter() - t0)
         assert os.waitstatus_to_exitcode(status) == 0, args
@@ -74,8 +78,11 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000,10000,100000", help="store sizes, comma-separated")
     ap.add_argument("--held-every", type=int, default=20,
                     help="one job in this many is pending (held), the rest ended (2000: a lab's long history)")
+    ap.add_argument("--against", metavar="TREE",
+                    help="also each listing by another source tree's CLI (the branch before a change: `git archive "
+                         "REV | tar -x -C TREE`), against the same controller, in the same loop")
     opts = ap.parse_args()
-    print(f"{'store':>8} {'command':<22} {'wall s':>8} {'x --version':>12} {'CPU s':>8} {'x --version':>12}")
+    print(f"{'store':>8} {'command':<32} {'wall s':>8} {'x --version':>12} {'CPU s':>8} {'x --version':>12}")
     for n in (int(x) for x in opts.sizes.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
             home = Home(Path(tmp) / "home")
@@ -92,13 +99,19 @@ def main() -> None:
                 for warm in (["queue", "--json"], ["queue"], ["-c", DECODED], ["--version"],
                              ["daemon", "status", "--json"]):
                     timed(warm, env, 1)
+                    if opts.against and warm[0] != "-c":
+                        timed(warm, env, 1, opts.against)
                 base, base_cpu = timed(["--version"], env, opts.repeat)
                 for args in (["queue"], ["queue", "--json"], ["-c", DECODED], ["queue", "--all", "--json"],
                              ["daemon", "status", "--json"]):
-                    t, cpu = timed(args, env, opts.repeat)
-                    name = "decoded (before)" if args[0] == "-c" else " ".join(args)
-                    print(f"{n:>8} {name:<22} {t:>8.3f} {t / base:>12.2f} {cpu:>8.3f} {cpu / base_cpu:>12.2f}")
-                print(f"{n:>8} {'--version':<22} {base:>8.3f} {1.0:>12.2f} {base_cpu:>8.3f} {1.0:>12.2f}")
+                    # (with --against, the other tree's CLI right after this one's, against the same controller)
+                    for tree in (None, opts.against) if opts.against and args[0] != "-c" else (None,):
+                        t, cpu = timed(args, env, opts.repeat, tree)
+                        name = "decoded (before)" if args[0] == "-c" else " ".join(args)
+                        if tree is not None:
+                            name = f"{name} (--against)"
+                        print(f"{n:>8} {name:<32} {t:>8.3f} {t / base:>12.2f} {cpu:>8.3f} {cpu / base_cpu:>12.2f}")
+                print(f"{n:>8} {'--version':<32} {base:>8.3f} {1.0:>12.2f} {base_cpu:>8.3f} {1.0:>12.2f}")
             finally:
                 subprocess.run([sys.executable, "-m", "hsched", "daemon", "stop"], env=env,
                                stdout=subprocess.DEVNULL)

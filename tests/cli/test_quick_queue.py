@@ -92,11 +92,18 @@ class Controller:
                          **{k: (None if args.get(k) is None else set(args[k])) for k in ("users", "states", "ids")})
         return memoryview(("[" + ", ".join(json.dumps(j, default=str) for j in jobs) + "]").encode())
 
+    def write_text(self, op: str, out: Any, **args: Any) -> Any:
+        """As `Client.write_text`: the text written to `out`, None."""
+        out.write(self.call_text(op, **args))
+
 
 class OldController(Controller):
     """A controller from before `text`: it sends the objects and picks nothing."""
 
     def call_text(self, op: str, **args: Any) -> Any:
+        return self.call(op, all=args.get("all"))
+
+    def write_text(self, op: str, out: Any, **args: Any) -> Any:
         return self.call(op, all=args.get("all"))
 
 
