@@ -12,6 +12,8 @@ import operator
 import re
 from dataclasses import dataclass, field
 
+from hsched.indices import compress_indices
+
 TYPE_CHECKING = False  # typing is left to the type checker: the CLI's quick paths import this module
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -333,20 +335,6 @@ class ArraySpec:
 
     def __str__(self) -> str:
         return compress_indices(self.indices) + (f"%{self.max_running}" if self.max_running else "")
-
-
-def compress_indices(indices: tuple[int, ...] | list[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> '0-2,5,7-8' (squeue's way of listing array tasks)."""
-    out: list[str] = []
-    ordered = sorted(set(indices))
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(out)
 
 
 WORKLOADS = ("training", "inference", "preprocessing")

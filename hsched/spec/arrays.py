@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from hsched.model import ArraySpec, Job, JobState, compress_indices
+from hsched.model import ArraySpec, Job, JobState
 from hsched.spec.jobids import task_index
 
 _ARRAY_RE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
@@ -73,7 +73,3 @@ def within_limits(pending: Sequence[Job], active: Iterable[Job]) -> list[Job]:
     order = {j.id: n for n, j in enumerate(pending)}
     return sorted(out, key=lambda j: order[j.id])
 
-
-def pending_label(array_id: int, tasks: Sequence[int], max_running: int | None) -> str:
-    """'12_[3-99%8]': an array's pending tasks in one queue row, as squeue shows them."""
-    return f"{array_id}_[{compress_indices(list(tasks))}{f'%{max_running}' if max_running else ''}]"

@@ -121,7 +121,8 @@ async def test_an_array_is_one_job_per_index_with_at_most_n_running(tmp_path: Pa
 
 
 def test_parse_array() -> None:
-    from hsched.spec.arrays import parse_array, pending_label
+    from hsched.indices import pending_label
+    from hsched.spec.arrays import parse_array
 
     assert parse_array("0-99%8").indices == tuple(range(100)) and parse_array("0-99%8").max_running == 8
     assert parse_array("1,3,5-7").indices == (1, 3, 5, 6, 7)
