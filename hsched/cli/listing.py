@@ -97,6 +97,24 @@ def queue(*, all_jobs: bool, me: bool, users: str | None, states: str | None, fm
 
         print_json(pick_jobs(got, users=allowed, states=wanted or None, ids=only))
         return
+    if not (as_json or start or fmt):
+        # the table: the controller picks the jobs and sends only what a row shows, as text (10,000 jobs: decoding
+        # their whole objects, ~10 MB, was half of `hsched queue`'s CPU)
+        allowed = _allowed(me, users)
+        with _client() as c:
+            got = c.call_text("queue", all=everything, users=sorted(allowed) if allowed is not None else None,
+                              states=sorted(wanted) if wanted else None, ids=sorted(only) if only is not None else None,
+                              fields=list(ROW_FIELDS))
+        if isinstance(got, memoryview):
+            import json
+
+            render_queue(json.loads(bytes(got)), header=not noheader)
+            return
+        from hsched.serialize import pick_jobs
+
+        # (a controller from before `text`: every job's whole object, picked here)
+        render_queue(pick_jobs(got, users=allowed, states=wanted or None, ids=only), header=not noheader)
+        return
     with _client() as c:
         jobs = c.call("queue", all=everything)
         if start:
@@ -123,6 +141,12 @@ def queue(*, all_jobs: bool, me: bool, users: str | None, states: str | None, fm
         sys.stdout.write("".join(line + "\n" for line in (lines[1:] if noheader else lines)))
     else:
         render_queue(jobs, header=not noheader)
+
+
+ROW_FIELDS = ("id", "display_id", "array_id", "array_task", "array_limit", "components", "name", "user", "state",
+              "qos", "priority", "gpus", "elastic", "gpus_min", "gpus_max", "gpus_now", "nodes", "placement",
+              "constraint", "reason", "start_time", "end_time")
+"""What a row of the table (`render_queue`) reads of a job: all the controller sends for it."""
 
 
 def _allowed(me: bool, users: str | None) -> set[str] | None:

@@ -90,6 +90,8 @@ class Controller:
         Controller.asked.append(args)
         jobs = pick_jobs([j for j in JOBS if args.get("all") or j["state"] != "COMPLETED"],
                          **{k: (None if args.get(k) is None else set(args[k])) for k in ("users", "states", "ids")})
+        if args.get("fields") is not None:  # (the table's: only those, as the controller cuts them)
+            jobs = [{k: j[k] for k in args["fields"] if k in j} for j in jobs]
         return memoryview(("[" + ", ".join(json.dumps(j, default=str) for j in jobs) + "]").encode())
 
     def write_text(self, op: str, out: Any, **args: Any) -> Any:
