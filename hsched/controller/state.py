@@ -386,6 +386,9 @@ class Usage:
 
     tallies: dict[tuple[int, int, str], RunTally] = field(default_factory=dict)
     """(job id, attempt, node) -> its tally, while the job holds GPUs."""
+    by_job: dict[int, dict[tuple[int, str], RunTally]] = field(default_factory=dict)
+    """The same, by job id: job -> (attempt, node) -> tally (a job's own, as an end reads them, without a pass over
+    every running job's: `hsched.controller.usage.tallies_of`)."""
     jobs: Jobs | None = None
     held: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
     """From `jobs`: node -> GPU UUID -> (job id, attempt) of the job holding it."""

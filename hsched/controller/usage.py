@@ -76,7 +76,7 @@ def observe(ctl: Controller, rt: NodeRuntime, sample: Mapping[str, Any], now: fl
         tk = (key[0], key[1], rt.name)
         tally = u.tallies.get(tk)
         if tally is None:
-            tally = u.tallies[tk] = RunTally(key[0], key[1], rt.name)
+            tally = _add(u, RunTally(key[0], key[1], rt.name))
         mine = {uuid: totals.get(uuid) for uuid, k in held.items() if k == key}
         fold(tally, now, readings, mine, procs if isinstance(listed, list) else None)
 
@@ -95,7 +95,14 @@ def _run_of(run_dir: Any) -> tuple[int, int, int] | None:
 def _tally(u: Usage, key: tuple[int, int, str]) -> RunTally:
     tally = u.tallies.get(key)
     if tally is None:
-        tally = u.tallies[key] = RunTally(*key)
+        tally = _add(u, RunTally(*key))
+    return tally
+
+
+def _add(u: Usage, tally: RunTally) -> RunTally:
+    """A new tally kept, under its key and under its job."""
+    u.tallies[(tally.job_id, tally.attempt, tally.node)] = tally
+    u.by_job.setdefault(tally.job_id, {})[(tally.attempt, tally.node)] = tally
     return tally
 
 
@@ -168,7 +175,7 @@ def observe_simulated(ctl: Controller, rt: NodeRuntime, now: float) -> None:
         tk = (key[0], key[1], rt.name)
         tally = u.tallies.get(tk)
         if tally is None:
-            tally = u.tallies[tk] = RunTally(key[0], key[1], rt.name, simulated=True)
+            tally = _add(u, RunTally(key[0], key[1], rt.name, simulated=True))
         tally.simulated = True  # made by a cgroup reading first (_fold_run_usage): its GPU readings are made up
         fold(tally, now, readings, {uuid: devices[uuid].memory_total_mib for uuid in uuids},
              simulated_processes(nature, sorted(uuids), now))
@@ -211,6 +218,10 @@ def _flush_ended(ctl: Controller, u: Usage) -> None:
         for t in done:
             if u.tallies.get((t.job_id, t.attempt, t.node)) is t:
                 del u.tallies[(t.job_id, t.attempt, t.node)]
+                mine = u.by_job.get(t.job_id, {})
+                mine.pop((t.attempt, t.node), None)
+                if not mine:
+                    u.by_job.pop(t.job_id, None)
 
     ctl.spawn(write())
 
@@ -219,9 +230,7 @@ def tallies_of(ctl: Controller, job_id: int, stored: list[dict[str, Any]]) -> li
     """Job `job_id`'s tallies: those written to the store (`stored`, its run_usage bodies) and the live ones
     (a live one wins over a stored one of the same attempt and node)."""
     out = {(t.attempt, t.node): t for t in map(RunTally.from_dict, stored)}
-    for (j, attempt, node), t in usage(ctl).tallies.items():
-        if j == job_id:
-            out[(attempt, node)] = t
+    out.update(usage(ctl).by_job.get(job_id, {}))  # (a job's own: an end read every running job's, 512 of them)
     return [out[k] for k in sorted(out)]
 
 
