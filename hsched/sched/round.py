@@ -18,6 +18,7 @@ from itertools import filterfalse
 from typing import Final, cast
 
 from hsched.model import EndReason, Placement
+from hsched.sched.frozen import slot_setters
 from hsched.sched.placement import PackingPlacer, Placer
 from hsched.sched.policies.base import AnyPolicy, view_at, view_getter
 from hsched.sched.preempt import PreemptRule, Victims, displaced, protected
@@ -46,6 +47,29 @@ _GTYPE: Final = 8
 _PLACED: Final = 9
 _GTYPES: Final = 16
 view_at(id=_JID, gpus=_GPUS, phase=_PHASE, gpu_type=_GTYPE, placement=_PLACED, gpu_types=_GTYPES)
+_new = object.__new__
+_S_ID, _S_TYPE, _S_PLACED, _S_MIGRATE = slot_setters(Start, "job_id", "gpu_type", "placement", "migrate")
+_D_PREEMPT, _D_STARTS, _D_WAITING, _D_QOS = slot_setters(RoundDecision, "preempt", "starts", "waiting", "preemptions")
+
+
+def _start(job_id: int, gpu_type: str, placement: tuple[Placement, ...], migrate: bool) -> Start:
+    """`Start(job_id, gpu_type, placement, migrate)`, its slots set directly (hsched.sched.frozen)."""
+    s = _new(Start)
+    _S_ID(s, job_id)
+    _S_TYPE(s, gpu_type)
+    _S_PLACED(s, placement)
+    _S_MIGRATE(s, migrate)
+    return s
+
+
+def _decision(preempt: tuple[int, ...], starts: tuple[Start, ...], waiting: dict[int, str]) -> RoundDecision:
+    """`RoundDecision(preempt, starts, waiting)`, its slots set directly (hsched.sched.frozen)."""
+    d = _new(RoundDecision)
+    _D_PREEMPT(d, preempt)
+    _D_STARTS(d, starts)
+    _D_WAITING(d, waiting)
+    _D_QOS(d, ())
+    return d
 
 
 def build_input(
@@ -67,21 +91,18 @@ def build_input(
     if cache is None:
         cache = {}
     capacity, gpu_types = _fleet(servers, throughput, cache)
-    return PolicyInput(
-        now=now,
-        jobs=tuple(jobs),
-        capacity=capacity,
-        gpu_types=gpu_types,
-        throughput=throughput,
-        checkpoint_cost_s=checkpoint_cost_s,
-        round_s=round_s,
-        user_usage=dict(user_usage or {}),
-        starts_only=starts_only,
-        checkpoint_costs=checkpoint_costs or {},
-        forecast_s=forecast_s or {},
-        quantum_s=quantum_s,
-        cache=cache,
-    )
+    # (PolicyInput(...) with its slots set directly: hsched.sched.frozen)
+    inp = _new(PolicyInput)
+    for put, value in zip(_INPUT_SLOTS, (now, tuple(jobs), capacity, gpu_types, throughput, checkpoint_cost_s, round_s,
+                                          dict(user_usage or {}), starts_only, checkpoint_costs or {}, forecast_s or {},
+                                          quantum_s, cache), strict=True):
+        put(inp, value)
+    return inp
+
+
+_INPUT_SLOTS = slot_setters(PolicyInput, "now", "jobs", "capacity", "gpu_types", "throughput", "checkpoint_cost_s",
+                            "round_s", "user_usage", "starts_only", "checkpoint_costs", "forecast_s", "quantum_s",
+                            "cache")
 
 
 FleetMemo = tuple[Sequence[ServerView], ThroughputModel, dict[str, int], tuple[str, ...]]
@@ -410,7 +431,7 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
         considered = {wid for wid, _types in plan.wants[:seen]}
         waiting = {j.id: _RESOURCES if j.id in considered or j.id in unplaced else _PRIORITY for j in inp.jobs
                    if (j.phase is not running and j.id not in granted) or j.id in unplaced}
-    return RoundDecision(preempt=tuple(preempt), starts=tuple(starts), waiting=waiting)
+    return _decision(tuple(preempt), tuple(starts), waiting)
 
 
 def _place(
@@ -475,7 +496,7 @@ def _place(
                 left = free[best[2]]
                 where = (packing.one(best[2], (left[0],)),)
                 del left[0]  # (the device it takes: the first of that list)
-                starts.append(Start(j[_JID], t, where, j[_PHASE] is running))  # (`migrate`: a running job's start)
+                starts.append(_start(j[_JID], t, where, j[_PHASE] is running))  # (`migrate`: a running job's start)
                 continue
         else:
             where = placer.place(j.gpus, by_type.get(t, []), free, j.max_servers, job=j)
@@ -489,7 +510,7 @@ def _place(
             for d in p.devices:
                 if d in left:
                     left.remove(d)
-        starts.append(Start(j.id, t, where, j.phase is running))
+        starts.append(_start(j.id, t, where, j.phase is running))
     if rank is not None:
         starts.sort(key=lambda s: rank.get(s.job_id, 0))
     return starts, unplaced

@@ -157,7 +157,8 @@ class _ProfileMemo:
     speed-profile id, the speeds of each id, and each level's keep-fraction per id. All of it depends only on the
     model's (memoised, fixed) answers and the types, which the memo is checked against before use."""
 
-    __slots__ = ("code_gpus", "code_on", "code_sid", "codes", "ids", "levels", "model", "of", "speeds", "types")
+    __slots__ = ("code_gpus", "code_on", "code_sid", "codes", "gangs", "ids", "levels", "model", "of", "speeds",
+                 "types")
 
     def __init__(self, model: object, types: tuple[str, ...]) -> None:
         self.model = model
@@ -171,6 +172,7 @@ class _ProfileMemo:
         self.code_sid: list[int] = []
         self.code_on: list[str | None] = []
         self.code_gpus: list[int] = []
+        self.gangs: set[int] = set()  # the codes of sizes other than one GPU
 
 
 def _speeds_id(memo: _ProfileMemo, model: ThroughputModel, all_types: tuple[str, ...],
@@ -287,6 +289,8 @@ def hetero_assign(
                     code_sid.append(_speeds_id(memo, model, all_types, quad[:3]))
                     code_on.append(quad[3])
                     code_gpus.append(quad[1])
+                    if quad[1] != 1:
+                        memo.gangs.add(code)
                 codes[i] = code
     code_of = cast("list[int]", codes)
     present = set(code_of)
@@ -296,8 +300,9 @@ def hetero_assign(
     # and stops as soon as the type is full or no longer needed: one sort of small tuples per level (C speed).
     # A fraction depends only on the job's speeds id and the level: kept in the memo from round to round.
     n = len(todo)
-    ones = max(map(code_gpus.__getitem__, present), default=0) == 1  # (one GPU each, Gavel's single-GPU traces: a
-    # level's walk is counted)
+    # (one GPU each, Gavel's single-GPU traces: a level's walk is counted. The codes of gangs are kept as a set: one
+    # C-speed test, not the largest size of every code present)
+    ones = bool(present) and memo.gangs.isdisjoint(present)
     if ones:
         left, least, placed, sid_of, on_at, gpus_at = n, 1, [], [], [], []
         # (the fractions are read only for their highest and lowest, over the few speeds ids there are)
@@ -333,9 +338,12 @@ def hetero_assign(
         if ones and len(level.keys) < len(code_sid):
             level.fill(code_sid, code_on, slow)
         neg = level.neg
-        neg_at = list(map(neg.__getitem__, sid_of if sids is None else sids))  # (one GPU each: per speeds id)
+        # the fractions of the jobs (one GPU each: of their speeds ids), read only by the two tests below, most levels
+        # neither (a list of them made every level was 1 % of an ed69ec 8:8:8 replay)
+        fracs = neg.__getitem__
+        read = sid_of if sids is None else sids
         cap = caps[slow]
-        if not faster and left <= cap and max(neg_at) <= 0:
+        if not faster and left <= cap and max(map(fracs, read)) <= 0:
             # the fastest type, with room for everyone left: all of them go here, in no particular order
             if len(unplaced) < n:
                 out.update(zip(map(ids.__getitem__, unplaced), repeat(slow)))
@@ -347,7 +355,7 @@ def hetero_assign(
         # least served) takes the slow type: the most-served jobs are the likeliest to keep running (heavy
         # tails), so they gain most from the fast GPUs, and the longest job is what sets the makespan
         lazy = bool(faster)  # (a faster type is left: a job that keeps no more than its speed waits for it)
-        if lazy and need <= 0 and min(neg_at) >= -1.0:
+        if lazy and need <= 0 and min(map(fracs, read)) >= -1.0:
             types.pop()  # (not needed, and nobody is faster here: the walk below would stop at its first job)
             continue
         # the walk's order as one small integer a job: twice its fraction's rank (highest fraction first), plus one
@@ -372,7 +380,7 @@ def hetero_assign(
             types.pop()
             continue
         for k in walk:
-            negfrac = neg_at[k]
+            negfrac = neg[sid_of[k]]
             if negfrac > 0 or cap < least or (need <= 0 and lazy and negfrac >= -1.0):
                 break
             g = gpus_at[k]
