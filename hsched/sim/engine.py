@@ -1199,8 +1199,11 @@ class Simulator:
                 }
             if aware is not None:
                 aware.round_waiters.clear()
+            # (`free_on`: the devices no running job holds, each server's in its order, which a plain replay's round
+            # reads instead of every kept job's devices; the other modes hold or share devices in ways of their own)
             decision = data_round(schedule_round(self.policy, inp, self.servers, remaining_s=remaining, placer=placer,
-                                                 rule=rule, reasons=False), inp, self.servers, remaining)
+                                                 rule=rule, reasons=False, free_now=free_on if plain else None),
+                                  inp, self.servers, remaining)
             rounds += 1
             last_round = now
             moves_due = False
