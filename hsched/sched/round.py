@@ -19,7 +19,7 @@ from typing import Final, cast
 from hsched.model import EndReason, Placement
 from hsched.sched.frozen import slot_setters
 from hsched.sched.placement import PackingPlacer, Placer, place_granted
-from hsched.sched.policies.base import AnyPolicy, view_at, view_getter
+from hsched.sched.policies.base import AnyPolicy, view_at
 from hsched.sched.preempt import PreemptRule, Victims, displaced, protected
 from hsched.sched.throughput import ThroughputModel
 from hsched.sched.view import (
@@ -35,7 +35,6 @@ from hsched.sched.view import (
 )
 
 _DEFAULT_PLACER = PackingPlacer()
-_ID = view_getter("id")
 # JobView's fields by position, for the loops over the wants and every job each round: a NamedTuple's field read by
 # name is a generic attribute lookup (policies.base.view_getter), an index a tuple's own (literals, so the types check
 # field by field; `view_at` checks them against the view's own at import)
@@ -196,7 +195,7 @@ def apply_rule(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], plac
     Every pass keeps at least one more running job in place, so this ends. (`reasons`, `free_now`: as
     `schedule_round`'s.)
     """
-    jobs = dict(zip(map(_ID, inp.jobs), inp.jobs, strict=True))
+    jobs = {j[_JID]: j for j in inp.jobs}  # (a comprehension: a quarter faster than dict(zip(map(...))) here)
     if not plan.preempt:
         return _apply_plan(plan, inp, servers, placer, (), jobs, reasons, free_now)
     fixed = protected(rule, inp.jobs, inp.now)
@@ -405,16 +404,23 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
 
     preempt: list[int] = []
     keep: list[JobView] = []
-    granted_get = granted.get
-    for j in inp.jobs:
-        if j[_PHASE] is running:
-            jid = j[_JID]
-            t = granted_get(jid)
-            if t == j[_GTYPE] or jid in fixed:
-                keep.append(j)
-            elif t is None:
+    if free_now is None:
+        granted_get = granted.get
+        for j in inp.jobs:
+            if j[_PHASE] is running:
+                jid = j[_JID]
+                t = granted_get(jid)
+                if t == j[_GTYPE] or jid in fixed:
+                    keep.append(j)
+                elif t is None:
+                    preempt.append(jid)
+                # (else a move: placed below, with the starts)
+    else:
+        # the same stops; the kept jobs are not listed, as the placement reads the free devices (a job granted nothing
+        # stays where it is only where it holds no type, `t == j[_GTYPE]` above with both None)
+        for j in inp.jobs:
+            if j[_PHASE] is running and (jid := j[_JID]) not in granted and j[_GTYPE] is not None and jid not in fixed:
                 preempt.append(jid)
-            # (else a move: placed below, with the starts)
     starts: list[Start] = []
     unplaced: set[int] = set()
     if to_place:  # free devices are needed only to place someone

@@ -346,7 +346,8 @@ def hetero_assign(
         if not faster and left <= cap and max(map(fracs, read)) <= 0:
             # the fastest type, with room for everyone left: all of them go here, in no particular order
             if len(unplaced) < n:
-                out.update(zip(map(ids.__getitem__, unplaced), repeat(slow)))
+                for k in unplaced:  # (a loop: dict.update of a zip goes through a pair at a time, twice as long)
+                    out[ids[k]] = slow
             else:  # (the usual case with free GPUs: nobody went to a slower type)
                 out.update(dict.fromkeys(ids, slow))
             caps[slow] = cap - left
@@ -372,7 +373,8 @@ def hetero_assign(
             h = bisect.bisect_left(walk, level.gains, key=at)
             m = max(0, min(r, cap, max(need, h) if lazy else r))
             if m:
-                out.update(zip(map(ids.__getitem__, walk[:m]), repeat(slow)))
+                for k in walk[:m]:
+                    out[ids[k]] = slow
                 cap, need, left = cap - m, need - m, left - m
                 # the rest in position order, as `unplaced` is (the next level's stable sort keeps it among equals)
                 unplaced = sorted(walk[m:])

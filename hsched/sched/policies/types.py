@@ -124,7 +124,8 @@ def assign_types(selected: Sequence[JobView], capacity: Mapping[str, int], inp: 
         runs_all = ones and None not in (values := set(lost_at))
         if not faster and runs_all:
             # one GPU each, all of them can run here: the loop below takes the first `cap` in order
-            out.update(zip(map(ids.__getitem__, pending[:cap]), repeat(slow)))
+            for i in pending[:cap]:  # (a loop: dict.update of a zip goes through a pair at a time, twice as long)
+                out[ids[i]] = slow
             caps[slow] = cap - min(cap, len(pending))
             break
         if not faster:
@@ -145,11 +146,13 @@ def assign_types(selected: Sequence[JobView], capacity: Mapping[str, int], inp: 
             # is weighed (the loop below, at C speed), and the walk takes the first m of them: it stops when the type
             # is full, or at the first cost >= 0 once `need` jobs were taken (those below 0 are taken whatever the
             # need: faster here)
-            ranked = (sorted(zip(map(mul, weights, lost_at), map(ne, on, repeat(slow)), pending)) if full else
-                      sorted([(weights[i] * lost, on[i] != slow, i) for i, lost in zip(pending, lost_at, strict=True)]))
+            ranked = sorted(
+                zip(map(mul, weights, lost_at), map(ne, on, repeat(slow)), pending, strict=True) if full
+                else [(weights[i] * lost, on[i] != slow, i) for i, lost in zip(pending, lost_at, strict=True)])
             m = max(0, min(cap, len(ranked), max(need, bisect_left(ranked, (0.0,)))))
             took = list(map(_THIRD, ranked[:m]))
-            out.update(zip(map(ids.__getitem__, took), repeat(slow)))
+            for i in took:
+                out[ids[i]] = slow
             caps[slow] = cap - m
             left_gpus -= m
             if took:
