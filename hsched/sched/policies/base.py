@@ -417,15 +417,15 @@ def wants_from_assignment(
     out: list[Want] = []
     prefs = memo.prefs
     new, append = tuple.__new__, out.append  # Want is a NamedTuple: no __new__ wrapper
-    # a job's want is the last call's while its kind and type are (most of them, round to round): kept per job, for
-    # the jobs of this call alone
-    last_of, want_of = memo.want_of, {}
+    # a job's want is the one made before while its kind and type are (most of them, round to round): kept per job.
+    # (A want depends on the job's id, kind and type alone, so an older one is as good: the jobs of this call alone
+    # are kept only once the others outnumber them, not rewritten every call)
+    want_of = memo.want_of
     for jid, kind, t in zip(ids, kinds, map(assigned.get, ids), strict=True):
         if t is None:
             continue
-        hit = last_of.get(jid)
+        hit = want_of.get(jid)
         if hit is not None and hit[1] == t and hit[0] == kind:
-            want_of[jid] = hit
             append(hit[2])
             continue
         types = prefs.get((kind, t))
@@ -436,8 +436,9 @@ def wants_from_assignment(
         w = new(Want, (jid, types))
         want_of[jid] = (kind, t, w)
         append(w)
+    if len(want_of) > 2 * len(out) + 64:
+        memo.want_of = {w[0]: want_of[w[0]] for w in out}
     memo.asked, memo.kinds, memo.assigned, memo.wants = ids, kinds, dict(assigned), tuple(out)
-    memo.want_of = want_of
     return memo.wants
 
 
@@ -460,5 +461,6 @@ class _WantsMemo:
         self.kinds: list[tuple[str, int, tuple[str, ...]]] = []
         self.assigned: dict[int, str] = {}
         self.wants: tuple[Want, ...] = ()
-        # job id -> its (kind, size, allowed types), its assigned type and its want, as the last call made them
+        # job id -> its (kind, size, allowed types), its assigned type and its want, as a call made them last (the
+        # last call's jobs at least)
         self.want_of: dict[int, tuple[tuple[str, int, tuple[str, ...]], str, Want]] = {}
