@@ -338,8 +338,8 @@ def hetero_assign(
         if ones and len(level.keys) < len(code_sid):
             level.fill(code_sid, code_on, slow)
         neg = level.neg
-        # the fractions of the jobs (one GPU each: of their speeds ids), read only by the two tests below, most levels
-        # neither (a list of them made every level was 1 % of an ed69ec 8:8:8 replay)
+        # the fractions of the jobs (one GPU each: of their speeds ids), read only by the two tests below, which most
+        # levels do not reach (a list of them was made at every level)
         fracs = neg.__getitem__
         read = sid_of if sids is None else sids
         cap = caps[slow]
