@@ -80,16 +80,26 @@ def build_input(
     capacity, gpu_types = _fleet(servers, throughput, cache)
     # (PolicyInput(...) with its slots set directly: hsched.sched.frozen)
     inp = _new(PolicyInput)
-    for put, value in zip(_INPUT_SLOTS, (now, tuple(jobs), capacity, gpu_types, throughput, checkpoint_cost_s, round_s,
-                                          dict(user_usage or {}), starts_only, checkpoint_costs or {}, forecast_s or {},
-                                          quantum_s, cache), strict=True):
-        put(inp, value)
+    _I_NOW(inp, now)
+    _I_JOBS(inp, tuple(jobs))
+    _I_CAPACITY(inp, capacity)
+    _I_TYPES(inp, gpu_types)
+    _I_MODEL(inp, throughput)
+    _I_COST(inp, checkpoint_cost_s)
+    _I_ROUND(inp, round_s)
+    _I_USAGE(inp, dict(user_usage or {}))
+    _I_STARTS(inp, starts_only)
+    _I_COSTS(inp, checkpoint_costs or {})
+    _I_FORECAST(inp, forecast_s or {})
+    _I_QUANTUM(inp, quantum_s)
+    _I_CACHE(inp, cache)
     return inp
 
 
-_INPUT_SLOTS = slot_setters(PolicyInput, "now", "jobs", "capacity", "gpu_types", "throughput", "checkpoint_cost_s",
-                            "round_s", "user_usage", "starts_only", "checkpoint_costs", "forecast_s", "quantum_s",
-                            "cache")
+(_I_NOW, _I_JOBS, _I_CAPACITY, _I_TYPES, _I_MODEL, _I_COST, _I_ROUND, _I_USAGE, _I_STARTS, _I_COSTS, _I_FORECAST,
+ _I_QUANTUM, _I_CACHE) = slot_setters(PolicyInput, "now", "jobs", "capacity", "gpu_types", "throughput",
+                                      "checkpoint_cost_s", "round_s", "user_usage", "starts_only", "checkpoint_costs",
+                                      "forecast_s", "quantum_s", "cache")
 
 
 FleetMemo = tuple[Sequence[ServerView], ThroughputModel, dict[str, int], tuple[str, ...]]
