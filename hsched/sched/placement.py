@@ -10,10 +10,11 @@ best-linked devices inside a server) can replace `pick_devices` without touching
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Final, Protocol
 
 from hsched.model import Placement
-from hsched.sched.view import JobView, ServerView
+from hsched.sched.frozen import slot_setters
+from hsched.sched.view import JobPhase, JobView, Plan, ServerView, Start
 
 
 class Placer(Protocol):
@@ -114,3 +115,124 @@ class PackingPlacer:
         if need > 0 or (max_servers is not None and len(out) > max_servers):
             return None
         return tuple(out)
+
+
+# JobView's fields by position (as hsched.sched.round's: a NamedTuple's field read by name is a generic attribute
+# lookup), checked against the view's own at import
+_JID: Final = 0
+_GPUS: Final = 2
+_PHASE: Final = 4
+_PLACED: Final = 9
+if tuple(JobView._fields[i] for i in (_JID, _GPUS, _PHASE, _PLACED)) != ("id", "gpus", "phase", "placement"):
+    raise RuntimeError(f"JobView's fields moved: {JobView._fields}")
+_new = object.__new__
+_S_ID, _S_TYPE, _S_PLACED, _S_MIGRATE = slot_setters(Start, "job_id", "gpu_type", "placement", "migrate")
+
+
+def _start(job_id: int, gpu_type: str, placement: tuple[Placement, ...], migrate: bool) -> Start:
+    """`Start(job_id, gpu_type, placement, migrate)`, its slots set directly (hsched.sched.frozen)."""
+    s = _new(Start)
+    _S_ID(s, job_id)
+    _S_TYPE(s, gpu_type)
+    _S_PLACED(s, placement)
+    _S_MIGRATE(s, migrate)
+    return s
+
+
+def place_granted(
+    to_place: list[tuple[JobView, str]],
+    keep: list[JobView],
+    plan: Plan,
+    servers: Sequence[ServerView],
+    placer: Placer,
+    preempt: list[int],
+    repeated: bool = False,
+    free_now: Mapping[str, Sequence[str]] | None = None,
+    jobs: Mapping[int, JobView] | None = None,
+) -> tuple[list[Start], set[int]]:
+    """The round's (hsched.sched.round): devices for the granted jobs around the kept ones; a running job that cannot
+    be placed is preempted. `to_place` comes in the plan's order (`repeated`: some job was wanted twice, and its rank is
+    its last want). `free_now` (with `jobs`, the round's views by id): each server's devices that no running job holds
+    now, in the server's order, as the caller keeps them (the simulator); else worked out from the kept jobs."""
+    running = JobPhase.RUNNING  # (`JobView.running`, without its call)
+    needed = {t for _, t in to_place}
+    by_type: dict[str, list[ServerView]] = {}
+    for s in servers:
+        if s.gpu_type in needed:
+            by_type.setdefault(s.gpu_type, []).append(s)
+    # free devices only on the servers of the types being placed: the rest are never looked at. A device's name is
+    # its node's, not the fleet's: an AMD GPU with no UUID is named by its PCI address (hsched.node.amd), the same
+    # on two alike machines, so a running job holds its devices on its own node only
+    if free_now is None or jobs is None:
+        # each of those servers' devices in its order, less the kept jobs' there (a placement elsewhere: one lookup;
+        # before, a set of held devices per node of every kept job, 40 a round on ed69ec 16:16:16, most on types
+        # nobody was placed on)
+        free: dict[str, list[str]] = {s.name: list(s.devices) for ss in by_type.values() for s in ss}
+        get_free = free.get
+        for j in keep:
+            for p in j[_PLACED]:
+                left = get_free(p.node)
+                if left is not None:
+                    for d in p.devices:
+                        if d in left:
+                            left.remove(d)
+    else:
+        # the same lists from the caller's free devices and those of the few running jobs this round stops or moves
+        # (every running job is kept, stopped or moved), not from the many it keeps
+        back: dict[str, list[str]] = {}
+        for j in [*map(jobs.__getitem__, preempt), *(j for j, _ in to_place if j[_PHASE] is running)]:
+            for p in j[_PLACED]:
+                back.setdefault(p.node, []).extend(p.devices)
+        free = {}
+        for ss in by_type.values():
+            for s in ss:
+                now = free_now.get(s.name, ())
+                extra = back.get(s.name)
+                free[s.name] = [d for d in s.devices if d in now or d in extra] if extra else list(now)
+    # big gangs first so that small jobs do not fragment the servers they need, each size in the plan's order; the
+    # starts come back in the plan's order. Gangs of one size (one GPU each, Gavel's traces) are in that order
+    # already: nothing to sort, either way
+    rank: dict[int, int] | None = None
+    if repeated:
+        rank = {jid: i for i, (jid, _types) in enumerate(plan.wants)}
+        to_place.sort(key=lambda jt: (-jt[0].gpus, rank.get(jt[0].id, 0)))  # type: ignore[union-attr]
+    elif len({j[_GPUS] for j, _ in to_place}) > 1:
+        rank = {j.id: i for i, (j, _) in enumerate(to_place)}  # (the plan's order: a stable sort keeps it)
+        to_place.sort(key=lambda jt: -jt[0].gpus)
+    starts: list[Start] = []
+    unplaced: set[int] = set()
+    packing = placer if type(placer) is PackingPlacer else None  # (exactly: a subclass may choose otherwise)
+    for j, t in to_place:
+        if packing is not None and j[_GPUS] == 1:
+            # PackingPlacer.place of one GPU, inline (most starts of a replay): the NVLink server, then the one with the
+            # fewest free GPUs, then by name, and its first free device; no server with one free: nowhere
+            where: tuple[Placement, ...] | None = None
+            best: tuple[int, int, str] | None = None  # (best_fit_key of the server that holds it: name last)
+            for s in by_type.get(t, ()):
+                n = len(free[s.name])
+                if n:
+                    key = (0 if s.link == "nvlink" else 1, n, s.name)
+                    if best is None or key < best:
+                        best = key
+            if best is not None:
+                left = free[best[2]]
+                where = (packing.one(best[2], (left[0],)),)
+                del left[0]  # (the device it takes: the first of that list)
+                starts.append(_start(j[_JID], t, where, j[_PHASE] is running))  # (`migrate`: a running job's start)
+                continue
+        else:
+            where = placer.place(j.gpus, by_type.get(t, []), free, j.max_servers, job=j)
+        if where is None:
+            unplaced.add(j.id)
+            if j.phase is running:
+                preempt.append(j.id)
+            continue
+        for p in where:
+            left = free[p.node]  # (this round's own list: taken devices leave it in place)
+            for d in p.devices:
+                if d in left:
+                    left.remove(d)
+        starts.append(_start(j.id, t, where, j.phase is running))
+    if rank is not None:
+        starts.sort(key=lambda s: rank.get(s.job_id, 0))
+    return starts, unplaced

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import replace
-from itertools import filterfalse
 from typing import Final, cast
 
 from hsched.model import EndReason, Placement
-from hsched.sched.placement import PackingPlacer, Placer
-from hsched.sched.policies.base import AnyPolicy, view_at, view_getter
+from hsched.sched.frozen import slot_setters
+from hsched.sched.placement import PackingPlacer, Placer, place_granted
+from hsched.sched.policies.base import AnyPolicy, view_at
 from hsched.sched.preempt import PreemptRule, Victims, displaced, protected
 from hsched.sched.throughput import ThroughputModel
 from hsched.sched.view import (
@@ -35,7 +35,6 @@ from hsched.sched.view import (
 )
 
 _DEFAULT_PLACER = PackingPlacer()
-_ID = view_getter("id")
 # JobView's fields by position, for the loops over the wants and every job each round: a NamedTuple's field read by
 # name is a generic attribute lookup (policies.base.view_getter), an index a tuple's own (literals, so the types check
 # field by field; `view_at` checks them against the view's own at import)
@@ -46,6 +45,18 @@ _GTYPE: Final = 8
 _PLACED: Final = 9
 _GTYPES: Final = 16
 view_at(id=_JID, gpus=_GPUS, phase=_PHASE, gpu_type=_GTYPE, placement=_PLACED, gpu_types=_GTYPES)
+_new = object.__new__
+_D_PREEMPT, _D_STARTS, _D_WAITING, _D_QOS = slot_setters(RoundDecision, "preempt", "starts", "waiting", "preemptions")
+
+
+def _decision(preempt: tuple[int, ...], starts: tuple[Start, ...], waiting: dict[int, str]) -> RoundDecision:
+    """`RoundDecision(preempt, starts, waiting)`, its slots set directly (hsched.sched.frozen)."""
+    d = _new(RoundDecision)
+    _D_PREEMPT(d, preempt)
+    _D_STARTS(d, starts)
+    _D_WAITING(d, waiting)
+    _D_QOS(d, ())
+    return d
 
 
 def build_input(
@@ -67,21 +78,28 @@ def build_input(
     if cache is None:
         cache = {}
     capacity, gpu_types = _fleet(servers, throughput, cache)
-    return PolicyInput(
-        now=now,
-        jobs=tuple(jobs),
-        capacity=capacity,
-        gpu_types=gpu_types,
-        throughput=throughput,
-        checkpoint_cost_s=checkpoint_cost_s,
-        round_s=round_s,
-        user_usage=dict(user_usage or {}),
-        starts_only=starts_only,
-        checkpoint_costs=checkpoint_costs or {},
-        forecast_s=forecast_s or {},
-        quantum_s=quantum_s,
-        cache=cache,
-    )
+    # (PolicyInput(...) with its slots set directly: hsched.sched.frozen)
+    inp = _new(PolicyInput)
+    _I_NOW(inp, now)
+    _I_JOBS(inp, tuple(jobs))
+    _I_CAPACITY(inp, capacity)
+    _I_TYPES(inp, gpu_types)
+    _I_MODEL(inp, throughput)
+    _I_COST(inp, checkpoint_cost_s)
+    _I_ROUND(inp, round_s)
+    _I_USAGE(inp, dict(user_usage or {}))
+    _I_STARTS(inp, starts_only)
+    _I_COSTS(inp, checkpoint_costs or {})
+    _I_FORECAST(inp, forecast_s or {})
+    _I_QUANTUM(inp, quantum_s)
+    _I_CACHE(inp, cache)
+    return inp
+
+
+(_I_NOW, _I_JOBS, _I_CAPACITY, _I_TYPES, _I_MODEL, _I_COST, _I_ROUND, _I_USAGE, _I_STARTS, _I_COSTS, _I_FORECAST,
+ _I_QUANTUM, _I_CACHE) = slot_setters(PolicyInput, "now", "jobs", "capacity", "gpu_types", "throughput",
+                                      "checkpoint_cost_s", "round_s", "user_usage", "starts_only", "checkpoint_costs",
+                                      "forecast_s", "quantum_s", "cache")
 
 
 FleetMemo = tuple[Sequence[ServerView], ThroughputModel, dict[str, int], tuple[str, ...]]
@@ -132,6 +150,7 @@ def schedule_round(
     placer: Placer | None = None,
     rule: PreemptRule | None = None,
     reasons: bool = True,
+    free_now: Mapping[str, Sequence[str]] | None = None,
 ) -> RoundDecision:
     """Run one round: the policy's plan under the time-sharing rule, then QoS preemption for those left waiting.
 
@@ -146,6 +165,8 @@ def schedule_round(
             controller and the simulator pass the settings' QoS table.
         reasons: False: `RoundDecision.waiting` stays empty unless QoS preemption reads it (the simulator, which
             never reports why a job waits: naming a reason for each waiting job was a pass over them every round).
+        free_now: each server's devices that no running job holds now, in its order, where the caller keeps them (the
+            simulator: a round then reads the devices of the jobs it stops or moves, not of every job it keeps).
 
     Returns:
         Which running jobs to stop, which jobs to start or move (with devices), and why the rest wait.
@@ -153,7 +174,8 @@ def schedule_round(
     plan = make_plan(policy, inp, remaining_s)
     placer = placer or _DEFAULT_PLACER
     rule = rule or _NO_QOS
-    decision = apply_rule(plan, inp, servers, placer, rule, reasons=reasons or bool(rule.qos_preempts))
+    decision = apply_rule(plan, inp, servers, placer, rule, reasons=reasons or bool(rule.qos_preempts),
+                          free_now=free_now)
     if inp.starts_only or not rule.qos_preempts or not decision.waiting:
         return decision
     return qos_preemption(decision, plan, inp, servers, placer, rule)
@@ -173,19 +195,21 @@ def make_plan(policy: AnyPolicy, inp: PolicyInput, remaining_s: Mapping[int, flo
 
 
 def apply_rule(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], placer: Placer,
-               rule: PreemptRule, *, reasons: bool = True) -> RoundDecision:
+               rule: PreemptRule, *, reasons: bool = True,
+               free_now: Mapping[str, Sequence[str]] | None = None) -> RoundDecision:
     """`apply_plan`, stopping only the running jobs the time-sharing rule lets the plan stop.
 
     Jobs that may not be time-shared stay where they are from the start. A job the plan stops for nobody, or
     for a job of another class, is put back and the plan applied again; a waiting job that took the GPUs of
     a job of another class leaves the plan (QoS preemption may still serve it) and waits for resources.
-    Every pass keeps at least one more running job in place, so this ends. (`reasons`: as `schedule_round`'s.)
+    Every pass keeps at least one more running job in place, so this ends. (`reasons`, `free_now`: as
+    `schedule_round`'s.)
     """
-    jobs = dict(zip(map(_ID, inp.jobs), inp.jobs, strict=True))
+    jobs = {j[_JID]: j for j in inp.jobs}  # (a comprehension: a quarter faster than dict(zip(map(...))) here)
     if not plan.preempt:
-        return _apply_plan(plan, inp, servers, placer, (), jobs, reasons)
+        return _apply_plan(plan, inp, servers, placer, (), jobs, reasons, free_now)
     fixed = protected(rule, inp.jobs, inp.now)
-    decision = _apply_plan(plan, inp, servers, placer, fixed, jobs, reasons)
+    decision = _apply_plan(plan, inp, servers, placer, fixed, jobs, reasons, free_now)
     if not decision.preempt:
         return decision
     refused: set[int] = set()
@@ -199,7 +223,7 @@ def apply_rule(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], plac
         if out:
             refused |= out
             plan = Plan(tuple(w for w in plan.wants if w.job_id not in out), plan.preempt, plan.strict)
-        decision = _apply_plan(plan, inp, servers, placer, fixed, jobs, reasons)
+        decision = _apply_plan(plan, inp, servers, placer, fixed, jobs, reasons, free_now)
     if refused and reasons:
         waiting = {jid: _RESOURCES if jid in refused else why for jid, why in decision.waiting.items()}
         decision = replace(decision, waiting=waiting)
@@ -336,7 +360,8 @@ def apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], plac
 
 
 def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], placer: Placer, hold: Iterable[int],
-                jobs: Mapping[int, JobView], reasons: bool = True) -> RoundDecision:
+                jobs: Mapping[int, JobView], reasons: bool = True,
+                free_now: Mapping[str, Sequence[str]] | None = None) -> RoundDecision:
     caps = dict(inp.capacity)
     fixed: set[int] = set()
     running = JobPhase.RUNNING
@@ -363,7 +388,7 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
         j = get(jid)
         if j is None or jid in granted or jid in fixed:
             if j is not None and jid in granted:
-                repeated = True  # (wanted twice: `_place` then ranks it by its last want, as it always did)
+                repeated = True  # (wanted twice: `place_granted` then ranks it by its last want, as it always did)
             continue
         g = j[_GPUS]
         if wtypes and not j[_GTYPES]:
@@ -389,20 +414,27 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
 
     preempt: list[int] = []
     keep: list[JobView] = []
-    granted_get = granted.get
-    for j in inp.jobs:
-        if j[_PHASE] is running:
-            jid = j[_JID]
-            t = granted_get(jid)
-            if t == j[_GTYPE] or jid in fixed:
-                keep.append(j)
-            elif t is None:
+    if free_now is None:
+        granted_get = granted.get
+        for j in inp.jobs:
+            if j[_PHASE] is running:
+                jid = j[_JID]
+                t = granted_get(jid)
+                if t == j[_GTYPE] or jid in fixed:
+                    keep.append(j)
+                elif t is None:
+                    preempt.append(jid)
+                # (else a move: placed below, with the starts)
+    else:
+        # the same stops; the kept jobs are not listed, as the placement reads the free devices (a job granted nothing
+        # stays where it is only where it holds no type, `t == j[_GTYPE]` above with both None)
+        for j in inp.jobs:
+            if j[_PHASE] is running and (jid := j[_JID]) not in granted and j[_GTYPE] is not None and jid not in fixed:
                 preempt.append(jid)
-            # (else a move: placed below, with the starts)
     starts: list[Start] = []
     unplaced: set[int] = set()
     if to_place:  # free devices are needed only to place someone
-        starts, unplaced = _place(to_place, keep, plan, servers, placer, preempt, repeated)
+        starts, unplaced = place_granted(to_place, keep, plan, servers, placer, preempt, repeated, free_now, jobs)
     waiting: dict[int, str] = {}
     if reasons:
         # a job the plan wanted (and looked at) waits for resources, or if granted GPUs no server could hold; one it
@@ -410,86 +442,4 @@ def _apply_plan(plan: Plan, inp: PolicyInput, servers: Sequence[ServerView], pla
         considered = {wid for wid, _types in plan.wants[:seen]}
         waiting = {j.id: _RESOURCES if j.id in considered or j.id in unplaced else _PRIORITY for j in inp.jobs
                    if (j.phase is not running and j.id not in granted) or j.id in unplaced}
-    return RoundDecision(preempt=tuple(preempt), starts=tuple(starts), waiting=waiting)
-
-
-def _place(
-    to_place: list[tuple[JobView, str]],
-    keep: list[JobView],
-    plan: Plan,
-    servers: Sequence[ServerView],
-    placer: Placer,
-    preempt: list[int],
-    repeated: bool = False,
-) -> tuple[list[Start], set[int]]:
-    """Devices for the granted jobs around the kept ones; a running job that cannot be placed is preempted.
-    `to_place` comes in the plan's order (`repeated`: some job was wanted twice, and its rank is its last want)."""
-    running = JobPhase.RUNNING  # (`JobView.running`, without its call)
-    needed = {t for _, t in to_place}
-    by_type: dict[str, list[ServerView]] = {}
-    for s in servers:
-        if s.gpu_type in needed:
-            by_type.setdefault(s.gpu_type, []).append(s)
-    # free devices only on the servers of the types being placed: the rest are never looked at. A device's name is
-    # its node's, not the fleet's: an AMD GPU with no UUID is named by its PCI address (hsched.node.amd), the same
-    # on two alike machines, so a kept job holds its devices on its own node only
-    used: dict[str, set[str]] = {}
-    get_used = used.get
-    for j in keep:
-        for p in j[_PLACED]:
-            have = get_used(p.node)
-            if have is None:  # (no empty set made and dropped per placement, as setdefault's default was)
-                used[p.node] = set(p.devices)
-            else:
-                have.update(p.devices)
-    # (filterfalse over a server's devices: the held ones left out at C speed, not a comprehension's loop)
-    free: dict[str, list[str]] = {s.name: list(filterfalse(held.__contains__, s.devices))
-                                  if (held := used.get(s.name)) else list(s.devices)
-                                  for ss in by_type.values() for s in ss}
-    # big gangs first so that small jobs do not fragment the servers they need, each size in the plan's order; the
-    # starts come back in the plan's order. Gangs of one size (one GPU each, Gavel's traces) are in that order
-    # already: nothing to sort, either way
-    rank: dict[int, int] | None = None
-    if repeated:
-        rank = {jid: i for i, (jid, _types) in enumerate(plan.wants)}
-        to_place.sort(key=lambda jt: (-jt[0].gpus, rank.get(jt[0].id, 0)))  # type: ignore[union-attr]
-    elif len({j[_GPUS] for j, _ in to_place}) > 1:
-        rank = {j.id: i for i, (j, _) in enumerate(to_place)}  # (the plan's order: a stable sort keeps it)
-        to_place.sort(key=lambda jt: -jt[0].gpus)
-    starts: list[Start] = []
-    unplaced: set[int] = set()
-    packing = placer if type(placer) is PackingPlacer else None  # (exactly: a subclass may choose otherwise)
-    for j, t in to_place:
-        if packing is not None and j[_GPUS] == 1:
-            # PackingPlacer.place of one GPU, inline (most starts of a replay): the NVLink server, then the one with the
-            # fewest free GPUs, then by name, and its first free device; no server with one free: nowhere
-            where: tuple[Placement, ...] | None = None
-            best: tuple[int, int, str] | None = None  # (best_fit_key of the server that holds it: name last)
-            for s in by_type.get(t, ()):
-                n = len(free[s.name])
-                if n:
-                    key = (0 if s.link == "nvlink" else 1, n, s.name)
-                    if best is None or key < best:
-                        best = key
-            if best is not None:
-                left = free[best[2]]
-                where = (packing.one(best[2], (left[0],)),)
-                del left[0]  # (the device it takes: the first of that list)
-                starts.append(Start(j[_JID], t, where, j[_PHASE] is running))  # (`migrate`: a running job's start)
-                continue
-        else:
-            where = placer.place(j.gpus, by_type.get(t, []), free, j.max_servers, job=j)
-        if where is None:
-            unplaced.add(j.id)
-            if j.phase is running:
-                preempt.append(j.id)
-            continue
-        for p in where:
-            left = free[p.node]  # (this round's own list: taken devices leave it in place)
-            for d in p.devices:
-                if d in left:
-                    left.remove(d)
-        starts.append(Start(j.id, t, where, j.phase is running))
-    if rank is not None:
-        starts.sort(key=lambda s: rank.get(s.job_id, 0))
-    return starts, unplaced
+    return _decision(tuple(preempt), tuple(starts), waiting)

@@ -1169,10 +1169,13 @@ class Simulator:
                             b = j.run_buf = [*j.run_head, 0.0, 0.0, *j.run_tail]
                         b[11] = j.run_s + (now - j.run_start)
                         bu = j.busy_until
-                        b[12] = j.service_s + (j.rel * (now - bu) if now > bu else 0.0)
+                        # (the seconds it progressed since its restore, once for both figures: a rate times 0.0 adds
+                        # 0.0, as the former `... if now > bu else 0.0` of each did; rates are finite)
+                        dt = now - bu if now > bu else 0.0
+                        b[12] = j.service_s + j.rel * dt
                         append(new_view(JobView, b))
                         if eager_left and (j.rate > 0 or j.last_rate > 0):
-                            left_now[jid] = (j.remaining - (j.rate * (now - bu) if now > bu else 0.0)) / j.fastest_rate
+                            left_now[jid] = (j.remaining - j.rate * dt) / j.fastest_rate
                     else:
                         append(j.view or pending_view(j))
                 if eager_left:
@@ -1199,8 +1202,11 @@ class Simulator:
                 }
             if aware is not None:
                 aware.round_waiters.clear()
+            # (`free_on`: the devices no running job holds, each server's in its order, which a plain replay's round
+            # reads instead of every kept job's devices; the other modes hold or share devices in ways of their own)
             decision = data_round(schedule_round(self.policy, inp, self.servers, remaining_s=remaining, placer=placer,
-                                                 rule=rule, reasons=False), inp, self.servers, remaining)
+                                                 rule=rule, reasons=False, free_now=free_on if plain else None),
+                                  inp, self.servers, remaining)
             rounds += 1
             last_round = now
             moves_due = False

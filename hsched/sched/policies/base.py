@@ -157,7 +157,8 @@ class _ProfileMemo:
     speed-profile id, the speeds of each id, and each level's keep-fraction per id. All of it depends only on the
     model's (memoised, fixed) answers and the types, which the memo is checked against before use."""
 
-    __slots__ = ("code_gpus", "code_on", "code_sid", "codes", "ids", "levels", "model", "of", "speeds", "types")
+    __slots__ = ("code_gpus", "code_on", "code_sid", "codes", "gangs", "ids", "levels", "model", "of", "speeds",
+                 "types")
 
     def __init__(self, model: object, types: tuple[str, ...]) -> None:
         self.model = model
@@ -171,6 +172,7 @@ class _ProfileMemo:
         self.code_sid: list[int] = []
         self.code_on: list[str | None] = []
         self.code_gpus: list[int] = []
+        self.gangs: set[int] = set()  # the codes of sizes other than one GPU
 
 
 def _speeds_id(memo: _ProfileMemo, model: ThroughputModel, all_types: tuple[str, ...],
@@ -287,6 +289,8 @@ def hetero_assign(
                     code_sid.append(_speeds_id(memo, model, all_types, quad[:3]))
                     code_on.append(quad[3])
                     code_gpus.append(quad[1])
+                    if quad[1] != 1:
+                        memo.gangs.add(code)
                 codes[i] = code
     code_of = cast("list[int]", codes)
     present = set(code_of)
@@ -296,8 +300,9 @@ def hetero_assign(
     # and stops as soon as the type is full or no longer needed: one sort of small tuples per level (C speed).
     # A fraction depends only on the job's speeds id and the level: kept in the memo from round to round.
     n = len(todo)
-    ones = max(map(code_gpus.__getitem__, present), default=0) == 1  # (one GPU each, Gavel's single-GPU traces: a
-    # level's walk is counted)
+    # (one GPU each, Gavel's single-GPU traces: a level's walk is counted. The codes of gangs are kept as a set: one
+    # C-speed test, not the largest size of every code present)
+    ones = bool(present) and memo.gangs.isdisjoint(present)
     if ones:
         left, least, placed, sid_of, on_at, gpus_at = n, 1, [], [], [], []
         # (the fractions are read only for their highest and lowest, over the few speeds ids there are)
@@ -333,12 +338,16 @@ def hetero_assign(
         if ones and len(level.keys) < len(code_sid):
             level.fill(code_sid, code_on, slow)
         neg = level.neg
-        neg_at = list(map(neg.__getitem__, sid_of if sids is None else sids))  # (one GPU each: per speeds id)
+        # the fractions of the jobs (one GPU each: of their speeds ids), read only by the two tests below, which most
+        # levels do not reach (a list of them was made at every level)
+        fracs = neg.__getitem__
+        read = sid_of if sids is None else sids
         cap = caps[slow]
-        if not faster and left <= cap and max(neg_at) <= 0:
+        if not faster and left <= cap and max(map(fracs, read)) <= 0:
             # the fastest type, with room for everyone left: all of them go here, in no particular order
             if len(unplaced) < n:
-                out.update(zip(map(ids.__getitem__, unplaced), repeat(slow)))
+                for k in unplaced:  # (a loop: dict.update of a zip goes through a pair at a time, twice as long)
+                    out[ids[k]] = slow
             else:  # (the usual case with free GPUs: nobody went to a slower type)
                 out.update(dict.fromkeys(ids, slow))
             caps[slow] = cap - left
@@ -347,7 +356,7 @@ def hetero_assign(
         # least served) takes the slow type: the most-served jobs are the likeliest to keep running (heavy
         # tails), so they gain most from the fast GPUs, and the longest job is what sets the makespan
         lazy = bool(faster)  # (a faster type is left: a job that keeps no more than its speed waits for it)
-        if lazy and need <= 0 and min(neg_at) >= -1.0:
+        if lazy and need <= 0 and min(map(fracs, read)) >= -1.0:
             types.pop()  # (not needed, and nobody is faster here: the walk below would stop at its first job)
             continue
         # the walk's order as one small integer a job: twice its fraction's rank (highest fraction first), plus one
@@ -364,7 +373,8 @@ def hetero_assign(
             h = bisect.bisect_left(walk, level.gains, key=at)
             m = max(0, min(r, cap, max(need, h) if lazy else r))
             if m:
-                out.update(zip(map(ids.__getitem__, walk[:m]), repeat(slow)))
+                for k in walk[:m]:
+                    out[ids[k]] = slow
                 cap, need, left = cap - m, need - m, left - m
                 # the rest in position order, as `unplaced` is (the next level's stable sort keeps it among equals)
                 unplaced = sorted(walk[m:])
@@ -372,7 +382,7 @@ def hetero_assign(
             types.pop()
             continue
         for k in walk:
-            negfrac = neg_at[k]
+            negfrac = neg[sid_of[k]]
             if negfrac > 0 or cap < least or (need <= 0 and lazy and negfrac >= -1.0):
                 break
             g = gpus_at[k]
@@ -407,15 +417,15 @@ def wants_from_assignment(
     out: list[Want] = []
     prefs = memo.prefs
     new, append = tuple.__new__, out.append  # Want is a NamedTuple: no __new__ wrapper
-    # a job's want is the last call's while its kind and type are (most of them, round to round): kept per job, for
-    # the jobs of this call alone
-    last_of, want_of = memo.want_of, {}
+    # a job's want is the one made before while its kind and type are (most of them, round to round): kept per job.
+    # (A want depends on the job's id, kind and type alone, so an older one is as good: the jobs of this call alone
+    # are kept only once the others outnumber them, not rewritten every call)
+    want_of = memo.want_of
     for jid, kind, t in zip(ids, kinds, map(assigned.get, ids), strict=True):
         if t is None:
             continue
-        hit = last_of.get(jid)
+        hit = want_of.get(jid)
         if hit is not None and hit[1] == t and hit[0] == kind:
-            want_of[jid] = hit
             append(hit[2])
             continue
         types = prefs.get((kind, t))
@@ -426,8 +436,9 @@ def wants_from_assignment(
         w = new(Want, (jid, types))
         want_of[jid] = (kind, t, w)
         append(w)
+    if len(want_of) > 2 * len(out) + 64:
+        memo.want_of = {w[0]: want_of[w[0]] for w in out}
     memo.asked, memo.kinds, memo.assigned, memo.wants = ids, kinds, dict(assigned), tuple(out)
-    memo.want_of = want_of
     return memo.wants
 
 
@@ -450,5 +461,6 @@ class _WantsMemo:
         self.kinds: list[tuple[str, int, tuple[str, ...]]] = []
         self.assigned: dict[int, str] = {}
         self.wants: tuple[Want, ...] = ()
-        # job id -> its (kind, size, allowed types), its assigned type and its want, as the last call made them
+        # job id -> its (kind, size, allowed types), its assigned type and its want, as a call made them last (the
+        # last call's jobs at least)
         self.want_of: dict[int, tuple[tuple[str, int, tuple[str, ...]], str, Want]] = {}

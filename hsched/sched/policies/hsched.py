@@ -249,6 +249,10 @@ class Hsched(Policy):
             (rget(j[_QOS], normal), -j[_PRIORITY] if j[_ID] in admin else 0, -j[_PRIORITY],
              (start := j[_RUN_START]) is None or not (now - start < min_run),
              j[_GPUS] * (j[_SERVICE] if (left := fget(j[_ID])) is None else left), j[_ARRIVAL], j[_ID], j)
+            for j in jobs if j[_PHASE] is running] if admin else [
+            # (nobody's priority set by an admin, the usual case: the same keys without that test, every round)
+            (rget(j[_QOS], normal), 0, -j[_PRIORITY], (start := j[_RUN_START]) is None or not (now - start < min_run),
+             j[_GPUS] * (j[_SERVICE] if (left := fget(j[_ID])) is None else left), j[_ARRIVAL], j[_ID], j)
             for j in jobs if j[_PHASE] is running]
         if users is not None:
             return _Order(self._between_users(inp, users, run_keys, waiting_by_user(inp, waiting, admin)))

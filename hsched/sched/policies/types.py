@@ -6,7 +6,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from itertools import repeat
-from operator import itemgetter
+from operator import itemgetter, mul, ne
 from typing import NamedTuple, cast
 
 from hsched.sched.policies.base import hetero_assign, memo_for, view_getter
@@ -118,11 +118,14 @@ def assign_types(selected: Sequence[JobView], capacity: Mapping[str, int], inp: 
                 best = max((rel.get(t, 0.0) for t in faster if not allowed or t in allowed), default=0.0)
                 # None: it cannot run here; -1: it runs nowhere faster (here it goes); < 0: it is faster here
                 level[pid] = None if here <= 0 else -1.0 if best <= 0 else best / here - 1.0
-        lost_at = [level[pid_of[i]] for i in pending]
+        # (every job still pending, as at the first level: the lists read whole, at C speed)
+        full = len(pending) == len(todo)
+        lost_at = list(map(level.__getitem__, pid_of)) if full else [level[pid_of[i]] for i in pending]
         runs_all = ones and None not in (values := set(lost_at))
         if not faster and runs_all:
             # one GPU each, all of them can run here: the loop below takes the first `cap` in order
-            out.update(zip(map(ids.__getitem__, pending[:cap]), repeat(slow)))
+            for i in pending[:cap]:  # (a loop: dict.update of a zip goes through a pair at a time, twice as long)
+                out[ids[i]] = slow
             caps[slow] = cap - min(cap, len(pending))
             break
         if not faster:
@@ -143,10 +146,13 @@ def assign_types(selected: Sequence[JobView], capacity: Mapping[str, int], inp: 
             # is weighed (the loop below, at C speed), and the walk takes the first m of them: it stops when the type
             # is full, or at the first cost >= 0 once `need` jobs were taken (those below 0 are taken whatever the
             # need: faster here)
-            ranked = sorted([(weights[i] * lost, on[i] != slow, i) for i, lost in zip(pending, lost_at, strict=True)])
+            ranked = sorted(
+                zip(map(mul, weights, lost_at), map(ne, on, repeat(slow)), pending, strict=True) if full
+                else [(weights[i] * lost, on[i] != slow, i) for i, lost in zip(pending, lost_at, strict=True)])
             m = max(0, min(cap, len(ranked), max(need, bisect_left(ranked, (0.0,)))))
             took = list(map(_THIRD, ranked[:m]))
-            out.update(zip(map(ids.__getitem__, took), repeat(slow)))
+            for i in took:
+                out[ids[i]] = slow
             caps[slow] = cap - m
             left_gpus -= m
             if took:
