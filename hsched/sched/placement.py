@@ -168,14 +168,19 @@ def place_granted(
         # before, a set of held devices per node of every kept job, 40 a round on ed69ec 16:16:16, most on types
         # nobody was placed on)
         free: dict[str, list[str]] = {s.name: list(s.devices) for ss in by_type.values() for s in ss}
-        get_free = free.get
+        held: dict[str, set[str]] = {}
         for j in keep:
             for p in j[_PLACED]:
-                left = get_free(p.node)
-                if left is not None:
-                    for d in p.devices:
-                        if d in left:
-                            left.remove(d)
+                if p.node in free:
+                    have = held.get(p.node)
+                    if have is None:
+                        held[p.node] = set(p.devices)
+                    else:
+                        have.update(p.devices)
+        # (each list filtered once: a device removed from it one at a time was a pass over the list each, quadratic
+        # in a large node's devices, as a live Slurm node group's)
+        for name, have in held.items():
+            free[name] = [d for d in free[name] if d not in have]
     else:
         # the same lists from the caller's free devices and those of the few running jobs this round stops or moves
         # (every running job is kept, stopped or moved), not from the many it keeps
