@@ -138,7 +138,7 @@ def run_live(home: Path, trace: Any, nodes: Sequence[Node], speedup: float, *, p
     `quantum_s` (trace seconds: the least run before a time-share stop, `live_quantum_s`), time-sharing as the
     module's docstring says, a checkpoint and restart taken to cost `restart_cost_s` (trace seconds) before the
     controller measured one."""
-    from hsched.client import Client
+    from hsched.client import Client, controller_pid
     from hsched.paths import Home
 
     home.mkdir(parents=True, exist_ok=True)
@@ -192,10 +192,23 @@ def run_live(home: Path, trace: Any, nodes: Sequence[Node], speedup: float, *, p
                                    len({r["attempt"] for r in s["runs"]})))
         finally:
             try:
-                c.call("stop")
+                pid = c.call("stop").get("pid")
             except Exception:  # a controller that is gone already is what we wanted
-                pass
+                pid = None
+    if pid is not None:
+        # gone before the replay returns: the kept home is the stopped controller's (a loaded machine's controller
+        # still held its lock when `replay` had printed its figures)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while controller_pid(h) is not None:
+            if time.monotonic() > deadline:
+                raise HschedError(f"replay: its controller (pid {pid}) did not stop within {STOP_TIMEOUT_S:g} s; "
+                                  f"`HSCHED_HOME={home} hsched daemon stop` stops it")
+            time.sleep(0.05)
     return out
+
+
+STOP_TIMEOUT_S = 60.0
+"""How long a replay waits for its controller to exit once asked to stop."""
 
 
 def live_summary(jobs: Sequence[LiveJob], speedup: float) -> dict[str, Any]:
