@@ -8,9 +8,9 @@ protocol, or one from before protocol numbers) makes the call fail with one line
 
 from __future__ import annotations
 
+import _socket  # (the C module: socket.py's import, its selectors and constants made enums, is ~4 ms of a CLI start)
 import json
 import os
-import socket
 import sys
 import time
 
@@ -60,7 +60,7 @@ class Client:
         self.start_lab = start_lab
         """A lab's controller is started by `daemon start`/`restart` alone (start_lab), by its home's owner: any
         other command finding it down says so rather than starting it behind systemd's back."""
-        self._sock: socket.socket | None = None
+        self._sock: _socket.socket | None = None
         self._buf = b""
 
     def __enter__(self) -> Client:
@@ -74,8 +74,8 @@ class Client:
             self._sock.close()
             self._sock = None
 
-    def _connect_once(self) -> socket.socket | None:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    def _connect_once(self) -> _socket.socket | None:
+        s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
             s.connect(str(self.home.socket))
         except (FileNotFoundError, NotADirectoryError, ConnectionRefusedError):
@@ -96,7 +96,7 @@ class Client:
                 return False
         return self._sock is not None
 
-    def connect(self) -> socket.socket:
+    def connect(self) -> _socket.socket:
         if self._sock is not None:
             return self._sock
         s = self._connect_once()
@@ -111,7 +111,7 @@ class Client:
         self._sock = s
         return s
 
-    def _wait_or_start(self) -> socket.socket:
+    def _wait_or_start(self) -> _socket.socket:
         """No socket to connect to. A controller that holds the lock is between two images (it restarts on a
         reinstalled hsched) or still opening its store: its socket is coming, so wait for it. Start one only while
         no controller holds the lock: one started during a restart would wait for the lock, and took the home over
@@ -136,7 +136,7 @@ class Client:
         except OSError:
             return False
 
-    def _start_and_connect(self) -> socket.socket:
+    def _start_and_connect(self) -> _socket.socket:
         import subprocess  # only here: most calls find a controller running
 
         self.home.ensure()
@@ -164,7 +164,7 @@ class Client:
             time.sleep(0.02)
         raise ControllerError(f"the controller did not answer within {START_TIMEOUT_S:g} s; see {self.home.log}")
 
-    def _reconnect_after_restart(self) -> socket.socket:
+    def _reconnect_after_restart(self) -> _socket.socket:
         """The controller said it restarts: wait for the one that comes back (or start one, as any request
         would); without autostart, for as long as RESTART_TIMEOUT_S."""
         self.close()
@@ -180,7 +180,7 @@ class Client:
         raise ControllerError(f"the controller for {self.home.root} restarted and did not come back within "
                               f"{RESTART_TIMEOUT_S:g} s; see {self.home.log} (`hsched daemon start` starts one)")
 
-    def _readline(self, sock: socket.socket) -> bytes:
+    def _readline(self, sock: _socket.socket) -> bytes:
         """The next line, its newline kept when it ends what was read (the usual reply: not copied again; JSON
         reads past the newline)."""
         if b"\n" not in self._buf:
@@ -271,7 +271,7 @@ class Client:
             self.close()
             raise ControllerError(f"lost the controller: {e}") from None
 
-    def _write_through(self, sock: socket.socket, out: BinaryIO) -> dict[str, Any] | None:
+    def _write_through(self, sock: _socket.socket, out: BinaryIO) -> dict[str, Any] | None:
         """A reply whose result is pre-encoded text of this protocol (`_parse`'s test, on its first 4 KiB): the text
         written to `out` as it is read, and the reply's head returned; else None, with what was read left for
         `_readline`. Reads go into one buffer, each written from there, so no part of the text is copied again."""

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import enum
 import json
-import socket
 
 from hsched import __version__
 
 TYPE_CHECKING = False  # the CLI imports this module: typing's import is left to the type checker
 if TYPE_CHECKING:
+    import socket
     from typing import Any
 
 PROTOCOL = 2
@@ -109,6 +109,7 @@ def too_large(limit: int = MAX_LINE) -> str:
 
 def peer_uid(sock: socket.socket) -> int | None:
     """The connecting process's uid from SO_PEERCRED (Linux), or None where the platform lacks it."""
+    import socket  # (the controller's side alone: socket.py's own import is ~4 ms of every CLI start)
     import struct
 
     so_peercred = getattr(socket, "SO_PEERCRED", None)

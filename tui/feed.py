@@ -6,8 +6,8 @@ A broken stream is reported (the app shows a banner) and retried every second un
 
 from __future__ import annotations
 
+import _socket
 import contextlib
-import socket
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -44,7 +44,7 @@ class Feed:
         self.on_lost = on_lost
         self.on_restored = on_restored
         self._stop = threading.Event()
-        self._sock: socket.socket | None = None
+        self._sock: _socket.socket | None = None  # (the client's: hsched.client connects through the C module)
         self._last_event = 0
 
     def stop(self) -> None:
@@ -53,7 +53,7 @@ class Feed:
         sock = self._sock
         if sock is not None:
             with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+                sock.shutdown(_socket.SHUT_RDWR)
 
     @property
     def stopped(self) -> bool:
