@@ -14,8 +14,8 @@ import os
 import sys
 import time
 
+from hsched import homes
 from hsched.errors import ControllerError, PermissionDenied, UserError
-from hsched.paths import Home
 from hsched.protocol import (
     MAX_LINE,
     OPS_ANY_PROTOCOL,
@@ -30,6 +30,8 @@ from hsched.protocol import (
 TYPE_CHECKING = False  # typing's own costs a CLI start a few ms, and only the type checker needs it here
 if TYPE_CHECKING:
     from typing import Any, BinaryIO
+
+    from hsched.paths import Home
 
 START_TIMEOUT_S = 30.0
 RESTART_TIMEOUT_S = 60.0
@@ -55,13 +57,28 @@ class NotDelivered(ControllerError):
 
 class Client:
     def __init__(self, home: Home | None = None, *, autostart: bool = True, start_lab: bool = False) -> None:
-        self.home = home or Home.from_env()
+        self._home = home
         self.autostart = autostart
         self.start_lab = start_lab
         """A lab's controller is started by `daemon start`/`restart` alone (start_lab), by its home's owner: any
         other command finding it down says so rather than starting it behind systemd's back."""
         self._sock: _socket.socket | None = None
         self._buf = b""
+
+    @property
+    def home(self) -> Home:
+        """This client's home: the one given, else this CLI's (`Home.from_env`), made on first need. A call whose
+        controller answers needs only its socket (`_socket_path`), so a quick path never imports `pathlib`."""
+        if self._home is None:
+            from hsched.paths import Home
+
+            self._home = Home.from_env()
+        return self._home
+
+    def _socket_path(self) -> str:
+        if self._home is not None:
+            return str(self._home.socket)
+        return homes.socket_path()
 
     def __enter__(self) -> Client:
         return self
@@ -77,7 +94,7 @@ class Client:
     def _connect_once(self) -> _socket.socket | None:
         s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
-            s.connect(str(self.home.socket))
+            s.connect(self._socket_path())
         except (FileNotFoundError, NotADirectoryError, ConnectionRefusedError):
             s.close()
             return None  # nothing listens there (or the folder cannot exist): starting one says what is wrong

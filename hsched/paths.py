@@ -23,36 +23,28 @@ import os
 import stat
 from pathlib import Path
 
+from hsched import homes
 from hsched.errors import UserError
 
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
 LAB_DIR = 0o711
 """A lab home and its runs/checkpoints folders: users pass through to their own folders, and list nothing."""
-LAB_HOME = Path("/var/lib/hsched")
-LAB_SOCKET = Path("/run/hsched/hsched.sock")
-LAB_MARKER = "lab.json"
+LAB_HOME = Path(homes.LAB_HOME)
+LAB_SOCKET = Path(homes.LAB_SOCKET)
+LAB_MARKER = homes.LAB_MARKER
 
 
 def lab_socket() -> Path:
     """The lab controller's socket: HSCHED_LAB_SOCKET (tests, a second lab on one machine), else the
     well-known /run/hsched/hsched.sock."""
-    env = os.environ.get("HSCHED_LAB_SOCKET")
-    return Path(env).expanduser().absolute() if env else LAB_SOCKET
+    return Path(homes.lab_socket())
 
 
 def lab_home() -> Path:
     """Where this machine's lab keeps its state: HSCHED_LAB_HOME (tests, a second lab on one machine), else the
     well-known /var/lib/hsched."""
-    env = os.environ.get("HSCHED_LAB_HOME")
-    return Path(env).expanduser().absolute() if env else LAB_HOME
-
-
-def _is_socket(path: Path) -> bool:
-    try:
-        return stat.S_ISSOCK(path.stat().st_mode)
-    except OSError:
-        return False
+    return Path(homes.lab_home())
 
 
 class Home:
@@ -91,31 +83,21 @@ class Home:
         return f"Home(root={self.root!r}, lab={self.lab!r}, lab_socket={self.lab_socket!r})"
 
     @classmethod
+    def _of(cls, found: tuple[str, bool, str | None]) -> Home:
+        root, lab, sock = found
+        return cls(Path(root), lab=lab, lab_socket=Path(sock) if sock is not None else None)
+
+    @classmethod
     def at(cls, root: Path) -> Home:
         """The home in `root`, in the mode its marker says (no marker: personal)."""
-        root = root.expanduser().absolute()
-        try:
-            marker = json.loads((root / LAB_MARKER).read_text())
-        except (OSError, ValueError):
-            return cls(root)
-        sock = marker.get("socket") if isinstance(marker, dict) else None
-        return cls(root, lab=True, lab_socket=Path(sock) if isinstance(sock, str) and sock else LAB_SOCKET)
+        return cls._of(homes.at(str(root)))
 
     @classmethod
     def from_env(cls) -> Home:
-        env = os.environ.get("HSCHED_HOME")
-        if env:
-            return cls.at(Path(env))
-        sock = lab_socket()
-        if _is_socket(sock):
-            # a lab controller serves this machine: its queue is everyone's (its home is its own business;
-            # `daemon status` asks it where it is)
-            return cls(lab_home(), lab=True, lab_socket=sock)
-        if (lab_home() / LAB_MARKER).is_file():
-            # a lab lives here but its controller is down: its home still, so that every command says so and
-            # none starts a private controller nobody else sees (a lab that silently splits in two)
-            return cls.at(lab_home())
-        return cls.personal()
+        """HSCHED_HOME; else the lab's, when a lab controller serves this machine (its queue is everyone's) or when a
+        lab is marked here and its controller is down (every command says so, and none starts a private controller
+        nobody else sees: a lab that silently splits in two); else the user's own (`homes.locate`)."""
+        return cls._of(homes.locate())
 
     @classmethod
     def personal(cls) -> Home:

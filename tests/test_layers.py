@@ -28,7 +28,7 @@ LAYERS: Layers = (
     ("node", ("hsched.node", "hsched.nodehelper", "hsched.safefiles")),
     # the domain's types and rules, errors, clocks, paths, the socket protocol's constants
     ("base", ("hsched", "hsched.errors", "hsched.problems", "hsched.clock", "hsched.paths", "hsched.protocol",
-              "hsched.model", "hsched.lifecycle", "hsched.progress", "hsched.indices")),
+              "hsched.model", "hsched.lifecycle", "hsched.progress", "hsched.indices", "hsched.homes")),
     # hardware: topology parsers, the accelerator table, placement inside a node
     ("topo", ("hsched.topo",)),
     # what a job asks (arrays, batch scripts, constraints, dependencies, output files, its kind, its datasets)
