@@ -100,16 +100,10 @@ class Home:
         return cls._of(homes.locate())
 
     @classmethod
-    def personal(cls) -> Home:
-        state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-        return cls(Path(state).expanduser().absolute() / "hsched")
-
-    @classmethod
     def for_lab(cls) -> Home:
         """The home `daemon start --lab` makes: HSCHED_HOME or /var/lib/hsched, listening on lab_socket()."""
         env = os.environ.get("HSCHED_HOME")
-        root = Path(env).expanduser().absolute() if env else lab_home()
-        return cls(root, lab=True, lab_socket=lab_socket())
+        return cls(Path(homes.absolute(env) if env else homes.lab_home()), lab=True, lab_socket=lab_socket())
 
     @property
     def mode(self) -> str:

@@ -83,37 +83,27 @@ def queue(*, all_jobs: bool, me: bool, users: str | None, states: str | None, fm
         out = sys.stdout.buffer
         try:
             with _client() as c:
-                got = c.write_text("queue", out, all=everything,
-                                   users=sorted(allowed) if allowed is not None else None,
-                                   states=sorted(wanted) if wanted else None,
-                                   ids=sorted(only) if only is not None else None)
+                got = c.write_text("queue", out, **_picks(everything, allowed, wanted, only))
         except WriterGone as e:
             raise e.error from None  # (a reader gone: `quick.run` stops quietly)
         if got is None:  # (written as it came)
             out.write(b"\n")
             out.flush()
             return
-        from hsched.serialize import pick_jobs
-
-        print_json(pick_jobs(got, users=allowed, states=wanted or None, ids=only))
+        print_json(_picked(got, allowed, wanted, only))
         return
     if not (as_json or start or fmt):
         # the table: the controller picks the jobs and sends only what a row shows, as text (10,000 jobs: decoding
         # their whole objects, ~10 MB, was half of `hsched queue`'s CPU)
         allowed = _allowed(me, users)
         with _client() as c:
-            got = c.call_text("queue", all=everything, users=sorted(allowed) if allowed is not None else None,
-                              states=sorted(wanted) if wanted else None, ids=sorted(only) if only is not None else None,
-                              fields=list(ROW_FIELDS))
+            got = c.call_text("queue", **_picks(everything, allowed, wanted, only), fields=list(ROW_FIELDS))
         if isinstance(got, memoryview):
             import json
 
             render_queue(json.loads(bytes(got)), header=not noheader)
             return
-        from hsched.serialize import pick_jobs
-
-        # (a controller from before `text`: every job's whole object, picked here)
-        render_queue(pick_jobs(got, users=allowed, states=wanted or None, ids=only), header=not noheader)
+        render_queue(_picked(got, allowed, wanted, only), header=not noheader)
         return
     with _client() as c:
         jobs = c.call("queue", all=everything)
@@ -141,6 +131,21 @@ def queue(*, all_jobs: bool, me: bool, users: str | None, states: str | None, fm
         sys.stdout.write("".join(line + "\n" for line in (lines[1:] if noheader else lines)))
     else:
         render_queue(jobs, header=not noheader)
+
+
+def _picks(everything: bool, allowed: set[str] | None, wanted: set[str] | None, only: set[str] | None
+           ) -> dict[str, Any]:
+    """`queue`'s arguments that have the controller pick the jobs a listing shows."""
+    return {"all": everything, "users": sorted(allowed) if allowed is not None else None,
+            "states": sorted(wanted) if wanted else None, "ids": sorted(only) if only is not None else None}
+
+
+def _picked(jobs: list[dict[str, Any]], allowed: set[str] | None, wanted: set[str] | None,
+            only: set[str] | None) -> list[dict[str, Any]]:
+    """The jobs a listing shows, picked here: a controller from before `text` sends every job's whole object."""
+    from hsched.serialize import pick_jobs
+
+    return pick_jobs(jobs, users=allowed, states=wanted or None, ids=only)
 
 
 ROW_FIELDS = ("id", "display_id", "array_id", "array_task", "array_limit", "components", "name", "user", "state",
